@@ -1,0 +1,1 @@
+"""Calibration: microbenchmarks, engine runs, fitting and validation."""

@@ -1,0 +1,109 @@
+"""Acceptance: per-position rates, acceptance length AL(K), and the reference acceptance rule.
+
+a_i is the probability that draft token i is accepted given drafts 1..i-1 were. With one bonus (or
+correction) token per step,
+
+    AL(K) = 1 + a_1 + a_1 a_2 + ... + a_1...a_K          i.i.d. a:  (1 - a^(K+1)) / (1 - a)
+
+Leviathan et al. 2023 (arXiv:2211.17192); Chen et al. 2023 (arXiv:2302.01318).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from simulator.errors import PlannerError
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """Per-position acceptance rates a_1..a_n; positions past n repeat a_n."""
+
+    rates: tuple[float, ...]
+    source: str = "assumed"
+
+    def __post_init__(self):
+        if not self.rates:
+            raise PlannerError("acceptance needs at least one rate")
+        for r in self.rates:
+            if not (isinstance(r, (int, float)) and 0.0 <= r < 1.0):
+                raise PlannerError(f"acceptance rate {r!r} outside [0, 1): a rate of 1 would accept every draft forever")
+
+    @property
+    def label(self) -> str:
+        if len(self.rates) == 1:
+            return f"i.i.d. {self.rates[0]:g}"
+        return "per-position " + ",".join(f"{r:g}" for r in self.rates)
+
+    def rates_upto(self, k_max: int) -> np.ndarray:
+        r = np.asarray(self.rates, dtype=float)
+        if k_max <= len(r):
+            return r[:k_max]
+        return np.concatenate([r, np.full(k_max - len(r), r[-1])])
+
+    def acceptance_length(self, k) -> np.ndarray:
+        """AL(K), vectorized over integer K >= 0."""
+        k = np.asarray(k)
+        if np.any(k < 0):
+            raise PlannerError("K must be >= 0")
+        k_max = int(k.max()) if k.size else 0
+        prefix = np.concatenate([[1.0], 1.0 + np.cumsum(np.cumprod(self.rates_upto(k_max)))])
+        return prefix[k.astype(int)]
+
+
+def parse_acceptance(value, source: str = "assumed") -> Acceptance:
+    """0.8 -> i.i.d.;  '0.7,0.5,0.3' or [0.7, 0.5, 0.3] -> per position."""
+    if isinstance(value, Acceptance):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return Acceptance((float(value),), source)
+    if isinstance(value, str):
+        try:
+            rates = tuple(float(x) for x in value.split(",") if x.strip())
+        except ValueError:
+            raise PlannerError(f"acceptance '{value}': expected a rate like 0.8 or a list like 0.7,0.5,0.3") from None
+        return Acceptance(rates, source)
+    if isinstance(value, (list, tuple)):
+        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in value):
+            raise PlannerError(f"acceptance {value!r}: expected numbers")
+        return Acceptance(tuple(float(x) for x in value), source)
+    raise PlannerError(f"acceptance {value!r}: expected a rate like 0.8 or a list like 0.7,0.5,0.3")
+
+
+# --- reference acceptance rule ------------------------------------------------------------------
+
+def residual_distribution(p: np.ndarray, q: np.ndarray) -> np.ndarray:
+    """normalize(max(0, p - q)): where to resample after a rejection (p target, q draft)."""
+    r = np.maximum(p - q, 0.0)
+    total = r.sum(axis=-1, keepdims=True)
+    # p == q leaves nothing to correct; any rejection then has probability 0, fall back to p
+    return np.where(total > 0, r / np.where(total > 0, total, 1.0), p)
+
+
+def speculative_step(p: np.ndarray, q: np.ndarray, drafts: np.ndarray, rng: np.random.Generator,
+                     greedy: bool = False) -> list[int]:
+    """Tokens one verification step commits for one sequence.
+
+    p: [K+1, V] target distributions at the K draft positions and the bonus position;
+    q: [K, V] draft distributions; drafts: [K] draft tokens (sampled from q).
+    Sampling: accept x_i with probability min(1, p(x_i) / q(x_i)); at the first rejection sample
+    from normalize(max(0, p - q)) and stop; if all K are accepted, sample a bonus token from p_{K+1}.
+    Greedy: accept iff x_i == argmax p_i; the correction / bonus token is argmax p.
+    """
+    out: list[int] = []
+    for i, x in enumerate(drafts):
+        if greedy:
+            best = int(np.argmax(p[i]))
+            out.append(best)
+            if best != x:
+                return out
+            continue
+        if rng.random() < min(1.0, p[i, x] / q[i, x]):
+            out.append(int(x))
+            continue
+        out.append(int(rng.choice(p.shape[1], p=residual_distribution(p[i], q[i]))))
+        return out
+    k = len(drafts)
+    out.append(int(np.argmax(p[k])) if greedy else int(rng.choice(p.shape[1], p=p[k])))
+    return out

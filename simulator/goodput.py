@@ -1,0 +1,95 @@
+"""Goodput grid over (batch size B, draft length K), optimal K per batch size, policy comparison.
+
+    ITL(B, K)     = draft(B, K) + verify(B, K) + overhead(B, K)
+    goodput(B, K) = AL(K) / ITL(B, K)        tokens/s per sequence (x B for the whole batch)
+    K*(B)         = argmax_K goodput(B, K) over the K whose memory fits;  K = 0 is plain decoding
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from simulator.cost import StepCost, activation_bytes_per_gpu, kv_bytes_per_gpu, verify_cost, weight_bytes_per_gpu
+from simulator.draft import draft_cost, draft_memory_bytes
+from simulator.moe import expert_probabilities, experts_touched
+
+
+@dataclass
+class Grid:
+    """Arrays of shape (n_batch, n_k) unless noted."""
+
+    batch_sizes: np.ndarray  # (n_batch,)
+    ks: np.ndarray  # (n_k,)
+    verify: StepCost
+    draft: StepCost
+    overhead_s: np.ndarray
+    itl_s: np.ndarray
+    acceptance_length: np.ndarray  # (n_k,)
+    goodput_per_seq: np.ndarray
+    memory_per_gpu_bytes: np.ndarray
+    memory_capacity_bytes: float
+    experts_touched: np.ndarray | None  # per MoE layer, verify step
+
+    @property
+    def fits_memory(self) -> np.ndarray:
+        return self.memory_per_gpu_bytes <= self.memory_capacity_bytes
+
+    @property
+    def throughput(self) -> np.ndarray:
+        return self.goodput_per_seq * self.batch_sizes[:, None]
+
+    def k_index(self, k: int) -> int:
+        hits = np.flatnonzero(self.ks == k)
+        return int(hits[0]) if hits.size else -1
+
+    def optimal_k_index(self) -> np.ndarray:
+        """Index into ks of K* per batch size; -1 where no K fits in memory."""
+        masked = np.where(self.fits_memory, self.goodput_per_seq, -np.inf)
+        idx = np.argmax(masked, axis=1)
+        return np.where(np.isfinite(masked.max(axis=1)), idx, -1)
+
+    def regime(self) -> np.ndarray:
+        """Which term dominates the step: compute, memory, comm or launch (per cell)."""
+        parts = [self.verify.time_by_regime(), self.draft.time_by_regime()]
+        names = ("compute", "memory", "comm", "launch")
+        stacked = np.stack([parts[0][n] + parts[1][n] for n in names] + [self.overhead_s])
+        return np.array(names + ("overhead",))[np.argmax(stacked, axis=0)]
+
+    def op_time_s(self, name: str) -> np.ndarray | None:
+        if name not in self.verify.names:
+            return None
+        return self.verify.time_s[self.verify.names.index(name)]
+
+
+def step_overhead_s(profile, batch, k) -> np.ndarray:
+    """Scheduler, sampling bookkeeping and host work per step: fitted terms of a profile, else 0."""
+    if profile is None:
+        return np.zeros(np.broadcast(batch, k).shape)
+    return (profile.step_overhead_fixed_s + profile.step_overhead_per_seq_s * batch
+            + profile.step_overhead_per_token_s * batch * (k + 1))
+
+
+def compute_grid(scenario, batch_sizes=None, ks=None) -> Grid:
+    """Evaluate the whole (B, K) grid in one vectorized pass."""
+    sc = scenario
+    b = np.asarray(sc.batch_sizes if batch_sizes is None else batch_sizes, dtype=float)
+    k = np.asarray(np.arange(sc.k_max + 1) if ks is None else ks, dtype=float)
+    B, K = b[:, None], k[None, :]
+    verify = verify_cost(sc.model, sc.deployment, sc.hardware, B, K, sc.context_len, sc.profile)
+    draft = draft_cost(sc.draft, sc.model, sc.deployment, sc.hardware, B, K, sc.context_len, sc.profile)
+    overhead = step_overhead_s(sc.profile, B, K)
+    itl = verify.total_s + draft.total_s + overhead
+    al = sc.acceptance.acceptance_length(k.astype(int))
+    tokens_per_seq = sc.context_len + K + 1
+    memory = (weight_bytes_per_gpu(sc.model, sc.deployment)
+              + kv_bytes_per_gpu(sc.model, sc.deployment, B, tokens_per_seq)
+              + np.where(K > 0, draft_memory_bytes(sc.draft, sc.model, sc.deployment, B, tokens_per_seq), 0.0)
+              + activation_bytes_per_gpu(sc.model, sc.deployment, B * (K + 1)))
+    touched = None
+    if sc.model.is_moe:
+        p = expert_probabilities(sc.deployment.routing, sc.model.num_experts, sc.model.experts_per_token)
+        touched = experts_touched(B * (K + 1), p)
+    return Grid(b, k.astype(int), verify, draft, overhead, itl, al, al[None, :] / itl,
+                np.broadcast_to(memory, itl.shape), sc.hardware.memory_bytes * sc.deployment.memory_utilization,
+                touched)

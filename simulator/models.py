@@ -1,0 +1,245 @@
+"""Model specs, read from Hugging Face ``config.json`` files.
+
+The catalog (``simulator/data/models/*.json``) holds the published config.json of each model (the
+fields the cost model reads, plus a ``_source`` note), so a catalog model and a user's config.json go
+through the same parser.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from simulator.errors import PlannerError, did_you_mean
+
+MODELS_DIR = Path(__file__).parent / "data" / "models"
+
+SUPPORTED_MODEL_TYPES = (
+    "llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe",
+    "cohere", "cohere2", "deepseek_v3", "deepseek_v2", "gpt_oss",
+)
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Shapes of a decoder-only transformer (dense or MoE, GQA or MLA attention).
+
+    Letters used in the cost model: D hidden size, H_q / H_kv query / KV heads, d head dim,
+    F dense MLP width, E routed experts, k experts per token, F_e expert MLP width.
+    """
+
+    name: str
+    source: str
+    model_type: str
+    hidden_size: int  # D
+    num_layers: int
+    num_heads: int  # H_q
+    num_kv_heads: int  # H_kv
+    head_dim: int  # d
+    intermediate_size: int  # F, dense MLP layers
+    vocab_size: int
+    tie_word_embeddings: bool = False
+    # sliding-window attention: that many layers read at most `sliding_window` keys
+    sliding_window: int | None = None
+    num_sliding_layers: int = 0
+    # multi-head latent attention (DeepSeek): latent KV cache, heads share it
+    attention: str = "gqa"  # "gqa" | "mla"
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_nope_head_dim: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    # mixture of experts
+    num_experts: int = 0  # E (0: dense)
+    experts_per_token: int = 0  # k
+    expert_intermediate_size: int = 0  # F_e
+    shared_expert_intermediate_size: int = 0  # sum over shared experts
+    num_dense_layers: int = 0  # layers with a dense MLP in an MoE model (DeepSeek's first 3)
+    expert_weight_dtype: str | None = None  # e.g. gpt-oss ships experts in mxfp4
+    num_mtp_layers: int = 0  # multi-token-prediction modules shipped with the model
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+    @property
+    def num_moe_layers(self) -> int:
+        return self.num_layers - self.num_dense_layers if self.is_moe else 0
+
+    @property
+    def num_mlp_dense_layers(self) -> int:
+        return self.num_layers - self.num_moe_layers
+
+    @property
+    def num_full_attention_layers(self) -> int:
+        return self.num_layers - self.num_sliding_layers
+
+    # --- parameter counts (elements) -------------------------------------------------------
+    def attention_params(self) -> int:
+        """Weights of one attention block."""
+        D = self.hidden_size
+        if self.attention == "mla":
+            q_in = D * self.q_lora_rank + self.q_lora_rank * self.num_heads * self.qk_head_dim if self.q_lora_rank \
+                else D * self.num_heads * self.qk_head_dim
+            kv_in = D * (self.kv_lora_rank + self.qk_rope_head_dim) \
+                + self.kv_lora_rank * self.num_heads * (self.qk_nope_head_dim + self.v_head_dim)
+            return q_in + kv_in + self.num_heads * self.v_head_dim * D
+        d = self.head_dim
+        return D * (self.num_heads + 2 * self.num_kv_heads) * d + self.num_heads * d * D
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+    def dense_mlp_params(self) -> int:
+        return 3 * self.hidden_size * self.intermediate_size
+
+    def expert_params(self) -> int:
+        """One routed expert (gated MLP: gate, up, down)."""
+        return 3 * self.hidden_size * self.expert_intermediate_size
+
+    def shared_expert_params(self) -> int:
+        return 3 * self.hidden_size * self.shared_expert_intermediate_size
+
+    def embedding_params(self) -> int:
+        return self.vocab_size * self.hidden_size * (1 if self.tie_word_embeddings else 2)
+
+    def total_params(self) -> int:
+        moe = self.num_moe_layers * (self.num_experts * self.expert_params() + self.shared_expert_params()
+                                     + self.hidden_size * self.num_experts)
+        return (self.num_layers * self.attention_params() + self.num_mlp_dense_layers * self.dense_mlp_params()
+                + moe + self.embedding_params())
+
+    def active_params(self) -> int:
+        """Parameters one token touches (routed experts: k of E)."""
+        moe = self.num_moe_layers * (self.experts_per_token * self.expert_params() + self.shared_expert_params())
+        return (self.num_layers * self.attention_params() + self.num_mlp_dense_layers * self.dense_mlp_params()
+                + moe + self.embedding_params())
+
+    def kv_elements_per_token(self) -> tuple[int, int]:
+        """KV-cache elements per token per layer: (per KV head-group unit, shared latent).
+
+        GQA: 2 * H_kv * d (split over TP ranks). MLA: kv_lora_rank + rope dim (one latent shared by
+        all heads, replicated on every TP rank).
+        """
+        if self.attention == "mla":
+            return 0, self.kv_lora_rank + self.qk_rope_head_dim
+        return 2 * self.num_kv_heads * self.head_dim, 0
+
+
+# --- config.json parsing -------------------------------------------------------------------
+
+def _need(cfg: dict, key: str, origin: str, kind=int):
+    if key not in cfg or cfg[key] is None:
+        raise PlannerError(f"{origin}: missing field '{key}' (model_type '{cfg.get('model_type')}')")
+    value = cfg[key]
+    if kind is int and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        raise PlannerError(f"{origin}: field '{key}' must be a positive integer, got {value!r}")
+    return value
+
+
+def _sliding_layers(cfg: dict, num_layers: int) -> tuple[int | None, int]:
+    """(window, number of sliding-window layers) from the several ways configs say it."""
+    window = cfg.get("sliding_window")
+    if not window or cfg.get("use_sliding_window") is False:
+        return None, 0
+    layer_types = cfg.get("layer_types")
+    if layer_types:
+        return int(window), sum(1 for t in layer_types if t == "sliding_attention")
+    pattern = cfg.get("sliding_window_pattern")
+    if pattern:  # Cohere2 / Gemma: every `pattern`-th layer is global
+        return int(window), num_layers - num_layers // int(pattern)
+    if cfg.get("model_type") in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe"):
+        return None, 0  # Qwen configs carry sliding_window but use_sliding_window defaults to false
+    return int(window), num_layers  # Mistral v0.1 style: every layer
+
+
+def model_from_hf_config(cfg: dict, name: str, origin: str) -> ModelSpec:
+    """Parse a Hugging Face config.json (already loaded) into a ModelSpec."""
+    if not isinstance(cfg, dict):
+        raise PlannerError(f"{origin}: expected a JSON object")
+    model_type = cfg.get("model_type")
+    if model_type is None:
+        raise PlannerError(f"{origin}: missing field 'model_type' (is this a Hugging Face config.json?)")
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        raise PlannerError(f"{origin}: unknown model_type '{model_type}'"
+                           f" (supported: {', '.join(SUPPORTED_MODEL_TYPES)})")
+    D = _need(cfg, "hidden_size", origin)
+    L = _need(cfg, "num_hidden_layers", origin)
+    H = _need(cfg, "num_attention_heads", origin)
+    H_kv = cfg.get("num_key_value_heads") or H
+    head_dim = cfg.get("head_dim") or D // H
+    vocab = _need(cfg, "vocab_size", origin)
+    tie = bool(cfg.get("tie_word_embeddings", model_type in ("cohere", "cohere2")))
+    window, n_sliding = _sliding_layers(cfg, L)
+    quant = (cfg.get("quantization_config") or {}).get("quant_method")
+    common = dict(name=name, source=cfg.get("_source", origin), model_type=model_type, hidden_size=D,
+                  num_layers=L, num_heads=H, num_kv_heads=H_kv, head_dim=head_dim, vocab_size=vocab,
+                  tie_word_embeddings=tie, sliding_window=window, num_sliding_layers=n_sliding)
+
+    if model_type in ("deepseek_v3", "deepseek_v2"):
+        E = _need(cfg, "n_routed_experts", origin)
+        F_e = _need(cfg, "moe_intermediate_size", origin)
+        return ModelSpec(
+            **common, intermediate_size=_need(cfg, "intermediate_size", origin), attention="mla",
+            q_lora_rank=cfg.get("q_lora_rank") or 0, kv_lora_rank=_need(cfg, "kv_lora_rank", origin),
+            qk_nope_head_dim=_need(cfg, "qk_nope_head_dim", origin),
+            qk_rope_head_dim=_need(cfg, "qk_rope_head_dim", origin), v_head_dim=_need(cfg, "v_head_dim", origin),
+            num_experts=E, experts_per_token=_need(cfg, "num_experts_per_tok", origin),
+            expert_intermediate_size=F_e, shared_expert_intermediate_size=(cfg.get("n_shared_experts") or 0) * F_e,
+            num_dense_layers=cfg.get("first_k_dense_replace") or 0,
+            num_mtp_layers=cfg.get("num_nextn_predict_layers") or 0,
+            expert_weight_dtype="fp8" if quant == "fp8" else None,
+        )
+    if model_type in ("mixtral", "gpt_oss"):
+        E = _need(cfg, "num_local_experts", origin)
+        return ModelSpec(
+            **common, intermediate_size=_need(cfg, "intermediate_size", origin), num_experts=E,
+            experts_per_token=_need(cfg, "num_experts_per_tok", origin),
+            expert_intermediate_size=_need(cfg, "intermediate_size", origin),
+            expert_weight_dtype="mxfp4" if quant == "mxfp4" else None,
+        )
+    if model_type in ("qwen2_moe", "qwen3_moe"):
+        E = _need(cfg, "num_experts", origin)
+        step = cfg.get("decoder_sparse_step") or 1
+        mlp_only = set(cfg.get("mlp_only_layers") or [])
+        dense = sum(1 for i in range(L) if i in mlp_only or (i + 1) % step != 0)
+        return ModelSpec(
+            **common, intermediate_size=cfg.get("intermediate_size") or 0, num_experts=E,
+            experts_per_token=_need(cfg, "num_experts_per_tok", origin),
+            expert_intermediate_size=_need(cfg, "moe_intermediate_size", origin),
+            shared_expert_intermediate_size=cfg.get("shared_expert_intermediate_size") or 0,
+            num_dense_layers=dense,
+        )
+    # dense: llama, mistral, qwen2, qwen3, cohere, cohere2
+    return ModelSpec(**common, intermediate_size=_need(cfg, "intermediate_size", origin))
+
+
+@lru_cache(maxsize=None)
+def list_models() -> tuple[str, ...]:
+    return tuple(sorted(p.stem for p in MODELS_DIR.glob("*.json")))
+
+
+def load_model_config(path: str | Path) -> ModelSpec:
+    """Read a Hugging Face config.json file."""
+    path = Path(path)
+    try:
+        cfg = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise PlannerError(f"{path}: file not found") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise PlannerError(f"{path}: not valid JSON ({err})") from None
+    name = path.parent.name if path.name == "config.json" else path.stem
+    return model_from_hf_config(cfg, name=name, origin=str(path))
+
+
+@lru_cache(maxsize=None)
+def load_model(name: str) -> ModelSpec:
+    """A catalog name (``llama-3.1-8b``) or a path to a config.json."""
+    if name in list_models():
+        cfg = json.loads((MODELS_DIR / f"{name}.json").read_text())
+        return model_from_hf_config(cfg, name=name, origin=f"model catalog entry '{name}'")
+    if name.endswith(".json") or "/" in name:
+        return load_model_config(name)
+    raise PlannerError(f"unknown model '{name}'{did_you_mean(name, list_models())}")
