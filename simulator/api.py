@@ -54,7 +54,7 @@ class Prediction:
             "k": np.tile(g.ks, nb),
             "acceptance_length": np.tile(g.acceptance_length, nb),
             "verify_ms": g.verify.total_s.ravel() * MS,
-            "draft_ms": g.draft.total_s.ravel() * MS,
+            "draft_ms": np.broadcast_to(g.draft_s, g.itl_s.shape).ravel() * MS,
             "overhead_ms": np.broadcast_to(g.overhead_s, g.itl_s.shape).ravel() * MS,
             "itl_ms": g.itl_s.ravel() * MS,
             "goodput_per_seq": g.goodput_per_seq.ravel(),

@@ -132,28 +132,32 @@ class StepCost:
 def evaluate(ops: list[Op], hw: Hardware, dep: Deployment, profile: Profile | None, shape) -> StepCost:
     """Price each op on the device: roofline max(compute, memory) plus launch overhead."""
     peak = hw.peak_flops_per_s(dep.weight_dtype, dep.act_dtype)
+    bw = hw.hbm_bandwidth_bytes_per_s
     tau = profile.launch_overhead_s if profile else hw.launch_overhead_s
     n = len(ops)
     flops = np.empty((n,) + shape)
     nbytes = np.empty((n,) + shape)
-    compute_s = np.empty((n,) + shape)
+    compute_s = np.zeros((n,) + shape)
     memory_s = np.empty((n,) + shape)
-    launch_s = np.empty((n,) + shape)
+    launch_s = np.array([op.count * op.kernels * tau for op in ops]).reshape((n,) + (1,) * len(shape))
     for i, op in enumerate(ops):
-        flops[i] = op.count * np.asarray(op.flops)
-        nbytes[i] = op.count * np.asarray(op.nbytes)
-        launch_s[i] = op.count * op.kernels * tau
+        np.multiply(op.flops, op.count, out=flops[i, ...])
+        np.multiply(op.nbytes, op.count, out=nbytes[i, ...])
         if op.comm_s is not None:
-            compute_s[i] = 0.0
-            memory_s[i] = op.count * np.asarray(op.comm_s)
+            np.multiply(op.comm_s, op.count, out=memory_s[i, ...])
             continue
-        eta_c = profile.compute_efficiency(op.name, op.family, op.eff_tokens) if profile else 1.0
-        eta_m = profile.memory_efficiency(op.family, op.nbytes) if profile else 1.0
-        compute_s[i] = op.count * np.asarray(op.flops) / (peak * eta_c)
-        memory_s[i] = op.count * np.asarray(op.nbytes) / (hw.hbm_bandwidth_bytes_per_s * eta_m)
-    time_s = np.maximum(compute_s, memory_s) + launch_s
+        if profile is None:
+            np.multiply(flops[i, ...], 1.0 / peak, out=compute_s[i, ...])
+            np.multiply(nbytes[i, ...], 1.0 / bw, out=memory_s[i, ...])
+        else:
+            eta_c = profile.compute_efficiency(op.name, op.family, op.eff_tokens)
+            eta_m = profile.memory_efficiency(op.family, op.nbytes)
+            np.divide(flops[i, ...], np.multiply(eta_c, peak), out=compute_s[i, ...])
+            np.divide(nbytes[i, ...], np.multiply(eta_m, bw), out=memory_s[i, ...])
+    time_s = np.maximum(compute_s, memory_s)
+    time_s += launch_s
     return StepCost([o.name for o in ops], [o.family for o in ops], flops, nbytes, compute_s, memory_s,
-                    launch_s, time_s)
+                    np.broadcast_to(launch_s, time_s.shape), time_s)
 
 
 # --- operator builders (pure functions of shapes) ---------------------------------------------

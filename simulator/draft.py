@@ -88,16 +88,29 @@ def _head_layer_ops(target: ModelSpec, dep: Deployment, hw: Hardware, batch, con
 def draft_cost(draft: DraftSpec, target: ModelSpec, dep: Deployment, hw: Hardware, batch, k,
                context_len: float, profile: Profile | None) -> StepCost:
     """Time to propose K tokens for each of B sequences (zero at K = 0)."""
-    batch, k = np.broadcast_arrays(np.asarray(batch, dtype=float), np.asarray(k, dtype=float))
+    per_pass, passes = draft_pass_cost(draft, target, dep, hw, batch, k, context_len, profile)
+    return per_pass.scaled(passes)
+
+
+def draft_pass_cost(draft: DraftSpec, target: ModelSpec, dep: Deployment, hw: Hardware, batch, k,
+                    context_len: float, profile: Profile | None) -> tuple[StepCost, np.ndarray]:
+    """(cost of one draft pass at the shape of ``batch``, number of passes = K).
+
+    Draft passes process one token per sequence whatever K is, so they are priced once per batch
+    size and scaled by K: a 512 x 9 grid needs 512 evaluations, not 4608.
+    """
+    k = np.asarray(k, dtype=float)
+    batch = np.asarray(batch, dtype=float)
     shape = batch.shape
     defaults = draft_defaults()
     if draft.method == "ngram":
         cfg = defaults["ngram"]
         host_s = cfg["host_fixed_s"] + cfg["host_per_sequence_s"] * batch
         zero = np.zeros((1,) + shape)
-        host = np.where(k > 0, host_s, 0.0)[None]
+        host = np.asarray(host_s, dtype=float).reshape((1,) + shape)
         # host-side work: counted as launch-like time, neither compute- nor memory-bound on the device
-        return StepCost(["draft.ngram_lookup"], ["elementwise"], zero, zero, zero, zero, host, host)
+        return StepCost(["draft.ngram_lookup"], ["elementwise"], zero, zero, zero, zero, host, host), \
+            np.minimum(k, 1.0)
     if draft.method == "model":
         m = draft.model
         ddep = Deployment(tp=draft_tp(m, dep.tp), weight_dtype=dep.weight_dtype, act_dtype=dep.act_dtype,
@@ -110,7 +123,7 @@ def draft_cost(draft: DraftSpec, target: ModelSpec, dep: Deployment, hw: Hardwar
         ops = _head_layer_ops(target, dep, hw, batch, context_len, cfg["fusion_inputs"], vocab,
                               moe_layer=draft.method == "mtp" and target.is_moe)
         per_pass = evaluate(ops, hw, dep, profile, shape)
-    return per_pass.scaled(k)
+    return per_pass, k
 
 
 def draft_memory_bytes(draft: DraftSpec, target: ModelSpec, dep: Deployment, batch, tokens_per_seq) -> np.ndarray:

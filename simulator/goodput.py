@@ -7,11 +7,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
 from simulator.cost import StepCost, activation_bytes_per_gpu, kv_bytes_per_gpu, verify_cost, weight_bytes_per_gpu
-from simulator.draft import draft_cost, draft_memory_bytes
+from simulator.draft import draft_memory_bytes, draft_pass_cost
 from simulator.moe import expert_probabilities, experts_touched
 
 
@@ -22,7 +23,8 @@ class Grid:
     batch_sizes: np.ndarray  # (n_batch,)
     ks: np.ndarray  # (n_k,)
     verify: StepCost
-    draft: StepCost
+    draft_pass: StepCost  # one draft pass, shape (n_ops, n_batch, 1)
+    draft_passes: np.ndarray  # passes per step, shape (1, n_k): K (or 1 for host-side n-gram at K > 0)
     overhead_s: np.ndarray
     itl_s: np.ndarray
     acceptance_length: np.ndarray  # (n_k,)
@@ -39,6 +41,15 @@ class Grid:
     def throughput(self) -> np.ndarray:
         return self.goodput_per_seq * self.batch_sizes[:, None]
 
+    @cached_property
+    def draft(self) -> StepCost:
+        """Draft cost of the whole step over the grid (materialized on first use)."""
+        return self.draft_pass.scaled(self.draft_passes)
+
+    @property
+    def draft_s(self) -> np.ndarray:
+        return self.draft_pass.total_s * self.draft_passes
+
     def k_index(self, k: int) -> int:
         hits = np.flatnonzero(self.ks == k)
         return int(hits[0]) if hits.size else -1
@@ -51,9 +62,10 @@ class Grid:
 
     def regime(self) -> np.ndarray:
         """Which term dominates the step: compute, memory, comm or launch (per cell)."""
-        parts = [self.verify.time_by_regime(), self.draft.time_by_regime()]
+        parts = [self.verify.time_by_regime(), self.draft_pass.time_by_regime()]
         names = ("compute", "memory", "comm", "launch")
-        stacked = np.stack([parts[0][n] + parts[1][n] for n in names] + [self.overhead_s])
+        stacked = np.stack([np.broadcast_to(parts[0][n] + parts[1][n] * self.draft_passes, self.itl_s.shape)
+                            for n in names] + [np.broadcast_to(self.overhead_s, self.itl_s.shape)])
         return np.array(names + ("overhead",))[np.argmax(stacked, axis=0)]
 
     def op_time_s(self, name: str) -> np.ndarray | None:
@@ -77,9 +89,10 @@ def compute_grid(scenario, batch_sizes=None, ks=None) -> Grid:
     k = np.asarray(np.arange(sc.k_max + 1) if ks is None else ks, dtype=float)
     B, K = b[:, None], k[None, :]
     verify = verify_cost(sc.model, sc.deployment, sc.hardware, B, K, sc.context_len, sc.profile)
-    draft = draft_cost(sc.draft, sc.model, sc.deployment, sc.hardware, B, K, sc.context_len, sc.profile)
+    draft_pass, passes = draft_pass_cost(sc.draft, sc.model, sc.deployment, sc.hardware, B, K, sc.context_len,
+                                         sc.profile)
     overhead = step_overhead_s(sc.profile, B, K)
-    itl = verify.total_s + draft.total_s + overhead
+    itl = verify.total_s + draft_pass.total_s * passes + overhead
     al = sc.acceptance.acceptance_length(k.astype(int))
     tokens_per_seq = sc.context_len + K + 1
     memory = (weight_bytes_per_gpu(sc.model, sc.deployment)
@@ -90,6 +103,6 @@ def compute_grid(scenario, batch_sizes=None, ks=None) -> Grid:
     if sc.model.is_moe:
         p = expert_probabilities(sc.deployment.routing, sc.model.num_experts, sc.model.experts_per_token)
         touched = experts_touched(B * (K + 1), p)
-    return Grid(b, k.astype(int), verify, draft, overhead, itl, al, al[None, :] / itl,
+    return Grid(b, k.astype(int), verify, draft_pass, np.asarray(passes, dtype=float), overhead, itl, al, al[None, :] / itl,
                 np.broadcast_to(memory, itl.shape), sc.hardware.memory_bytes * sc.deployment.memory_utilization,
                 touched)

@@ -226,7 +226,7 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
 
 def read_scenario_file(path: str | Path) -> dict:
     path = Path(path)
-    if not path.exists() and not path.suffix and (SCENARIO_DIR / f"{path}.toml").exists():
+    if not path.exists() and (SCENARIO_DIR / f"{path}.toml").exists():
         path = SCENARIO_DIR / f"{path}.toml"
     try:
         raw = tomllib.loads(path.read_text())

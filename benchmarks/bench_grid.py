@@ -1,0 +1,63 @@
+"""Grid speed: the default (512 x 9) goodput grid for one model and device, and a catalog sweep.
+
+Targets (issue #2): one default grid in under 5 ms on the 2-core dev machine; every catalog model
+x every catalog device in a few seconds. Prints medians over repeats (the machine is shared).
+
+    python benchmarks/bench_grid.py
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import numpy as np
+
+from simulator.goodput import compute_grid
+from simulator.hardware import list_hardware
+from simulator.models import list_models, load_model
+from simulator.scenario import SCENARIO_DIR, load_scenario
+
+
+def median_seconds(fn, repeats: int = 30) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def main() -> None:
+    b = np.arange(1, 513)
+    ks = np.arange(9)
+    cells = len(b) * len(ks)
+    print(f"default grid: {len(b)} batch sizes x {len(ks)} K = {cells} cells")
+    for name in ("llama-3.1-8b-h100", "command-a-h100", "qwen3-235b-h200"):
+        sc = load_scenario(SCENARIO_DIR / f"{name}.toml")
+        t = median_seconds(lambda: compute_grid(sc, b, ks))
+        print(f"  {name:22s} median {t * 1e3:6.2f} ms  ({cells / t / 1e6:.2f} M cells/s)  target < 5 ms")
+    cal = SCENARIO_DIR.parent / "calibration" / "data" / "cpu-xeon-2c.profile.json"
+    if cal.exists():
+        sc = load_scenario(SCENARIO_DIR / "default.toml", model="smollm2-135m", hardware="cpu-xeon-2c",
+                           draft="ngram", calibration=str(cal))
+        t = median_seconds(lambda: compute_grid(sc, b, ks))
+        print(f"  {'smollm2 + CPU profile':22s} median {t * 1e3:6.2f} ms  ({cells / t / 1e6:.2f} M cells/s)  (calibrated)")
+
+    scenarios = []
+    for model in list_models():
+        m = load_model(model)
+        tp = 8 if m.num_heads % 8 == 0 else 1
+        for hw in list_hardware():
+            scenarios.append(load_scenario(SCENARIO_DIR / "default.toml", model=model, hardware=hw, tp=tp,
+                                           draft="eagle"))
+    start = time.perf_counter()
+    for sc in scenarios:
+        compute_grid(sc, b, ks)
+    sweep = time.perf_counter() - start
+    print(f"catalog sweep: {len(scenarios)} model x device grids ({len(scenarios) * cells / 1e6:.1f} M cells)"
+          f" in {sweep:.2f} s ({sweep / len(scenarios) * 1e3:.2f} ms per grid)  target: a few seconds")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,3 @@
+from simulator.predict import main
+import sys
+sys.exit(main())

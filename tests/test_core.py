@@ -1,0 +1,424 @@
+"""Core simulator: formulas against hand computations and published figures, properties, CLI errors.
+
+Each test says its anchor: hand (a computation in the comment), published (a cited figure), or
+property (an invariant the physics requires).
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats
+
+from simulator import acceptance as acc
+from simulator.api import predict
+from simulator.cost import Deployment, allreduce_s, gemm, kv_bytes_per_gpu, verify_cost, weight_bytes_per_gpu
+from simulator.errors import PlannerError
+from simulator.exports import k_ranges, trtllm_schedule, vllm_config
+from simulator.hardware import custom_hardware, load_hardware
+from simulator.models import list_models, load_model, model_from_hf_config
+from simulator.moe import Routing, busiest_group_load, expert_probabilities, experts_touched
+from simulator.scenario import SCENARIO_DIR, load_scenario, parse_batch_sizes
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+# --- specs ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name, total_b, active_b", [
+    # published: model cards (total / activated parameters)
+    ("llama-3.1-8b", 8.03, None), ("llama-3.1-70b", 70.6, None), ("command-a", 111.0, None),
+    ("mixtral-8x7b", 46.7, 12.9), ("qwen3-30b-a3b", 30.5, 3.3), ("qwen3-235b-a22b", 235.0, 22.0),
+    ("deepseek-v3", 671.0, 37.0), ("gpt-oss-120b", 116.8, None),
+])
+def test_parameter_counts_match_model_cards(name, total_b, active_b):
+    m = load_model(name)
+    assert m.total_params() / 1e9 == pytest.approx(total_b, rel=0.02)
+    if active_b:
+        assert m.active_params() / 1e9 == pytest.approx(active_b, rel=0.03)
+
+
+def test_deepseek_mla_shared_expert_and_dense_layers():
+    # hand: DeepSeek-V3 caches kv_lora 512 + rope 64 latent values per token per layer
+    m = load_model("deepseek-v3")
+    assert m.attention == "mla" and m.num_dense_layers == 3 and m.num_moe_layers == 58
+    assert m.kv_elements_per_token() == (0, 576)
+    assert m.shared_expert_intermediate_size == 2048
+    dep = Deployment(tp=8)
+    # latent cache is replicated on every TP rank: 61 layers x 576 x 2 bytes per token
+    assert kv_bytes_per_gpu(m, dep, 1, 1000) == pytest.approx(61 * 576 * 2 * 1000)
+
+
+def test_sliding_window_layers_from_configs():
+    assert load_model("command-a").num_sliding_layers == 48  # 3 of every 4 layers
+    assert load_model("gpt-oss-120b").num_sliding_layers == 18  # alternating layer_types
+    assert load_model("qwen3-8b").num_sliding_layers == 0
+
+
+def test_hardware_catalog_matches_reference_csv():
+    # published: vendor datasheet figures collected in ../shared/reference/gpu_datasheets.csv
+    import csv
+    ref = REPO.parent / "shared" / "reference" / "gpu_datasheets.csv"
+    if not ref.exists():
+        pytest.skip("shared/reference not beside this checkout")
+    rows = list(csv.DictReader(line for line in ref.open() if not line.startswith("#")))
+    names = {"H100-SXM5-80GB": "h100-sxm", "H200-SXM-141GB": "h200", "MI300X-192GB": "mi300x", "L4-24GB": "l4"}
+    for r in rows:
+        if r["name"] in names:
+            hw = load_hardware(names[r["name"]])
+            assert hw.peak_bf16_flops_per_s == pytest.approx(float(r["bf16_tflops"]) * 1e12)
+            assert hw.hbm_bandwidth_bytes_per_s == pytest.approx(float(r["hbm_gb_s"]) * 1e9)
+            assert hw.interconnect_bandwidth_bytes_per_s == pytest.approx(float(r["link_gb_s_bidir"]) * 1e9 / 2)
+
+
+@pytest.mark.parametrize("cfg, missing", [
+    ({"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "vocab_size": 100}, "num_attention_heads"),
+    ({"model_type": "mixtral", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+      "vocab_size": 100, "intermediate_size": 128, "num_experts_per_tok": 2}, "num_local_experts"),
+    ({"model_type": "deepseek_v3", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+      "vocab_size": 100, "intermediate_size": 128, "n_routed_experts": 8, "moe_intermediate_size": 32,
+      "num_experts_per_tok": 2, "qk_nope_head_dim": 16, "qk_rope_head_dim": 8, "v_head_dim": 16}, "kv_lora_rank"),
+])
+def test_config_json_missing_field_is_named(cfg, missing):
+    with pytest.raises(PlannerError, match=missing):
+        model_from_hf_config(cfg, "x", "config.json")
+
+
+def test_config_json_unknown_model_type():
+    with pytest.raises(PlannerError, match="unknown model_type 'bert'"):
+        model_from_hf_config({"model_type": "bert"}, "x", "config.json")
+
+
+@pytest.mark.parametrize("model_type", ["llama", "mistral", "qwen2", "qwen3", "cohere", "cohere2"])
+def test_dense_config_types_parse(model_type):
+    cfg = {"model_type": model_type, "hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 8,
+           "num_key_value_heads": 2, "intermediate_size": 1024, "vocab_size": 1000}
+    m = model_from_hf_config(cfg, "tiny", "config.json")
+    # hand: 4 x (256*(8+4)*32 + 8*32*256 + 3*256*1024) + embeddings
+    per_layer = 256 * 12 * 32 + 256 * 256 + 3 * 256 * 1024
+    emb = 1000 * 256 * (1 if model_type.startswith("cohere") else 2)
+    assert m.total_params() == 4 * per_layer + emb
+
+
+# --- cost formulas ------------------------------------------------------------------------------
+
+def test_gemm_hand():
+    # hand: T=4 tokens through a 4096x1024 bf16 weight: F = 2*4*1024*4096, M = 1024*4096*2 + 4*(1024+4096)*2
+    op = gemm("x", 4, 1024, 4096, 2.0, 2.0, 1)
+    assert op.flops == 2 * 4 * 1024 * 4096
+    assert op.nbytes == 1024 * 4096 * 2 + 4 * 5120 * 2
+
+
+def test_allreduce_hand():
+    hw = load_hardware("h100-sxm")
+    # hand: 8 GPUs, 1 MB: 3 us + 2*7/8*1e6 / 450e9
+    assert allreduce_s(1e6, 8, hw) == pytest.approx(3e-6 + 1.75e6 / 450e9)
+
+
+def test_plain_decode_is_weight_bandwidth_plus_launches():
+    # hand: Llama-3.1-8B at B=1, K=0 on one H100 reads every weight once:
+    # t = (weights read + KV) / BW + kernels * tau; 11 kernels per layer + 5 in the head. The input
+    # embedding table is gathered (one row), not read: weights read = total - vocab * D.
+    m, hw, dep = load_model("llama-3.1-8b"), load_hardware("h100-sxm"), Deployment()
+    cost = verify_cost(m, dep, hw, 1, 0, 1024, None)
+    weights = m.total_params() * 2
+    kv = 32 * 2 * 8 * 128 * 2 * (1024 + 1)
+    launches = (32 * 11 + 5) * hw.launch_overhead_s
+    hand = (weights - 128256 * 4096 * 2 + kv) / hw.hbm_bandwidth_bytes_per_s + launches
+    assert float(cost.total_s) == pytest.approx(hand, rel=0.01)
+    assert weight_bytes_per_gpu(m, dep) == pytest.approx(weights)
+
+
+def test_large_batch_gemms_are_compute_bound_hand():
+    # hand: at T = 4096 tokens the MLP GEMMs of Llama-3.1-70B on TP=8 run at 2*T*N*K / peak
+    m, hw, dep = load_model("llama-3.1-70b"), load_hardware("h100-sxm"), Deployment(tp=8)
+    cost = verify_cost(m, dep, hw, 1024, 3, 128, None)
+    i = cost.names.index("mlp_down")
+    assert cost.bound()[i] == "compute"
+    hand = 80 * 2 * 4096 * 8192 * (28672 / 8) / hw.peak_bf16_flops_per_s + 80 * hw.launch_overhead_s
+    assert float(cost.time_s[i]) == pytest.approx(hand, rel=1e-6)
+
+
+def test_experts_touched_hand():
+    p = expert_probabilities(Routing(), 8, 2)
+    # hand: E=8, k=2: one token touches 2; two tokens 8*(1-0.75^2) = 3.5
+    assert experts_touched(1, p) == pytest.approx(2.0)
+    assert experts_touched(2, p) == pytest.approx(3.5)
+    # skewed routing touches fewer distinct experts than uniform for the same tokens
+    pz = expert_probabilities(Routing("zipf", skew=1.2), 8, 2)
+    assert pz.sum() == pytest.approx(2.0) and pz.max() <= 1.0
+    assert experts_touched(4, pz) < experts_touched(4, p)
+
+
+def test_expert_parallel_busiest_gpu_hand():
+    p = expert_probabilities(Routing(), 128, 8)
+    touched, pairs = busiest_group_load(np.array(16.0), p, 8)
+    # hand: 16 experts per GPU, each hit with p = 1/16: 16*(1-(15/16)^16); pairs mean 16*8/8 = 16 plus imbalance
+    assert touched == pytest.approx(16 * (1 - (15 / 16) ** 16))
+    assert pairs > 16
+
+
+def test_acceptance_length_hand():
+    a = acc.Acceptance((0.8,))
+    assert a.acceptance_length(4) == pytest.approx((1 - 0.8 ** 5) / 0.2)  # hand: 3.3616
+    b = acc.Acceptance((0.9, 0.5))
+    # hand: 1 + 0.9 + 0.9*0.5 + 0.9*0.5*0.5 (last rate repeats)
+    assert b.acceptance_length(3) == pytest.approx(1 + 0.9 + 0.45 + 0.225)
+
+
+# --- properties (hypothesis) ----------------------------------------------------------------
+
+MODELS = ["llama-3.1-8b", "qwen3-30b-a3b", "deepseek-v3", "gpt-oss-120b", "command-a"]
+
+
+@settings(max_examples=40, deadline=None)
+@given(model=st.sampled_from(MODELS), hw=st.sampled_from(["h100-sxm", "mi300x", "l4", "b200"]),
+       tp=st.sampled_from([1, 2, 4, 8]), b=st.integers(1, 600), k=st.integers(0, 10),
+       ctx=st.integers(1, 100_000))
+def test_step_time_positive_finite_and_monotone(model, hw, tp, b, k, ctx):
+    m, h = load_model(model), load_hardware(hw)
+    if m.num_heads % tp:
+        tp = 1
+    dep = Deployment(tp=tp)
+    t = verify_cost(m, dep, h, np.array([b, b + 1, b]), np.array([k, k, k + 1]), ctx, None).total_s
+    assert np.all(np.isfinite(t)) and np.all(t > 0)
+    assert t[1] >= t[0] * (1 - 1e-12)  # non-decreasing in B
+    assert t[2] >= t[0] * (1 - 1e-12)  # non-decreasing in K
+
+
+@settings(max_examples=60, deadline=None)
+@given(rates=st.lists(st.floats(0.0, 0.999), min_size=1, max_size=10))
+def test_acceptance_length_increasing_and_bounded(rates):
+    al = acc.Acceptance(tuple(rates)).acceptance_length(np.arange(12))
+    assert al[0] == 1.0
+    assert np.all(np.diff(al) >= 0)
+    assert np.all(al <= np.arange(12) + 1 + 1e-12)
+
+
+@settings(max_examples=60, deadline=None)
+@given(E=st.integers(2, 256), data=st.data())
+def test_experts_touched_bounds(E, data):
+    k = data.draw(st.integers(1, min(E, 16)))
+    skew = data.draw(st.sampled_from([None, 0.5, 1.0, 2.0]))
+    routing = Routing() if skew is None else Routing("zipf", skew=skew)
+    p = expert_probabilities(routing, E, k)
+    tokens = np.arange(1, 400)
+    touched = experts_touched(tokens, p)
+    assert touched[0] == pytest.approx(k)  # one token: exactly its top-k
+    assert np.all(touched >= k - 1e-9) and np.all(touched <= E + 1e-9)
+    assert np.all(np.diff(touched) >= -1e-9)
+
+
+# --- goodput, policies, scenarios -------------------------------------------------------------------
+
+DENSE = ["command-a-h100", "llama-3.1-8b-h100", "default", "rl-rollout-long-context"]
+
+
+@pytest.mark.parametrize("name", DENSE + ["qwen3-235b-h200"])
+def test_dsd_beats_plain_and_fixed_everywhere(name):
+    t = predict(SCENARIO_DIR / f"{name}.toml").table
+    fit = t[t.fits_memory]
+    assert len(fit) > 0
+    best_other = np.fmax(fit.plain_goodput_per_seq, fit.fixed_goodput_per_seq)
+    assert np.all(fit.goodput_per_seq >= best_other * (1 - 1e-12))
+
+
+@pytest.mark.parametrize("name", DENSE)
+def test_dense_k_opt_non_increasing(name):
+    t = predict(SCENARIO_DIR / f"{name}.toml").table
+    k = t.k_opt.dropna().to_numpy()
+    assert np.all(np.diff(k) <= 0), k
+    assert k[0] >= 3
+
+
+def test_dense_k_opt_reaches_zero_where_speculation_stops_paying():
+    t = predict(SCENARIO_DIR / "default.toml").table
+    assert t.k_opt.iloc[-1] == 0
+    assert (t.fixed_vs_plain < 1).any()  # fixed K loses to plain at large batch
+
+
+def test_moe_k_opt_rises_then_falls_with_expert_loading():
+    t = predict(SCENARIO_DIR / "qwen3-235b-h200.toml").table
+    k = t.k_opt.to_numpy(dtype=float)
+    peak = int(np.argmax(k))
+    assert k[peak] > k[0] and k[peak] > k[-1]
+    # the cause: at B=1 each extra draft token loads new experts; by the peak all are loaded anyway
+    assert t.experts_touched_plain.iloc[0] == pytest.approx(8)
+    assert t.experts_touched.iloc[peak] > 0.95 * 128
+    assert t.expert_load_share.iloc[0] > 0.3
+
+
+def test_memory_fit_marks_rows_and_excludes_them():
+    t = predict(SCENARIO_DIR / "command-a-h100.toml", hardware="h100-sxm", tp=4).table
+    assert (~t.fits_memory).any() and t.fits_memory.iloc[0]
+    assert t.k_opt[~t.fits_memory].isna().all()
+    ranges = predict(SCENARIO_DIR / "command-a-h100.toml", tp=4).vllm()["num_speculative_tokens_per_batch_size"]
+    assert ranges[-1][1] == t.batch_size[t.fits_memory].max()
+
+
+def test_calibrated_hardware_override_changes_prediction():
+    base = predict(SCENARIO_DIR / "llama-3.1-8b-h100.toml").table
+    slow = predict(SCENARIO_DIR / "llama-3.1-8b-h100.toml", hbm_bandwidth_bytes_per_s=1e12).table
+    assert slow.goodput_per_seq.iloc[0] < base.goodput_per_seq.iloc[0]
+
+
+# --- exports --------------------------------------------------------------------------------------
+
+def test_vllm_ranges_merge_and_cover():
+    b = np.arange(1, 11)
+    k = np.array([5, 5, 4, 4, 4, 2, 2, 0, 0, 0])
+    assert k_ranges(b, k) == [[1, 2, 5], [3, 5, 4], [6, 7, 2], [8, 10, 0]]
+    cfg = vllm_config(b, k)
+    assert cfg["num_speculative_tokens"] == 5
+    assert trtllm_schedule(b, k) == {2: 5, 5: 4, 7: 2, 10: 0}
+
+
+def test_vllm_ranges_from_sparse_batch_sizes_start_at_one():
+    assert k_ranges([2, 4, 8], [3, 3, 1]) == [[1, 7, 3], [8, 8, 1]]
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.integers(0, 8), min_size=1, max_size=40))
+def test_vllm_ranges_contiguous_no_overlap(ks):
+    ranges = k_ranges(np.arange(1, len(ks) + 1), ks)
+    assert ranges[0][0] == 1 and ranges[-1][1] == len(ks)
+    for (s0, e0, k0), (s1, e1, k1) in zip(ranges, ranges[1:]):
+        assert s1 == e0 + 1 and k0 != k1
+    for s, e, kk in ranges:
+        assert all(ks[i - 1] == kk for i in range(s, e + 1))
+
+
+# --- reference acceptance rule ------------------------------------------------------------------
+
+def _first_token_histogram(residual, n=20000, seed=0):
+    rng = np.random.default_rng(seed)
+    V = 6
+    p = np.array([0.30, 0.25, 0.20, 0.10, 0.10, 0.05])
+    q = np.array([0.05, 0.10, 0.15, 0.20, 0.20, 0.30])
+    P = np.stack([p, p, p])
+    Q = np.stack([q, q])
+    counts = np.zeros(V)
+    original = acc.residual_distribution
+    acc.residual_distribution = residual
+    try:
+        for _ in range(n):
+            drafts = rng.choice(V, size=2, p=q)
+            counts[acc.speculative_step(P, Q, drafts, rng)[0]] += 1
+    finally:
+        acc.residual_distribution = original
+    return counts, p
+
+
+def test_speculative_sampling_matches_target_distribution():
+    # the first committed token must be distributed exactly as the target p (Leviathan et al. Thm 1)
+    counts, p = _first_token_histogram(acc.residual_distribution)
+    assert stats.chisquare(counts, p * counts.sum()).pvalue > 1e-3
+
+
+def test_chi_square_catches_a_wrong_residual():
+    # resampling from p instead of normalize(max(0, p - q)) is a classic bug: the test must see it
+    counts, p = _first_token_histogram(lambda p_, q_: p_)
+    assert stats.chisquare(counts, p * counts.sum()).pvalue < 1e-6
+
+
+def test_greedy_rule_accepts_only_argmax():
+    p = np.array([[0.1, 0.9], [0.8, 0.2], [0.5, 0.5]])
+    q = np.ones((2, 2)) / 2
+    rng = np.random.default_rng(0)
+    assert acc.speculative_step(p, q, np.array([1, 0]), rng, greedy=True) == [1, 0, 0]
+    assert acc.speculative_step(p, q, np.array([1, 1]), rng, greedy=True) == [1, 0]
+
+
+# --- scenarios and bad input --------------------------------------------------------------------
+
+def test_bundled_scenarios_load():
+    for path in sorted(SCENARIO_DIR.glob("*.toml")):
+        load_scenario(path)
+
+
+def test_batch_size_parsing():
+    assert list(parse_batch_sizes("1-4,8")) == [1, 2, 3, 4, 8]
+    with pytest.raises(PlannerError, match="< 1"):
+        parse_batch_sizes("0-4")
+
+
+def test_scenario_unknown_key_and_wrong_type(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('[model]\nname = "llama-3.1-8b"\n[hardware]\nname = "h100-sxm"\ntpp = 2\n')
+    with pytest.raises(PlannerError, match=r"bad.toml: unknown key 'tpp' in \[hardware\]"):
+        load_scenario(bad)
+    bad.write_text('[model]\nname = "llama-3.1-8b"\n[hardware]\nname = "h100-sxm"\ntp = "two"\n')
+    with pytest.raises(PlannerError, match="'hardware.tp' must be an integer"):
+        load_scenario(bad)
+
+
+def run_cli(*args, cwd=REPO):
+    return subprocess.run([sys.executable, "-m", "simulator.predict", *args], capture_output=True, text=True, cwd=cwd)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--model", "llama-3.1-8", "--hardware", "h100-sxm"], "did you mean 'llama-3.1-8b'"),
+    (["--model", "llama-3.1-8b", "--hardware", "h100-sm"], "did you mean 'h100-sxm'"),
+    (["--acceptance", "1.2"], "outside [0, 1)"),
+    (["--acceptance", "abc"], "expected a rate"),
+    (["--k-max", "-1"], "K must be >= 0"),
+    (["--batch-sizes", "0-8"], "< 1"),
+    (["--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--tp", "3"], "does not divide the 32 attention heads"),
+    (["--scenario", "nope.toml"], "scenario file not found"),
+    (["--tp", "x"], "invalid int value"),
+    (["--calibration", "missing.json"], "calibration profile not found"),
+])
+def test_cli_bad_input_one_line_exit_2(args, message):
+    r = run_cli(*args)
+    assert r.returncode == 2, r.stderr
+    assert message in r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_cli_malformed_inputs(tmp_path):
+    toml = tmp_path / "s.toml"
+    toml.write_text("[model\nname=")
+    r = run_cli("--scenario", str(toml))
+    assert r.returncode == 2 and "malformed TOML" in r.stderr
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "llama", "hidden_size": 64}))
+    r = run_cli("--model", str(cfg), "--hardware", "h100-sxm")
+    assert r.returncode == 2 and "missing field 'num_hidden_layers'" in r.stderr
+
+
+def test_cli_formats_and_atomic_output(tmp_path):
+    r = run_cli("--scenario", "llama-3.1-8b-h100", "--format", "json")
+    data = json.loads(r.stdout)
+    row = data["rows"][0]
+    for key in ("batch_size", "k_opt", "goodput_per_seq", "throughput", "speedup_vs_plain", "speedup_vs_fixed",
+                "bound", "fits_memory"):
+        assert key in row
+    assert data["provenance"]["step_time_source"].startswith("datasheet")
+    out = tmp_path / "vllm.json"
+    out.write_text("keep me")
+    r = run_cli("--scenario", "llama-3.1-8b-h100", "--acceptance", "2", "--format", "vllm", "--output", str(out))
+    assert r.returncode == 2 and out.read_text() == "keep me"  # a failed run leaves the old file
+    r = run_cli("--scenario", "llama-3.1-8b-h100", "--format", "vllm", "--output", str(out))
+    cfg = json.loads(out.read_text())
+    assert cfg["num_speculative_tokens_per_batch_size"][0][0] == 1
+    r = run_cli("--scenario", "qwen3-235b-h200", "--breakdown", "4,3")
+    assert "moe_experts" in r.stdout and r.returncode == 0
+
+
+def test_every_catalog_model_and_device_predicts():
+    for model in list_models():
+        m = load_model(model)
+        tp = 8 if m.num_heads % 8 == 0 else 1
+        p = predict(model=model, hardware="b200", tp=tp, draft="ngram", batch_sizes="1-64")
+        assert np.isfinite(p.grid.itl_ms).all()
+
+
+def test_custom_hardware_rejects_nonpositive():
+    with pytest.raises(PlannerError):
+        custom_hardware(load_hardware("h100-sxm"), hbm_bandwidth_bytes_per_s=0.0)
