@@ -7,6 +7,8 @@
 - ``mtp``: the model's multi-token-prediction module (one target layer, MoE if the target is MoE, a
   2D -> D projection and the shared LM head) applied K times.
 - ``ngram``: prompt lookup on the host; no accelerator work, a small host cost per step.
+- ``early-exit:N``: self-speculation through the target's first N layers and its LM head
+  (LayerSkip-style; also the cost of a draft that is a truncated copy of the target).
 
 Method defaults (fusion width, draft vocabulary, host costs) live in ``data/drafts.toml``.
 """
@@ -27,7 +29,7 @@ from simulator.models import ModelSpec, load_model
 from simulator.profile import Profile
 
 DRAFTS_FILE = Path(__file__).parent / "data" / "drafts.toml"
-DRAFT_METHODS = ("eagle", "eagle3", "mtp", "ngram", "model")
+DRAFT_METHODS = ("eagle", "eagle3", "mtp", "ngram", "model", "early-exit")
 
 
 @lru_cache(maxsize=None)
@@ -39,26 +41,42 @@ def draft_defaults() -> dict:
 class DraftSpec:
     method: str  # one of DRAFT_METHODS
     model: ModelSpec | None = None  # for method "model"
+    layers: int = 0  # for method "early-exit"
 
     @property
     def label(self) -> str:
-        return f"model:{self.model.name}" if self.method == "model" else self.method
+        if self.method == "model":
+            return f"model:{self.model.name}"
+        if self.method == "early-exit":
+            return f"early-exit:{self.layers}"
+        return self.method
 
 
 def parse_draft(text: str) -> DraftSpec:
     """'eagle', 'eagle3', 'mtp', 'ngram' or 'model:NAME|config.json'."""
     text = text.strip()
+    if text.startswith("early-exit:"):
+        try:
+            layers = int(text.split(":", 1)[1])
+        except ValueError:
+            layers = 0
+        if layers < 1:
+            raise PlannerError(f"draft '{text}': early-exit needs a positive layer count, e.g. early-exit:4")
+        return DraftSpec("early-exit", layers=layers)
     if text.startswith("model:"):
         name = text.split(":", 1)[1]
         if not name:
             raise PlannerError("draft 'model:' needs a model name, e.g. model:llama-3.2-1b")
         return DraftSpec("model", load_model(name))
     if text not in DRAFT_METHODS or text == "model":
-        raise PlannerError(f"unknown draft method '{text}' (use eagle, eagle3, mtp, ngram or model:NAME)")
+        raise PlannerError(f"unknown draft method '{text}' (use eagle, eagle3, mtp, ngram, early-exit:N or model:NAME)")
     return DraftSpec(text)
 
 
 def check_draft(draft: DraftSpec, target: ModelSpec, dep: Deployment) -> None:
+    if draft.method == "early-exit" and draft.layers >= target.num_layers:
+        raise PlannerError(f"draft early-exit:{draft.layers} must use fewer than the {target.num_layers} layers"
+                           f" of {target.name}")
     if draft.method == "model":
         if draft.model.vocab_size != target.vocab_size:
             raise PlannerError(f"draft model {draft.model.name} has vocabulary {draft.model.vocab_size},"
@@ -111,6 +129,12 @@ def draft_pass_cost(draft: DraftSpec, target: ModelSpec, dep: Deployment, hw: Ha
         # host-side work: counted as launch-like time, neither compute- nor memory-bound on the device
         return StepCost(["draft.ngram_lookup"], ["elementwise"], zero, zero, zero, zero, host, host), \
             np.minimum(k, 1.0)
+    if draft.method == "early-exit":
+        dense = min(draft.layers, target.num_mlp_dense_layers)
+        ops = decoder_layers_ops(target, dep, hw, batch, 1.0, context_len, "draft.",
+                                 layer_counts=(dense, draft.layers - dense))
+        ops += head_ops(target, dep, hw, batch, target.vocab_size, "draft.")
+        return evaluate(ops, hw, dep, profile, shape), k
     if draft.method == "model":
         m = draft.model
         ddep = Deployment(tp=draft_tp(m, dep.tp), weight_dtype=dep.weight_dtype, act_dtype=dep.act_dtype,
@@ -134,6 +158,8 @@ def draft_memory_bytes(draft: DraftSpec, target: ModelSpec, dep: Deployment, bat
     if draft.method == "model":
         ddep = Deployment(tp=draft_tp(draft.model, dep.tp), weight_dtype=dep.weight_dtype, kv_dtype=dep.kv_dtype)
         return weight_bytes_per_gpu(draft.model, ddep) + kv_bytes_per_gpu(draft.model, ddep, batch, tokens_per_seq)
+    if draft.method == "early-exit":  # shares the target's weights; own KV for its layers
+        return kv_bytes_per_gpu(target, dep, batch, tokens_per_seq, layers=draft.layers)
     cfg = draft_defaults()[draft.method]
     D = target.hidden_size
     layer = target.attention_params() + (target.dense_mlp_params() if not (draft.method == "mtp" and target.is_moe)

@@ -1,0 +1,255 @@
+"""Validate predicted ITL, goodput and K* against measured speculative-decoding runs.
+
+    python -m calibration.validate --measured calibration/data/runs/smollm2-cpu.csv \\
+        --scenario scenarios/smollm2-cpu.toml --output-dir calibration/data/validation
+
+The physics (roofline with the scenario's calibration profile, if any) predicts each (B, K) step;
+a small step-overhead model  c0 + c1*B + c2*B*(K+1)  (scheduler, sampling, host work: what the
+roofline does not see) is fitted with non-negative least squares on a training split, then
+held-out rows report ITL MAPE, goodput error, K* agreement and regret = measured goodput at the
+predicted K* / best measured goodput at that batch size. Acceptance comes from the measured
+per-position rates of the training rows, so goodput errors are those of the cost model.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import nnls
+
+from simulator.acceptance import Acceptance
+from simulator.errors import PlannerError
+from simulator.goodput import compute_grid
+from simulator.scenario import Scenario, load_scenario
+
+REQUIRED = ("batch_size", "k", "itl_ms", "acceptance_length", "per_position_acceptance")
+
+
+class ValidationError(PlannerError):
+    """Measured data that cannot be compared with the scenario."""
+
+
+def read_measured(path: str | Path) -> pd.DataFrame:
+    path = Path(path)
+    try:
+        df = pd.read_csv(path)
+    except FileNotFoundError:
+        raise ValidationError(f"{path}: measured runs file not found") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
+        raise ValidationError(f"{path}: not a measured-runs CSV ({str(err).splitlines()[0]})") from None
+    missing = [c for c in REQUIRED if c not in df.columns]
+    if missing:
+        raise ValidationError(f"{path}: missing column(s) {', '.join(missing)}"
+                              " (write it with `python -m calibration.engine sweep` or calibration.vllm_io)")
+    if df.empty:
+        raise ValidationError(f"{path}: no measured rows")
+    bad = df[(df.batch_size < 1) | (df.k < 0) | ~(df.itl_ms > 0)]
+    if len(bad):
+        raise ValidationError(f"{path}: {len(bad)} row(s) with batch_size < 1, k < 0 or non-positive itl_ms")
+    return df
+
+
+def check_matches(measured: pd.DataFrame, sc: Scenario, origin: str) -> None:
+    """The measured grid must be of the scenario's target (and draft, when the file says)."""
+    if "target" in measured:
+        targets = set(measured.target.astype(str))
+        if targets != {sc.model.name}:
+            raise ValidationError(f"{origin}: measured target {sorted(targets)} but the scenario models"
+                                  f" '{sc.model.name}'; pick the scenario of that run")
+    if "draft" in measured:
+        drafts = set(measured.draft.astype(str))
+        expected = sc.draft.label
+        if sc.draft.method == "model":
+            expected = sc.draft.model.name
+        if not any(expected in d or d in expected for d in drafts):
+            raise ValidationError(f"{origin}: measured draft {sorted(drafts)} does not match the scenario's"
+                                  f" draft '{sc.draft.label}'")
+    if measured.k.max() > 32:
+        raise ValidationError(f"{origin}: K up to {measured.k.max()} is out of range")
+
+
+def pooled_acceptance(rows: pd.DataFrame, k_max: int) -> Acceptance:
+    """Per-position rates pooled over rows (weighted by steps when known)."""
+    sums = np.zeros(k_max)
+    weights = np.zeros(k_max)
+    steps = rows["n_steps"] if "n_steps" in rows else pd.Series(1.0, index=rows.index)
+    for text, w in zip(rows.per_position_acceptance, steps):
+        rates = json.loads(text) if isinstance(text, str) and text.strip() else []
+        for i, r in enumerate(rates[:k_max]):
+            sums[i] += r * w
+            weights[i] += w
+    have = weights > 0
+    if not have.any():
+        raise ValidationError("no per-position acceptance in the training rows (need rows with K >= 1)")
+    rates = np.where(have, sums / np.where(have, weights, 1), np.nan)
+    last = rates[have][-1]
+    rates = np.where(np.isnan(rates), last, rates)
+    return Acceptance(tuple(float(min(max(r, 0.0), 0.999)) for r in rates), "measured: pooled training rows")
+
+
+def split_rows(measured: pd.DataFrame) -> np.ndarray:
+    """Held-out mask: every third (B, K) cell in a diagonal pattern, so every B and every K keeps
+    training rows and has held-out ones."""
+    b_rank = measured.batch_size.rank(method="dense").astype(int)
+    return ((b_rank + measured.k) % 3 == 1).to_numpy()
+
+
+@dataclass
+class ValidationResult:
+    rows: pd.DataFrame  # measured + predicted per (B, K), with split
+    per_batch: pd.DataFrame  # K* measured vs predicted, regret
+    overhead: dict
+    summary: dict
+
+    def markdown(self) -> str:
+        s = self.summary
+        lines = [f"# Validation: {s['scenario']} against {s['measured']}", "",
+                 f"- step times rest on: {s['step_time_source']}",
+                 f"- measured rows: {s['n_rows']} ({s['n_heldout']} held out), batch sizes {s['batch_sizes']},"
+                 f" K {s['ks']}",
+                 f"- fitted step overhead (training rows, NNLS): {self.overhead['fixed_ms']:.3f} ms"
+                 f" + {self.overhead['per_seq_ms']:.4f} ms x B + {self.overhead['per_token_ms']:.5f} ms x B(K+1)",
+                 f"- acceptance: {s['acceptance']}", "",
+                 "| metric (held-out rows) | value |", "|---|---|",
+                 f"| ITL MAPE, physics only (no fitted overhead) | {s['itl_mape_physics']:.1%} |",
+                 f"| ITL MAPE | {s['itl_mape']:.1%} |",
+                 f"| goodput MAPE | {s['goodput_mape']:.1%} |",
+                 f"| K* agreement (all batch sizes) | {s['k_agreement']:.0%} |",
+                 f"| regret, worst batch size | {s['worst_regret']:.3f} |",
+                 f"| regret, mean | {s['mean_regret']:.3f} |", "",
+                 "## Per batch size", "",
+                 "| B | K* measured | K* predicted | best measured tok/s/seq | measured at predicted K* | regret |",
+                 "|---|---|---|---|---|---|"]
+        for r in self.per_batch.itertuples():
+            lines.append(f"| {r.batch_size} | {r.k_measured} | {r.k_predicted} | {r.best_goodput:.1f} |"
+                         f" {r.goodput_at_predicted:.1f} | {r.regret:.3f} |")
+        lines += ["", "![predicted vs measured](validation.png)", ""]
+        return "\n".join(lines)
+
+
+def validate(measured: pd.DataFrame, sc: Scenario, origin: str = "measured") -> ValidationResult:
+    check_matches(measured, sc, origin)
+    df = measured.copy()
+    df["heldout"] = split_rows(df)
+    k_max = int(df.k.max())
+    train = df[~df.heldout]
+    acceptance = pooled_acceptance(train[train.k > 0], max(k_max, 1))
+    sc_eval = replace(sc, acceptance=acceptance, k_max=max(k_max, sc.fixed_k))
+    # the engine measures at a (nearly) fixed context per row: price each row at its own context
+    contexts = df.context_len.round().astype(int) if "context_len" in df and df.context_len.notna().all() \
+        else pd.Series(sc.context_len, index=df.index)
+    physics = np.empty(len(df))
+    for ctx in sorted(contexts.unique()):
+        sel = (contexts == ctx).to_numpy()
+        grid = compute_grid(replace(sc_eval, context_len=int(ctx)), batch_sizes=np.unique(df.batch_size),
+                            ks=np.arange(k_max + 1))
+        bi = np.searchsorted(grid.batch_sizes, df.batch_size[sel])
+        physics[sel] = grid.itl_s[bi, df.k[sel].to_numpy()] * 1e3
+    df["itl_ms_physics"] = physics
+    # step overhead: what the roofline does not see, fitted on training rows only (non-negative terms)
+    design = np.column_stack([np.ones(len(df)), df.batch_size, df.batch_size * (df.k + 1)]).astype(float)
+    residual = (df.itl_ms - df.itl_ms_physics).to_numpy()
+    tr = ~df.heldout.to_numpy()
+    # relative least squares: weight rows by 1/ITL so fast steps count as much as slow ones
+    w = 1.0 / df.itl_ms.to_numpy()
+    coef, _ = nnls(design[tr] * w[tr, None], residual[tr] * w[tr])
+    df["itl_ms_predicted"] = df.itl_ms_physics + design @ coef
+    al_pred = acceptance.acceptance_length(df.k.to_numpy())
+    df["goodput_predicted"] = al_pred / (df.itl_ms_predicted / 1e3)
+    if "goodput_per_seq" not in df:
+        df["goodput_per_seq"] = df.acceptance_length / (df.itl_ms / 1e3)
+    df["itl_error"] = df.itl_ms_predicted / df.itl_ms - 1
+    df["goodput_error"] = df.goodput_predicted / df.goodput_per_seq - 1
+    held = df[df.heldout]
+
+    per_batch = []
+    for b, g in df.groupby("batch_size"):
+        g = g.sort_values("k")
+        best = g.goodput_per_seq.max()
+        k_meas = int(g.k.iloc[int(np.argmax(g.goodput_per_seq))])
+        k_pred = int(g.k.iloc[int(np.argmax(g.goodput_predicted))])
+        at_pred = float(g.goodput_per_seq[g.k == k_pred].iloc[0])
+        per_batch.append({"batch_size": int(b), "k_measured": k_meas, "k_predicted": k_pred,
+                          "best_goodput": float(best), "goodput_at_predicted": at_pred, "regret": at_pred / best})
+    per_batch = pd.DataFrame(per_batch)
+    overhead = {"fixed_ms": float(coef[0]), "per_seq_ms": float(coef[1]), "per_token_ms": float(coef[2])}
+    summary = {
+        "scenario": sc.name, "measured": origin, "step_time_source": sc.cost_source,
+        "acceptance": acceptance.label, "n_rows": int(len(df)), "n_heldout": int(len(held)),
+        "batch_sizes": sorted(int(x) for x in df.batch_size.unique()), "ks": sorted(int(x) for x in df.k.unique()),
+        "itl_mape_physics": float(np.mean(np.abs(held.itl_ms_physics / held.itl_ms - 1))),
+        "itl_mape": float(np.mean(np.abs(held.itl_error))),
+        "goodput_mape": float(np.mean(np.abs(held.goodput_error))),
+        "k_agreement": float(np.mean(per_batch.k_measured == per_batch.k_predicted)),
+        "worst_regret": float(per_batch.regret.min()), "mean_regret": float(per_batch.regret.mean()),
+        "step_overhead": overhead,
+    }
+    return ValidationResult(df, per_batch, overhead, summary)
+
+
+def validation_chart(result: ValidationResult):
+    """Predicted vs measured ITL per batch size (one line per K) and goodput, side by side."""
+    import altair as alt
+
+    rows = result.rows
+    long = pd.concat([
+        rows.assign(kind="measured", itl=rows.itl_ms, goodput=rows.goodput_per_seq),
+        rows.assign(kind="predicted", itl=rows.itl_ms_predicted, goodput=rows.goodput_predicted),
+    ])[["batch_size", "k", "kind", "itl", "goodput", "heldout"]]
+    base = alt.Chart(long).encode(
+        x=alt.X("batch_size:Q", scale=alt.Scale(type="log", base=2), title="batch size"),
+        color=alt.Color("k:O", title="K"),
+        strokeDash=alt.StrokeDash("kind:N", title=""),
+    )
+    itl = base.mark_line(point=True).encode(y=alt.Y("itl:Q", scale=alt.Scale(type="log"), title="ITL per step [ms]"))
+    good = base.mark_line(point=True).encode(y=alt.Y("goodput:Q", title="goodput [tokens/s per sequence]"))
+    title = (f"{result.summary['scenario']}: held-out ITL MAPE {result.summary['itl_mape']:.1%},"
+             f" worst regret {result.summary['worst_regret']:.3f}")
+    return alt.hconcat(itl.properties(width=330, height=260), good.properties(width=330, height=260),
+                       title=title)
+
+
+def write_report(result: ValidationResult, out_dir: str | Path) -> dict[str, Path]:
+    import vl_convert as vlc
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {"markdown": out / "validation.md", "png": out / "validation.png", "json": out / "validation.json",
+             "rows": out / "validation_rows.csv"}
+    chart = validation_chart(result)
+    paths["png"].write_bytes(vlc.vegalite_to_png(chart.to_json(), scale=1.5))
+    paths["markdown"].write_text(result.markdown())
+    paths["json"].write_text(json.dumps(result.summary, indent=2) + "\n")
+    result.rows.to_csv(paths["rows"], index=False)
+    return paths
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m calibration.validate",
+                                     description="Compare predicted ITL/goodput/K* with measured runs.")
+    parser.add_argument("--measured", required=True, help="measured runs CSV (engine sweep or vLLM readers)")
+    parser.add_argument("--scenario", required=True, help="scenario TOML of the measured setup")
+    parser.add_argument("--calibration", help="calibration profile (overrides the scenario's)")
+    parser.add_argument("--output-dir", help="write validation.md / .png / .json there")
+    parser.error = lambda msg: parser.exit(2, f"error: {msg}\n")  # one line, exit 2
+    args = parser.parse_args(argv)
+    try:
+        sc = load_scenario(args.scenario, calibration=args.calibration)
+        result = validate(read_measured(args.measured), sc, origin=str(args.measured))
+        print(result.markdown())
+        if args.output_dir:
+            paths = write_report(result, args.output_dir)
+            print(f"wrote {', '.join(str(p) for p in paths.values())}", file=sys.stderr)
+    except PlannerError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
