@@ -1,0 +1,277 @@
+"""Serving simulation: policy comparisons on scenarios, conservation laws, properties, CLI errors.
+
+Anchors: "model" (the step time must equal the core cost model's), "property" (an invariant any
+correct engine simulation keeps), "scenario" (a claim about a bundled scenario, checked by
+simulation; the numbers are outputs of this tool, not measurements).
+"""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from simulator import serving as sv
+from simulator.errors import PlannerError
+from simulator.goodput import compute_grid
+from simulator.scenario import load_scenario
+
+REPO = Path(__file__).resolve().parent.parent
+WAVE_BATCHES = (1, 4, 16, 64, 128, 256)
+
+
+@pytest.fixture(scope="module")
+def command_a():
+    return load_scenario(REPO / "scenarios" / "command-a-h100.toml")
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return load_scenario(REPO / "scenarios" / "llama-3.1-8b-h100.toml")
+
+
+# --- step pricing ------------------------------------------------------------------------------
+
+def test_step_time_equals_core_itl_grid(command_a):
+    # model: with graphs and engine overheads off, a decode-only step is the core ITL(B, K)
+    eng = sv.EngineConfig(cuda_graphs=False, eager_overhead_per_kernel_s=0.0, schedule_overhead_s=0.0)
+    pricer = sv.StepPricer(command_a, eng, 8, 256, 4000, True)
+    bs, ks = [1, 16, 64, 256], [0, 1, 3, 8]
+    g = compute_grid(command_a, batch_sizes=bs, ks=ks)
+    for i, b in enumerate(bs):
+        for j, k in enumerate(ks):
+            t, _, _ = pricer.step_s(b, k, b * (k + 1), float(command_a.context_len), False, 0.0)
+            assert t == pytest.approx(g.itl_s[i, j], rel=1e-6)
+
+
+def test_cuda_graph_padding_and_required_graphs(command_a):
+    # hand: vLLM capture sizes 1, 2, 4, 8, 16, ..., 512; 1024 tokens run eager
+    eng = sv.EngineConfig()
+    assert eng.pad_tokens(3) == (4, True) and eng.pad_tokens(9) == (16, True)
+    assert eng.pad_tokens(512) == (512, True) and eng.pad_tokens(1024) == (1024, False)
+    fixed = sv.required_graphs(sv.policy_k_table(command_a, "fixed", 256, eng), eng)
+    eager = fixed[~fixed.captured]
+    assert len(eager) == 1 and eager.batch_min.iloc[0] == 129 and eager.batch_max.iloc[0] == 256
+    dsd = sv.required_graphs(sv.policy_k_table(command_a, "dsd", 256, eng), eng)
+    assert dsd.captured.all()  # K*(B) keeps B (K+1) <= 512 here: K = 1 at B = 256
+    assert set(dsd.k) <= set(range(9))
+
+
+# --- the wave sweep: DSD vs fixed K vs plain ----------------------------------------------------
+
+@pytest.fixture(scope="module")
+def waves(command_a):
+    return sv.wave_sweep(command_a, WAVE_BATCHES, multiplier=20, prompt_len=1800, output_len=400)
+
+
+def _pivot(df, col):
+    return df.pivot(index="batch_size", columns="policy", values=col)
+
+
+def test_waves_dsd_at_least_fixed_everywhere(waves):
+    # scenario: DSD >= fixed K=3 at every batch size (1% tolerance: where K*(B) = 3 they are equal
+    # up to the drain, and where K*(B) = 4 the core table predicts < 1% gain at B = 16)
+    for col in ("tokens_per_s_per_user", "throughput_tok_s"):
+        t = _pivot(waves, col)
+        assert (t["dsd"] >= 0.99 * t["fixed"]).all(), t
+
+
+def test_waves_fixed_below_plain_at_largest_batch_dsd_close(waves):
+    # scenario: fixed K=3 loses to plain at B = 256 (compute-bound verify and 1024 tokens above the
+    # largest CUDA graph), DSD (K = 1 there) stays within a few percent of plain (in fact above)
+    tput, user = _pivot(waves, "throughput_tok_s"), _pivot(waves, "tokens_per_s_per_user")
+    assert tput.loc[256, "fixed"] < tput.loc[256, "plain"]
+    assert user.loc[256, "fixed"] < user.loc[256, "plain"]
+    assert abs(tput.loc[256, "dsd"] / tput.loc[256, "plain"] - 1) < 0.08
+    assert tput.loc[256, "dsd"] > tput.loc[256, "fixed"]
+    # while at small batch both speculative policies are far ahead of plain
+    assert user.loc[1, "dsd"] > 2 * user.loc[1, "plain"]
+
+
+# --- RL long tail -------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def rl_runs():
+    sc = load_scenario(REPO / "scenarios" / "rl-rollout-long-tail.toml")
+    wl = sv.workload_from_scenario(sc, n_requests=256, concurrency=128)
+    return {p: sv.simulate(sc, p, workload=wl, seed=1) for p in ("plain", "fixed", "dsd")}
+
+
+def test_rl_long_tail_makespan_and_tail_k(rl_runs):
+    # scenario: makespan plain > fixed K > DSD; in the drain (<= 8 sequences left) DSD drafts deep
+    ms = {p: r.summary["makespan_s"] for p, r in rl_runs.items()}
+    assert ms["plain"] > ms["fixed"] > ms["dsd"]
+    tail = {p: r.steps[(r.steps.batch_size > 0) & (r.steps.batch_size <= 8)] for p, r in rl_runs.items()}
+    assert tail["dsd"].k.mean() >= 5 and (tail["fixed"].k == 3).all()
+    tbl = sv.tail_phases(list(rl_runs.values()), batch_threshold=8)
+    assert set(tbl.policy) == {"plain", "fixed", "dsd"}
+    assert (tbl.tail_s > 0).all()
+
+
+# --- conservation -------------------------------------------------------------------------------
+
+def _check_conservation(res: sv.ServingResult):
+    req, steps = res.requests, res.steps
+    assert (req.generated == req.output_len).all()  # each request ends with exactly its length
+    assert steps.committed.sum() == req.output_len.sum() == res.summary["output_tokens"]
+    assert (steps.kv_blocks <= res.kv_capacity_blocks).all()
+    assert res.summary["kv_peak_occupancy"] <= 1.0
+    assert (req.first_token_s >= req.arrival_s).all() and (req.finish_s >= req.first_token_s).all()
+    assert (steps.step_s > 0).all() and np.all(np.diff(steps.t_s) > 0)
+    assert set(sv.SUMMARY_KEYS) <= set(res.summary)
+
+
+@pytest.mark.parametrize("policy", sv.POLICIES)
+def test_conservation_every_policy(llama, policy):
+    wl = sv.Workload(arrival="bursty", rate_per_s=40, n_requests=80, max_num_seqs=16,
+                     prompt_len={"dist": "uniform", "low": 20, "high": 600},
+                     output_len={"dist": "pareto", "scale": 20, "alpha": 1.2, "max": 400},
+                     categories=({"name": "a", "weight": 2, "rate_scale": 1.1},
+                                 {"name": "b", "weight": 1, "rates": [0.3, 0.2]}))
+    res = sv.simulate(llama, policy, workload=wl, seed=3)
+    _check_conservation(res)
+    assert set(res.requests.category) == {"a", "b"}
+
+
+def test_kv_pressure_preempts_and_stays_within_capacity(llama):
+    # property: a cache far too small for the offered load preempts, never overflows, still completes
+    sc = llama.with_overrides(memory_utilization=0.3)
+    wl = sv.Workload(arrival="waves", concurrency=64, n_requests=64, max_num_seqs=64, prompt_len=1500,
+                     output_len=600)
+    res = sv.simulate(sc, "fixed", workload=wl, seed=0)
+    _check_conservation(res)
+    assert res.requests.preemptions.sum() > 0
+    assert res.summary["kv_peak_occupancy"] > 0.9
+
+
+def test_same_seed_same_result_and_seed_matters(llama):
+    wl = sv.Workload(arrival="poisson", rate_per_s=30, n_requests=40, max_num_seqs=8,
+                     prompt_len=200, output_len={"dist": "lognormal", "median": 50, "sigma": 1.0, "max": 300})
+    a = sv.simulate(llama, "dsd-adaptive", workload=wl, seed=7)
+    b = sv.simulate(llama, "dsd-adaptive", workload=wl, seed=7)
+    c = sv.simulate(llama, "dsd-adaptive", workload=wl, seed=8)
+    pd.testing.assert_frame_equal(a.steps, b.steps)
+    pd.testing.assert_frame_equal(a.requests, b.requests)
+    assert a.summary == b.summary
+    assert not a.requests.output_len.equals(c.requests.output_len)
+
+
+def test_policies_see_the_same_requests(llama):
+    # property: lengths, arrivals and categories depend on the seed, not on the policy
+    wl = sv.Workload(arrival="poisson", rate_per_s=30, n_requests=30, max_num_seqs=8,
+                     prompt_len={"dist": "uniform", "low": 10, "high": 100}, output_len=30)
+    a = sv.simulate(llama, "plain", workload=wl, seed=2).requests
+    b = sv.simulate(llama, "dsd", workload=wl, seed=2).requests
+    for col in ("prompt_len", "output_len", "category", "arrival_s"):
+        assert a[col].equals(b[col])
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(1, 12), prompt_hi=st.integers(1, 400), out_hi=st.integers(1, 60),
+       seqs=st.integers(1, 6), budget=st.integers(16, 512), policy=st.sampled_from(sv.POLICIES),
+       arrival=st.sampled_from(sv.ARRIVALS), prefill=st.sampled_from(("chunked", "whole")),
+       seed=st.integers(0, 10_000))
+def test_property_small_random_workloads(n, prompt_hi, out_hi, seqs, budget, policy, arrival, prefill, seed):
+    sc = load_scenario(REPO / "scenarios" / "llama-3.1-8b-h100.toml")
+    wl = sv.Workload(arrival=arrival, rate_per_s=20.0, concurrency=seqs, n_requests=n, max_num_seqs=seqs,
+                     prompt_len={"dist": "uniform", "low": 1, "high": prompt_hi},
+                     output_len={"dist": "uniform", "low": 1, "high": out_hi})
+    eng = sv.EngineConfig(max_num_batched_tokens=budget, prefill=prefill)
+    res = sv.simulate(sc, policy, workload=wl, seed=seed, engine=eng)
+    _check_conservation(res)
+    assert (res.steps.batch_size <= seqs).all()
+    if prefill == "chunked":
+        assert (res.steps.tokens <= max(budget, seqs * (sc.k_max + 1))).all()
+
+
+# --- distributions, scenario sections -------------------------------------------------------------
+
+def test_length_distributions(tmp_path):
+    rng = np.random.default_rng(0)
+    x = sv.parse_length({"dist": "pareto", "scale": 100, "alpha": 1.1, "max": 5000}).sample(rng, 20000)
+    assert x.min() >= 100 and x.max() == 5000  # heavy tail reaches the cap
+    y = sv.parse_length({"dist": "lognormal", "median": 1000, "sigma": 1.0, "max": 8000}).sample(rng, 20000)
+    assert np.median(y) == pytest.approx(1000, rel=0.05) and y.max() <= 8000
+    csv = tmp_path / "lens.csv"
+    csv.write_text("id,tokens\n1,5\n2,7\n")
+    z = sv.parse_length({"dist": "data", "path": str(csv), "column": "tokens"}).sample(rng, 100)
+    assert set(z) <= {5, 7}
+    with pytest.raises(PlannerError):
+        sv.parse_length({"dist": "zipf"})
+    with pytest.raises(PlannerError):
+        sv.parse_length({"dist": "uniform", "low": 10, "high": 2})
+
+
+def test_scenario_sections_parse():
+    sc = load_scenario(REPO / "scenarios" / "rl-rollout-long-tail.toml")
+    wl = sv.workload_from_scenario(sc)
+    assert wl.arrival == "waves" and wl.n_requests == 512 and wl.concurrency == 256
+    assert [c.name for c in wl.categories] == ["math", "code", "open-ended"]
+    assert sv.engine_from_scenario(sc).max_num_seqs == 256
+    for name in ("command-a-h100", "rl-rollout-long-context"):
+        s = load_scenario(REPO / "scenarios" / f"{name}.toml")
+        sv.workload_from_scenario(s), sv.engine_from_scenario(s)
+
+
+def test_bad_workloads_raise_planner_errors(llama):
+    with pytest.raises(PlannerError, match="rate_per_s"):
+        sv.Workload(arrival="poisson", rate_per_s=-1)
+    with pytest.raises(PlannerError, match="concurrency"):
+        sv.Workload(arrival="closed")
+    with pytest.raises(PlannerError, match="unknown policy"):
+        sv.simulate(llama, "greedy", workload=sv.Workload(n_requests=1))
+    with pytest.raises(PlannerError, match="KV blocks"):
+        sv.simulate(llama, "plain", workload=sv.Workload(n_requests=1, prompt_len=10_000_000, output_len=1))
+
+
+def test_charts_are_altair(llama):
+    import altair as alt
+    from simulator import serving_charts as ch
+    wl = sv.Workload(arrival="poisson", rate_per_s=30, n_requests=20, max_num_seqs=8, prompt_len=100, output_len=40)
+    runs = [sv.simulate(llama, p, workload=wl) for p in ("plain", "dsd")]
+    summaries = pd.DataFrame([r.summary for r in runs])
+    for chart in (ch.k_over_time(runs), ch.kv_occupancy_over_time(runs), ch.batch_size_over_time(runs[1]),
+                  ch.latency_percentiles(summaries), ch.wave_sweep_chart(summaries.assign(batch_size=[1, 2]))):
+        assert isinstance(chart, alt.Chart)
+        assert chart.to_dict()["mark"]
+
+
+# --- CLI ----------------------------------------------------------------------------------------
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "simulator.serve", *args], capture_output=True, text=True,
+                          cwd=REPO, timeout=120)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("--scenario", "llama-3.1-8b-h100", "--policy", "speculate-harder"), "unknown policy"),
+    (("--scenario", "llama-3.1-8b-h100", "--rate", "-2"), "--rate"),
+    (("--scenario", "llama-3.1-8b-h100", "--waves", "4x2"), "--waves"),
+    (("--scenario", "llama-3.1-8b-h100", "--format", "xml"), "format"),
+])
+def test_cli_bad_input_one_line_exit_2(args, needle):
+    r = _cli(*args)
+    assert r.returncode == 2
+    assert len(r.stderr.strip().splitlines()) == 1 and needle in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_cli_malformed_section_key(tmp_path):
+    text = (REPO / "scenarios" / "llama-3.1-8b-h100.toml").read_text()
+    bad = tmp_path / "bad.toml"
+    bad.write_text(text + "\n[serving]\nmax_num_seq = 8\n")
+    r = _cli("--scenario", str(bad), "--requests", "5")
+    assert r.returncode == 2 and "max_num_seq" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_cli_runs_and_formats():
+    r = _cli("--scenario", "llama-3.1-8b-h100", "--policy", "plain,dsd", "--rate", "20", "--requests", "30",
+             "--format", "csv")
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert lines[0].startswith("policy,") and len(lines) == 3
