@@ -1,0 +1,139 @@
+"""python -m calibration.engine sweep --target smollm2-135m --draft model:4 --batch-sizes 1,4,16 --k 0-4 ..."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        print(f"error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def _parts(s: str):
+    for part in s.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if re.fullmatch(r"-?\d+", part):
+            yield int(part), None
+        elif m := re.fullmatch(r"(\d+)-(\d+)", part):
+            a, b = int(m[1]), int(m[2])
+            if b < a:
+                raise ValueError(f"empty range {part!r}")
+            yield a, b
+        else:
+            raise ValueError(f"cannot parse {part!r}")
+
+
+def parse_int_list(s: str) -> list[int]:
+    """'0,2,4' or '0-6' (every integer) or mixed '0-3,6'."""
+    out: list[int] = []
+    for a, b in _parts(s):
+        out.extend([a] if b is None else range(a, b + 1))
+    if not out:
+        raise ValueError("empty list")
+    return sorted(set(out))
+
+
+def parse_batch_sizes(s: str) -> list[int]:
+    """'1,2,4,8' or a range 'a-b' = powers of two inside [a, b] plus both ends ('1-64' -> 1,2,4,...,64)."""
+    out: list[int] = []
+    for a, b in _parts(s):
+        if b is None:
+            out.append(a)
+            continue
+        out += [a, b] + [2 ** i for i in range(0, 31) if a <= 2 ** i <= b]
+    if not out:
+        raise ValueError("empty list")
+    return sorted(set(out))
+
+
+def main(argv=None) -> int:
+    p = _Parser(prog="python -m calibration.engine", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+    s = sub.add_parser("sweep", help="measure ITL and acceptance over (batch size, K)")
+    s.add_argument("--target", default="smollm2-135m", help="smollm2-135m | moe-synthetic")
+    s.add_argument("--draft", default="ngram", help="ngram | early-exit:N | model:N")
+    s.add_argument("--batch-sizes", default="1,2,4,8", help="e.g. 1,2,4,8 or 1-64 (powers of two)")
+    s.add_argument("--k", default="0-6", help="e.g. 0-6 or 0,2,4")
+    s.add_argument("--context-len", type=int, default=128)
+    s.add_argument("--gen-tokens", type=int, default=16)
+    s.add_argument("--temperature", type=float, default=0.0)
+    s.add_argument("--output", required=True, help="CSV to append rows to")
+    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--warmup-steps", type=int, default=2)
+    s.add_argument("--max-steps", type=int, default=12)
+    s.add_argument("--forced-acceptance", type=float, default=None,
+                   help="timing-only: impose per-position acceptance probability (random-weight targets)")
+    s.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    s.add_argument("--device", default=None, help="cpu | cuda (default: cuda if available)")
+    s.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    a = p.parse_args(argv)
+
+    from .weights import TARGETS
+
+    try:
+        bs = parse_batch_sizes(a.batch_sizes)
+        ks = parse_int_list(a.k)
+    except ValueError as e:
+        print(f"error: bad --batch-sizes/--k: {e}", file=sys.stderr)
+        return 2
+    if a.target not in TARGETS:
+        print(f"error: unknown target {a.target!r}; choose one of {', '.join(TARGETS)}", file=sys.stderr)
+        return 2
+    if any(k < 0 for k in ks):
+        print("error: --k values must be >= 0", file=sys.stderr)
+        return 2
+    if any(b < 1 for b in bs):
+        print("error: --batch-sizes values must be >= 1", file=sys.stderr)
+        return 2
+    if a.context_len < 2 or a.gen_tokens < 1:
+        print("error: --context-len must be >= 2 and --gen-tokens >= 1", file=sys.stderr)
+        return 2
+    if a.forced_acceptance is not None and not 0 <= a.forced_acceptance <= 1:
+        print("error: --forced-acceptance must be in [0, 1]", file=sys.stderr)
+        return 2
+    if not re.fullmatch(r"none|ngram(:\d+)?|(early-exit|model):\d+", a.draft):
+        print(f"error: unknown draft {a.draft!r}; use ngram, early-exit:N or model:N", file=sys.stderr)
+        return 2
+    # the output must be writable and, if it exists, a readable CSV
+    import os
+    from pathlib import Path
+    out = Path(a.output)
+    try:
+        if out.exists():
+            import pandas as pd
+            if out.stat().st_size:
+                pd.read_csv(out, nrows=1)
+        else:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            with open(out, "a"):
+                pass
+            out.unlink()
+    except Exception as e:
+        print(f"error: cannot use --output {a.output}: {e.__class__.__name__}: {e}", file=sys.stderr)
+        return 2
+
+    from .sweep import run_sweep
+    from .weights import TargetUnavailable
+
+    try:
+        run_sweep(target=a.target, draft=a.draft, batch_sizes=bs, ks=ks, context_len=a.context_len,
+                  gen_tokens=a.gen_tokens, temperature=a.temperature, output=str(out), seed=a.seed,
+                  warmup_steps=a.warmup_steps, max_steps=a.max_steps, forced_acceptance=a.forced_acceptance,
+                  dtype=a.dtype, device=a.device, threads=a.threads)
+    except (ValueError, TargetUnavailable) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted: finished points are in the output file", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,190 @@
+"""Measured (batch size, K) sweeps of the reference engine -> CSV rows (one per point).
+
+Rows are appended as each point finishes; points already in the output file are skipped.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from .engine import ModelDraft, SpecDecoder, make_draft
+from .weights import load_target, load_tokenizer
+
+COLUMNS = [
+    "source", "target", "draft", "device", "dtype", "batch_size", "k", "context_len", "n_steps",
+    "draft_ms", "verify_ms", "overhead_ms", "itl_ms", "itl_ms_p90", "acceptance_length",
+    "per_position_acceptance", "goodput_per_seq", "throughput", "experts_touched",
+    "torch_version", "date", "code_version",
+]
+SOURCE = "torch-reference-engine"
+PROMPTS_FILE = Path(__file__).resolve().parent.parent / "prompts" / "prompts.jsonl"
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"cuda: {torch.cuda.get_device_name(device)}"
+    name = platform.processor() or platform.machine()
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"cpu: {name} ({torch.get_num_threads()} threads)"
+
+
+def code_version() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).parent,
+                             capture_output=True, text=True, timeout=5)
+        return out.stdout.strip() or "unknown"
+    except Exception:
+        return "unknown"
+
+
+def load_prompts(path: Path = PROMPTS_FILE) -> list[dict]:
+    return [json.loads(l) for l in open(path) if l.strip()]
+
+
+def chat(prompt: str) -> str:
+    return f"<|im_start|>user\n{prompt}<|im_end|>\n<|im_start|>assistant\n"
+
+
+def context_prompts(batch_size: int, context_len: int, vocab: int, seed: int = 0) -> list[list[int]]:
+    """batch_size token lists of exactly context_len tokens: chat-formatted prompts from the
+    prompt set concatenated (a different rotation per sequence), cut at the front so each ends
+    with the assistant tag. Token ids beyond `vocab` (synthetic targets) are folded modulo vocab."""
+    try:
+        tok = load_tokenizer()
+        items = load_prompts()
+        enc = [tok.encode(chat(it["prompt"])) for it in items]
+    except Exception:  # no weights/tokenizer: seeded random ids
+        g = np.random.default_rng(seed)
+        enc = [g.integers(3, vocab, size=40).tolist() for _ in range(100)]
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(enc))
+    out = []
+    for b in range(batch_size):
+        ids: list[int] = []
+        j = b
+        while len(ids) < context_len:
+            ids = enc[order[j % len(enc)]] + ids  # prepend earlier turns
+            j += batch_size
+        out.append([t % vocab for t in ids[-context_len:]])
+    return out
+
+
+def _existing_points(output: Path, target, draft, dtype, context_len, slack) -> set[tuple[int, int]]:
+    if not output.exists() or output.stat().st_size == 0:
+        return set()
+    df = pd.read_csv(output)
+    if df.empty:
+        return set()
+    m = (df["target"] == target) & (df["draft"] == draft) & (df["dtype"] == dtype) & \
+        (df["context_len"] >= context_len - 1) & (df["context_len"] <= context_len + slack)
+    return {(int(r.batch_size), int(r.k)) for r in df[m].itertuples()}
+
+
+def _append_row(output: Path, row: dict):
+    output.parent.mkdir(parents=True, exist_ok=True)
+    new = not output.exists() or output.stat().st_size == 0
+    pd.DataFrame([row], columns=COLUMNS).to_csv(output, mode="a", header=new, index=False)
+
+
+def measure_point(eng: SpecDecoder, k: int, warmup_steps: int, gen_tokens: int, min_steps: int, max_steps: int):
+    eng.reset(k)
+    recs = []
+    with torch.inference_mode():
+        for _ in range(warmup_steps):
+            eng.step()
+        eng.attempts.zero_()
+        eng.accepts.zero_()
+        start = eng.lengths.clone()
+        while len(recs) < max_steps:
+            recs.append(eng.step(record_experts=eng.target.cfg.is_moe))
+            if len(recs) >= min_steps and int((eng.lengths - start).min()) >= gen_tokens:
+                break
+    return recs
+
+
+def run_sweep(target: str = "smollm2-135m", draft: str = "ngram", batch_sizes=(1, 2, 4, 8), ks=range(0, 7),
+              context_len: int = 128, gen_tokens: int = 16, temperature: float = 0.0, output: str | None = None,
+              seed: int = 0, warmup_steps: int = 2, min_steps: int = 4, max_steps: int = 12,
+              forced_acceptance: float | None = None, dtype: str = "float32", device: str | None = None,
+              threads: int | None = None, progress=True) -> pd.DataFrame:
+    """Measure ITL split (draft/verify/overhead) and acceptance at every (batch size, K).
+
+    Returns the rows measured in this call (and appends them to `output` if given)."""
+    if threads:
+        torch.set_num_threads(threads)
+    ks = sorted(set(int(k) for k in ks))
+    batch_sizes = sorted(set(int(b) for b in batch_sizes))
+    if any(k < 0 for k in ks):
+        raise ValueError("K must be >= 0")
+    if any(b < 1 for b in batch_sizes):
+        raise ValueError("batch size must be >= 1")
+    tdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+    tgt = load_target(target, device=device, dtype=tdtype, seed=seed)
+    drf = make_draft(draft, tgt) if max(ks) > 0 else None
+    if drf is None and draft not in ("none", ""):
+        make_draft(draft, tgt)  # validate the name even for K = 0 only
+    out_path = Path(output) if output else None
+    kmax = max(ks)
+    slack = (warmup_steps + max_steps) * (kmax + 1) + 1
+    done = _existing_points(out_path, target, draft, dtype, context_len, slack) if out_path else set()
+    dev_name = device_name(tgt.device)
+    rows = []
+    for B in batch_sizes:
+        todo = [k for k in ks if (B, k) not in done]
+        if not todo:
+            continue
+        prompts = context_prompts(B, context_len, tgt.cfg.vocab, seed)
+        eng = SpecDecoder(tgt, drf, k=0, temperature=temperature, seed=seed, forced_acceptance=forced_acceptance)
+        eng.max_k = kmax
+        cap = context_len + (warmup_steps + max_steps) * (kmax + 1) + 2
+        eng.prefill(prompts, cap)
+        for k in todo:
+            recs = measure_point(eng, k, warmup_steps, gen_tokens, min_steps, max_steps)
+            step_s = np.array([r.draft_s + r.verify_s + r.overhead_s for r in recs])
+            itl = float(np.median(step_s)) * 1e3
+            al = float(np.mean([np.mean(r.n_accepted) + 1 for r in recs]))
+            att, acc = eng.attempts[:k].tolist(), eng.accepts[:k].tolist()
+            ppa = [round(a / t, 6) if t else None for a, t in zip(acc, att)]
+            experts = [np.mean(r.experts_touched) for r in recs if r.experts_touched]
+            gp = al / (itl / 1e3)
+            row = {
+                "source": SOURCE, "target": target, "draft": draft, "device": dev_name, "dtype": dtype,
+                "batch_size": B, "k": k, "context_len": round(float(np.mean([r.context_len for r in recs])), 2),
+                "n_steps": len(recs),
+                "draft_ms": round(float(np.median([r.draft_s for r in recs])) * 1e3, 4),
+                "verify_ms": round(float(np.median([r.verify_s for r in recs])) * 1e3, 4),
+                "overhead_ms": round(float(np.median([r.overhead_s for r in recs])) * 1e3, 4),
+                "itl_ms": round(itl, 4), "itl_ms_p90": round(float(np.percentile(step_s, 90)) * 1e3, 4),
+                "acceptance_length": round(al, 4), "per_position_acceptance": json.dumps(ppa),
+                "goodput_per_seq": round(gp, 4), "throughput": round(gp * B, 4),
+                "experts_touched": round(float(np.mean(experts)), 3) if experts else None,
+                "torch_version": torch.__version__,
+                "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                "code_version": code_version(),
+            }
+            rows.append(row)
+            if out_path:
+                _append_row(out_path, row)
+            if progress:
+                print(f"[sweep] {target} {draft} B={B} K={k}: itl {itl:.1f} ms (draft {row['draft_ms']:.1f}, "
+                      f"verify {row['verify_ms']:.1f}), AL {al:.2f}, goodput/seq {gp:.1f} tok/s"
+                      + (f", experts {row['experts_touched']}" if experts else ""), file=sys.stderr, flush=True)
+        del eng
+    return pd.DataFrame(rows, columns=COLUMNS)

@@ -1,0 +1,258 @@
+"""Readers for vLLM measurements into the engine-run row schema (calibration.engine.sweep.COLUMNS).
+
+(a) the JSON written by `vllm bench serve --save-result` (vllm/benchmarks/serve.py): ITL stats in
+    ms (`median_itl_ms`, `mean_itl_ms`, `p99_itl_ms`, ...), `max_concurrency`, `output_throughput`,
+    `model_id`, and, when the server runs speculative decoding, `spec_decode_acceptance_rate` (percent),
+    `spec_decode_acceptance_length` (1 + accepted / drafts), `spec_decode_num_drafts`,
+    `spec_decode_draft_tokens`, `spec_decode_accepted_tokens`,
+    `spec_decode_per_position_acceptance_rates` (accepted at position i / drafts: unconditional).
+(b) Prometheus text from the server's /metrics: counters
+    vllm:spec_decode_num_drafts_total, vllm:spec_decode_num_draft_tokens_total,
+    vllm:spec_decode_num_accepted_tokens_total, vllm:spec_decode_num_accepted_tokens_per_pos_total{position="i"}
+    summed over label sets (engines, models).
+
+Conventions: per_position_acceptance in our rows is conditional (a_i = P(accept i | accepted 1..i-1)),
+so AL = 1 + a_1 + a_1 a_2 + ...; vLLM's per-position rates r_i are unconditional, a_i = r_i / r_{i-1}.
+vLLM ITL is the time between streamed chunks, i.e. per engine step (a step commits AL tokens).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+SOURCE_BENCH = "vllm-bench-serve"
+SOURCE_METRICS = "vllm-metrics"
+
+
+class VllmFormatError(ValueError):
+    """A vLLM output file is missing something we need or is not in the expected format."""
+
+
+# ------------------------------------------------------------------------------------------------
+# Prometheus text format
+# ------------------------------------------------------------------------------------------------
+_SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)(?:\s+\S+)?\s*$")
+_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
+
+
+def parse_prometheus(text: str, where: str = "<metrics>") -> list[tuple[str, dict[str, str], float]]:
+    """Samples (name, labels, value) of a Prometheus text exposition; comments and blank lines skipped."""
+    out = []
+    for lineno, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        m = _SAMPLE.match(line)
+        if not m:
+            raise VllmFormatError(f"{where}:{lineno}: not a Prometheus sample line: {line[:80]!r}")
+        labels: dict[str, str] = {}
+        body = m["labels"] or ""
+        pos = 0
+        while pos < len(body):
+            lm = _LABEL.match(body, pos)
+            if not lm:
+                raise VllmFormatError(f"{where}:{lineno}: bad label set {{{body[:80]}}}")
+            labels[lm[1]] = bytes(lm[2], "utf-8").decode("unicode_escape")
+            pos = lm.end()
+        try:
+            value = float(m["value"])  # handles NaN, +Inf
+        except ValueError:
+            raise VllmFormatError(f"{where}:{lineno}: bad value {m['value']!r}") from None
+        out.append((m["name"], labels, value))
+    return out
+
+
+def spec_decode_counters(text: str, where: str = "metrics.txt", model_name: str | None = None) -> dict:
+    """Sum the spec-decode counters over label sets (engines). Returns
+    {num_drafts, num_draft_tokens, num_accepted_tokens, accepted_per_pos: {pos: n}}."""
+    c = {"num_drafts": 0.0, "num_draft_tokens": 0.0, "num_accepted_tokens": 0.0, "accepted_per_pos": {}}
+    seen = set()
+    for name, labels, value in parse_prometheus(text, where):
+        if not name.startswith("vllm:spec_decode_") or not name.endswith("_total"):
+            continue  # _created samples, gauges, other metrics
+        if model_name is not None and labels.get("model_name", model_name) != model_name:
+            continue
+        key = name[len("vllm:spec_decode_"):-len("_total")]
+        if key == "num_accepted_tokens_per_pos":
+            if "position" not in labels:
+                raise VllmFormatError(f"{where}: {name} sample without a position label")
+            p = int(labels["position"])
+            c["accepted_per_pos"][p] = c["accepted_per_pos"].get(p, 0.0) + value
+        elif key in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"):
+            c[key] += value
+        else:
+            continue
+        seen.add(key)
+    if not seen:
+        raise VllmFormatError(f"{where}: no spec-decode counters (vllm:spec_decode_*) — was speculative decoding enabled?")
+    for key in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"):
+        if key not in seen:
+            raise VllmFormatError(f"{where}: missing counter 'vllm:spec_decode_{key}_total'")
+    return c
+
+
+def diff_counters(after: dict, before: dict | None) -> dict:
+    """Counters accumulated between two scrapes (vLLM's counters are cumulative since server start)."""
+    if before is None:
+        return after
+    out = {k: after[k] - before[k] for k in ("num_drafts", "num_draft_tokens", "num_accepted_tokens")}
+    out["accepted_per_pos"] = {p: v - before["accepted_per_pos"].get(p, 0.0) for p, v in after["accepted_per_pos"].items()}
+    return out
+
+
+def acceptance_from_counters(c: dict, where: str = "metrics.txt") -> dict:
+    """-> acceptance_length, acceptance_rate (accepted / draft tokens, fraction), k (draft tokens per
+    draft), per_position_unconditional [r_i], per_position_acceptance [a_i conditional]."""
+    nd = c["num_drafts"]
+    if nd <= 0:
+        raise VllmFormatError(f"{where}: vllm:spec_decode_num_drafts_total is 0 — no speculative steps were run")
+    k = c["num_draft_tokens"] / nd
+    r = [c["accepted_per_pos"][p] / nd for p in sorted(c["accepted_per_pos"])]
+    return {
+        "acceptance_length": 1.0 + c["num_accepted_tokens"] / nd,
+        "acceptance_rate": c["num_accepted_tokens"] / c["num_draft_tokens"] if c["num_draft_tokens"] else float("nan"),
+        "k": int(round(k)),
+        "per_position_unconditional": r,
+        "per_position_acceptance": conditional_rates(r),
+    }
+
+
+def conditional_rates(r: list[float]) -> list[float | None]:
+    """Unconditional r_i = P(positions 1..i accepted) -> conditional a_i = r_i / r_{i-1} (r_0 = 1)."""
+    out, prev = [], 1.0
+    for x in r:
+        out.append(round(x / prev, 6) if prev > 0 else None)
+        prev = x
+    return out
+
+
+def read_metrics(path, before=None, model_name: str | None = None) -> dict:
+    """Acceptance summary from a /metrics scrape file (optionally minus an earlier scrape `before`)."""
+    path = Path(path)
+    text = _read_text(path)
+    after = spec_decode_counters(text, path.name, model_name)
+    if before is not None:
+        bpath = Path(before)
+        after = diff_counters(after, spec_decode_counters(_read_text(bpath), bpath.name, model_name))
+    return acceptance_from_counters(after, path.name)
+
+
+# ------------------------------------------------------------------------------------------------
+# vllm bench serve --save-result JSON
+# ------------------------------------------------------------------------------------------------
+_HINT = "was it written by `vllm bench serve --save-result`?"
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError as e:
+        raise VllmFormatError(f"{path.name}: cannot read: {e.strerror or e}") from None
+
+
+def read_bench_json(path) -> dict:
+    path = Path(path)
+    try:
+        data = json.loads(_read_text(path))
+    except json.JSONDecodeError as e:
+        raise VllmFormatError(f"{path.name}: not JSON ({e.msg} at line {e.lineno}) — {_HINT}") from None
+    if not isinstance(data, dict):
+        raise VllmFormatError(f"{path.name}: top level is not an object — {_HINT}")
+    for f in ("median_itl_ms", "output_throughput", "completed"):
+        if f not in data:
+            raise VllmFormatError(f"{path.name}: missing '{f}' — {_HINT}")
+    return data
+
+
+def bench_to_row(path, *, k: int | None = None, draft: str = "", batch_size: int | None = None,
+                 metrics_after=None, metrics_before=None, device: str = "", dtype: str = "",
+                 context_len: float | None = None, code_version: str = "unknown") -> dict:
+    """One row in the engine-run schema from a bench JSON (and optionally /metrics scrapes, used when
+    the JSON lacks spec_decode_* fields, e.g. older vLLM).
+
+    k: draft tokens per step (from the counters if not given; 0 when spec decoding is off).
+    batch_size: `max_concurrency` from the JSON if not given.
+    """
+    path = Path(path)
+    d = read_bench_json(path)
+    B = batch_size if batch_size is not None else d.get("max_concurrency")
+    if B is None:
+        raise VllmFormatError(f"{path.name}: missing 'max_concurrency' (run with --max-concurrency B, or pass batch_size)")
+    spec = None
+    if "spec_decode_acceptance_length" in d:
+        for f in ("spec_decode_num_drafts", "spec_decode_draft_tokens", "spec_decode_accepted_tokens"):
+            if f not in d:
+                raise VllmFormatError(f"{path.name}: has spec_decode_acceptance_length but is missing '{f}' — {_HINT}")
+        nd = d["spec_decode_num_drafts"]
+        r = list(d.get("spec_decode_per_position_acceptance_rates") or [])
+        spec = {
+            "acceptance_length": float(d["spec_decode_acceptance_length"]),
+            "k": int(round(d["spec_decode_draft_tokens"] / nd)) if nd else (k or 0),
+            "per_position_acceptance": conditional_rates(r),
+        }
+    elif metrics_after is not None:
+        spec = read_metrics(metrics_after, before=metrics_before)
+    if spec is None and k:
+        raise VllmFormatError(f"{path.name}: no spec_decode_* fields for K={k} and no /metrics scrape given — "
+                              "was speculative decoding enabled (and is vLLM new enough to record it)?")
+    kk = k if k is not None else (spec["k"] if spec else 0)
+    al = spec["acceptance_length"] if spec and kk > 0 else 1.0
+    ppa = spec["per_position_acceptance"][:kk] if spec and kk > 0 else []
+    itl = float(d["median_itl_ms"])
+    if not itl > 0:
+        raise VllmFormatError(f"{path.name}: 'median_itl_ms' is {itl!r} (no streamed tokens?)")
+    p90 = d.get("p90_itl_ms")  # present with --metric-percentiles including 90
+    gp = al / (itl / 1e3)
+    ctx = context_len
+    if ctx is None and d.get("total_input_tokens") and d.get("completed"):
+        ctx = d["total_input_tokens"] / d["completed"] + 0.5 * d.get("total_output_tokens", 0) / d["completed"]
+    return {
+        "source": SOURCE_BENCH, "target": d.get("model_id", ""), "draft": draft, "device": device, "dtype": dtype,
+        "batch_size": int(B), "k": int(kk), "context_len": round(ctx, 2) if ctx is not None else None,
+        "n_steps": int(d["spec_decode_num_drafts"]) if "spec_decode_num_drafts" in d else None,
+        "draft_ms": None, "verify_ms": None, "overhead_ms": None,
+        "itl_ms": itl, "itl_ms_p90": float(p90) if p90 is not None else None,
+        "acceptance_length": round(al, 6), "per_position_acceptance": json.dumps(ppa),
+        "goodput_per_seq": round(gp, 4), "throughput": round(float(d["output_throughput"]), 4),
+        "experts_touched": None, "torch_version": "", "date": _iso_date(d.get("date")), "code_version": code_version,
+    }
+
+
+def _iso_date(s) -> str:
+    """vLLM writes date as %Y%m%d-%H%M%S."""
+    if not s:
+        return ""
+    m = re.fullmatch(r"(\d{4})(\d{2})(\d{2})-(\d{2})(\d{2})(\d{2})", str(s))
+    return f"{m[1]}-{m[2]}-{m[3]}T{m[4]}:{m[5]}:{m[6]}" if m else str(s)
+
+
+def metrics_to_row(path, *, before=None, target: str = "", draft: str = "", batch_size: int = 1,
+                   itl_ms: float | None = None, model_name: str | None = None, **extra) -> dict:
+    """A row with acceptance only (ITL empty unless given) from a /metrics scrape."""
+    a = read_metrics(path, before=before, model_name=model_name)
+    k = a["k"]
+    row = {c: None for c in _columns()}
+    row.update(source=SOURCE_METRICS, target=target, draft=draft, batch_size=batch_size, k=k,
+               acceptance_length=round(a["acceptance_length"], 6),
+               per_position_acceptance=json.dumps(a["per_position_acceptance"][:k]), itl_ms=itl_ms)
+    if itl_ms:
+        row["goodput_per_seq"] = round(a["acceptance_length"] / (itl_ms / 1e3), 4)
+        row["throughput"] = round(row["goodput_per_seq"] * batch_size, 4)
+    row.update(extra)
+    return row
+
+
+def _columns():
+    return list(ROW_COLUMNS)
+
+
+# the engine-run row schema (same list as calibration.engine.sweep.COLUMNS; a test keeps them equal)
+ROW_COLUMNS = (
+    "source", "target", "draft", "device", "dtype", "batch_size", "k", "context_len", "n_steps",
+    "draft_ms", "verify_ms", "overhead_ms", "itl_ms", "itl_ms_p90", "acceptance_length",
+    "per_position_acceptance", "goodput_per_seq", "throughput", "experts_touched",
+    "torch_version", "date", "code_version",
+)
