@@ -135,3 +135,10 @@ def load_profile(path: str | Path) -> Profile:
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
         raise PlannerError(f"{path}: corrupt calibration profile, not valid JSON ({err})") from None
     return profile_from_dict(data, str(path))
+
+
+def check_profile_matches(profile: Profile, hardware_name: str) -> None:
+    """A profile's efficiencies divide its own device's peaks: refuse it for another device."""
+    if profile.hardware != hardware_name:
+        raise PlannerError(f"{profile.path}: profile was measured on '{profile.hardware}' but the scenario"
+                           f" runs on '{hardware_name}'; use a profile of that device or drop --calibration")

@@ -21,7 +21,7 @@ from simulator.errors import PlannerError
 from simulator.hardware import Hardware, custom_hardware, load_hardware
 from simulator.models import ModelSpec, load_model
 from simulator.moe import Routing
-from simulator.profile import Profile, load_profile
+from simulator.profile import Profile, check_profile_matches, load_profile
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SCENARIO_DIR = REPO_ROOT / "scenarios"
@@ -211,9 +211,7 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
     profile_path = get("calibration", "profile")
     if profile_path:
         profile = load_profile(_resolve_path(profile_path, base_dir))
-        if profile.hardware != hardware.name.split("+")[0] and not hw_over:
-            raise PlannerError(f"{profile.path}: profile was measured on '{profile.hardware}' but the scenario"
-                               f" runs on '{hardware.name}'; use a profile of that device or drop --calibration")
+        check_profile_matches(profile, hardware.name)
 
     raw["_base_dir"] = base_dir
     return Scenario(
@@ -278,7 +276,7 @@ def apply_overrides(raw: dict, overrides: dict) -> dict:
             table.pop("rates", None)
             acc = parse_acceptance(value)
             table["rates"] = list(acc.rates)
-            table.setdefault("source", "given on the command line")
+            table["source"] = overrides.get("acceptance_source") or "given as an override"
         elif name == "draft":
             text = str(value)
             table.pop("model", None)

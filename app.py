@@ -1,0 +1,243 @@
+"""DSD capacity planner dashboard.
+
+    streamlit run app.py --server.address 127.0.0.1 --server.headless true --browser.gatherUsageStats false
+
+A thin shell over the Python API (``simulator.api``): the sidebar builds a scenario, the tabs draw
+``Prediction.table`` / ``.grid`` / ``.breakdown``. No physics here. Charts live in ``dashboard/charts.py``.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+
+import streamlit as st
+
+st.set_page_config(page_title="DSD capacity planner", page_icon="⚡", layout="wide")
+
+from dashboard import charts as C  # noqa: E402
+from dashboard import compute, state as S  # noqa: E402
+from dashboard.sidebar import sidebar  # noqa: E402
+from simulator.errors import PlannerError  # noqa: E402
+
+log = logging.getLogger("dsd.dashboard")
+TABS = ["K* vs batch size", "Goodput heatmap", "Plain vs fixed K vs DSD", "Roofline", "MoE experts",
+        "Operator breakdown", "Validation", "Downloads"]
+
+
+# --- caches (keyed on the scenario JSON; Prediction objects are shared, not copied) --------------
+@st.cache_resource(max_entries=64, show_spinner=False)
+def cached_prediction(key: str, origin: str):
+    return compute.prediction(key, origin)
+
+
+@st.cache_resource(max_entries=256, show_spinner=False)
+def cached_spec(key: str, origin: str, name: str, b: int = 1, k: int = 0) -> dict:
+    """Vega-Lite dict of one chart; built once per (scenario, chart, operating point)."""
+    return compute.chart_spec(compute.build_chart(cached_prediction(key, origin), name, b, k))
+
+
+@st.cache_resource(max_entries=256, show_spinner=False)
+def cached_breakdown(key: str, origin: str, b: int, k: int):
+    return cached_prediction(key, origin).breakdown(b, k)
+
+
+@st.cache_resource(max_entries=32, show_spinner=False)
+def cached_validation(key: str, origin: str, digest: str, data: bytes, name: str):
+    measured = S.read_measured_csv(data, name)
+    predicted = compute.predicted_points(cached_prediction(key, origin), measured)
+    return S.match_measured(predicted, measured)
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def png_bytes(spec_json: str) -> bytes:
+    import vl_convert as vlc
+
+    return vlc.vegalite_to_png(spec_json, scale=2.0)
+
+
+def png_button(label: str, p, name: str, b: int, k: int, file_name: str) -> None:
+    """A download button that builds and renders the chart to PNG only when clicked."""
+    def render() -> bytes:
+        return C.to_png(compute.build_chart(p, name, b, k))
+    st.download_button(label, render, file_name=file_name, mime="image/png", key=f"dl_png_{name}", width="stretch")
+
+
+class Page:
+    """What every tab needs: the prediction, its cache key and the operating point (B, K)."""
+
+    def __init__(self, p, key: str, origin: str, b: int, k: int):
+        self.p, self.key, self.origin, self.b, self.k = p, key, origin, b, k
+
+    def chart(self, name: str, at_point: bool = False) -> None:
+        b, k = (self.b, self.k) if at_point else (1, 0)
+        spec = cached_spec(self.key, self.origin, name, b, k)
+        st.vega_lite_chart(spec=dict(spec), width="stretch", key=f"chart_{name}")
+
+
+# --- page ----------------------------------------------------------------------------------------
+def headline(p) -> None:
+    t = p.table
+    fits = t[t["fits_memory"]]
+    if fits.empty:
+        st.warning("No batch size in the range fits in device memory: add GPUs (TP), quantize, or shorten the context.")
+        return
+    c = st.columns(4)
+    first = fits.iloc[0]
+    c[0].metric(f"K* at B = {int(first.batch_size)}", int(first.k_opt))
+    c[1].metric(f"Speedup vs plain at B = {int(first.batch_size)}", f"{first.speedup_vs_plain:.2f}×")
+    c[2].metric("K* range over B", f"{int(fits.k_opt.min())} – {int(fits.k_opt.max())}")
+    c[3].metric("Largest B that fits memory", int(fits.batch_size.max()),
+                help=f"{p.scenario.deployment.memory_utilization:.0%} of "
+                     f"{p.scenario.hardware.memory_bytes / 1e9:.0f} GB per GPU")
+
+
+def provenance_line(p) -> None:
+    pv = p.provenance
+    st.caption(f"**Prediction rests on** step times: {pv['step_time_source']} · acceptance: {pv['acceptance']} · "
+               f"hardware: {pv['hardware']} · model: {pv['model']} · {pv['deployment']} · draft: {pv['draft']} · "
+               f"context: {pv['context_len']} tokens")
+
+
+def tab_kstar(pg: Page) -> None:
+    pg.chart("k_star")
+    st.caption("K* = argmax over K of goodput(B, K) = AL(K) / ITL(B, K), among the K whose memory fits; "
+               "K = 0 is plain decoding.")
+    st.dataframe(pg.p.table, hide_index=True, width="stretch", height=260)
+
+
+def tab_heatmap(pg: Page) -> None:
+    rel = st.toggle("Colour relative to the best K at each batch size", key="heat_rel",
+                    help="Shows how flat the optimum is: cells near 100% are almost as good as K*.")
+    pg.chart("heatmap_rel" if rel else "heatmap")
+
+
+def tab_policy(pg: Page) -> None:
+    pg.chart("policy")
+    pg.chart("gain")
+    t = pg.p.table.dropna(subset=["speedup_vs_fixed"])
+    if not t.empty:
+        best = t.loc[t["speedup_vs_fixed"].idxmax()]
+        st.caption(f"Largest gain of dynamic K* over fixed K = {pg.p.scenario.fixed_k}: "
+                   f"{best.speedup_vs_fixed:.2f}× at B = {int(best.batch_size)} (K* = {int(best.k_opt)}).")
+
+
+def tab_roofline(pg: Page) -> None:
+    pg.chart("roofline", at_point=True)
+    hw = pg.p.scenario.hardware
+    st.caption(f"Each point is one operator of the verify step at B = {pg.b}, K = {pg.k} "
+               f"(T = {pg.b * (pg.k + 1)} tokens). On the slope: memory-bound; on the flat roof: compute-bound. "
+               f"Ridge point of {hw.name}: {hw.ridge_point:,.0f} FLOP/byte (bf16). Datasheet-only predictions sit "
+               "on the roof; a calibration profile moves them below it. Set B and K in the sidebar.")
+
+
+def tab_moe(pg: Page) -> None:
+    if not compute.is_moe(pg.p):
+        st.info(f"{pg.p.scenario.model.name} is a dense model: no experts. Pick an MoE model (qwen3-235b-a22b, "
+                "qwen3-30b-a3b, mixtral-8x7b, deepseek-v3, gpt-oss-120b) or the qwen3-235b-h200 scenario.")
+        return
+    pg.chart("experts")
+    pg.chart("expert_share")
+    st.caption("E_touched(T) = Σ_i [1 − (1 − p_i)^T]: at small B each extra draft token loads new experts; "
+               "once nearly all are loaded, extra K is almost free until the step turns compute-bound.")
+
+
+def tab_breakdown(pg: Page) -> None:
+    pg.chart("breakdown", at_point=True)
+    st.dataframe(cached_breakdown(pg.key, pg.origin, pg.b, pg.k), hide_index=True, width="stretch")
+
+
+def tab_validation(pg: Page) -> None:
+    st.markdown("Upload measured engine runs (CSV with `batch_size, k, itl_ms` and optionally `goodput_per_seq`, "
+                "as written by `python -m calibration.engine` or `calibration.vllm_io`). Rows are matched on "
+                "(batch_size, k); repeated points are reduced to their median. The prediction uses the "
+                "scenario in the sidebar, its acceptance included.")
+    up = st.file_uploader("Measured runs (CSV)", type=["csv"], key="measured_csv")
+    if up is None:
+        return
+    data = up.getvalue()
+    try:
+        m = cached_validation(pg.key, pg.origin, hashlib.sha256(data).hexdigest(), data, up.name)
+    except PlannerError as err:
+        st.error(f"Measured CSV rejected: {err}")
+        return
+    c = st.columns(3)
+    c[0].metric("Matched (B, K) points", len(m))
+    c[1].metric("ITL error (MAPE)", f"{S.mape(m['itl_err']):.1f}%")
+    gp = S.mape(m["goodput_err"])
+    c[2].metric("Goodput error (MAPE)", "n/a" if gp != gp else f"{gp:.1f}%")
+    left, right = st.columns(2)
+    with left:
+        st.altair_chart(C.parity_chart(m, "itl_ms", "ITL (ms per step)"), width="stretch", key="chart_val_itl")
+    with right:
+        if m["goodput_per_seq_meas"].notna().any():
+            st.altair_chart(C.parity_chart(m, "goodput_per_seq", "goodput (tokens/s per seq)"), width="stretch",
+                            key="chart_val_goodput")
+        else:
+            st.info("The CSV has no goodput_per_seq column: only ITL is compared.")
+    st.dataframe(m, hide_index=True, width="stretch")
+
+
+def tab_downloads(pg: Page) -> None:
+    p = pg.p
+    name = p.scenario.name
+    c1, c2 = st.columns(2)
+    with c1:
+        st.markdown("**Engine schedules and data**")
+        st.download_button("vLLM speculative config (JSON)", json.dumps(p.vllm(), indent=2),
+                           file_name=f"{name}-vllm.json", mime="application/json", key="dl_vllm", width="stretch")
+        trt = {"draft_len_schedule": {str(b_): int(k_) for b_, k_ in p.trtllm().items()}}
+        st.download_button("TensorRT-LLM draft_len_schedule (JSON)", json.dumps(trt, indent=2),
+                           file_name=f"{name}-trtllm.json", mime="application/json", key="dl_trt", width="stretch")
+        st.download_button("Goodput grid (CSV)", lambda: p.grid.to_csv(index=False), file_name=f"{name}-grid.csv",
+                           mime="text/csv", key="dl_grid", width="stretch")
+        st.download_button("K* table (CSV)", lambda: p.table.to_csv(index=False), file_name=f"{name}-kstar.csv",
+                           mime="text/csv", key="dl_table", width="stretch")
+        st.download_button("Prediction with provenance (JSON)", lambda: json.dumps(p.to_dict(), indent=2),
+                           file_name=f"{name}-prediction.json", mime="application/json", key="dl_dict",
+                           width="stretch")
+        with st.expander("vLLM config preview"):
+            st.json(p.vllm())
+    with c2:
+        st.markdown(f"**Charts (PNG, rendered on click; roofline and breakdown at B = {pg.b}, K = {pg.k})**")
+        names = [("K* vs batch size", "k_star"), ("Goodput heatmap", "heatmap"), ("Tokens/s per user", "policy"),
+                 ("DSD gain", "gain"), ("Roofline", "roofline"), ("Operator breakdown", "breakdown")]
+        if compute.is_moe(p):
+            names += [("MoE experts touched", "experts"), ("MoE expert time share", "expert_share")]
+        for label, chart_name in names:
+            png_button(f"{label} (PNG)", p, chart_name, pg.b, pg.k, f"{name}-{chart_name.replace('_', '-')}.png")
+
+
+TAB_VIEWS = dict(zip(TABS, [tab_kstar, tab_heatmap, tab_policy, tab_roofline, tab_moe, tab_breakdown,
+                            tab_validation, tab_downloads]))
+
+
+def main() -> None:
+    st.title("Speculative decoding capacity planner")
+    inputs = sidebar()
+    if inputs.raw is None:
+        return
+    key = S.scenario_key(inputs.raw)
+    try:
+        p = cached_prediction(key, inputs.origin)
+        k = compute.inspect_k(p, inputs.inspect_b, inputs.inspect_k)
+    except PlannerError as err:
+        st.error(str(err))
+        return
+    provenance_line(p)
+    headline(p)
+    pg = Page(p, key, inputs.origin, inputs.inspect_b, k)
+    # on_change="rerun": only the open tab's content runs (and builds its charts)
+    for tab, (label, view) in zip(st.tabs(TABS, key="view", on_change="rerun"), TAB_VIEWS.items()):
+        if tab.open:
+            with tab:
+                view(pg)
+
+
+try:
+    main()
+except PlannerError as err:
+    st.error(str(err))
+except Exception as err:  # never show a traceback; the log keeps it
+    log.exception("dashboard failed")
+    st.error(f"Internal error ({type(err).__name__}): {err}. Please report it with the scenario you used.")

@@ -1,0 +1,100 @@
+"""The compute path of one rerun: scenario dict -> Prediction -> the open tab's chart specs.
+
+Streamlit-free so ``benchmarks/bench_dashboard.py`` times exactly what a rerun does; ``app.py``
+wraps these functions in ``st.cache_resource``. Charts are built only for the tab that is open and
+turned into Vega-Lite dicts once per scenario (Altair's object model costs tens of ms per chart on
+a small CPU; a cached dict costs nothing to send again).
+"""
+from __future__ import annotations
+
+import json
+import threading
+
+import altair as alt
+import numpy as np
+import pandas as pd
+
+from dashboard import charts as C
+from simulator.api import Prediction, predict_scenario
+from simulator.scenario import build_scenario
+
+_ALTAIR_LOCK = threading.Lock()  # data transformers and themes are process-global in Altair
+
+
+def prediction(key: str, origin: str) -> Prediction:
+    """Build and evaluate the scenario that ``key`` (JSON of the scenario dict) describes."""
+    raw = json.loads(key)
+    sc = build_scenario(raw, origin, raw.get("_base_dir"))
+    p = predict_scenario(sc)
+    p.table, p.grid  # noqa: B018 -- fill the cached properties once, inside the cache
+    return p
+
+
+def inspect_k(p: Prediction, b: int, k: int | None) -> int:
+    """K to inspect at batch size b: the given one, else K* there (0 when nothing fits)."""
+    if k is not None:
+        return int(k)
+    t = p.table
+    row = t[t["batch_size"] == b]
+    if row.empty or pd.isna(row["k_opt"].iloc[0]):
+        return 0
+    return int(row["k_opt"].iloc[0])
+
+
+def subtitle(p: Prediction) -> str:
+    sc = p.scenario
+    return (f"{sc.model.name} on {sc.deployment.tp}× {sc.hardware.name}, draft {sc.draft.label},"
+            f" L = {sc.context_len} tokens, {sc.acceptance.label}")
+
+
+def is_moe(p: Prediction) -> bool:
+    return "experts_touched" in p.grid.columns
+
+
+def build_chart(p: Prediction, name: str, b: int = 1, k: int = 0) -> alt.TopLevelMixin:
+    """One named chart of a prediction (b, k: the operating point of the roofline and breakdown)."""
+    sub = subtitle(p)
+    t, g, sc = p.table, p.grid, p.scenario
+    if name == "k_star":
+        return C.k_star_chart(t, sub)
+    if name in ("heatmap", "heatmap_rel"):
+        return C.goodput_heatmap(g, t, relative=name == "heatmap_rel", title=sub)
+    if name == "policy":
+        return C.policy_chart(t, sc.fixed_k, sub)
+    if name == "gain":
+        return C.gain_chart(t, sc.fixed_k, sub)
+    if name == "experts":
+        return C.experts_touched_chart(g, sc.model.num_experts, sc.model.experts_per_token, sub)
+    if name == "expert_share":
+        return C.expert_share_chart(g, sub)
+    if name == "roofline":
+        peak = sc.hardware.peak_flops_per_s(sc.deployment.weight_dtype, sc.deployment.act_dtype)
+        return C.roofline_chart(p.breakdown(b, k), peak, sc.hardware.hbm_bandwidth_bytes_per_s,
+                                f"{sub}; B = {b}, K = {k}")
+    if name == "breakdown":
+        return C.breakdown_chart(p.breakdown(b, k), f"{sub}; B = {b}, K = {k}")
+    raise KeyError(name)
+
+
+def chart_spec(chart: alt.TopLevelMixin) -> dict:
+    """Vega-Lite dict with its data as named DataFrames under ``datasets`` (what st.vega_lite_chart reads)."""
+    datasets: dict[str, pd.DataFrame] = {}
+
+    def named(data):
+        name = f"d{len(datasets)}"
+        datasets[name] = data
+        return {"name": name}
+
+    with _ALTAIR_LOCK:
+        alt.data_transformers.register("dsd_named", named)
+        with alt.data_transformers.enable("dsd_named"), alt.theme.enable("none"):
+            spec = chart.to_dict(validate=False)
+    spec["datasets"] = datasets
+    return spec
+
+
+def predicted_points(p: Prediction, measured: pd.DataFrame) -> pd.DataFrame:
+    """Prediction at exactly the measured (B, K) points."""
+    bs = np.unique(measured["batch_size"].to_numpy())
+    ks = np.unique(measured["k"].to_numpy())
+    return predict_scenario(p.scenario, batch_sizes=bs, ks=ks).grid

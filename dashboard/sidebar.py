@@ -1,0 +1,206 @@
+"""Sidebar inputs. Every widget has a session-state key; the scenario picker fills all of them."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import streamlit as st
+
+from dashboard import state as S
+from simulator.errors import PlannerError
+from simulator.hardware import ACT_DTYPES, KV_DTYPES, WEIGHT_DTYPES, list_hardware, load_hardware
+from simulator.models import list_models
+
+
+@dataclass
+class Inputs:
+    """What the sidebar resolved to: a scenario dict to build, plus notes for the page."""
+
+    raw: dict | None          # None when an input is unusable (an error was shown)
+    origin: str
+    inspect_b: int
+    inspect_k: int | None     # None: use K* at inspect_b
+    acceptance_note: str
+
+
+def _apply_scenario() -> None:
+    ss = st.session_state
+    ss["_base_raw"] = S.read_scenario(ss["scenario"])
+    ss["_base_controls"] = S.controls_from_scenario(ss["_base_raw"])
+    for key, value in ss["_base_controls"].items():
+        ss[key] = value
+
+
+def _hardware_changed() -> None:
+    ss = st.session_state
+    hw = load_hardware(ss["hw_name"])
+    ss["hw_peak_tflops"] = hw.peak_bf16_flops_per_s / 1e12
+    ss["hw_bw_tbs"] = hw.hbm_bandwidth_bytes_per_s / 1e12
+
+
+def _init_state() -> None:
+    """First run: fill from the default scenario. Later runs: keep the values of hidden widgets.
+
+    Streamlit drops the state of a widget that was not drawn in the last run (e.g. the draft-model
+    select while the draft method is eagle), so every control is re-assigned from itself or from
+    a shadow copy before any widget is drawn.
+    """
+    ss = st.session_state
+    if "scenario" not in ss:
+        ss["scenario"] = S.scenario_names()[0]
+        _apply_scenario()
+    ss.setdefault("insp_b", 8)
+    ss.setdefault("insp_k", "K*")
+    shadow = ss.setdefault("_shadow", {})
+    for key in list(ss["_base_controls"]) + ["insp_b", "insp_k"]:
+        if key in ss:
+            ss[key] = ss[key]
+        elif key in shadow:
+            ss[key] = shadow[key]
+        elif key in ss["_base_controls"]:
+            ss[key] = ss["_base_controls"][key]
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def _uploaded_model(data: bytes, name: str) -> str:
+    return S.uploaded_model(data, name)
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def _bench_rates(data: bytes, name: str) -> list[float]:
+    return S.acceptance_from_bench_json(data, name)
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def _metrics_rates(data: bytes, name: str) -> list[float]:
+    return S.acceptance_from_metrics(data, name)
+
+
+def sidebar() -> Inputs:
+    """Draw the sidebar; return the scenario dict the controls describe."""
+    _init_state()
+    ss = st.session_state
+    sb = st.sidebar
+    ok = True
+    sb.selectbox("Scenario", S.scenario_names(), key="scenario", on_change=_apply_scenario,
+                 help="A file in scenarios/; picking one fills every control below.")
+    base_raw = ss.get("_base_raw") or S.read_scenario(ss["scenario"])
+    base_controls = ss.get("_base_controls") or S.controls_from_scenario(base_raw)
+    if base_raw.get("description"):
+        sb.caption(base_raw["description"])
+
+    sb.subheader("Hardware")
+    sb.selectbox("Accelerator", list(list_hardware()), key="hw_name", on_change=_hardware_changed)
+    sb.toggle("Custom peak FLOP/s and bandwidth", key="hw_custom",
+              help="What-if device: the selected accelerator with these figures replaced.")
+    if ss["hw_custom"]:
+        c1, c2 = sb.columns(2)
+        c1.number_input("Peak bf16 (TFLOP/s)", min_value=0.1, max_value=100000.0, step=50.0, key="hw_peak_tflops")
+        c2.number_input("HBM (TB/s)", min_value=0.01, max_value=1000.0, step=0.1, key="hw_bw_tbs")
+    c1, c2 = sb.columns(2)
+    c1.selectbox("Tensor parallel (TP)", S.TP_CHOICES, key="tp")
+    c2.selectbox("Expert parallel (EP)", S.EP_CHOICES, key="ep", help="MoE models only; must divide TP.")
+
+    sb.subheader("Model and draft")
+    sb.radio("Target model", ["catalog", "upload config.json"], key="model_src", horizontal=True)
+    model = ss["model_name"]
+    if ss["model_src"] == "catalog":
+        sb.selectbox("Catalog model", list(list_models()), key="model_name")
+    else:
+        up = sb.file_uploader("Hugging Face config.json", type=["json"], key="model_upload")
+        if up is None:
+            sb.info(f"No config.json uploaded yet: using the catalog model {model}.")
+        else:
+            try:
+                model = _uploaded_model(up.getvalue(), up.name)
+            except PlannerError as err:
+                st.error(f"Model upload rejected: {err}")
+                ok = False
+    sb.selectbox("Draft method", S.DRAFT_CHOICES, key="draft_method",
+                 help="eagle / eagle3: a one-layer head; mtp: the model's multi-token-prediction module; "
+                      "ngram: prompt lookup on the host; model: a separate small draft model.")
+    if ss["draft_method"] == "model":
+        sb.selectbox("Draft model", list(list_models()), key="draft_model")
+
+    sb.subheader("Acceptance")
+    sb.radio("Acceptance from", S.ACC_MODES, key="acc_mode")
+    rates, source = None, ""
+    mode = ss["acc_mode"]
+    if mode == S.ACC_IID:
+        sb.slider("Acceptance rate a (i.i.d.)", 0.0, S.MAX_RATE, step=0.01, key="acc_rate")
+        rates, source = [float(ss["acc_rate"])], "i.i.d. rate set in the dashboard"
+    elif mode == S.ACC_LIST:
+        sb.text_input("Per-position rates a_1, a_2, ...", key="acc_list",
+                      help="Conditional acceptance of draft position i given 1..i-1 accepted; the last repeats.")
+        try:
+            rates = S.parse_rates_text(ss["acc_list"])
+        except PlannerError as err:
+            st.error(str(err))
+            ok = False
+        same = ss["acc_list"].strip() == base_controls["acc_list"].strip()
+        source = (base_raw.get("acceptance", {}).get("source", "scenario file") if same
+                  else "per-position rates entered in the dashboard")
+    else:
+        bench = mode == S.ACC_BENCH
+        up = sb.file_uploader("vLLM bench serve JSON" if bench else "vLLM /metrics text",
+                              type=["json"] if bench else ["txt", "prom", "metrics", "log"], key="acc_file")
+        if up is None:
+            sb.info("No file uploaded yet: using the scenario's acceptance rates.")
+        else:
+            try:
+                rates = (_bench_rates if bench else _metrics_rates)(up.getvalue(), up.name)
+                source = f"measured: {'vLLM bench JSON' if bench else 'vLLM /metrics'} {up.name}"
+            except PlannerError as err:
+                st.error(f"Acceptance file rejected: {err}")
+                ok = False
+    if rates is None:
+        rates = S.parse_rates_text(base_controls["acc_list"])
+        source = base_raw.get("acceptance", {}).get("source", "scenario file")
+
+    sb.subheader("Workload and precision")
+    sb.number_input("Context length L (tokens)", min_value=1, max_value=1_048_576, step=512, key="context_len")
+    c1, c2, c3 = sb.columns(3)
+    c1.selectbox("Weights", list(WEIGHT_DTYPES), key="w_dtype")
+    c2.selectbox("Activations", list(ACT_DTYPES), key="a_dtype")
+    c3.selectbox("KV cache", list(KV_DTYPES), key="kv_dtype")
+    sb.slider("Batch sizes B", 1, S.BATCH_MAX, key="bs_range")
+    sb.slider("K max (draft tokens)", 1, S.K_MAX_LIMIT, key="k_max")
+    ss["fixed_k"] = min(int(ss.get("fixed_k", 3)), int(ss["k_max"]))
+    sb.slider("Fixed K to compare against", 0, int(ss["k_max"]), key="fixed_k")
+
+    sb.subheader("Calibration")
+    profiles = S.profile_files()
+    options = [S.NO_PROFILE] + list(profiles)
+    if ss.get("calibration") not in options:
+        ss["calibration"] = S.NO_PROFILE
+    sb.selectbox("Calibration profile", options, key="calibration",
+                 help="Fitted efficiencies from calibration/data/*.json; none = pure datasheet roofline.")
+    profile = None
+    if ss["calibration"] != S.NO_PROFILE:
+        path = profiles[ss["calibration"]]
+        try:
+            measured_on = S.profile_hardware(path)
+        except PlannerError as err:
+            st.error(f"Calibration profile unusable, showing datasheet-only predictions: {err}")
+            measured_on = None
+        if measured_on is not None:
+            if measured_on != ss["hw_name"] and not ss["hw_custom"]:
+                st.warning(f"Calibration profile {ss['calibration']} was measured on '{measured_on}', not on "
+                           f"'{ss['hw_name']}': ignored, predictions below are datasheet-only.")
+            else:
+                profile = path
+
+    sb.subheader("Operating point (roofline, breakdown)")
+    lo, hi = ss["bs_range"]
+    ss["insp_b"] = int(min(max(int(ss["insp_b"]), lo), hi))
+    sb.number_input("Batch size B", min_value=int(lo), max_value=int(hi), step=1, key="insp_b")
+    k_opts = ["K*"] + list(range(int(ss["k_max"]) + 1))
+    if ss["insp_k"] not in k_opts:
+        ss["insp_k"] = "K*"
+    sb.selectbox("Draft length K", k_opts, key="insp_k", help="K* = the optimal K at this batch size.")
+
+    controls = {k: ss[k] for k in base_controls}
+    ss["_shadow"].update(controls, insp_b=ss["insp_b"], insp_k=ss["insp_k"])
+    raw = S.scenario_raw(base_raw, controls, acceptance=rates, acceptance_source=source, model=model,
+                         profile=profile) if ok else None
+    return Inputs(raw=raw, origin=f"dashboard (from scenarios/{ss['scenario']}.toml)", inspect_b=int(ss["insp_b"]),
+                  inspect_k=None if ss["insp_k"] == "K*" else int(ss["insp_k"]), acceptance_note=source)

@@ -1,0 +1,320 @@
+"""Dashboard plumbing without Streamlit: controls <-> scenario dicts, uploads, validation matching.
+
+Everything here is pure Python so it can be tested and benchmarked without a running app. The
+physics stays in ``simulator``: this module only translates what the user picked into the scenario
+layout that :func:`simulator.scenario.build_scenario` reads, and reads measured files.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import io
+import json
+import math
+import os
+import re
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from simulator.errors import PlannerError
+from simulator.models import list_models, model_from_hf_config
+from simulator.scenario import REPO_ROOT, SCENARIO_DIR, read_scenario_file
+
+CALIBRATION_DIR = REPO_ROOT / "calibration" / "data"
+NO_PROFILE = "none (datasheet only)"
+TP_CHOICES = [1, 2, 4, 8, 16]
+EP_CHOICES = [1, 2, 4, 8]
+DRAFT_CHOICES = ["eagle", "eagle3", "mtp", "ngram", "model"]
+ACC_IID, ACC_LIST, ACC_BENCH, ACC_METRICS = ("i.i.d. rate", "per-position list", "vLLM bench JSON",
+                                             "vLLM /metrics dump")
+ACC_MODES = [ACC_IID, ACC_LIST, ACC_BENCH, ACC_METRICS]
+BATCH_MAX = 1024
+K_MAX_LIMIT = 16
+MAX_RATE = 0.99  # Acceptance needs rates < 1
+
+
+# --- scenario files and calibration profiles --------------------------------------------------
+
+def scenario_names() -> list[str]:
+    names = sorted(p.stem for p in SCENARIO_DIR.glob("*.toml"))
+    return (["default"] if "default" in names else []) + [n for n in names if n != "default"]
+
+
+def profile_files() -> dict[str, str]:
+    """Label -> path of calibration profiles (calibration/data/*.json, plus $DSD_PROFILE_DIR)."""
+    dirs = [CALIBRATION_DIR] + ([Path(os.environ["DSD_PROFILE_DIR"])] if os.environ.get("DSD_PROFILE_DIR") else [])
+    out = {}
+    for d in dirs:
+        for p in sorted(Path(d).glob("*.json")):
+            out[p.name] = str(p)
+    return out
+
+
+def profile_hardware(path: str) -> str:
+    """The catalog hardware a profile was fitted on (PlannerError when it is not a profile)."""
+    from simulator.profile import load_profile
+
+    return load_profile(path).hardware
+
+
+def rates_text(rates) -> str:
+    return ", ".join(f"{float(r):g}" for r in rates)
+
+
+def parse_rates_text(text: str) -> list[float]:
+    """'0.8, 0.7 0.6' -> [0.8, 0.7, 0.6]; PlannerError naming the bad item."""
+    items = [t for t in re.split(r"[,\s;]+", text.strip()) if t]
+    if not items:
+        raise PlannerError("per-position acceptance: enter at least one rate, e.g. 0.8, 0.7, 0.6")
+    out = []
+    for t in items:
+        try:
+            r = float(t)
+        except ValueError:
+            raise PlannerError(f"per-position acceptance: '{t}' is not a number") from None
+        if not 0.0 <= r < 1.0:
+            raise PlannerError(f"per-position acceptance: rate {t} outside [0, 1)")
+        out.append(r)
+    return out
+
+
+def controls_from_scenario(raw: dict) -> dict:
+    """Widget values (session-state keys) that reproduce a scenario file."""
+    hw = raw.get("hardware", {})
+    prec = raw.get("precision", {})
+    wl = raw.get("workload", {})
+    acc = raw.get("acceptance", {})
+    draft = raw.get("draft", {})
+    rates = acc.get("rates", [acc.get("rate", 0.7)])
+    batch = wl.get("batch_sizes", "1-512")
+    try:
+        from simulator.scenario import parse_batch_sizes
+        bs = parse_batch_sizes(batch)
+        b_lo, b_hi = int(bs.min()), int(min(bs.max(), BATCH_MAX))
+    except PlannerError:
+        b_lo, b_hi = 1, 256
+    k_max = int(min(wl.get("k_max", 8), K_MAX_LIMIT))
+    from simulator.hardware import load_hardware
+    base = load_hardware(hw.get("name", "h100-sxm"))
+    custom = "peak_bf16_flops_per_s" in hw or "hbm_bandwidth_bytes_per_s" in hw
+    model = raw.get("model", {}).get("name", "llama-3.1-8b")
+    profile = raw.get("calibration", {}).get("profile")
+    return {
+        "hw_name": hw.get("name", "h100-sxm"),
+        "hw_custom": custom,
+        "hw_peak_tflops": float(hw.get("peak_bf16_flops_per_s", base.peak_bf16_flops_per_s)) / 1e12,
+        "hw_bw_tbs": float(hw.get("hbm_bandwidth_bytes_per_s", base.hbm_bandwidth_bytes_per_s)) / 1e12,
+        "tp": int(hw.get("tp", 1)),
+        "ep": int(hw.get("ep", 1)),
+        "model_src": "catalog",
+        "model_name": model if model in list_models() else list_models()[0],
+        "draft_method": draft.get("method", "eagle"),
+        "draft_model": draft.get("model", "llama-3.2-1b") if draft.get("model") in list_models() else "llama-3.2-1b",
+        "acc_mode": ACC_IID if len(rates) == 1 else ACC_LIST,
+        "acc_rate": float(min(rates[0], MAX_RATE)),
+        "acc_list": rates_text(rates),
+        "context_len": int(wl.get("context_len", 2048)),
+        "w_dtype": prec.get("weights", "bf16"),
+        "a_dtype": prec.get("activations", "bf16"),
+        "kv_dtype": prec.get("kv_cache", "bf16"),
+        "bs_range": (b_lo, max(b_hi, b_lo)),
+        "k_max": k_max,
+        "fixed_k": int(min(wl.get("fixed_k", 3), k_max)),
+        "calibration": Path(profile).name if profile else NO_PROFILE,
+    }
+
+
+def read_scenario(name: str) -> dict:
+    """The raw scenario dict of a bundled scenario (TOML layout, with _base_dir)."""
+    raw = read_scenario_file(SCENARIO_DIR / f"{name}.toml")
+    raw.pop("_path", None)
+    return raw
+
+
+def scenario_raw(base: dict, c: dict, *, acceptance: list[float], acceptance_source: str,
+                 model: str, profile: str | None) -> dict:
+    """Overlay the controls ``c`` on a scenario dict (keeps its routing, expert dtype, open sections)."""
+    raw = copy.deepcopy(base)
+    raw.setdefault("model", {})["name"] = model
+    raw["model"].pop("source", None)
+    hw = raw.setdefault("hardware", {})
+    for key in ("peak_bf16_flops_per_s", "hbm_bandwidth_bytes_per_s"):
+        hw.pop(key, None)
+    hw.update(name=c["hw_name"], tp=int(c["tp"]), ep=int(c["ep"]))
+    if c["hw_custom"]:
+        hw["peak_bf16_flops_per_s"] = float(c["hw_peak_tflops"]) * 1e12
+        hw["hbm_bandwidth_bytes_per_s"] = float(c["hw_bw_tbs"]) * 1e12
+    prec = raw.setdefault("precision", {})
+    prec.update(weights=c["w_dtype"], activations=c["a_dtype"], kv_cache=c["kv_dtype"])
+    raw["draft"] = ({"method": "model", "model": c["draft_model"]} if c["draft_method"] == "model"
+                    else {"method": c["draft_method"]})
+    raw["acceptance"] = {"rates": [float(r) for r in acceptance], "source": acceptance_source}
+    wl = raw.setdefault("workload", {})
+    lo, hi = c["bs_range"]
+    wl.update(context_len=int(c["context_len"]), batch_sizes=f"{int(lo)}-{int(hi)}", k_max=int(c["k_max"]),
+              fixed_k=int(c["fixed_k"]))
+    raw.pop("calibration", None)
+    if profile:
+        raw["calibration"] = {"profile": profile}
+    return raw
+
+
+def scenario_key(raw: dict) -> str:
+    """A stable cache key for a scenario dict."""
+    return json.dumps(raw, sort_keys=True, default=str)
+
+
+# --- uploads ----------------------------------------------------------------------------------
+
+def _json_object(data: bytes, filename: str) -> dict:
+    try:
+        obj = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise PlannerError(f"{filename}: not a text file") from None
+    except json.JSONDecodeError as err:
+        raise PlannerError(f"{filename}: not valid JSON ({err.msg} at line {err.lineno})") from None
+    if not isinstance(obj, dict):
+        raise PlannerError(f"{filename}: expected a JSON object at the top level")
+    return obj
+
+
+def uploaded_model(data: bytes, filename: str) -> str:
+    """Validate an uploaded Hugging Face config.json and store it where ``load_model`` can read it.
+
+    Returns the path to pass as the scenario's model name. Adapter: build_scenario takes a model
+    name or a file path, not a config dict, so the upload is written to a content-addressed file.
+    """
+    cfg = _json_object(data, filename)
+    stem = str(cfg.get("_name_or_path") or Path(filename).stem or "uploaded").rstrip("/").split("/")[-1]
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", stem) or "uploaded"
+    model_from_hf_config(cfg, name=stem, origin=filename)  # raises PlannerError with the reason
+    digest = hashlib.sha256(data).hexdigest()[:12]
+    path = Path(tempfile.gettempdir()) / "dsd-dashboard-uploads" / digest / stem / "config.json"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    return str(path)
+
+
+def _conditional(r: list[float]) -> list[float]:
+    """vLLM's unconditional per-position rates r_i -> conditional a_i = r_i / r_{i-1}."""
+    try:
+        from calibration.vllm_io import conditional_rates
+        out = conditional_rates(list(r))
+    except ImportError:  # calibration not installed: same formula
+        out, prev = [], 1.0
+        for x in r:
+            out.append(x / prev if prev > 0 else None)
+            prev = x
+    return out
+
+
+def _clean_rates(rates: list, filename: str) -> list[float]:
+    out = []
+    for r in rates:
+        if r is None or not isinstance(r, (int, float)) or not math.isfinite(r) or r < 0:
+            break  # a position nobody reached: stop there
+        out.append(min(float(r), MAX_RATE))
+    if not out:
+        raise PlannerError(f"{filename}: no usable per-position acceptance rates")
+    return out
+
+
+def acceptance_from_bench_json(data: bytes, filename: str) -> list[float]:
+    """Conditional per-position acceptance from `vllm bench serve --save-result` JSON."""
+    obj = _json_object(data, filename)
+    r = obj.get("spec_decode_per_position_acceptance_rates")
+    if r is None:
+        raise PlannerError(f"{filename}: no 'spec_decode_per_position_acceptance_rates' field — was the server"
+                           " running speculative decoding (and vLLM new enough to record it)?")
+    if not isinstance(r, list) or not r or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in r):
+        raise PlannerError(f"{filename}: 'spec_decode_per_position_acceptance_rates' must be a non-empty list of numbers")
+    return _clean_rates(_conditional(r), filename)
+
+
+def acceptance_from_metrics(data: bytes, filename: str) -> list[float]:
+    """Conditional per-position acceptance from a Prometheus /metrics scrape of a vLLM server."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise PlannerError(f"{filename}: not a text file") from None
+    try:
+        from calibration.vllm_io import VllmFormatError, acceptance_from_counters, spec_decode_counters
+    except ImportError:
+        return _clean_rates(_conditional(_metrics_fallback(text, filename)), filename)
+    try:
+        acc = acceptance_from_counters(spec_decode_counters(text, filename), filename)
+    except VllmFormatError as err:
+        raise PlannerError(str(err)) from None
+    if not acc["per_position_acceptance"]:
+        raise PlannerError(f"{filename}: no vllm:spec_decode_num_accepted_tokens_per_pos_total samples")
+    return _clean_rates(acc["per_position_acceptance"], filename)
+
+
+def _metrics_fallback(text: str, filename: str) -> list[float]:
+    """Minimal reader when calibration.vllm_io is absent: accepted_i / drafts (unconditional)."""
+    drafts, pos = 0.0, {}
+    for line in text.splitlines():
+        m = re.match(r'^(vllm:spec_decode_num_drafts_total|vllm:spec_decode_num_accepted_tokens_per_pos_total)'
+                     r'(\{[^}]*\})?\s+(\S+)', line.strip())
+        if not m:
+            continue
+        value = float(m.group(3))
+        if m.group(1).endswith("drafts_total"):
+            drafts += value
+        else:
+            p = re.search(r'position="(\d+)"', m.group(2) or "")
+            if p:
+                pos[int(p.group(1))] = pos.get(int(p.group(1)), 0.0) + value
+    if drafts <= 0 or not pos:
+        raise PlannerError(f"{filename}: no vllm:spec_decode_* counters — was speculative decoding enabled?")
+    return [pos[i] / drafts for i in sorted(pos)]
+
+
+# --- validation against measured runs -----------------------------------------------------------
+
+MEASURED_REQUIRED = ("batch_size", "k", "itl_ms")
+
+
+def read_measured_csv(data: bytes, filename: str) -> pd.DataFrame:
+    """Measured engine runs (calibration.engine CSV schema); one row per (batch_size, k) (medians)."""
+    try:
+        df = pd.read_csv(io.BytesIO(data))
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
+        raise PlannerError(f"{filename}: not a readable CSV ({str(err).splitlines()[0]})") from None
+    missing = [c for c in MEASURED_REQUIRED if c not in df.columns]
+    if missing:
+        raise PlannerError(f"{filename}: missing column(s) {', '.join(missing)}"
+                           f" (need batch_size, k, itl_ms; optional goodput_per_seq)")
+    cols = [c for c in ("batch_size", "k", "itl_ms", "goodput_per_seq", "acceptance_length") if c in df.columns]
+    df = df[cols].apply(pd.to_numeric, errors="coerce")
+    df = df.dropna(subset=["batch_size", "k", "itl_ms"])
+    df = df[(df["batch_size"] >= 1) & (df["k"] >= 0) & (df["itl_ms"] > 0)]
+    if df.empty:
+        raise PlannerError(f"{filename}: no rows with numeric batch_size >= 1, k >= 0 and itl_ms > 0")
+    if (df["k"] > 32).any():
+        raise PlannerError(f"{filename}: k up to {int(df['k'].max())}; the planner handles K <= 32")
+    df["batch_size"] = df["batch_size"].round().astype(int)
+    df["k"] = df["k"].round().astype(int)
+    return df.groupby(["batch_size", "k"], as_index=False).median()
+
+
+def match_measured(predicted: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
+    """Join predicted grid rows and measured rows on (batch_size, k); add relative errors."""
+    pred = predicted[["batch_size", "k", "itl_ms", "goodput_per_seq"]]
+    m = pred.merge(measured, on=["batch_size", "k"], suffixes=("_pred", "_meas"), how="inner")
+    if "goodput_per_seq_meas" not in m.columns:
+        m = m.rename(columns={"goodput_per_seq": "goodput_per_seq_pred"})
+        m["goodput_per_seq_meas"] = np.nan
+    m["itl_err"] = (m["itl_ms_pred"] - m["itl_ms_meas"]) / m["itl_ms_meas"]
+    m["goodput_err"] = (m["goodput_per_seq_pred"] - m["goodput_per_seq_meas"]) / m["goodput_per_seq_meas"]
+    return m
+
+
+def mape(err: pd.Series) -> float:
+    """Mean absolute percentage error [%] of relative errors (NaN when there are none)."""
+    e = err.dropna()
+    return float(np.abs(e).mean() * 100) if len(e) else float("nan")

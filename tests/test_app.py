@@ -1,0 +1,388 @@
+"""The Streamlit dashboard (app.py) driven headlessly with streamlit.testing.v1.AppTest.
+
+Kinds of check: behaviour (each control changes what it should), robustness (a seeded random sweep
+over control combinations raises nothing and shows no internal error; bad uploads give st.error with
+the reason) and one hand anchor (a measured CSV built from the prediction with ITL x 1.25 has an
+ITL MAPE of 20% = 1 - 1/1.25).
+"""
+from __future__ import annotations
+
+import io
+import json
+import random
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+from dashboard import charts as C  # noqa: E402
+from dashboard import state as S  # noqa: E402
+from simulator.api import predict  # noqa: E402
+
+FIXTURES = ROOT / "tests" / "fixtures" / "vllm"
+APP = str(ROOT / "app.py")
+
+
+# --- helpers ------------------------------------------------------------------------------------
+def new_app() -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=30)
+    at.run()
+    assert_clean(at)
+    return at
+
+
+def assert_clean(at: AppTest, errors_ok: bool = False) -> None:
+    """No exception element, no internal error; optionally no user error either."""
+    assert not at.exception, [e.value for e in at.exception]
+    msgs = [e.value for e in at.error]
+    assert not any("Internal error" in m for m in msgs), msgs
+    if not errors_ok:
+        assert not msgs, msgs
+
+
+def charts(at: AppTest) -> list:
+    return list(at.get("vega_lite_chart"))
+
+
+def chart_frame(el) -> pd.DataFrame:
+    """The main dataset of a vega_lite_chart element (Arrow IPC bytes in the proto)."""
+    spec = json.loads(el.proto.spec)
+    frames = {d.name: pa.ipc.open_stream(d.data.data).read_all().to_pandas() for d in el.proto.datasets}
+    name = (spec.get("data") or {}).get("name") or next(iter(frames))
+    return frames[name]
+
+
+def kstar_data(at: AppTest) -> pd.DataFrame:
+    els = charts(at)
+    assert len(els) == 1, "the K* tab shows exactly one chart"
+    assert "Optimal draft length K*" in els[0].proto.spec
+    return chart_frame(els[0])
+
+
+def set_view(at: AppTest, tab: str) -> None:
+    at.session_state["view"] = tab
+    at.run()
+
+
+def provenance(at: AppTest) -> str:
+    return next(c.value for c in at.caption if "Prediction rests on" in c.value)
+
+
+def sb(at: AppTest, kind: str, key: str):
+    return getattr(at.sidebar, kind)(key=key)
+
+
+# --- the default page ----------------------------------------------------------------------------
+def test_default_page_shows_kstar_chart_metrics_and_provenance():
+    at = new_app()
+    df = kstar_data(at)
+    assert {"batch_size", "k_opt", "bound"} <= set(df.columns)
+    assert df["batch_size"].min() == 1
+    text = provenance(at)
+    assert "datasheet only" in text and "acceptance:" in text and "assumed" in text
+    assert [m.label for m in at.metric][:2] == ["K* at B = 1", "Speedup vs plain at B = 1"]
+
+
+def test_every_tab_renders_for_an_moe_scenario():
+    at = new_app()
+    sb(at, "selectbox", "scenario").set_value("qwen3-235b-h200").run()
+    expected = {"K* vs batch size": 1, "Goodput heatmap": 1, "Plain vs fixed K vs DSD": 2, "Roofline": 1,
+                "MoE experts": 2, "Operator breakdown": 1, "Validation": 0, "Downloads": 0}
+    for tab, n in expected.items():
+        set_view(at, tab)
+        assert_clean(at)
+        assert len(charts(at)) == n, tab
+    set_view(at, "Roofline")
+    spec = json.loads(charts(at)[0].proto.spec)
+    assert spec["layer"][0]["encoding"]["x"]["scale"]["type"] == "log"
+    assert "compute roof" in charts(at)[0].proto.spec or any(
+        "compute roof" in str(pa.ipc.open_stream(d.data.data).read_all().to_pydict()) for d in charts(at)[0].proto.datasets)
+    set_view(at, "Downloads")
+    labels = [b.label for b in at.get("download_button")]
+    assert "vLLM speculative config (JSON)" in labels and "Goodput grid (CSV)" in labels
+    assert any(lbl.endswith("(PNG)") for lbl in labels)
+
+
+def test_dense_model_moe_tab_says_so():
+    at = new_app()
+    set_view(at, "MoE experts")
+    assert any("dense model" in i.value for i in at.info)
+
+
+# --- every control changes what it should ---------------------------------------------------------
+def test_scenario_picker_fills_every_control():
+    at = new_app()
+    sb(at, "selectbox", "scenario").set_value("rl-rollout-long-context").run()
+    assert_clean(at)
+    ss = at.session_state
+    assert (ss["hw_name"], ss["tp"], ss["model_name"], ss["draft_method"]) == ("h200", 2, "qwen3-32b", "ngram")
+    assert (ss["context_len"], ss["kv_dtype"], ss["k_max"], ss["fixed_k"]) == (16384, "fp8", 8, 3)
+    assert ss["acc_list"].startswith("0.6, 0.5")
+    assert "n-gram lookup" in provenance(at)
+    sb(at, "selectbox", "scenario").set_value("llama-3.1-8b-h100").run()
+    assert (at.session_state["hw_name"], at.session_state["draft_method"]) == ("h100-sxm", "eagle3")
+    assert at.session_state["bs_range"] == (1, 512)
+
+
+def test_hardware_changes_kstar_chart_data():
+    at = new_app()
+    before = kstar_data(at)
+    sb(at, "selectbox", "hw_name").set_value("a100-80gb").run()
+    assert_clean(at)
+    after = kstar_data(at)
+    assert not before["itl_ms"].equals(after["itl_ms"])
+    assert "a100-80gb" in provenance(at)
+
+
+def test_custom_peak_and_bandwidth_change_prediction():
+    at = new_app()
+    before = kstar_data(at)
+    sb(at, "toggle", "hw_custom").set_value(True).run()
+    assert at.sidebar.number_input(key="hw_bw_tbs").value == pytest.approx(4.8)
+    at.sidebar.number_input(key="hw_bw_tbs").set_value(1.0).run()
+    assert_clean(at)
+    after = kstar_data(at)
+    assert (after["itl_ms"].to_numpy() > before["itl_ms"].to_numpy()).all()  # less bandwidth, slower steps
+    assert "overridden" in provenance(at)
+
+
+def test_acceptance_slider_changes_goodput_and_kstar():
+    at = new_app()
+    sb(at, "radio", "acc_mode").set_value(S.ACC_IID).run()
+    sb(at, "slider", "acc_rate").set_value(0.5).run()
+    low = kstar_data(at)
+    sb(at, "slider", "acc_rate").set_value(0.9).run()
+    assert_clean(at)
+    high = kstar_data(at)
+    assert high["goodput_per_seq"].iloc[0] > low["goodput_per_seq"].iloc[0]
+    assert high["k_opt"].iloc[0] > low["k_opt"].iloc[0]
+    assert "i.i.d. 0.9" in provenance(at)
+
+
+def test_per_position_list_and_its_source():
+    at = new_app()
+    assert "assumed: small same-family" in provenance(at)
+    sb(at, "text_input", "acc_list").set_value("0.9, 0.85, 0.8").run()
+    assert_clean(at)
+    assert "per-position 0.9,0.85,0.8 (per-position rates entered in the dashboard)" in provenance(at)
+
+
+@pytest.mark.parametrize("key,kind,value,column", [
+    ("tp", "selectbox", 4, "itl_ms"),
+    ("context_len", "number_input", 16384, "itl_ms"),
+    ("w_dtype", "selectbox", "fp8", "itl_ms"),
+    ("kv_dtype", "selectbox", "fp8", "itl_ms"),
+    ("draft_method", "selectbox", "ngram", "itl_ms"),
+])
+def test_deployment_controls_change_step_time(key, kind, value, column):
+    at = new_app()
+    before = kstar_data(at)
+    sb(at, kind, key).set_value(value).run()
+    assert_clean(at)
+    after = kstar_data(at)
+    assert not before[column].equals(after[column]), key
+
+
+def test_batch_range_and_k_controls():
+    at = new_app()
+    sb(at, "slider", "bs_range").set_value((4, 64)).run()
+    df = kstar_data(at)
+    assert (df["batch_size"].min(), df["batch_size"].max()) == (4, 64)
+    sb(at, "slider", "k_max").set_value(2).run()
+    assert_clean(at)
+    assert kstar_data(at)["k_opt"].max() <= 2
+    assert at.session_state["fixed_k"] <= 2  # clamped to the new K max
+    sb(at, "slider", "fixed_k").set_value(1).run()
+    set_view(at, "Plain vs fixed K vs DSD")
+    assert "fixed K = 1" in charts(at)[0].proto.spec
+
+
+def test_operating_point_moves_the_roofline():
+    at = new_app()
+    set_view(at, "Roofline")
+    a = charts(at)[0].proto.spec
+    sb(at, "number_input", "insp_b").set_value(64).run()
+    sb(at, "selectbox", "insp_k").set_value(2).run()
+    assert_clean(at)
+    b = charts(at)[0].proto.spec
+    assert "B = 64, K = 2" in b and a != b
+
+
+def _profile(tmp_path: Path, hardware: str, name: str) -> Path:
+    prof = {"format": "dsd-planner-profile", "format_version": 1, "hardware": hardware,
+            "device": {"name": f"test {hardware}"},
+            "compute_efficiency": {"gemm": {"tokens": [1, 4096], "efficiency": [0.3, 0.7]}},
+            "memory_efficiency": {"bytes": [1e3, 1e10], "efficiency": [0.4, 0.8]},
+            "launch_overhead_s": 5e-6}
+    path = tmp_path / name
+    path.write_text(json.dumps(prof))
+    return path
+
+
+def test_calibration_profile_used_and_mismatch_warned(tmp_path, monkeypatch):
+    _profile(tmp_path, "h200", "h200-test.json")
+    _profile(tmp_path, "cpu-xeon-2c", "cpu-test.json")
+    (tmp_path / "broken.json").write_text("{not json")
+    monkeypatch.setenv("DSD_PROFILE_DIR", str(tmp_path))
+    at = new_app()
+    before = kstar_data(at)
+    sb(at, "selectbox", "calibration").set_value("h200-test.json").run()
+    assert_clean(at)
+    assert "calibrated: h200-test.json" in provenance(at)
+    assert (kstar_data(at)["itl_ms"].to_numpy() > before["itl_ms"].to_numpy()).all()  # eta < 1: slower
+    sb(at, "selectbox", "calibration").set_value("cpu-test.json").run()
+    assert_clean(at)
+    assert any("measured on 'cpu-xeon-2c'" in w.value for w in at.warning)
+    assert "datasheet only" in provenance(at)
+    sb(at, "selectbox", "calibration").set_value("broken.json").run()
+    assert_clean(at, errors_ok=True)
+    assert any("not valid JSON" in e.value for e in at.error)
+    assert len(charts(at)) == 1  # still shows the datasheet-only prediction
+
+
+# --- uploads ---------------------------------------------------------------------------------------
+def test_uploaded_config_json_is_used():
+    cfg = json.loads((ROOT / "simulator" / "data" / "models" / "qwen3-8b.json").read_text())
+    cfg["_name_or_path"] = "me/my-qwen"
+    at = new_app()
+    sb(at, "radio", "model_src").set_value("upload config.json").run()
+    at.sidebar.file_uploader(key="model_upload").set_value(("config.json", json.dumps(cfg).encode(), "application/json"))
+    sb(at, "selectbox", "draft_method").set_value("eagle").run()
+    assert_clean(at)
+    assert "my-qwen" in provenance(at)
+
+
+@pytest.mark.parametrize("payload,reason", [
+    (b"{\"model_type\": \"llama\", ", "not valid JSON"),
+    (b"[1, 2, 3]", "expected a JSON object"),
+    (b"{\"hidden_size\": 4096}", "missing field 'model_type'"),
+    (b"{\"model_type\": \"llama\", \"hidden_size\": 4096}", "missing field 'num_hidden_layers'"),
+])
+def test_bad_config_json_gives_error_with_reason(payload, reason):
+    at = new_app()
+    sb(at, "radio", "model_src").set_value("upload config.json").run()
+    at.sidebar.file_uploader(key="model_upload").set_value(("config.json", payload, "application/json")).run()
+    assert_clean(at, errors_ok=True)
+    assert any("Model upload rejected" in e.value and reason in e.value for e in at.error), [e.value for e in at.error]
+    assert not charts(at)
+
+
+def test_vllm_bench_json_and_metrics_set_acceptance():
+    at = new_app()
+    sb(at, "radio", "acc_mode").set_value(S.ACC_BENCH).run()
+    at.sidebar.file_uploader(key="acc_file").set_value(
+        ("bench.json", (FIXTURES / "bench_k3_c8.json").read_bytes(), "application/json")).run()
+    assert_clean(at)
+    text = provenance(at)
+    assert "measured: vLLM bench JSON bench.json" in text
+    assert "per-position 0.7866,0.776" in text  # conditional: 0.6105 / 0.7866 = 0.7761
+    sb(at, "radio", "acc_mode").set_value(S.ACC_METRICS).run()
+    at.sidebar.file_uploader(key="acc_file").set_value(
+        ("metrics.txt", (FIXTURES / "metrics_k3.txt").read_bytes(), "text/plain")).run()
+    assert_clean(at)
+    assert "measured: vLLM /metrics metrics.txt" in provenance(at)
+
+
+@pytest.mark.parametrize("mode,name,payload,reason", [
+    (S.ACC_BENCH, "bench.json", (FIXTURES / "bench_k0_c8.json").read_bytes(), "spec_decode_per_position_acceptance_rates"),
+    (S.ACC_BENCH, "bench.json", b"\x89PNG\r\n garbage", "not"),
+    (S.ACC_BENCH, "bench.json", b"{\"spec_decode_per_position_acceptance_rates\": \"high\"}", "list of numbers"),
+    (S.ACC_METRICS, "metrics.txt", b"this is { not prometheus at all", "Prometheus"),
+    (S.ACC_METRICS, "metrics.txt", (FIXTURES / "metrics_no_spec.txt").read_bytes(), "spec-decode"),
+])
+def test_bad_acceptance_files_give_error_with_reason(mode, name, payload, reason):
+    at = new_app()
+    sb(at, "radio", "acc_mode").set_value(mode).run()
+    at.sidebar.file_uploader(key="acc_file").set_value((name, payload, "application/octet-stream")).run()
+    assert_clean(at, errors_ok=True)
+    assert any("Acceptance file rejected" in e.value and reason in e.value for e in at.error), [e.value for e in at.error]
+
+
+def test_validation_tab_matches_rows_and_reports_mape():
+    grid = predict("scenarios/default.toml").grid
+    meas = grid[grid["batch_size"].isin([1, 8, 64]) & grid["k"].isin([0, 2, 4])].copy()
+    meas["itl_ms"] *= 1.25                      # measured 25% slower -> predicted error -20%
+    meas["goodput_per_seq"] /= 1.25
+    meas = pd.concat([meas, meas.iloc[:2]])     # duplicates are reduced to medians
+    buf = io.StringIO()
+    meas.to_csv(buf, index=False)
+    at = new_app()
+    set_view(at, "Validation")
+    at.file_uploader(key="measured_csv").set_value(("runs.csv", buf.getvalue().encode(), "text/csv")).run()
+    assert_clean(at)
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Matched (B, K) points"] == "9"
+    assert metrics["ITL error (MAPE)"] == "20.0%"
+    assert metrics["Goodput error (MAPE)"] == "25.0%"
+    assert len(charts(at)) == 2
+
+
+@pytest.mark.parametrize("payload,reason", [
+    (b"batch_size,k\n1,2\n", "missing column(s) itl_ms"),
+    (b"batch_size,k,itl_ms\nx,y,z\n", "no rows"),
+    (b"", "not a readable CSV"),
+])
+def test_bad_measured_csv_gives_error(payload, reason):
+    at = new_app()
+    set_view(at, "Validation")
+    at.file_uploader(key="measured_csv").set_value(("runs.csv", payload, "text/csv")).run()
+    assert_clean(at, errors_ok=True)
+    assert any(reason in e.value for e in at.error), [e.value for e in at.error]
+
+
+# --- robustness --------------------------------------------------------------------------------------
+def test_seeded_random_sweep_never_shows_a_traceback():
+    rng = random.Random(20240611)
+    at = new_app()
+    choices = {
+        ("selectbox", "scenario"): S.scenario_names(),
+        ("selectbox", "hw_name"): ["h100-sxm", "h200", "a100-40gb", "l4", "mi300x", "b200", "cpu-xeon-2c"],
+        ("selectbox", "tp"): S.TP_CHOICES,
+        ("selectbox", "ep"): S.EP_CHOICES,
+        ("selectbox", "model_name"): ["llama-3.1-8b", "qwen3-30b-a3b", "mixtral-8x7b", "deepseek-v3", "gpt-oss-120b",
+                                      "smollm2-135m", "command-a"],
+        ("selectbox", "draft_method"): S.DRAFT_CHOICES,
+        ("radio", "acc_mode"): [S.ACC_IID, S.ACC_LIST],
+        ("number_input", "context_len"): [1, 512, 8192, 131072],
+        ("selectbox", "w_dtype"): ["bf16", "fp8", "int4", "mxfp4"],
+        ("selectbox", "kv_dtype"): ["bf16", "fp8"],
+        ("slider", "bs_range"): [(1, 1), (1, 1024), (16, 32), (100, 700)],
+        ("slider", "k_max"): [1, 4, 16],
+        ("toggle", "hw_custom"): [True, False],
+    }
+    tabs = ["K* vs batch size", "Goodput heatmap", "Plain vs fixed K vs DSD", "Roofline", "MoE experts",
+            "Operator breakdown"]
+    errors = 0
+    for step in range(18):
+        for (kind, key), values in rng.sample(sorted(choices.items()), 3):
+            widget = getattr(at.sidebar, kind)(key=key)
+            widget.set_value(rng.choice(values))
+        at.session_state["view"] = rng.choice(tabs)
+        at.run()
+        assert_clean(at, errors_ok=True)
+        errors += bool(at.error)
+        if not at.error:
+            assert provenance(at)
+    assert errors < 18  # most combinations are valid and show charts
+
+
+# --- chart functions without Streamlit ----------------------------------------------------------------
+def test_charts_are_pure_functions_and_export_png():
+    p = predict("scenarios/qwen3-235b-h200.toml", batch_sizes="1-64")
+    sc = p.scenario
+    made = [C.k_star_chart(p.table), C.goodput_heatmap(p.grid, p.table), C.policy_chart(p.table, sc.fixed_k),
+            C.gain_chart(p.table, sc.fixed_k), C.experts_touched_chart(p.grid, 128, 8), C.expert_share_chart(p.grid),
+            C.roofline_chart(p.breakdown(8, 3), sc.hardware.peak_bf16_flops_per_s, sc.hardware.hbm_bandwidth_bytes_per_s),
+            C.breakdown_chart(p.breakdown(8, 3))]
+    for ch in made:
+        spec = ch.to_dict()  # validates against the Vega-Lite schema
+        assert spec.get("title")
+    png = C.to_png(made[0])
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000

@@ -1,0 +1,127 @@
+"""The dashboard in a real headless Chromium: `streamlit run app.py` as a subprocess, driven by
+playwright's sync API (PyPI package, system /usr/bin/chromium; never `playwright install`).
+
+Behaviour checked: the charts render (vega-embed canvas/svg), changing the accelerator changes the
+rendered K* chart and the provenance line. Side effect: saves docs/dashboard.png for the README.
+"""
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = "/usr/bin/chromium"
+SCREENSHOT = ROOT / "docs" / "dashboard.png"
+CHART = '[data-testid="stVegaLiteChart"]'
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"streamlit exited with code {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.3)
+    raise TimeoutError(f"{url} not healthy after {timeout_s:.0f} s")
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    if not Path(CHROMIUM).exists():
+        msg = f"{CHROMIUM} not found (apt-get install -y chromium)"
+        if os.environ.get("CI"):
+            pytest.fail(msg)
+        pytest.skip(msg)
+    pytest.importorskip("playwright.sync_api")
+    port = _free_port()
+    log = tmp_path_factory.mktemp("streamlit") / "server.log"
+    with open(log, "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.address", "127.0.0.1",
+             "--server.port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false",
+             "--server.fileWatcherType", "none"],
+            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        _wait_healthy(f"http://127.0.0.1:{port}/_stcore/health", proc)
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def page(server):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync", "--no-first-run"])
+        try:
+            pg = browser.new_page(viewport={"width": 1500, "height": 1000}, device_scale_factor=1)
+            pg.goto(server, wait_until="domcontentloaded")
+            yield pg
+        finally:
+            browser.close()
+
+
+def _settled_chart_png(page, timeout_s: float = 30.0) -> bytes:
+    """Screenshot of the first chart once two consecutive shots agree (vega has finished drawing)."""
+    page.wait_for_selector(f"{CHART} canvas, {CHART} svg", timeout=timeout_s * 1000)
+    last, deadline = b"", time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        shot = page.locator(CHART).first.screenshot()
+        if shot == last:
+            return shot
+        last = shot
+        time.sleep(0.5)
+    return last
+
+
+def _provenance(page) -> str:
+    return page.locator('[data-testid="stCaptionContainer"]').filter(has_text="Prediction rests on").first.inner_text()
+
+
+def test_charts_render_and_change_with_hardware(page):
+    page.wait_for_selector(f"{CHART} canvas, {CHART} svg", timeout=60_000)
+    assert page.locator('[data-testid="stException"]').count() == 0
+    before = _settled_chart_png(page)
+    assert "h200" in _provenance(page)
+
+    SCREENSHOT.parent.mkdir(exist_ok=True)
+    page.screenshot(path=str(SCREENSHOT))
+
+    box = page.locator('[data-testid="stSelectbox"]').filter(has_text="Accelerator")
+    box.locator("input").click()
+    page.keyboard.type("a100-80gb")
+    page.keyboard.press("Enter")
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('[data-testid=\"stCaptionContainer\"]')]"
+        ".some(e => e.innerText.includes('a100-80gb'))", timeout=30_000)
+    after = _settled_chart_png(page)
+    assert after != before, "the K* chart looks the same after changing the accelerator"
+    assert page.locator('[data-testid="stException"]').count() == 0
+    assert SCREENSHOT.stat().st_size > 20_000
