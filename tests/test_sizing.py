@@ -1,0 +1,237 @@
+"""Sizing: memory fit, load search, monotonicity, CLI errors and the HTML report in a real browser.
+
+Anchors: hand (memory arithmetic from the catalog figures), invariants (more traffic never needs
+fewer GPUs), and behaviour (a rendered report shows its charts).
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from simulator.api import predict_scenario
+from simulator.errors import PlannerError
+from simulator.scenario import load_scenario
+from simulator.sizing import Candidate, candidate_scenario, memory_fit, parse_sizing, search_capacity, size
+
+ROOT = Path(__file__).resolve().parent.parent
+DENSE = ROOT / "scenarios" / "sizing-dense-command-a.toml"
+MOE = ROOT / "scenarios" / "sizing-moe-qwen3-235b.toml"
+CHROMIUM = "/usr/bin/chromium"
+
+try:
+    from simulator import serving  # noqa: F401
+    HAVE_SERVING = hasattr(serving, "simulate")
+except ImportError:
+    HAVE_SERVING = False
+
+
+def standin_simulate(scenario, policy, workload, seed=0):
+    """A stand-in for the serving simulation, for tests of the search logic only.
+
+    Steady state by Little's law: B = rate * output_len / goodput(B); TPOT = 1 / goodput(B);
+    TTFT = one prefill-like step plus a queueing term that explodes as B nears max_num_seqs.
+    """
+    table = predict_scenario(scenario).table
+    col = {"plain": "plain_goodput_per_seq", "fixed": "fixed_goodput_per_seq"}.get(policy, "goodput_per_seq")
+    b = table.batch_size.to_numpy(float)
+    g = table[col].to_numpy(float)
+    out = workload.output_len
+    out = float(getattr(out, "value", out))
+    cap = getattr(workload, "max_num_seqs", None) or b[-1]
+    rate = workload.rate_per_s
+    need = rate * out / g  # sequences in flight if the batch were b
+    ok = np.isfinite(g) & (need <= b) & (b <= cap)
+    if ok.any():
+        i = np.flatnonzero(ok)[0]
+        tpot, ttft = 1 / g[i], 0.2 + 0.5 * b[i] / cap
+    else:
+        tpot, ttft = 1 / np.nanmin(g), 1e3
+    return {"policy": policy, "n_requests": workload.n_requests, "throughput_tok_s": rate * out,
+            "tokens_per_s_per_user": 1 / tpot, "ttft_p50_s": ttft / 2, "ttft_p90_s": ttft * 0.8, "ttft_p99_s": ttft,
+            "tpot_p50_s": tpot, "tpot_p90_s": tpot * 1.1, "tpot_p99_s": tpot * 1.2, "itl_p50_s": tpot,
+            "itl_p99_s": tpot * 1.5, "makespan_s": workload.n_requests / rate, "mean_batch_size": 0.0,
+            "mean_k": 0.0, "kv_peak_occupancy": 0.0}
+
+
+# behaviour tests run the real serving simulation when it is there (small runs); the search tests
+# use the stand-in so they check the search logic alone
+SIM = None if HAVE_SERVING else standin_simulate
+SMALL = dict(n_requests=40, duration_s=15.0, max_requests=400, search_steps=1)
+
+
+def _spec(sc, **kw):
+    return parse_sizing(sc, **kw)
+
+
+# --- memory fit (hand anchor) --------------------------------------------------------------------
+
+def test_memory_rejects_with_reason():
+    # hand: Command A ~111e9 params in bf16 over tp=2 -> ~111 GB per GPU > 80 GB * 0.9 = 72 GB usable
+    sc = load_scenario(DENSE)
+    fit = memory_fit(candidate_scenario(sc, Candidate("h100-sxm", 2)), 1324)
+    assert not fit["fits"]
+    assert re.search(r"h100-sxm tp=2: weights 11\d GB/GPU .*exceed 72 GB usable", fit["reason"])
+    assert memory_fit(candidate_scenario(sc, Candidate("h100-sxm", 8)), 1324)["fits"]
+
+
+def test_rejected_candidate_listed_in_result():
+    res = size(DENSE, candidates=["h100-sxm"], tp=[2, 8], policies=["dsd"], workers=1, sensitivity=False,
+               simulate=SIM, **SMALL)
+    assert list(res.rejected.tp) == [2]
+    assert "exceed 72 GB usable" in res.rejected.reason.iloc[0]
+    assert set(res.capacity.tp) == {8}
+
+
+# --- load search -------------------------------------------------------------------------------
+
+def test_search_brackets_and_meets_slo():
+    sc = load_scenario(DENSE)
+    spec = _spec(sc, n_requests=50, search_steps=4)
+    s = search_capacity(sc, "dsd", spec, max_seqs=256, simulate=standin_simulate)
+    assert s.capacity > 0 and s.bounded
+    passed = [p["load"] for p in s.points if p["meets"]]
+    failed = [p["load"] for p in s.points if not p["meets"]]
+    assert max(passed) == s.capacity and min(failed) > s.capacity
+    assert min(failed) / s.capacity < 2 ** (1 / 8) + 1e-9  # 4 bisection steps in a factor-2 bracket
+
+
+def test_unservable_traffic_gives_clear_result():
+    # TPOT of 1 ms: no GPU decodes a 111B model that fast
+    sc = load_scenario(DENSE)
+    raw_slo = {"tpot_p50_s": 0.001}
+    sc.extra["slo"] = raw_slo
+    res = size(sc, candidates=["h100-sxm"], tp=[8], workers=1, sensitivity=False, simulate=SIM, **SMALL)
+    assert res.recommendation is None
+    assert res.message.startswith("no configuration meets tpot_p50_s <= 0.001 s")
+    assert len(res.ranked) == 0
+
+
+def test_more_traffic_never_needs_fewer_gpus():
+    sc = load_scenario(MOE)
+    gpus, cost = [], []
+    for rate in (2.0, 10.0, 40.0, 120.0):
+        res = size(sc, candidates=["h200", "b200"], tp=[8], policies=["plain", "dsd"], target_load=rate,
+                   workers=2, sensitivity=False, max_replicas=1000, simulate=SIM, **SMALL)
+        cap = res.capacity.set_index(["hardware", "policy"]).gpus
+        gpus.append(cap)
+        cost.append(res.ranked.fleet_usd_per_hour.iloc[0])
+    for a, b in zip(gpus, gpus[1:]):
+        assert (b >= a).all()
+    assert all(y >= x for x, y in zip(cost, cost[1:]))
+
+
+def test_uncertainty_band_from_validation_error():
+    # hand: a validation ITL MAPE of 12% widens the capacity of the validated device by +-12%
+    sc = load_scenario(MOE)
+    sc.extra["validation"] = {"itl_mape": 0.12}
+    res = size(sc, candidates=["h200", "b200"], tp=[8], policies=["dsd"], workers=1, sensitivity=False,
+               simulate=standin_simulate, n_requests=40, search_steps=1)
+    row = res.capacity.set_index("hardware")
+    assert row.load_band_low["h200"] == pytest.approx(0.88 * row.max_load_per_replica["h200"])
+    assert row.load_band_high["h200"] == pytest.approx(1.12 * row.max_load_per_replica["h200"])
+    assert np.isnan(row.load_band_low["b200"]) and row.gpus_band["b200"] == "unknown"
+    assert "12.0%" in res.band_note and "[validation] itl_mape" in res.band_note
+
+
+def test_parallel_workers_match_serial():
+    kw = dict(candidates=["h200"], tp=[8], policies=["plain", "dsd"], sensitivity=False, n_requests=50,
+              search_steps=2, simulate=standin_simulate)
+    serial = size(MOE, workers=1, **kw).capacity
+    parallel = size(MOE, workers=2, **kw).capacity
+    assert serial.max_load_per_replica.tolist() == parallel.max_load_per_replica.tolist()
+
+
+# --- input errors ------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("table, message", [
+    ({"slo": {"tpot_p50_s": -0.05}}, "must be > 0 seconds"),
+    ({"slo": {"tpot_p50_s": "fast"}}, "slo.tpot_p50_s' must be a number"),
+    ({"sizing": {"candidates": ["h100-sxn"]}}, "did you mean 'h100-sxm'"),
+    ({"sizing": {"replicas": 3}}, "unknown key 'replicas' in [sizing]"),
+])
+def test_parse_errors(table, message):
+    sc = load_scenario(DENSE)
+    for section, value in table.items():
+        sc.extra[section] = dict(sc.extra.get(section, {})) | value
+    with pytest.raises(PlannerError, match=re.escape(message)):
+        parse_sizing(sc)
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "simulator.size", *args], capture_output=True, text=True,
+                          cwd=ROOT, timeout=60)
+
+
+@pytest.mark.parametrize("body, expect", [
+    ('[sizing]\ncandidates = ["h100-sxn"]\n', "did you mean 'h100-sxm'"),
+    ('[slo]\ntpot_p50_s = -0.05\n', "must be > 0"),
+    ('[slo]\ntpot_p50_s = 0.05\n[sizing]\ncandidates = "h200"\n', "sizing.candidates' must be a list"),
+    ('[slo\n', "malformed TOML"),
+])
+def test_cli_bad_input_one_line_exit_2(tmp_path, body, expect):
+    base = ('[model]\nname = "command-a"\n[hardware]\nname = "h100-sxm"\ntp = 8\n'
+            '[traffic]\nrate_per_s = 2.0\nprompt_len = 512\noutput_len = 128\n')
+    if "[slo" not in body:
+        base += "[slo]\ntpot_p50_s = 0.05\n"
+    path = tmp_path / "bad.toml"
+    path.write_text(base + "\n" + body)
+    r = _cli("--scenario", str(path))
+    assert r.returncode == 2
+    assert r.stderr.count("\n") == 1 and expect in r.stderr, r.stderr
+
+
+def test_cli_unknown_flag_one_line():
+    r = _cli("--scenario", str(DENSE), "--bogus")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
+
+
+# --- the report in a real browser ---------------------------------------------------------------
+
+def _report_html(tmp_path) -> Path:
+    from simulator.sizing_report import render_html
+    res = size(MOE, candidates=["h200", "b200"], tp=[8], policies=["plain", "fixed", "dsd"], workers=2,
+               simulate=SIM, **SMALL)
+    path = tmp_path / "report.html"
+    path.write_text(render_html(res))
+    return path
+
+
+@pytest.mark.browser
+def test_report_renders_in_chromium(tmp_path):
+    if not os.path.exists(CHROMIUM):
+        if os.environ.get("CI"):
+            pytest.fail(f"{CHROMIUM} missing on CI")
+        pytest.skip(f"{CHROMIUM} missing")
+    from playwright.sync_api import sync_playwright
+    path = _report_html(tmp_path)
+    text = path.read_text()
+    assert not re.search(r"<(script|link|img)[^>]+(src|href)=[\"']?https?:", text, re.I)
+    assert "http" not in text  # nothing to fetch, not even a namespace URL
+    assert "<script" not in text
+    assert "num_speculative_tokens_per_batch_size" in text and "draft_len_schedule" in text
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=[
+            "--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
+            "--disable-component-update", "--disable-sync", "--no-first-run"])
+        try:
+            page = browser.new_page(viewport={"width": 1200, "height": 900})
+            requests = []
+            page.on("request", lambda r: requests.append(r.url))
+            page.goto(path.as_uri())
+            png = page.screenshot(path=str(tmp_path / "report.png"), full_page=True)
+            sizes = page.eval_on_selector_all(
+                ".chart svg", "els => els.map(e => [e.getBoundingClientRect().width, e.getBoundingClientRect().height])")
+            marks = page.eval_on_selector_all("#chart-pareto svg path, #chart-pareto svg .mark-symbol path",
+                                              "els => els.length")
+        finally:
+            browser.close()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n"
+    assert len(sizes) == 2 and all(w > 100 and h > 100 for w, h in sizes)
+    assert marks > 5
+    assert all(u.startswith(("file:", "data:", "about:")) for u in requests)
