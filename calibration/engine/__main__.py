@@ -66,7 +66,13 @@ def main(argv=None) -> int:
     s.add_argument("--output", required=True, help="CSV to append rows to")
     s.add_argument("--seed", type=int, default=0)
     s.add_argument("--warmup-steps", type=int, default=2)
-    s.add_argument("--max-steps", type=int, default=12)
+    s.add_argument("--max-steps", type=int, default=12, help="cap on timed steps per window")
+    s.add_argument("--min-steps", type=int, default=4, help="least timed steps per window")
+    s.add_argument("--warmup-tokens", type=int, default=0,
+                   help="tokens generated once per batch size before timing; every K starts from there")
+    s.add_argument("--rounds", type=int, default=1, help="interleaved rounds over all K (medians over all)")
+    s.add_argument("--min-sequences", type=int, default=1,
+                   help="small batches repeat with other prompts until this many sequences were measured")
     s.add_argument("--forced-acceptance", type=float, default=None,
                    help="timing-only: impose per-position acceptance probability (random-weight targets)")
     s.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
@@ -90,6 +96,9 @@ def main(argv=None) -> int:
         return 2
     if any(b < 1 for b in bs):
         print("error: --batch-sizes values must be >= 1", file=sys.stderr)
+        return 2
+    if a.warmup_tokens < 0 or a.rounds < 1 or a.min_steps < 1 or a.max_steps < a.min_steps:
+        print("error: --warmup-tokens must be >= 0, --rounds >= 1, 1 <= --min-steps <= --max-steps", file=sys.stderr)
         return 2
     if a.context_len < 2 or a.gen_tokens < 1:
         print("error: --context-len must be >= 2 and --gen-tokens >= 1", file=sys.stderr)
@@ -124,7 +133,8 @@ def main(argv=None) -> int:
     try:
         run_sweep(target=a.target, draft=a.draft, batch_sizes=bs, ks=ks, context_len=a.context_len,
                   gen_tokens=a.gen_tokens, temperature=a.temperature, output=str(out), seed=a.seed,
-                  warmup_steps=a.warmup_steps, max_steps=a.max_steps, forced_acceptance=a.forced_acceptance,
+                  warmup_steps=a.warmup_steps, max_steps=a.max_steps, min_steps=a.min_steps,
+                  warmup_tokens=a.warmup_tokens, rounds=a.rounds, min_sequences=a.min_sequences, forced_acceptance=a.forced_acceptance,
                   dtype=a.dtype, device=a.device, threads=a.threads)
     except (ValueError, TargetUnavailable) as e:
         print(f"error: {e}", file=sys.stderr)

@@ -103,29 +103,39 @@ def _append_row(output: Path, row: dict):
     pd.DataFrame([row], columns=COLUMNS).to_csv(output, mode="a", header=new, index=False)
 
 
-def measure_point(eng: SpecDecoder, k: int, warmup_steps: int, gen_tokens: int, min_steps: int, max_steps: int):
-    eng.reset(k)
+def measure_window(eng: SpecDecoder, k: int, warmup_steps: int, gen_tokens: int, min_steps: int, max_steps: int):
+    """Steps of draft length k over one window of ``gen_tokens`` new tokens from the snapshot.
+
+    Warm-up steps run first and are discarded; the state is then rewound to the snapshot, so every K
+    is timed over the same committed tokens (greedy verification commits the same tokens whatever K
+    is) and their acceptance is measured on the same text."""
     recs = []
     with torch.inference_mode():
+        eng.reset(k)
         for _ in range(warmup_steps):
             eng.step()
-        eng.attempts.zero_()
-        eng.accepts.zero_()
+        eng.reset(k)
         start = eng.lengths.clone()
         while len(recs) < max_steps:
             recs.append(eng.step(record_experts=eng.target.cfg.is_moe))
             if len(recs) >= min_steps and int((eng.lengths - start).min()) >= gen_tokens:
                 break
-    return recs
+    return recs, eng.attempts[:k].clone(), eng.accepts[:k].clone()
 
 
 def run_sweep(target: str = "smollm2-135m", draft: str = "ngram", batch_sizes=(1, 2, 4, 8), ks=range(0, 7),
               context_len: int = 128, gen_tokens: int = 16, temperature: float = 0.0, output: str | None = None,
               seed: int = 0, warmup_steps: int = 2, min_steps: int = 4, max_steps: int = 12,
               forced_acceptance: float | None = None, dtype: str = "float32", device: str | None = None,
-              threads: int | None = None, progress=True) -> pd.DataFrame:
+              threads: int | None = None, progress=True, warmup_tokens: int = 0, rounds: int = 1,
+              min_sequences: int = 1) -> pd.DataFrame:
     """Measure ITL split (draft/verify/overhead) and acceptance at every (batch size, K).
 
+    Per batch size: prefill, then generate ``warmup_tokens`` tokens once (plain decoding, so all
+    sequences stay aligned; greedy speculative decoding would commit the same tokens): the snapshot
+    every K starts from. Then ``rounds`` rounds, each over every batch size and K, each timing a
+    window of ``gen_tokens`` new tokens; medians over all rounds. Rows are written at the end (a
+    killed run keeps the rows of earlier runs and remeasures only what is missing).
     Returns the rows measured in this call (and appends them to `output` if given)."""
     if threads:
         torch.set_num_threads(threads)
@@ -142,25 +152,58 @@ def run_sweep(target: str = "smollm2-135m", draft: str = "ngram", batch_sizes=(1
         make_draft(draft, tgt)  # validate the name even for K = 0 only
     out_path = Path(output) if output else None
     kmax = max(ks)
-    slack = (warmup_steps + max_steps) * (kmax + 1) + 1
+    slack = warmup_tokens + (warmup_steps + max_steps) * (kmax + 1) + 1
     done = _existing_points(out_path, target, draft, dtype, context_len, slack) if out_path else set()
     dev_name = device_name(tgt.device)
     rows = []
+    # Phase 1: prefill and warm up an engine per (batch size, prompt group); they stay alive.
+    engines: dict[int, list[SpecDecoder]] = {}
+    todo: dict[int, list[int]] = {}
     for B in batch_sizes:
-        todo = [k for k in ks if (B, k) not in done]
-        if not todo:
+        todo[B] = [k for k in ks if (B, k) not in done]
+        if not todo[B]:
             continue
-        prompts = context_prompts(B, context_len, tgt.cfg.vocab, seed)
-        eng = SpecDecoder(tgt, drf, k=0, temperature=temperature, seed=seed, forced_acceptance=forced_acceptance)
-        eng.max_k = kmax
-        cap = context_len + (warmup_steps + max_steps) * (kmax + 1) + 2
-        eng.prefill(prompts, cap)
-        for k in todo:
-            recs = measure_point(eng, k, warmup_steps, gen_tokens, min_steps, max_steps)
+        engines[B] = []
+        # acceptance of one or two sequences is mostly luck: small batches run several groups of
+        # different prompts until min_sequences sequences were seen (timing pools over them too)
+        for group in range(-(-min_sequences // B)):
+            prompts = context_prompts(B, context_len, tgt.cfg.vocab, seed + 7919 * group)
+            eng = SpecDecoder(tgt, drf, k=0, temperature=temperature, seed=seed, forced_acceptance=forced_acceptance)
+            eng.max_k = kmax
+            cap = context_len + warmup_tokens + (warmup_steps + max_steps) * (kmax + 1) + 2
+            eng.prefill(prompts, cap)
+            if warmup_tokens:
+                with torch.inference_mode():
+                    eng.reset(0)  # plain steps: every sequence advances exactly one token per step
+                    while int((eng.lengths - eng.prompt_lengths).min()) < warmup_tokens:
+                        eng.step()
+                eng.prompt_lengths = eng.lengths.clone()  # the snapshot: reset(k) rewinds to here
+            engines[B].append(eng)
+    # Phase 2: each round visits every batch size and K, so a slow spell of the machine (memory
+    # bandwidth here drifts for minutes at a time) hits one round of a point, not all of them.
+    results = {(B, k): ([], torch.zeros(k, dtype=torch.long), torch.zeros(k, dtype=torch.long))
+               for B in engines for k in todo[B]}
+    for r in range(rounds):
+        for B, group_engines in engines.items():
+            order = todo[B] if r % 2 == 0 else todo[B][::-1]
+            for eng in group_engines:
+                for k in order:
+                    recs, att, acc = measure_window(eng, k, warmup_steps, gen_tokens, min_steps, max_steps)
+                    results[(B, k)][0].append(recs)
+                    results[(B, k)][1].add_(att.cpu())
+                    results[(B, k)][2].add_(acc.cpu())
+        if progress:
+            print(f"[sweep] round {r + 1}/{rounds} done", file=sys.stderr, flush=True)
+    for B in engines:
+        for k in todo[B]:
+            windows, att_t, acc_t = results[(B, k)]
+            recs = [r for w in windows for r in w]
             step_s = np.array([r.draft_s + r.verify_s + r.overhead_s for r in recs])
-            itl = float(np.median(step_s)) * 1e3
+            # median of the windows' medians: a window caught in a slow spell is outvoted
+            itl = float(np.median([np.median([r.draft_s + r.verify_s + r.overhead_s for r in w])
+                                   for w in windows])) * 1e3
             al = float(np.mean([np.mean(r.n_accepted) + 1 for r in recs]))
-            att, acc = eng.attempts[:k].tolist(), eng.accepts[:k].tolist()
+            att, acc = att_t.tolist(), acc_t.tolist()
             ppa = [round(a / t, 6) if t else None for a, t in zip(acc, att)]
             experts = [np.mean(r.experts_touched) for r in recs if r.experts_touched]
             gp = al / (itl / 1e3)
@@ -186,5 +229,4 @@ def run_sweep(target: str = "smollm2-135m", draft: str = "ngram", batch_sizes=(1
                 print(f"[sweep] {target} {draft} B={B} K={k}: itl {itl:.1f} ms (draft {row['draft_ms']:.1f}, "
                       f"verify {row['verify_ms']:.1f}), AL {al:.2f}, goodput/seq {gp:.1f} tok/s"
                       + (f", experts {row['experts_touched']}" if experts else ""), file=sys.stderr, flush=True)
-        del eng
     return pd.DataFrame(rows, columns=COLUMNS)

@@ -1,0 +1,136 @@
+"""Run the microbenchmarks on this machine and fit a profile.
+
+    python -m calibration.run --quick            # ~1 min on a 2-core CPU
+    python -m calibration.run --full             # minutes
+    python -m calibration.run --mode medium --model smollm2-135m --extra-m 3,5,9 --output-dir calibration/data
+
+Writes <output-dir>/<name>.raw.csv (+ .meta.json) and <output-dir>/<name>.profile.json, where name
+defaults to the hardware catalog entry. Rerunning with the same output resumes the raw file.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+import time
+from pathlib import Path
+
+from calibration.device import catalog_name, discover
+from calibration.fit import fit_raw, format_heldout, write_profile
+from calibration.microbench import MODES, build_plan, gemm_shapes, run_plan
+from calibration.rawio import CalibrationError
+from simulator.errors import PlannerError
+from simulator.hardware import load_hardware
+from simulator.models import load_model
+
+DEFAULT_DIR = Path(__file__).resolve().parent / "data"
+
+
+def parse_ints(text: str) -> list[int]:
+    try:
+        vals = [int(x) for x in text.replace(" ", "").split(",") if x]
+    except ValueError:
+        raise CalibrationError(f"--extra-m: expected comma-separated positive integers, got {text!r}") from None
+    if any(v < 1 for v in vals):
+        raise CalibrationError(f"--extra-m: values must be >= 1, got {text!r}")
+    return vals
+
+
+def calibrate(mode: str = "quick", model: str = "smollm2-135m", moe_model: str | None = "qwen3-30b-a3b",
+              extra_m=(), output_dir: str | Path = DEFAULT_DIR, name: str | None = None,
+              hardware: str | None = None, device: str = "auto", dtype: str | None = None,
+              progress: bool = True, fit: bool = True, stop_after: int | None = None,
+              threads: int | None = None) -> dict:
+    """Measure (resuming) and fit; returns paths and the fitted profile dict (None if not fitted)."""
+    if mode not in MODES:
+        raise CalibrationError(f"unknown mode '{mode}' (known: {', '.join(MODES)})")
+    m = MODES[mode]
+    spec = load_model(model)
+    moe_spec = load_model(moe_model) if moe_model else None
+    if moe_spec is not None and not moe_spec.is_moe:
+        raise CalibrationError(f"--moe-model '{moe_model}' is not a mixture-of-experts model")
+    info = discover(device)
+    if device == "cpu" and info.kind != "cpu":
+        info = discover("cpu")
+    hw_name = hardware or catalog_name(info)
+    if hw_name is None:
+        raise CalibrationError(f"no hardware catalog entry matches '{info.name}'; pass --hardware NAME")
+    hw = load_hardware(hw_name)
+    dtype = dtype or ("fp32" if info.kind == "cpu" else "bf16")
+    if dtype not in ("fp32", "bf16", "fp16"):
+        raise CalibrationError(f"--dtype must be fp32, bf16 or fp16, got {dtype!r}")
+    if info.kind == "cpu":
+        import torch
+        # the engine runs measured against this profile must use the same thread count
+        threads = threads or max(info.compute_units, 1)
+        torch.set_num_threads(threads)
+    out = Path(output_dir)
+    stem = name or hw.name
+    raw = out / f"{stem}.raw.csv"
+    meta = {"device_name": info.name, "device_kind": info.kind, "dtype": dtype, "hardware": hw.name,
+            "torch": info.torch, "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "mode": mode, "threads": threads if info.kind == "cpu" else None, "model": spec.name, "moe_model": moe_spec.name if moe_spec else "",
+            "cold_weights": "L2 flush before each call" if info.kind == "cuda"
+            else "rotating weight copies over >= 2x L3",
+            "gemm_shapes": {k: list(v) for k, v in gemm_shapes(spec).items()}, "device": info.to_dict()}
+    plan = build_plan(m, spec, moe_spec, dtype, extra_m, device_count=info.count if info.kind == "cuda" else 1,
+                      peak_flops=hw.peak_flops_per_s(dtype, dtype))
+    t0 = time.perf_counter()
+    n = run_plan(plan, raw, meta, m, info.kind, info.cache_bytes, progress=progress, stop_after=stop_after)
+    result = {"raw": raw, "measured_points": n, "planned_points": len(plan), "bench_s": time.perf_counter() - t0,
+              "profile": None, "profile_path": None}
+    if fit:
+        prof = fit_raw(raw, hw.name, mode)
+        result["profile_path"] = write_profile(prof, out / f"{stem}.profile.json")
+        result["profile"] = prof
+    return result
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m calibration.run", description=__doc__.splitlines()[0])
+    g = ap.add_mutually_exclusive_group()
+    g.add_argument("--quick", action="store_const", const="quick", dest="mode", help="about a minute on a 2-core CPU")
+    g.add_argument("--full", action="store_const", const="full", dest="mode", help="dense grids, minutes")
+    g.add_argument("--mode", choices=sorted(MODES), help="tiny | quick | medium | full")
+    ap.add_argument("--model", default="smollm2-135m", help="model whose GEMM and attention shapes to measure")
+    ap.add_argument("--moe-model", default="qwen3-30b-a3b", help="MoE model for the expert GEMMs ('' to skip)")
+    ap.add_argument("--extra-m", default="", help="extra GEMM M values, e.g. B*(K+1) of a scenario: 3,5,9")
+    ap.add_argument("--output-dir", default=str(DEFAULT_DIR))
+    ap.add_argument("--name", help="file stem (default: the hardware catalog entry)")
+    ap.add_argument("--hardware", help="catalog entry whose peaks the efficiencies divide (default: detected)")
+    ap.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
+    ap.add_argument("--dtype", help="fp32 (CPU default) | bf16 (GPU default) | fp16")
+    ap.add_argument("--threads", type=int, help="CPU threads for torch (default: all cores)")
+    ap.add_argument("--no-fit", action="store_true", help="only measure")
+    ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--stop-after", type=int, help="measure at most this many new points (testing resume)")
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    try:
+        res = calibrate(args.mode or "quick", args.model, args.moe_model or None, parse_ints(args.extra_m),
+                        args.output_dir, args.name, args.hardware, args.device, args.dtype,
+                        progress=not args.no_progress, fit=not args.no_fit, stop_after=args.stop_after,
+                        threads=args.threads)
+    except PlannerError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted: the samples taken so far are kept; rerun the same command to resume", file=sys.stderr)
+        return 130
+    print(f"raw samples: {res['raw']} ({res['measured_points']} new of {res['planned_points']} planned points,"
+          f" {res['bench_s']:.1f} s)")
+    if res["profile"]:
+        print(f"profile: {res['profile_path']}")
+        print("held-out error (leave-one-out), |predicted/measured - 1|:")
+        print(format_heldout(res["profile"]["heldout_error"]))
+        load = res["profile"]["provenance"]["load_average_median"]
+        cores = res["profile"]["device"].get("compute_units") or 1
+        if res["profile"]["device"]["kind"] == "cpu" and load > cores:
+            print(f"warning: the machine was busy while measuring (load average {load:.1f} on {cores} cores):"
+                  " timings are inflated; rerun when it is idle", file=sys.stderr)
+    print(f"total {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
