@@ -158,7 +158,9 @@ def validate(measured: pd.DataFrame, sc: Scenario, origin: str = "measured") -> 
     k_max = int(df.k.max())
     train = df[~df.heldout]
     acceptance = pooled_acceptance(train[train.k > 0], max(k_max, 1))
-    sc_eval = replace(sc, acceptance=acceptance, k_max=max(k_max, sc.fixed_k))
+    # the physics from microbenchmarks alone: engine terms already in the profile are refitted here
+    profile = sc.profile.microbenchmarks_only() if sc.profile else None
+    sc_eval = replace(sc, acceptance=acceptance, k_max=max(k_max, sc.fixed_k), profile=profile)
     routing_note = None
     if sc.model.is_moe and "experts_touched" in df and df.experts_touched.notna().any():
         # routing is an input like acceptance: learn its skew from the training rows' expert counts
@@ -294,6 +296,22 @@ def write_report(result: ValidationResult, out_dir: str | Path) -> dict[str, Pat
     return paths
 
 
+def update_profile(result: ValidationResult, profile_path: str | Path, measured: str) -> Path:
+    """Write the fitted engine terms into the profile (atomically), so predictions carry them."""
+    from simulator.predict import write_atomically
+
+    path = Path(profile_path)
+    data = json.loads(path.read_text())
+    o = result.overhead
+    data["engine"] = {"scale": round(o["scale"], 4), "fitted_from": measured,
+                      "heldout_itl_mape": round(result.summary["itl_mape"], 4),
+                      "date": pd.Timestamp.now(tz="UTC").isoformat(timespec="seconds")}
+    data["step_overhead_s"] = {"fixed": round(o["fixed_ms"] / 1e3, 7), "per_sequence": round(o["per_seq_ms"] / 1e3, 8),
+                               "per_token": 0.0}
+    write_atomically(str(path), json.dumps(data, indent=1) + "\n")
+    return path
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m calibration.validate",
                                      description="Compare predicted ITL/goodput/K* with measured runs.")
@@ -301,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scenario", required=True, help="scenario TOML of the measured setup")
     parser.add_argument("--calibration", help="calibration profile (overrides the scenario's)")
     parser.add_argument("--output-dir", help="write validation.md / .png / .json there")
+    parser.add_argument("--update-profile", action="store_true",
+                        help="write the fitted engine terms into the scenario's calibration profile")
     parser.error = lambda msg: parser.exit(2, f"error: {msg}\n")  # one line, exit 2
     args = parser.parse_args(argv)
     try:
@@ -310,6 +330,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.output_dir:
             paths = write_report(result, args.output_dir)
             print(f"wrote {', '.join(str(p) for p in paths.values())}", file=sys.stderr)
+        if args.update_profile:
+            if sc.profile is None:
+                raise ValidationError("--update-profile needs a scenario with a calibration profile")
+            print(f"updated {update_profile(result, sc.profile.path, str(args.measured))}", file=sys.stderr)
     except PlannerError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -27,9 +27,10 @@ $PY -m calibration.engine sweep --target moe-synthetic --draft ngram --batch-siz
     --context-len 128 --gen-tokens 16 --rounds 3 --forced-acceptance 0.7 \
     --warmup-steps 1 --min-steps 4 --max-steps 12 --threads 1 --output $DATA/runs/moe-synthetic-cpu.csv
 
-# 4. validation reports (Markdown, PNG chart, JSON summary)
+# 4. validation reports (Markdown, PNG chart, JSON summary); the dense run's fitted engine terms
+#    (kernel speed vs the microbenchmarks, host time per step) go into the profile
 $PY -m calibration.validate --measured $DATA/runs/smollm2-cpu-ngram.csv --scenario scenarios/smollm2-cpu.toml \
-    --output-dir $DATA/validation/smollm2-cpu > /dev/null
+    --output-dir $DATA/validation/smollm2-cpu --update-profile > /dev/null
 $PY -m calibration.validate --measured $DATA/runs/moe-synthetic-cpu.csv --scenario scenarios/moe-synthetic-cpu.toml \
     --output-dir $DATA/validation/moe-synthetic-cpu > /dev/null
 echo "done: $DATA"

@@ -14,6 +14,7 @@ Format (``format_version`` 1)::
       "memory_efficiency": {"default": {"bytes": [...], "efficiency": [...]}, "attention": {...}},
       "launch_overhead_s": 4.1e-06,         # per kernel
       "step_overhead_s": {"fixed": 0.0, "per_sequence": 0.0, "per_token": 0.0},   # optional
+      "engine": {"scale": 1.34, "fitted_from": "...csv"},   # optional, from calibration.validate
       "heldout_error": {...}                # optional, reported by `calibration.show`
     }
 
@@ -21,11 +22,14 @@ Curves are interpolated linearly in log(size) between measured points and held a
 values outside them (a jump to the bare roofline just past the last sample would be unphysical).
 Efficiencies are fractions of the catalog peak of ``hardware`` and are applied after the launch
 overhead was taken out: t = max(F / (P * eta_c), M / (BW * eta_m)) + n_kernels * tau.
+The optional engine terms come from end-to-end runs (``calibration.validate --update-profile``):
+a serving engine's kernels run at 1/scale of the microbenchmarks' speed, and each step pays
+``step_overhead_s`` of host work; every operator time is multiplied by ``scale``.
 """
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -62,12 +66,19 @@ class Profile:
     step_overhead_fixed_s: float = 0.0
     step_overhead_per_seq_s: float = 0.0
     step_overhead_per_token_s: float = 0.0
+    engine_scale: float = 1.0
     provenance: dict = field(default_factory=dict)
     raw: dict = field(default_factory=dict, repr=False)
 
     @property
     def label(self) -> str:
-        return f"calibrated: {Path(self.path).name} ({self.device_name})"
+        engine = f", engine terms x{self.engine_scale:.2f}" if self.engine_scale != 1.0 else ""
+        return f"calibrated: {Path(self.path).name} ({self.device_name}{engine})"
+
+    def microbenchmarks_only(self) -> "Profile":
+        """The same profile without the end-to-end engine terms (what validation refits)."""
+        return replace(self, engine_scale=1.0, step_overhead_fixed_s=0.0, step_overhead_per_seq_s=0.0,
+                       step_overhead_per_token_s=0.0)
 
     def compute_efficiency(self, op_name: str, family: str, tokens) -> np.ndarray | float:
         curve = self.compute.get(op_name) or self.compute.get(family)
@@ -115,6 +126,10 @@ def profile_from_dict(data: dict, path: str) -> Profile:
     if not isinstance(tau, (int, float)) or not 0 <= tau < 1e-2:
         raise PlannerError(f"{path}: launch_overhead_s must be a number of seconds in [0, 0.01)")
     step = data.get("step_overhead_s") or {}
+    engine = data.get("engine") or {}
+    scale = engine.get("scale", 1.0)
+    if not isinstance(scale, (int, float)) or not 0.1 <= scale <= 10:
+        raise PlannerError(f"{path}: engine.scale must be a number in [0.1, 10], got {scale!r}")
     return Profile(
         path=path, hardware=str(data["hardware"]),
         device_name=str((data.get("device") or {}).get("name", data["hardware"])),
@@ -122,6 +137,7 @@ def profile_from_dict(data: dict, path: str) -> Profile:
         step_overhead_fixed_s=float(step.get("fixed", 0.0)),
         step_overhead_per_seq_s=float(step.get("per_sequence", 0.0)),
         step_overhead_per_token_s=float(step.get("per_token", 0.0)),
+        engine_scale=float(scale),
         provenance=dict(data.get("provenance") or {}), raw=data,
     )
 

@@ -422,3 +422,26 @@ def test_every_catalog_model_and_device_predicts():
 def test_custom_hardware_rejects_nonpositive():
     with pytest.raises(PlannerError):
         custom_hardware(load_hardware("h100-sxm"), hbm_bandwidth_bytes_per_s=0.0)
+
+
+def test_profile_engine_terms_scale_every_operator(tmp_path):
+    # hand: an engine scale of 2 doubles every device operator's time (the n-gram lookup is host
+    # time, not a kernel); step overhead adds fixed + per-seq * B
+    from dataclasses import replace as dc_replace
+
+    from simulator.goodput import compute_grid
+    from simulator.profile import load_profile
+    sc = load_scenario(SCENARIO_DIR / "smollm2-cpu.toml")
+    base = dc_replace(sc, profile=sc.profile.microbenchmarks_only())
+    scaled = dc_replace(sc, profile=dc_replace(base.profile, engine_scale=2.0, step_overhead_fixed_s=0.001,
+                                               step_overhead_per_seq_s=0.0001))
+    g0 = compute_grid(base, batch_sizes=[1, 8], ks=[0, 3])
+    g1 = compute_grid(scaled, batch_sizes=[1, 8], ks=[0, 3])
+    assert np.allclose(g1.verify.total_s, 2 * g0.verify.total_s)
+    overhead = 0.001 + 0.0001 * np.array([[1.0], [8.0]])
+    assert np.allclose(g1.draft_s, g0.draft_s)
+    assert np.allclose(g1.itl_s, 2 * g0.verify.total_s + g0.draft_s + overhead)
+    bad = json.loads(Path(sc.profile.path).read_text()) | {"engine": {"scale": 50}}
+    (tmp_path / "p.json").write_text(json.dumps(bad))
+    with pytest.raises(PlannerError, match="engine.scale"):
+        load_profile(tmp_path / "p.json")
