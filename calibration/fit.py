@@ -246,13 +246,6 @@ def check_device(meta: dict, hw: Hardware) -> None:
                                f" not on '{hw.name}'")
 
 
-def check_profile_device(profile: Profile, hardware: str) -> None:
-    """A profile applies only to the catalog entry it was fitted against."""
-    if profile.hardware != hardware:
-        raise CalibrationError(f"{profile.path}: profile is for hardware '{profile.hardware}'"
-                               f" ({profile.device_name}), not '{hardware}'")
-
-
 def fit_raw(raw: str | Path, hardware: str | None = None, mode: str | None = None) -> dict:
     """Fit a raw sample file; returns the profile dict (with held-out errors and provenance)."""
     raw = Path(raw)

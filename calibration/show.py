@@ -9,16 +9,16 @@ import sys
 
 import numpy as np
 
-from calibration.fit import check_profile_device, format_heldout
+from calibration.fit import format_heldout
 from simulator.errors import PlannerError
 from simulator.hardware import load_hardware
-from simulator.profile import load_profile
+from simulator.profile import check_profile_matches, load_profile
 
 
 def render(path: str, hardware: str | None = None) -> str:
     prof = load_profile(path)
     if hardware:
-        check_profile_device(prof, hardware)
+        check_profile_matches(prof, hardware)
     hw = load_hardware(prof.hardware)
     raw, pv = prof.raw, prof.provenance
     dtype = pv.get("dtype", "bf16")

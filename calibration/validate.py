@@ -16,7 +16,6 @@ it predicts cost), so goodput errors are those of the cost model.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from dataclasses import dataclass, replace
@@ -29,6 +28,7 @@ from scipy.optimize import nnls
 from simulator.acceptance import Acceptance
 from simulator.errors import PlannerError
 from simulator.goodput import compute_grid
+from simulator.predict import OneLineParser
 from simulator.moe import Routing
 from simulator.scenario import Scenario, load_scenario
 
@@ -313,7 +313,7 @@ def update_profile(result: ValidationResult, profile_path: str | Path, measured:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m calibration.validate",
+    parser = OneLineParser(prog="python -m calibration.validate",
                                      description="Compare predicted ITL/goodput/K* with measured runs.")
     parser.add_argument("--measured", required=True, help="measured runs CSV (engine sweep or vLLM readers)")
     parser.add_argument("--scenario", required=True, help="scenario TOML of the measured setup")
@@ -321,7 +321,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output-dir", help="write validation.md / .png / .json there")
     parser.add_argument("--update-profile", action="store_true",
                         help="write the fitted engine terms into the scenario's calibration profile")
-    parser.error = lambda msg: parser.exit(2, f"error: {msg}\n")  # one line, exit 2
     args = parser.parse_args(argv)
     try:
         sc = load_scenario(args.scenario, calibration=args.calibration)

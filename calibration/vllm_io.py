@@ -19,7 +19,6 @@ vLLM ITL is the time between streamed chunks, i.e. per engine step (a step commi
 from __future__ import annotations
 
 import json
-import math
 import re
 from pathlib import Path
 

@@ -114,7 +114,6 @@ class Prediction:
 
     def breakdown(self, batch_size: int, k: int) -> pd.DataFrame:
         """Per-operator time, FLOPs, bytes and bound of the draft and verify steps at (B, K)."""
-        g = self.arrays
         if k < 0 or batch_size < 1:
             raise PlannerError(f"breakdown needs batch size >= 1 and K >= 0, got {batch_size},{k}")
         sub = predict_scenario(self.scenario, batch_sizes=[batch_size], ks=[k]).arrays

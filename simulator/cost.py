@@ -287,6 +287,14 @@ def elementwise_op(model: ModelSpec, dep: Deployment, tokens, count: int, mlp_wi
               kernels=5, count=count, eff_tokens=tokens)
 
 
+def sliding_layers(model: ModelSpec, layers: int | None = None) -> int:
+    """Sliding-window layers among all of the model's layers, or among a draft head's ``layers``
+    (a head copies the model's full-attention layers unless every layer slides)."""
+    if layers is None:
+        return model.num_sliding_layers
+    return layers if model.num_sliding_layers == model.num_layers else 0
+
+
 def decoder_layers_ops(model: ModelSpec, dep: Deployment, hw: Hardware, batch, queries, context_len: float,
                        prefix: str = "", layer_counts: tuple[int, int] | None = None) -> list[Op]:
     """All decoder layers of one pass (dense-MLP and MoE layers, full and sliding attention)."""
@@ -294,8 +302,7 @@ def decoder_layers_ops(model: ModelSpec, dep: Deployment, hw: Hardware, batch, q
     a = DTYPE_BYTES[dep.act_dtype]
     n_dense, n_moe = layer_counts if layer_counts else (model.num_mlp_dense_layers, model.num_moe_layers)
     n_layers = n_dense + n_moe
-    n_sliding = min(model.num_sliding_layers, n_layers) if layer_counts is None else \
-        (n_layers if model.num_sliding_layers == model.num_layers else 0)
+    n_sliding = sliding_layers(model, None if layer_counts is None else n_layers)
     ops = attention_projection_ops(model, dep, tokens, n_layers, prefix)
     if n_layers - n_sliding:
         ops.append(attention_op(model, dep, batch, queries, context_len, n_layers - n_sliding, None, prefix + "attention"))
@@ -373,7 +380,7 @@ def kv_bytes_per_gpu(model: ModelSpec, dep: Deployment, batch, tokens_per_seq, l
     per_head_group, latent = model.kv_elements_per_token()
     per_token_layer = (per_head_group * kv_heads_per_gpu(model, dep.tp) / model.num_kv_heads + latent) * kv
     n_layers = model.num_layers if layers is None else layers
-    n_sliding = model.num_sliding_layers if layers is None else (n_layers if model.num_sliding_layers == model.num_layers else 0)
+    n_sliding = sliding_layers(model, layers)
     tokens = np.asarray(tokens_per_seq, dtype=float)
     sliding_tokens = np.minimum(tokens, model.sliding_window) if model.sliding_window else tokens
     return np.asarray(batch, dtype=float) * per_token_layer * ((n_layers - n_sliding) * tokens + n_sliding * sliding_tokens)

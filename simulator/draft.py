@@ -103,13 +103,6 @@ def _head_layer_ops(target: ModelSpec, dep: Deployment, hw: Hardware, batch, con
     return ops
 
 
-def draft_cost(draft: DraftSpec, target: ModelSpec, dep: Deployment, hw: Hardware, batch, k,
-               context_len: float, profile: Profile | None) -> StepCost:
-    """Time to propose K tokens for each of B sequences (zero at K = 0)."""
-    per_pass, passes = draft_pass_cost(draft, target, dep, hw, batch, k, context_len, profile)
-    return per_pass.scaled(passes)
-
-
 def draft_pass_cost(draft: DraftSpec, target: ModelSpec, dep: Deployment, hw: Hardware, batch, k,
                     context_len: float, profile: Profile | None) -> tuple[StepCost, np.ndarray]:
     """(cost of one draft pass at the shape of ``batch``, number of passes = K).

@@ -156,5 +156,5 @@ def load_profile(path: str | Path) -> Profile:
 def check_profile_matches(profile: Profile, hardware_name: str) -> None:
     """A profile's efficiencies divide its own device's peaks: refuse it for another device."""
     if profile.hardware != hardware_name:
-        raise PlannerError(f"{profile.path}: profile was measured on '{profile.hardware}' but the scenario"
-                           f" runs on '{hardware_name}'; use a profile of that device or drop --calibration")
+        raise PlannerError(f"{profile.path}: profile was measured on '{profile.hardware}' ({profile.device_name}),"
+                           f" not '{hardware_name}'; use a profile of that device or drop --calibration")

@@ -16,20 +16,13 @@ import argparse
 import json
 import sys
 
-import numpy as np
 import pandas as pd
 
 from simulator.errors import PlannerError
+from simulator.predict import OneLineParser
 from simulator.scenario import DEFAULT_SCENARIO, load_scenario
 
 FORMATS = ("table", "json", "csv")
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse, but a usage error is one line on stderr and exit code 2."""
-
-    def error(self, message):
-        self.exit(2, f"error: {message} (see --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:

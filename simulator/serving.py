@@ -44,12 +44,11 @@ a_i^k >= per_request_min_prob, at least 1); cutoff (fixed_k while B <= cutoff_ba
 from __future__ import annotations
 
 import csv
-import dataclasses
 import heapq
 import math
 from bisect import bisect_left
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 

@@ -171,7 +171,7 @@ def _sections(res: SizingResult) -> list[tuple[str, list]]:
     head = [("p", sc.description or sc.name),
             ("p", f"Target: {spec.target_load:g} {spec.load_unit}; traffic {json.dumps(prompt)};"
                   f" SLOs: {spec.slo.describe()}"
-                  + (f" (plus a stability guard ttft_p99_s <= 30 s: the SLOs set no TTFT bound)" if spec.ttft_guard else "")),
+                  + (" (plus a stability guard ttft_p99_s <= 30 s: the SLOs set no TTFT bound)" if spec.ttft_guard else "")),
             ("p", f"Model {sc.model.name}, draft {sc.draft.label}, acceptance {sc.acceptance.label}"
                   f" ({sc.acceptance.source}).")]
     secs.append(("Scenario", head))
@@ -252,7 +252,7 @@ th{background:#f2f2f2}.tw{overflow-x:auto}td{white-space:nowrap}table.wrap td{wh
 
 
 def _md_inline(text: str) -> str:
-    out, bold = [], False
+    out = []
     for i, part in enumerate(html.escape(text).split("**")):
         out.append(part if i % 2 == 0 else f"<strong>{part}</strong>")
     s = "".join(out)

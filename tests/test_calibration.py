@@ -16,7 +16,7 @@ import pytest
 
 from calibration import device as devmod
 from calibration.fit import _upper_hull, fit_raw, predict, sample_table
-from calibration.microbench import MODES, Point, build_plan, run_plan
+from calibration.microbench import MODES, build_plan, run_plan
 from calibration.rawio import read_raw
 from simulator.hardware import load_hardware
 from simulator.models import load_model

@@ -110,7 +110,6 @@ def main(argv=None) -> int:
         print(f"error: unknown draft {a.draft!r}; use ngram, early-exit:N or model:N", file=sys.stderr)
         return 2
     # the output must be writable and, if it exists, a readable CSV
-    import os
     from pathlib import Path
     out = Path(a.output)
     try:

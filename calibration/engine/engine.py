@@ -137,7 +137,6 @@ class ModelDraft:
         return torch.multinomial(q, 1, generator=generator).squeeze(1), q
 
     def propose(self, seqs, lengths, K, temperature, generator):
-        B = seqs.shape[0]
         # catch up: feed the T newest committed tokens (T = most pending tokens in the batch);
         # sequences with fewer pending recompute a few already-cached positions (same values).
         T = int((lengths - self.dvalid).max())

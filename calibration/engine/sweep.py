@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import math
-import os
 import platform
 import subprocess
 import sys
@@ -18,7 +16,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from .engine import ModelDraft, SpecDecoder, make_draft
+from .engine import SpecDecoder, make_draft
 from .weights import load_target, load_tokenizer
 
 COLUMNS = [
