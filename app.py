@@ -2,7 +2,7 @@
 
     streamlit run app.py --server.address 127.0.0.1 --server.headless true --browser.gatherUsageStats false
 
-A thin shell over the Python API (``simulator.api``): the sidebar builds a scenario, the tabs draw
+A thin shell over the Python API (``simulator.plan.api``): the sidebar builds a scenario, the tabs draw
 ``Prediction.table`` / ``.grid`` / ``.breakdown``. No physics here. Charts live in ``dashboard/charts.py``.
 """
 from __future__ import annotations

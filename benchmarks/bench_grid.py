@@ -12,10 +12,10 @@ import time
 
 import numpy as np
 
-from simulator.goodput import compute_grid
-from simulator.hardware import list_hardware
-from simulator.models import list_models, load_model
-from simulator.scenario import SCENARIO_DIR, load_scenario
+from simulator.plan.grid import compute_grid
+from simulator.specs.hardware import list_hardware
+from simulator.specs.models import list_models, load_model
+from simulator.specs.scenario import SCENARIO_DIR, load_scenario
 
 
 def median_seconds(fn, repeats: int = 30) -> float:

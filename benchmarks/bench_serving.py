@@ -12,7 +12,7 @@ import statistics
 import time
 
 from simulator import serving
-from simulator.scenario import load_scenario
+from simulator.specs.scenario import load_scenario
 
 WORKLOAD = dict(arrival="poisson", rate_per_s=200.0, n_requests=10_000, max_num_seqs=256,
                 prompt_len={"dist": "lognormal", "median": 500, "sigma": 0.8, "max": 4000},

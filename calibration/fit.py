@@ -33,8 +33,8 @@ import pandas as pd
 
 from calibration.rawio import CalibrationError, read_meta, read_raw
 from simulator.errors import PlannerError
-from simulator.hardware import Hardware, load_hardware
-from simulator.profile import PROFILE_FORMAT, PROFILE_VERSION, Profile, profile_from_dict
+from simulator.specs.hardware import Hardware, load_hardware
+from simulator.specs.profile import PROFILE_FORMAT, PROFILE_VERSION, Profile, profile_from_dict
 
 REPO = Path(__file__).resolve().parent.parent
 ETA_MIN, ETA_MAX = 1e-6, 1.5

@@ -20,8 +20,8 @@ from calibration.fit import fit_raw, format_heldout, write_profile
 from calibration.microbench import MODES, build_plan, gemm_shapes, run_plan
 from calibration.rawio import CalibrationError
 from simulator.errors import PlannerError
-from simulator.hardware import load_hardware
-from simulator.models import load_model
+from simulator.specs.hardware import load_hardware
+from simulator.specs.models import load_model
 
 DEFAULT_DIR = Path(__file__).resolve().parent / "data"
 

@@ -11,8 +11,8 @@ import numpy as np
 
 from calibration.fit import format_heldout
 from simulator.errors import PlannerError
-from simulator.hardware import load_hardware
-from simulator.profile import check_profile_matches, load_profile
+from simulator.specs.hardware import load_hardware
+from simulator.specs.profile import check_profile_matches, load_profile
 
 
 def render(path: str, hardware: str | None = None) -> str:

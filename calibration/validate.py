@@ -25,12 +25,12 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import nnls
 
-from simulator.acceptance import Acceptance
+from simulator.specs.acceptance import Acceptance
 from simulator.errors import PlannerError
-from simulator.goodput import compute_grid
-from simulator.predict import OneLineParser
-from simulator.moe import Routing
-from simulator.scenario import Scenario, load_scenario
+from simulator.plan.grid import compute_grid
+from simulator.cli.common import OneLineParser
+from simulator.specs.routing import Routing
+from simulator.specs.scenario import Scenario, load_scenario
 
 REQUIRED = ("batch_size", "k", "itl_ms", "acceptance_length", "per_position_acceptance")
 
@@ -203,7 +203,8 @@ def validate(measured: pd.DataFrame, sc: Scenario, origin: str = "measured") -> 
     held = df[df.heldout]
 
     if sc.model.is_moe and "experts_touched" in df and df.experts_touched.notna().any():
-        from simulator.moe import expert_probabilities, experts_touched
+        from simulator.physics.experts import experts_touched
+        from simulator.specs.routing import expert_probabilities
         p = expert_probabilities(sc_eval.deployment.routing, sc.model.num_experts, sc.model.experts_per_token)
         df["experts_touched_predicted"] = experts_touched((df.batch_size * (df.k + 1)).to_numpy(float), p)
         verify = grid_verify_expert_ms(sc_eval, df, k_max)
@@ -242,7 +243,8 @@ def validate(measured: pd.DataFrame, sc: Scenario, origin: str = "measured") -> 
 
 def fit_routing_skew(rows: pd.DataFrame, sc: Scenario) -> float:
     """Zipf exponent whose E_touched(T) best matches measured distinct experts (log error)."""
-    from simulator.moe import expert_probabilities, experts_touched
+    from simulator.physics.experts import experts_touched
+    from simulator.specs.routing import expert_probabilities
     rows = rows[rows.experts_touched.notna()]
     tokens = (rows.batch_size * (rows.k + 1)).to_numpy(float)
     measured = rows.experts_touched.to_numpy(float)
@@ -298,7 +300,7 @@ def write_report(result: ValidationResult, out_dir: str | Path) -> dict[str, Pat
 
 def update_profile(result: ValidationResult, profile_path: str | Path, measured: str) -> Path:
     """Write the fitted engine terms into the profile (atomically), so predictions carry them."""
-    from simulator.predict import write_atomically
+    from simulator.cli.common import write_atomically
 
     path = Path(profile_path)
     data = json.loads(path.read_text())

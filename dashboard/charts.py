@@ -1,6 +1,6 @@
 """Chart builders for the dashboard: pure functions, DataFrames in, ``alt.Chart`` out.
 
-No physics here: every number plotted comes from ``simulator.api.Prediction`` tables
+No physics here: every number plotted comes from ``simulator.plan.api.Prediction`` tables
 (``.table``, ``.grid``, ``.breakdown``). The functions only reshape and draw, so they can be
 tested without Streamlit and exported to PNG with :func:`to_png`.
 

@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 
 from dashboard import charts as C
-from simulator.api import Prediction, predict_scenario
-from simulator.scenario import build_scenario
+from simulator.plan.api import Prediction, predict_scenario
+from simulator.specs.scenario import build_scenario
 
 _ALTAIR_LOCK = threading.Lock()  # data transformers and themes are process-global in Altair
 

@@ -7,8 +7,8 @@ import streamlit as st
 
 from dashboard import state as S
 from simulator.errors import PlannerError
-from simulator.hardware import ACT_DTYPES, KV_DTYPES, WEIGHT_DTYPES, list_hardware, load_hardware
-from simulator.models import list_models
+from simulator.specs.hardware import ACT_DTYPES, KV_DTYPES, WEIGHT_DTYPES, list_hardware, load_hardware
+from simulator.specs.models import list_models
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 Everything here is pure Python so it can be tested and benchmarked without a running app. The
 physics stays in ``simulator``: this module only translates what the user picked into the scenario
-layout that :func:`simulator.scenario.build_scenario` reads, and reads measured files.
+layout that :func:`simulator.specs.scenario.build_scenario` reads, and reads measured files.
 """
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ import numpy as np
 import pandas as pd
 
 from simulator.errors import PlannerError
-from simulator.models import list_models, model_from_hf_config
-from simulator.scenario import REPO_ROOT, SCENARIO_DIR, read_scenario_file
+from simulator.specs.models import list_models, model_from_hf_config
+from simulator.specs.scenario import REPO_ROOT, SCENARIO_DIR, read_scenario_file
 
 CALIBRATION_DIR = REPO_ROOT / "calibration" / "data"
 NO_PROFILE = "none (datasheet only)"
@@ -55,7 +55,7 @@ def profile_files() -> dict[str, str]:
 
 def profile_hardware(path: str) -> str:
     """The catalog hardware a profile was fitted on (PlannerError when it is not a profile)."""
-    from simulator.profile import load_profile
+    from simulator.specs.profile import load_profile
 
     return load_profile(path).hardware
 
@@ -91,13 +91,13 @@ def controls_from_scenario(raw: dict) -> dict:
     rates = acc.get("rates", [acc.get("rate", 0.7)])
     batch = wl.get("batch_sizes", "1-512")
     try:
-        from simulator.scenario import parse_batch_sizes
+        from simulator.specs.scenario import parse_batch_sizes
         bs = parse_batch_sizes(batch)
         b_lo, b_hi = int(bs.min()), int(min(bs.max(), BATCH_MAX))
     except PlannerError:
         b_lo, b_hi = 1, 256
     k_max = int(min(wl.get("k_max", 8), K_MAX_LIMIT))
-    from simulator.hardware import load_hardware
+    from simulator.specs.hardware import load_hardware
     base = load_hardware(hw.get("name", "h100-sxm"))
     custom = "peak_bf16_flops_per_s" in hw or "hbm_bandwidth_bytes_per_s" in hw
     model = raw.get("model", {}).get("name", "llama-3.1-8b")

@@ -1,5 +1,14 @@
 """DSD planner: roofline cost model of speculative decoding and optimal-K tables.
 
+Floors, each importing only the ones below it::
+
+    specs/     hardware, models, deployment, drafts, acceptance, routing, profile, scenario
+    physics/   operators, layer builders, experts, draft cost, memory
+    plan/      goodput grid, K*, exports, the Prediction API
+    serving/   workload, step pricer, simulation loop, policies
+    sizing/    SLO capacity search, fleet ranking, reports
+    cli/       predict, serve, size
+
 Notebook use::
 
     from simulator import predict
@@ -8,9 +17,13 @@ Notebook use::
     result.grid       # one row per (batch size, K)
 """
 
+_API = ("predict", "Prediction", "predict_scenario")
 
-def __getattr__(name):  # lazy: `import simulator.cost` stays light
-    if name in ("predict", "Prediction", "predict_scenario"):
-        from simulator import api
-        return getattr(api, name)
+
+def __getattr__(name):  # lazy: `import simulator.physics` stays light
+    if name in _API:
+        from simulator.plan import api
+        value = getattr(api, name)
+        globals()[name] = value  # later lookups skip this hook
+        return value
     raise AttributeError(name)

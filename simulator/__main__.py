@@ -1,3 +1,5 @@
-from simulator.predict import main
 import sys
+
+from simulator.cli.predict import main
+
 sys.exit(main())

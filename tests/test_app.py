@@ -24,7 +24,7 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from dashboard import charts as C  # noqa: E402
 from dashboard import state as S  # noqa: E402
-from simulator.api import predict  # noqa: E402
+from simulator.plan.api import predict  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures" / "vllm"
 APP = str(ROOT / "app.py")

@@ -18,9 +18,9 @@ from calibration import device as devmod
 from calibration.fit import _upper_hull, fit_raw, predict, sample_table
 from calibration.microbench import MODES, build_plan, run_plan
 from calibration.rawio import read_raw
-from simulator.hardware import load_hardware
-from simulator.models import load_model
-from simulator.profile import load_profile, profile_from_dict
+from simulator.specs.hardware import load_hardware
+from simulator.specs.models import load_model
+from simulator.specs.profile import load_profile, profile_from_dict
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "calibration" / "data"

@@ -16,15 +16,18 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
-from simulator import acceptance as acc
-from simulator.api import predict
-from simulator.cost import Deployment, allreduce_s, gemm, kv_bytes_per_gpu, verify_cost, weight_bytes_per_gpu
+from simulator.specs import acceptance as acc
+from simulator.plan.api import predict
+from simulator.physics.layers import allreduce_s, gemm, verify_cost
+from simulator.physics.memory import kv_bytes_per_gpu, weight_bytes_per_gpu
+from simulator.specs.deployment import Deployment
 from simulator.errors import PlannerError
-from simulator.exports import k_ranges, trtllm_schedule, vllm_config
-from simulator.hardware import custom_hardware, load_hardware
-from simulator.models import list_models, load_model, model_from_hf_config
-from simulator.moe import Routing, busiest_group_load, expert_probabilities, experts_touched
-from simulator.scenario import SCENARIO_DIR, load_scenario, parse_batch_sizes
+from simulator.plan.exports import k_ranges, trtllm_schedule, vllm_config
+from simulator.specs.hardware import custom_hardware, load_hardware
+from simulator.specs.models import list_models, load_model, model_from_hf_config
+from simulator.physics.experts import busiest_group_load, experts_touched
+from simulator.specs.routing import Routing, expert_probabilities
+from simulator.specs.scenario import SCENARIO_DIR, load_scenario, parse_batch_sizes
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -429,8 +432,8 @@ def test_profile_engine_terms_scale_every_operator(tmp_path):
     # time, not a kernel); step overhead adds fixed + per-seq * B
     from dataclasses import replace as dc_replace
 
-    from simulator.goodput import compute_grid
-    from simulator.profile import load_profile
+    from simulator.plan.grid import compute_grid
+    from simulator.specs.profile import load_profile
     sc = load_scenario(SCENARIO_DIR / "smollm2-cpu.toml")
     base = dc_replace(sc, profile=sc.profile.microbenchmarks_only())
     scaled = dc_replace(sc, profile=dc_replace(base.profile, engine_scale=2.0, step_overhead_fixed_s=0.001,

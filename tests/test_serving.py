@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from simulator import serving as sv
 from simulator.errors import PlannerError
-from simulator.goodput import compute_grid
-from simulator.scenario import load_scenario
+from simulator.plan.grid import compute_grid
+from simulator.specs.scenario import load_scenario
 
 REPO = Path(__file__).resolve().parent.parent
 WAVE_BATCHES = (1, 4, 16, 64, 128, 256)
@@ -231,7 +231,7 @@ def test_bad_workloads_raise_planner_errors(llama):
 
 def test_charts_are_altair(llama):
     import altair as alt
-    from simulator import serving_charts as ch
+    from simulator.serving import charts as ch
     wl = sv.Workload(arrival="poisson", rate_per_s=30, n_requests=20, max_num_seqs=8, prompt_len=100, output_len=40)
     runs = [sv.simulate(llama, p, workload=wl) for p in ("plain", "dsd")]
     summaries = pd.DataFrame([r.summary for r in runs])

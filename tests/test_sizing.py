@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator.api import predict_scenario
+from simulator.plan.api import predict_scenario
 from simulator.errors import PlannerError
-from simulator.scenario import load_scenario
+from simulator.specs.scenario import load_scenario
 from simulator.sizing import Candidate, candidate_scenario, memory_fit, parse_sizing, search_capacity, size
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -194,7 +194,7 @@ def test_cli_unknown_flag_one_line():
 # --- the report in a real browser ---------------------------------------------------------------
 
 def _report_html(tmp_path) -> Path:
-    from simulator.sizing_report import render_html
+    from simulator.sizing.report import render_html
     res = size(MOE, candidates=["h200", "b200"], tp=[8], policies=["plain", "fixed", "dsd"], workers=2,
                simulate=SIM, **SMALL)
     path = tmp_path / "report.html"

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 
 from calibration.validate import ValidationError, read_measured, validate
-from simulator.scenario import load_scenario
+from simulator.specs.scenario import load_scenario
 
 REPO = Path(__file__).resolve().parent.parent
 RUNS = REPO / "calibration" / "data" / "runs"

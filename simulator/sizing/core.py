@@ -13,7 +13,7 @@ request rate (or on the closed-loop concurrency when ``[traffic]`` gives a concu
 Configurations whose weights, draft and one sequence's KV cache (with K+1 verification slots) do not
 fit the usable memory (``memory_bytes * memory_utilization``) are rejected with the reason.
 
-Scenario sections read here (validated with :func:`simulator.scenario.check_table`)::
+Scenario sections read here (validated with :func:`simulator.specs.scenario.check_table`)::
 
     [slo]      ttft_p50_s / ttft_p90_s / ttft_p99_s / tpot_p50_s / tpot_p90_s / tpot_p99_s /
                itl_p50_s / itl_p99_s  (seconds, > 0; at least one)
@@ -40,12 +40,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from simulator.api import predict_scenario
-from simulator.cost import kv_bytes_per_gpu, weight_bytes_per_gpu
-from simulator.draft import draft_memory_bytes
+from simulator.plan.api import predict_scenario
+from simulator.physics.memory import kv_bytes_per_gpu, weight_bytes_per_gpu
+from simulator.physics.memory import draft_memory_bytes
 from simulator.errors import PlannerError, did_you_mean
-from simulator.hardware import list_hardware, load_hardware
-from simulator.scenario import NUM, Scenario, build_scenario, check_table, load_scenario
+from simulator.specs.hardware import list_hardware, load_hardware
+from simulator.specs.scenario import NUM, Scenario, build_scenario, check_table, load_scenario
 
 GB = 1e9
 SLO_KEYS = ("ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_p50_s", "tpot_p90_s", "tpot_p99_s",
@@ -835,7 +835,7 @@ def _sensitivity(sc: Scenario, rec: dict, spec: SizingSpec, scen: dict, simulate
 
 
 def bundled_sizing_scenarios() -> list[Path]:
-    from simulator.scenario import SCENARIO_DIR
+    from simulator.specs.scenario import SCENARIO_DIR
     return sorted(SCENARIO_DIR.glob("sizing-*.toml"))
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from simulator.scenario import REPO_ROOT
-from simulator.sizing import SizingResult
+from simulator.specs.scenario import REPO_ROOT
+from simulator.sizing.core import SizingResult
 
 RANKED_COLUMNS = ["rank", "hardware", "tp", "policy", "replicas", "gpus", "gpus_band", "max_load_per_replica",
                   "tok_s_per_gpu", "tpot_p50_s", "ttft_p99_s", "mean_k", "fleet_usd_per_hour",

@@ -55,12 +55,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from simulator.cost import (activation_bytes_per_gpu, attention_op, evaluate, forward_ops, kv_bytes_per_gpu,
-                            weight_bytes_per_gpu)
-from simulator.draft import draft_memory_bytes, draft_pass_cost
+from simulator.physics.layers import attention_op, forward_ops
+from simulator.physics.memory import activation_bytes_per_gpu, kv_bytes_per_gpu, weight_bytes_per_gpu
+from simulator.physics.operators import evaluate
+from simulator.physics.draft_cost import draft_pass_cost
+from simulator.physics.memory import draft_memory_bytes
 from simulator.errors import PlannerError, did_you_mean
-from simulator.goodput import compute_grid, step_overhead_s
-from simulator.scenario import NUM, Scenario, check_table
+from simulator.plan.grid import compute_grid, step_overhead_s
+from simulator.specs.scenario import NUM, Scenario, check_table
 
 POLICIES = ("plain", "fixed", "dsd", "dsd-adaptive", "per-request", "cutoff")
 ARRIVALS = ("poisson", "bursty", "closed", "waves")

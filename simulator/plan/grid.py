@@ -11,9 +11,13 @@ from functools import cached_property
 
 import numpy as np
 
-from simulator.cost import StepCost, activation_bytes_per_gpu, kv_bytes_per_gpu, verify_cost, weight_bytes_per_gpu
-from simulator.draft import draft_memory_bytes, draft_pass_cost
-from simulator.moe import expert_probabilities, experts_touched
+from simulator.physics.layers import verify_cost
+from simulator.physics.memory import activation_bytes_per_gpu, kv_bytes_per_gpu, weight_bytes_per_gpu
+from simulator.physics.operators import StepCost
+from simulator.physics.draft_cost import draft_pass_cost
+from simulator.physics.memory import draft_memory_bytes
+from simulator.physics.experts import experts_touched
+from simulator.specs.routing import expert_probabilities
 
 
 @dataclass

@@ -11,63 +11,7 @@ anyway, at large T the step is compute-bound.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
-
-from simulator.errors import PlannerError
-
-
-@dataclass(frozen=True)
-class Routing:
-    """Routing distribution over experts.
-
-    kind "uniform"; "zipf" with exponent ``skew`` (p_i proportional to 1 / i^skew);
-    "explicit" with ``probabilities`` (any positive weights, normalised to sum to k).
-    """
-
-    kind: str = "uniform"
-    skew: float = 0.0
-    probabilities: tuple[float, ...] = ()
-
-    def describe(self) -> str:
-        if self.kind == "zipf":
-            return f"zipf(s={self.skew:g})"
-        return self.kind
-
-
-def expert_probabilities(routing: Routing, num_experts: int, top_k: int) -> np.ndarray:
-    """p_i, the probability that one token routes to expert i; sums to top_k, each <= 1."""
-    if routing.kind == "uniform":
-        return np.full(num_experts, top_k / num_experts)
-    if routing.kind == "zipf":
-        if routing.skew < 0:
-            raise PlannerError(f"routing skew must be >= 0, got {routing.skew}")
-        weights = 1.0 / np.arange(1, num_experts + 1) ** routing.skew
-    elif routing.kind == "explicit":
-        weights = np.asarray(routing.probabilities, dtype=float)
-        if weights.shape != (num_experts,):
-            raise PlannerError(f"routing probabilities: expected {num_experts} values (one per expert),"
-                               f" got {len(routing.probabilities)}")
-        if np.any(weights < 0) or weights.sum() <= 0:
-            raise PlannerError("routing probabilities must be >= 0 and not all zero")
-    else:
-        raise PlannerError(f"unknown routing kind '{routing.kind}' (uniform, zipf, explicit)")
-    return _cap_at_one(weights / weights.sum() * top_k)
-
-
-def _cap_at_one(p: np.ndarray) -> np.ndarray:
-    """Top-k picks k distinct experts, so no p_i exceeds 1: clip and give the excess to the rest."""
-    p = p.copy()
-    for _ in range(len(p)):
-        over = p > 1.0
-        if not over.any():
-            break
-        excess = (p[over] - 1.0).sum()
-        p[over] = 1.0
-        free = p < 1.0
-        p[free] += excess * p[free] / p[free].sum()
-    return p
 
 
 def experts_touched(tokens, probabilities: np.ndarray) -> np.ndarray:

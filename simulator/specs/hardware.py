@@ -13,7 +13,7 @@ from pathlib import Path
 
 from simulator.errors import PlannerError, did_you_mean
 
-HARDWARE_DIR = Path(__file__).parent / "data" / "hardware"
+HARDWARE_DIR = Path(__file__).resolve().parent.parent / "data" / "hardware"
 
 # Bytes per element; mxfp4 carries one 8-bit scale per 32 values (4.25 bits).
 DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "mxfp4": 4.25 / 8}

@@ -14,16 +14,16 @@ from pathlib import Path
 
 import numpy as np
 
-from simulator.acceptance import Acceptance, parse_acceptance
-from simulator.cost import Deployment, check_deployment
-from simulator.draft import DraftSpec, check_draft, parse_draft
+from simulator.specs.acceptance import Acceptance, parse_acceptance
+from simulator.specs.deployment import Deployment, check_deployment
+from simulator.specs.drafts import DraftSpec, check_draft, parse_draft
 from simulator.errors import PlannerError
-from simulator.hardware import Hardware, custom_hardware, load_hardware
-from simulator.models import ModelSpec, load_model
-from simulator.moe import Routing
-from simulator.profile import Profile, check_profile_matches, load_profile
+from simulator.specs.hardware import Hardware, custom_hardware, load_hardware
+from simulator.specs.models import ModelSpec, load_model
+from simulator.specs.routing import Routing
+from simulator.specs.profile import Profile, check_profile_matches, load_profile
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 SCENARIO_DIR = REPO_ROOT / "scenarios"
 DEFAULT_SCENARIO = SCENARIO_DIR / "default.toml"
 

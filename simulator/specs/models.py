@@ -13,7 +13,7 @@ from pathlib import Path
 
 from simulator.errors import PlannerError, did_you_mean
 
-MODELS_DIR = Path(__file__).parent / "data" / "models"
+MODELS_DIR = Path(__file__).resolve().parent.parent / "data" / "models"
 
 SUPPORTED_MODEL_TYPES = (
     "llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe",

@@ -15,10 +15,10 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
-from simulator import exports
+from simulator.plan import exports
 from simulator.errors import PlannerError
-from simulator.goodput import Grid, compute_grid
-from simulator.scenario import DEFAULT_SCENARIO, Scenario, apply_overrides, build_scenario, load_scenario
+from simulator.plan.grid import Grid, compute_grid
+from simulator.specs.scenario import DEFAULT_SCENARIO, Scenario, apply_overrides, build_scenario, load_scenario
 
 MS = 1e3
 

@@ -1,0 +1,87 @@
+"""Sizing CLI: hardware, GPU count and cost per million tokens for a scenario's traffic and SLOs.
+
+    python -m simulator.size --scenario scenarios/sizing-dense-command-a.toml --output-dir reports/
+    python -m simulator.size --all-bundled --output-dir reports/          # every scenarios/sizing-*.toml
+    python -m simulator.size --scenario S --format json                   # to stdout when no --output-dir
+
+Errors in the input (unknown hardware, negative SLO, malformed section) print one line on stderr
+and exit with code 2.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from simulator.errors import PlannerError
+from simulator.cli.common import OneLineParser, run_cli, write_atomically
+
+FORMATS = ("html", "markdown", "json")
+SUFFIX = {"html": ".html", "markdown": ".md", "json": ".json"}
+
+
+def build_parser():
+    p = OneLineParser(prog="python -m simulator.size", description=__doc__.split("\n\n")[0])
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--scenario", help="scenario TOML with [traffic], [slo], [sizing] (path or bundled name)")
+    src.add_argument("--all-bundled", action="store_true", help="size every bundled scenarios/sizing-*.toml")
+    p.add_argument("--output-dir", help="write <scenario>.html/.md/.json here (default: print to stdout)")
+    p.add_argument("--format", action="append", choices=FORMATS,
+                   help="output format, repeatable (default: html and markdown with --output-dir, markdown otherwise)")
+    p.add_argument("--candidates", help="comma-separated hardware names (overrides [sizing] candidates)")
+    p.add_argument("--tp", help="comma-separated TP degrees (overrides [sizing] tp)")
+    p.add_argument("--rate", type=float, help="target load (overrides the scenario's target)")
+    p.add_argument("--workers", type=int, help="parallel worker processes (default [sizing] workers, else 2)")
+    p.add_argument("--n-requests", type=int, help="requests per serving simulation")
+    p.add_argument("--search-steps", type=int, help="bisection steps after bracketing")
+    p.add_argument("--no-sensitivity", action="store_true", help="skip the acceptance / bandwidth reruns")
+    return p
+
+
+def _ints(text: str, flag: str) -> list[int]:
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise PlannerError(f"{flag} '{text}': expected integers such as 4,8") from None
+
+
+def run(args) -> int:
+    from simulator.sizing import bundled_sizing_scenarios, size
+    from simulator.sizing.report import render_html, render_json, render_markdown
+
+    if args.workers is not None and args.workers < 1:
+        raise PlannerError(f"--workers must be >= 1, got {args.workers}")
+    if args.rate is not None and not args.rate > 0:
+        raise PlannerError(f"--rate must be > 0, got {args.rate}")
+    out_dir = Path(args.output_dir) if args.output_dir else None
+    if out_dir is not None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    formats = args.format or (["html", "markdown"] if out_dir else ["markdown"])
+    scenarios = bundled_sizing_scenarios() if args.all_bundled else [args.scenario]
+    if not scenarios:
+        raise PlannerError("no bundled sizing scenarios (scenarios/sizing-*.toml)")
+    renderers = {"html": render_html, "markdown": render_markdown, "json": render_json}
+    for scenario in scenarios:
+        res = size(str(scenario), candidates=args.candidates.split(",") if args.candidates else None,
+                   tp=_ints(args.tp, "--tp") if args.tp else None, target_load=args.rate, workers=args.workers,
+                   n_requests=args.n_requests, search_steps=args.search_steps,
+                   sensitivity=False if args.no_sensitivity else None)
+        for fmt in dict.fromkeys(formats):
+            text = renderers[fmt](res)
+            if out_dir is None:
+                sys.stdout.write(text + "\n")
+            else:
+                path = out_dir / f"{res.scenario.name}{SUFFIX[fmt]}"
+                write_atomically(str(path), text)
+                path.chmod(0o644)
+                print(f"wrote {path}", file=sys.stderr)
+        print(f"{res.scenario.name}: {res.message} ({res.elapsed_s:.0f} s)", file=sys.stderr)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return run_cli(lambda: run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""Draft cost per speculative step, by method (sizes and host costs from ``data/drafts.toml``).
+
+See :mod:`simulator.specs.drafts` for the methods. Draft passes process one token per sequence
+whatever K is, so one pass is priced per batch size and multiplied by the number of passes.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from simulator.physics.layers import decoder_layers_ops, forward_ops, gemm, head_ops
+from simulator.physics.operators import Op, StepCost, evaluate
+from simulator.specs.deployment import Deployment
+from simulator.specs.drafts import DraftSpec, draft_defaults, draft_tp
+from simulator.specs.hardware import DTYPE_BYTES, Hardware
+from simulator.specs.models import ModelSpec
+from simulator.specs.profile import Profile
+
+
+def _head_layer_ops(target: ModelSpec, dep: Deployment, hw: Hardware, batch, context_len, fusion: int,
+                    vocab: int, moe_layer: bool) -> list[Op]:
+    """One pass of an EAGLE/MTP head: fusion projection, one decoder layer, LM head."""
+    w = DTYPE_BYTES[dep.weight_dtype]
+    a = DTYPE_BYTES[dep.act_dtype]
+    D = target.hidden_size
+    layers = (0, 1) if moe_layer else (1, 0)
+    ops = [gemm("draft.fusion", batch, D, fusion * D, w, a, 1)]
+    ops += decoder_layers_ops(target, dep, hw, batch, 1.0, context_len, "draft.", layer_counts=layers)
+    ops += head_ops(target, dep, hw, batch, vocab, "draft.", sampling=True)
+    return ops
+
+
+def draft_pass_cost(draft: DraftSpec, target: ModelSpec, dep: Deployment, hw: Hardware, batch, k,
+                    context_len: float, profile: Profile | None) -> tuple[StepCost, np.ndarray]:
+    """(cost of one draft pass at the shape of ``batch``, number of passes = K).
+
+    Draft passes process one token per sequence whatever K is, so they are priced once per batch
+    size and scaled by K: a 512 x 9 grid needs 512 evaluations, not 4608.
+    """
+    k = np.asarray(k, dtype=float)
+    batch = np.asarray(batch, dtype=float)
+    shape = batch.shape
+    defaults = draft_defaults()
+    if draft.method == "ngram":
+        cfg = defaults["ngram"]
+        host_s = cfg["host_fixed_s"] + cfg["host_per_sequence_s"] * batch
+        zero = np.zeros((1,) + shape)
+        host = np.asarray(host_s, dtype=float).reshape((1,) + shape)
+        # host-side work: counted as launch-like time, neither compute- nor memory-bound on the device
+        return StepCost(["draft.ngram_lookup"], ["elementwise"], zero, zero, zero, zero, host, host), \
+            np.minimum(k, 1.0)
+    if draft.method == "early-exit":
+        dense = min(draft.layers, target.num_mlp_dense_layers)
+        ops = decoder_layers_ops(target, dep, hw, batch, 1.0, context_len, "draft.",
+                                 layer_counts=(dense, draft.layers - dense))
+        ops += head_ops(target, dep, hw, batch, target.vocab_size, "draft.")
+        return evaluate(ops, hw, dep, profile, shape), k
+    if draft.method == "model":
+        m = draft.model
+        ddep = Deployment(tp=draft_tp(m, dep.tp), weight_dtype=dep.weight_dtype, act_dtype=dep.act_dtype,
+                          kv_dtype=dep.kv_dtype, memory_utilization=dep.memory_utilization)
+        ops = forward_ops(m, ddep, hw, batch, 1.0, context_len, "draft.")
+        per_pass = evaluate(ops, hw, ddep, profile, shape)
+    else:
+        cfg = defaults[draft.method]
+        vocab = min(cfg.get("draft_vocab") or target.vocab_size, target.vocab_size)
+        ops = _head_layer_ops(target, dep, hw, batch, context_len, cfg["fusion_inputs"], vocab,
+                              moe_layer=draft.method == "mtp" and target.is_moe)
+        per_pass = evaluate(ops, hw, dep, profile, shape)
+    return per_pass, k

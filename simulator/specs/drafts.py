@@ -1,0 +1,86 @@
+"""Draft cost per speculative step, by method.
+
+- ``model``: a separate small model; K sequential passes of B tokens each over its own KV cache.
+- ``eagle`` / ``eagle3``: K passes of one decoder layer with the target's sizes, a feature fusion
+  projection (2D -> D, or 3D -> D for EAGLE-3) and an LM head (the target's, or EAGLE-3's smaller
+  draft vocabulary).
+- ``mtp``: the model's multi-token-prediction module (one target layer, MoE if the target is MoE, a
+  2D -> D projection and the shared LM head) applied K times.
+- ``ngram``: prompt lookup on the host; no accelerator work, a small host cost per step.
+- ``early-exit:N``: self-speculation through the target's first N layers and its LM head
+  (LayerSkip-style; also the cost of a draft that is a truncated copy of the target).
+
+Method defaults (fusion width, draft vocabulary, host costs) live in ``data/drafts.toml``.
+"""
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from simulator.errors import PlannerError
+from simulator.specs.deployment import Deployment
+from simulator.specs.models import ModelSpec, load_model
+
+DRAFTS_FILE = Path(__file__).resolve().parent.parent / "data" / "drafts.toml"
+DRAFT_METHODS = ("eagle", "eagle3", "mtp", "ngram", "model", "early-exit")
+
+
+
+@lru_cache(maxsize=None)
+def draft_defaults() -> dict:
+    return tomllib.loads(DRAFTS_FILE.read_text())
+
+
+@dataclass(frozen=True)
+class DraftSpec:
+    method: str  # one of DRAFT_METHODS
+    model: ModelSpec | None = None  # for method "model"
+    layers: int = 0  # for method "early-exit"
+
+    @property
+    def label(self) -> str:
+        if self.method == "model":
+            return f"model:{self.model.name}"
+        if self.method == "early-exit":
+            return f"early-exit:{self.layers}"
+        return self.method
+
+
+def parse_draft(text: str) -> DraftSpec:
+    """'eagle', 'eagle3', 'mtp', 'ngram' or 'model:NAME|config.json'."""
+    text = text.strip()
+    if text.startswith("early-exit:"):
+        try:
+            layers = int(text.split(":", 1)[1])
+        except ValueError:
+            layers = 0
+        if layers < 1:
+            raise PlannerError(f"draft '{text}': early-exit needs a positive layer count, e.g. early-exit:4")
+        return DraftSpec("early-exit", layers=layers)
+    if text.startswith("model:"):
+        name = text.split(":", 1)[1]
+        if not name:
+            raise PlannerError("draft 'model:' needs a model name, e.g. model:llama-3.2-1b")
+        return DraftSpec("model", load_model(name))
+    if text not in DRAFT_METHODS or text == "model":
+        raise PlannerError(f"unknown draft method '{text}' (use eagle, eagle3, mtp, ngram, early-exit:N or model:NAME)")
+    return DraftSpec(text)
+
+
+def check_draft(draft: DraftSpec, target: ModelSpec, dep: Deployment) -> None:
+    if draft.method == "early-exit" and draft.layers >= target.num_layers:
+        raise PlannerError(f"draft early-exit:{draft.layers} must use fewer than the {target.num_layers} layers"
+                           f" of {target.name}")
+    if draft.method == "model":
+        if draft.model.vocab_size != target.vocab_size:
+            raise PlannerError(f"draft model {draft.model.name} has vocabulary {draft.model.vocab_size},"
+                               f" target {target.name} has {target.vocab_size}: speculative decoding needs the same")
+        if draft.model.num_heads % draft_tp(draft.model, dep.tp):
+            raise PlannerError(f"draft model {draft.model.name}: tp does not divide its heads")
+
+
+def draft_tp(model: ModelSpec, tp: int) -> int:
+    """Draft models run with the target's TP when their heads split evenly, else on one GPU."""
+    return tp if model.num_heads % tp == 0 and model.num_kv_heads >= 1 else 1
