@@ -66,3 +66,42 @@ def draft_memory_bytes(draft: DraftSpec, target: ModelSpec, dep: Deployment, bat
     vocab = cfg.get("draft_vocab") or 0
     params = layer + cfg["fusion_inputs"] * D * D + (vocab * D if vocab and vocab < target.vocab_size else 0)
     return params * w / dep.tp + kv_bytes_per_gpu(target, dep, batch, tokens_per_seq, layers=1)
+
+
+# --- the one memory budget -------------------------------------------------------------------------
+
+def draft_weight_bytes(draft: DraftSpec, target: ModelSpec, dep: Deployment, speculative: bool = True) -> float:
+    """Draft weights per GPU (0 without speculation)."""
+    return float(draft_memory_bytes(draft, target, dep, 0.0, 0.0)) if speculative else 0.0
+
+
+def kv_bytes_per_sequence(draft: DraftSpec, target: ModelSpec, dep: Deployment, tokens, speculative: bool = True):
+    """KV cache of one sequence of ``tokens`` tokens per GPU: the target's, plus the draft's own when speculating."""
+    kv = kv_bytes_per_gpu(target, dep, 1.0, tokens)
+    if speculative:
+        kv = kv + draft_memory_bytes(draft, target, dep, 1.0, tokens) - draft_weight_bytes(draft, target, dep)
+    return kv
+
+
+def kv_budget_bytes(draft: DraftSpec, target: ModelSpec, dep: Deployment, memory_bytes: float, speculative: bool,
+                    step_tokens=0.0):
+    """Bytes per GPU left for KV caches: usable memory (memory_utilization x device memory) minus the
+    target's and draft's weights and the activation buffers of a ``step_tokens``-token step.
+
+    The goodput grid, the serving simulation's KV blocks and sizing's fit check all start from it.
+    """
+    usable = memory_bytes * dep.memory_utilization
+    return (usable - weight_bytes_per_gpu(target, dep) - draft_weight_bytes(draft, target, dep, speculative)
+            - activation_bytes_per_gpu(target, dep, step_tokens))
+
+
+def step_memory_bytes(draft: DraftSpec, target: ModelSpec, dep: Deployment, batch, k, tokens_per_seq) -> np.ndarray:
+    """Memory per GPU of a verify step: weights, B sequences' KV (+ draft weights and KV when K > 0),
+    activations of B (K + 1) tokens. The step fits when this is <= memory_utilization x device memory."""
+    batch, k = np.asarray(batch, dtype=float), np.asarray(k, dtype=float)
+    spec = k > 0
+    return (weight_bytes_per_gpu(target, dep)
+            + batch * np.where(spec, kv_bytes_per_sequence(draft, target, dep, tokens_per_seq, True),
+                               kv_bytes_per_gpu(target, dep, 1.0, tokens_per_seq))
+            + np.where(spec, draft_weight_bytes(draft, target, dep), 0.0)
+            + activation_bytes_per_gpu(target, dep, batch * (k + 1)))

@@ -12,10 +12,9 @@ from functools import cached_property
 import numpy as np
 
 from simulator.physics.layers import verify_cost
-from simulator.physics.memory import activation_bytes_per_gpu, kv_bytes_per_gpu, weight_bytes_per_gpu
+from simulator.physics.memory import step_memory_bytes
 from simulator.physics.operators import StepCost
 from simulator.physics.draft_cost import draft_pass_cost
-from simulator.physics.memory import draft_memory_bytes
 from simulator.physics.experts import experts_touched
 from simulator.specs.routing import expert_probabilities
 
@@ -99,10 +98,7 @@ def compute_grid(scenario, batch_sizes=None, ks=None) -> Grid:
     itl = verify.total_s + draft_pass.total_s * passes + overhead
     al = sc.acceptance.acceptance_length(k.astype(int))
     tokens_per_seq = sc.context_len + K + 1
-    memory = (weight_bytes_per_gpu(sc.model, sc.deployment)
-              + kv_bytes_per_gpu(sc.model, sc.deployment, B, tokens_per_seq)
-              + np.where(K > 0, draft_memory_bytes(sc.draft, sc.model, sc.deployment, B, tokens_per_seq), 0.0)
-              + activation_bytes_per_gpu(sc.model, sc.deployment, B * (K + 1)))
+    memory = step_memory_bytes(sc.draft, sc.model, sc.deployment, B, K, tokens_per_seq)
     touched = None
     if sc.model.is_moe:
         p = expert_probabilities(sc.deployment.routing, sc.model.num_experts, sc.model.experts_per_token)

@@ -56,10 +56,9 @@ import numpy as np
 import pandas as pd
 
 from simulator.physics.layers import attention_op, forward_ops
-from simulator.physics.memory import activation_bytes_per_gpu, kv_bytes_per_gpu, weight_bytes_per_gpu
+from simulator.physics.memory import kv_budget_bytes, kv_bytes_per_sequence
 from simulator.physics.operators import evaluate
 from simulator.physics.draft_cost import draft_pass_cost
-from simulator.physics.memory import draft_memory_bytes
 from simulator.errors import PlannerError, did_you_mean
 from simulator.plan.grid import compute_grid, step_overhead_s
 from simulator.specs.scenario import NUM, Scenario, check_table
@@ -475,14 +474,8 @@ class StepPricer:
 def kv_capacity_blocks(sc: Scenario, engine: EngineConfig, speculative: bool, max_tokens_per_step: int) -> tuple[int, float]:
     """(blocks per GPU, bytes per block) left after weights, draft weights and activations."""
     m, dep = sc.model, sc.deployment
-    bs = engine.block_size
-    block = float(kv_bytes_per_gpu(m, dep, 1, bs))
-    draft_w = 0.0
-    if speculative:
-        draft_w = float(draft_memory_bytes(sc.draft, m, dep, 0, 0))
-        block += float(draft_memory_bytes(sc.draft, m, dep, 1, bs)) - draft_w
-    usable = sc.hardware.memory_bytes * dep.memory_utilization - weight_bytes_per_gpu(m, dep) - draft_w \
-        - float(activation_bytes_per_gpu(m, dep, max_tokens_per_step))
+    block = float(kv_bytes_per_sequence(sc.draft, m, dep, engine.block_size, speculative))
+    usable = float(kv_budget_bytes(sc.draft, m, dep, sc.hardware.memory_bytes, speculative, max_tokens_per_step))
     if usable < block:
         raise PlannerError(f"{sc.name}: no memory left for the KV cache on {sc.hardware.name} x{dep.tp}"
                            f" ({usable / 1e9:.1f} GB per GPU after weights and activations)")

@@ -41,8 +41,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.plan.api import predict_scenario
-from simulator.physics.memory import kv_bytes_per_gpu, weight_bytes_per_gpu
-from simulator.physics.memory import draft_memory_bytes
+from simulator.physics.memory import draft_weight_bytes, kv_budget_bytes, kv_bytes_per_sequence, weight_bytes_per_gpu
 from simulator.errors import PlannerError, did_you_mean
 from simulator.specs.hardware import list_hardware, load_hardware
 from simulator.specs.scenario import NUM, Scenario, build_scenario, check_table, load_scenario
@@ -279,11 +278,9 @@ def memory_fit(sc: Scenario, context_tokens: float) -> dict:
     usable = sc.hardware.memory_bytes * dep.memory_utilization
     weights = weight_bytes_per_gpu(model, dep)
     spec = sc.k_max > 0
-    draft_w = float(draft_memory_bytes(sc.draft, model, dep, 0.0, 0.0)) if spec else 0.0
+    draft_w = draft_weight_bytes(sc.draft, model, dep, spec)
     tokens = context_tokens + sc.k_max + 1
-    kv_seq = float(kv_bytes_per_gpu(model, dep, 1.0, tokens))
-    if spec:
-        kv_seq += float(draft_memory_bytes(sc.draft, model, dep, 1.0, tokens)) - draft_w
+    kv_seq = float(kv_bytes_per_sequence(sc.draft, model, dep, tokens, spec))
     info = {"usable_gb": usable / GB, "weights_gb": weights / GB, "draft_gb": draft_w / GB,
             "kv_gb_per_seq": kv_seq / GB, "context_tokens": int(context_tokens)}
     if weights + draft_w > usable:
@@ -291,7 +288,7 @@ def memory_fit(sc: Scenario, context_tokens: float) -> dict:
         return info | {"fits": False, "max_seqs": 0,
                        "reason": f"{label}: {what} exceed {usable / GB:.0f} GB usable"
                                  f" ({sc.hardware.memory_bytes / GB:.0f} GB x {dep.memory_utilization:g})"}
-    max_seqs = int((usable - weights - draft_w) // kv_seq)
+    max_seqs = int(kv_budget_bytes(sc.draft, model, dep, sc.hardware.memory_bytes, spec) // kv_seq)
     if max_seqs < 1:
         return info | {"fits": False, "max_seqs": 0,
                        "reason": f"{label}: KV cache of one {tokens:.0f}-token sequence ({kv_seq / GB:.1f} GB/GPU)"
