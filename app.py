@@ -15,6 +15,7 @@ import streamlit as st
 
 st.set_page_config(page_title="DSD capacity planner", page_icon="⚡", layout="wide")
 
+from calibration.measured import mape, match  # noqa: E402
 from dashboard import charts as C  # noqa: E402
 from dashboard import compute, state as S  # noqa: E402
 from dashboard.sidebar import sidebar  # noqa: E402
@@ -46,14 +47,7 @@ def cached_breakdown(key: str, origin: str, b: int, k: int):
 def cached_validation(key: str, origin: str, digest: str, data: bytes, name: str):
     measured = S.read_measured_csv(data, name)
     predicted = compute.predicted_points(cached_prediction(key, origin), measured)
-    return S.match_measured(predicted, measured)
-
-
-@st.cache_data(max_entries=64, show_spinner=False)
-def png_bytes(spec_json: str) -> bytes:
-    import vl_convert as vlc
-
-    return vlc.vegalite_to_png(spec_json, scale=2.0)
+    return match(predicted, measured)
 
 
 def png_button(label: str, p, name: str, b: int, k: int, file_name: str) -> None:
@@ -163,9 +157,9 @@ def tab_validation(pg: Page) -> None:
         return
     c = st.columns(3)
     c[0].metric("Matched (B, K) points", len(m))
-    c[1].metric("ITL error (MAPE)", f"{S.mape(m['itl_err']):.1f}%")
-    gp = S.mape(m["goodput_err"])
-    c[2].metric("Goodput error (MAPE)", "n/a" if gp != gp else f"{gp:.1f}%")
+    c[1].metric("ITL error (MAPE)", f"{mape(m['itl_err']):.1%}")
+    gp = mape(m["goodput_err"])
+    c[2].metric("Goodput error (MAPE)", "n/a" if gp != gp else f"{gp:.1%}")
     left, right = st.columns(2)
     with left:
         st.altair_chart(C.parity_chart(m, "itl_ms", "ITL (ms per step)"), width="stretch", key="chart_val_itl")

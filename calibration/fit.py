@@ -38,7 +38,6 @@ from simulator.specs.profile import PROFILE_FORMAT, PROFILE_VERSION, Profile, pr
 
 REPO = Path(__file__).resolve().parent.parent
 ETA_MIN, ETA_MAX = 1e-6, 1.5
-GEMM_OPS = ("attn_qkv", "attn_o", "mlp_gate_up", "mlp_down")
 
 
 # --- sample table ---------------------------------------------------------------------------

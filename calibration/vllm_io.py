@@ -22,11 +22,13 @@ import json
 import re
 from pathlib import Path
 
+from simulator.errors import PlannerError
+
 SOURCE_BENCH = "vllm-bench-serve"
 SOURCE_METRICS = "vllm-metrics"
 
 
-class VllmFormatError(ValueError):
+class VllmFormatError(PlannerError):
     """A vLLM output file is missing something we need or is not in the expected format."""
 
 
@@ -150,6 +152,17 @@ def _read_text(path: Path) -> str:
         return path.read_text()
     except OSError as e:
         raise VllmFormatError(f"{path.name}: cannot read: {e.strerror or e}") from None
+
+
+def bench_acceptance(data: dict, where: str = "bench.json") -> list[float | None]:
+    """Conditional per-position rates from a `vllm bench serve --save-result` object."""
+    r = data.get("spec_decode_per_position_acceptance_rates") if isinstance(data, dict) else None
+    if r is None:
+        raise VllmFormatError(f"{where}: no 'spec_decode_per_position_acceptance_rates' field; was the server"
+                              " running speculative decoding (and vLLM new enough to record it)?")
+    if not isinstance(r, list) or not r or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in r):
+        raise VllmFormatError(f"{where}: 'spec_decode_per_position_acceptance_rates' must be a non-empty list of numbers")
+    return conditional_rates(r)
 
 
 def read_bench_json(path) -> dict:

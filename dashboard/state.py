@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import io
 import json
 import math
 import os
@@ -16,9 +15,10 @@ import re
 import tempfile
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
+from calibration.measured import read_measured
+from calibration.vllm_io import acceptance_from_counters, bench_acceptance, spec_decode_counters
 from simulator.errors import PlannerError
 from simulator.specs.models import list_models, model_from_hf_config
 from simulator.specs.scenario import REPO_ROOT, SCENARIO_DIR, read_scenario_file
@@ -199,19 +199,6 @@ def uploaded_model(data: bytes, filename: str) -> str:
     return str(path)
 
 
-def _conditional(r: list[float]) -> list[float]:
-    """vLLM's unconditional per-position rates r_i -> conditional a_i = r_i / r_{i-1}."""
-    try:
-        from calibration.vllm_io import conditional_rates
-        out = conditional_rates(list(r))
-    except ImportError:  # calibration not installed: same formula
-        out, prev = [], 1.0
-        for x in r:
-            out.append(x / prev if prev > 0 else None)
-            prev = x
-    return out
-
-
 def _clean_rates(rates: list, filename: str) -> list[float]:
     out = []
     for r in rates:
@@ -225,14 +212,7 @@ def _clean_rates(rates: list, filename: str) -> list[float]:
 
 def acceptance_from_bench_json(data: bytes, filename: str) -> list[float]:
     """Conditional per-position acceptance from `vllm bench serve --save-result` JSON."""
-    obj = _json_object(data, filename)
-    r = obj.get("spec_decode_per_position_acceptance_rates")
-    if r is None:
-        raise PlannerError(f"{filename}: no 'spec_decode_per_position_acceptance_rates' field — was the server"
-                           " running speculative decoding (and vLLM new enough to record it)?")
-    if not isinstance(r, list) or not r or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in r):
-        raise PlannerError(f"{filename}: 'spec_decode_per_position_acceptance_rates' must be a non-empty list of numbers")
-    return _clean_rates(_conditional(r), filename)
+    return _clean_rates(bench_acceptance(_json_object(data, filename), filename), filename)
 
 
 def acceptance_from_metrics(data: bytes, filename: str) -> list[float]:
@@ -241,80 +221,14 @@ def acceptance_from_metrics(data: bytes, filename: str) -> list[float]:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise PlannerError(f"{filename}: not a text file") from None
-    try:
-        from calibration.vllm_io import VllmFormatError, acceptance_from_counters, spec_decode_counters
-    except ImportError:
-        return _clean_rates(_conditional(_metrics_fallback(text, filename)), filename)
-    try:
-        acc = acceptance_from_counters(spec_decode_counters(text, filename), filename)
-    except VllmFormatError as err:
-        raise PlannerError(str(err)) from None
+    acc = acceptance_from_counters(spec_decode_counters(text, filename), filename)
     if not acc["per_position_acceptance"]:
         raise PlannerError(f"{filename}: no vllm:spec_decode_num_accepted_tokens_per_pos_total samples")
     return _clean_rates(acc["per_position_acceptance"], filename)
 
 
-def _metrics_fallback(text: str, filename: str) -> list[float]:
-    """Minimal reader when calibration.vllm_io is absent: accepted_i / drafts (unconditional)."""
-    drafts, pos = 0.0, {}
-    for line in text.splitlines():
-        m = re.match(r'^(vllm:spec_decode_num_drafts_total|vllm:spec_decode_num_accepted_tokens_per_pos_total)'
-                     r'(\{[^}]*\})?\s+(\S+)', line.strip())
-        if not m:
-            continue
-        value = float(m.group(3))
-        if m.group(1).endswith("drafts_total"):
-            drafts += value
-        else:
-            p = re.search(r'position="(\d+)"', m.group(2) or "")
-            if p:
-                pos[int(p.group(1))] = pos.get(int(p.group(1)), 0.0) + value
-    if drafts <= 0 or not pos:
-        raise PlannerError(f"{filename}: no vllm:spec_decode_* counters — was speculative decoding enabled?")
-    return [pos[i] / drafts for i in sorted(pos)]
-
-
 # --- validation against measured runs -----------------------------------------------------------
 
-MEASURED_REQUIRED = ("batch_size", "k", "itl_ms")
-
-
 def read_measured_csv(data: bytes, filename: str) -> pd.DataFrame:
-    """Measured engine runs (calibration.engine CSV schema); one row per (batch_size, k) (medians)."""
-    try:
-        df = pd.read_csv(io.BytesIO(data))
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
-        raise PlannerError(f"{filename}: not a readable CSV ({str(err).splitlines()[0]})") from None
-    missing = [c for c in MEASURED_REQUIRED if c not in df.columns]
-    if missing:
-        raise PlannerError(f"{filename}: missing column(s) {', '.join(missing)}"
-                           f" (need batch_size, k, itl_ms; optional goodput_per_seq)")
-    cols = [c for c in ("batch_size", "k", "itl_ms", "goodput_per_seq", "acceptance_length") if c in df.columns]
-    df = df[cols].apply(pd.to_numeric, errors="coerce")
-    df = df.dropna(subset=["batch_size", "k", "itl_ms"])
-    df = df[(df["batch_size"] >= 1) & (df["k"] >= 0) & (df["itl_ms"] > 0)]
-    if df.empty:
-        raise PlannerError(f"{filename}: no rows with numeric batch_size >= 1, k >= 0 and itl_ms > 0")
-    if (df["k"] > 32).any():
-        raise PlannerError(f"{filename}: k up to {int(df['k'].max())}; the planner handles K <= 32")
-    df["batch_size"] = df["batch_size"].round().astype(int)
-    df["k"] = df["k"].round().astype(int)
-    return df.groupby(["batch_size", "k"], as_index=False).median()
-
-
-def match_measured(predicted: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
-    """Join predicted grid rows and measured rows on (batch_size, k); add relative errors."""
-    pred = predicted[["batch_size", "k", "itl_ms", "goodput_per_seq"]]
-    m = pred.merge(measured, on=["batch_size", "k"], suffixes=("_pred", "_meas"), how="inner")
-    if "goodput_per_seq_meas" not in m.columns:
-        m = m.rename(columns={"goodput_per_seq": "goodput_per_seq_pred"})
-        m["goodput_per_seq_meas"] = np.nan
-    m["itl_err"] = (m["itl_ms_pred"] - m["itl_ms_meas"]) / m["itl_ms_meas"]
-    m["goodput_err"] = (m["goodput_per_seq_pred"] - m["goodput_per_seq_meas"]) / m["goodput_per_seq_meas"]
-    return m
-
-
-def mape(err: pd.Series) -> float:
-    """Mean absolute percentage error [%] of relative errors (NaN when there are none)."""
-    e = err.dropna()
-    return float(np.abs(e).mean() * 100) if len(e) else float("nan")
+    """An uploaded measured-runs CSV (the schema `calibration.validate` reads)."""
+    return read_measured(data, filename)

@@ -326,8 +326,8 @@ def test_validation_tab_matches_rows_and_reports_mape():
 
 @pytest.mark.parametrize("payload,reason", [
     (b"batch_size,k\n1,2\n", "missing column(s) itl_ms"),
-    (b"batch_size,k,itl_ms\nx,y,z\n", "no rows"),
-    (b"", "not a readable CSV"),
+    (b"batch_size,k,itl_ms\nx,y,z\n", "not a finite number"),
+    (b"", "not a readable measured-runs CSV"),
 ])
 def test_bad_measured_csv_gives_error(payload, reason):
     at = new_app()

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.errors import PlannerError
 from simulator.specs.deployment import Deployment, kv_heads_per_gpu, sliding_layers
 from simulator.specs.drafts import DraftSpec, draft_defaults, draft_tp
 from simulator.specs.hardware import DTYPE_BYTES

@@ -6,8 +6,6 @@ TensorRT-LLM: draft_len_schedule {batch_size_upper_bound: K, ...}; above the lar
 """
 from __future__ import annotations
 
-import json
-
 import numpy as np
 
 
@@ -45,17 +43,3 @@ def vllm_config(batch_sizes, k_opt) -> dict:
 def trtllm_schedule(batch_sizes, k_opt) -> dict[int, int]:
     """{upper bound: K}; the last range's upper bound is the largest batch size evaluated."""
     return {r[1]: r[2] for r in k_ranges(batch_sizes, k_opt)}
-
-
-def vllm_json(batch_sizes, k_opt, method: str | None = None) -> str:
-    cfg = vllm_config(batch_sizes, k_opt)
-    if method and method != "ngram":
-        cfg = {"method": method} | cfg
-    elif method == "ngram":
-        cfg = {"method": "ngram", "prompt_lookup_max": 4} | cfg
-    return json.dumps(cfg, indent=2)
-
-
-def trtllm_json(batch_sizes, k_opt) -> str:
-    schedule = trtllm_schedule(batch_sizes, k_opt)
-    return json.dumps({"draft_len_schedule": {str(k): v for k, v in schedule.items()}}, indent=2)

@@ -77,8 +77,6 @@ def check_draft(draft: DraftSpec, target: ModelSpec, dep: Deployment) -> None:
         if draft.model.vocab_size != target.vocab_size:
             raise PlannerError(f"draft model {draft.model.name} has vocabulary {draft.model.vocab_size},"
                                f" target {target.name} has {target.vocab_size}: speculative decoding needs the same")
-        if draft.model.num_heads % draft_tp(draft.model, dep.tp):
-            raise PlannerError(f"draft model {draft.model.name}: tp does not divide its heads")
 
 
 def draft_tp(model: ModelSpec, tp: int) -> int:

@@ -42,6 +42,7 @@ class Hardware:
     tdp_w: float | None
     price_per_gpu_hour_usd: float | None
     source: str
+    compute_units: int | None = None  # SMs (NVIDIA) or CUs (AMD): the width of one wave of GEMM tiles
 
     @property
     def ridge_point(self) -> float:
@@ -99,6 +100,7 @@ def hardware_from_dict(data: dict, origin: str) -> Hardware:
         tdp_w=_opt_float(pick("tdp_w")),
         price_per_gpu_hour_usd=_opt_float(pick("price_per_gpu_hour_usd")),
         source=data.get("source", origin),
+        compute_units=int(data["compute_units"]) if isinstance(data.get("compute_units"), int) else None,
     )
 
 

@@ -71,10 +71,6 @@ class ModelSpec:
     def num_mlp_dense_layers(self) -> int:
         return self.num_layers - self.num_moe_layers
 
-    @property
-    def num_full_attention_layers(self) -> int:
-        return self.num_layers - self.num_sliding_layers
-
     # --- parameter counts (elements) -------------------------------------------------------
     def attention_params(self) -> int:
         """Weights of one attention block."""

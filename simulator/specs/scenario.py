@@ -255,7 +255,7 @@ OVERRIDE_KEYS = {
     "dtype": ("precision", "weights"), "weight_dtype": ("precision", "weights"),
     "act_dtype": ("precision", "activations"), "kv_dtype": ("precision", "kv_cache"),
     "calibration": ("calibration", "profile"), "memory_utilization": ("workload", "memory_utilization"),
-    "routing_skew": ("routing", "skew"),
+    "routing_skew": ("routing", "skew"), "acceptance_source": ("acceptance", "source"),
     "peak_bf16_flops_per_s": ("hardware", "peak_bf16_flops_per_s"),
     "hbm_bandwidth_bytes_per_s": ("hardware", "hbm_bandwidth_bytes_per_s"),
 }
@@ -284,6 +284,8 @@ def apply_overrides(raw: dict, overrides: dict) -> dict:
                 table["method"], table["model"] = "model", text.split(":", 1)[1]
             else:
                 table["method"] = text
+        elif name == "acceptance_source":
+            table["source"] = str(value)
         elif name == "routing_skew":
             table["kind"], table["skew"] = "zipf", float(value)
         elif name == "batch_sizes" and isinstance(value, np.ndarray):

@@ -1,0 +1,82 @@
+"""Measured runs against predictions: one reader and one matcher, for validation and the dashboard.
+
+A measured-runs CSV has one row per (batch size B, draft length K) run with at least ``batch_size``,
+``k`` and ``itl_ms`` (the engine's step time); `calibration.engine sweep` and the vLLM readers write
+more columns (acceptance, goodput, experts touched). Relative errors are predicted / measured - 1.
+"""
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from simulator.errors import PlannerError
+
+MIN_COLUMNS = ("batch_size", "k", "itl_ms")
+NUMERIC = ("batch_size", "k", "itl_ms", "goodput_per_seq", "acceptance_length", "context_len", "experts_touched",
+           "verify_ms", "n_steps")
+
+
+def read_measured(source: str | Path | bytes, name: str | None = None, required=MIN_COLUMNS) -> pd.DataFrame:
+    """Read a measured-runs CSV (a path, or the bytes of an upload); refuse what cannot be compared.
+
+    Numeric columns must hold finite numbers; batch_size >= 1, 0 <= k <= 32, itl_ms > 0.
+    """
+    name = name or (str(source) if not isinstance(source, bytes) else "measured.csv")
+    try:
+        if isinstance(source, bytes):
+            df = pd.read_csv(io.BytesIO(source))
+        else:
+            if Path(source).is_dir():
+                raise PlannerError(f"{name}: is a directory; give a measured-runs CSV file")
+            df = pd.read_csv(source)
+    except FileNotFoundError:
+        raise PlannerError(f"{name}: measured runs file not found") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
+        raise PlannerError(f"{name}: not a readable measured-runs CSV ({str(err).splitlines()[0]})") from None
+    missing = [c for c in required if c not in df.columns]
+    if missing:
+        raise PlannerError(f"{name}: missing column(s) {', '.join(missing)} (write it with"
+                           " `python -m calibration.engine sweep` or calibration.vllm_io; need at least"
+                           f" {', '.join(MIN_COLUMNS)})")
+    if df.empty:
+        raise PlannerError(f"{name}: no measured rows")
+    for col in (c for c in NUMERIC if c in df.columns):
+        values = pd.to_numeric(df[col], errors="coerce")
+        bad = values.isna() & df[col].notna() | ~np.isfinite(values.fillna(0.0))
+        if col in MIN_COLUMNS:
+            bad |= values.isna()
+        if bad.any():
+            row = int(np.flatnonzero(bad.to_numpy())[0]) + 2  # header is line 1
+            raise PlannerError(f"{name}: column '{col}' line {row} holds {df[col].iloc[row - 2]!r},"
+                               " not a finite number; fix or drop that row")
+        df[col] = values
+    bad = df[(df.batch_size < 1) | (df.k < 0) | ~(df.itl_ms > 0)]
+    if len(bad):
+        raise PlannerError(f"{name}: {len(bad)} row(s) with batch_size < 1, k < 0 or non-positive itl_ms")
+    if (df.k > 32).any():
+        raise PlannerError(f"{name}: k up to {int(df.k.max())}; the planner handles K <= 32")
+    df["batch_size"] = df["batch_size"].round().astype(int)
+    df["k"] = df["k"].round().astype(int)
+    return df
+
+
+def match(predicted: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:
+    """Join predicted grid rows and measured rows (medians per cell) on (batch_size, k), with relative errors."""
+    cols = [c for c in ("batch_size", "k", "itl_ms", "goodput_per_seq") if c in measured.columns]
+    meas = measured[cols].groupby(["batch_size", "k"], as_index=False).median()
+    if "goodput_per_seq" not in meas:
+        meas["goodput_per_seq"] = np.nan
+    pred = predicted[["batch_size", "k", "itl_ms", "goodput_per_seq"]]
+    m = pred.merge(meas, on=["batch_size", "k"], suffixes=("_pred", "_meas"), how="inner")
+    m["itl_err"] = m["itl_ms_pred"] / m["itl_ms_meas"] - 1
+    m["goodput_err"] = m["goodput_per_seq_pred"] / m["goodput_per_seq_meas"] - 1
+    return m
+
+
+def mape(errors) -> float:
+    """Mean absolute relative error (a fraction; NaN when there are none)."""
+    e = pd.Series(errors, dtype=float).dropna()
+    return float(np.abs(e).mean()) if len(e) else float("nan")

@@ -1,0 +1,43 @@
+"""The package layout: floors import only downward, and the notebook API name is never shadowed."""
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+FLOORS = ["specs", "physics", "plan", "serving", "sizing", "cli"]
+
+
+def test_predict_is_the_function_after_importing_everything():
+    # README's notebook example; importing a CLI module named like the API used to shadow it
+    code = ("import simulator, calibration.validate, simulator.cli.predict, simulator.sizing;"
+            " from simulator import predict; assert callable(predict) and not hasattr(predict, '__path__'),"
+            " predict")
+    subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True)
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text())
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            out.add(node.module)
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+    return out
+
+
+def test_floors_import_only_downward():
+    # hand: the layout card in README 'Layout'; a floor may import its own and lower floors only
+    bad = []
+    for i, floor in enumerate(FLOORS):
+        for path in (ROOT / "simulator" / floor).rglob("*.py"):
+            for mod in _imports(path):
+                parts = mod.split(".")
+                if parts[0] == "calibration" or parts[0] == "dashboard":
+                    bad.append(f"{path.relative_to(ROOT)} imports {mod}")
+                if parts[0] == "simulator" and len(parts) > 1 and parts[1] in FLOORS and FLOORS.index(parts[1]) > i:
+                    bad.append(f"{path.relative_to(ROOT)} imports {mod}")
+    assert not bad, bad
