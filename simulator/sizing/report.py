@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.specs.scenario import REPO_ROOT
-from simulator.sizing.core import SizingResult
+from simulator.sizing.fleet import SizingResult
 
 RANKED_COLUMNS = ["rank", "hardware", "tp", "policy", "replicas", "gpus", "gpus_band", "max_load_per_replica",
                   "tok_s_per_gpu", "tpot_p50_s", "ttft_p99_s", "mean_k", "fleet_usd_per_hour",
@@ -162,6 +162,30 @@ def compact_json(obj) -> str:
 
 # --- sections (shared by HTML and Markdown) ----------------------------------------------------
 
+def _provenance(res: SizingResult) -> pd.DataFrame:
+    """Where each quantity of the report comes from."""
+    sc, spec = res.scenario, res.spec
+    return pd.DataFrame([
+        {"quantity": "step times (ITL per batch size and K)", "source": sc.cost_source + (
+            "; candidates off the calibrated device use datasheet figures (see step_time_source per row)"
+            if sc.profile else "")},
+        {"quantity": "hardware figures", "source": "; ".join(sorted({f"{c.hardware}: datasheet (catalog)"
+                                                                     for c in spec.candidates}))},
+        {"quantity": "acceptance rates", "source": f"{sc.acceptance.label} ({sc.acceptance.source})"},
+        {"quantity": "model", "source": f"{sc.model.name}: {sc.model.source}"},
+        {"quantity": "capacity, TTFT, TPOT", "source": "simulated: serving simulation (simulator.serving) over the"
+         f" step times; {'Poisson arrivals' if spec.load_kind == 'rate' else 'closed loop'}, seed {spec.seed};"
+         f" each run spans {'%g s' % spec.duration_s if spec.duration_s else '4 request lifetimes (>= 30 s)'} of"
+         f" arrivals, {spec.n_requests}-{spec.max_requests} requests; load bracketed by doubling/halving from the"
+         f" goodput-table estimate, then {spec.search_steps} bisection steps"},
+        {"quantity": "prices", "source": "; ".join(sorted(set(res.capacity.get("price_source", pd.Series(dtype=str)))))
+         or "-"},
+        {"quantity": "energy per token", "source": "estimate: TDP x GPUs x time / tokens (GPUs at TDP)"},
+        {"quantity": "measured", "source": "no end-to-end measurement enters this report unless the calibration"
+         " profile or [validation] carries one (see Uncertainty)"},
+    ])
+
+
 def _sections(res: SizingResult) -> list[tuple[str, list]]:
     """[(title, [("p", text) | ("table", df) | ("code", text) | ("chart", name)])]."""
     sc, spec = res.scenario, res.spec
@@ -213,25 +237,7 @@ def _sections(res: SizingResult) -> list[tuple[str, list]]:
     else:
         secs.append(("Sensitivity", [("p", "not run (no recommended configuration or sensitivity = false).")]))
     secs.append(("Uncertainty", [("p", "Capacity band: " + res.band_note + ".")]))
-    prov = pd.DataFrame([
-        {"quantity": "step times (ITL per batch size and K)", "source": sc.cost_source + (
-            "; candidates off the calibrated device use datasheet figures (see step_time_source per row)"
-            if sc.profile else "")},
-        {"quantity": "hardware figures", "source": "; ".join(sorted({f"{c.hardware}: datasheet (catalog)"
-                                                                     for c in spec.candidates}))},
-        {"quantity": "acceptance rates", "source": f"{sc.acceptance.label} ({sc.acceptance.source})"},
-        {"quantity": "model", "source": f"{sc.model.name}: {sc.model.source}"},
-        {"quantity": "capacity, TTFT, TPOT", "source": "simulated: serving simulation (simulator.serving) over the"
-         f" step times; {'Poisson arrivals' if spec.load_kind == 'rate' else 'closed loop'}, seed {spec.seed};"
-         f" each run spans {'%g s' % spec.duration_s if spec.duration_s else '4 request lifetimes (>= 30 s)'} of"
-         f" arrivals, {spec.n_requests}-{spec.max_requests} requests; load bracketed by doubling/halving from the"
-         f" goodput-table estimate, then {spec.search_steps} bisection steps"},
-        {"quantity": "prices", "source": "; ".join(sorted(set(res.capacity.get("price_source", pd.Series(dtype=str)))))
-         or "-"},
-        {"quantity": "energy per token", "source": "estimate: TDP x GPUs x time / tokens (GPUs at TDP)"},
-        {"quantity": "measured", "source": "no end-to-end measurement enters this report unless the calibration"
-         " profile or [validation] carries one (see Uncertainty)"},
-    ])
+    prov = _provenance(res)
     secs.append(("Provenance", [("wtable", prov)]))
     origin = sc.origin
     try:

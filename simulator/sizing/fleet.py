@@ -1,0 +1,305 @@
+"""From per-replica capacities to fleets: replicas, GPUs, cost, ranking, sensitivity, :func:`size`.
+
+For each candidate (hardware x tensor-parallel degree) and each policy, :mod:`simulator.sizing.search`
+finds the highest load one replica carries within the SLOs. Then
+
+    replicas          = ceil(target load / max load per replica)
+    GPUs              = replicas * tp
+    $ per M tokens    = price per GPU-hour * tp / (output tokens per hour of one replica at max load) * 1e6
+    energy per token  = TDP * tp / (output tokens per second at max load)      [J, an estimate: GPUs at TDP]
+
+The capacity band comes from :mod:`simulator.sizing.uncertainty`.
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from simulator import serving
+from simulator.errors import PlannerError
+from simulator.plan.api import predict_scenario
+from simulator.sizing.search import Search, Task, run_all
+from simulator.sizing.spec import Candidate, SizingSpec, candidate_scenario, memory_fit, parse_sizing, traffic_lengths
+from simulator.sizing.uncertainty import uncertainty
+from simulator.specs.scenario import SCENARIO_DIR, Scenario, load_scenario
+
+SIMPLICITY = ("plain", "fixed", "dsd")  # tie-break: the simpler engine setting first
+
+
+@dataclass
+class SizingResult:
+    scenario: Scenario
+    spec: SizingSpec
+    capacity: pd.DataFrame  # one row per candidate x policy that fits memory
+    ranked: pd.DataFrame  # rows that meet the target within max_replicas, best first
+    rejected: pd.DataFrame  # candidates that cannot run: hardware, tp, reason
+    memory: pd.DataFrame  # memory fit per candidate
+    points: pd.DataFrame  # every load the searches tried
+    sensitivity: pd.DataFrame
+    k_tables: dict  # candidate label -> K* table (DataFrame)
+    engine: dict  # candidate label -> {"vllm": ..., "trtllm": ...}
+    spec_stops: dict  # candidate label -> text
+    recommendation: dict | None
+    message: str
+    band_note: str
+    elapsed_s: float = 0.0
+
+    def to_dict(self) -> dict:
+        def records(df):
+            return json.loads(df.to_json(orient="records")) if len(df) else []
+        return {"scenario": self.scenario.name, "message": self.message, "recommendation": self.recommendation,
+                "slo": self.spec.slo.targets, "target_load": self.spec.target_load, "load_unit": self.spec.load_unit,
+                "ranked": records(self.ranked), "capacity": records(self.capacity), "rejected": records(self.rejected),
+                "memory": records(self.memory), "sensitivity": records(self.sensitivity),
+                "engine": self.engine, "spec_stops": self.spec_stops, "uncertainty": self.band_note}
+
+
+def spec_stops_paying(table: pd.DataFrame, grid: pd.DataFrame | None = None) -> str:
+    """The batch size from which K* = 0 (plain decoding) for every larger batch evaluated.
+
+    With the (B, K) ``grid``, says when the cause is memory (K = 1 no longer fits) rather than speed.
+    """
+    k = table["k_opt"].fillna(0).astype(int).to_numpy()
+    b = table["batch_size"].to_numpy()
+    speed = table["speedup_vs_plain"].to_numpy(dtype=float)
+    pays = (k > 0) & (np.nan_to_num(speed) > 1.0 + 1e-9)
+    fixed = table["fixed_vs_plain"].to_numpy(dtype=float)
+    slower = np.flatnonzero(fixed < 1.0)
+    no_fit = np.flatnonzero(np.isnan(fixed) & np.isfinite(table["plain_goodput_per_seq"].to_numpy(dtype=float)))
+    fixed_txt = ""
+    if slower.size and (not no_fit.size or slower[0] < no_fit[0]):
+        fixed_txt = f"; a fixed K is slower than plain from B={b[slower[0]]}"
+    elif no_fit.size:
+        fixed_txt = f"; a fixed K no longer fits memory from B={b[no_fit[0]]}"
+    if not pays.any():
+        return f"speculation does not pay at any batch size evaluated{fixed_txt}"
+    last = np.flatnonzero(pays)[-1]
+    if last == len(b) - 1:
+        return f"dynamic K still pays at the largest batch evaluated (B={b[-1]}){fixed_txt}"
+    stop = b[last + 1]
+    why = "K*=0 from there"
+    if grid is not None:
+        cell = grid[(grid.batch_size == stop) & (grid.k == 1)]
+        if len(cell) and not bool(cell.fits_memory.iloc[0]):
+            why = "speculation no longer fits memory from there"
+    return f"dynamic K stops paying at B={stop} ({why}){fixed_txt}"
+
+
+# --- capacity rows and ranking ------------------------------------------------------------------
+
+def _price(spec: SizingSpec, hw) -> tuple[float, str]:
+    if hw.name in spec.prices:
+        return spec.prices[hw.name], "[sizing] prices"
+    if hw.price_per_gpu_hour_usd is not None:
+        return hw.price_per_gpu_hour_usd, "catalog (assumed)"
+    return float("nan"), "no price"
+
+
+def _capacity_row(sc: Scenario, s: Search, spec: SizingSpec, err: float | None) -> dict:
+    hw, tp = sc.hardware, sc.deployment.tp
+    price, price_src = _price(spec, hw)
+    cap = s.capacity
+    summ = s.summary or {}
+    thr = float(summ.get("throughput_tok_s", np.nan)) if cap > 0 else np.nan
+    if cap > 0 and spec.load_kind == "rate" and summ.get("n_requests") and summ.get("output_tokens"):
+        # steady state: requests/s x mean output tokens (a finite run's tokens / makespan counts ramp and drain)
+        thr = cap * float(summ["output_tokens"]) / float(summ["n_requests"])
+    replicas = math.ceil(spec.target_load / cap - 1e-9) if cap > 0 else None
+    gpus = replicas * tp if replicas else None
+    ok = bool(replicas) and replicas <= spec.max_replicas
+    reason = s.reason
+    if replicas and replicas > spec.max_replicas:
+        reason = f"needs {replicas} replicas > max_replicas={spec.max_replicas}"
+    if err is not None and cap > 0:
+        lo, hi = cap * (1 - err), cap * (1 + err)
+        g_lo, g_hi = math.ceil(spec.target_load / hi - 1e-9) * tp, math.ceil(spec.target_load / max(lo, 1e-12) - 1e-9) * tp
+    else:
+        lo = hi = g_lo = g_hi = np.nan
+    with np.errstate(divide="ignore", invalid="ignore"):
+        cost_mtok = price * tp / (thr * 3600.0) * 1e6 if thr > 0 else np.nan
+        energy = (hw.tdp_w or np.nan) * tp / thr if thr > 0 else np.nan
+    return {
+        "hardware": hw.name, "tp": tp, "policy": s.policy, "meets_target": ok,
+        "max_load_per_replica": cap, "load_band_low": lo, "load_band_high": hi, "bounded": s.bounded,
+        "throughput_tok_s": thr, "tok_s_per_gpu": thr / tp if thr == thr else np.nan,
+        "ttft_p99_s": summ.get("ttft_p99_s", np.nan), "tpot_p50_s": summ.get("tpot_p50_s", np.nan),
+        "tpot_p99_s": summ.get("tpot_p99_s", np.nan), "mean_batch_size": summ.get("mean_batch_size", np.nan),
+        "mean_k": summ.get("mean_k", np.nan),
+        "replicas": replicas if replicas else np.nan, "gpus": gpus if gpus else np.nan,
+        "gpus_band": f"{g_lo}-{g_hi}" if err is not None and cap > 0 else "unknown",
+        "price_per_gpu_hour_usd": price, "fleet_usd_per_hour": gpus * price if gpus else np.nan,
+        "usd_per_m_output_tokens": cost_mtok,
+        # the fleet runs below capacity at the target load: what a million tokens cost there
+        "usd_per_m_tokens_at_target": (gpus * price / (spec.target_load * thr / cap * 3600.0) * 1e6
+                                       if gpus and thr == thr and cap > 0 else np.nan),
+        "energy_j_per_token_est": energy,
+        "step_time_source": "calibrated" if sc.profile else "datasheet",
+        "price_source": price_src, "reason": reason,
+    }
+
+
+def rank(capacity: pd.DataFrame) -> pd.DataFrame:
+    """Rows meeting the target, cheapest fleet first; on a tie more headroom, then the simpler policy."""
+    ranked = capacity[capacity["meets_target"]] if len(capacity) else capacity
+    if len(ranked):
+        order = {p: i for i, p in enumerate(SIMPLICITY)}
+        ranked = ranked.assign(_simple=ranked.policy.map(order).fillna(9), _head=-ranked.max_load_per_replica)
+        ranked = ranked.sort_values(["fleet_usd_per_hour", "gpus", "usd_per_m_output_tokens", "_head", "_simple"],
+                                    na_position="last").drop(columns=["_simple", "_head"]).reset_index(drop=True)
+        ranked.insert(0, "rank", np.arange(1, len(ranked) + 1))
+    return ranked
+
+
+# --- size() -------------------------------------------------------------------------------------
+
+def _plan_candidates(sc: Scenario, spec: SizingSpec, simulate, context: float):
+    """Each candidate's scenario and memory fit: (rejected rows, memory rows, search tasks, {cand: (scenario, max seqs)})."""
+    rejected, memory, tasks, scen = [], [], [], {}
+    for cand in spec.candidates:
+        try:
+            csc = candidate_scenario(sc, cand)
+        except PlannerError as err:
+            rejected.append({"hardware": cand.hardware, "tp": cand.tp, "reason": f"{cand.label}: {err}"})
+            continue
+        fit = memory_fit(csc, context)
+        memory.append({"hardware": cand.hardware, "tp": cand.tp} | fit)
+        if not fit["fits"]:
+            rejected.append({"hardware": cand.hardware, "tp": cand.tp, "reason": fit["reason"]})
+            continue
+        scen[cand] = (csc, fit["max_seqs"])
+        tasks += [Task(csc, cand, p, spec, fit["max_seqs"], simulate) for p in spec.policies]
+    return rejected, memory, tasks, scen
+
+
+def _engine_tables(scen: dict, k_context: int) -> tuple[dict, dict, dict]:
+    """Per candidate: the K* table, engine settings (vLLM, TensorRT-LLM) and where speculation stops paying."""
+    k_tables, engine, stops = {}, {}, {}
+    for cand, (csc, _) in scen.items():
+        pred = predict_scenario(csc.with_overrides(context_len=k_context))
+        k_tables[cand.label] = pred.table
+        engine[cand.label] = {"vllm": {"method": csc.draft.label} | pred.vllm(),
+                              "trtllm": {"draft_len_schedule": {str(k): v for k, v in pred.trtllm().items()}}}
+        stops[cand.label] = spec_stops_paying(pred.table, pred.grid)
+    return k_tables, engine, stops
+
+
+def size(scenario: str | Scenario, candidates=None, tp=None, target_load=None, policies=None, workers=None,
+         n_requests=None, search_steps=None, seed=None, sensitivity=None, max_replicas=None,
+         duration_s=None, max_requests=None, simulate=None) -> SizingResult:
+    """Size a deployment for the scenario's traffic and SLOs.
+
+    ``scenario``: a Scenario or a TOML path / bundled name with [slo], [sizing] and [traffic].
+    Keyword arguments override [sizing]. ``simulate``: the serving simulation to use (default
+    ``simulator.serving.simulate``; a picklable function with the same signature for tests).
+    """
+    t0 = time.perf_counter()
+    sc = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
+    spec = parse_sizing(sc, candidates=candidates, tp=tp, target_load=target_load, policies=policies,
+                        workers=workers, n_requests=n_requests, search_steps=search_steps, seed=seed,
+                        sensitivity=sensitivity, max_replicas=max_replicas, duration_s=duration_s,
+                        max_requests=max_requests)
+    simulate = simulate or serving.simulate
+    prompt_len, out_len = traffic_lengths(sc)
+    rejected, memory, tasks, scen = _plan_candidates(sc, spec, simulate, max(prompt_len + out_len, 1.0))
+    results = run_all(tasks, spec.workers)
+    err, band_note = uncertainty(sc)
+    rows, pts = [], []
+    for _, s in results:
+        csc, _ = scen[s.candidate]
+        # the measured error describes the device it was measured on; other candidates have no band
+        rows.append(_capacity_row(csc, s, spec, err if csc.hardware.name == sc.hardware.name else None))
+        pts += [{"hardware": s.candidate.hardware, "tp": s.candidate.tp, "policy": s.policy} | p for p in s.points]
+    capacity = pd.DataFrame(rows)
+    ranked = rank(capacity)
+    # K* tables at the mean context a running sequence holds: prompt + half its output
+    k_tables, engine, stops = _engine_tables(scen, max(1, int(round(prompt_len + out_len / 2))))
+    recommendation = None
+    if len(ranked):
+        recommendation = {k: _plain(v) for k, v in ranked.iloc[0].to_dict().items()}
+        message = _recommend_text(ranked.iloc[0], capacity, spec)
+    else:
+        message = _no_config_text(capacity, rejected, spec)
+    sens = pd.DataFrame()
+    if spec.sensitivity and recommendation is not None:
+        sens = _sensitivity(sc, recommendation, spec, scen, simulate)
+    return SizingResult(sc, spec, capacity, ranked, pd.DataFrame(rejected, columns=["hardware", "tp", "reason"]),
+                        pd.DataFrame(memory), pd.DataFrame(pts), sens, k_tables, engine, stops, recommendation,
+                        message, band_note, time.perf_counter() - t0)
+
+
+# --- prose and sensitivity ----------------------------------------------------------------------
+
+def _plain(v):
+    """numpy scalars -> Python, NaN -> None (JSON has no NaN)."""
+    v = v.item() if hasattr(v, "item") else v
+    return None if isinstance(v, float) and not math.isfinite(v) else v
+
+
+def _recommend_text(best, capacity: pd.DataFrame, spec: SizingSpec) -> str:
+    label = f"{best.hardware} tp={int(best.tp)}"
+    text = (f"{label} with {best.policy}: {int(best.replicas)} replica(s) = {int(best.gpus)} GPUs for"
+            f" {spec.target_load:g} {spec.load_unit} ({best.max_load_per_replica:.3g} {spec.load_unit} per replica"
+            f" at {spec.slo.describe()})")
+    if best.fleet_usd_per_hour == best.fleet_usd_per_hour:
+        text += f", ${best.fleet_usd_per_hour:,.0f}/h, ${best.usd_per_m_output_tokens:.3f} per M output tokens"
+    same = capacity[(capacity.hardware == best.hardware) & (capacity.tp == best.tp)]
+    others = []
+    for _, r in same.iterrows():
+        if r.policy == best.policy:
+            continue
+        if r.max_load_per_replica > 0 and best.max_load_per_replica > 0:
+            gp = f"{int(r.gpus)} GPUs" if r.gpus == r.gpus else "over max_replicas"
+            others.append(f"{r.policy} carries {r.max_load_per_replica / best.max_load_per_replica:.2f}x"
+                          f" the load ({gp})")
+        else:
+            others.append(f"{r.policy} cannot meet the SLOs")
+    if others:
+        text += "; on the same hardware " + ", ".join(others)
+    return text + "."
+
+
+def _no_config_text(capacity: pd.DataFrame, rejected: list, spec: SizingSpec) -> str:
+    text = (f"no configuration meets {spec.slo.describe()} at {spec.target_load:g} {spec.load_unit}"
+            f" within max_replicas={spec.max_replicas}.")
+    if len(capacity) and (capacity.max_load_per_replica > 0).any():
+        r = capacity.sort_values("max_load_per_replica", ascending=False).iloc[0]
+        text += (f" Closest: {r.hardware} tp={int(r.tp)} with {r.policy} carries {r.max_load_per_replica:.3g}"
+                 f" {spec.load_unit} per replica ({r.reason}).")
+    elif len(capacity):
+        text += " No candidate meets the SLOs at any load: " + capacity.iloc[0].reason
+    if rejected:
+        text += f" {len(rejected)} candidate(s) rejected for memory or parallel layout."
+    return text
+
+
+def _sensitivity(sc: Scenario, rec: dict, spec: SizingSpec, scen: dict, simulate) -> pd.DataFrame:
+    """Capacity of the recommended configuration with acceptance and HBM bandwidth moved by +-10%."""
+    cand = Candidate(rec["hardware"], int(rec["tp"]))
+    variants = [("acceptance -10%", 0.9, 1.0), ("acceptance +10%", 1.1, 1.0),
+                ("bandwidth -10%", 1.0, 0.9), ("bandwidth +10%", 1.0, 1.1)]
+    tasks = []
+    for name, acc, bw in variants:
+        vsc = candidate_scenario(sc, cand, acceptance_scale=acc, bandwidth_scale=bw)
+        tasks.append(Task(vsc, cand, rec["policy"], spec, scen[cand][1], simulate, name))
+    results = run_all(tasks, spec.workers)
+    rows = [{"variant": "baseline", "max_load_per_replica": rec["max_load_per_replica"], "change": "-",
+             "gpus": rec["gpus"], "usd_per_m_output_tokens": rec["usd_per_m_output_tokens"]}]
+    for (name, s), t in zip(results, tasks):
+        r = _capacity_row(t.scenario, s, spec, None)
+        base = rec["max_load_per_replica"]
+        rows.append({"variant": name, "max_load_per_replica": s.capacity,
+                     "change": f"{s.capacity / base - 1:+.1%}" if base else "-",
+                     "gpus": r["gpus"], "usd_per_m_output_tokens": r["usd_per_m_output_tokens"]})
+    df = pd.DataFrame(rows)
+    df.insert(0, "config", f"{cand.label} {rec['policy']}")
+    return df
+
+
+def bundled_sizing_scenarios() -> list[Path]:
+    return sorted(SCENARIO_DIR.glob("sizing-*.toml"))

@@ -1,0 +1,234 @@
+"""The load search: serving runs at one load, bracketing and bisection, and the worker pool.
+
+For one candidate (hardware x tensor-parallel degree) and one policy the search finds the highest
+load one replica carries while meeting every SLO, by running the serving simulation
+(``simulator.serving.simulate``) at a fixed seed and bisecting on the Poisson request rate (or on
+the closed-loop concurrency when ``[traffic]`` gives a concurrency).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+
+import numpy as np
+
+from simulator import serving
+from simulator.errors import PlannerError
+from simulator.plan.api import predict_scenario
+from simulator.sizing.spec import Candidate, SizingSpec, _fmt, traffic_lengths
+from simulator.specs.scenario import Scenario
+
+# When the SLOs say nothing about TTFT, an overloaded replica still looks fine on TPOT (the queue
+# grows, running sequences decode at speed). This guard marks such loads as unsustainable.
+DEFAULT_TTFT_GUARD_S = 30.0
+MAX_EXPANSIONS = 6
+SUMMARY_KEYS = ("throughput_tok_s", "tokens_per_s_per_user", "ttft_p50_s", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s",
+                "itl_p99_s", "mean_batch_size", "mean_k", "kv_peak_occupancy", "n_requests", "output_tokens",
+                "makespan_s")
+
+
+# --- one serving run ----------------------------------------------------------------------------
+
+def build_workload(sc: Scenario, kind: str, load: float, n_requests: int, max_num_seqs: int | None):
+    """The serving Workload for one load point: the scenario's traffic with the load replaced."""
+    fields = {"arrival": "poisson" if kind == "rate" else "closed", "n_requests": int(n_requests)}
+    if kind == "rate":
+        fields["rate_per_s"] = float(load)
+    else:
+        fields["concurrency"] = int(load)
+    base = serving.workload_from_scenario(sc)
+    if max_num_seqs is not None:
+        current = base.max_num_seqs
+        fields["max_num_seqs"] = int(min(max_num_seqs, current)) if current else int(max_num_seqs)
+    return dataclasses.replace(base, **fields)
+
+
+def requests_for(sc: Scenario, spec: SizingSpec, kind: str, load: float) -> int:
+    """Requests per run: enough simulated time for the queue to reach steady state.
+
+    A short run at a high rate ends before the queue builds up (160 requests at 45 req/s arrive in
+    3.5 s, less than one request's lifetime), so its percentiles look fine at loads no replica can
+    sustain. Runs cover ``duration_s`` of arrivals (default 4 request lifetimes, at least 30 s):
+    n = max(n_requests, rate * duration), at most max_requests.
+    """
+    if kind != "rate":
+        return int(min(spec.max_requests, max(spec.n_requests, 8 * load)))
+    duration = spec.duration_s
+    if duration is None:
+        _, out_len = traffic_lengths(sc)
+        t = spec.slo.targets
+        ttft = min([v for k, v in t.items() if k.startswith("ttft")] or [1.0])
+        lifetime = ttft + out_len * (spec.slo.tpot_limit_s or 0.05)
+        duration = max(30.0, 4.0 * lifetime)
+    return int(min(spec.max_requests, max(spec.n_requests, math.ceil(load * duration))))
+
+
+def run_point(sc: Scenario, policy: str, kind: str, load: float, spec: SizingSpec, max_num_seqs, simulate) -> dict:
+    workload = build_workload(sc, kind, load, requests_for(sc, spec, kind, load), max_num_seqs)
+    try:
+        result = simulate(sc, policy, workload=workload, seed=spec.seed)
+    except PlannerError as err:  # e.g. a request longer than the KV cache holds: this load cannot run
+        return {"error": " ".join(str(err).split())}
+    return dict(getattr(result, "summary", result))
+
+
+def _check(spec: SizingSpec, summary: dict) -> list[str]:
+    if "error" in summary:
+        return [summary["error"]]
+    bad = spec.slo.violations(summary)
+    if spec.ttft_guard:
+        p99 = summary.get("ttft_p99_s", np.inf)
+        if not p99 <= DEFAULT_TTFT_GUARD_S:
+            bad.append(f"queue grows: ttft_p99_s {_fmt(p99)} s > {DEFAULT_TTFT_GUARD_S:g} s (stability guard)")
+    return bad
+
+
+def _pick(summary: dict) -> dict:
+    return {k: summary.get(k, np.nan) for k in SUMMARY_KEYS}
+
+
+# --- the search ---------------------------------------------------------------------------------
+
+def analytic_guess(sc: Scenario, policy: str, spec: SizingSpec, max_seqs: int) -> float:
+    """A first load to try, from the goodput table: the largest batch whose TPOT meets the SLO."""
+    table = predict_scenario(sc).table
+    col = {"plain": "plain_goodput_per_seq", "fixed": "fixed_goodput_per_seq"}.get(policy, "goodput_per_seq")
+    g = table[col].to_numpy(dtype=float)
+    b = table["batch_size"].to_numpy(dtype=float)
+    ok = np.isfinite(g) & (b <= max_seqs)
+    limit = spec.slo.tpot_limit_s
+    if limit:
+        ok &= 1.0 / np.where(g > 0, g, np.nan) <= limit
+    if not ok.any():
+        bstar, gstar = 1.0, float(np.nanmax(g[:1])) if np.isfinite(g[:1]).any() else 1.0
+        scale = 0.25
+    else:
+        i = np.flatnonzero(ok)[-1]
+        bstar, gstar, scale = b[i], g[i], 0.7
+    if spec.load_kind == "concurrency":
+        return max(1.0, round(bstar * scale))
+    _, out_len = traffic_lengths(sc)
+    return max(1e-3, scale * bstar * gstar / out_len)
+
+
+@dataclass
+class Search:
+    """Result of one (candidate, policy) load search."""
+
+    candidate: Candidate
+    policy: str
+    capacity: float  # highest load meeting the SLOs (0 when none does)
+    summary: dict | None  # serving summary at that load
+    points: list  # every load tried: {load, meets, violations, summary...}
+    bounded: bool  # a failing load above the capacity was found
+    reason: str = ""
+    step_time_source: str = ""
+
+
+class _Trials:
+    """Serving runs at given loads, each load run once; records every point tried."""
+
+    def __init__(self, sc: Scenario, policy: str, spec: SizingSpec, simulate):
+        self.sc, self.policy, self.spec, self.simulate = sc, policy, spec, simulate
+        self.points: list[dict] = []
+        self.cache: dict[float, tuple[bool, dict, list]] = {}
+
+    def __call__(self, load: float) -> tuple[bool, dict, list]:
+        if load in self.cache:
+            return self.cache[load]
+        # the serving simulation manages the KV cache itself (preempts when full): no max_num_seqs cap
+        summary = run_point(self.sc, self.policy, self.spec.load_kind, load, self.spec, None, self.simulate)
+        bad = _check(self.spec, summary)
+        self.points.append({"load": load, "meets": not bad, "violations": "; ".join(bad)} | _pick(summary))
+        self.cache[load] = (not bad, summary, bad)
+        return self.cache[load]
+
+
+def _bracket(trial: _Trials, x: float, integer: bool, max_seqs: int):
+    """Double while the SLOs hold, halve while they fail: (lo, lo summary, hi, violations at hi)."""
+    lo = hi = None
+    lo_sum, last_bad = None, []
+    for _ in range(MAX_EXPANSIONS + 1):
+        ok, summary, bad = trial(x)
+        if ok:
+            lo, lo_sum = x, summary
+            if hi is not None:
+                break
+            nxt = x * 2
+            if integer:
+                nxt = float(min(nxt, max_seqs))
+                if nxt == x:
+                    break
+            x = nxt
+        else:
+            hi, last_bad = x, bad
+            if lo is not None:
+                break
+            nxt = math.floor(x / 2) if integer else x / 2
+            if integer and nxt < 1:
+                break
+            x = float(nxt)
+    return lo, lo_sum, hi, last_bad
+
+
+def search_capacity(sc: Scenario, policy: str, spec: SizingSpec, max_seqs: int, simulate=None,
+                    cand: Candidate | None = None) -> Search:
+    """Bracket then bisect the load (geometric midpoints for rates, integers for concurrency).
+
+    Starts from :func:`analytic_guess`; doubles while the SLOs hold and halves while they fail
+    (at most MAX_EXPANSIONS times), then runs ``spec.search_steps`` bisection steps. The capacity is
+    the highest load that passed, with a failing load above it (``bounded``).
+    """
+    simulate = simulate or serving.simulate
+    cand = cand or Candidate(sc.hardware.name, sc.deployment.tp)
+    integer = spec.load_kind == "concurrency"
+    trial = _Trials(sc, policy, spec, simulate)
+    x = analytic_guess(sc, policy, spec, max_seqs)
+    if integer:
+        x = float(min(max(1, int(x)), max_seqs))
+    lo, lo_sum, hi, last_bad = _bracket(trial, x, integer, max_seqs)
+    if lo is None:
+        return Search(cand, policy, 0.0, None, trial.points, True,
+                      f"misses the SLOs even at {_fmt(hi)} {spec.load_unit}: {'; '.join(last_bad)}", sc.cost_source)
+    if hi is not None:
+        for _ in range(spec.search_steps):
+            if integer:
+                if hi - lo <= 1:
+                    break
+                mid = float((lo + hi) // 2)
+            else:
+                mid = math.sqrt(lo * hi)
+            ok, summary, _ = trial(mid)
+            if ok:
+                lo, lo_sum = mid, summary
+            else:
+                hi = mid
+    return Search(cand, policy, lo, lo_sum, trial.points, hi is not None, "", sc.cost_source)
+
+
+# --- the worker pool ----------------------------------------------------------------------------
+
+@dataclass
+class Task:
+    scenario: Scenario
+    candidate: Candidate
+    policy: str
+    spec: SizingSpec
+    max_seqs: int
+    simulate: object = None
+    variant: str = ""
+
+
+def _run_task(task: Task) -> tuple[str, Search]:
+    s = search_capacity(task.scenario, task.policy, task.spec, task.max_seqs, task.simulate, task.candidate)
+    return task.variant, s
+
+
+def run_all(tasks: list[Task], workers: int) -> list[tuple[str, Search]]:
+    """Run the searches, in a process pool of ``workers`` when there is more than one task."""
+    if workers <= 1 or len(tasks) <= 1:
+        return [_run_task(t) for t in tasks]
+    with ProcessPoolExecutor(max_workers=min(workers, len(tasks))) as pool:
+        return list(pool.map(_run_task, tasks))

@@ -1,0 +1,305 @@
+"""What to size: the ``[slo]`` and ``[sizing]`` sections, the candidates, and each candidate's scenario.
+
+Scenario sections read here (validated with :func:`simulator.specs.scenario.check_table`)::
+
+    [slo]      ttft_p50_s / ttft_p90_s / ttft_p99_s / tpot_p50_s / tpot_p90_s / tpot_p99_s /
+               itl_p50_s / itl_p99_s  (seconds, > 0; at least one)
+    [sizing]   candidates = ["h100-sxm", "h200"]   tp = [4, 8]   max_replicas = 64
+               prices = {h100-sxm = 2.5}           policies = ["plain", "fixed", "dsd"]
+               target_rate_per_s = 20.0 (else [traffic] rate_per_s)   n_requests = 200
+               search_steps = 4   seed = 0   workers = 2   sensitivity = true
+
+``[traffic]`` belongs to the serving simulation; the sizer reads its load (``rate_per_s`` or
+``concurrency``) as the target and passes the rest to the serving workload.
+
+Configurations whose weights, draft and one sequence's KV cache (with K+1 verification slots) do not
+fit the usable memory (``memory_bytes * memory_utilization``) are rejected with the reason
+(:func:`memory_fit`, on the one memory model of :mod:`simulator.physics.memory`).
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from simulator import serving
+from simulator.errors import PlannerError, did_you_mean
+from simulator.physics.memory import draft_weight_bytes, kv_budget_bytes, kv_bytes_per_sequence, weight_bytes_per_gpu
+from simulator.specs.hardware import list_hardware, load_hardware
+from simulator.specs.scenario import NUM, Scenario, build_scenario, check_table
+
+GB = 1e9
+SLO_KEYS = ("ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_p50_s", "tpot_p90_s", "tpot_p99_s",
+            "itl_p50_s", "itl_p99_s")
+SLO_SCHEMA = {key: NUM for key in SLO_KEYS}
+SIZING_SCHEMA = {
+    "candidates": list, "tp": list, "max_replicas": int, "prices": dict, "policies": list,
+    "target_rate_per_s": NUM, "target_concurrency": int, "n_requests": int, "search_steps": int,
+    "seed": int, "workers": int, "sensitivity": bool, "description": str, "duration_s": NUM, "max_requests": int,
+}
+POLICIES = ("plain", "fixed", "dsd")
+SETTINGS = ("max_replicas", "n_requests", "search_steps", "seed", "workers", "sensitivity", "duration_s",
+            "max_requests")
+
+
+def _fmt(x) -> str:
+    if x is None:
+        return "n/a"
+    try:
+        return f"{float(x):.3g}"
+    except (TypeError, ValueError):
+        return str(x)
+
+
+# --- the specification --------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Candidate:
+    hardware: str
+    tp: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.hardware} tp={self.tp}"
+
+
+@dataclass(frozen=True)
+class SLO:
+    """Upper bounds on latency percentiles [s], keyed like the serving summary."""
+
+    targets: dict
+
+    def violations(self, summary: dict) -> list[str]:
+        out = []
+        for key, limit in self.targets.items():
+            value = summary.get(key)
+            if value is None or not np.isfinite(value) or value > limit:
+                out.append(f"{key} {_fmt(value)} s > {limit:g} s")
+        return out
+
+    @property
+    def tpot_limit_s(self) -> float | None:
+        lims = [v for k, v in self.targets.items() if k.startswith(("tpot", "itl"))]
+        return min(lims) if lims else None
+
+    def describe(self) -> str:
+        return ", ".join(f"{k} <= {v:g} s" for k, v in self.targets.items())
+
+
+@dataclass(frozen=True)
+class SizingSpec:
+    slo: SLO
+    candidates: tuple
+    policies: tuple
+    load_kind: str  # "rate" (Poisson, requests/s) | "concurrency" (closed loop, sequences)
+    target_load: float
+    max_replicas: int = 64
+    prices: dict = field(default_factory=dict)
+    n_requests: int = 200  # at least this many requests per serving run
+    duration_s: float | None = None  # simulated seconds of arrivals per run (None: 4 request lifetimes, >= 30 s)
+    max_requests: int = 4000
+    search_steps: int = 4
+    seed: int = 0
+    workers: int = 2
+    sensitivity: bool = True
+    ttft_guard: bool = False
+
+    @property
+    def load_unit(self) -> str:
+        return "req/s" if self.load_kind == "rate" else "concurrent seqs"
+
+
+# --- parsing ------------------------------------------------------------------------------------
+
+def parse_slo(sc: Scenario) -> SLO:
+    table = sc.extra.get("slo")
+    if not isinstance(table, dict) or not table:
+        raise PlannerError(f"{sc.origin}: sizing needs an [slo] section (e.g. ttft_p99_s = 2.0, tpot_p50_s = 0.05)")
+    check_table(table, SLO_SCHEMA, sc.origin, "slo")
+    for key, value in table.items():
+        if not value > 0:
+            raise PlannerError(f"{sc.origin}: [slo] {key} must be > 0 seconds, got {value}")
+    return SLO({k: float(v) for k, v in table.items()})
+
+
+def _check_hardware(name, origin) -> str:
+    if not isinstance(name, str):
+        raise PlannerError(f"{origin}: [sizing] candidates must be hardware names (strings), got {name!r}")
+    if name not in list_hardware():
+        raise PlannerError(f"{origin}: [sizing] unknown candidate hardware '{name}'{did_you_mean(name, list_hardware())}")
+    return name
+
+
+def _parse_candidates(sc: Scenario, table: dict, candidates, tp) -> tuple:
+    """(hardware x tp) candidates: the arguments, else [sizing], else the scenario's own device and TP."""
+    origin = sc.origin
+    hw_names = candidates if candidates is not None else table.get("candidates", [sc.hardware.name])
+    if isinstance(hw_names, str):
+        hw_names = [h.strip() for h in hw_names.split(",") if h.strip()]
+    hw_names = [_check_hardware(h, origin) for h in hw_names]
+    if not hw_names:
+        raise PlannerError(f"{origin}: [sizing] candidates is empty")
+    tps = tp if tp is not None else table.get("tp", [sc.deployment.tp])
+    if isinstance(tps, int):
+        tps = [tps]
+    for t in tps:
+        if not isinstance(t, int) or isinstance(t, bool) or t < 1:
+            raise PlannerError(f"{origin}: [sizing] tp must be a list of integers >= 1, got {t!r}")
+    return tuple(Candidate(h, int(t)) for h in hw_names for t in tps)
+
+
+def _parse_prices(table: dict, origin) -> dict:
+    prices = table.get("prices", {})
+    for name, price in prices.items():
+        _check_hardware(name, origin)
+        if not isinstance(price, (int, float)) or isinstance(price, bool) or price < 0:
+            raise PlannerError(f"{origin}: [sizing] prices.{name} must be a price per GPU-hour >= 0, got {price!r}")
+    return {k: float(v) for k, v in prices.items()}
+
+
+def _target_load(table: dict, traffic: dict, target_load, origin) -> tuple[str, float]:
+    """(load kind, target load): [sizing] target, else the [traffic] load; an explicit target_load replaces the value."""
+    rate, conc = traffic.get("rate_per_s"), traffic.get("concurrency")
+    if "target_rate_per_s" in table:
+        kind, load = "rate", table["target_rate_per_s"]
+    elif "target_concurrency" in table:
+        kind, load = "concurrency", table["target_concurrency"]
+    elif isinstance(rate, (int, float)) and not isinstance(rate, bool):
+        kind, load = "rate", rate
+    elif isinstance(conc, int) and not isinstance(conc, bool):
+        kind, load = "concurrency", conc
+    elif target_load is not None:
+        kind, load = "rate", target_load
+    else:
+        raise PlannerError(f"{origin}: sizing needs a target load: [traffic] rate_per_s (or concurrency),"
+                           " or [sizing] target_rate_per_s")
+    if target_load is not None:
+        load = target_load
+    if not load > 0:
+        raise PlannerError(f"{origin}: target load must be > 0, got {load}")
+    return kind, float(load)
+
+
+def _parse_settings(table: dict, over: dict, origin) -> dict:
+    settings = {k: table[k] for k in SETTINGS if k in table}
+    settings |= {k: v for k, v in over.items() if v is not None}
+    if "duration_s" in settings and not settings["duration_s"] > 0:
+        raise PlannerError(f"{origin}: [sizing] duration_s must be > 0 seconds, got {settings['duration_s']}")
+    for key in ("max_replicas", "n_requests", "workers", "max_requests"):
+        if key in settings and settings[key] < 1:
+            raise PlannerError(f"{origin}: [sizing] {key} must be >= 1, got {settings[key]}")
+    if settings.get("search_steps", 1) < 0:
+        raise PlannerError(f"{origin}: [sizing] search_steps must be >= 0")
+    if settings.get("n_requests", 200) < 20:
+        raise PlannerError(f"{origin}: [sizing] n_requests must be >= 20 for stable percentiles")
+    return settings
+
+
+def parse_sizing(sc: Scenario, candidates=None, tp=None, target_load=None, policies=None, **over) -> SizingSpec:
+    """Validate ``[slo]``, ``[sizing]`` and the load of ``[traffic]``; keyword arguments override the file."""
+    origin = sc.origin
+    slo = parse_slo(sc)
+    table = dict(sc.extra.get("sizing") or {})
+    check_table(table, SIZING_SCHEMA, origin, "sizing")
+    traffic = sc.extra.get("traffic") or {}
+    if not isinstance(traffic, dict):
+        raise PlannerError(f"{origin}: [traffic] must be a table")
+    cands = _parse_candidates(sc, table, candidates, tp)
+    pols = tuple(policies or table.get("policies", POLICIES))
+    for p in pols:
+        if not isinstance(p, str):
+            raise PlannerError(f"{origin}: [sizing] policies must be strings, got {p!r}")
+    prices = _parse_prices(table, origin)
+    kind, load = _target_load(table, traffic, target_load, origin)
+    settings = _parse_settings(table, over, origin)
+    ttft_guard = not any(k.startswith("ttft") for k in slo.targets)
+    return SizingSpec(slo=slo, candidates=cands, policies=pols, load_kind=kind, target_load=load,
+                      prices=prices, ttft_guard=ttft_guard, **settings)
+
+
+# --- per candidate: scenario, traffic, memory fit -----------------------------------------------
+
+def candidate_scenario(sc: Scenario, cand: Candidate, acceptance_scale: float = 1.0,
+                       bandwidth_scale: float = 1.0) -> Scenario:
+    """The scenario moved to another device / TP degree (a calibration profile is kept only on its device)."""
+    raw = copy.deepcopy(sc.raw)
+    old = raw.get("hardware", {})
+    hw = {"name": cand.hardware, "tp": cand.tp}
+    ep = old.get("ep", 1)
+    if ep > 1 and cand.tp % ep == 0:
+        hw["ep"] = ep
+    if cand.hardware == old.get("name"):  # user figures for this very device stay
+        hw |= {k: v for k, v in old.items() if k not in ("name", "tp", "ep")}
+    if bandwidth_scale != 1.0:
+        base = hw.get("hbm_bandwidth_bytes_per_s", load_hardware(cand.hardware).hbm_bandwidth_bytes_per_s)
+        hw["hbm_bandwidth_bytes_per_s"] = float(base) * bandwidth_scale
+    raw["hardware"] = hw
+    if sc.profile is not None and sc.profile.hardware != cand.hardware:
+        raw.pop("calibration", None)
+    if acceptance_scale != 1.0:
+        rates = [min(0.99, r * acceptance_scale) for r in sc.acceptance.rates]
+        raw["acceptance"] = {"rates": rates, "source": f"{sc.acceptance.source}, scaled x{acceptance_scale:g}"}
+    return build_scenario(raw, sc.origin, raw.get("_base_dir"))
+
+
+def _spec_mean(value, default: float) -> float:
+    """Mean of a length spec: a number, a table with 'mean' (or min/max), or a list of lengths."""
+    if isinstance(value, bool):
+        return default
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, dict):
+        for key in ("mean", "value", "median"):
+            if isinstance(value.get(key), (int, float)):
+                return float(value[key])
+        if isinstance(value.get("min"), (int, float)) and isinstance(value.get("max"), (int, float)):
+            return (value["min"] + value["max"]) / 2
+    if isinstance(value, (list, tuple)) and value and all(isinstance(v, (int, float)) for v in value):
+        return float(np.mean(value))
+    return default
+
+
+def traffic_lengths(sc: Scenario) -> tuple[float, float]:
+    """(mean prompt tokens, mean output tokens) of the scenario's traffic."""
+    traffic = sc.extra.get("traffic") or {}
+    out = []
+    for key, default in (("prompt_len", float(sc.context_len)), ("output_len", 256.0)):
+        spec = traffic.get(key)
+        mean = _spec_mean(spec, default)
+        if isinstance(spec, dict):
+            try:  # the serving simulation's own length distribution
+                dist = serving.parse_length(spec, key, sc.raw.get("_base_dir"))
+                mean = float(dist.sample(np.random.default_rng(0), 4000).mean())
+            except PlannerError:
+                pass
+        out.append(mean)
+    return out[0], out[1]
+
+
+def memory_fit(sc: Scenario, context_tokens: float) -> dict:
+    """Weights (target + draft), then how many sequences of ``context_tokens`` (+ K_max+1 verify slots) fit.
+
+    Returns fits, reason, and the GB figures per GPU.
+    """
+    dep, model = sc.deployment, sc.model
+    label = f"{sc.hardware.name} tp={dep.tp}"
+    usable = sc.hardware.memory_bytes * dep.memory_utilization
+    weights = weight_bytes_per_gpu(model, dep)
+    spec = sc.k_max > 0
+    draft_w = draft_weight_bytes(sc.draft, model, dep, spec)
+    tokens = context_tokens + sc.k_max + 1
+    kv_seq = float(kv_bytes_per_sequence(sc.draft, model, dep, tokens, spec))
+    info = {"usable_gb": usable / GB, "weights_gb": weights / GB, "draft_gb": draft_w / GB,
+            "kv_gb_per_seq": kv_seq / GB, "context_tokens": int(context_tokens)}
+    if weights + draft_w > usable:
+        what = f"weights {weights / GB:.0f} GB/GPU" + (f" + draft {draft_w / GB:.1f} GB" if draft_w else "")
+        return info | {"fits": False, "max_seqs": 0,
+                       "reason": f"{label}: {what} exceed {usable / GB:.0f} GB usable"
+                                 f" ({sc.hardware.memory_bytes / GB:.0f} GB x {dep.memory_utilization:g})"}
+    max_seqs = int(kv_budget_bytes(sc.draft, model, dep, sc.hardware.memory_bytes, spec) // kv_seq)
+    if max_seqs < 1:
+        return info | {"fits": False, "max_seqs": 0,
+                       "reason": f"{label}: KV cache of one {tokens:.0f}-token sequence ({kv_seq / GB:.1f} GB/GPU)"
+                                 f" exceeds the {(usable - weights - draft_w) / GB:.1f} GB left after weights"}
+    return info | {"fits": True, "max_seqs": max_seqs, "reason": ""}
