@@ -1,6 +1,25 @@
-"""Serving simulation: continuous batching over dynamic batches under K policies."""
-from simulator.serving.simulation import *  # noqa: F401,F403
-from simulator.serving.simulation import (POLICIES, EngineConfig, LengthDist, ServingResult, Workload,  # noqa: F401
-                                          engine_from_scenario, kv_capacity_blocks, parse_length, parse_policy,
-                                          policy_k_table, required_graphs, simulate, tail_phases, wave_sweep,
-                                          workload_from_scenario)
+"""Serving simulation: continuous batching over dynamic batches under K policies.
+
+    workload.py  traffic: length distributions, categories, arrivals, [traffic]
+    engine.py    engine settings ([serving]), step-time tables, KV block budget, CUDA graphs
+    loop.py      the step loop (simulate) and wave sweeps
+    results.py   result tables, summary row, tail analysis
+    charts.py    Altair charts of results
+The K policies themselves live one floor down, in simulator.plan.policies.
+"""
+from simulator.plan.policies import (POLICIES, Policy, PolicySettings, PolicyTables, make_policy, parse_policy,
+                                     policy_k_table, policy_tables)
+from simulator.serving.engine import (VLLM_CAPTURE_SIZES, EngineConfig, StepPricer, engine_from_scenario,
+                                      kv_capacity_blocks, required_graphs)
+from simulator.serving.loop import simulate, wave_sweep
+from simulator.serving.results import SUMMARY_KEYS, ServingResult, tail_phases
+from simulator.serving.workload import (ARRIVALS, DISTS, Category, LengthDist, Workload, parse_length,
+                                        workload_from_scenario)
+
+__all__ = [
+    "ARRIVALS", "DISTS", "POLICIES", "SUMMARY_KEYS", "VLLM_CAPTURE_SIZES",
+    "Category", "EngineConfig", "LengthDist", "Policy", "PolicySettings", "PolicyTables", "ServingResult",
+    "StepPricer", "Workload",
+    "engine_from_scenario", "kv_capacity_blocks", "make_policy", "parse_length", "parse_policy", "policy_k_table",
+    "policy_tables", "required_graphs", "simulate", "tail_phases", "wave_sweep", "workload_from_scenario",
+]

@@ -1,0 +1,240 @@
+"""The engine being simulated: its settings ([serving]), the step-time tables, the KV block budget.
+
+The step time is a table lookup, never a cost-model call:
+
+    step(B, K, L, T) = lin(pad(T)) + attn(B, K+1, L) + K * draft_pass(pad(B), L)
+                       + attn_prefill(chunks) + overhead(B) [+ eager launches] [+ DSD-at-K=0 cost]
+
+- lin(T): every operator of the target pass except attention (GEMMs, norms, all-reduce, LM head,
+  sampling) at T tokens, precomputed for T = 1..T_max (they depend on the token count only).
+- attn(B, q, L): decode attention of B sequences with q queries over L cached keys, precomputed on
+  a grid of context buckets and interpolated linearly in L (its FLOPs and bytes are linear in L,
+  so the mean context of the batch prices the whole batch).
+- draft_pass(B, L): one draft pass (EAGLE/MTP head, draft model, n-gram host cost), same table.
+- pad(T): the smallest captured CUDA-graph size >= T (vLLM default capture sizes 1, 2, 4, 8, ...,
+  512); above the largest size the pass runs eager and pays ``eager_overhead_per_kernel_s`` per
+  kernel of the target pass.
+- attn_prefill: a prompt chunk's attention (q = chunk over the p tokens already cached, causal),
+  priced with the cost model's attention operator; the chunk's GEMM tokens are part of T.
+
+KV cache: blocks of ``block_size`` tokens per GPU; capacity = memory_utilization x device memory
+minus target weights, draft weights and the activation buffer of the largest step, divided by the
+bytes of one block (target KV + draft KV when there is a draft).
+"""
+from __future__ import annotations
+
+from bisect import bisect_left
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from simulator.errors import PlannerError
+from simulator.physics.draft_cost import draft_pass_cost
+from simulator.physics.layers import attention_op, forward_ops
+from simulator.physics.memory import kv_budget_bytes, kv_bytes_per_sequence
+from simulator.physics.operators import evaluate
+from simulator.plan.grid import step_overhead_s
+from simulator.plan.policies import PolicySettings
+from simulator.specs.scenario import NUM, Scenario, check_table
+
+# vLLM's default cudagraph capture sizes (V1): 1, 2, 4, then every 8 up to 512.
+VLLM_CAPTURE_SIZES = (1, 2, 4) + tuple(range(8, 513, 8))
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Engine settings ([serving] section). Defaults: vLLM-V1-like; overheads are assumptions."""
+
+    max_num_seqs: int = 256
+    max_num_batched_tokens: int = 8192
+    block_size: int = 16
+    prefill: str = "chunked"  # or "whole"
+    cuda_graphs: bool = True
+    cuda_graph_sizes: tuple = VLLM_CAPTURE_SIZES
+    eager_overhead_per_kernel_s: float = 1.5e-6  # assumed: host launch not hidden behind the GPU
+    schedule_overhead_s: float = 1e-4  # assumed: scheduler + input preparation per step
+    schedule_overhead_per_seq_s: float = 0.0
+    spec_k0_overhead_frac: float = 0.02  # assumed: DSD machinery on at K = 0 (bookkeeping, rejection sampler)
+    spec_k0_overhead_s: float = 0.0
+    # policy knobs (the policies read them off this object; defaults live with the policies)
+    fixed_k: int | None = PolicySettings.fixed_k  # None: the scenario's fixed_k
+    cutoff_batch_size: int | None = PolicySettings.cutoff_batch_size  # None: where fixed K stops beating plain
+    adapt_ewma: float = PolicySettings.adapt_ewma
+    per_request_ewma: float = PolicySettings.per_request_ewma
+    per_request_min_prob: float = PolicySettings.per_request_min_prob
+
+    def __post_init__(self):
+        sizes = tuple(sorted(int(s) for s in self.cuda_graph_sizes))
+        object.__setattr__(self, "cuda_graph_sizes", sizes)
+        checks = [
+            (self.max_num_seqs >= 1, "max_num_seqs must be >= 1"),
+            (self.max_num_batched_tokens >= 1, "max_num_batched_tokens must be >= 1"),
+            (self.block_size >= 1, "block_size must be >= 1"),
+            (self.prefill in ("chunked", "whole"), f"prefill must be 'chunked' or 'whole', got '{self.prefill}'"),
+            (not sizes or sizes[0] >= 1, "cuda_graph_sizes must be >= 1"),
+            (min(self.eager_overhead_per_kernel_s, self.schedule_overhead_s, self.schedule_overhead_per_seq_s,
+                 self.spec_k0_overhead_frac, self.spec_k0_overhead_s) >= 0, "overheads must be >= 0"),
+            (self.fixed_k is None or self.fixed_k >= 0, "fixed_k must be >= 0"),
+            (self.cutoff_batch_size is None or self.cutoff_batch_size >= 0, "cutoff_batch_size must be >= 0"),
+            (0 < self.adapt_ewma <= 1 and 0 < self.per_request_ewma <= 1, "EWMA weights must be in (0, 1]"),
+            (0 <= self.per_request_min_prob <= 1, "per_request_min_prob must be in [0, 1]"),
+        ]
+        for ok, msg in checks:
+            if not ok:
+                raise PlannerError(f"[serving] {msg}")
+
+    def pad_tokens(self, tokens: int) -> tuple[int, bool]:
+        """(tokens the pass runs at, whether it runs as a captured graph)."""
+        sizes = self.cuda_graph_sizes
+        if not self.cuda_graphs or not sizes or tokens > sizes[-1]:
+            return tokens, False
+        return sizes[bisect_left(sizes, tokens)], True
+
+
+SERVING_SCHEMA = {"max_num_seqs": int, "max_num_batched_tokens": int, "block_size": int, "prefill": str,
+                  "cuda_graphs": bool, "cuda_graph_sizes": list, "eager_overhead_per_kernel_s": NUM,
+                  "schedule_overhead_s": NUM, "schedule_overhead_per_seq_s": NUM, "spec_k0_overhead_frac": NUM,
+                  "spec_k0_overhead_s": NUM, "fixed_k": int, "cutoff_batch_size": int, "adapt_ewma": NUM,
+                  "per_request_ewma": NUM, "per_request_min_prob": NUM}
+
+
+def engine_from_scenario(sc: Scenario, **overrides) -> EngineConfig:
+    table = dict(sc.extra.get("serving") or {})
+    check_table(table, SERVING_SCHEMA, sc.origin, "serving")
+    if "cuda_graph_sizes" in table:
+        sizes = table["cuda_graph_sizes"]
+        if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in sizes):
+            raise PlannerError(f"{sc.origin}: key 'serving.cuda_graph_sizes' must be a list of integers >= 1")
+    table.update({k: v for k, v in overrides.items() if v is not None})
+    return EngineConfig(**table)
+
+
+
+# --- step pricing tables ------------------------------------------------------------------------
+
+class StepPricer:
+    """Precomputed step-time tables for one scenario and engine (see the module docstring)."""
+
+    def __init__(self, sc: Scenario, engine: EngineConfig, k_max: int, max_seqs: int, max_context: int,
+                 speculative: bool):
+        self.sc, self.engine, self.k_max, self.speculative = sc, engine, k_max, speculative
+        m, dep, hw, prof = sc.model, sc.deployment, sc.hardware, sc.profile
+        b_top = max(max_seqs, engine.pad_tokens(max_seqs)[0])
+        self.b_top = b_top
+        t_top = max(engine.max_num_batched_tokens, max_seqs * (k_max + 1))
+        self.t_top = engine.pad_tokens(t_top)[0]
+        # lin(T): all target ops but attention, at T = 0..t_top tokens (T = 0 costs nothing)
+        t = np.arange(1, self.t_top + 1, dtype=float)
+        ops = [o for o in forward_ops(m, dep, hw, t, 1.0, 0.0) if o.family != "attention"]
+        cost = evaluate(ops, hw, dep, prof, t.shape)
+        self.lin = np.concatenate([[0.0], cost.total_s])
+        full_ops = forward_ops(m, dep, hw, 1.0, 1.0, 1.0)
+        self.n_kernels = float(sum(o.kernels * o.count for o in full_ops))
+        # decode attention over context buckets (linear in L between buckets)
+        top_l = max(int(max_context) + k_max + 2, 64)
+        self.ctx = np.unique(np.concatenate([[0.0], np.geomspace(32, top_l, 28)]))
+        self._ctx_list = self.ctx.tolist()
+        B = np.arange(1, b_top + 1, dtype=float)[:, None, None]
+        q = np.arange(1, k_max + 2, dtype=float)[None, :, None]
+        L = self.ctx[None, None, :]
+        shape = np.broadcast_shapes(B.shape, q.shape, L.shape)
+        attn = [o for o in forward_ops(m, dep, hw, B, q, L) if o.family == "attention"]
+        self.attn = evaluate(attn, hw, dep, prof, shape).total_s  # [B-1, q-1, iL]
+        self._attn_ops_layers = [(o.name, o.count) for o in attn]
+        if speculative:
+            bb, ll = np.meshgrid(np.arange(1, b_top + 1, dtype=float), self.ctx, indexing="ij")
+            per_pass, _ = draft_pass_cost(sc.draft, m, dep, hw, bb, 1.0, ll, prof)
+            self.draft = per_pass.total_s  # [B-1, iL], one pass
+            # passes per step by K (K for heads and draft models; one host lookup for n-gram)
+            _, passes = draft_pass_cost(sc.draft, m, dep, hw, np.ones(1), np.arange(k_max + 1.0), 0.0, prof)
+            self.passes = np.broadcast_to(passes, (k_max + 1,)).astype(float).tolist()
+        else:
+            self.draft = np.zeros((b_top, len(self.ctx)))
+            self.passes = [0.0] * (k_max + 1)
+        self.overhead_prof = step_overhead_s(prof, np.arange(b_top + 1, dtype=float)[:, None],
+                                             np.arange(k_max + 1, dtype=float)[None, :])
+        self.overhead_prof = np.broadcast_to(self.overhead_prof, (b_top + 1, k_max + 1))
+        self._lin_extra: dict[int, float] = {}
+
+    def _lin(self, tokens: int) -> float:
+        if tokens <= self.t_top:
+            return self.lin[tokens]
+        if tokens not in self._lin_extra:
+            sc = self.sc
+            ops = [o for o in forward_ops(sc.model, sc.deployment, sc.hardware, float(tokens), 1.0, 0.0)
+                   if o.family != "attention"]
+            self._lin_extra[tokens] = float(evaluate(ops, sc.hardware, sc.deployment, sc.profile, ()).total_s)
+        return self._lin_extra[tokens]
+
+    def _ctx_weight(self, L: float) -> tuple[int, float]:
+        j = bisect_left(self._ctx_list, L)
+        if j <= 0:
+            return 0, 0.0
+        if j >= len(self._ctx_list):
+            return len(self._ctx_list) - 2, 1.0 + (L - self._ctx_list[-1]) / (self._ctx_list[-1] - self._ctx_list[-2])
+        lo, hi = self._ctx_list[j - 1], self._ctx_list[j]
+        return j - 1, (L - lo) / (hi - lo)
+
+    def prefill_attention_s(self, chunks: np.ndarray, cached: np.ndarray) -> float:
+        """Attention of prompt chunks (q = chunk tokens over the cached ones), launch folded into decode's."""
+        sc = self.sc
+        m = sc.model
+        ops = []
+        for name, count in self._attn_ops_layers:
+            window = m.sliding_window if name.endswith("sliding") else None
+            ops.append(attention_op(m, sc.deployment, 1.0, chunks.astype(float), cached.astype(float), count,
+                                    window, name))
+        cost = evaluate(ops, sc.hardware, sc.deployment, sc.profile, chunks.shape)
+        return float((cost.time_s - cost.launch_s).sum())
+
+    def step_s(self, n_dec: int, k_step: int, tokens: int, mean_ctx: float, spec_mode: bool,
+               prefill_attn_s: float) -> tuple[float, int, bool]:
+        """Seconds of one step, the tokens the target pass runs at, and whether it ran as a graph."""
+        eng = self.engine
+        padded, graph = eng.pad_tokens(tokens)
+        time = self._lin(padded) + prefill_attn_s
+        if not graph:
+            time += self.n_kernels * eng.eager_overhead_per_kernel_s
+        if n_dec:
+            j, w = self._ctx_weight(mean_ctx)
+            row = self.attn[n_dec - 1, k_step]
+            time += row[j] + w * (row[j + 1] - row[j])
+            if k_step:
+                b_pad = min(eng.pad_tokens(n_dec)[0], self.b_top)
+                d = self.draft[b_pad - 1]
+                time += self.passes[k_step] * (d[j] + w * (d[j + 1] - d[j]))
+        time += eng.schedule_overhead_s + eng.schedule_overhead_per_seq_s * n_dec \
+            + self.overhead_prof[min(n_dec, self.b_top), k_step]
+        if spec_mode and k_step == 0:
+            time = time * (1.0 + eng.spec_k0_overhead_frac) + eng.spec_k0_overhead_s
+        return time, padded, graph
+
+
+def kv_capacity_blocks(sc: Scenario, engine: EngineConfig, speculative: bool, max_tokens_per_step: int) -> tuple[int, float]:
+    """(blocks per GPU, bytes per block) left after weights, draft weights and activations."""
+    m, dep = sc.model, sc.deployment
+    block = float(kv_bytes_per_sequence(sc.draft, m, dep, engine.block_size, speculative))
+    usable = float(kv_budget_bytes(sc.draft, m, dep, sc.hardware.memory_bytes, speculative, max_tokens_per_step))
+    if usable < block:
+        raise PlannerError(f"{sc.name}: no memory left for the KV cache on {sc.hardware.name} x{dep.tp}"
+                           f" ({usable / 1e9:.1f} GB per GPU after weights and activations)")
+    return int(usable // block), block
+
+
+def required_graphs(k_by_batch, engine: EngineConfig | None = None) -> pd.DataFrame:
+    """CUDA graphs a K table needs: one row per (captured tokens, K) with its batch-size range.
+
+    ``k_by_batch``: K for B = 1..n (index 0 is B = 1). Tokens B * (K + 1) above the largest capture
+    size run eager (``captured`` False).
+    """
+    engine = engine or EngineConfig()
+    rows: dict[tuple[int, int], list[int]] = {}
+    for b, k in enumerate(np.asarray(k_by_batch, dtype=int), start=1):
+        tokens, graph = engine.pad_tokens(int(b * (k + 1)))
+        key = (tokens if graph else -1, int(k))
+        rows.setdefault(key, []).append(b)
+    out = [{"tokens": t if t >= 0 else None, "k": k, "batch_min": min(bs), "batch_max": max(bs),
+            "captured": t >= 0} for (t, k), bs in rows.items()]
+    return pd.DataFrame(out).sort_values(["captured", "k", "batch_min"], ascending=[False, True, True]) \
+        .reset_index(drop=True)
