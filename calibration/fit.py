@@ -34,7 +34,7 @@ import pandas as pd
 from calibration.rawio import CalibrationError, read_meta, read_raw
 from simulator.errors import PlannerError
 from simulator.specs.hardware import Hardware, load_hardware
-from simulator.specs.profile import PROFILE_FORMAT, PROFILE_VERSION, Profile, profile_from_dict
+from simulator.specs.profile import PROFILE_FORMAT, Profile, profile_from_dict
 
 REPO = Path(__file__).resolve().parent.parent
 ETA_MIN, ETA_MAX = 1e-6, 1.5
@@ -156,7 +156,7 @@ def _curves_json(curves: dict, xname: str) -> dict:
 
 
 def _profile_dict(compute, memory, tau, hardware: str, extra: dict | None = None) -> dict:
-    d = {"format": PROFILE_FORMAT, "format_version": PROFILE_VERSION, "hardware": hardware,
+    d = {"format": PROFILE_FORMAT, "format_version": 1, "hardware": hardware,
          "compute_efficiency": _curves_json(compute, "tokens"), "memory_efficiency": _curves_json(memory, "bytes"),
          "launch_overhead_s": float(f"{tau:.4g}")}
     return d | (extra or {})

@@ -41,7 +41,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fixed-k", type=int, help="the fixed-K policy compared against (default 3)")
     p.add_argument("--dtype", help="weight dtype: bf16, fp8, int4, mxfp4")
     p.add_argument("--kv-dtype", help="KV-cache dtype: bf16, fp8")
-    p.add_argument("--calibration", help="calibration profile JSON (from python -m calibration.fit)")
+    p.add_argument("--calibration", help="calibration profile JSON (python -m calibration.fit, or a measured-table"
+                   " profile under calibration/data/profiles/)")
+    p.add_argument("--engine", help="serving engine whose host time and CUDA-graph capture to model: vllm, sglang,"
+                   " trtllm or ideal (kernels only); default vllm on GPUs")
+    p.add_argument("--engine-version", help="engine version of the profile (default the newest profile)")
     p.add_argument("--format", choices=FORMATS, default="table")
     p.add_argument("--output", help="write to this file instead of stdout")
     p.add_argument("--breakdown", metavar="B,K", help="print the per-operator breakdown at batch size B and draft length K")
@@ -158,7 +162,7 @@ def _run(args) -> int:
     overrides = dict(model=args.model, hardware=args.hardware, tp=args.tp, ep=args.ep, draft=args.draft,
                      acceptance=args.acceptance, context_len=args.context_len, batch_sizes=args.batch_sizes,
                      k_max=args.k_max, fixed_k=args.fixed_k, dtype=args.dtype, kv_dtype=args.kv_dtype,
-                     calibration=args.calibration)
+                     calibration=args.calibration, engine=args.engine, engine_version=args.engine_version)
     scenario = args.scenario
     if scenario is None and not (args.model and args.hardware):
         scenario = str(DEFAULT_SCENARIO)

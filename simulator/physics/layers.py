@@ -20,7 +20,8 @@ def gemm(name: str, tokens, n: float, k: float, w_bytes: float, a_bytes: float, 
          family: str = "gemm") -> Op:
     """Y[T, n] = X[T, k] @ W[k, n]:  F = 2 T n k,  M = n k w + T (n + k) a."""
     return Op(name, family, 2.0 * tokens * n * k, n * k * w_bytes + tokens * (n + k) * a_bytes,
-              kernels=1, count=count, eff_tokens=tokens)
+              kernels=1, count=count, eff_tokens=tokens, surface="gemm",
+              shape={"m": tokens, "n": n, "k": k, "nk": n * k}, dtype="fp8" if w_bytes == a_bytes == 1 else "bf16")
 
 
 def allreduce_s(nbytes, gpus: int, hw: Hardware):
@@ -51,7 +52,9 @@ def attention_op(model: ModelSpec, dep: Deployment, batch, queries, context_len:
         flops = 4.0 * batch * queries * (keys + (queries + 1) / 2) * hq * d
         kv_read = batch * (keys + queries) * 2 * kv_heads_per_gpu(model, dep.tp) * d * kv
         q_io = 2.0 * batch * queries * hq * d * a
-    return Op(name, "attention", flops, kv_read + q_io, kernels=2, count=count, eff_tokens=batch * queries)
+    return Op(name, "attention", flops, kv_read + q_io, kernels=2, count=count, eff_tokens=batch * queries,
+              surface="mla_decode" if model.attention == "mla" else "attention_decode",
+              shape={"tokens": batch * queries, "kv_bytes": kv_read}, dtype=dep.kv_dtype)
 
 
 def attention_projection_ops(model: ModelSpec, dep: Deployment, tokens, count: int, prefix: str = "") -> list[Op]:
@@ -111,7 +114,10 @@ def moe_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, count: int,
            flops=2.0 * pairs_gpu * params_slice,
            nbytes=touched_gpu * params_slice * w_e + pairs_gpu * (2 * D + 3 * model.expert_intermediate_size / expert_tp) * a,
            kernels=5, count=count,
-           eff_tokens=tokens * model.experts_per_token / np.maximum(touched_all, 1.0)),
+           eff_tokens=tokens * model.experts_per_token / np.maximum(touched_all, 1.0), surface="moe",
+           shape={"tokens_per_expert": tokens * model.experts_per_token / np.maximum(touched_all, 1.0),
+                  "expert_bytes": touched_gpu * params_slice * w_e},
+           dtype="fp8" if w_e == a == 1 else "bf16"),
     ]
     if model.shared_expert_intermediate_size:
         ops += dense_mlp_ops(model, dep, tokens, count, model.shared_expert_intermediate_size, prefix, "shared_expert")
@@ -156,7 +162,8 @@ def decoder_layers_ops(model: ModelSpec, dep: Deployment, hw: Hardware, batch, q
         n_allreduce = 2 * n_layers - (n_moe if dep.ep > 1 else 0)
         nbytes = tokens * model.hidden_size * a
         ops.append(Op(prefix + "allreduce", "comm", 0.0, 2 * nbytes, kernels=1, count=n_allreduce,
-                      comm_s=allreduce_s(nbytes, dep.tp, hw)))
+                      comm_s=allreduce_s(nbytes, dep.tp, hw), collective=("all_reduce", dep.tp),
+                      shape={"bytes": nbytes}))
     return ops
 
 

@@ -8,6 +8,15 @@ with eta = 1 and the catalog's assumed tau when no calibration profile is given 
 Communication ops (tensor-parallel all-reduce, expert-parallel all-to-all) are priced as
 latency + bytes / link bandwidth instead.
 
+With a profile of measured GPU kernel tables (format 2) an op that has a surface is priced from
+measurement, t = max(F / P, M / BW) / eta(shape), the efficiency read at the op's own shape (GEMM:
+m tokens and the n*k weight size; decode attention: tokens and KV bytes; MoE: tokens per expert and
+expert bytes); all-reduce comes from the measured latency-vs-bytes table of that GPU count. Their
+measured latencies already hold the kernel's fixed cost, so no launch time is added to them.
+Tile and wave quantization of GEMMs enter through those measured surfaces (read at the op's own m and
+n*k), not through an analytic tile model: cuBLAS / CUTLASS pick among tile shapes, split-K and
+stream-K per shape, so a fixed-tile wave count overstates the jumps that measurements show.
+
 Letters: B sequences, q query tokens per sequence (K+1 when verifying K drafts), T = B*q tokens,
 L context length (KV entries already cached), t tensor-parallel degree.
 """
@@ -20,6 +29,7 @@ import numpy as np
 from simulator.specs.deployment import Deployment
 from simulator.specs.hardware import Hardware
 from simulator.specs.profile import Profile
+from simulator.specs.surfaces import collective_time_s
 
 
 @dataclass
@@ -34,6 +44,10 @@ class Op:
     count: float
     eff_tokens: np.ndarray | float = 1.0  # size at which the compute efficiency is read
     comm_s: np.ndarray | float | None = None  # communication time (comm family only)
+    surface: str | None = None  # measured-efficiency family: gemm, attention_decode, mla_decode, moe
+    shape: dict | None = None  # the op's size on that surface's axes (and m, n, k for GEMMs)
+    dtype: str = "bf16"  # which dtype's surface prices it
+    collective: tuple[str, int] | None = None  # (kind, GPUs) of a communication op; shape["bytes"] = message
 
 
 @dataclass
@@ -48,6 +62,7 @@ class StepCost:
     memory_s: np.ndarray
     launch_s: np.ndarray
     time_s: np.ndarray
+    kernels: np.ndarray | None = None  # (n_ops,) kernels of each op per pass (for eager-launch pricing)
 
     @property
     def total_s(self) -> np.ndarray:
@@ -70,7 +85,11 @@ class StepCost:
         """The same ops repeated ``factor`` times (e.g. K sequential draft passes)."""
         f = np.asarray(factor, dtype=float)
         return StepCost(self.names, self.families, self.flops * f, self.nbytes * f, self.compute_s * f,
-                        self.memory_s * f, self.launch_s * f, self.time_s * f)
+                        self.memory_s * f, self.launch_s * f, self.time_s * f, self.kernels)
+
+    @property
+    def n_kernels(self) -> float:
+        return float(self.kernels.sum()) if self.kernels is not None else 0.0
 
     @staticmethod
     def concat(parts: list["StepCost"]) -> "StepCost":
@@ -79,11 +98,29 @@ class StepCost:
                                              for p in parts])
         return StepCost(sum((p.names for p in parts), []), sum((p.families for p in parts), []),
                         stack("flops"), stack("nbytes"), stack("compute_s"), stack("memory_s"),
-                        stack("launch_s"), stack("time_s"))
+                        stack("launch_s"), stack("time_s"),
+                        None if any(p.kernels is None for p in parts) else np.concatenate([p.kernels for p in parts]))
+
+
+def _surface_eta(op: Op, profile: Profile | None):
+    if profile is None or op.surface is None or not profile.surfaces:
+        return None
+    surf = profile.surface(op.surface, op.dtype)
+    if surf is None:
+        return None
+    return surf(**{axis: op.shape[axis] for axis in surf.axes})
+
+
+def _collective_s(op: Op, profile: Profile | None):
+    if profile is None or op.collective is None or not profile.collectives.get(op.collective[0]):
+        return None
+    kind, gpus = op.collective
+    return collective_time_s(profile.collectives, gpus, op.shape["bytes"], op=kind)
 
 
 def evaluate(ops: list[Op], hw: Hardware, dep: Deployment, profile: Profile | None, shape) -> StepCost:
-    """Price each op on the device: roofline max(compute, memory) plus launch overhead."""
+    """Price each op on the device: roofline max(compute, memory) plus launch overhead (see the
+    module docstring for measured surfaces and collectives)."""
     peak = hw.peak_flops_per_s(dep.weight_dtype, dep.act_dtype)
     bw = hw.hbm_bandwidth_bytes_per_s
     tau = profile.launch_overhead_s if profile else hw.launch_overhead_s
@@ -92,27 +129,45 @@ def evaluate(ops: list[Op], hw: Hardware, dep: Deployment, profile: Profile | No
     nbytes = np.empty((n,) + shape)
     compute_s = np.zeros((n,) + shape)
     memory_s = np.empty((n,) + shape)
-    launch_s = np.array([op.count * op.kernels * tau for op in ops]).reshape((n,) + (1,) * len(shape))
+    kernels = np.array([op.count * op.kernels for op in ops], dtype=float)
+    measured = np.zeros(n, dtype=bool)  # priced from a measured table: its latency holds the launch
+    is_comm = np.zeros(n, dtype=bool)
     for i, op in enumerate(ops):
         np.multiply(op.flops, op.count, out=flops[i, ...])
         np.multiply(op.nbytes, op.count, out=nbytes[i, ...])
         if op.comm_s is not None:
-            np.multiply(op.comm_s, op.count, out=memory_s[i, ...])
+            is_comm[i] = True
+            table_s = _collective_s(op, profile)
+            measured[i] = table_s is not None
+            np.multiply(op.comm_s if table_s is None else table_s, op.count, out=memory_s[i, ...])
             continue
+        eta = _surface_eta(op, profile)
+        if eta is not None:
+            measured[i] = True
+            np.divide(flops[i, ...], np.multiply(eta, peak), out=compute_s[i, ...])
+            np.divide(nbytes[i, ...], np.multiply(eta, bw), out=memory_s[i, ...])
+            continue
+        op_flops = flops[i, ...]
         if profile is None:
-            np.multiply(flops[i, ...], 1.0 / peak, out=compute_s[i, ...])
+            np.multiply(op_flops, 1.0 / peak, out=compute_s[i, ...])
             np.multiply(nbytes[i, ...], 1.0 / bw, out=memory_s[i, ...])
+        elif profile.surfaces:  # measured tables, but none for this op: stream at the attained bandwidth
+            np.multiply(op_flops, 1.0 / peak, out=compute_s[i, ...])
+            np.multiply(nbytes[i, ...], 1.0 / (bw * profile.streaming_efficiency), out=memory_s[i, ...])
         else:
             eta_c = profile.compute_efficiency(op.name, op.family, op.eff_tokens)
             eta_m = profile.memory_efficiency(op.family, op.nbytes)
-            np.divide(flops[i, ...], np.multiply(eta_c, peak), out=compute_s[i, ...])
+            np.divide(op_flops, np.multiply(eta_c, peak), out=compute_s[i, ...])
             np.divide(nbytes[i, ...], np.multiply(eta_m, bw), out=memory_s[i, ...])
+    launch_s = np.where(measured, 0.0, kernels * tau).reshape((n,) + (1,) * len(shape))
     if profile is not None and profile.engine_scale != 1.0:
-        # end-to-end engine runs measured its kernels slower than the microbenchmarks by this factor
-        compute_s *= profile.engine_scale
-        memory_s *= profile.engine_scale
-        launch_s = launch_s * profile.engine_scale
+        # end-to-end engine runs measured its kernels slower than the microbenchmarks by this
+        # factor; communication is priced on its own terms and not scaled
+        scale = np.where(is_comm, 1.0, profile.engine_scale).reshape((n,) + (1,) * len(shape))
+        compute_s *= scale
+        memory_s *= scale
+        launch_s = launch_s * scale
     time_s = np.maximum(compute_s, memory_s)
     time_s += launch_s
     return StepCost([o.name for o in ops], [o.family for o in ops], flops, nbytes, compute_s, memory_s,
-                    np.broadcast_to(launch_s, time_s.shape), time_s)
+                    np.broadcast_to(launch_s, time_s.shape), time_s, kernels)

@@ -34,6 +34,7 @@ from simulator.physics.draft_cost import draft_pass_cost
 from simulator.physics.layers import attention_op, forward_ops
 from simulator.physics.memory import kv_budget_bytes, kv_bytes_per_sequence
 from simulator.physics.operators import evaluate
+from simulator.physics.engine_time import host_exposed_s
 from simulator.plan.grid import step_overhead_s
 from simulator.plan.policies import PolicySettings
 from simulator.specs.scenario import NUM, Scenario, check_table
@@ -44,7 +45,9 @@ VLLM_CAPTURE_SIZES = (1, 2, 4) + tuple(range(8, 513, 8))
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """Engine settings ([serving] section). Defaults: vLLM-V1-like; overheads are assumptions."""
+    """Engine settings ([serving] section). Host time per step, eager launch cost and CUDA-graph sizes
+    come from the scenario's engine profile (``simulator/data/engines``); the overheads here are extra
+    terms on top of it (0 by default)."""
 
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
@@ -52,8 +55,8 @@ class EngineConfig:
     prefill: str = "chunked"  # or "whole"
     cuda_graphs: bool = True
     cuda_graph_sizes: tuple = VLLM_CAPTURE_SIZES
-    eager_overhead_per_kernel_s: float = 1.5e-6  # assumed: host launch not hidden behind the GPU
-    schedule_overhead_s: float = 1e-4  # assumed: scheduler + input preparation per step
+    eager_overhead_per_kernel_s: float | None = None  # None: the engine profile's eager launch time
+    schedule_overhead_s: float = 0.0  # extra host time per step beyond the engine profile
     schedule_overhead_per_seq_s: float = 0.0
     spec_k0_overhead_frac: float = 0.02  # assumed: DSD machinery on at K = 0 (bookkeeping, rejection sampler)
     spec_k0_overhead_s: float = 0.0
@@ -73,7 +76,7 @@ class EngineConfig:
             (self.block_size >= 1, "block_size must be >= 1"),
             (self.prefill in ("chunked", "whole"), f"prefill must be 'chunked' or 'whole', got '{self.prefill}'"),
             (not sizes or sizes[0] >= 1, "cuda_graph_sizes must be >= 1"),
-            (min(self.eager_overhead_per_kernel_s, self.schedule_overhead_s, self.schedule_overhead_per_seq_s,
+            (min(self.eager_overhead_per_kernel_s or 0.0, self.schedule_overhead_s, self.schedule_overhead_per_seq_s,
                  self.spec_k0_overhead_frac, self.spec_k0_overhead_s) >= 0, "overheads must be >= 0"),
             (self.fixed_k is None or self.fixed_k >= 0, "fixed_k must be >= 0"),
             (self.cutoff_batch_size is None or self.cutoff_batch_size >= 0, "cutoff_batch_size must be >= 0"),
@@ -107,6 +110,9 @@ def engine_from_scenario(sc: Scenario, **overrides) -> EngineConfig:
         if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in sizes):
             raise PlannerError(f"{sc.origin}: key 'serving.cuda_graph_sizes' must be a list of integers >= 1")
     table.update({k: v for k, v in overrides.items() if v is not None})
+    eng = sc.engine
+    if "cuda_graph_sizes" not in table and eng is not None and eng.size_unit == "tokens" and eng.capture_sizes:
+        table["cuda_graph_sizes"] = list(eng.capture_sizes)
     return EngineConfig(**table)
 
 
@@ -119,6 +125,8 @@ class StepPricer:
     def __init__(self, sc: Scenario, engine: EngineConfig, k_max: int, max_seqs: int, max_context: int,
                  speculative: bool):
         self.sc, self.engine, self.k_max, self.speculative = sc, engine, k_max, speculative
+        self.eager_s = engine.eager_overhead_per_kernel_s if engine.eager_overhead_per_kernel_s is not None \
+            else sc.engine.eager_launch_per_kernel_s
         m, dep, hw, prof = sc.model, sc.deployment, sc.hardware, sc.profile
         b_top = max(max_seqs, engine.pad_tokens(max_seqs)[0])
         self.b_top = b_top
@@ -193,18 +201,22 @@ class StepPricer:
         """Seconds of one step, the tokens the target pass runs at, and whether it ran as a graph."""
         eng = self.engine
         padded, graph = eng.pad_tokens(tokens)
-        time = self._lin(padded) + prefill_attn_s
-        if not graph:
-            time += self.n_kernels * eng.eager_overhead_per_kernel_s
+        kernels = self._lin(padded) + prefill_attn_s
+        draft = 0.0
         if n_dec:
             j, w = self._ctx_weight(mean_ctx)
             row = self.attn[n_dec - 1, k_step]
-            time += row[j] + w * (row[j + 1] - row[j])
+            kernels += row[j] + w * (row[j + 1] - row[j])
             if k_step:
                 b_pad = min(eng.pad_tokens(n_dec)[0], self.b_top)
                 d = self.draft[b_pad - 1]
-                time += self.passes[k_step] * (d[j] + w * (d[j + 1] - d[j]))
-        time += eng.schedule_overhead_s + eng.schedule_overhead_per_seq_s * n_dec \
+                draft = self.passes[k_step] * (d[j] + w * (d[j + 1] - d[j]))
+        if not graph:  # the host launches every kernel; the GPU waits when launches are the slower
+            kernels = max(kernels, self.n_kernels * self.eager_s)
+        host = float(host_exposed_s(self.sc.engine, n_dec, k_step, kernels + draft, draft))
+        if k_step and self.sc.draft.method != "ngram":
+            host += self.passes[k_step] * self.sc.engine.per_draft_pass_s
+        time = kernels + draft + host + eng.schedule_overhead_s + eng.schedule_overhead_per_seq_s * n_dec \
             + self.overhead_prof[min(n_dec, self.b_top), k_step]
         if spec_mode and k_step == 0:
             time = time * (1.0 + eng.spec_k0_overhead_frac) + eng.spec_k0_overhead_s

@@ -42,7 +42,7 @@ class Hardware:
     tdp_w: float | None
     price_per_gpu_hour_usd: float | None
     source: str
-    compute_units: int | None = None  # SMs (NVIDIA) or CUs (AMD): the width of one wave of GEMM tiles
+    compute_units: int | None = None  # SMs (NVIDIA) or CUs (AMD), as the datasheet gives them
 
     @property
     def ridge_point(self) -> float:

@@ -1,7 +1,7 @@
 """Calibration profiles: fitted efficiencies the cost model reads (JSON files).
 
 The simulator never imports ``calibration``: it reads the files that ``calibration.fit`` writes.
-Format (``format_version`` 1)::
+Format 1 (microbenchmarks of this machine, ``calibration.run``)::
 
     {
       "format": "dsd-planner-profile", "format_version": 1,
@@ -17,6 +17,13 @@ Format (``format_version`` 1)::
       "engine": {"scale": 1.34, "fitted_from": "...csv"},   # optional, from calibration.validate
       "heldout_error": {...}                # optional, reported by `calibration.show`
     }
+
+Format 2 (measured GPU kernel tables, ``calibration.import_tables``) adds, per operator family,
+efficiency surfaces over two log axes (``surfaces``: "gemm.bf16" over (m, n*k), "attention_decode.bf16"
+over (tokens, KV bytes), "mla_decode.bf16", "moe.bf16" over (tokens per expert, expert bytes)) and
+measured collectives (``collectives``: all-reduce latency by bytes per GPU count), with
+``basis`` = "measured kernel tables" and ``heldout_error`` per family. An op with a surface is priced
+t = roofline / surface(shape); one without it streams at ``streaming_efficiency`` of datasheet bandwidth.
 
 Curves are interpolated linearly in log(size) between measured points and held at their end
 values outside them (a jump to the bare roofline just past the last sample would be unphysical).
@@ -35,9 +42,10 @@ from pathlib import Path
 import numpy as np
 
 from simulator.errors import PlannerError
+from simulator.specs.surfaces import Surface
 
 PROFILE_FORMAT = "dsd-planner-profile"
-PROFILE_VERSION = 1
+PROFILE_VERSIONS = (1, 2)
 # Op families whose curve falls back to the generic GEMM curve when the profile has none of its own.
 _GEMM_LIKE = {"gemm", "lm_head", "moe", "draft"}
 
@@ -67,13 +75,26 @@ class Profile:
     step_overhead_per_seq_s: float = 0.0
     step_overhead_per_token_s: float = 0.0
     engine_scale: float = 1.0
+    surfaces: dict = field(default_factory=dict)  # "family.dtype" -> Surface (format 2)
+    collectives: dict = field(default_factory=dict)  # "all_reduce" -> {"<gpus>": {...}} (format 2)
+    streaming_efficiency: float = 1.0  # attained share of datasheet bandwidth for ops without a surface
+    basis: str = "microbenchmarks"
+    heldout_error: dict = field(default_factory=dict)
+    transfer_error: dict = field(default_factory=dict)  # end-to-end residuals on the published corpus
     provenance: dict = field(default_factory=dict)
     raw: dict = field(default_factory=dict, repr=False)
 
     @property
     def label(self) -> str:
         engine = f", engine terms x{self.engine_scale:.2f}" if self.engine_scale != 1.0 else ""
+        if self.surfaces:
+            src = self.provenance.get("source", "measured kernel tables")
+            return f"measured kernel tables: {Path(self.path).name} ({self.device_name}; {src})"
         return f"calibrated: {Path(self.path).name} ({self.device_name}{engine})"
+
+    def surface(self, family: str, dtype: str) -> Surface | None:
+        """The efficiency surface of an op family at a dtype, falling back to bf16."""
+        return self.surfaces.get(f"{family}.{dtype}") or self.surfaces.get(f"{family}.bf16")
 
     def microbenchmarks_only(self) -> "Profile":
         """The same profile without the end-to-end engine terms (what validation refits)."""
@@ -110,9 +131,9 @@ def profile_from_dict(data: dict, path: str) -> Profile:
         raise PlannerError(f"{path}: not a calibration profile (expected \"format\": \"{PROFILE_FORMAT}\");"
                            " write one with `python -m calibration.fit`")
     version = data.get("format_version")
-    if version != PROFILE_VERSION:
-        raise PlannerError(f"{path}: profile format_version {version!r}, this planner reads {PROFILE_VERSION};"
-                           " refit it with `python -m calibration.fit`")
+    if version not in PROFILE_VERSIONS:
+        raise PlannerError(f"{path}: profile format_version {version!r}, this planner reads"
+                           f" {' or '.join(map(str, PROFILE_VERSIONS))}; refit it with `python -m calibration.fit`")
     for key in ("hardware", "compute_efficiency", "memory_efficiency", "launch_overhead_s"):
         if key not in data:
             raise PlannerError(f"{path}: missing key '{key}'")
@@ -138,8 +159,49 @@ def profile_from_dict(data: dict, path: str) -> Profile:
         step_overhead_per_seq_s=float(step.get("per_sequence", 0.0)),
         step_overhead_per_token_s=float(step.get("per_token", 0.0)),
         engine_scale=float(scale),
+        surfaces=_surfaces(data.get("surfaces") or {}, path),
+        collectives=_collectives(data.get("collectives") or {}, path),
+        streaming_efficiency=_fraction(data.get("streaming_efficiency", 1.0), "streaming_efficiency", path),
+        basis=str(data.get("basis", "microbenchmarks")),
+        heldout_error=dict(data.get("heldout_error") or {}),
+        transfer_error=dict(data.get("transfer_error") or {}),
         provenance=dict(data.get("provenance") or {}), raw=data,
     )
+
+
+def _fraction(value, key: str, path: str) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value <= 1.5:
+        raise PlannerError(f"{path}: '{key}' must be a number in (0, 1.5], got {value!r}")
+    return float(value)
+
+
+def _surfaces(table, path: str) -> dict[str, Surface]:
+    if not isinstance(table, dict):
+        raise PlannerError(f"{path}: 'surfaces' must be an object of named surfaces")
+    out = {}
+    for name, d in table.items():
+        try:
+            surf = Surface.from_dict(d)
+        except (KeyError, TypeError, ValueError) as err:
+            raise PlannerError(f"{path}: surfaces.{name}: {err}; expected axes, grid and efficiency") from None
+        if not np.all(np.isfinite(surf.values)) or np.any(surf.values <= 0):
+            raise PlannerError(f"{path}: surfaces.{name}: efficiencies must be finite and > 0")
+        out[name] = surf
+    return out
+
+
+def _collectives(table, path: str) -> dict:
+    if not isinstance(table, dict):
+        raise PlannerError(f"{path}: 'collectives' must be an object")
+    for op, by_gpus in table.items():
+        for g, ent in (by_gpus or {}).items():
+            ok = (isinstance(ent, dict) and str(g).isdigit() and all(k in ent for k in ("alpha_s", "bus_bandwidth_bytes_per_s",
+                                                                                     "bytes", "latency_s")))
+            if not ok or len(ent["bytes"]) != len(ent["latency_s"]) or not ent["bytes"] \
+                    or min(ent["bytes"]) <= 0 or min(ent["latency_s"]) <= 0 or ent["bus_bandwidth_bytes_per_s"] <= 0:
+                raise PlannerError(f"{path}: collectives.{op}.{g}: expected alpha_s, bus_bandwidth_bytes_per_s and"
+                                   " matching positive bytes / latency_s lists")
+    return table
 
 
 def load_profile(path: str | Path) -> Profile:

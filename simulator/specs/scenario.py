@@ -16,6 +16,7 @@ import numpy as np
 
 from simulator.specs.acceptance import Acceptance, parse_acceptance
 from simulator.specs.deployment import Deployment, check_deployment
+from simulator.specs.engines import EngineProfile, default_engine, load_engine
 from simulator.specs.drafts import DraftSpec, check_draft, parse_draft
 from simulator.errors import PlannerError
 from simulator.specs.hardware import Hardware, custom_hardware, load_hardware
@@ -42,6 +43,7 @@ SCHEMA: dict[str, dict[str, type | tuple]] = {
                  "memory_utilization": NUM},
     "routing": {"kind": str, "skew": NUM, "probabilities": list},
     "calibration": {"profile": str},
+    "engine": {"name": str, "version": str},
 }
 OPEN_SECTIONS = ("serving", "traffic", "slo", "sizing", "validation")
 TYPE_NAMES = {str: "a string", int: "an integer", list: "a list", NUM: "a number", STR_OR_LIST: "a string or a list",
@@ -112,14 +114,19 @@ class Scenario:
     k_max: int
     fixed_k: int
     profile: Profile | None = None
+    engine: EngineProfile | None = None
     origin: str = "flags"
     extra: dict = field(default_factory=dict)
     raw: dict = field(default_factory=dict, repr=False)
 
     @property
     def cost_source(self) -> str:
-        """What the step times rest on."""
-        return self.profile.label if self.profile else "datasheet only (uncalibrated roofline)"
+        """What the step times rest on: kernels (datasheet, calibration profile or measured tables)
+        and the engine profile that adds host time and graph capture."""
+        kernels = self.profile.label if self.profile else "datasheet only (uncalibrated roofline)"
+        if self.engine is None or self.engine.name == "ideal":
+            return kernels
+        return f"{kernels}; {self.engine.label}"
 
     def with_overrides(self, **overrides) -> "Scenario":
         """A new scenario with flat overrides applied (same keys as :func:`apply_overrides`)."""
@@ -213,12 +220,15 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
         profile = load_profile(_resolve_path(profile_path, base_dir))
         check_profile_matches(profile, hardware.name)
 
+    engine_tbl = raw.get("engine", {})
+    engine = load_engine(engine_tbl.get("name") or default_engine(hardware.kind), engine_tbl.get("version"))
+
     raw["_base_dir"] = base_dir
     return Scenario(
         name=raw.get("name", Path(origin).stem if origin != "flags" else "custom"),
         description=raw.get("description", ""), model=model, hardware=hardware, deployment=deployment,
         draft=draft, acceptance=acceptance, context_len=int(context_len), batch_sizes=batch_sizes,
-        k_max=int(k_max), fixed_k=int(fixed_k), profile=profile, origin=origin,
+        k_max=int(k_max), fixed_k=int(fixed_k), profile=profile, engine=engine, origin=origin,
         extra={s: raw[s] for s in OPEN_SECTIONS if s in raw}, raw=raw)
 
 
@@ -256,6 +266,7 @@ OVERRIDE_KEYS = {
     "act_dtype": ("precision", "activations"), "kv_dtype": ("precision", "kv_cache"),
     "calibration": ("calibration", "profile"), "memory_utilization": ("workload", "memory_utilization"),
     "routing_skew": ("routing", "skew"), "acceptance_source": ("acceptance", "source"),
+    "engine": ("engine", "name"), "engine_version": ("engine", "version"),
     "peak_bf16_flops_per_s": ("hardware", "peak_bf16_flops_per_s"),
     "hbm_bandwidth_bytes_per_s": ("hardware", "hbm_bandwidth_bytes_per_s"),
 }

@@ -1,0 +1,73 @@
+"""What a serving engine adds to the kernels of a decode step (see ``simulator/data/engines/README.md``).
+
+For batch size B and K drafts (K = 0: plain decoding):
+
+    verify   = kernels of the target pass over B (K + 1) tokens; outside a CUDA graph the host must
+               launch every kernel, so the pass takes max(GPU time, kernels x eager launch time)
+    draft    = passes x the same for one draft pass
+    host     = fixed + per_sequence x B  (+ the speculative terms when K > 0)
+    exposed  = host                                   without overlap scheduling
+             = max(min_exposed, host - window)        with it; window = the GPU time the host work
+                                                      hides behind (the whole step, or the draft passes)
+    step     = verify + draft + exposed + passes x per_draft_pass (host work between chained draft passes)
+
+A verify pass is captured when its size (tokens or sequences, as the engine keys its graphs) is within
+the capture limit, which with speculation on may be a limit of its own (e.g. B (K + 1) <= 512 tokens).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from simulator.specs.engines import EngineProfile
+
+
+def _within(size, limit: int, sizes: tuple[int, ...], padding: bool) -> np.ndarray:
+    size = np.asarray(size, dtype=float)
+    ok = size <= limit if limit else np.ones(size.shape, dtype=bool)
+    if not padding and sizes:
+        ok = ok & np.isin(size, np.asarray(sizes, dtype=float))
+    return ok
+
+
+def verify_in_graph(engine: EngineProfile, batch, k) -> np.ndarray:
+    """Whether the target pass of B sequences x (K + 1) tokens replays a captured CUDA graph."""
+    batch, k = np.broadcast_arrays(np.asarray(batch, dtype=float), np.asarray(k, dtype=float))
+    if engine.unlimited:
+        return np.ones(batch.shape, dtype=bool)
+    tokens = batch * (k + 1)
+    size = tokens if engine.size_unit == "tokens" else batch
+    plain = _within(size, engine.max_capture_size, engine.capture_sizes, engine.padding)
+    spec = np.full(batch.shape, engine.verify_captured)
+    if engine.spec_capture_max_tokens:
+        spec &= tokens <= engine.spec_capture_max_tokens
+    if engine.spec_capture_max_batch:
+        spec &= batch <= engine.spec_capture_max_batch
+    if not (engine.spec_capture_max_tokens or engine.spec_capture_max_batch):
+        spec &= plain
+    return np.where(k > 0, spec, plain)
+
+
+def draft_in_graph(engine: EngineProfile, batch) -> np.ndarray:
+    """Whether a draft pass (one token per sequence) replays a captured graph."""
+    batch = np.asarray(batch, dtype=float)
+    if engine.unlimited:
+        return np.ones(batch.shape, dtype=bool)
+    return engine.draft_captured & _within(batch, engine.max_capture_size, engine.capture_sizes, engine.padding)
+
+
+def pass_time_s(gpu_s, launch_s, kernels, in_graph, eager_per_kernel_s: float) -> np.ndarray:
+    """A pass in a graph pays its graph-replay launches; outside one, the host launches each kernel
+    while the GPU runs the previous ones, so the slower of the two sets the pass time."""
+    return np.where(in_graph, gpu_s, np.maximum(gpu_s - launch_s, kernels * eager_per_kernel_s))
+
+
+def host_exposed_s(engine: EngineProfile, batch, k, step_gpu_s, draft_gpu_s) -> np.ndarray:
+    """Host time per step not hidden behind GPU work."""
+    batch, k = np.asarray(batch, dtype=float), np.asarray(k, dtype=float)
+    spec = k > 0
+    host = engine.host_fixed_s + engine.host_per_sequence_s * batch \
+        + np.where(spec, engine.spec_fixed_s + engine.spec_per_sequence_s * batch, 0.0)
+    windows = {"none": 0.0, "step": step_gpu_s, "draft": draft_gpu_s}
+    window = np.where(spec, windows[engine.spec_overlap_window], windows[engine.overlap_window])
+    overlap = np.where(spec, engine.spec_overlap_window != "none", engine.overlap_window != "none")
+    return np.where(overlap, np.maximum(engine.min_exposed_s, host - window), host)

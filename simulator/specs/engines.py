@@ -1,0 +1,165 @@
+"""Serving-engine profiles: what an engine adds to the kernels of a decode step (data files under
+``simulator/data/engines/<name>-<version>.toml``; key meanings and sources in that folder's README).
+
+Per step: host time (scheduler, input preparation, sampling and, when speculating, rejection-sampler
+and KV bookkeeping) and how much of it overlaps with GPU work; which passes replay CUDA graphs and
+up to which size (the capture limit with speculation on can sit far below plain decoding's); the
+per-kernel cost of passes that run eagerly; the host cost of each sequential draft pass.
+Values a source gives sit in their section; values that had to be assumed sit under
+``[assumed.<section>]`` and the profile's label says so.
+"""
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from simulator.errors import PlannerError, did_you_mean
+
+ENGINES_DIR = Path(__file__).resolve().parent.parent / "data" / "engines"
+DEFAULT_GPU_ENGINE = "vllm"
+# The reference torch engine's host terms are fitted into its CPU profile, so CPUs default to "ideal".
+DEFAULT_CPU_ENGINE = "ideal"
+OVERLAP_WINDOWS = ("none", "step", "draft")
+
+
+@dataclass(frozen=True)
+class EngineProfile:
+    name: str
+    version: str
+    display_name: str
+    source: str
+    size_unit: str  # "tokens" or "sequences": what a CUDA graph is keyed by
+    capture_sizes: tuple[int, ...]
+    max_capture_size: int  # 0 with unlimited: every size is captured
+    unlimited: bool
+    padding: bool  # a pass is padded up to the next captured size
+    spec_capture_max_tokens: int  # 0: not token-limited
+    spec_capture_max_batch: int  # 0: derived from the token limit
+    verify_captured: bool
+    draft_captured: bool
+    eager_launch_per_kernel_s: float
+    host_fixed_s: float
+    host_per_sequence_s: float
+    min_exposed_s: float
+    overlap_window: str
+    spec_fixed_s: float
+    spec_per_sequence_s: float
+    per_draft_pass_s: float
+    spec_overlap_window: str
+    supports_dynamic_k: bool
+    dynamic_k_option: str
+    assumed: tuple[str, ...]  # keys whose values are assumptions, not sourced
+    path: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.name}-{self.version}" if self.version and self.name != "ideal" else self.name
+
+    @property
+    def label(self) -> str:
+        note = f"; {len(self.assumed)} values assumed, e.g. host time per step" if self.assumed else ""
+        return f"engine {self.display_name}{note}"
+
+
+def _split(key: str) -> tuple[str, str]:
+    """'vllm-0.11.0' -> ('vllm', '0.11.0'); a profile without a version in its file name ('ideal') -> ('ideal', '')."""
+    name, _, version = key.partition("-")
+    return name, version
+
+
+def _natural(version: str) -> tuple:
+    return tuple(int(x) if x.isdigit() else x for x in re.split(r"[.\-]|(?<=\d)(?=[a-z])", version))
+
+
+@lru_cache(maxsize=None)
+def list_engines() -> tuple[str, ...]:
+    """Catalog keys, ``name-version``, oldest to newest per engine."""
+    keys = [p.stem for p in ENGINES_DIR.glob("*.toml")]
+    return tuple(sorted(keys, key=lambda k: (_split(k)[0], _natural(_split(k)[1]))))
+
+
+def engine_names() -> tuple[str, ...]:
+    return tuple(dict.fromkeys(_split(k)[0] for k in list_engines()))
+
+
+def engine_versions(name: str) -> tuple[str, ...]:
+    return tuple(_split(k)[1] for k in list_engines() if _split(k)[0] == name)
+
+
+def default_engine(hardware_kind: str) -> str:
+    return DEFAULT_CPU_ENGINE if hardware_kind == "cpu" else DEFAULT_GPU_ENGINE
+
+
+@lru_cache(maxsize=None)
+def load_engine(name: str, version: str | None = None) -> EngineProfile:
+    """An engine by name (newest version) or name and version; ``name`` may also be ``name-version``."""
+    if version is None and name not in engine_names() and name in list_engines():
+        name, version = _split(name)
+    if name not in engine_names():
+        raise PlannerError(f"unknown engine '{name}'{did_you_mean(name, engine_names())}")
+    versions = engine_versions(name)
+    if version is None:
+        version = versions[-1]
+    if version not in versions:
+        raise PlannerError(f"engine {name} has no profile for version '{version}' (profiles: {', '.join(versions)});"
+                           f" pick one of those with --engine-version")
+    path = ENGINES_DIR / (f"{name}-{version}.toml" if version else f"{name}.toml")
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise PlannerError(f"{path}: malformed TOML: {err}") from None
+    return engine_from_dict(data, str(path))
+
+
+def engine_from_dict(data: dict, origin: str) -> EngineProfile:
+    assumed_keys: list[str] = []
+
+    def get(section: str, key: str, kind, default=None):
+        table = data.get(section, {})
+        assumed = data.get("assumed", {}).get(section, {})
+        if key in table:
+            value = table[key]
+        elif key in assumed:
+            value = assumed[key]
+            assumed_keys.append(f"{section}.{key}")
+        elif default is not None:
+            return default
+        else:
+            raise PlannerError(f"{origin}: missing [{section}] {key} (or [assumed.{section}] {key})")
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            value = float(value)
+        if not isinstance(value, kind) or (kind is float and value < 0):
+            raise PlannerError(f"{origin}: [{section}] {key} must be {'a number >= 0' if kind is float else kind.__name__},"
+                               f" got {value!r}")
+        return value
+
+    windows = (get("host", "overlap_window", str, "none"), get("speculative", "overlap_window", str, "none"))
+    for w in windows:
+        if w not in OVERLAP_WINDOWS:
+            raise PlannerError(f"{origin}: overlap_window must be one of {', '.join(OVERLAP_WINDOWS)}, got '{w}'")
+    sizes = get("cuda_graphs", "capture_sizes", list, [])
+    if not all(isinstance(s, int) and s >= 1 for s in sizes):
+        raise PlannerError(f"{origin}: [cuda_graphs] capture_sizes must be integers >= 1")
+    return EngineProfile(
+        name=str(data.get("name", Path(origin).stem)), version=str(data.get("version", "")),
+        display_name=str(data.get("display_name", data.get("name", ""))), source=str(data.get("source", origin)),
+        size_unit=get("cuda_graphs", "size_unit", str, "tokens"), capture_sizes=tuple(sorted(sizes)),
+        max_capture_size=get("cuda_graphs", "max_capture_size", int, 0),
+        unlimited=bool(get("cuda_graphs", "unlimited", bool, False)),
+        padding=get("cuda_graphs", "padding", bool, True),
+        spec_capture_max_tokens=get("cuda_graphs", "spec_capture_max_tokens", int, 0),
+        spec_capture_max_batch=get("cuda_graphs", "spec_capture_max_batch", int, 0),
+        verify_captured=get("cuda_graphs", "verify_captured", bool, True),
+        draft_captured=get("cuda_graphs", "draft_captured", bool, True),
+        eager_launch_per_kernel_s=get("cuda_graphs", "eager_launch_per_kernel_s", float),
+        host_fixed_s=get("host", "step_fixed_s", float), host_per_sequence_s=get("host", "step_per_sequence_s", float),
+        min_exposed_s=get("host", "min_exposed_s", float, 0.0), overlap_window=windows[0],
+        spec_fixed_s=get("speculative", "step_fixed_s", float),
+        spec_per_sequence_s=get("speculative", "step_per_sequence_s", float, 0.0),
+        per_draft_pass_s=get("speculative", "per_draft_pass_s", float, 0.0), spec_overlap_window=windows[1],
+        supports_dynamic_k=get("speculative", "supports_dynamic_k", bool, False),
+        dynamic_k_option=get("speculative", "dynamic_k_option", str, ""),
+        assumed=tuple(assumed_keys), path=origin)

@@ -1,0 +1,138 @@
+"""Efficiency surfaces and measured collective tables of a format-2 calibration profile.
+
+Pure numpy (no scipy, no pandas) so the simulator can adopt this file as is.
+
+A surface stores efficiency = roofline time / measured time on a grid of its axes::
+
+    {"axes": ["m", "nk"], "grid": [[m0, m1, ...], [nk0, ...]], "efficiency": [[...per nk...] per m]}
+
+and is evaluated by multilinear interpolation in log2 of every axis, clamped at the grid ends
+(a query outside the grid takes the value at the nearest edge). Predicted time is then
+``t = roofline_time / surface(**axes)``.
+
+A collective table (``profile["collectives"]["all_reduce"]["8"]``) holds ``alpha_s``,
+``bus_bandwidth_bytes_per_s`` and the measured ``bytes`` / ``latency_s`` points; see
+:func:`collective_time_s`.
+"""
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import numpy as np
+
+__all__ = ["Surface", "collective_time_s", "ring_factor"]
+
+
+class Surface:
+    """An N-D efficiency grid, interpolated linearly in log2(axis), clamped at the ends."""
+
+    __slots__ = ("axes", "log_grid", "values", "_strides")
+
+    def __init__(self, axes: Sequence[str], grid: Sequence[Sequence[float]], efficiency) -> None:
+        self.axes = tuple(axes)
+        self.log_grid = tuple(np.log2(np.asarray(g, dtype=float)) for g in grid)
+        self.values = np.asarray(efficiency, dtype=float)
+        if len(self.axes) != len(self.log_grid) or self.values.ndim != len(self.axes):
+            raise ValueError(f"surface: {len(self.axes)} axes, {len(self.log_grid)} grids, "
+                             f"efficiency of rank {self.values.ndim}")
+        for name, g, n in zip(self.axes, self.log_grid, self.values.shape):
+            if g.size != n or g.size < 1 or np.any(np.diff(g) <= 0):
+                raise ValueError(f"surface axis {name!r}: grid must be increasing and match "
+                                 f"efficiency shape {self.values.shape}")
+        self._strides = np.array([int(np.prod(self.values.shape[i + 1:])) for i in range(len(self.axes))])
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> "Surface":
+        return cls(d["axes"], d["grid"], d["efficiency"])
+
+    def to_dict(self) -> dict:
+        return {"axes": list(self.axes), "grid": [np.exp2(g).tolist() for g in self.log_grid],
+                "efficiency": self.values.tolist()}
+
+    @staticmethod
+    def _locate(log_g: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Lower cell index and fraction in [0, 1] of log2(x) in log_g, clamped."""
+        if log_g.size == 1:
+            return np.zeros(x.shape, dtype=np.intp), np.zeros(x.shape)
+        lx = np.log2(np.maximum(x, 1e-300))
+        lx = np.clip(lx, log_g[0], log_g[-1])
+        i = np.clip(np.searchsorted(log_g, lx, side="right") - 1, 0, log_g.size - 2)
+        lo = log_g[i]
+        frac = (lx - lo) / (log_g[i + 1] - lo)
+        return i, frac
+
+    def __call__(self, **axes) -> np.ndarray:
+        """Efficiency at the given axis values (arrays broadcast together; scalars allowed)."""
+        missing = set(self.axes) - set(axes)
+        extra = set(axes) - set(self.axes)
+        if missing or extra:
+            raise KeyError(f"surface axes are {list(self.axes)}; missing {sorted(missing)}, "
+                           f"unexpected {sorted(extra)}")
+        xs = np.broadcast_arrays(*[np.asarray(axes[a], dtype=float) for a in self.axes])
+        shape = xs[0].shape
+        flat = self.values.ravel()
+        idx, fr = [], []
+        for g, x in zip(self.log_grid, xs):
+            i, f = self._locate(g, x.ravel())
+            idx.append(i)
+            fr.append(f)
+        out = np.zeros(idx[0].shape if idx else ())
+        n = len(self.axes)
+        for corner in range(1 << n):
+            w = np.ones_like(out)
+            lin = np.zeros(out.shape, dtype=np.intp)
+            for d in range(n):
+                hi = (corner >> d) & 1
+                if self.log_grid[d].size == 1:
+                    if hi:
+                        w = w * 0.0
+                    lin = lin + idx[d] * self._strides[d]
+                    continue
+                w = w * (fr[d] if hi else 1.0 - fr[d])
+                lin = lin + (idx[d] + hi) * self._strides[d]
+            out = out + w * flat[lin]
+        return out.reshape(shape)
+
+
+def ring_factor(g) -> np.ndarray:
+    """Bytes on the wire per byte of message for a ring all-reduce: 2 (g-1)/g."""
+    g = np.asarray(g, dtype=float)
+    return 2.0 * (g - 1.0) / g
+
+
+def collective_time_s(table: Mapping, g: int, nbytes, *, op: str = "all_reduce") -> np.ndarray:
+    """Time of one collective of ``nbytes`` (per GPU message) over ``g`` GPUs, from a profile.
+
+    ``table`` is ``profile["collectives"]`` (or its ``[op]`` sub-dict). Inside the measured
+    byte range: log-log linear interpolation of latency vs bytes. Outside it: the fitted
+    alpha-beta model ``alpha_g + f(g) S / busBW_g`` with f = 2 (g-1)/g for all-reduce
+    (the planner's formula) and (g-1)/g for all-gather / reduce-scatter / all-to-all,
+    joined continuously to the nearest measured point (the model is scaled to match it).
+    g = 1 costs 0. An unmeasured g uses the nearest measured g.
+    """
+    sub = table[op] if op in table else table
+    nbytes = np.asarray(nbytes, dtype=float)
+    if int(g) <= 1:
+        return np.zeros(nbytes.shape)
+    keys = sorted(int(k) for k in sub)
+    if not keys:
+        raise KeyError(f"no {op} table")
+    gk = min(keys, key=lambda k: (abs(np.log2(k) - np.log2(int(g))), k))
+    ent = sub[str(gk)]
+    b = np.asarray(ent["bytes"], dtype=float)
+    t = np.asarray(ent["latency_s"], dtype=float)
+    order = np.argsort(b)
+    b, t = b[order], t[order]
+    factor = ring_factor(g) if op == "all_reduce" else (float(g) - 1.0) / float(g)
+    alpha, bw = float(ent["alpha_s"]), float(ent["bus_bandwidth_bytes_per_s"])
+
+    def model(s):
+        return alpha + factor * s / bw
+
+    lb = np.log(np.maximum(nbytes, 1.0))
+    inside = np.exp(np.interp(lb, np.log(b), np.log(t)))
+    lo_scale = t[0] / model(b[0])
+    hi_scale = t[-1] / model(b[-1])
+    below = model(nbytes) * lo_scale
+    above = model(nbytes) * hi_scale
+    return np.where(nbytes < b[0], below, np.where(nbytes > b[-1], above, inside))
