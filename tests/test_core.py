@@ -65,11 +65,9 @@ def test_sliding_window_layers_from_configs():
 
 
 def test_hardware_catalog_matches_reference_csv():
-    # published: vendor datasheet figures collected in ../shared/reference/gpu_datasheets.csv
+    # published: vendor datasheet figures, collected with their sources in docs/gpu_datasheets.csv
     import csv
-    ref = REPO.parent / "shared" / "reference" / "gpu_datasheets.csv"
-    if not ref.exists():
-        pytest.skip("shared/reference not beside this checkout")
+    ref = REPO / "docs" / "gpu_datasheets.csv"
     rows = list(csv.DictReader(line for line in ref.open() if not line.startswith("#")))
     names = {"H100-SXM5-80GB": "h100-sxm", "H200-SXM-141GB": "h200", "MI300X-192GB": "mi300x", "L4-24GB": "l4"}
     for r in rows:
@@ -235,31 +233,47 @@ def test_k_star_is_argmax_of_hand_acceptance_length_over_step_time(name):
     goodput = np.where(fits, hand_al[None, :] / itl, -np.inf)
     feasible = t.fits_memory.to_numpy()
     assert feasible.any()
-    assert np.array_equal(t.k_opt.to_numpy()[feasible].astype(int), np.argmax(goodput, axis=1)[feasible])
-    plain = hand_al[0] / itl[:, 0]
-    best = goodput.max(axis=1)
-    ok = feasible & fits[:, 0]
-    assert np.allclose(t.speedup_vs_plain.to_numpy()[ok], best[ok] / plain[ok])
+    k_star = t.k_opt.to_numpy()[feasible].astype(int)
+    best = goodput.max(axis=1)[feasible]
+    at_k_star = goodput[feasible][np.arange(feasible.sum()), k_star]
+    # K* is the argmax, up to ties within 0.5% that keep the previous batch size's K
+    assert np.all(at_k_star >= best * (1 - 0.005) - 1e-12)
+    strict = np.sort(goodput[feasible], axis=1)[:, -2] < best * (1 - 0.005)  # no other K within 0.5%
+    assert np.array_equal(k_star[strict], np.argmax(goodput, axis=1)[feasible][strict])
+    plain = hand_al[0] / itl[:, 0][feasible]
+    ok = fits[:, 0][feasible]
+    assert np.allclose(t.speedup_vs_plain.to_numpy()[feasible][ok], at_k_star[ok] / plain[ok])
 
 
-@pytest.mark.parametrize("name", DENSE)
-def test_dense_k_opt_non_increasing(name):
+@pytest.mark.parametrize("name", ["default", "command-a-h100"])
+def test_large_dense_k_opt_non_increasing(name):
+    # the seed shape on 70-111B dense models on H100/H200: K* only falls as batches grow
     t = predict(SCENARIO_DIR / f"{name}.toml").table
     k = t.k_opt.dropna().to_numpy()
     assert np.all(np.diff(k) <= 0), k
     assert k[0] >= 3
 
 
-def test_dense_k_opt_reaches_zero_where_speculation_stops_paying():
+@pytest.mark.parametrize("name", DENSE)
+def test_dense_k_opt_falls_overall_with_tile_steps_only(name):
+    # measured GEMM tables carry tile steps: once m = B (K+1) crosses a tile boundary the next K is
+    # nearly free, so K* may step up by one over a short range; the trend still falls
+    t = predict(SCENARIO_DIR / f"{name}.toml").table
+    k = t.k_opt.dropna().to_numpy()
+    assert k[-1] < k[0] and np.all(np.diff(k) <= 1), k
+
+
+def test_dense_fixed_k_loses_to_plain_at_large_batch_and_k_reaches_zero():
     t = predict(SCENARIO_DIR / "default.toml").table
-    assert t.k_opt.iloc[-1] == 0
-    assert (t.fixed_vs_plain < 1).any()  # fixed K loses to plain at large batch
+    assert (t.fixed_vs_plain[t.batch_size >= 192] < 1).all()  # fixed K=3 loses at large batch (70B, 2 x H200)
+    small = predict(SCENARIO_DIR / "llama-3.1-8b-h100.toml").table
+    assert (small.k_opt.dropna() == 0).any()  # speculation stops paying before memory runs out
 
 
 def test_moe_k_opt_rises_then_falls_with_expert_loading():
     t = predict(SCENARIO_DIR / "qwen3-235b-h200.toml").table
     k = t.k_opt.to_numpy(dtype=float)
-    peak = int(np.argmax(k))
+    peak = int(len(k) - 1 - np.argmax(k[::-1]))  # the last batch size at the highest K*
     assert k[peak] > k[0] and k[peak] > k[-1]
     # the cause: at B=1 each extra draft token loads new experts; by the peak all are loaded anyway
     assert t.experts_touched_plain.iloc[0] == pytest.approx(8)
@@ -412,7 +426,8 @@ def test_cli_formats_and_atomic_output(tmp_path):
     for key in ("batch_size", "k_opt", "goodput_per_seq", "throughput", "speedup_vs_plain", "speedup_vs_fixed",
                 "bound", "fits_memory"):
         assert key in row
-    assert data["provenance"]["step_time_source"].startswith("datasheet")
+    assert data["provenance"]["step_time_source"].startswith("measured kernel tables")
+    assert data["provenance"]["uncertainty"]
     out = tmp_path / "vllm.json"
     out.write_text("keep me")
     r = run_cli("--scenario", "llama-3.1-8b-h100", "--acceptance", "2", "--format", "vllm", "--output", str(out))

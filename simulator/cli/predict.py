@@ -17,12 +17,14 @@ import sys
 import numpy as np
 import pandas as pd
 
+from simulator.plan import exports
 from simulator.plan.api import Prediction, predict
 from simulator.cli.common import OneLineParser, run_cli, write_atomically
 from simulator.errors import PlannerError
 from simulator.specs.scenario import DEFAULT_SCENARIO
 
-FORMATS = ("table", "csv", "json", "markdown", "vllm", "trtllm")
+EXPORT_FORMATS = exports.FORMATS  # vllm, vllm-ctx, trtllm, sglang, sglang-sps: engine files
+FORMATS = ("table", "csv", "json", "markdown", "kmap") + EXPORT_FORMATS
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -42,11 +44,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", help="weight dtype: bf16, fp8, int4, mxfp4")
     p.add_argument("--kv-dtype", help="KV-cache dtype: bf16, fp8")
     p.add_argument("--calibration", help="calibration profile JSON (python -m calibration.fit, or a measured-table"
-                   " profile under calibration/data/profiles/)")
+                   " profile under simulator/data/profiles/; 'none': datasheet only)")
     p.add_argument("--engine", help="serving engine whose host time and CUDA-graph capture to model: vllm, sglang,"
                    " trtllm or ideal (kernels only); default vllm on GPUs")
     p.add_argument("--engine-version", help="engine version of the profile (default the newest profile)")
-    p.add_argument("--format", choices=FORMATS, default="table")
+    p.add_argument("--context-lens", help="context axis of the K* map: 512,2048,8192, 512-131072 (powers of two)"
+                   " or 512-131072:16 (16 log-spaced points); used by --format kmap and vllm-ctx")
+    p.add_argument("--format", choices=FORMATS, default="table",
+                   help="table/csv/json/markdown: the K* table; kmap: K* by batch size x context length; vllm,"
+                   " vllm-ctx (proposal PR #48944), trtllm, sglang (adaptive config), sglang-sps (DSpark step-cost"
+                   " table): the engine file")
+    p.add_argument("--export-version", help="engine version the export targets (default: the newest release"
+                   " checked: vllm 0.33.0, trtllm 1.2.1, sglang 0.5.23; vllm-ctx: pr48944). Not --engine-version,"
+                   " which picks the engine profile the step times are modelled with")
+    p.add_argument("--markdown", action="store_true", help="print an export as a Markdown table of what the engine"
+                   " will do per range, instead of the engine file")
+    p.add_argument("--cuda-graph-bs", help="SGLang: captured CUDA-graph batch sizes the engine pads to before"
+                   " routing (e.g. 1,2,4,8,16,24,32; 'none': no padding); default from an SGLang engine profile")
+    p.add_argument("--sglang-candidates", choices=("kstar", "neighbors"), default="kstar",
+                   help="SGLang slots: kstar = one candidate (fixed K*), neighbors = K*-1, K*, K*+1 where both"
+                   " neighbours are within 2%% of the best goodput (room for SGLang's own adaptation)")
     p.add_argument("--output", help="write to this file instead of stdout")
     p.add_argument("--breakdown", metavar="B,K", help="print the per-operator breakdown at batch size B and draft length K")
     return p
@@ -73,24 +90,34 @@ def condensed(table: pd.DataFrame) -> pd.DataFrame:
 
 
 def render_table(pred: Prediction) -> str:
-    t = condensed(pred.table)
+    """Schedule in words first, then the condensed K* table (all rows when the batch sizes were given
+    sparsely), then one-line warnings. "step ms" is one verification step; "ms/token" is what a
+    sequence waits per committed token (step time / acceptance length)."""
+    b = pred.table.batch_size.to_numpy()
+    sparse = b.size > 1 and b[-1] - b[0] + 1 != b.size
+    t = pred.table if sparse else condensed(pred.table)
     sc = pred.scenario
-    lines = [f"# {sc.name}: {sc.model.name} on {sc.deployment.tp} x {sc.hardware.name}, draft {sc.draft.label},"
+    lines = [f"K* schedule: {pred.schedule_text()}",
+             f"# {sc.name}: {sc.model.name} on {sc.deployment.tp} x {sc.hardware.name}, draft {sc.draft.label},"
              f" context {sc.context_len}",
              f"# step times: {pred.provenance['step_time_source']}",
-             f"# acceptance: {pred.provenance['acceptance']}", ""]
-    cols = ["batch_size", "k_opt", "goodput_per_seq", "throughput", "itl_ms", "speedup_vs_plain",
-            "speedup_vs_fixed", "fixed_vs_plain", "bound", "memory_gb_per_gpu"]
+             f"# how far to trust them: {pred.provenance['uncertainty']}",
+             f"# acceptance: {pred.provenance['acceptance']}; {sc.acceptance.rule}", ""]
+    cols = ["batch_size", "k_opt", "goodput_per_seq", "throughput", "itl_ms", "token_latency_ms",
+            "plain_token_latency_ms", "speedup_vs_plain", "speedup_vs_fixed", "fixed_vs_plain", "bound",
+            "memory_gb_per_gpu"]
     if "experts_touched" in t:
         cols += ["experts_touched", "experts_touched_plain", "expert_load_share"]
     view = t[cols].copy()
     view["k_opt"] = view.k_opt.astype(object).where(view.k_opt.notna(), "-")
     headers = {"batch_size": "B", "k_opt": "K*", "goodput_per_seq": "tok/s/seq", "throughput": "tok/s",
-               "itl_ms": "ITL ms", "speedup_vs_plain": "vs plain", "speedup_vs_fixed": f"vs K={sc.fixed_k}",
+               "itl_ms": "step ms", "token_latency_ms": "ms/token", "plain_token_latency_ms": "plain ms/token",
+               "speedup_vs_plain": "vs plain", "speedup_vs_fixed": f"vs K={sc.fixed_k}",
                "fixed_vs_plain": f"K={sc.fixed_k}/plain", "bound": "bound", "memory_gb_per_gpu": "GB/GPU",
                "experts_touched": "experts@K*", "experts_touched_plain": "experts@K=0",
                "expert_load_share": "expert share"}
-    formats = {"goodput_per_seq": "{:.1f}", "throughput": "{:.0f}", "itl_ms": "{:.2f}", "speedup_vs_plain": "{:.2f}x",
+    formats = {"goodput_per_seq": "{:.1f}", "throughput": "{:,.0f}", "itl_ms": "{:.2f}", "token_latency_ms": "{:.2f}",
+               "plain_token_latency_ms": "{:.2f}", "speedup_vs_plain": "{:.2f}x",
                "speedup_vs_fixed": "{:.2f}x", "fixed_vs_plain": "{:.2f}x", "memory_gb_per_gpu": "{:.1f}",
                "experts_touched": "{:.1f}", "experts_touched_plain": "{:.1f}", "expert_load_share": "{:.0%}"}
     for col, fmt in formats.items():
@@ -112,6 +139,7 @@ def render_table(pred: Prediction) -> str:
     if len(t) < len(pred.table):
         lines.append(f"({len(t)} of {len(pred.table)} batch sizes shown: powers of two and every change of K*;"
                      " --format csv prints all)")
+    lines += [f"warning: {note}" for note in pred.notes()]
     return "\n".join(lines) + "\n"
 
 
@@ -125,14 +153,53 @@ def render(pred: Prediction, fmt: str) -> str:
         return head + markdown_table(condensed(pred.table))
     if fmt == "json":
         return json.dumps(pred.to_dict(), indent=2, default=_json_default) + "\n"
-    if fmt == "vllm":
-        cfg = {"method": pred.scenario.draft.method if pred.scenario.draft.method != "model" else "draft_model"}
-        if pred.scenario.draft.method == "model":
-            cfg["model"] = pred.scenario.draft.model.name
-        return json.dumps(cfg | pred.vllm(), indent=2) + "\n"
-    if fmt == "trtllm":
-        return json.dumps({"draft_len_schedule": {str(k): v for k, v in pred.trtllm().items()}}, indent=2) + "\n"
+    if fmt == "kmap":
+        return render_kmap(pred)
+    if fmt in EXPORT_FORMATS:
+        return render_export(pred, fmt)
     raise PlannerError(f"unknown format '{fmt}'")
+
+
+def render_kmap(pred: Prediction, context_lens=None) -> str:
+    """K* by batch size (rows: powers of two, the ends and every change) x context length (columns)."""
+    t = pred.k_table_2d(context_lens)
+    k = t.fillna(-1).to_numpy()
+    b = t.index.to_numpy()
+    keep = (b & (b - 1)) == 0
+    keep[[0, -1]] = True
+    keep[1:] |= (k[1:] != k[:-1]).any(axis=1)
+    view = t[keep].astype(object).where(t[keep].notna(), "-")
+    sc = pred.scenario
+    head = (f"# {sc.name}: K* by batch size (rows) x context length (columns); '-' = does not fit in memory\n"
+            f"# acceptance: {pred.provenance['acceptance']}"
+            + (f"; {sc.acceptance_context.label}" if sc.acceptance_context is not None else "") + "\n")
+    return head + view.to_string() + "\n"
+
+
+def render_export(pred: Prediction, fmt: str, version: str | None = None, markdown: bool = False,
+                  cuda_graph_bs=None, sglang_candidates: str = "kstar") -> str:
+    """An engine file (or its Markdown table); its warnings go to stderr as 'warning:' lines."""
+    import warnings
+
+    from simulator.errors import PlannerWarning
+    exp = pred.export(fmt, version, cuda_graph_bs=cuda_graph_bs, sglang_candidates=sglang_candidates)
+    for w in exp.warnings:
+        warnings.warn(w, PlannerWarning, stacklevel=2)
+    return exp.markdown() if markdown else exp.json()
+
+
+def _cuda_graph_bs(text: str | None):
+    if text is None:
+        return None
+    if text.strip().lower() == "none":
+        return []
+    try:
+        sizes = sorted({int(x) for x in text.split(",") if x.strip()})
+    except ValueError:
+        raise PlannerError(f"--cuda-graph-bs '{text}': expected batch sizes such as 1,2,4,8,16 or 'none'") from None
+    if not sizes or sizes[0] < 1:
+        raise PlannerError(f"--cuda-graph-bs '{text}': batch sizes must be >= 1")
+    return sizes
 
 
 def markdown_table(df: pd.DataFrame) -> str:
@@ -162,7 +229,15 @@ def _run(args) -> int:
     overrides = dict(model=args.model, hardware=args.hardware, tp=args.tp, ep=args.ep, draft=args.draft,
                      acceptance=args.acceptance, context_len=args.context_len, batch_sizes=args.batch_sizes,
                      k_max=args.k_max, fixed_k=args.fixed_k, dtype=args.dtype, kv_dtype=args.kv_dtype,
-                     calibration=args.calibration, engine=args.engine, engine_version=args.engine_version)
+                     calibration=args.calibration, engine=args.engine, engine_version=args.engine_version,
+                     context_lens=args.context_lens)
+    export_only = [flag for flag, given in (("--export-version", args.export_version), ("--markdown", args.markdown),
+                                            ("--cuda-graph-bs", args.cuda_graph_bs)) if given]
+    if export_only and args.format not in EXPORT_FORMATS:
+        raise PlannerError(f"{export_only[0]} applies to an engine export (--format {', '.join(EXPORT_FORMATS)}),"
+                           f" not --format {args.format}")
+    if args.format in EXPORT_FORMATS:
+        exports.check_version(args.format, args.export_version)  # refuse a wrong version before any work
     scenario = args.scenario
     if scenario is None and not (args.model and args.hardware):
         scenario = str(DEFAULT_SCENARIO)
@@ -173,6 +248,9 @@ def _run(args) -> int:
         text = (f"# per-operator breakdown at B={b}, K={k} ({pred.provenance['step_time_source']})\n"
                 + df.to_string(index=False, float_format=lambda v: f"{v:.4g}") + "\n"
                 + f"total {df.time_ms.sum():.3f} ms\n")
+    elif args.format in EXPORT_FORMATS:
+        text = render_export(pred, args.format, args.export_version, args.markdown, _cuda_graph_bs(args.cuda_graph_bs),
+                             args.sglang_candidates)
     else:
         text = render(pred, args.format)
     if args.output:

@@ -32,6 +32,8 @@ def _within(size, limit: int, sizes: tuple[int, ...], padding: bool) -> np.ndarr
 def verify_in_graph(engine: EngineProfile, batch, k) -> np.ndarray:
     """Whether the target pass of B sequences x (K + 1) tokens replays a captured CUDA graph."""
     batch, k = np.broadcast_arrays(np.asarray(batch, dtype=float), np.asarray(k, dtype=float))
+    if not engine.graphs_enabled:
+        return np.zeros(batch.shape, dtype=bool)
     if engine.unlimited:
         return np.ones(batch.shape, dtype=bool)
     tokens = batch * (k + 1)
@@ -48,11 +50,15 @@ def verify_in_graph(engine: EngineProfile, batch, k) -> np.ndarray:
 
 
 def draft_in_graph(engine: EngineProfile, batch) -> np.ndarray:
-    """Whether a draft pass (one token per sequence) replays a captured graph."""
+    """Whether a draft pass (one token per sequence) replays a captured graph: within the plain limit
+    and, with speculation on, within the speculative batch limit too."""
     batch = np.asarray(batch, dtype=float)
+    if not engine.graphs_enabled:
+        return np.zeros(batch.shape, dtype=bool)
     if engine.unlimited:
         return np.ones(batch.shape, dtype=bool)
-    return engine.draft_captured & _within(batch, engine.max_capture_size, engine.capture_sizes, engine.padding)
+    ok = engine.draft_captured & _within(batch, engine.max_capture_size, engine.capture_sizes, engine.padding)
+    return ok & (batch <= engine.spec_capture_max_batch) if engine.spec_capture_max_batch else ok
 
 
 def pass_time_s(gpu_s, launch_s, kernels, in_graph, eager_per_kernel_s: float) -> np.ndarray:
@@ -61,11 +67,11 @@ def pass_time_s(gpu_s, launch_s, kernels, in_graph, eager_per_kernel_s: float) -
     return np.where(in_graph, gpu_s, np.maximum(gpu_s - launch_s, kernels * eager_per_kernel_s))
 
 
-def host_exposed_s(engine: EngineProfile, batch, k, step_gpu_s, draft_gpu_s) -> np.ndarray:
-    """Host time per step not hidden behind GPU work."""
+def host_exposed_s(engine: EngineProfile, batch, k, step_gpu_s, draft_gpu_s, tp: int = 1) -> np.ndarray:
+    """Host time per step not hidden behind GPU work (with TP > 1, plus shipping inputs to the ranks)."""
     batch, k = np.asarray(batch, dtype=float), np.asarray(k, dtype=float)
     spec = k > 0
-    host = engine.host_fixed_s + engine.host_per_sequence_s * batch \
+    host = engine.host_fixed_s + engine.host_per_sequence_s * batch + (engine.tp_broadcast_per_step_s if tp > 1 else 0.0) \
         + np.where(spec, engine.spec_fixed_s + engine.spec_per_sequence_s * batch, 0.0)
     windows = {"none": 0.0, "step": step_gpu_s, "draft": draft_gpu_s}
     window = np.where(spec, windows[engine.spec_overlap_window], windows[engine.overlap_window])

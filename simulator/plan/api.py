@@ -17,7 +17,8 @@ import pandas as pd
 
 from simulator.plan import exports
 from simulator.errors import PlannerError
-from simulator.plan.grid import Grid, compute_grid
+from simulator.plan.grid import ContextGrid, Grid, compute_context_grid, compute_grid
+from simulator.specs.uncertainty import step_time_band
 from simulator.specs.scenario import DEFAULT_SCENARIO, Scenario, apply_overrides, build_scenario, load_scenario
 
 MS = 1e3
@@ -41,7 +42,17 @@ class Prediction:
             "deployment": f"tp={sc.deployment.tp} ep={sc.deployment.ep} weights={sc.deployment.weight_dtype}"
                           f" kv={sc.deployment.kv_dtype} routing={sc.deployment.routing.describe()}",
             "draft": sc.draft.label, "context_len": sc.context_len,
+            "uncertainty": self.uncertainty.describe(),
         }
+
+    @cached_property
+    def uncertainty(self):
+        """Step-time band of this basis and device (see :mod:`simulator.specs.uncertainty`)."""
+        sc = self.scenario
+        basis = sc.profile.basis if sc.profile else "datasheet only"
+        if sc.profile and sc.profile.surfaces:
+            basis = "measured kernel tables"
+        return step_time_band(sc.hardware.name, sc.hardware.kind, basis, sc.profile.raw if sc.profile else None)
 
     # --- tables -------------------------------------------------------------------------------
     @cached_property
@@ -95,6 +106,9 @@ class Prediction:
                 "goodput_per_seq": good,
                 "throughput": good * g.batch_sizes,
                 "itl_ms": at(g.itl_s, safe) * MS,
+                # what a user waits per token: step time / tokens a step commits = 1 / goodput per sequence
+                "token_latency_ms": MS / good,
+                "plain_token_latency_ms": MS / plain,
                 "acceptance_length": np.where(feasible, g.acceptance_length[safe], nan),
                 "plain_goodput_per_seq": plain,
                 "fixed_goodput_per_seq": fixed,
@@ -149,13 +163,154 @@ class Prediction:
     def vllm(self) -> dict:
         return exports.vllm_config(*self.k_table())
 
+    def schedule_text(self) -> str:
+        """The K* schedule in words, e.g. "K=4 for B 1-43, K=3 for 44-84, no speculation from 196"."""
+        return schedule_text(*self.k_table())
+
+    def notes(self) -> list[str]:
+        """Warnings a reader of the K* table needs: extrapolated acceptance, sparse batch sizes, engines
+        past the last exported batch size. Each one line."""
+        return answer_notes(self)
+
     def trtllm(self) -> dict:
         return exports.trtllm_schedule(*self.k_table())
+
+    # --- the context-length axis and engine-exact exports ----------------------------------------
+    def context_lens(self, context_lens=None) -> np.ndarray:
+        """The context axis: given, else the scenario's context_lens; the scenario's context_len is
+        always one of them (the column formats without a context axis encode)."""
+        given = context_lens if context_lens is not None else self.scenario.context_lens
+        base = [] if given is None else list(np.asarray(given, dtype=int).ravel())
+        return np.unique(np.asarray(base + [self.scenario.context_len], dtype=int))
+
+    def context_grid(self, context_lens=None) -> ContextGrid:
+        """The (B, K, L) grid over the scenario's batch sizes and K (cached per context axis)."""
+        lens = self.context_lens(context_lens)
+        key = tuple(int(x) for x in lens)
+        cache = self.__dict__.setdefault("_context_grids", {})
+        if key not in cache:
+            cache[key] = compute_context_grid(self.scenario, self.arrays.batch_sizes, self.arrays.ks, lens)
+        return cache[key]
+
+    def k_table_2d(self, context_lens=None) -> pd.DataFrame:
+        """K* per batch size (rows) and context length (columns); <NA> where no K fits in memory."""
+        g = self.context_grid(context_lens)
+        k = g.k_opt()
+        df = pd.DataFrame(k, index=pd.Index(g.batch_sizes.astype(int), name="batch_size"),
+                          columns=pd.Index(g.context_lens.astype(int), name="context_len")).astype("Int64")
+        return df.mask(df < 0)
+
+    def ktable(self, context_lens=None) -> exports.KTable:
+        """What the exporters read: K*(B, L) with the goodput grid for runner-up choices."""
+        if context_lens is None and self.scenario.context_lens is None:
+            g = self.arrays
+            idx = g.optimal_k_index()
+            k = np.where(idx >= 0, g.ks[np.maximum(idx, 0)], -1)
+            return exports.KTable(g.batch_sizes.astype(int), np.array([self.scenario.context_len]), k[:, None], g.ks,
+                                  g.goodput_per_seq[:, :, None], np.asarray(g.fits_memory)[:, :, None],
+                                  g.itl_s[:, :, None], 0)
+        g = self.context_grid(context_lens)
+        j = int(np.flatnonzero(g.context_lens == self.scenario.context_len)[0])
+        return exports.KTable(g.batch_sizes.astype(int), g.context_lens, g.k_opt(), g.ks, g.goodput_per_seq,
+                              g.fits_memory, g.itl_s, j)
+
+    def vllm_method(self) -> dict:
+        """vLLM's speculative_config method (and draft model) for the scenario's draft."""
+        d = self.scenario.draft
+        cfg = {"method": d.method if d.method != "model" else "draft_model"}
+        if d.method == "model":
+            cfg["model"] = d.model.name
+        return cfg
+
+    def cuda_graph_bs(self) -> list[int] | None:
+        """Captured batch sizes SGLang pads to before routing (the scenario's SGLang engine profile)."""
+        eng = self.scenario.engine
+        if eng is None or eng.name != "sglang" or not eng.padding:
+            return None
+        sizes = getattr(eng, "spec_capture_sizes", None) or eng.capture_sizes
+        return [int(x) for x in sizes] or None
+
+    def export(self, fmt: str, version: str | None = None, context_lens=None, cuda_graph_bs=None,
+               sglang_candidates: str = "kstar") -> exports.Export:
+        """The engine file for ``fmt`` (vllm, vllm-ctx, trtllm, sglang, sglang-sps) targeting
+        ``version`` (default: the newest release checked); ``.json()`` / ``.markdown()`` render it."""
+        table = self.ktable(context_lens if context_lens is not None or fmt != "vllm-ctx"
+                            else self.context_lens())
+        if cuda_graph_bs is None:
+            cuda_graph_bs = self.cuda_graph_bs()
+        return exports.export(fmt, table, version, method_cfg=self.vllm_method(), cuda_graph_bs=cuda_graph_bs,
+                              sglang_candidates=sglang_candidates)
 
     def to_dict(self) -> dict:
         rows = json.loads(self.table.to_json(orient="records"))
         return {"provenance": self.provenance, "fixed_k": self.scenario.fixed_k,
                 "vllm": self.vllm(), "trtllm": {"draft_len_schedule": self.trtllm()}, "rows": rows}
+
+
+# --- the answer in words ------------------------------------------------------------------------
+
+def _span(sizes: np.ndarray, dense: bool) -> str:
+    lo, hi = int(sizes[0]), int(sizes[-1])
+    if lo == hi:
+        return f"{lo}"
+    if dense:
+        return f"{lo}-{hi}"
+    return ", ".join(str(int(b)) for b in sizes[:-1]) + f" and {hi}"
+
+
+def schedule_text(batch_sizes, k_opt) -> str:
+    """Runs of equal K* in words: "K=4 for B 1-43, K=3 for 44-58, ..., no speculation from 207".
+
+    ``k_opt`` < 0 marks batch sizes where no K fits memory. A run is written lo-hi when every batch
+    size between lo and hi was evaluated, else as the list of sizes evaluated (sparse lists stay as
+    given). A K=0 or no-fit run that reaches the end of the table reads "from B".
+    """
+    b = np.asarray(batch_sizes, dtype=int)
+    k = np.asarray(k_opt, dtype=int)
+    if not b.size:
+        return "no batch sizes evaluated"
+    order = np.argsort(b)
+    b, k = b[order], k[order]
+    cuts = np.flatnonzero(np.diff(k)) + 1
+    parts, sparse = [], False
+    for n, (sizes, ks) in enumerate(zip(np.split(b, cuts), np.split(k, cuts))):
+        dense = sizes[-1] - sizes[0] + 1 == len(sizes)
+        sparse |= not dense
+        last = n == len(cuts)
+        prefix = "B " if n == 0 else ""
+        kk = int(ks[0])
+        if kk > 0:
+            parts.append(f"K={kk} for {prefix}{_span(sizes, dense)}")
+        elif kk == 0:
+            parts.append(f"no speculation from B {sizes[0]}" if last and len(sizes) > 1 and dense
+                         else f"no speculation (K=0) for {prefix}{_span(sizes, dense)}")
+        else:
+            parts.append(f"nothing fits memory from B {sizes[0]}" if last
+                         else f"nothing fits memory at {prefix}{_span(sizes, dense)}")
+    return ("; " if sparse else ", ").join(parts)
+
+
+def answer_notes(pred: "Prediction") -> list[str]:
+    """One-line warnings for the K* table of ``pred`` (see :meth:`Prediction.notes`)."""
+    sc, t = pred.scenario, pred.table
+    out = []
+    acc = sc.acceptance
+    k = t["k_opt"].dropna().astype(int).to_numpy()
+    b_all = t["batch_size"].to_numpy()
+    n = acc.given_positions
+    if n is not None and k.size and int(k.max()) > n:
+        hit = t[t["k_opt"].fillna(-1).astype(int) > n]
+        out.append(f"K* = {int(k.max())} uses acceptance positions beyond the {n} given (B {_span(hit.batch_size.to_numpy(), False) if len(hit) <= 6 else f'{hit.batch_size.min()}-{hit.batch_size.max()}'}):"
+                   f" {acc.rule}; measure per-position rates up to K={int(k.max())} before relying on it")
+    if b_all.size > 1 and b_all[-1] - b_all[0] + 1 != b_all.size:
+        out.append(f"batch sizes evaluated only at {_span(b_all, False) if b_all.size <= 12 else f'{b_all.size} sizes between {b_all[0]} and {b_all[-1]}'}"
+                   " (given sparsely): the engine ranges hold each evaluated K* until the next evaluated batch size")
+    ranges = exports.k_ranges(*pred.k_table())
+    if ranges and ranges[-1][2] > 0:
+        last_b, last_k = ranges[-1][1], ranges[-1][2]
+        out.append(f"above B={last_b} (the last batch size exported) vLLM keeps K={last_k} and TensorRT-LLM turns"
+                   " speculation off; extend the batch sizes to the engine's max_num_seqs to plan that range")
+    return out
 
 
 def predict_scenario(scenario: Scenario, batch_sizes=None, ks=None) -> Prediction:

@@ -65,9 +65,7 @@ class Grid:
 
     def optimal_k_index(self) -> np.ndarray:
         """Index into ks of K* per batch size; -1 where no K fits in memory."""
-        masked = np.where(self.fits_memory, self.goodput_per_seq, -np.inf)
-        idx = np.argmax(masked, axis=1)
-        return np.where(np.isfinite(masked.max(axis=1)), idx, -1)
+        return settled_k_index(self.goodput_per_seq, self.fits_memory)
 
     def regime(self) -> np.ndarray:
         """Which term dominates the step: compute, memory, comm, launch (incl. eager launches) or
@@ -85,6 +83,31 @@ class Grid:
         if name not in self.verify.names:
             return None
         return self.verify.time_s[self.verify.names.index(name)]
+
+
+# K whose goodput is within this share of the best count as ties: far inside any prediction's band
+K_TIE_TOLERANCE = 0.005
+
+
+def settled_k_index(goodput: np.ndarray, fits: np.ndarray, tolerance: float = K_TIE_TOLERANCE) -> np.ndarray:
+    """K* index per batch size (axis 0; K on axis 1, any further axes, e.g. context, kept): the argmax
+    of goodput over the K that fit, except that a K within ``tolerance`` of the best which the previous
+    batch size chose is kept. Measured kernel tables carry real tile-size steps of ~1% that would
+    otherwise flip K* back and forth between neighbouring batch sizes; each flip costs the engine
+    another set of CUDA graphs and the user a longer schedule, for at most ``tolerance`` of goodput."""
+    masked = np.where(fits, goodput, -np.inf)
+    best = masked.max(axis=1)
+    idx = np.argmax(masked, axis=1)
+    near = masked >= (best * (1.0 - tolerance))[:, None]
+    # trailing axes (context) flattened: one row of cells per batch size, indexed directly
+    flat_idx = idx.reshape(idx.shape[0], -1)
+    flat_near = near.reshape(near.shape[0], near.shape[1], -1)
+    cells = np.arange(flat_idx.shape[1])
+    for i in range(1, flat_idx.shape[0]):
+        prev = flat_idx[i - 1]
+        keep = flat_near[i, prev, cells]  # prev >= 0 always here: argmax of a row, or a kept argmax
+        flat_idx[i] = np.where(keep, prev, flat_idx[i])
+    return np.where(np.isfinite(best), flat_idx.reshape(idx.shape), -1)
 
 
 def step_overhead_s(profile, batch, k) -> np.ndarray:
@@ -106,7 +129,7 @@ def engine_pass_times(sc, B, K, verify: StepCost, draft_pass: StepCost, passes):
         draft_pass.total_s, draft_pass.launch_s.sum(axis=0), draft_pass.n_kernels, draft_in_graph(eng, B),
         eng.eager_launch_per_kernel_s)
     draft_step_s = draft_one * passes
-    host_s = host_exposed_s(eng, B, K, verify_s + draft_step_s, draft_step_s)
+    host_s = host_exposed_s(eng, B, K, verify_s + draft_step_s, draft_step_s, sc.deployment.tp)
     if not host_draft:
         host_s = host_s + passes * eng.per_draft_pass_s
     return verify_s, draft_step_s, np.broadcast_to(in_graph, np.broadcast(verify_s, draft_step_s).shape), host_s
@@ -125,6 +148,8 @@ def compute_grid(scenario, batch_sizes=None, ks=None) -> Grid:
     overhead = step_overhead_s(sc.profile, B, K) + host_s
     itl = verify_s + draft_step_s + overhead
     al = sc.acceptance.acceptance_length(k.astype(int))
+    if getattr(sc, "acceptance_context", None) is not None:  # acceptance falls with context (scenario table)
+        al = acceptance_lengths(sc.acceptance, k.astype(int), sc.acceptance_context.factor([sc.context_len]))[:, 0]
     tokens_per_seq = sc.context_len + K + 1
     memory = step_memory_bytes(sc.draft, sc.model, sc.deployment, B, K, tokens_per_seq)
     touched = None
@@ -135,3 +160,132 @@ def compute_grid(scenario, batch_sizes=None, ks=None) -> Grid:
                 in_graph, overhead, itl, al, al[None, :] / itl,
                 np.broadcast_to(memory, itl.shape), sc.hardware.memory_bytes * sc.deployment.memory_utilization,
                 touched)
+
+
+# --- the context-length axis --------------------------------------------------------------------
+
+@dataclass
+class ContextGrid:
+    """The (B, K, L) grid: arrays of shape (n_batch, n_k, n_ctx) unless noted.
+
+    Same terms as :class:`Grid`, one more axis: L = tokens already in each sequence's KV cache.
+    Acceptance may depend on L (``acceptance_length`` is (n_k, n_ctx)); K*(B, L) is the argmax over
+    K of goodput among the K whose memory fits at that (B, L).
+    """
+
+    batch_sizes: np.ndarray  # (n_batch,)
+    ks: np.ndarray  # (n_k,)
+    context_lens: np.ndarray  # (n_ctx,)
+    verify_s: np.ndarray
+    draft_step_s: np.ndarray
+    in_graph: np.ndarray  # (n_batch, n_k, 1): graph capture does not depend on L
+    overhead_s: np.ndarray
+    itl_s: np.ndarray
+    acceptance_length: np.ndarray  # (n_k, n_ctx)
+    goodput_per_seq: np.ndarray
+    memory_per_gpu_bytes: np.ndarray
+    memory_capacity_bytes: float
+
+    @property
+    def fits_memory(self) -> np.ndarray:
+        return self.memory_per_gpu_bytes <= self.memory_capacity_bytes
+
+    @property
+    def throughput(self) -> np.ndarray:
+        return self.goodput_per_seq * self.batch_sizes[:, None, None]
+
+    def optimal_k_index(self) -> np.ndarray:
+        """(n_batch, n_ctx) index into ks of K*; -1 where no K fits in memory."""
+        return settled_k_index(self.goodput_per_seq, self.fits_memory)
+
+    def k_opt(self) -> np.ndarray:
+        """(n_batch, n_ctx) K*; -1 where nothing fits."""
+        idx = self.optimal_k_index()
+        return np.where(idx >= 0, self.ks[np.maximum(idx, 0)], -1)
+
+
+def acceptance_lengths(acceptance, ks, scale=None) -> np.ndarray:
+    """AL(K) with every per-position rate multiplied by a context factor s(L):
+
+        AL(K, L) = 1 + sum_{j<=K} prod_{i<=j} min(s(L) a_i, 0.999)
+
+    ``scale`` None: (n_k,) as ``acceptance.acceptance_length``; else (n_k, n_ctx)."""
+    ks = np.asarray(ks, dtype=int)
+    if scale is None:
+        return acceptance.acceptance_length(ks)
+    s = np.asarray(scale, dtype=float)
+    k_max = int(ks.max()) if ks.size else 0
+    rates = np.minimum(acceptance.rates_upto(k_max)[:, None] * s[None, :], 0.999)
+    prefix = np.concatenate([np.ones((1, s.size)), 1.0 + np.cumsum(np.cumprod(rates, axis=0), axis=0)])
+    return prefix[ks]
+
+
+def _has_ctx_axis(op, n_ctx: int) -> bool:
+    """Whether an op's size depends on the context axis (the last of a 3-D grid)."""
+    shape = np.broadcast_shapes(np.shape(op.flops), np.shape(op.nbytes),
+                                np.shape(op.comm_s) if op.comm_s is not None else ())
+    return len(shape) == 3 and shape[2] == n_ctx
+
+
+def _verify_total(sc, B, K, C) -> StepCost:
+    """Verify pass over (B, K, L) as ONE aggregated row (what the engine terms read: total time,
+    launch time, kernels). Exact: the per-op times are those of ``verify_cost``; only attention
+    depends on L, so ops without the L axis are priced once over (B, K) and added:
+
+        t(B, K, L) = sum_{o context-free} t_o(B, K) + sum_{o attention} t_o(B, K, L)
+    """
+    from simulator.physics.layers import forward_ops
+    from simulator.physics.operators import evaluate
+
+    Bb, Kb = np.broadcast_arrays(B, K)  # (nb, nk, 1)
+    n_ctx = C.shape[-1]
+    ops = forward_ops(sc.model, sc.deployment, sc.hardware, Bb, Kb + 1.0, C)
+    ctx_ops = [o for o in ops if n_ctx > 1 and _has_ctx_axis(o, n_ctx)]
+    free_ops = [o for o in ops if not (n_ctx > 1 and _has_ctx_axis(o, n_ctx))]
+    parts = [evaluate(free_ops, sc.hardware, sc.deployment, sc.profile, Bb.shape)]
+    if ctx_ops:
+        parts.append(evaluate(ctx_ops, sc.hardware, sc.deployment, sc.profile, Bb.shape[:2] + (n_ctx,)))
+    time_s = parts[0].time_s.sum(axis=0)
+    launch_s = parts[0].launch_s.sum(axis=0)
+    for p in parts[1:]:
+        time_s = time_s + p.time_s.sum(axis=0)
+        launch_s = launch_s + p.launch_s.sum(axis=0)
+    kernels = np.array([sum(p.n_kernels for p in parts)])
+    # one aggregated row: the engine terms read only time, launch time and kernels; FLOPs and bytes
+    # per op stay with the 1-D grid (Prediction.breakdown at one context length)
+    unused = np.broadcast_to(np.nan, (1,) + time_s.shape)
+    return StepCost(["verify (all ops)"], ["mixed"], unused, unused, unused, unused, launch_s[None], time_s[None],
+                    kernels)
+
+
+def compute_context_grid(scenario, batch_sizes=None, ks=None, context_lens=None, acceptance_scale=None
+                         ) -> ContextGrid:
+    """Evaluate the (B, K, L) grid in one vectorized pass (same terms as :func:`compute_grid`).
+
+    ``context_lens`` default: the scenario's ``context_lens`` (else its single ``context_len``).
+    ``acceptance_scale``: factor s(L) per context on every acceptance rate (default: the scenario's
+    acceptance-by-context table, else 1). Draft passes are priced over (B, L) and scaled by K.
+    """
+    sc = scenario
+    b = np.asarray(sc.batch_sizes if batch_sizes is None else batch_sizes, dtype=float)
+    k = np.asarray(np.arange(sc.k_max + 1) if ks is None else ks, dtype=float)
+    if context_lens is None:
+        context_lens = getattr(sc, "context_lens", None)
+        if context_lens is None:
+            context_lens = [sc.context_len]
+    c = np.asarray(context_lens, dtype=float)
+    if acceptance_scale is None and getattr(sc, "acceptance_context", None) is not None:
+        acceptance_scale = sc.acceptance_context.factor(c)
+    B, K, C = b[:, None, None], k[None, :, None], c[None, None, :]
+    verify = _verify_total(sc, B, K, C)
+    draft_pass, passes = draft_pass_cost(sc.draft, sc.model, sc.deployment, sc.hardware,
+                                         np.broadcast_to(B, (b.size, 1, c.size)), K, C, sc.profile)
+    verify_s, draft_step_s, in_graph, host_s = engine_pass_times(sc, B, K, verify, draft_pass, passes)
+    overhead = step_overhead_s(sc.profile, B, K) + host_s
+    itl = verify_s + draft_step_s + overhead
+    al = acceptance_lengths(sc.acceptance, k.astype(int), np.ones(c.size) if acceptance_scale is None
+                            else acceptance_scale)
+    memory = step_memory_bytes(sc.draft, sc.model, sc.deployment, B, K, C + K + 1)
+    return ContextGrid(b, k.astype(int), c.astype(int), verify_s, draft_step_s, in_graph[..., :1], overhead, itl,
+                       al, al[None, :, :] / itl, np.broadcast_to(memory, itl.shape),
+                       sc.hardware.memory_bytes * sc.deployment.memory_utilization)

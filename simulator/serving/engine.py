@@ -213,7 +213,7 @@ class StepPricer:
                 draft = self.passes[k_step] * (d[j] + w * (d[j + 1] - d[j]))
         if not graph:  # the host launches every kernel; the GPU waits when launches are the slower
             kernels = max(kernels, self.n_kernels * self.eager_s)
-        host = float(host_exposed_s(self.sc.engine, n_dec, k_step, kernels + draft, draft))
+        host = float(host_exposed_s(self.sc.engine, n_dec, k_step, kernels + draft, draft, self.sc.deployment.tp))
         if k_step and self.sc.draft.method != "ngram":
             host += self.passes[k_step] * self.sc.engine.per_draft_pass_s
         time = kernels + draft + host + eng.schedule_overhead_s + eng.schedule_overhead_per_seq_s * n_dec \

@@ -53,6 +53,14 @@ class EngineProfile:
     dynamic_k_option: str
     assumed: tuple[str, ...]  # keys whose values are assumptions, not sourced
     path: str
+    allreduce: str = "custom"  # "custom": the engine's one-shot all-reduce kernels; "nccl": NCCL's
+    graphs_enabled: bool = True  # CUDA graphs on by default (TensorRT-LLM's C++ runtime had them off)
+    tp_broadcast_per_step_s: float = 0.0  # host time to ship each step's inputs to the other TP ranks
+
+    @property
+    def allreduce_table(self) -> str:
+        """Which measured collective table of a profile prices this engine's TP all-reduce."""
+        return "all_reduce_nccl" if self.allreduce == "nccl" else "all_reduce"
 
     @property
     def key(self) -> str:
@@ -65,8 +73,11 @@ class EngineProfile:
 
 
 def _split(key: str) -> tuple[str, str]:
-    """'vllm-0.11.0' -> ('vllm', '0.11.0'); a profile without a version in its file name ('ideal') -> ('ideal', '')."""
-    name, _, version = key.partition("-")
+    """'vllm-0.11.0' -> ('vllm', '0.11.0'), 'gpt-fast-2024' -> ('gpt-fast', '2024'); a profile without a
+    version in its file name ('ideal') -> ('ideal', '')."""
+    name, _, version = key.rpartition("-")
+    if not name or not version[:1].isdigit():
+        return key, ""
     return name, version
 
 
@@ -162,4 +173,13 @@ def engine_from_dict(data: dict, origin: str) -> EngineProfile:
         per_draft_pass_s=get("speculative", "per_draft_pass_s", float, 0.0), spec_overlap_window=windows[1],
         supports_dynamic_k=get("speculative", "supports_dynamic_k", bool, False),
         dynamic_k_option=get("speculative", "dynamic_k_option", str, ""),
-        assumed=tuple(assumed_keys), path=origin)
+        assumed=tuple(assumed_keys), path=origin, allreduce=_allreduce(data, origin),
+        graphs_enabled=get("cuda_graphs", "enabled_by_default", bool, True),
+        tp_broadcast_per_step_s=get("host", "tp_broadcast_per_step_s", float, 0.0))
+
+
+def _allreduce(data: dict, origin: str) -> str:
+    kind = (data.get("collectives") or {}).get("allreduce", "custom")
+    if kind not in ("custom", "nccl"):
+        raise PlannerError(f"{origin}: [collectives] allreduce must be 'custom' or 'nccl', got {kind!r}")
+    return kind

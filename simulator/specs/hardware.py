@@ -7,9 +7,11 @@ replaces them.
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
+
+import numpy as np
 
 from simulator.errors import PlannerError, did_you_mean
 
@@ -43,6 +45,9 @@ class Hardware:
     price_per_gpu_hour_usd: float | None
     source: str
     compute_units: int | None = None  # SMs (NVIDIA) or CUs (AMD), as the datasheet gives them
+    # [published]: figures others measured on this device (attained matmul FLOP/s, streaming bandwidth,
+    # all-reduce bus bandwidth and latency), each with its source; the "published prior" basis reads them
+    published: dict = field(default_factory=dict, compare=False, hash=False)
 
     @property
     def ridge_point(self) -> float:
@@ -66,19 +71,50 @@ _REQUIRED = {
     "name": str, "peak_bf16_flops_per_s": (int, float), "hbm_bandwidth_bytes_per_s": (int, float),
     "memory_bytes": (int, float),
 }
+# Optional figures: each, when given, must be a finite number > 0 (latency and launch overhead may be 0).
+_POSITIVE = ("peak_fp8_flops_per_s", "peak_fp32_flops_per_s", "interconnect_bandwidth_bytes_per_s", "tdp_w",
+             "price_per_gpu_hour_usd")
+_NON_NEGATIVE = ("interconnect_latency_s", "launch_overhead_s")
+_STRINGS = ("name", "display_name", "vendor", "kind", "interconnect", "source")
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def hardware_from_dict(data: dict, origin: str) -> Hardware:
-    """Build a Hardware from a catalog-format dict; errors name the file and key."""
+    """Build a Hardware from a catalog-format dict; errors name the file and key.
+
+    Every figure must be a finite number: peaks, bandwidths and memory > 0, latency and launch
+    overhead >= 0 (a NaN bandwidth would otherwise read as "does not fit in memory").
+    """
+    if not isinstance(data, dict):
+        raise PlannerError(f"{origin}: expected a table of hardware figures")
     for key, kind in _REQUIRED.items():
         if key not in data:
             raise PlannerError(f"{origin}: missing key '{key}'")
         if not isinstance(data[key], kind) or isinstance(data[key], bool):
             raise PlannerError(f"{origin}: key '{key}' must be {getattr(kind, '__name__', 'a number')}")
     assumed = data.get("assumed", {})
+    if not isinstance(assumed, dict):
+        raise PlannerError(f"{origin}: [assumed] must be a table of figures")
+    for key in _STRINGS:
+        if key in data and not isinstance(data[key], str):
+            raise PlannerError(f"{origin}: key '{key}' must be a string, got {data[key]!r}")
     for key in ("peak_bf16_flops_per_s", "hbm_bandwidth_bytes_per_s", "memory_bytes"):
-        if data[key] <= 0:
-            raise PlannerError(f"{origin}: '{key}' must be > 0, got {data[key]}")
+        if not np.isfinite(data[key]) or data[key] <= 0:
+            raise PlannerError(f"{origin}: '{key}' must be a finite number > 0, got {data[key]}")
+    for table in (data, assumed):
+        for key in _POSITIVE + _NON_NEGATIVE:
+            if key not in table or table[key] is None:
+                continue
+            value, low = table[key], (0 if key in _NON_NEGATIVE else None)
+            if not _is_number(value) or not np.isfinite(value) or (value < 0 if low == 0 else value <= 0):
+                bound = ">= 0" if low == 0 else "> 0"
+                raise PlannerError(f"{origin}: '{key}' must be a finite number {bound}, got {value!r}")
+    if "compute_units" in data and not (isinstance(data["compute_units"], int)
+                                        and not isinstance(data["compute_units"], bool) and data["compute_units"] > 0):
+        raise PlannerError(f"{origin}: 'compute_units' must be a positive integer, got {data['compute_units']!r}")
 
     def pick(key, default=None):
         return data.get(key, assumed.get(key, default))
@@ -101,7 +137,23 @@ def hardware_from_dict(data: dict, origin: str) -> Hardware:
         price_per_gpu_hour_usd=_opt_float(pick("price_per_gpu_hour_usd")),
         source=data.get("source", origin),
         compute_units=int(data["compute_units"]) if isinstance(data.get("compute_units"), int) else None,
+        published=_published(data.get("published", {}), origin),
     )
+
+
+def _published(table, origin: str) -> dict:
+    """[published] figures: positive numbers, each key with a *_source string beside it."""
+    if not isinstance(table, dict):
+        raise PlannerError(f"{origin}: [published] must be a table")
+    out = {}
+    for key, value in table.items():
+        if key.endswith("_source"):
+            out[key] = str(value)
+        elif not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0 or value == float("inf"):
+            raise PlannerError(f"{origin}: [published] {key} must be a positive finite number, got {value!r}")
+        else:
+            out[key] = float(value)
+    return out
 
 
 def _opt_float(value) -> float | None:
@@ -117,6 +169,8 @@ def list_hardware() -> tuple[str, ...]:
 def load_hardware(name: str) -> Hardware:
     """A catalog name (``h100-sxm``) or a path to a TOML file in the catalog format."""
     path = Path(name)
+    if path.suffix == ".toml" and path.is_dir():
+        raise PlannerError(f"{path}: is a directory; give a hardware TOML file")
     if path.suffix == ".toml" and path.exists():
         origin = str(path)
     elif name in list_hardware():
@@ -128,6 +182,8 @@ def load_hardware(name: str) -> Hardware:
         data = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as err:
         raise PlannerError(f"{path}: malformed TOML: {err}") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise PlannerError(f"{path}: cannot read it as a text file ({getattr(err, 'strerror', None) or err})") from None
     return hardware_from_dict(data, origin)
 
 
@@ -138,7 +194,8 @@ def custom_hardware(base: Hardware | None = None, **overrides) -> Hardware:
         overrides.setdefault("name", "custom")
         overrides.setdefault("display_name", "custom device")
     for key, value in overrides.items():
-        if key.endswith(("_per_s", "_bytes")) and value is not None and value <= 0:
-            raise PlannerError(f"custom hardware: '{key}' must be > 0, got {value}")
+        if key.endswith(("_per_s", "_bytes", "_usd")) and value is not None \
+                and (not _is_number(value) or not np.isfinite(value) or value <= 0):
+            raise PlannerError(f"custom hardware: '{key}' must be a finite number > 0, got {value!r}")
     overrides.setdefault("source", f"custom figures over {base.name}")
     return replace(base, **overrides)

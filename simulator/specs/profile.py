@@ -45,6 +45,8 @@ from simulator.errors import PlannerError
 from simulator.specs.surfaces import Surface
 
 PROFILE_FORMAT = "dsd-planner-profile"
+# Profiles shipped with the planner: measured GPU kernel tables, <hardware>.<engine>-<version>.profile.json
+SHIPPED_DIR = Path(__file__).resolve().parent.parent / "data" / "profiles"
 PROFILE_VERSIONS = (1, 2)
 # Op families whose curve falls back to the generic GEMM curve when the profile has none of its own.
 _GEMM_LIKE = {"gemm", "lm_head", "moe", "draft"}
@@ -90,6 +92,8 @@ class Profile:
         if self.surfaces:
             src = self.provenance.get("source", "measured kernel tables")
             return f"measured kernel tables: {Path(self.path).name} ({self.device_name}; {src})"
+        if self.basis == "published prior":
+            return f"published prior: {self.provenance.get('source', '')}"
         return f"calibrated: {Path(self.path).name} ({self.device_name}{engine})"
 
     def surface(self, family: str, dtype: str) -> Surface | None:
@@ -115,15 +119,33 @@ class Profile:
 def _curve(obj, key: str, where: str) -> Curve:
     if not isinstance(obj, dict) or key not in obj or "efficiency" not in obj:
         raise PlannerError(f"{where}: expected {{'{key}': [...], 'efficiency': [...]}}")
-    x = np.asarray(obj[key], dtype=float)
-    eta = np.asarray(obj["efficiency"], dtype=float)
+    try:
+        x = np.asarray(obj[key], dtype=float)
+        eta = np.asarray(obj["efficiency"], dtype=float)
+    except (TypeError, ValueError):
+        raise PlannerError(f"{where}: '{key}' and 'efficiency' must be lists of numbers") from None
     if x.ndim != 1 or x.shape != eta.shape or len(x) == 0:
         raise PlannerError(f"{where}: '{key}' and 'efficiency' must be lists of the same non-zero length")
-    if np.any(x <= 0) or np.any(np.diff(x) <= 0):
-        raise PlannerError(f"{where}: '{key}' must be positive and strictly increasing")
+    if not np.all(np.isfinite(x)) or np.any(x <= 0) or np.any(np.diff(x) <= 0):
+        raise PlannerError(f"{where}: '{key}' must be finite, positive and strictly increasing")
     if np.any(~np.isfinite(eta)) or np.any(eta <= 0) or np.any(eta > 1.5):
         raise PlannerError(f"{where}: efficiencies must lie in (0, 1.5]")
     return Curve(np.log(x), eta)
+
+
+def _table(data: dict, key: str, path: str, required: bool = False) -> dict:
+    value = data.get(key)
+    if value is None and not required:
+        return {}
+    if not isinstance(value, dict):
+        raise PlannerError(f"{path}: '{key}' must be an object, got {type(value).__name__}")
+    return value
+
+
+def _seconds(value, key: str, path: str, upper: float = 1.0) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 <= value < upper:
+        raise PlannerError(f"{path}: {key} must be a number of seconds in [0, {upper:g}), got {value!r}")
+    return float(value)
 
 
 def profile_from_dict(data: dict, path: str) -> Profile:
@@ -137,27 +159,31 @@ def profile_from_dict(data: dict, path: str) -> Profile:
     for key in ("hardware", "compute_efficiency", "memory_efficiency", "launch_overhead_s"):
         if key not in data:
             raise PlannerError(f"{path}: missing key '{key}'")
+    if not isinstance(data["hardware"], str) or not data["hardware"]:
+        raise PlannerError(f"{path}: 'hardware' must be a hardware catalog name, got {data['hardware']!r}")
     compute = {name: _curve(c, "tokens", f"{path}: compute_efficiency.{name}")
-               for name, c in data["compute_efficiency"].items()}
-    mem = data["memory_efficiency"]
+               for name, c in _table(data, "compute_efficiency", path, True).items()}
+    mem = _table(data, "memory_efficiency", path, True)
     if "bytes" in mem:  # a single curve
         mem = {"default": mem}
     memory = {name: _curve(c, "bytes", f"{path}: memory_efficiency.{name}") for name, c in mem.items()}
-    tau = data["launch_overhead_s"]
-    if not isinstance(tau, (int, float)) or not 0 <= tau < 1e-2:
-        raise PlannerError(f"{path}: launch_overhead_s must be a number of seconds in [0, 0.01)")
-    step = data.get("step_overhead_s") or {}
-    engine = data.get("engine") or {}
+    tau = _seconds(data["launch_overhead_s"], "launch_overhead_s", path, 1e-2)
+    step = _table(data, "step_overhead_s", path)
+    step_s = {k: _seconds(step.get(k, 0.0), f"step_overhead_s.{k}", path) for k in ("fixed", "per_sequence", "per_token")}
+    engine = _table(data, "engine", path)
     scale = engine.get("scale", 1.0)
-    if not isinstance(scale, (int, float)) or not 0.1 <= scale <= 10:
+    if not isinstance(scale, (int, float)) or isinstance(scale, bool) or not 0.1 <= scale <= 10:
         raise PlannerError(f"{path}: engine.scale must be a number in [0.1, 10], got {scale!r}")
+    device = _table(data, "device", path)
+    for key in ("heldout_error", "transfer_error", "provenance"):
+        _table(data, key, path)
     return Profile(
         path=path, hardware=str(data["hardware"]),
-        device_name=str((data.get("device") or {}).get("name", data["hardware"])),
-        compute=compute, memory=memory, launch_overhead_s=float(tau),
-        step_overhead_fixed_s=float(step.get("fixed", 0.0)),
-        step_overhead_per_seq_s=float(step.get("per_sequence", 0.0)),
-        step_overhead_per_token_s=float(step.get("per_token", 0.0)),
+        device_name=str(device.get("name", data["hardware"])),
+        compute=compute, memory=memory, launch_overhead_s=tau,
+        step_overhead_fixed_s=step_s["fixed"],
+        step_overhead_per_seq_s=step_s["per_sequence"],
+        step_overhead_per_token_s=step_s["per_token"],
         engine_scale=float(scale),
         surfaces=_surfaces(data.get("surfaces") or {}, path),
         collectives=_collectives(data.get("collectives") or {}, path),
@@ -182,7 +208,7 @@ def _surfaces(table, path: str) -> dict[str, Surface]:
     for name, d in table.items():
         try:
             surf = Surface.from_dict(d)
-        except (KeyError, TypeError, ValueError) as err:
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as err:
             raise PlannerError(f"{path}: surfaces.{name}: {err}; expected axes, grid and efficiency") from None
         if not np.all(np.isfinite(surf.values)) or np.any(surf.values <= 0):
             raise PlannerError(f"{path}: surfaces.{name}: efficiencies must be finite and > 0")
@@ -193,25 +219,76 @@ def _surfaces(table, path: str) -> dict[str, Surface]:
 def _collectives(table, path: str) -> dict:
     if not isinstance(table, dict):
         raise PlannerError(f"{path}: 'collectives' must be an object")
+    def positive(v) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and bool(np.isfinite(v)) and v > 0
+
     for op, by_gpus in table.items():
+        if by_gpus is not None and not isinstance(by_gpus, dict):
+            raise PlannerError(f"{path}: collectives.{op}: expected an object keyed by GPU count")
         for g, ent in (by_gpus or {}).items():
             ok = (isinstance(ent, dict) and str(g).isdigit() and all(k in ent for k in ("alpha_s", "bus_bandwidth_bytes_per_s",
                                                                                      "bytes", "latency_s")))
-            if not ok or len(ent["bytes"]) != len(ent["latency_s"]) or not ent["bytes"] \
-                    or min(ent["bytes"]) <= 0 or min(ent["latency_s"]) <= 0 or ent["bus_bandwidth_bytes_per_s"] <= 0:
+            ok = ok and isinstance(ent["bytes"], list) and isinstance(ent["latency_s"], list) \
+                and len(ent["bytes"]) == len(ent["latency_s"]) and len(ent["bytes"]) > 0 \
+                and all(map(positive, ent["bytes"] + ent["latency_s"])) and positive(ent["bus_bandwidth_bytes_per_s"]) \
+                and isinstance(ent["alpha_s"], (int, float)) and not isinstance(ent["alpha_s"], bool) \
+                and bool(np.isfinite(ent["alpha_s"])) and ent["alpha_s"] >= 0
+            if not ok:
                 raise PlannerError(f"{path}: collectives.{op}.{g}: expected alpha_s, bus_bandwidth_bytes_per_s and"
                                    " matching positive bytes / latency_s lists")
     return table
 
 
+def shipped_profile_path(hardware: str, engine: str | None = None) -> Path | None:
+    """The shipped measured-table profile of a device: the given engine's newest version when there is
+    one (kernels differ by engine), else any engine's (the label says which engine's tables it holds)."""
+    paths = sorted(SHIPPED_DIR.glob(f"{hardware}.*.profile.json"))
+    if not paths:
+        return None
+    def version_key(p: Path):
+        tag = p.name[len(hardware) + 1:-len(".profile.json")]
+        name, _, version = tag.partition("-")
+        return (name == engine, tuple(int(x) if x.isdigit() else -1 for x in version.replace("rc", ".").split(".")))
+    return max(paths, key=version_key)
+
+
+def prior_profile(hw) -> Profile | None:
+    """The "published prior" of a device: attained fractions others measured on it ([published] in its
+    hardware file): GEMM-like ops at max-achievable-matmul / datasheet FLOP/s, every op streaming at
+    measured / datasheet bandwidth.
+    None when the device has no such figures (its predictions then rest on the datasheet only)."""
+    pub = getattr(hw, "published", None) or {}
+    if hw.kind != "gpu" or not pub:
+        return None
+    const = lambda value: Curve(np.zeros(1), np.array([value]))  # noqa: E731
+    compute, memory, collectives, used = {}, {}, {}, []
+    if "mamf_bf16_flops_per_s" in pub:
+        compute["gemm"] = const(min(pub["mamf_bf16_flops_per_s"] / hw.peak_bf16_flops_per_s, 1.0))
+        used.append("matmul")
+    if "stream_bandwidth_bytes_per_s" in pub:
+        memory["default"] = const(min(pub["stream_bandwidth_bytes_per_s"] / hw.hbm_bandwidth_bytes_per_s, 1.0))
+        used.append("bandwidth")
+    # The published all-reduce figures are nccl-tests rings over 8 GPUs; decode steps use the engines'
+    # one-shot custom all-reduce kernels, whose small-message latency is several times lower, so the
+    # prior leaves collectives to the datasheet link model rather than price them from the wrong kernel.
+    return Profile(path=f"{hw.name} [published]", hardware=hw.name, device_name=hw.display_name, compute=compute,
+                   memory=memory, launch_overhead_s=hw.launch_overhead_s, collectives=collectives,
+                   basis="published prior", provenance={"source": f"published measurements ({', '.join(used)})"
+                                                                  f" in the [published] table of {hw.name}'s hardware file"})
+
+
 def load_profile(path: str | Path) -> Profile:
     path = Path(path)
+    if path.is_dir():
+        raise PlannerError(f"{path}: is a directory; give a calibration profile JSON file")
     try:
         data = json.loads(path.read_text())
     except FileNotFoundError:
         raise PlannerError(f"{path}: calibration profile not found") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise PlannerError(f"{path}: corrupt calibration profile, not valid JSON ({err})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
+        raise PlannerError(f"{path}: corrupt calibration profile, not valid JSON ({str(err)[:120]})") from None
+    except OSError as err:
+        raise PlannerError(f"{path}: cannot read the calibration profile ({err.strerror or err})") from None
     return profile_from_dict(data, str(path))
 
 

@@ -26,7 +26,7 @@ __all__ = ["Surface", "collective_time_s", "ring_factor"]
 class Surface:
     """An N-D efficiency grid, interpolated linearly in log2(axis), clamped at the ends."""
 
-    __slots__ = ("axes", "log_grid", "values", "_strides")
+    __slots__ = ("axes", "log_grid", "values", "_strides", "_slices")
 
     def __init__(self, axes: Sequence[str], grid: Sequence[Sequence[float]], efficiency) -> None:
         self.axes = tuple(axes)
@@ -40,6 +40,7 @@ class Surface:
                 raise ValueError(f"surface axis {name!r}: grid must be increasing and match "
                                  f"efficiency shape {self.values.shape}")
         self._strides = np.array([int(np.prod(self.values.shape[i + 1:])) for i in range(len(self.axes))])
+        self._slices: dict = {}
 
     @classmethod
     def from_dict(cls, d: Mapping) -> "Surface":
@@ -61,6 +62,27 @@ class Surface:
         frac = (lx - lo) / (log_g[i + 1] - lo)
         return i, frac
 
+    def sliced(self, values: tuple) -> "Surface":
+        """The surface with the axes whose value is given (not None) interpolated away; cached, since an
+        operator asks at the same weight shape (n, k) for every batch size."""
+        hit = self._slices.get(values)
+        if hit is not None:
+            return hit
+        vals, axes, grids = self.values, [], []
+        for d in reversed(range(len(self.axes))):
+            if values[d] is None:
+                axes.insert(0, self.axes[d])
+                grids.insert(0, np.exp2(self.log_grid[d]))
+                continue
+            i, f = self._locate(self.log_grid[d], np.asarray([float(values[d])]))
+            lo = np.take(vals, i[0], axis=d)
+            hi = np.take(vals, min(i[0] + 1, vals.shape[d] - 1), axis=d)
+            vals = lo * (1.0 - f[0]) + hi * f[0]
+        out = Surface(axes, grids, vals)
+        if len(self._slices) < 4096:
+            self._slices[values] = out
+        return out
+
     def __call__(self, **axes) -> np.ndarray:
         """Efficiency at the given axis values (arrays broadcast together; scalars allowed)."""
         missing = set(self.axes) - set(axes)
@@ -68,7 +90,17 @@ class Surface:
         if missing or extra:
             raise KeyError(f"surface axes are {list(self.axes)}; missing {sorted(missing)}, "
                            f"unexpected {sorted(extra)}")
-        xs = np.broadcast_arrays(*[np.asarray(axes[a], dtype=float) for a in self.axes])
+        arrays = [np.asarray(axes[a], dtype=float) for a in self.axes]
+        constant = [a.size == 1 for a in arrays]
+        if any(constant) and not all(constant):  # fold fixed axes once, evaluate the rest
+            sub = self.sliced(tuple(float(a.ravel()[0]) if c else None for a, c in zip(arrays, constant)))
+            shape = np.broadcast_shapes(*(a.shape for a in arrays))
+            return np.broadcast_to(sub(**{n: a for n, a, c in zip(self.axes, arrays, constant) if not c}), shape)
+        if len(self.axes) == 1:  # one axis: linear in log2(x), clamped
+            lx = np.log2(np.maximum(arrays[0], 1e-300))
+            return np.interp(lx, self.log_grid[0], self.values) if self.log_grid[0].size > 1 \
+                else np.full(arrays[0].shape, float(self.values[0]))
+        xs = np.broadcast_arrays(*arrays)
         shape = xs[0].shape
         flat = self.values.ravel()
         idx, fr = [], []
@@ -119,12 +151,14 @@ def collective_time_s(table: Mapping, g: int, nbytes, *, op: str = "all_reduce")
         raise KeyError(f"no {op} table")
     gk = min(keys, key=lambda k: (abs(np.log2(k) - np.log2(int(g))), k))
     ent = sub[str(gk)]
+    factor = ring_factor(g) if op == "all_reduce" else (float(g) - 1.0) / float(g)
+    alpha, bw = float(ent["alpha_s"]), float(ent["bus_bandwidth_bytes_per_s"])
+    if not len(ent["bytes"]):  # alpha-beta only (a published prior, no measured points)
+        return alpha + factor * nbytes / bw
     b = np.asarray(ent["bytes"], dtype=float)
     t = np.asarray(ent["latency_s"], dtype=float)
     order = np.argsort(b)
     b, t = b[order], t[order]
-    factor = ring_factor(g) if op == "all_reduce" else (float(g) - 1.0) / float(g)
-    alpha, bw = float(ent["alpha_s"]), float(ent["bus_bandwidth_bytes_per_s"])
 
     def model(s):
         return alpha + factor * s / bw

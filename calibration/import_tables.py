@@ -1,0 +1,773 @@
+"""Turn aiconfigurator-core's measured kernel tables into format-2 calibration profiles.
+
+    python -m calibration.import_tables [--gpu h100-sxm ...] [--engine trtllm|vllm|sglang]
+                                        [--output-dir simulator/data/profiles]
+
+Per (GPU, engine, version) it writes ``<hardware>.<engine>-<version>.profile.json`` with
+efficiency surfaces (efficiency = roofline time / measured time) for GEMM, decode attention
+(GQA and MLA) and routed MoE, plus all-reduce / NCCL collective tables, and reports held-out
+error. The roofline terms follow the planner's physics exactly (per GPU; P = dtype peak of the
+catalog entry, fp8 peak only when weights AND activations are fp8; BW = HBM bandwidth):
+
+* GEMM Y[m,n] = X[m,k] W[k,n]:  F = 2 m n k,  M = n k w + m (n + k) a
+* decode attention (GQA), B sequences of q query tokens, L cached keys, per-GPU heads hq / hkv,
+  head dim d:  F = 4 B q (L + (q+1)/2) hq d,  M = B (L+q) 2 hkv d kv + 2 B q hq d a
+* MLA absorbed, latent = kv_lora + rope:  F = 2 B q (L + (q+1)/2) hq (2 kv_lora + rope),
+  M = B (L+q) latent kv + 2 B q hq latent a
+* MoE (T tokens, E experts, top-k, hidden D, expert inter I, expert TP tp_e, EP ep):
+  touched = (E/ep)(1 - (1 - k/E)^T); pairs = T k / ep (+ sqrt(2 ln ep) sqrt(T k (1/ep)(1-1/ep)) if ep > 1);
+  params_slice = 3 D I / tp_e;  F = 2 pairs params_slice;  M = touched params_slice w + pairs (2D + 3 I/tp_e) a
+* roofline t0 = max(F / P, M / BW)
+* all-reduce of S bytes over g GPUs: t = alpha_g + 2 (g-1)/g S / busBW_g
+
+Held-out protocol: every distinct shape gets a bucket sha1(shape) mod 5; bucket 0 is held out,
+buckets 1..4 are fitted. The split never looks at latencies.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import hashlib
+import json
+import sys
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from calibration import gpu_tables as gt
+from simulator.specs.surfaces import Surface, collective_time_s
+
+REPO = Path(__file__).resolve().parents[1]
+HARDWARE_DIRS = [REPO / "simulator" / "data" / "hardware", REPO / "simulator" / "specs" / "hardware"]
+DEFAULT_OUT = REPO / "simulator" / "data" / "profiles"  # the simulator picks them up by device
+HELDOUT_BUCKETS = 5
+FAMILIES = ("gemm", "attention_decode", "mla_decode", "moe", "all_reduce")
+MLA_KV_LORA, MLA_ROPE = 512, 64  # DeepSeek-V3/R1 (the model the MLA tables were collected for)
+
+
+# ---------------------------------------------------------------- hardware catalog
+@dataclass(frozen=True)
+class Peaks:
+    """Datasheet peaks of one catalog entry (per GPU)."""
+
+    name: str
+    bf16: float
+    fp8: float | None
+    bw: float
+    link_bw: float
+    link_latency_s: float
+
+
+def load_peaks(hardware: str) -> Peaks:
+    """Read ``<hardware>.toml`` from the planner's hardware catalog."""
+    for d in HARDWARE_DIRS:
+        p = d / f"{hardware}.toml"
+        if p.is_file():
+            t = tomllib.loads(p.read_text())
+            return Peaks(hardware, float(t["peak_bf16_flops_per_s"]),
+                         float(t["peak_fp8_flops_per_s"]) if "peak_fp8_flops_per_s" in t else None,
+                         float(t["hbm_bandwidth_bytes_per_s"]), float(t["interconnect_bandwidth_bytes_per_s"]),
+                         float((t.get("assumed") or {}).get("interconnect_latency_s", 3e-6)))
+    raise gt.PlannerError(f"unknown hardware {hardware!r}: no {hardware}.toml in the catalog")
+
+
+# (weight bytes, activation bytes, uses fp8 peak) per table dtype
+DTYPES = {"bfloat16": ("bf16", 2.0, 2.0, False), "fp8": ("fp8", 1.0, 1.0, True),
+          "fp8_block": ("fp8_block", 1.0, 1.0, True)}
+KV_BYTES = {"bfloat16": 2.0, "fp8": 1.0}
+
+
+# ---------------------------------------------------------------- physics (planner formulas)
+def roofline_s(F, M, P, BW):
+    """t0 = max(F/P, M/BW)."""
+    return np.maximum(np.asarray(F, float) / P, np.asarray(M, float) / BW)
+
+
+def gemm_terms(m, n, k, w, a):
+    """F = 2 m n k; M = n k w + m (n + k) a."""
+    m, n, k = (np.asarray(x, float) for x in (m, n, k))
+    return 2 * m * n * k, n * k * w + m * (n + k) * a
+
+
+def attention_decode_terms(B, q, L, hq, hkv, d, kv, a=2.0):
+    """F = 4 B q (L + (q+1)/2) hq d; M = B (L+q) 2 hkv d kv + 2 B q hq d a."""
+    B, q, L, hq, hkv, d = (np.asarray(x, float) for x in (B, q, L, hq, hkv, d))
+    F = 4 * B * q * (L + (q + 1) / 2) * hq * d
+    M = B * (L + q) * 2 * hkv * d * kv + 2 * B * q * hq * d * a
+    return F, M
+
+
+def mla_decode_terms(B, q, L, hq, kv, a=2.0, kv_lora=MLA_KV_LORA, rope=MLA_ROPE):
+    """latent = kv_lora + rope; F = 2 B q (L + (q+1)/2) hq (2 kv_lora + rope);
+    M = B (L+q) latent kv + 2 B q hq latent a."""
+    B, q, L, hq = (np.asarray(x, float) for x in (B, q, L, hq))
+    latent = kv_lora + rope
+    F = 2 * B * q * (L + (q + 1) / 2) * hq * (2 * kv_lora + rope)
+    M = B * (L + q) * latent * kv + 2 * B * q * hq * latent * a
+    return F, M
+
+
+def moe_terms(T, E, k, D, I, tp_e, ep, w, a):
+    """Routed-expert MoE on the busiest GPU (uniform routing p = k/E).
+
+    Returns F, M, touched experts on the GPU, token-expert pairs, params per expert slice,
+    and the efficiency-axis value tokens per touched expert = T k / (E (1 - (1 - k/E)^T)).
+    """
+    T, E, k, D, I, tp_e, ep = (np.asarray(x, float) for x in (T, E, k, D, I, tp_e, ep))
+    miss = (1 - k / E) ** T
+    touched = (E / ep) * (1 - miss)
+    n = T * k
+    std = np.sqrt(n * (1 / ep) * (1 - 1 / ep))
+    pairs = n / ep + np.where(ep > 1, np.sqrt(2 * np.log(np.maximum(ep, 1))) * std, 0.0)
+    params = 3 * D * I / tp_e
+    F = 2 * pairs * params
+    M = touched * params * w + pairs * (2 * D + 3 * I / tp_e) * a
+    tpe = n / (E * (1 - miss))
+    return F, M, touched, pairs, params, tpe
+
+
+# ---------------------------------------------------------------- table rows -> roofline rows
+def _canon(v) -> str:
+    """Canonical text of one shape value: integral numbers without a decimal point (256.0 -> '256'),
+    so a shape hashes the same from parquet (int64) and from a CSV round trip (float)."""
+    if isinstance(v, (int, np.integer)):
+        return str(int(v))
+    if isinstance(v, (float, np.floating)) and float(v).is_integer():
+        return str(int(v))
+    return str(v)
+
+
+def shape_bucket(keys: pd.DataFrame) -> np.ndarray:
+    """Deterministic bucket sha1('col=val|...') mod 5 of each row's shape (no latency involved)."""
+    cols = list(keys.columns)
+    out = np.empty(len(keys), dtype=int)
+    for i, row in enumerate(keys.itertuples(index=False, name=None)):
+        txt = "|".join(f"{c}={_canon(v)}" for c, v in zip(cols, row))
+        out[i] = int(hashlib.sha1(txt.encode()).hexdigest()[:8], 16) % HELDOUT_BUCKETS
+    return out
+
+
+def _dedupe(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """One row per shape: the fastest kernel measured (tables may list several kernel sources)."""
+    return df.sort_values("latency").drop_duplicates(keys, keep="first").sort_index()
+
+
+GEMM_KEYS = ["gemm_dtype", "m", "n", "k"]
+
+
+def prepare_gemm(df: pd.DataFrame, pk: Peaks) -> pd.DataFrame:
+    """GEMM rows -> surface, axes (m, n, k, nk), roofline and measured seconds."""
+    df = df[df.gemm_dtype.isin([d for d, v in DTYPES.items() if not v[3] or pk.fp8])]
+    df = _dedupe(df, GEMM_KEYS)
+    spec = df.gemm_dtype.map(DTYPES)
+    w = spec.map(lambda s: s[1]).to_numpy()
+    a = spec.map(lambda s: s[2]).to_numpy()
+    P = np.where(spec.map(lambda s: s[3]).to_numpy(), pk.fp8 or np.nan, pk.bf16)
+    F, M = gemm_terms(df.m, df.n, df.k, w, a)
+    out = df.copy()
+    out["family"] = "gemm"
+    out["surface"] = "gemm." + spec.map(lambda s: s[0])
+    out["ax_m"] = df.m.astype(float)
+    out["ax_n"] = df.n.astype(float)
+    out["ax_k"] = df.k.astype(float)
+    out["ax_nk"] = df.n.astype(float) * df.k.astype(float)
+    out["t0"] = roofline_s(F, M, P, pk.bw)
+    out["meas_s"] = df.latency.to_numpy() * 1e-3
+    out["bucket"] = shape_bucket(df[GEMM_KEYS])
+    return out
+
+
+ATTN_KEYS = ["kv_cache_dtype", "batch_size", "step", "num_heads", "num_key_value_heads", "head_dim"]
+
+
+def prepare_attention_decode(df: pd.DataFrame, pk: Peaks) -> pd.DataFrame:
+    """generation_attention rows (full attention only: window_size 0) -> roofline rows.
+
+    The table's decode step reads ``step`` cached keys plus the new token: L = step, q = 1
+    (isl is 1 in every row). Rows with more KV heads than query heads are dropped.
+    """
+    if "window_size" in df:
+        df = df[df.window_size == 0]
+    df = df[(df.isl == 1) & (df.num_key_value_heads <= df.num_heads) & df.kv_cache_dtype.isin(KV_BYTES)
+            & (df.attn_dtype == "bfloat16")]
+    if "beam_width" in df:
+        df = df[df.beam_width == 1]
+    df = _dedupe(df, ATTN_KEYS)
+    kv = df.kv_cache_dtype.map(KV_BYTES).to_numpy()
+    B, L = df.batch_size.to_numpy(float), df.step.to_numpy(float)
+    F, M = attention_decode_terms(B, 1, L, df.num_heads, df.num_key_value_heads, df.head_dim, kv)
+    out = df.copy()
+    out["family"] = "attention_decode"
+    out["surface"] = "attention_decode." + df.kv_cache_dtype.map({"bfloat16": "bf16", "fp8": "fp8"})
+    out["ax_tokens"] = B * 1.0
+    out["ax_batch"] = B
+    out["ax_context"] = L + 1
+    out["ax_kv_bytes"] = B * (L + 1) * 2 * df.num_key_value_heads.to_numpy(float) * df.head_dim.to_numpy(float) * kv
+    out["ax_bytes"] = M
+    out["t0"] = roofline_s(F, M, pk.bf16, pk.bw)
+    out["meas_s"] = df.latency.to_numpy() * 1e-3
+    out["bucket"] = shape_bucket(df[ATTN_KEYS])
+    return out
+
+
+MLA_KEYS = ["kv_cache_dtype", "batch_size", "step", "num_heads"]
+
+
+def prepare_mla_decode(df: pd.DataFrame, pk: Peaks) -> pd.DataFrame:
+    """generation_mla rows (DeepSeek absorbed MLA; num_heads is per GPU) -> roofline rows."""
+    df = df[(df.isl == 1) & df.kv_cache_dtype.isin(KV_BYTES)]
+    if "mla_dtype" in df:
+        df = df[df.mla_dtype == "bfloat16"]
+    df = _dedupe(df, MLA_KEYS)
+    kv = df.kv_cache_dtype.map(KV_BYTES).to_numpy()
+    B, L = df.batch_size.to_numpy(float), df.step.to_numpy(float)
+    F, M = mla_decode_terms(B, 1, L, df.num_heads, kv)
+    out = df.copy()
+    out["family"] = "mla_decode"
+    out["surface"] = "mla_decode." + df.kv_cache_dtype.map({"bfloat16": "bf16", "fp8": "fp8"})
+    out["ax_tokens"] = B * 1.0
+    out["ax_batch"] = B
+    out["ax_context"] = L + 1
+    out["ax_kv_bytes"] = B * (L + 1) * (MLA_KV_LORA + MLA_ROPE) * kv
+    out["ax_bytes"] = M
+    out["ax_n"] = df.num_heads.astype(float)
+    out["t0"] = roofline_s(F, M, pk.bf16, pk.bw)
+    out["meas_s"] = df.latency.to_numpy() * 1e-3
+    out["bucket"] = shape_bucket(df[MLA_KEYS])
+    return out
+
+
+MOE_KEYS = ["moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts",
+            "moe_tp_size", "moe_ep_size"]
+
+
+def moe_distribution(df: pd.DataFrame) -> str:
+    """'balanced' routing when the table has it (matches the planner's uniform routing),
+    else the table's mildest power law."""
+    ds = set(df.distribution.unique())
+    for d in ("balanced", "power_law_1.01", "power_law_1.2"):
+        if d in ds:
+            return d
+    return sorted(ds)[0]
+
+
+def prepare_moe(df: pd.DataFrame, pk: Peaks) -> pd.DataFrame:
+    """moe rows (gated experts; one routing distribution) -> roofline rows."""
+    df = df[df.moe_dtype.isin([d for d, v in DTYPES.items() if not v[3] or pk.fp8])]
+    df = df[~df.kernel_source.str.contains("nongated|min_latency")]
+    df = df[df.distribution == moe_distribution(df)]
+    df = df[(df.num_experts % df.moe_ep_size == 0) & (df.inter_size % df.moe_tp_size == 0)]
+    df = _dedupe(df, MOE_KEYS)
+    spec = df.moe_dtype.map(DTYPES)
+    w = spec.map(lambda s: s[1]).to_numpy()
+    a = spec.map(lambda s: s[2]).to_numpy()
+    P = np.where(spec.map(lambda s: s[3]).to_numpy(), pk.fp8 or np.nan, pk.bf16)
+    F, M, touched, pairs, params, tpe = moe_terms(df.num_tokens, df.num_experts, df.topk, df.hidden_size,
+                                                  df.inter_size, df.moe_tp_size, df.moe_ep_size, w, a)
+    out = df.copy()
+    out["family"] = "moe"
+    out["surface"] = "moe." + spec.map(lambda s: s[0])
+    out["ax_tokens_per_expert"] = tpe
+    out["ax_expert_bytes"] = touched * params * w
+    out["ax_tokens"] = df.num_tokens.astype(float)
+    out["ax_bytes"] = M
+    out["ax_n"] = df.inter_size.to_numpy(float) / df.moe_tp_size.to_numpy(float)
+    out["ax_k"] = df.hidden_size.astype(float)
+    out["t0"] = roofline_s(F, M, P, pk.bw)
+    out["meas_s"] = df.latency.to_numpy() * 1e-3
+    out["bucket"] = shape_bucket(df[MOE_KEYS])
+    return out
+
+
+AR_KEYS = ["num_gpus", "message_size"]
+
+
+def prepare_all_reduce(df: pd.DataFrame, pk: Peaks) -> pd.DataFrame:
+    """custom_allreduce rows -> bytes (message_size counts bf16 elements) and seconds.
+
+    Prefers the CUDA-graph variant when the table has graph and eager rows; for tables with
+    several implementations (MNNVL one/two-shot) the fastest per size is kept.
+    """
+    df = df[df.allreduce_dtype == "bfloat16"]
+    if df.kernel_source.str.contains("graph").any():
+        df = df[df.kernel_source.str.contains("graph")]
+    df = _dedupe(df, AR_KEYS)
+    out = df.copy()
+    out["family"] = "all_reduce"
+    out["surface"] = "all_reduce"
+    out["bytes"] = df.message_size.astype(float) * 2
+    g = df.num_gpus.to_numpy(float)
+    out["t0"] = pk.link_latency_s + 2 * (g - 1) / g * out["bytes"].to_numpy() / pk.link_bw
+    out["meas_s"] = df.latency.to_numpy() * 1e-3
+    out["bucket"] = shape_bucket(df[AR_KEYS])
+    return out
+
+
+PREPARE = {"gemm": prepare_gemm, "attention_decode": prepare_attention_decode,
+           "mla_decode": prepare_mla_decode, "moe": prepare_moe, "all_reduce": prepare_all_reduce}
+# family -> (table family folder, table name)
+TABLE_OF = {"gemm": ("gemm", "gemm_perf"), "attention_decode": ("attention", "generation_attention_perf"),
+            "mla_decode": ("mla", "generation_mla_perf"), "moe": ("moe", "moe_perf"),
+            "all_reduce": ("comm", "custom_allreduce_perf")}
+# Surface axes per family. Chosen on the fit rows only (fit on buckets 2-4, compared on bucket 1;
+# bucket 0 never looked at), names from the planner's axis vocabulary:
+#   gemm:   m, n, k of the GEMM (per GPU, after TP slicing)
+#   attention_decode / mla_decode: batch = B (sequences), context = L + q (keys incl. the new
+#           tokens), bytes = M of the roofline (KV read + Q/O traffic; carries the head count)
+#   moe:    tokens_per_expert = T k / (E (1 - (1 - k/E)^T)), expert_bytes = touched params_slice w
+#           on the GPU, n = I / tp_e (expert intermediate slice)
+AXES = {"gemm": ("m", "n", "k"), "attention_decode": ("batch", "context", "bytes"),
+        "mla_decode": ("batch", "context", "bytes"), "moe": ("tokens_per_expert", "expert_bytes", "n")}
+MAX_NODES = {"gemm": (16, 16, 16), "attention_decode": (12, 17, 20), "mla_decode": (11, 17, 16),
+             "moe": (16, 16, 12)}
+SMOOTH = {"gemm": 1e-2, "attention_decode": 0.1, "mla_decode": 0.1, "moe": 0.1}
+AXIS_NOTES = {
+    "gemm": "m, n, k: GEMM dims per GPU (Y[m,n] = X[m,k] W[k,n])",
+    "attention_decode": "batch = B, context = L + q, bytes = roofline M = B (L+q) 2 hkv d kv + 2 B q hq d a",
+    "mla_decode": "batch = B, context = L + q, bytes = roofline M = B (L+q) latent kv + 2 B q hq latent a",
+    "moe": "tokens_per_expert = T k / (E (1-(1-k/E)^T)), expert_bytes = touched params_slice w, n = I / tp_e",
+}
+
+
+# ---------------------------------------------------------------- surface fitting
+def grid_nodes(x: np.ndarray, max_nodes: int) -> np.ndarray:
+    """Log2-spaced nodes from min(x) to max(x): distinct values when few, else an even log grid
+    snapped to powers of 2^(1/s) with the smallest s giving <= max_nodes nodes."""
+    ux = np.unique(x[x > 0])
+    if ux.size <= max_nodes:
+        return ux.astype(float)
+    lo, hi = np.log2(ux[0]), np.log2(ux[-1])
+    n = max_nodes
+    return np.exp2(np.linspace(lo, hi, n))
+
+
+def _locate(log_g: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Lower cell index and fraction in [0, 1] of log2(x) on the grid log_g, clamped at the ends
+    (the same rule :class:`Surface` evaluates)."""
+    if log_g.size == 1:
+        return np.zeros(x.shape, dtype=np.intp), np.zeros(x.shape)
+    lx = np.clip(np.log2(np.maximum(x, 1e-300)), log_g[0], log_g[-1])
+    i = np.clip(np.searchsorted(log_g, lx, side="right") - 1, 0, log_g.size - 2)
+    return i, (lx - log_g[i]) / (log_g[i + 1] - log_g[i])
+
+
+def _basis(surf_axes_grid: list[np.ndarray], X: np.ndarray):
+    """Sparse multilinear interpolation matrix (rows x nodes) in log2 space, clamped."""
+    from scipy import sparse
+
+    shape = [g.size for g in surf_axes_grid]
+    strides = [int(np.prod(shape[i + 1:])) for i in range(len(shape))]
+    nrow = X.shape[0]
+    idx, fr = [], []
+    for d, g in enumerate(surf_axes_grid):
+        i, f = _locate(np.log2(g), X[:, d])
+        idx.append(i)
+        fr.append(f)
+    rows, cols, vals = [], [], []
+    for corner in range(1 << len(shape)):
+        w = np.ones(nrow)
+        lin = np.zeros(nrow, dtype=np.intp)
+        for d in range(len(shape)):
+            hi = (corner >> d) & 1
+            if shape[d] == 1:
+                w = w * (0.0 if hi else 1.0)
+                lin = lin + idx[d] * strides[d]
+            else:
+                w = w * (fr[d] if hi else 1 - fr[d])
+                lin = lin + (idx[d] + hi) * strides[d]
+        rows.append(np.arange(nrow))
+        cols.append(lin)
+        vals.append(w)
+    A = sparse.csr_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+                          shape=(nrow, int(np.prod(shape))))
+    return A
+
+
+def _smoothness(shape: list[int]):
+    """Second differences along every axis of the node array (sparse)."""
+    from scipy import sparse
+
+    mats = []
+    for d, n in enumerate(shape):
+        if n < 3:
+            continue
+        D = sparse.diags([np.ones(n - 2), -2 * np.ones(n - 2), np.ones(n - 2)], [0, 1, 2], shape=(n - 2, n))
+        parts = [sparse.identity(s) if i != d else D for i, s in enumerate(shape)]
+        M = parts[0]
+        for p in parts[1:]:
+            M = sparse.kron(M, p)
+        mats.append(sparse.csr_matrix(M))
+    if not mats:
+        return sparse.csr_matrix((0, int(np.prod(shape))))
+    return sparse.vstack(mats).tocsr()
+
+
+def fit_surface(X: np.ndarray, eff: np.ndarray, axes: tuple[str, ...], max_nodes: tuple[int, ...],
+                smooth: float = 1e-2, iters: int = 3, huber: float = 0.15) -> dict:
+    """Node efficiencies e minimising sum(rho(log(A e) - log(eff))) + smooth * ||D2 log e||^2.
+
+    A is the multilinear interpolation basis in log2(axes) (what :class:`Surface` evaluates),
+    rho the Huber loss (threshold ``huber`` in log units: single pathological kernels do not
+    drag a whole cell), D2 second differences along every axis. Start: the log-linear
+    least-squares solution; then ``iters`` Gauss-Newton steps on the exact residual
+    (Huber weights re-computed each step). Nodes no row touches copy the nearest touched node;
+    values are clipped to [1e-5, max(1, 1.2 max(eff))] and kept to 3 significant digits.
+    """
+    from scipy.sparse.linalg import spsolve
+
+    grids = [grid_nodes(X[:, d], m) for d, m in enumerate(max_nodes)]
+    shape = [g.size for g in grids]
+    A = _basis(grids, X)
+    R = _smoothness(shape)
+    y = np.log(np.maximum(eff, 1e-6))
+    lam = smooth * A.shape[0] / max(R.shape[0], 1)
+    RtR = lam * (R.T @ R) + 1e-8 * _eye(A.shape[1])
+
+    def huber_w(r):
+        a = np.abs(r)
+        return np.where(a <= huber, 1.0, huber / np.maximum(a, 1e-12))
+
+    # 1) log-linear start (robust IRLS)
+    w = np.ones_like(y)
+    u = np.zeros(A.shape[1])
+    for _ in range(4):
+        Aw = A.multiply(w[:, None]).tocsr()
+        u = spsolve((A.T @ Aw + RtR).tocsc(), Aw.T @ y)
+        w = huber_w(A @ u - y)
+    e = np.exp(u)
+    # 2) Gauss-Newton on r = log(A e) - y, parametrised by log e (stays positive); halve the
+    #    step while the robust objective does not decrease
+    def objective(e_):
+        r_ = np.log(np.maximum(A @ e_, 1e-12)) - y
+        a_ = np.abs(r_)
+        rho = np.where(a_ <= huber, 0.5 * r_ ** 2, huber * (a_ - 0.5 * huber))
+        lu_ = np.log(e_)
+        return rho.sum() + 0.5 * lu_ @ (RtR @ lu_)
+
+    best = objective(e)
+    for _ in range(iters):
+        pe = np.maximum(A @ e, 1e-12)
+        r = np.log(pe) - y
+        w = huber_w(r)
+        J = A.multiply((1.0 / pe)[:, None]).multiply(e[None, :]).tocsr()  # d r / d log e
+        Jw = J.multiply(w[:, None]).tocsr()
+        lu = np.log(e)
+        step = spsolve((J.T @ Jw + RtR).tocsc(), -(Jw.T @ r) - RtR @ lu)
+        step = np.clip(step, -2, 2)
+        for _h in range(6):
+            cand = np.exp(lu + step)
+            val = objective(cand)
+            if val < best:
+                e, best = cand, val
+                break
+            step = step / 2
+        else:
+            break
+    e = _fill_unsupported(e, A, shape)
+    e = np.clip(e, 1e-5, max(1.0, 1.2 * float(np.max(eff))))
+    vals = np.array([float(f"{v:.3g}") for v in e]).reshape(shape)
+    return {"axes": list(axes), "grid": [[float(f"{v:.6g}") for v in g] for g in grids],
+            "efficiency": vals.tolist()}
+
+
+def _fill_unsupported(e: np.ndarray, A, shape: list[int]) -> np.ndarray:
+    """Nodes no fit row touches take the value of the nearest touched node (index distance),
+    instead of the smoothness penalty's free extrapolation."""
+    support = np.asarray(abs(A).sum(axis=0)).ravel() > 1e-6
+    if support.all() or not support.any():
+        return e
+    coords = np.indices(shape).reshape(len(shape), -1).T.astype(float)
+    sup, uns = np.flatnonzero(support), np.flatnonzero(~support)
+    out = e.copy()
+    for chunk in np.array_split(uns, max(1, uns.size // 512)):
+        d = ((coords[chunk, None, :] - coords[None, sup, :]) ** 2).sum(-1)
+        out[chunk] = e[sup[np.argmin(d, axis=1)]]
+    return out
+
+
+def _eye(n):
+    from scipy import sparse
+
+    return sparse.identity(n, format="csr")
+
+
+def axis_matrix(rows: pd.DataFrame, axes: tuple[str, ...]) -> np.ndarray:
+    return np.column_stack([rows[f"ax_{a}"].to_numpy(float) for a in axes])
+
+
+def predict_rows(rows: pd.DataFrame, surfaces: dict) -> np.ndarray:
+    """Predicted seconds t0 / surface(axes) for prepared rows (NaN where no surface)."""
+    out = np.full(len(rows), np.nan)
+    for name, idx in rows.groupby("surface").indices.items():
+        if name not in surfaces:
+            continue
+        s = surfaces[name] if isinstance(surfaces[name], Surface) else Surface.from_dict(surfaces[name])
+        sub = rows.iloc[idx]
+        eff = s(**{a: sub[f"ax_{a}"].to_numpy(float) for a in s.axes})
+        out[idx] = sub.t0.to_numpy() / eff
+    return out
+
+
+# ---------------------------------------------------------------- collectives
+def fit_alpha_beta(nbytes: np.ndarray, t: np.ndarray, factor: float) -> tuple[float, float]:
+    """alpha >= 0 and busBW > 0 minimising sum(((alpha + factor S / BW) / t - 1)^2)."""
+    from scipy.optimize import nnls
+
+    A = np.column_stack([np.ones_like(nbytes), factor * nbytes]) / t[:, None]
+    (alpha, inv_bw), _ = nnls(A, np.ones_like(t))
+    inv_bw = max(inv_bw, 1e-18)
+    return float(alpha), float(1.0 / inv_bw)
+
+
+def collective_entries(rows: pd.DataFrame, factor_of) -> dict:
+    """{str(g): {alpha_s, bus_bandwidth_bytes_per_s, bytes, latency_s}} from (num_gpus, bytes, meas_s) rows."""
+    out = {}
+    for g, sub in rows.groupby("num_gpus"):
+        sub = sub.sort_values("bytes")
+        if len(sub) < 2:
+            continue
+        b, t = sub["bytes"].to_numpy(float), sub.meas_s.to_numpy(float)
+        alpha, bw = fit_alpha_beta(b, t, factor_of(int(g)))
+        out[str(int(g))] = {"alpha_s": float(f"{alpha:.5g}"), "bus_bandwidth_bytes_per_s": float(f"{bw:.5g}"),
+                            "bytes": [int(x) for x in b], "latency_s": [float(f"{x:.5g}") for x in t]}
+    return out
+
+
+NCCL_OPS = {"all_gather": "all_gather", "alltoall": "all_to_all", "reduce_scatter": "reduce_scatter",
+            "all_reduce": "all_reduce_nccl"}
+
+
+def nccl_collectives(df: pd.DataFrame) -> dict:
+    """NCCL tables (message_size counts fp16 elements of the whole buffer) -> collective entries.
+
+    all_gather / reduce_scatter / all_to_all use factor (g-1)/g, all_reduce 2 (g-1)/g."""
+    df = df[df.nccl_dtype == "half"].copy()
+    df["bytes"] = df.message_size.astype(float) * 2
+    df["meas_s"] = df.latency * 1e-3
+    out = {}
+    for op, name in NCCL_OPS.items():
+        sub = df[df.op_name == op]
+        if sub.empty:
+            continue
+        f = (lambda g: 2 * (g - 1) / g) if op == "all_reduce" else (lambda g: (g - 1) / g)
+        out[name] = collective_entries(sub, f)
+    return out
+
+
+# ---------------------------------------------------------------- error metrics
+def error_stats(pred: np.ndarray, meas: np.ndarray) -> dict:
+    """MAPE, median and max of |pred/meas - 1| in percent."""
+    r = np.abs(np.asarray(pred) / np.asarray(meas) - 1) * 100
+    r = r[np.isfinite(r)]
+    if r.size == 0:
+        return {"mape_pct": None, "median_pct": None, "max_pct": None}
+    return {"mape_pct": round(float(r.mean()), 2), "median_pct": round(float(np.median(r)), 2),
+            "max_pct": round(float(r.max()), 2)}
+
+
+# ---------------------------------------------------------------- one profile
+@dataclass
+class Imported:
+    profile: dict
+    heldout_rows: pd.DataFrame  # prepared held-out rows with predictions
+
+
+def build_profile(src: gt.TableSource, system: str, engine: str, version: str,
+                  families=FAMILIES, log=print) -> Imported | None:
+    """Fit one (system, engine, version) profile on fit buckets and score it on held-out rows."""
+    hw = gt.SYSTEM_TO_CATALOG[system]
+    pk = load_peaks(hw)
+    tables = gt.list_tables(src)
+    surfaces, heldout, used, statuses, held_parts = {}, {}, {}, {}, []
+    device = None
+    collectives = {}
+    for fam in families:
+        folder, tname = TABLE_OF[fam]
+        rel = gt.resolve_table(tables, system, folder, engine, version, tname)
+        if rel is None:
+            continue
+        raw = gt.read_table(src, rel)
+        rows = PREPARE[fam](raw, pk)
+        rows = rows[np.isfinite(rows.t0) & (rows.meas_s > 0)]
+        if rows.empty:
+            continue
+        device = device or str(raw.device.iloc[0])
+        used[fam] = f"{gt.DATA_PREFIX}{rel}"
+        statuses[fam] = gt.table_status(gt.read_meta(src, rel), tname)
+        fit, held = rows[rows.bucket != 0], rows[rows.bucket == 0].copy()
+        if fam == "all_reduce":
+            ent = collective_entries(fit, lambda g: 2 * (g - 1) / g)
+            collectives["all_reduce"] = ent
+            held = held[held.num_gpus.astype(str).isin(ent)]
+            held["pred_s"] = [float(collective_time_s(ent, int(g), b)) for g, b in zip(held.num_gpus, held["bytes"])]
+        else:
+            for name, sub in fit.groupby("surface"):
+                if len(sub) < 8:
+                    continue
+                X = axis_matrix(sub, AXES[fam])
+                surfaces[name] = fit_surface(X, (sub.t0 / sub.meas_s).to_numpy(), AXES[fam], MAX_NODES[fam],
+                                             smooth=SMOOTH[fam])
+            held["pred_s"] = predict_rows(held, surfaces)
+        held = held[np.isfinite(held.pred_s)]
+        heldout[fam] = {"n": int(len(held)), "roofline": error_stats(held.t0, held.meas_s),
+                        "fitted": error_stats(held.pred_s, held.meas_s)}
+        held["system"], held["hardware"], held["engine"], held["version"] = system, hw, engine, version
+        held_parts.append(held)
+        log(f"  {hw} {engine}-{version} {fam:17s} n_fit={len(fit):6d} n_held={len(held):5d} "
+            f"roofline MAPE {heldout[fam]['roofline']['mape_pct']}%  fitted MAPE {heldout[fam]['fitted']['mape_pct']}%")
+    if not surfaces and not collectives:
+        return None
+    nccl_rel = gt.newest_table(tables, system, "comm", "nccl", "nccl_perf")
+    if nccl_rel is not None:
+        collectives.update(nccl_collectives(gt.read_table(src, nccl_rel)))
+        used["nccl"] = f"{gt.DATA_PREFIX}{nccl_rel}"
+        statuses["nccl"] = gt.table_status(gt.read_meta(src, nccl_rel), "nccl_perf")
+    profile = {
+        "format": "dsd-planner-profile", "format_version": 2,
+        "hardware": hw, "device": {"name": device, "kind": "cuda"},
+        "basis": "measured kernel tables",
+        "provenance": {
+            "source": f"aiconfigurator-core {gt.PACKAGE_VERSION} (Apache-2.0) measured kernel tables",
+            "package_version": gt.PACKAGE_VERSION, "engine": engine, "engine_version": version,
+            "tables": used, "date": _dt.date.today().isoformat(),
+            "status": "; ".join(f"{k}: {v}" for k, v in statuses.items()),
+            "system": system,
+            "axes": {f: AXIS_NOTES[f] for f in AXES if any(k.startswith(f + ".") for k in surfaces)},
+            "notes": ("efficiency = roofline time / measured time, roofline from the catalog datasheet "
+                      "peaks of 'hardware'; surfaces fitted on 4/5 of the shapes (sha1(shape) mod 5 != 0); "
+                      "decode attention: full attention (window 0), q = 1, L = step; MoE: gated experts, "
+                      "routing distribution " + "'balanced' where measured; all-reduce bytes = 2 x "
+                      "message_size (bf16 elements); NCCL all_gather/reduce_scatter/all_to_all bytes = whole "
+                      "buffer; the tables time CUDA-graph replays, so launch_overhead_s = 0 and the "
+                      "tiny-kernel floor lives in the surfaces"),
+        },
+        "surfaces": dict(sorted(surfaces.items())),
+        "collectives": collectives,
+        "launch_overhead_s": 0.0,
+        "compute_efficiency": {}, "memory_efficiency": {},
+        "heldout_error": heldout,
+    }
+    return Imported(profile, pd.concat(held_parts, ignore_index=True) if held_parts else pd.DataFrame())
+
+
+def dump_profile(profile: dict) -> str:
+    """JSON with one key per line down to the surface / collective entries, arrays kept on one line."""
+    def enc(obj, depth):
+        pad = " " * depth
+        if isinstance(obj, dict) and depth < 4:
+            if not obj:
+                return "{}"
+            items = [f"{pad} {json.dumps(k)}: {enc(v, depth + 1)}" for k, v in obj.items()]
+            return "{\n" + ",\n".join(items) + "\n" + pad + "}"
+        return json.dumps(obj, separators=(",", ":"))
+    return enc(profile, 0) + "\n"
+
+
+def profile_filename(hardware: str, engine: str, version: str) -> str:
+    return f"{hardware}.{engine}-{version}.profile.json"
+
+
+# ---------------------------------------------------------------- CLI
+RAW_COLS = {
+    "gemm": ["gemm_dtype", "m", "n", "k", "kernel_source"],
+    "attention_decode": ["batch_size", "isl", "step", "num_heads", "num_key_value_heads", "head_dim",
+                         "attn_dtype", "kv_cache_dtype", "kernel_source"],
+    "mla_decode": ["batch_size", "isl", "step", "num_heads", "kv_cache_dtype", "kernel_source"],
+    "moe": ["moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size",
+            "moe_ep_size", "distribution", "kernel_source"],
+    "all_reduce": ["num_gpus", "message_size", "allreduce_dtype", "kernel_source"],
+}
+
+
+def sample_heldout(held: pd.DataFrame, per_group: int = 5) -> pd.DataFrame:
+    """A few held-out rows per (hardware, engine, family), spread over the size range."""
+    parts = []
+    for (hw, eng, fam), sub in held.groupby(["hardware", "engine", "family"]):
+        sub = sub.sort_values("t0")
+        idx = np.unique(np.linspace(0, len(sub) - 1, min(per_group, len(sub))).round().astype(int))
+        s = sub.iloc[idx]
+        cols = [c for c in RAW_COLS[fam] if c in s]
+        d = s[cols].copy()
+        d.insert(0, "family", fam)
+        d.insert(0, "version", s.version)
+        d.insert(0, "engine", eng)
+        d.insert(0, "gpu", hw)
+        d["measured_ms"] = s.latency.to_numpy()
+        d["fitted_ms"] = (s.pred_s * 1e3).round(6).to_numpy()
+        parts.append(d)
+    return pd.concat(parts, ignore_index=True) if parts else pd.DataFrame()
+
+
+def heldout_markdown(rows: list[dict]) -> str:
+    lines = ["# Held-out error of the imported GPU profiles", "",
+             f"Source: aiconfigurator-core {gt.PACKAGE_VERSION} measured kernel tables (Apache-2.0). "
+             "Held-out = shapes with sha1(shape) mod 5 == 0 (never fitted). MAPE of |pred/meas - 1| in %; "
+             "roofline = catalog datasheet peaks, no efficiency; fitted = the profile's surfaces / collective tables.",
+             "", "| GPU | engine | family | n | roofline MAPE | fitted MAPE | fitted median | fitted max |",
+             "|---|---|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['hardware']} | {r['engine']}-{r['version']} | {r['family']} | {r['n']} | "
+                     f"{r['roofline']['mape_pct']} | {r['fitted']['mape_pct']} | {r['fitted']['median_pct']} | "
+                     f"{r['fitted']['max_pct']} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m calibration.import_tables", description=__doc__.split("\n")[0])
+    ap.add_argument("--gpu", nargs="*", help="catalog names (default: every catalog GPU the tables have)")
+    ap.add_argument("--engine", nargs="*", choices=gt.ENGINES, help="default: all engines")
+    ap.add_argument("--version", help="engine version (default: the wheel's 'current' slot per system/engine)")
+    ap.add_argument("--family", nargs="*", choices=FAMILIES, default=list(FAMILIES))
+    ap.add_argument("--output-dir", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--list", action="store_true", help="list (system, engine, version) combos and exit")
+    ap.add_argument("--no-summary", action="store_true", help="skip heldout.md / heldout_rows.csv")
+    args = ap.parse_args(argv)
+    try:
+        src = gt.locate_tables()
+        combos = gt.list_combos(src)
+        if args.list:
+            print(combos.to_string(index=False))
+            return 0
+        current = gt.current_versions(src)
+        systems = [s for s in sorted(combos.system.unique()) if s in gt.SYSTEM_TO_CATALOG]
+        if args.gpu:
+            bad = [g for g in args.gpu if g not in gt.CATALOG_TO_SYSTEM or gt.CATALOG_TO_SYSTEM[g] not in systems]
+            if bad:
+                have = sorted(gt.SYSTEM_TO_CATALOG[s] for s in systems)
+                raise gt.PlannerError(f"no measured tables for {', '.join(bad)} (have: {', '.join(have)})")
+            systems = [gt.CATALOG_TO_SYSTEM[g] for g in args.gpu]
+        engines = args.engine or list(gt.ENGINES)
+        args.output_dir.mkdir(parents=True, exist_ok=True)
+        print(f"tables: {src.describe()}")
+        summary, held_all = [], []
+        for system in systems:
+            for engine in engines:
+                version = args.version or current.get((system, engine))
+                if version is None:
+                    continue
+                imp = build_profile(src, system, engine, version, tuple(args.family))
+                if imp is None:
+                    continue
+                hw = gt.SYSTEM_TO_CATALOG[system]
+                path = args.output_dir / profile_filename(hw, engine, version)
+                path.write_text(dump_profile(imp.profile))
+                print(f"wrote {path} ({path.stat().st_size // 1024} KiB)")
+                for fam, e in imp.profile["heldout_error"].items():
+                    summary.append({"hardware": hw, "engine": engine, "version": version, "family": fam, **e})
+                held_all.append(imp.heldout_rows)
+        if summary and not args.no_summary:
+            (args.output_dir / "heldout.md").write_text(heldout_markdown(summary))
+            sample = sample_heldout(pd.concat(held_all, ignore_index=True))
+            sample.to_csv(args.output_dir / "heldout_rows.csv", index=False)
+            print(f"wrote {args.output_dir / 'heldout.md'} and heldout_rows.csv ({len(sample)} rows)")
+    except gt.PlannerError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,447 @@
+"""Transfer validation: score the planner on published GPU measurements it was never fitted to.
+
+    python -m calibration.transfer [--corpus calibration/data/published/corpus.csv]
+                                   [--output-dir calibration/data/transfer] [--peer]
+
+Each corpus row (one published number, its source, device, engine, model, TP, dtype, batch size,
+K, context) becomes a scenario and is predicted twice:
+
+- ``datasheet``: the planner as it was, datasheet peaks and the ideal engine (no host time);
+- ``planner``: the best evidence the planner has for that device (measured kernel tables shipped in
+  ``simulator/data/profiles``, else the published prior, else the datasheet) and the engine profile of
+  the row's engine (``simulator/data/engines``).
+
+What is compared (never fitted to these rows):
+
+- plain decode step time [ms]: published per-step latency or TPOT, or per-user tok/s at a known batch;
+- run time / output tokens [ms]: published batch latency or total throughput of a static batch of B
+  requests; predicted by the serving simulation (chunked prefill, decode, and the KV cache's limit on
+  how many run at once), so both sides hold the same work;
+- speculative speedup at batch B (goodput with K drafts / plain goodput): acceptance is an input, not
+  a prediction; rows give it as acceptance length, or the smallest-batch row of a curve anchors it
+  (that row is then not scored);
+- the win/lose decision: measured speedup > 1 vs predicted > 1.
+
+Rows the planner cannot express (a device or model outside the catalog, self-speculation with a
+compressed KV cache, an nvfp4 target) are listed with the reason, not scored. With ``--peer`` and the
+``aiconfigurator_core`` package importable, the peer's own TPOT estimate for the same plain rows is
+set beside ours. The per-device residuals become the uncertainty band every prediction quotes
+(``simulator/data/transfer_error.json``).
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import io
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import brentq
+
+from simulator.cli.common import OneLineParser, run_cli, write_atomically, write_files_atomically
+from simulator.errors import PlannerError
+from simulator import serving
+from simulator.plan.grid import compute_grid
+from simulator.specs.engines import engine_versions
+from simulator.specs.models import list_models
+from simulator.specs.scenario import Scenario, build_scenario
+
+REPO = Path(__file__).resolve().parent.parent
+CORPUS = REPO / "calibration" / "data" / "published" / "corpus.csv"
+OUT_DIR = REPO / "calibration" / "data" / "transfer"
+BAND_FILE = REPO / "simulator" / "data" / "transfer_error.json"
+
+# corpus device -> catalog hardware, with why when the source leaves the variant open
+DEVICES = {"A100-80GB": ("a100-80gb", ""), "H100": ("h100-sxm", "form factor not stated: SXM assumed"),
+           "H100-SXM": ("h100-sxm", ""), "H200": ("h200", ""), "B200": ("b200", ""), "MI300X": ("mi300x", ""),
+           "L40S": ("l40s", "")}
+# the plain "A100" rows: TensorRT-LLM's perf tables ran A100-SXM4-80GB; Argonne's Polaris nodes hold A100-40GB
+A100_BY_SOURCE = {"trtllm-perf-v061": "a100-80gb", "argonne-llm-inference-bench": "a100-40gb"}
+ENGINES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm", "gpt-fast": "gpt-fast"}
+# engine and version a source ran when the row does not say: its publication date's release line
+SOURCE_ENGINES = {"magicdec-paper": ("gpt-fast", None),  # "authors' backend built on gpt-fast" (corpus notes)
+                  "argonne-llm-inference-bench": (None, "0.6.3"),  # arXiv 2411.00136, Nov 2024: vLLM 0.6 line
+                  "lmsys-sglang-mtp-blog": (None, "0.4.4"), "trtllm-dsr1-b200-blog": (None, "1.0"),
+                  "trtllm-mtp-blog": (None, "1.0"), "trtllm-ngram-blog": (None, "1.0")}
+WEIGHTS = {"bf16": ("bf16", "bf16"), "fp16": ("bf16", "bf16"), "fp8": ("fp8", "fp8"),
+           "int8-weight-only": ("int8", "bf16"), "int4-weight-only-g32": ("int4", "bf16")}
+DRAFTS = {"eagle": "eagle", "eagle2": "eagle", "eagle3": "eagle3", "mtp": "mtp", "ngram": "ngram"}
+PLAIN_METRICS = ("plain_step_ms", "tpot_ms", "output_tok_s_per_user")
+RUN_METRICS = ("output_tok_s_total", "output_tok_s_per_gpu", "batch_latency_s", "e2e_latency_ms")
+
+
+@dataclass
+class Case:
+    """One corpus row made into something the planner can price."""
+
+    row: pd.Series
+    kind: str  # "plain", "run" or "speedup"
+    raw: dict  # scenario dict (TOML layout) for the planner basis
+    measured: float  # ms per step (plain, run) or the speedup
+    note: str = ""
+
+
+def _num(v) -> float | None:
+    return None if pd.isna(v) else float(v)
+
+
+def _hardware(row) -> tuple[str | None, str]:
+    if row.device == "A100":
+        hw = A100_BY_SOURCE.get(row.source_id)
+        return hw, "A100 variant per source (see DEVICES in calibration/transfer.py)"
+    hw, why = DEVICES.get(row.device, (None, ""))
+    return hw, why
+
+
+def _draft(method: str) -> str | None:
+    if method in ("none", "", None) or (isinstance(method, float) and np.isnan(method)):
+        return "none"
+    if method in DRAFTS:
+        return DRAFTS[method]
+    if method.startswith("draft-model:") and "(" not in method:
+        name = method.split(":", 1)[1]
+        return f"model:{name}" if name in list_models() else None
+    return None  # self-speculation with a compressed KV cache, or a draft outside the catalog
+
+
+def _version_key(v: str) -> tuple:
+    return tuple(int(x) if x.isdigit() else -1 for x in v.replace("rc", ".").replace("a", ".").split(".")[:4])
+
+
+def engine_for(row) -> dict:
+    """The engine profile a row ran on: its engine, and the newest profile version not newer than the
+    version it states (or its source's release line); the oldest profile when all are newer."""
+    name, version = SOURCE_ENGINES.get(row.source_id, (None, None))
+    name = name or ENGINES.get(row.engine, "ideal")
+    if not pd.isna(row.engine_version):
+        version = str(row.engine_version).split()[0]
+    versions = engine_versions(name)
+    if not versions or not versions[0]:
+        return {"name": name}
+    if version is None:
+        return {"name": name, "version": versions[-1]}
+    older = [v for v in versions if _version_key(v) <= _version_key(version)]
+    return {"name": name, "version": (older or versions)[-1] if older else versions[0]}
+
+
+def iid_rate(al: float, k: int) -> float:
+    """The i.i.d. acceptance rate a with 1 + a + ... + a^K = AL (AL in (1, K+1))."""
+    if not 1.0 < al < k + 1:
+        raise PlannerError(f"acceptance length {al} is outside (1, {k + 1}) for K={k}")
+    return brentq(lambda a: sum(a ** i for i in range(k + 1)) - al, 1e-9, 1 - 1e-12)
+
+
+def case_for(row: pd.Series) -> Case | str:
+    """A Case, or the reason the planner cannot express the row."""
+    hw, hw_note = _hardware(row)
+    if hw is None:
+        return f"device {row.device} is not in the hardware catalog"
+    if row.model not in list_models():
+        return f"model {row.model} is not in the model catalog"
+    dtype = WEIGHTS.get(str(row.weight_dtype) if not pd.isna(row.weight_dtype) else "bf16")
+    if dtype is None:
+        return f"weights {row.weight_dtype} have no planner dtype"
+    draft = _draft(row.draft_method)
+    if draft is None:
+        return f"draft {row.draft_method} is not a planner draft method"
+    tp = int(row.tp) if not pd.isna(row.tp) else int(row.num_gpus) if not pd.isna(row.num_gpus) else None
+    if tp is None:
+        return "TP not stated"
+    B, K = int(row.batch_size), int(row.k) if not pd.isna(row.k) else 0
+    inp, out = _num(row.input_len), _num(row.output_len)
+    ctx = _num(row.context_len) or ((inp or 0) + (out or 0) / 2) or 512.0
+    raw = {"model": {"name": row.model}, "hardware": {"name": hw, "tp": tp},
+           "precision": {"weights": dtype[0], "activations": dtype[1],
+                         "kv_cache": "fp8" if str(row.kv_dtype) == "fp8" else "bf16"},
+           "workload": {"context_len": int(ctx), "batch_sizes": [B], "k_max": max(K, 1), "fixed_k": max(K, 1),
+                        "memory_utilization": 0.95},
+           "engine": engine_for(row),
+           "draft": {"method": draft if draft != "none" else "ngram"}}
+    m = row.metric
+    if m in PLAIN_METRICS and draft == "none":
+        value = 1000.0 / row.value if m == "output_tok_s_per_user" else float(row.value)
+        return Case(row, "plain", raw, value, hw_note)
+    if m in RUN_METRICS and draft == "none":
+        if out is None or inp is None:
+            return "run metric without input and output lengths"
+        total_tok_s = {"output_tok_s_total": row.value, "output_tok_s_per_gpu": row.value * tp}.get(m)
+        run_s = B * out / total_tok_s if total_tok_s else row.value * (1e-3 if m == "e2e_latency_ms" else 1.0)
+        return Case(row, "run", raw, run_s / out * 1e3, hw_note)
+    if m == "spec_speedup" and draft != "none":
+        if K < 1:
+            return "speedup without K"
+        return Case(row, "speedup", raw, float(row.value), hw_note)
+    return f"metric {m} with draft {row.draft_method} is not scored"
+
+
+def _scenario(raw: dict, basis: str) -> Scenario:
+    raw = json.loads(json.dumps(raw))
+    if basis == "datasheet":
+        raw["calibration"] = {"profile": "none"}
+        raw["engine"] = {"name": "ideal"}
+    return build_scenario(raw, origin="corpus")
+
+
+def run_time_s(sc: Scenario, batch: int, prompt: int, output: int) -> float:
+    """A static batch of B requests (prompt + output tokens each) through the serving simulation:
+    chunked prefill, then decode; the KV cache may hold fewer than B at once (then they queue)."""
+    wl = serving.Workload(arrival="waves", concurrency=batch, n_requests=batch, prompt_len=prompt,
+                          output_len=output, max_num_seqs=batch)
+    eng = serving.engine_from_scenario(sc, max_num_seqs=batch)
+    return float(serving.simulate(sc, "plain", workload=wl, engine=eng).summary["makespan_s"])
+
+
+def predict_case(case: Case, basis: str, acceptance_length: float | None) -> tuple[float, str]:
+    """(predicted value in the measured unit, what the prediction rests on)."""
+    sc = _scenario(case.raw, basis)
+    B, K = int(case.row.batch_size), int(case.row.k) if not pd.isna(case.row.k) else 0
+    if case.kind == "speedup":
+        sc = sc.with_overrides(acceptance=iid_rate(acceptance_length, K))
+        g = compute_grid(sc, batch_sizes=[B], ks=[0, K])
+        return float(g.goodput_per_seq[0, 1] / g.goodput_per_seq[0, 0]), sc.cost_source
+    if case.kind == "run":
+        out, inp = int(case.row.output_len), int(case.row.input_len)
+        return run_time_s(sc, B, inp, out) * 1e3 / out, sc.cost_source
+    g = compute_grid(sc, batch_sizes=[B], ks=[0])
+    return float(g.itl_s[0, 0]) * 1e3, sc.cost_source
+
+
+def _curve_key(row) -> tuple:
+    return (row.source_id, row.device, row.model, row.draft_method, int(row.k), row.context_len if not pd.isna(
+        row.context_len) else -1, row.locator)
+
+
+def anchor_acceptance(cases: list[Case]) -> dict[int, tuple[float | None, bool]]:
+    """Acceptance length per speedup case: the row's own, else solved so that the smallest-batch row of
+    its curve is reproduced by the datasheet-free planner basis (that anchor row is not scored)."""
+    out: dict[int, tuple[float | None, bool]] = {}
+    curves: dict[tuple, list[Case]] = {}
+    for c in cases:
+        if c.kind != "speedup":
+            continue
+        if not pd.isna(c.row.acceptance_length):
+            out[c.row.row_id] = (float(c.row.acceptance_length), False)
+        else:
+            curves.setdefault(_curve_key(c.row), []).append(c)
+    for members in curves.values():
+        members.sort(key=lambda c: c.row.batch_size)
+        first, K = members[0], int(members[0].row.k)
+        try:
+            al = brentq(lambda a: predict_case(first, "planner", a)[0] - first.measured, 1.0 + 1e-6, K + 1 - 1e-6)
+        except (ValueError, PlannerError):
+            al = None
+        out[first.row.row_id] = (al, True)
+        for c in members[1:]:
+            out[c.row.row_id] = (al, False)
+    return out
+
+
+def peer_tpot_ms(case: Case) -> float | None:
+    """aiconfigurator's own decode-step estimate for a plain row (None where it cannot say)."""
+    try:
+        from aiconfigurator_core.sdk.engine import EngineHandle  # optional: pip install aiconfigurator-core
+    except ImportError:
+        return None
+    systems = {"h100-sxm": "h100_sxm", "h200": "h200_sxm", "a100-80gb": "a100_sxm", "b200": "b200_sxm", "l40s": "l40s"}
+    hf = {"llama-3.1-8b": "meta-llama/Meta-Llama-3.1-8B", "llama-3.1-70b": "meta-llama/Meta-Llama-3.1-70B",
+          "qwen3-32b": "Qwen/Qwen3-32B", "deepseek-v3": "deepseek-ai/DeepSeek-V3"}
+    hw, model = case.raw["hardware"]["name"], case.raw["model"]["name"]
+    if hw not in systems or model not in hf or case.kind == "speedup":
+        return None
+    engine = case.raw["engine"]["name"] if case.raw["engine"]["name"] in ("vllm", "sglang", "trtllm") else "trtllm"
+    quant = {"gemm_quant_mode": "fp8"} if case.raw["precision"]["weights"] == "fp8" else {}
+    inp = int(case.row.input_len) if not pd.isna(case.row.input_len) else case.raw["workload"]["context_len"]
+    out = int(case.row.output_len) if not pd.isna(case.row.output_len) else 128
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+            h = EngineHandle.compile(hf[model], systems[hw], engine, backend_version=None,
+                                     tp_size=case.raw["hardware"]["tp"], **quant)
+            return float(h.decode_step_latency(int(case.row.batch_size), inp, out))
+    except Exception:  # noqa: BLE001 - the peer refuses configurations it has no data for
+        return None
+
+
+def score(corpus: pd.DataFrame, peer: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(scored rows, skipped rows with reasons)."""
+    cases, skipped = [], []
+    for _, row in corpus.iterrows():
+        c = case_for(row)
+        if isinstance(c, str):
+            skipped.append({"row_id": row.row_id, "source_id": row.source_id, "device": row.device,
+                            "model": row.model, "metric": row.metric, "reason": c})
+        else:
+            cases.append(c)
+    acc = anchor_acceptance(cases)
+    rows = []
+    for c in cases:
+        al, anchor = acc.get(c.row.row_id, (None, False))
+        if c.kind == "speedup" and al is None:
+            skipped.append({"row_id": c.row.row_id, "source_id": c.row.source_id, "device": c.row.device,
+                            "model": c.row.model, "metric": c.row.metric, "reason": "acceptance could not be anchored"})
+            continue
+        try:
+            pred, basis = predict_case(c, "planner", al)
+            pred_ds, _ = predict_case(c, "datasheet", al)
+        except PlannerError as err:
+            skipped.append({"row_id": c.row.row_id, "source_id": c.row.source_id, "device": c.row.device,
+                            "model": c.row.model, "metric": c.row.metric, "reason": f"planner refused: {err}"})
+            continue
+        r = c.row
+        rec = {"row_id": r.row_id, "source_id": r.source_id, "locator": r.locator, "device": r.device,
+               "hardware": c.raw["hardware"]["name"], "engine": r.engine, "model": r.model, "tp": c.raw["hardware"]["tp"],
+               "weights": c.raw["precision"]["weights"], "batch_size": int(r.batch_size),
+               "k": int(r.k) if not pd.isna(r.k) else 0, "context_len": c.raw["workload"]["context_len"],
+               "kind": c.kind, "anchor": anchor, "acceptance_length": al, "measured": c.measured,
+               "predicted": pred, "predicted_datasheet": pred_ds, "basis": basis, "note": c.note}
+        rec["error"] = pred / c.measured - 1
+        rec["error_datasheet"] = pred_ds / c.measured - 1
+        if c.kind == "speedup":
+            rec["decision_right"] = (pred > 1) == (c.measured > 1)
+            rec["decision_right_datasheet"] = (pred_ds > 1) == (c.measured > 1)
+        if peer and c.kind == "plain":
+            p = peer_tpot_ms(c)
+            rec["peer_predicted"] = p
+            rec["peer_error"] = None if p is None else p / c.measured - 1
+        rows.append(rec)
+    return pd.DataFrame(rows), pd.DataFrame(skipped)
+
+
+def _stats(err: pd.Series) -> dict:
+    e = err.dropna().abs()
+    return {"n": int(len(e)), "mape": float(e.mean()) if len(e) else float("nan"),
+            "worst": float(e.max()) if len(e) else float("nan")}
+
+
+def summarize(rows: pd.DataFrame) -> dict:
+    step = rows[rows.kind.isin(["plain", "run"])]
+    spec = rows[(rows.kind == "speedup") & ~rows.anchor]
+    out = {
+        "step_time": {"planner": _stats(step.error), "datasheet": _stats(step.error_datasheet),
+                      "sources": sorted(step.source_id.unique()), "gpus": sorted(step.hardware.unique()),
+                      "tp": sorted(int(t) for t in step.tp.unique()),
+                      "batch_sizes": [int(step.batch_size.min()), int(step.batch_size.max())] if len(step) else []},
+        "plain_only": {"planner": _stats(step[step.kind == "plain"].error),
+                       "datasheet": _stats(step[step.kind == "plain"].error_datasheet)},
+        "speedup": {"planner": _stats(spec.error), "datasheet": _stats(spec.error_datasheet),
+                    "curves": int(spec.groupby(["source_id", "device", "model", "k", "context_len"]).ngroups)
+                    if len(spec) else 0},
+        "decision": {"planner": float(spec.decision_right.mean()) if len(spec) else float("nan"),
+                     "datasheet": float(spec.decision_right_datasheet.mean()) if len(spec) else float("nan"),
+                     "n": int(len(spec))},
+        "by_gpu": {hw: {"step_time": _stats(g[g.kind.isin(["plain", "run"])].error),
+                        "speedup": _stats(g[(g.kind == "speedup") & ~g.anchor].error),
+                        "datasheet_step_time": _stats(g[g.kind.isin(["plain", "run"])].error_datasheet),
+                        "basis": g.basis.iloc[0]}
+                   for hw, g in rows.groupby("hardware")},
+        "by_source": {s: {"planner": _stats(g[~g.anchor].error), "datasheet": _stats(g[~g.anchor].error_datasheet)}
+                      for s, g in rows.groupby("source_id")},
+    }
+    if "peer_error" in rows and rows.peer_error.notna().any():
+        both = rows[rows.peer_error.notna()]
+        out["peer"] = {"n": int(len(both)), "peer": _stats(both.peer_error), "planner": _stats(both.error)}
+    return out
+
+
+def _pct(x: float) -> str:
+    return "-" if x != x else f"{x:.1%}"
+
+
+def markdown(summary: dict, rows: pd.DataFrame, skipped: pd.DataFrame, corpus_path: str) -> str:
+    s = summary
+    st, sp, dc = s["step_time"], s["speedup"], s["decision"]
+    lines = [
+        "# Transfer validation: predictions against published GPU measurements", "",
+        f"Corpus: `{corpus_path}` ({len(rows) + len(skipped)} rows; {len(rows)} scored, {len(skipped)} not"
+        " expressible). Nothing here was fitted to these rows. `python -m calibration.transfer` regenerates it.", "",
+        "| what | rows | datasheet (before) MAPE | planner MAPE | planner worst |", "|---|---|---|---|---|",
+        f"| decode step time (plain + run time / output token) | {st['planner']['n']} | {_pct(st['datasheet']['mape'])} |"
+        f" {_pct(st['planner']['mape'])} | {_pct(st['planner']['worst'])} |",
+        f"| of which plain step time only | {s['plain_only']['planner']['n']} | {_pct(s['plain_only']['datasheet']['mape'])} |"
+        f" {_pct(s['plain_only']['planner']['mape'])} | {_pct(s['plain_only']['planner']['worst'])} |",
+        f"| speculative speedup ({sp['curves']} curves, anchor rows excluded) | {sp['planner']['n']} |"
+        f" {_pct(sp['datasheet']['mape'])} | {_pct(sp['planner']['mape'])} | {_pct(sp['planner']['worst'])} |",
+        f"| speculate-or-not decision right | {dc['n']} | {_pct(dc['datasheet'])} | {_pct(dc['planner'])} | |", "",
+        f"Step-time rows come from {len(st['sources'])} sources ({', '.join(st['sources'])}) on {len(st['gpus'])} GPU"
+        f" types ({', '.join(st['gpus'])}), TP {st['tp']}, batch sizes {st['batch_sizes']}.", "",
+        "Targets (issue 11): step-time MAPE <= 12%, worst <= 25%; speedup MAPE <= 12%; decision right >= 95%.", ""]
+    if "peer" in s:
+        p = s["peer"]
+        lines += [f"Peer (aiconfigurator-core 0.12.0, its own TPOT estimate) on the {p['n']} plain rows it can"
+                  f" express: MAPE {_pct(p['peer']['mape'])} (worst {_pct(p['peer']['worst'])}); the planner on the"
+                  f" same rows: {_pct(p['planner']['mape'])} (worst {_pct(p['planner']['worst'])}).", ""]
+    else:
+        lines += ["Peer estimate: not run (`--peer` with the aiconfigurator-core package importable).", ""]
+    lines += ["## By GPU", "", "| GPU | basis | step rows | datasheet MAPE | planner MAPE | worst | speedup rows | speedup MAPE |",
+              "|---|---|---|---|---|---|---|---|"]
+    for hw, g in s["by_gpu"].items():
+        lines.append(f"| {hw} | {g['basis'].split(';')[0]} | {g['step_time']['n']} | {_pct(g['datasheet_step_time']['mape'])} |"
+                     f" {_pct(g['step_time']['mape'])} | {_pct(g['step_time']['worst'])} | {g['speedup']['n']} |"
+                     f" {_pct(g['speedup']['mape'])} |")
+    lines += ["", "## By source", "", "| source | rows | datasheet MAPE | planner MAPE | worst |", "|---|---|---|---|---|"]
+    for src, g in s["by_source"].items():
+        lines.append(f"| {src} | {g['planner']['n']} | {_pct(g['datasheet']['mape'])} | {_pct(g['planner']['mape'])} |"
+                     f" {_pct(g['planner']['worst'])} |")
+    lines += ["", "## Rows", "", "| row | source | GPU | engine | model | TP | B | K | ctx | kind | measured | datasheet |"
+              " planner | error | peer |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows.itertuples():
+        unit = "x" if r.kind == "speedup" else " ms"
+        peer = getattr(r, "peer_predicted", None)
+        lines.append(f"| {r.row_id} | {r.source_id} | {r.hardware} | {r.engine} | {r.model} | {r.tp} | {r.batch_size} |"
+                     f" {r.k} | {r.context_len} | {r.kind}{' (anchor)' if r.anchor else ''} | {r.measured:.3g}{unit} |"
+                     f" {r.predicted_datasheet:.3g}{unit} | {r.predicted:.3g}{unit} | {r.error:+.1%} |"
+                     f" {'-' if peer is None or peer != peer else f'{peer:.3g} ms'} |")
+    lines += ["", "## Not expressible", "", "| reason | rows |", "|---|---|"]
+    for reason, n in skipped.groupby("reason").size().sort_values(ascending=False).items():
+        lines.append(f"| {reason} | {n} |")
+    return "\n".join(lines) + "\n"
+
+
+def bands(summary: dict) -> dict:
+    """Per GPU: the step-time and speedup MAPE on the corpus (the uncertainty every prediction quotes)."""
+    out = {"_source": "calibration/data/transfer/transfer.md (python -m calibration.transfer)",
+           "_date": dt.date.today().isoformat(),
+           "_all": {"step_time_mape": summary["step_time"]["planner"]["mape"],
+                    "step_time_worst": summary["step_time"]["planner"]["worst"],
+                    "n": summary["step_time"]["planner"]["n"],
+                    "speedup_mape": summary["speedup"]["planner"]["mape"]},
+           "_datasheet": {"step_time_mape": summary["step_time"]["datasheet"]["mape"],
+                          "n": summary["step_time"]["datasheet"]["n"]}}
+    for hw, g in summary["by_gpu"].items():
+        out[hw] = {"step_time_mape": g["step_time"]["mape"], "step_time_worst": g["step_time"]["worst"],
+                   "n": g["step_time"]["n"], "speedup_mape": g["speedup"]["mape"], "basis": g["basis"].split(";")[0]}
+    return json.loads(json.dumps(out, default=float).replace("NaN", "null"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = OneLineParser(prog="python -m calibration.transfer", description=__doc__.split("\n\n")[0])
+    p.add_argument("--corpus", default=str(CORPUS), help="published corpus CSV")
+    p.add_argument("--output-dir", default=str(OUT_DIR), help="where transfer.md / .json / rows CSV go")
+    p.add_argument("--peer", action="store_true", help="also ask aiconfigurator-core for its own estimate")
+    p.add_argument("--no-bands", action="store_true", help="do not rewrite simulator/data/transfer_error.json")
+    args = p.parse_args(argv)
+
+    def body() -> int:
+        path = Path(args.corpus)
+        if not path.is_file():
+            raise PlannerError(f"--corpus {path}: not a file (the shipped corpus is {CORPUS.relative_to(REPO)})")
+        corpus = pd.read_csv(path)
+        rows, skipped = score(corpus, peer=args.peer)
+        summary = summarize(rows)
+        text = markdown(summary, rows, skipped, str(path.relative_to(REPO) if path.is_relative_to(REPO) else path))
+        write_files_atomically(args.output_dir, {
+            "transfer.md": text, "transfer.json": json.dumps(summary, indent=1, default=float) + "\n",
+            "transfer_rows.csv": rows.to_csv(index=False), "not_expressible.csv": skipped.to_csv(index=False)})
+        if not args.no_bands:
+            write_atomically(BAND_FILE, json.dumps(bands(summary), indent=1) + "\n", flag="bands")
+        print(text.split("\n## By GPU")[0])
+        return 0
+
+    return run_cli(body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,215 @@
+"""Measured GPU kernel tables (aiconfigurator-core wheel) -> format-2 profiles.
+
+Fast tests use only the shipped files under simulator/data/profiles/; the ``slow`` ones need
+the wheel (installed, or cached in ~/.cache/dsd-planner/wheels) and are skipped without it.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from calibration import gpu_tables as gt
+from calibration import import_tables as it
+from simulator.specs.surfaces import Surface, collective_time_s
+
+PROFILES = Path(__file__).resolve().parents[1] / "simulator" / "data" / "profiles"
+SHIPPED = sorted(PROFILES.glob("*.profile.json"))
+HELDOUT_CSV = PROFILES / "heldout_rows.csv"
+REQUIRED_GPUS = ("h100-sxm", "h200", "a100-80gb", "b200")
+needs_wheel = pytest.mark.skipif(not gt.tables_available(), reason=(
+    "aiconfigurator-core 0.12.0 not installed and no cached wheel in ~/.cache/dsd-planner/wheels "
+    "(pip install 'dsd-planner[gpu-tables]')"))
+
+
+def load(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def profile_for(gpu: str, engine: str, version: str) -> dict:
+    return load(PROFILES / it.profile_filename(gpu, engine, version))
+
+
+# ---------------------------------------------------------------- Surface
+def hand_surface() -> Surface:
+    # efficiency rises with m and falls with nk; nodes at powers of two
+    return Surface(["m", "nk"], [[1, 4, 16], [1024, 4096]], [[0.1, 0.05], [0.3, 0.2], [0.9, 0.6]])
+
+
+def test_surface_exact_at_nodes():
+    s = hand_surface()
+    m, nk = np.meshgrid([1, 4, 16], [1024, 4096], indexing="ij")
+    np.testing.assert_allclose(s(m=m, nk=nk), [[0.1, 0.05], [0.3, 0.2], [0.9, 0.6]], rtol=0, atol=1e-12)
+
+
+def test_surface_log2_linear_between_nodes_and_monotone():
+    s = hand_surface()
+    # m = 2 is halfway between 1 and 4 in log2; nk = 2048 halfway between 1024 and 4096
+    assert s(m=2, nk=1024) == pytest.approx(0.2)
+    assert s(m=2, nk=2048) == pytest.approx((0.1 + 0.05 + 0.3 + 0.2) / 4)
+    m = np.geomspace(1, 16, 200)
+    v = s(m=m, nk=1500.0)
+    assert np.all(np.diff(v) >= -1e-12) and v[0] < v[-1]
+    nk = np.geomspace(1024, 4096, 50)
+    assert np.all(np.diff(s(m=8.0, nk=nk)) <= 1e-12)
+
+
+def test_surface_clamped_and_broadcast():
+    s = hand_surface()
+    assert s(m=0.01, nk=10) == pytest.approx(0.1)
+    assert s(m=1e6, nk=1e9) == pytest.approx(0.6)
+    out = s(m=np.array([[1.0], [16.0]]), nk=np.array([1024.0, 4096.0]))
+    assert out.shape == (2, 2)
+    np.testing.assert_allclose(out, [[0.1, 0.05], [0.9, 0.6]])
+
+
+# ---------------------------------------------------------------- shipped profiles
+def test_shipped_profiles_cover_required_gpus():
+    names = {p.name.split(".")[0] for p in SHIPPED}
+    assert set(REQUIRED_GPUS) <= names, f"missing profiles for {set(REQUIRED_GPUS) - names}"
+
+
+@pytest.mark.parametrize("path", SHIPPED, ids=lambda p: p.name)
+def test_profile_format(path: Path):
+    p = load(path)
+    assert p["format"] == "dsd-planner-profile" and p["format_version"] == 2
+    assert p["basis"] == "measured kernel tables" and p["device"]["kind"] == "cuda"
+    prov = p["provenance"]
+    for key in ("source", "package_version", "engine", "engine_version", "tables", "date", "status"):
+        assert key in prov
+    assert path.name == it.profile_filename(p["hardware"], prov["engine"], prov["engine_version"])
+    assert path.stat().st_size < 300_000
+    for name, surf in p["surfaces"].items():
+        s = Surface.from_dict(surf)
+        assert np.all(s.values > 0), name
+        assert set(s.axes) <= {"m", "n", "k", "nk", "tokens", "batch", "kv_bytes", "context",
+                               "tokens_per_expert", "expert_bytes", "bytes"}
+    for g, ent in p["collectives"].get("all_reduce", {}).items():
+        assert ent["alpha_s"] >= 0 and ent["bus_bandwidth_bytes_per_s"] > 0
+        assert len(ent["bytes"]) == len(ent["latency_s"]) >= 2
+    for fam, e in p["heldout_error"].items():
+        assert e["n"] > 0 and e["fitted"]["mape_pct"] is not None
+
+
+def _predict(row_df: pd.DataFrame, family: str, profile: dict) -> np.ndarray:
+    pk = it.load_peaks(profile["hardware"])
+    raw = row_df.rename(columns={"measured_ms": "latency"})
+    rows = it.PREPARE[family](raw, pk)
+    assert len(rows) == len(raw), "a shipped held-out row was filtered out by its preparer"
+    assert (rows.bucket == 0).all(), "heldout_rows.csv must only hold held-out shapes"
+    if family == "all_reduce":
+        ent = profile["collectives"]["all_reduce"]
+        return np.array([float(collective_time_s(ent, int(g), b)) for g, b in zip(rows.num_gpus, rows["bytes"])])
+    return it.predict_rows(rows, profile["surfaces"])
+
+
+def test_heldout_rows_predicted_within_reported_error():
+    df = pd.read_csv(HELDOUT_CSV)
+    assert 0 < len(df) <= 450
+    assert set(REQUIRED_GPUS) <= set(df.gpu)
+    for (gpu, engine, version, family), sub in df.groupby(["gpu", "engine", "version", "family"]):
+        prof = profile_for(gpu, engine, str(version))
+        cols = [c for c in it.RAW_COLS[family] + ["measured_ms"] if c in sub and sub[c].notna().all()]
+        pred_s = _predict(sub[cols].reset_index(drop=True), family, prof)
+        # the shipped predictions are what the importer reported
+        np.testing.assert_allclose(pred_s * 1e3, sub.fitted_ms.to_numpy(), rtol=2e-3)
+        err_pct = np.abs(pred_s * 1e3 / sub.measured_ms.to_numpy() - 1) * 100
+        worst = prof["heldout_error"][family]["fitted"]["max_pct"]
+        assert np.all(err_pct <= worst * 1.01 + 0.05), (gpu, engine, family, err_pct.max(), worst)
+
+
+@pytest.mark.parametrize("gpu", REQUIRED_GPUS)
+def test_all_reduce_at_measured_size_equals_table(gpu: str):
+    path = next(p for p in SHIPPED if p.name.startswith(gpu + ".trtllm-"))
+    table = load(path)["collectives"]["all_reduce"]
+    for g, ent in table.items():
+        for b, t in zip(ent["bytes"], ent["latency_s"]):
+            assert float(collective_time_s(table, int(g), b)) == pytest.approx(t, rel=1e-9)
+        # between two measured sizes: between their latencies (log-log interpolation)
+        b0, b1 = ent["bytes"][3], ent["bytes"][4]
+        mid = float(collective_time_s(table, int(g), np.sqrt(b0 * b1)))
+        lo, hi = sorted(ent["latency_s"][3:5])
+        assert lo - 1e-15 <= mid <= hi + 1e-15
+    assert float(collective_time_s(table, 1, 1e6)) == 0.0
+
+
+def test_all_reduce_alpha_beta_outside_range_is_monotone():
+    path = next(p for p in SHIPPED if p.name.startswith("h100-sxm.trtllm-"))
+    table = load(path)["collectives"]["all_reduce"]
+    ent = table["8"]
+    big = np.array([2.0, 4.0, 8.0]) * ent["bytes"][-1]
+    t = collective_time_s(table, 8, big)
+    assert np.all(np.diff(t) > 0) and t[0] > ent["latency_s"][-1]
+
+
+def test_missing_tables_message(monkeypatch, tmp_path):
+    monkeypatch.setattr(gt, "_installed_package", lambda: None)
+    monkeypatch.setattr(gt, "WHEEL_DIR", tmp_path)
+    monkeypatch.setattr(gt, "_cached_wheel", lambda folder=tmp_path: None)
+    with pytest.raises(gt.PlannerError) as err:
+        gt.locate_tables()
+    msg = str(err.value)
+    assert "pip install 'dsd-planner[gpu-tables]'" in msg and "\n" not in msg
+
+
+def test_physics_formulas_by_hand():
+    F, M = it.gemm_terms(2, 3, 4, w=2, a=2)
+    assert (F, M) == (2 * 2 * 3 * 4, 3 * 4 * 2 + 2 * (3 + 4) * 2)
+    F, M = it.attention_decode_terms(B=2, q=3, L=10, hq=8, hkv=2, d=64, kv=1, a=2)
+    assert F == pytest.approx(4 * 2 * 3 * (10 + 2) * 8 * 64)
+    assert M == pytest.approx(2 * 13 * 2 * 2 * 64 * 1 + 2 * 2 * 3 * 8 * 64 * 2)
+    F, M, touched, pairs, params, tpe = it.moe_terms(T=4, E=8, k=2, D=16, I=32, tp_e=2, ep=1, w=2, a=2)
+    assert touched == pytest.approx(8 * (1 - (1 - 2 / 8) ** 4))
+    assert pairs == pytest.approx(8) and params == pytest.approx(3 * 16 * 32 / 2)
+    assert F == pytest.approx(2 * 8 * params)
+    assert M == pytest.approx(touched * params * 2 + 8 * (2 * 16 + 3 * 32 / 2) * 2)
+    assert tpe == pytest.approx(8 / (8 * (1 - (1 - 2 / 8) ** 4)))
+    _, _, _, pairs_ep, _, _ = it.moe_terms(T=4, E=8, k=2, D=16, I=32, tp_e=1, ep=4, w=2, a=2)
+    assert pairs_ep == pytest.approx(2 + np.sqrt(2 * np.log(4)) * np.sqrt(8 * 0.25 * 0.75))
+
+
+def test_split_is_deterministic_and_about_one_fifth():
+    keys = pd.DataFrame({"m": np.arange(1, 2001), "n": 4096, "k": 4096})
+    b1, b2 = it.shape_bucket(keys), it.shape_bucket(keys.copy())
+    assert np.array_equal(b1, b2)
+    assert 0.15 < np.mean(b1 == 0) < 0.25
+
+
+# ---------------------------------------------------------------- with the wheel
+@pytest.mark.slow
+@needs_wheel
+def test_tables_listing():
+    src = gt.locate_tables()
+    combos = gt.list_combos(src)
+    for system in ("h100_sxm", "h200_sxm", "a100_sxm", "b200_sxm"):
+        assert system in set(combos.system)
+    cur = gt.current_versions(src)
+    assert cur[("h100_sxm", "trtllm")] and cur[("a100_sxm", "trtllm")]
+
+
+@pytest.mark.slow
+@needs_wheel
+def test_all_reduce_profile_matches_raw_table():
+    """The shipped all-reduce points are the raw table's fit rows, in seconds."""
+    src = gt.locate_tables()
+    prof = next(load(p) for p in SHIPPED if p.name.startswith("h100-sxm.trtllm-"))
+    rel = prof["provenance"]["tables"]["all_reduce"].split("systems/data/", 1)[1]
+    rows = it.prepare_all_reduce(gt.read_table(src, rel), it.load_peaks("h100-sxm"))
+    fit = rows[rows.bucket != 0]
+    table = prof["collectives"]["all_reduce"]
+    for g, b, t in zip(fit.num_gpus, fit["bytes"], fit.meas_s):
+        assert float(collective_time_s(table, int(g), b)) == pytest.approx(t, rel=1e-4)
+
+
+@pytest.mark.slow
+@needs_wheel
+def test_reimport_reproduces_shipped_heldout_error(tmp_path):
+    src = gt.locate_tables()
+    prof = next(load(p) for p in SHIPPED if p.name.startswith("h100-sxm.trtllm-"))
+    imp = it.build_profile(src, "h100_sxm", "trtllm", prof["provenance"]["engine_version"],
+                           families=("all_reduce", "mla_decode"), log=lambda *a: None)
+    for fam in ("all_reduce", "mla_decode"):
+        assert imp.profile["heldout_error"][fam] == prof["heldout_error"][fam]
