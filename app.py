@@ -23,7 +23,7 @@ from simulator.errors import PlannerError  # noqa: E402
 
 log = logging.getLogger("dsd.dashboard")
 TABS = ["K* vs batch size", "Goodput heatmap", "Plain vs fixed K vs DSD", "Roofline", "MoE experts",
-        "Operator breakdown", "Validation", "Downloads"]
+        "Operator breakdown", "Validation", "K* by context", "Downloads"]
 
 
 # --- caches (keyed on the scenario JSON; Prediction objects are shared, not copied) --------------
@@ -71,8 +71,13 @@ class Page:
 
 # --- page ----------------------------------------------------------------------------------------
 def headline(p) -> None:
+    """The answer first: the K* schedule in words, then K* at the smallest B, and the largest B whose
+    memory fits in the evaluated table (not the slider's maximum)."""
     t = p.table
     fits = t[t["fits_memory"]]
+    st.markdown(f"**K schedule:** {p.schedule_text()}")
+    for note in p.notes():
+        st.caption(f"⚠ {note}")
     if fits.empty:
         st.warning("No batch size in the range fits in device memory: add GPUs (TP), quantize, or shorten the context.")
         return
@@ -80,15 +85,21 @@ def headline(p) -> None:
     first = fits.iloc[0]
     c[0].metric(f"K* at B = {int(first.batch_size)}", int(first.k_opt))
     c[1].metric(f"Speedup vs plain at B = {int(first.batch_size)}", f"{first.speedup_vs_plain:.2f}×")
-    c[2].metric("K* range over B", f"{int(fits.k_opt.min())} – {int(fits.k_opt.max())}")
-    c[3].metric("Largest B that fits memory", int(fits.batch_size.max()),
+    c[2].metric(f"Time per token at B = {int(first.batch_size)}", f"{first.token_latency_ms:.2f} ms",
+                help=f"step time {first.itl_ms:.2f} ms / {first.acceptance_length:.2f} tokens per step")
+    largest = int(fits.batch_size.max())
+    evaluated = int(t.batch_size.max())
+    c[3].metric("Largest B that fits memory", largest if largest < evaluated else f"≥ {largest}",
                 help=f"{p.scenario.deployment.memory_utilization:.0%} of "
-                     f"{p.scenario.hardware.memory_bytes / 1e9:.0f} GB per GPU")
+                     f"{p.scenario.hardware.memory_bytes / 1e9:.0f} GB per GPU"
+                     + ("" if largest < evaluated else f"; every evaluated B up to {evaluated} fits: widen the range"
+                                                       " to find the limit"))
 
 
 def provenance_line(p) -> None:
     pv = p.provenance
-    st.caption(f"**Prediction rests on** step times: {pv['step_time_source']} · acceptance: {pv['acceptance']} · "
+    st.caption(f"**Prediction rests on** step times: {pv['step_time_source']} · **how far to trust them:**"
+               f" {pv['uncertainty']} · acceptance: {pv['acceptance']} · "
                f"hardware: {pv['hardware']} · model: {pv['model']} · {pv['deployment']} · draft: {pv['draft']} · "
                f"context: {pv['context_len']} tokens")
 
@@ -172,26 +183,103 @@ def tab_validation(pg: Page) -> None:
     st.dataframe(m, hide_index=True, width="stretch")
 
 
+def context_axis(p) -> list[int]:
+    """The context lengths of the K* map: the scenario's context_lens, else powers of 4 from 512 up to
+    the model's trained length (at most 131072); the text box on the 'K* by context' tab overrides it."""
+    text = st.session_state.get("ctx_lens")
+    if text:
+        from simulator.specs.scenario import parse_context_lens
+        return [int(x) for x in parse_context_lens(text, "context lengths")]
+    return p.default_context_lens()
+
+
+@st.cache_resource(max_entries=64, show_spinner=False)
+def cached_k_map(key: str, origin: str, lens: tuple):
+    return cached_prediction(key, origin).k_table_2d(list(lens))
+
+
+@st.cache_resource(max_entries=128, show_spinner=False)
+def cached_export(key: str, origin: str, fmt: str, version: str | None, lens: tuple):
+    """(engine file text, Markdown table, warnings) or (None, error line, [])."""
+    p = cached_prediction(key, origin)
+    try:
+        e = p.export(fmt, version, context_lens=list(lens) if fmt == "vllm-ctx" else None)
+    except PlannerError as err:
+        return None, str(err), []
+    return e.json(), e.markdown(), e.warnings
+
+
+def tab_context(pg: Page) -> None:
+    p = pg.p
+    st.text_input("Context lengths (tokens)", key="ctx_lens", placeholder="512,2048,8192,32768,131072",
+                  help="a list, 512-131072 (powers of two) or 512-131072:16 (16 log-spaced points); the scenario's"
+                       " context length is always included")
+    try:
+        lens = tuple(context_axis(p))
+        k2d = cached_k_map(pg.key, pg.origin, lens)
+    except PlannerError as err:
+        st.error(str(err))
+        return
+    sub = f"{p.scenario.name}: acceptance {p.provenance['acceptance']}"
+    if p.scenario.acceptance_context is not None:
+        sub += f"; {p.scenario.acceptance_context.label}"
+    else:
+        sub += "; acceptance assumed not to depend on context"
+    st.altair_chart(C.kstar_context_heatmap(k2d, sub), width="stretch", key="chart_kmap")
+    st.caption("K*(B, L) = argmax over K of goodput at batch size B and context length L: longer contexts make the"
+               " verify pass attention-bound. Only the proposal format vLLM PR #48944 (Downloads: vLLM 5-item) can"
+               " hold a context axis; the released formats encode the scenario's context length.")
+    st.dataframe(k2d, width="stretch", height=260)
+
+
+EXPORTS = [  # (label, format, version, file suffix)
+    ("vLLM speculative config (JSON)", "vllm", None, "vllm.json"),
+    ("vLLM 5-item context-aware schedule, PR #48944 proposal (JSON)", "vllm-ctx", None, "vllm-ctx.json"),
+    ("TensorRT-LLM 1.2.x draft_len_schedule (JSON)", "trtllm", "1.2.1", "trtllm-1.2.json"),
+    ("TensorRT-LLM 1.3.0rc8+ draft_len_schedule (JSON)", "trtllm", "1.3.0rc8", "trtllm-1.3.json"),
+    ("SGLang 0.5.14+ adaptive config (JSON)", "sglang", None, "sglang-adaptive.json"),
+    ("SGLang 0.5.13 adaptive config, no K = 0 (JSON)", "sglang", "0.5.13", "sglang-0.5.13-adaptive.json"),
+    ("SGLang DSpark step-cost table, 0.5.16+ (JSON)", "sglang-sps", None, "sglang-sps.json"),
+]
+
+
 def tab_downloads(pg: Page) -> None:
     p = pg.p
     name = p.scenario.name
+    try:
+        lens = tuple(context_axis(p))
+    except PlannerError as err:
+        st.error(str(err))
+        lens = (p.scenario.context_len,)
     c1, c2 = st.columns(2)
     with c1:
-        st.markdown("**Engine schedules and data**")
-        st.download_button("vLLM speculative config (JSON)", json.dumps(p.vllm(), indent=2),
-                           file_name=f"{name}-vllm.json", mime="application/json", key="dl_vllm", width="stretch")
-        trt = {"draft_len_schedule": {str(b_): int(k_) for b_, k_ in p.trtllm().items()}}
-        st.download_button("TensorRT-LLM draft_len_schedule (JSON)", json.dumps(trt, indent=2),
-                           file_name=f"{name}-trtllm.json", mime="application/json", key="dl_trt", width="stretch")
+        st.markdown("**Engine schedules** (each for the engine version named; `--export-version` on the command line)")
+        tables = []
+        for label, fmt, version, suffix in EXPORTS:
+            text, md, warns = cached_export(pg.key, pg.origin, fmt, version, lens)
+            if text is None:
+                st.caption(f"{label}: not available: {md}")
+                continue
+            st.download_button(label, text, file_name=f"{name}-{suffix}", mime="application/json",
+                               key=f"dl_{suffix}", width="stretch")
+            tables.append(md)
+        st.download_button("All engine schedules as Markdown tables (MD)", "\n".join(tables),
+                           file_name=f"{name}-engine-schedules.md", mime="text/markdown", key="dl_md",
+                           width="stretch")
+        st.markdown("**Data**")
         st.download_button("Goodput grid (CSV)", lambda: p.grid.to_csv(index=False), file_name=f"{name}-grid.csv",
                            mime="text/csv", key="dl_grid", width="stretch")
         st.download_button("K* table (CSV)", lambda: p.table.to_csv(index=False), file_name=f"{name}-kstar.csv",
                            mime="text/csv", key="dl_table", width="stretch")
+        st.download_button("K* by batch size x context length (CSV)",
+                           lambda: cached_k_map(pg.key, pg.origin, lens).to_csv(),
+                           file_name=f"{name}-kstar-by-context.csv", mime="text/csv", key="dl_kmap", width="stretch")
         st.download_button("Prediction with provenance (JSON)", lambda: json.dumps(p.to_dict(), indent=2),
                            file_name=f"{name}-prediction.json", mime="application/json", key="dl_dict",
                            width="stretch")
-        with st.expander("vLLM config preview"):
-            st.json(p.vllm())
+        with st.expander("What each engine will do (Markdown)"):
+            for md in tables:
+                st.markdown(md)
     with c2:
         st.markdown(f"**Charts (PNG, rendered on click; roofline and breakdown at B = {pg.b}, K = {pg.k})**")
         names = [("K* vs batch size", "k_star"), ("Goodput heatmap", "heatmap"), ("Tokens/s per user", "policy"),
@@ -203,7 +291,7 @@ def tab_downloads(pg: Page) -> None:
 
 
 TAB_VIEWS = dict(zip(TABS, [tab_kstar, tab_heatmap, tab_policy, tab_roofline, tab_moe, tab_breakdown,
-                            tab_validation, tab_downloads]))
+                            tab_validation, tab_context, tab_downloads]))
 
 
 def main() -> None:

@@ -21,18 +21,15 @@ its family, refit, predict it; reported against the uncalibrated roofline (eta =
 """
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from calibration.rawio import CalibrationError, read_meta, read_raw
-from simulator.errors import PlannerError
 from simulator.specs.hardware import Hardware, load_hardware
 from simulator.specs.profile import PROFILE_FORMAT, Profile, profile_from_dict
 
@@ -297,14 +294,40 @@ def fit_raw(raw: str | Path, hardware: str | None = None, mode: str | None = Non
         "fit_error": fit_err,
         "heldout_error": heldout(samples, hw, dtype, tau),
     }
+    collectives = collectives_from_rows(rows)
+    if collectives:
+        extra["collectives"] = collectives
     return _profile_dict(compute, memory, tau, hw.name, extra)
 
 
-def write_profile(profile: dict, path: str | Path) -> Path:
+def collectives_from_rows(rows: list[dict]) -> dict:
+    """Measured all-reduce (torch.distributed over NCCL, ``calibration.collective``) as a latency table
+    per GPU count, with alpha and bus bandwidth fitted on their own terms (never scaled by compute
+    efficiencies): t = alpha + 2 (g-1)/g S / busBW."""
+    from calibration.import_tables import collective_entries
+
+    ar = [r for r in rows if r["bench"] == "allreduce" and r["median_s"] > 0]
+    if not ar:
+        return {}
+    df = pd.DataFrame({"num_gpus": [int(r["experts"]) for r in ar], "bytes": [float(r["bytes"]) for r in ar],
+                       "meas_s": [float(r["median_s"]) for r in ar]})
+    entries = collective_entries(df, lambda g: 2.0 * (g - 1) / g)
+    return {"all_reduce_nccl": entries} if entries else {}
+
+
+def write_profile(profile: dict, path: str | Path, flag: str = "--output") -> Path:
+    """Write a profile atomically (an old file stays intact on failure, its mode kept); it must load."""
+    from simulator.cli.common import write_atomically
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(profile, indent=1) + "\n")
-    profile_from_dict(json.loads(path.read_text()), str(path))  # what we write must load
+    text = json.dumps(profile, indent=1) + "\n"
+    profile_from_dict(json.loads(text), str(path))  # what we write must load
+    if not path.parent.exists():
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as err:
+            raise CalibrationError(f"{flag} {path}: cannot create {path.parent} ({err.strerror or err})") from None
+    write_atomically(path, text, flag)
     return path
 
 
@@ -318,21 +341,27 @@ def format_heldout(h: dict) -> str:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m calibration.fit", description=__doc__.splitlines()[0])
+    from simulator.cli.common import OneLineParser, check_output_file, run_cli
+
+    ap = OneLineParser(prog="python -m calibration.fit", description=__doc__.splitlines()[0])
     ap.add_argument("raw", help="raw sample CSV written by calibration.run / calibration.microbench")
     ap.add_argument("--output", "-o", required=True, help="profile JSON to write")
     ap.add_argument("--hardware", help="catalog entry whose peaks the efficiencies divide (default: from the raw file)")
     args = ap.parse_args(argv)
-    try:
+
+    def body() -> int:
+        if Path(args.output).parent.exists():
+            check_output_file(args.output)
         prof = fit_raw(args.raw, args.hardware)
-        path = write_profile(prof, args.output)
-    except PlannerError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+        _report(prof, write_profile(prof, args.output))
+        return 0
+    return run_cli(body)
+
+
+def _report(prof: dict, path: Path) -> None:
     print(f"wrote {path}")
     print("held-out error (leave-one-out), |predicted/measured - 1|:")
     print(format_heldout(prof["heldout_error"]))
-    return 0
 
 
 if __name__ == "__main__":

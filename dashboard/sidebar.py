@@ -7,6 +7,7 @@ import streamlit as st
 
 from dashboard import state as S
 from simulator.errors import PlannerError
+from simulator.specs.acceptance import preset_for
 from simulator.specs.hardware import ACT_DTYPES, KV_DTYPES, WEIGHT_DTYPES, list_hardware, load_hardware
 from simulator.specs.models import list_models
 
@@ -28,6 +29,26 @@ def _apply_scenario() -> None:
     ss["_base_controls"] = S.controls_from_scenario(ss["_base_raw"])
     for key, value in ss["_base_controls"].items():
         ss[key] = value
+
+
+def _draft_changed() -> None:
+    """A new draft method brings its own acceptance preset and source (simulator/data/acceptance.toml);
+    the previous method's rates are dropped. A method without a preset keeps the current rates."""
+    ss = st.session_state
+    preset = preset_for(ss["draft_method"])
+    if preset is None:
+        ss.pop("_acc_preset", None)
+        return
+    rates = [min(r, S.MAX_RATE) for r in preset.rates]
+    ss["acc_mode"] = S.ACC_IID if len(rates) == 1 else S.ACC_LIST
+    ss["acc_rate"] = float(rates[0])
+    ss["acc_list"] = S.rates_text(rates)
+    ss["_acc_preset"] = {"method": ss["draft_method"], "rates": rates, "source": preset.source}
+
+
+def _scenario_picked() -> None:
+    st.session_state.pop("_acc_preset", None)
+    _apply_scenario()
 
 
 def _hardware_changed() -> None:
@@ -81,7 +102,7 @@ def sidebar() -> Inputs:
     ss = st.session_state
     sb = st.sidebar
     ok = True
-    sb.selectbox("Scenario", S.scenario_names(), key="scenario", on_change=_apply_scenario,
+    sb.selectbox("Scenario", S.scenario_names(), key="scenario", on_change=_scenario_picked,
                  help="A file in scenarios/; picking one fills every control below.")
     base_raw = ss.get("_base_raw") or S.read_scenario(ss["scenario"])
     base_controls = ss.get("_base_controls") or S.controls_from_scenario(base_raw)
@@ -115,7 +136,7 @@ def sidebar() -> Inputs:
             except PlannerError as err:
                 st.error(f"Model upload rejected: {err}")
                 ok = False
-    sb.selectbox("Draft method", S.DRAFT_CHOICES, key="draft_method",
+    sb.selectbox("Draft method", S.DRAFT_CHOICES, key="draft_method", on_change=_draft_changed,
                  help="eagle / eagle3: a one-layer head; mtp: the model's multi-token-prediction module; "
                       "ngram: prompt lookup on the host; model: a separate small draft model.")
     if ss["draft_method"] == "model":
@@ -125,9 +146,16 @@ def sidebar() -> Inputs:
     sb.radio("Acceptance from", S.ACC_MODES, key="acc_mode")
     rates, source = None, ""
     mode = ss["acc_mode"]
+    preset = ss.get("_acc_preset")
+    if preset and preset["method"] != ss["draft_method"]:
+        preset = None
+    if preset:
+        sb.caption(f"Preset for {preset['method']}: {preset['source']}")
     if mode == S.ACC_IID:
         sb.slider("Acceptance rate a (i.i.d.)", 0.0, S.MAX_RATE, step=0.01, key="acc_rate")
         rates, source = [float(ss["acc_rate"])], "i.i.d. rate set in the dashboard"
+        if preset and rates == preset["rates"][:1] and len(preset["rates"]) == 1:
+            source = preset["source"]
     elif mode == S.ACC_LIST:
         sb.text_input("Per-position rates a_1, a_2, ...", key="acc_list",
                       help="Conditional acceptance of draft position i given 1..i-1 accepted; the last repeats.")
@@ -137,8 +165,10 @@ def sidebar() -> Inputs:
             st.error(str(err))
             ok = False
         same = ss["acc_list"].strip() == base_controls["acc_list"].strip()
-        source = (base_raw.get("acceptance", {}).get("source", "scenario file") if same
+        source = (base_raw.get("acceptance", {}).get("source", "scenario file") if same and not preset
                   else "per-position rates entered in the dashboard")
+        if preset and ss["acc_list"].strip() == S.rates_text(preset["rates"]).strip():
+            source = preset["source"]
     else:
         bench = mode == S.ACC_BENCH
         up = sb.file_uploader("vLLM bench serve JSON" if bench else "vLLM /metrics text",
@@ -152,6 +182,8 @@ def sidebar() -> Inputs:
             except PlannerError as err:
                 st.error(f"Acceptance file rejected: {err}")
                 ok = False
+    if rates is None and preset:
+        rates, source = list(preset["rates"]), preset["source"]
     if rates is None:
         rates = S.parse_rates_text(base_controls["acc_list"])
         source = base_raw.get("acceptance", {}).get("source", "scenario file")
@@ -169,23 +201,24 @@ def sidebar() -> Inputs:
 
     sb.subheader("Calibration")
     profiles = S.profile_files()
-    options = [S.NO_PROFILE] + list(profiles)
+    options = [S.AUTO_PROFILE, S.NO_PROFILE] + list(profiles)
     if ss.get("calibration") not in options:
-        ss["calibration"] = S.NO_PROFILE
+        ss["calibration"] = S.AUTO_PROFILE
     sb.selectbox("Calibration profile", options, key="calibration",
-                 help="Fitted efficiencies from calibration/data/*.json; none = pure datasheet roofline.")
-    profile = None
-    if ss["calibration"] != S.NO_PROFILE:
+                 help="Best shipped: the device's measured kernel tables (simulator/data/profiles) or its published"
+                      " prior; none = pure datasheet roofline; or a profile fitted by calibration.fit.")
+    profile = "none" if ss["calibration"] == S.NO_PROFILE else None
+    if ss["calibration"] not in (S.NO_PROFILE, S.AUTO_PROFILE):
         path = profiles[ss["calibration"]]
         try:
             measured_on = S.profile_hardware(path)
         except PlannerError as err:
-            st.error(f"Calibration profile unusable, showing datasheet-only predictions: {err}")
+            st.error(f"Calibration profile unusable, showing predictions on the best shipped evidence: {err}")
             measured_on = None
         if measured_on is not None:
             if measured_on != ss["hw_name"] and not ss["hw_custom"]:
                 st.warning(f"Calibration profile {ss['calibration']} was measured on '{measured_on}', not on "
-                           f"'{ss['hw_name']}': ignored, predictions below are datasheet-only.")
+                           f"'{ss['hw_name']}': ignored, predictions below rest on the best shipped evidence.")
             else:
                 profile = path
 

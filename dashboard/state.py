@@ -25,6 +25,7 @@ from simulator.specs.scenario import REPO_ROOT, SCENARIO_DIR, read_scenario_file
 
 CALIBRATION_DIR = REPO_ROOT / "calibration" / "data"
 NO_PROFILE = "none (datasheet only)"
+AUTO_PROFILE = "best shipped for this device (measured tables, else published prior)"
 TP_CHOICES = [1, 2, 4, 8, 16]
 EP_CHOICES = [1, 2, 4, 8]
 DRAFT_CHOICES = ["eagle", "eagle3", "mtp", "ngram", "model"]
@@ -123,7 +124,7 @@ def controls_from_scenario(raw: dict) -> dict:
         "bs_range": (b_lo, max(b_hi, b_lo)),
         "k_max": k_max,
         "fixed_k": int(min(wl.get("fixed_k", 3), k_max)),
-        "calibration": Path(profile).name if profile else NO_PROFILE,
+        "calibration": Path(profile).name if profile and profile != "none" else (NO_PROFILE if profile else AUTO_PROFILE),
     }
 
 
@@ -169,11 +170,27 @@ def scenario_key(raw: dict) -> str:
 
 # --- uploads ----------------------------------------------------------------------------------
 
+MAX_UPLOAD_BYTES = 50_000_000  # a config.json is ~2 kB, a bench JSON or /metrics dump well under 10 MB
+
+
+def _check_upload(data, filename: str, allow_empty: bool = False) -> None:
+    if not isinstance(data, (bytes, bytearray)):
+        raise PlannerError(f"{filename}: expected the uploaded file's bytes")
+    if not data and not allow_empty:
+        raise PlannerError(f"{filename}: the file is empty")
+    if len(data) > MAX_UPLOAD_BYTES:
+        raise PlannerError(f"{filename}: {len(data) / 1e6:.0f} MB is too large for this upload"
+                           f" (at most {MAX_UPLOAD_BYTES / 1e6:.0f} MB)")
+
+
 def _json_object(data: bytes, filename: str) -> dict:
+    _check_upload(data, filename)
     try:
         obj = json.loads(data.decode("utf-8"))
     except UnicodeDecodeError:
         raise PlannerError(f"{filename}: not a text file") from None
+    except RecursionError:
+        raise PlannerError(f"{filename}: JSON nested too deeply") from None
     except json.JSONDecodeError as err:
         raise PlannerError(f"{filename}: not valid JSON ({err.msg} at line {err.lineno})") from None
     if not isinstance(obj, dict):
@@ -200,10 +217,16 @@ def uploaded_model(data: bytes, filename: str) -> str:
 
 
 def _clean_rates(rates: list, filename: str) -> list[float]:
+    """Conditional rates up to the first position nobody reached; a rate of exactly 1 (every draft at
+    that position accepted) is held at MAX_RATE, since a rate of 1 would accept forever. Rates above 1
+    are refused by the readers (calibration.vllm_io), never clipped here."""
     out = []
     for r in rates:
         if r is None or not isinstance(r, (int, float)) or not math.isfinite(r) or r < 0:
             break  # a position nobody reached: stop there
+        if r > 1 + 1e-6:
+            raise PlannerError(f"{filename}: conditional acceptance rate {r:.4g} at position {len(out)} is above 1;"
+                               " the file is not a consistent vLLM record")
         out.append(min(float(r), MAX_RATE))
     if not out:
         raise PlannerError(f"{filename}: no usable per-position acceptance rates")
@@ -217,6 +240,7 @@ def acceptance_from_bench_json(data: bytes, filename: str) -> list[float]:
 
 def acceptance_from_metrics(data: bytes, filename: str) -> list[float]:
     """Conditional per-position acceptance from a Prometheus /metrics scrape of a vLLM server."""
+    _check_upload(data, filename)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
@@ -231,4 +255,5 @@ def acceptance_from_metrics(data: bytes, filename: str) -> list[float]:
 
 def read_measured_csv(data: bytes, filename: str) -> pd.DataFrame:
     """An uploaded measured-runs CSV (the schema `calibration.validate` reads)."""
-    return read_measured(data, filename)
+    _check_upload(data, filename, allow_empty=True)  # the reader names what an empty CSV lacks
+    return read_measured(bytes(data), filename)

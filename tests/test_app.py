@@ -86,7 +86,8 @@ def test_default_page_shows_kstar_chart_metrics_and_provenance():
     assert {"batch_size", "k_opt", "bound"} <= set(df.columns)
     assert df["batch_size"].min() == 1
     text = provenance(at)
-    assert "datasheet only" in text and "acceptance:" in text and "assumed" in text
+    assert "measured kernel tables" in text and "how far to trust them" in text
+    assert "acceptance:" in text and "assumed" in text
     assert [m.label for m in at.metric][:2] == ["K* at B = 1", "Speedup vs plain at B = 1"]
 
 
@@ -232,7 +233,8 @@ def test_calibration_profile_used_and_mismatch_warned(tmp_path, monkeypatch):
     (tmp_path / "broken.json").write_text("{not json")
     monkeypatch.setenv("DSD_PROFILE_DIR", str(tmp_path))
     at = new_app()
-    before = kstar_data(at)
+    sb(at, "selectbox", "calibration").set_value("none (datasheet only)").run()
+    before = kstar_data(at)  # the datasheet roofline (eta = 1)
     sb(at, "selectbox", "calibration").set_value("h200-test.json").run()
     assert_clean(at)
     assert "calibrated: h200-test.json" in provenance(at)
@@ -240,11 +242,13 @@ def test_calibration_profile_used_and_mismatch_warned(tmp_path, monkeypatch):
     sb(at, "selectbox", "calibration").set_value("cpu-test.json").run()
     assert_clean(at)
     assert any("measured on 'cpu-xeon-2c'" in w.value for w in at.warning)
+    assert "measured kernel tables" in provenance(at)  # the mismatched profile is dropped, not the evidence
+    sb(at, "selectbox", "calibration").set_value("none (datasheet only)").run()
     assert "datasheet only" in provenance(at)
     sb(at, "selectbox", "calibration").set_value("broken.json").run()
     assert_clean(at, errors_ok=True)
     assert any("not valid JSON" in e.value for e in at.error)
-    assert len(charts(at)) == 1  # still shows the datasheet-only prediction
+    assert len(charts(at)) == 1  # still shows a prediction
 
 
 # --- uploads ---------------------------------------------------------------------------------------

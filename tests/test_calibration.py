@@ -195,3 +195,17 @@ def test_cli_bad_inputs(tmp_path):
                         "h200")
     _assert_clean_error(_cli("calibration.run", "--mode", "tiny", "--model", "no-such-model", "--output-dir",
                              str(tmp_path)), "unknown model")
+
+
+def test_allreduce_samples_fit_a_collective_table_of_their_own():
+    # hand: t = alpha + 2 (g-1)/g S / busBW with alpha = 20 us, busBW = 100 GB/s, g = 8 GPUs
+    from calibration.fit import collectives_from_rows
+    from simulator.specs.surfaces import collective_time_s
+    sizes = [2.0 ** k for k in range(12, 31, 2)]
+    rows = [{"bench": "allreduce", "experts": 8, "bytes": s, "median_s": 20e-6 + 1.75 * s / 100e9} for s in sizes]
+    table = collectives_from_rows(rows)
+    ent = table["all_reduce_nccl"]["8"]
+    assert ent["alpha_s"] == pytest.approx(20e-6, rel=1e-3)
+    assert ent["bus_bandwidth_bytes_per_s"] == pytest.approx(100e9, rel=1e-3)
+    assert collective_time_s(table, 8, 2.0 ** 20, op="all_reduce_nccl") == pytest.approx(20e-6 + 1.75 * 2 ** 20 / 100e9,
+                                                                             rel=1e-4)  # stored to 5 digits

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.physics.experts import busiest_group_load, experts_touched
+from dataclasses import replace
+
+from simulator.physics.experts import busiest_group_load, experts_touched_correlated
 from simulator.physics.operators import Op, StepCost, evaluate
 from simulator.specs.deployment import Deployment, kv_heads_per_gpu, sliding_layers
 from simulator.specs.hardware import DTYPE_BYTES, Hardware
@@ -54,11 +56,16 @@ def attention_op(model: ModelSpec, dep: Deployment, batch, queries, context_len:
         q_io = 2.0 * batch * queries * hq * d * a
     return Op(name, "attention", flops, kv_read + q_io, kernels=2, count=count, eff_tokens=batch * queries,
               surface="mla_decode" if model.attention == "mla" else "attention_decode",
-              shape={"tokens": batch * queries, "kv_bytes": kv_read}, dtype=dep.kv_dtype)
+              shape={"tokens": batch * queries, "batch": batch, "context": keys + 1.0, "kv_bytes": kv_read,
+                     "bytes": kv_read + q_io}, dtype=dep.kv_dtype)
 
 
 def attention_projection_ops(model: ModelSpec, dep: Deployment, tokens, count: int, prefix: str = "") -> list[Op]:
-    """Weights on the attention path: QKV (or MLA's low-rank projections) and the output projection."""
+    """Weights on the attention path: QKV (or MLA's low-rank projections) and the output projection.
+
+    MLA's down-projections q_a [D -> q_lora] and kv_a [D -> kv_lora + rope] have no head axis and are
+    replicated on every GPU of the attention group (full FLOPs and bytes here; the memory model
+    counts them whole per GPU, :func:`simulator.physics.memory.weight_bytes_per_gpu`)."""
     w = DTYPE_BYTES[dep.weight_dtype]
     a = DTYPE_BYTES[dep.act_dtype]
     D, t = model.hidden_size, dep.tp
@@ -92,41 +99,72 @@ def dense_mlp_ops(model: ModelSpec, dep: Deployment, tokens, count: int, width: 
             gemm(f"{prefix}{name}_down", tokens, model.hidden_size, f, w, a, count)]
 
 
-def moe_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, count: int, prefix: str = "") -> list[Op]:
-    """Routed experts (+ router, shared experts, expert-parallel all-to-all) of one MoE layer.
+def moe_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, count: int, prefix: str = "",
+            batch=None, queries=None) -> list[Op]:
+    """Routed experts (+ router, shared experts, dispatch/combine) of one MoE layer, on the busiest GPU.
 
+    ``tokens`` = all T = B q tokens of the step (every attention replica's); ``batch`` / ``queries``
+    (B sequences x q adjacent positions) let the distinct-expert count use the routing's reuse rho.
     Weight bytes = experts touched on the busiest GPU x bytes of one expert slice; FLOPs =
-    2 x token-expert pairs on the busiest GPU x expert params / expert TP. The compute efficiency
-    is read at the tokens per touched expert (small-m expert GEMMs run far below peak).
+    2 x token-expert pairs on the busiest GPU x expert params / expert TP (both from
+    :func:`busiest_group_load`, continuous in the routing skew). The compute efficiency is read at
+    the tokens per touched expert (small-m expert GEMMs run far below peak).
+
+    Layouts: "tp" / "tp-ep" see all T tokens on every GPU (activations replicated by the attention
+    all-reduce), so dispatch is a local selection and the output joins the TP all-reduce
+    (:func:`decoder_layers_ops`). "dp-ep": a rank holds T_r = ceil(B / dp) q tokens; it sends each
+    token-expert pair to the rank owning the expert (a share (ep - 1)/ep leaves the GPU) and gets
+    the results back: dispatch and combine all-to-alls of T_r k D a bytes per rank, each
+    latency + (ep - 1)/ep x bytes / link bandwidth. Router and shared experts run on the rank's own
+    tokens with the attention group's TP.
     """
     w_e = DTYPE_BYTES[dep.expert_dtype_for(model)]
     w = DTYPE_BYTES[dep.weight_dtype]
     a = DTYPE_BYTES[dep.act_dtype]
     D = model.hidden_size
+    tokens = np.asarray(tokens, dtype=float)
     expert_tp = dep.tp // dep.ep
+    reuse = dep.routing.reuse
+    if batch is None:
+        batch, queries = tokens, np.ones_like(tokens)
     p = expert_probabilities(dep.routing, model.num_experts, model.experts_per_token)
-    touched_gpu, pairs_gpu = busiest_group_load(tokens, p, dep.ep)
-    touched_all = experts_touched(tokens, p)
+    touched_gpu, pairs_gpu = busiest_group_load(tokens, p, dep.ep, batch, queries, reuse)
+    touched_all = experts_touched_correlated(batch, queries, p, reuse)
     params_slice = model.expert_params() / expert_tp
+    local = rank_tokens(dep, batch, queries) if dep.dp_attention else tokens
+    adep = attention_deployment(dep)
     ops = [
-        gemm(prefix + "moe_router", tokens, model.num_experts, D, w, a, count),
+        gemm(prefix + "moe_router", local, model.num_experts, D, w, a, count),
         Op(prefix + "moe_experts", "moe",
            flops=2.0 * pairs_gpu * params_slice,
            nbytes=touched_gpu * params_slice * w_e + pairs_gpu * (2 * D + 3 * model.expert_intermediate_size / expert_tp) * a,
            kernels=5, count=count,
            eff_tokens=tokens * model.experts_per_token / np.maximum(touched_all, 1.0), surface="moe",
            shape={"tokens_per_expert": tokens * model.experts_per_token / np.maximum(touched_all, 1.0),
-                  "expert_bytes": touched_gpu * params_slice * w_e},
+                  "expert_bytes": touched_gpu * params_slice * w_e, "n": model.expert_intermediate_size / expert_tp},
            dtype="fp8" if w_e == a == 1 else "bf16"),
     ]
     if model.shared_expert_intermediate_size:
-        ops += dense_mlp_ops(model, dep, tokens, count, model.shared_expert_intermediate_size, prefix, "shared_expert")
-    if dep.ep > 1:
-        # dispatch + combine: each token-expert pair's activation crosses to another GPU with prob (ep-1)/ep
-        sent = tokens * model.experts_per_token * D * a * (dep.ep - 1) / dep.ep / dep.ep
-        ops.append(Op(prefix + "all_to_all", "comm", 0.0, 2 * sent, kernels=2, count=count,
-                      comm_s=2 * (hw.interconnect_latency_s + sent / hw.interconnect_bandwidth_bytes_per_s)))
+        ops += dense_mlp_ops(model, adep, local, count, model.shared_expert_intermediate_size, prefix, "shared_expert")
+    if dep.dp_attention and dep.tp > 1:
+        sent = local * model.experts_per_token * D * a * expert_tp  # per-rank buffer of one all-to-all
+        one_way = hw.interconnect_latency_s + (dep.tp - 1) / dep.tp * sent / hw.interconnect_bandwidth_bytes_per_s
+        for phase in ("dispatch", "combine"):
+            ops.append(Op(prefix + f"moe_{phase}", "comm", 0.0, (dep.tp - 1) / dep.tp * sent, kernels=1, count=count,
+                          comm_s=one_way, collective=("all_to_all", dep.tp), shape={"bytes": sent}))
     return ops
+
+
+def attention_deployment(dep: Deployment) -> Deployment:
+    """The deployment attention, dense MLPs, shared experts, norms and the LM head run under: the
+    same as ``dep`` except with data-parallel attention, where tp is the attention group's tp/dp."""
+    return dep if not dep.dp_attention else replace(dep, tp=dep.attention_tp, ep=1, layout="tp", dp=1)
+
+
+def rank_tokens(dep: Deployment, batch, queries):
+    """Tokens on the busiest attention replica: ceil(B / dp) q (B q without data-parallel attention)."""
+    batch = np.asarray(batch, dtype=float)
+    return (np.ceil(batch / dep.attention_dp) if dep.dp_attention else batch) * queries
 
 
 def elementwise_op(model: ModelSpec, dep: Deployment, tokens, count: int, mlp_width: float, name: str) -> Op:
@@ -139,30 +177,40 @@ def elementwise_op(model: ModelSpec, dep: Deployment, tokens, count: int, mlp_wi
 
 def decoder_layers_ops(model: ModelSpec, dep: Deployment, hw: Hardware, batch, queries, context_len: float,
                        prefix: str = "", layer_counts: tuple[int, int] | None = None) -> list[Op]:
-    """All decoder layers of one pass (dense-MLP and MoE layers, full and sliding attention)."""
+    """All decoder layers of one pass (dense-MLP and MoE layers, full and sliding attention), per GPU.
+
+    Attention, dense MLPs, norms and all-reduces run on the busiest attention replica's sequences
+    (all B, or ceil(B / dp) under data-parallel attention) with the attention group's TP; routed
+    experts see every replica's tokens (:func:`moe_ops`). All-reduces of T_r D a bytes over the
+    attention group: one after attention and one after each MLP / MoE layer; under "dp-ep" the MoE
+    output returns by the combine all-to-all instead.
+    """
+    batch = np.asarray(batch, dtype=float)
     tokens = batch * queries
+    adep = attention_deployment(dep)
+    rbatch = np.ceil(batch / dep.attention_dp) if dep.dp_attention else batch
+    rtokens = rbatch * queries
     a = DTYPE_BYTES[dep.act_dtype]
     n_dense, n_moe = layer_counts if layer_counts else (model.num_mlp_dense_layers, model.num_moe_layers)
     n_layers = n_dense + n_moe
     n_sliding = sliding_layers(model, None if layer_counts is None else n_layers)
-    ops = attention_projection_ops(model, dep, tokens, n_layers, prefix)
+    ops = attention_projection_ops(model, adep, rtokens, n_layers, prefix)
     if n_layers - n_sliding:
-        ops.append(attention_op(model, dep, batch, queries, context_len, n_layers - n_sliding, None, prefix + "attention"))
+        ops.append(attention_op(model, adep, rbatch, queries, context_len, n_layers - n_sliding, None, prefix + "attention"))
     if n_sliding:
-        ops.append(attention_op(model, dep, batch, queries, context_len, n_sliding, model.sliding_window,
+        ops.append(attention_op(model, adep, rbatch, queries, context_len, n_sliding, model.sliding_window,
                                 prefix + "attention_sliding"))
     if n_dense:
-        ops += dense_mlp_ops(model, dep, tokens, n_dense, model.intermediate_size, prefix)
+        ops += dense_mlp_ops(model, adep, rtokens, n_dense, model.intermediate_size, prefix)
     if n_moe:
-        ops += moe_ops(model, dep, hw, tokens, n_moe, prefix)
+        ops += moe_ops(model, dep, hw, tokens, n_moe, prefix, batch=batch, queries=queries)
     mlp_width = model.intermediate_size if not model.is_moe else model.expert_intermediate_size * model.experts_per_token
-    ops.append(elementwise_op(model, dep, tokens, n_layers, mlp_width, prefix + "elementwise"))
-    if dep.tp > 1:
-        # one all-reduce after attention, one after the MLP (expert-parallel MoE layers combine by all-to-all)
-        n_allreduce = 2 * n_layers - (n_moe if dep.ep > 1 else 0)
-        nbytes = tokens * model.hidden_size * a
+    ops.append(elementwise_op(model, adep, rtokens, n_layers, mlp_width, prefix + "elementwise"))
+    if adep.tp > 1:
+        n_allreduce = 2 * n_layers - (n_moe if dep.dp_attention and not model.shared_expert_intermediate_size else 0)
+        nbytes = rtokens * model.hidden_size * a
         ops.append(Op(prefix + "allreduce", "comm", 0.0, 2 * nbytes, kernels=1, count=n_allreduce,
-                      comm_s=allreduce_s(nbytes, dep.tp, hw), collective=("all_reduce", dep.tp),
+                      comm_s=allreduce_s(nbytes, adep.tp, hw), collective=(adep.allreduce, adep.tp),
                       shape={"bytes": nbytes}))
     return ops
 
@@ -190,7 +238,7 @@ def forward_ops(model: ModelSpec, dep: Deployment, hw: Hardware, batch, queries,
                 prefix: str = "") -> list[Op]:
     """Ops of one full forward pass of ``model`` over q new tokens for each of B sequences."""
     return decoder_layers_ops(model, dep, hw, batch, queries, context_len, prefix) + \
-        head_ops(model, dep, hw, batch * queries, model.vocab_size, prefix)
+        head_ops(model, attention_deployment(dep), hw, rank_tokens(dep, batch, queries), model.vocab_size, prefix)
 
 
 def verify_cost(model: ModelSpec, dep: Deployment, hw: Hardware, batch, k, context_len: float,

@@ -112,9 +112,15 @@ def _surface_eta(op: Op, profile: Profile | None):
 
 
 def _collective_s(op: Op, profile: Profile | None):
-    if profile is None or op.collective is None or not profile.collectives.get(op.collective[0]):
+    """Measured collective time: the requested implementation's table, else the other all-reduce's
+    (a profile measured with NCCL still beats the datasheet link model for a custom all-reduce)."""
+    if profile is None or op.collective is None or not profile.collectives:
         return None
     kind, gpus = op.collective
+    if kind.startswith("all_reduce"):
+        kind = next((k for k in (kind, "all_reduce", "all_reduce_nccl") if profile.collectives.get(k)), None)
+    if kind is None or not profile.collectives.get(kind):
+        return None
     return collective_time_s(profile.collectives, gpus, op.shape["bytes"], op=kind)
 
 

@@ -26,7 +26,7 @@ __all__ = ["Surface", "collective_time_s", "ring_factor"]
 class Surface:
     """An N-D efficiency grid, interpolated linearly in log2(axis), clamped at the ends."""
 
-    __slots__ = ("axes", "log_grid", "values", "_strides", "_slices")
+    __slots__ = ("axes", "log_grid", "values", "_strides", "_slices", "_by_integer")
 
     def __init__(self, axes: Sequence[str], grid: Sequence[Sequence[float]], efficiency) -> None:
         self.axes = tuple(axes)
@@ -41,6 +41,7 @@ class Surface:
                                  f"efficiency shape {self.values.shape}")
         self._strides = np.array([int(np.prod(self.values.shape[i + 1:])) for i in range(len(self.axes))])
         self._slices: dict = {}
+        self._by_integer = np.empty(0)  # one-axis surfaces: value at x = 0, 1, 2, ... (token counts)
 
     @classmethod
     def from_dict(cls, d: Mapping) -> "Surface":
@@ -61,6 +62,14 @@ class Surface:
         lo = log_g[i]
         frac = (lx - lo) / (log_g[i + 1] - lo)
         return i, frac
+
+    def _integer_table(self, top: int) -> np.ndarray:
+        if self._by_integer.size <= top:
+            n = max(top + 1, 2 * self._by_integer.size, 1024)
+            lx = np.log2(np.maximum(np.arange(n, dtype=float), 1.0))
+            g = self.log_grid[0]
+            self._by_integer = np.interp(lx, g, self.values) if g.size > 1 else np.full(n, float(self.values[0]))
+        return self._by_integer
 
     def sliced(self, values: tuple) -> "Surface":
         """The surface with the axes whose value is given (not None) interpolated away; cached, since an
@@ -97,7 +106,13 @@ class Surface:
             shape = np.broadcast_shapes(*(a.shape for a in arrays))
             return np.broadcast_to(sub(**{n: a for n, a, c in zip(self.axes, arrays, constant) if not c}), shape)
         if len(self.axes) == 1:  # one axis: linear in log2(x), clamped
-            lx = np.log2(np.maximum(arrays[0], 1e-300))
+            x = arrays[0]
+            top = float(x.max()) if x.size else 0.0
+            if 1.0 <= top <= 1 << 16 and x.min() >= 1.0:
+                ix = x.astype(np.intp)
+                if np.array_equal(ix, x):  # whole token counts: a lookup in a table built once
+                    return self._integer_table(int(top))[ix]
+            lx = np.log2(np.maximum(x, 1e-300))
             return np.interp(lx, self.log_grid[0], self.values) if self.log_grid[0].size > 1 \
                 else np.full(arrays[0].shape, float(self.values[0]))
         xs = np.broadcast_arrays(*arrays)
@@ -151,7 +166,7 @@ def collective_time_s(table: Mapping, g: int, nbytes, *, op: str = "all_reduce")
         raise KeyError(f"no {op} table")
     gk = min(keys, key=lambda k: (abs(np.log2(k) - np.log2(int(g))), k))
     ent = sub[str(gk)]
-    factor = ring_factor(g) if op == "all_reduce" else (float(g) - 1.0) / float(g)
+    factor = ring_factor(g) if op.startswith("all_reduce") else (float(g) - 1.0) / float(g)
     alpha, bw = float(ent["alpha_s"]), float(ent["bus_bandwidth_bytes_per_s"])
     if not len(ent["bytes"]):  # alpha-beta only (a published prior, no measured points)
         return alpha + factor * nbytes / bw

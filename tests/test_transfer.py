@@ -1,0 +1,78 @@
+"""Transfer validation against published GPU measurements (calibration/data/published/corpus.csv).
+
+Anchors: the published numbers themselves (each row cites its table); nothing here was fitted to
+them. Run alone with `pytest -m transfer`.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from calibration import transfer as T
+
+pytestmark = pytest.mark.transfer
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def corpus() -> pd.DataFrame:
+    return pd.read_csv(T.CORPUS)
+
+
+def _rows(corpus, ids):
+    return [T.case_for(corpus[corpus.row_id == i].iloc[0]) for i in ids]
+
+
+def test_iid_rate_inverts_acceptance_length_hand():
+    # hand: a = 0.8, K = 3 -> AL = 1 + 0.8 + 0.64 + 0.512 = 2.952
+    assert T.iid_rate(2.952, 3) == pytest.approx(0.8, abs=1e-9)
+
+
+def test_per_user_throughput_row_becomes_step_time(corpus):
+    # published: gpt-fast README, Llama-2-7B bf16 on one A100 at batch 1: 104.9 tok/s -> 9.53 ms per step
+    case = _rows(corpus, [1])[0]
+    assert case.kind == "plain" and case.measured == pytest.approx(1000 / 104.9)
+    assert case.raw["hardware"] == {"name": "a100-80gb", "tp": 1}
+
+
+def test_gpt_fast_a100_dense_rows_within_ten_percent(corpus):
+    # published: gpt-fast README bf16 rows (Llama-2-7B / Llama-3.1-8B / Llama-2-70B, TP 1-8, batch 1)
+    ids = [1, 6, 9, 10, 11, 12, 13, 14, 15, 16, 17, 19, 20]
+    errs = [T.predict_case(c, "planner", None)[0] / c.measured - 1 for c in _rows(corpus, ids)]
+    assert np.mean(np.abs(errs)) <= 0.10, errs
+
+
+def test_magicdec_h100_plain_steps_within_ten_percent(corpus):
+    # published: MagicDec (arXiv 2408.11049) Tables 3 and 7, plain per-step latency on 8 x H100 at
+    # 8k-32k contexts, batch 8-128 (T_AR)
+    ids = [122, 124, 126, 128, 138, 140, 142, 144, 146, 148, 150, 152, 154, 156, 158]
+    cases = _rows(corpus, ids)
+    errs = np.array([T.predict_case(c, "planner", None)[0] / c.measured - 1 for c in cases])
+    errs_ds = np.array([T.predict_case(c, "datasheet", None)[0] / c.measured - 1 for c in cases])
+    assert np.mean(np.abs(errs)) <= 0.10, errs
+    assert np.mean(np.abs(errs)) < np.mean(np.abs(errs_ds))  # measured tables beat the datasheet
+
+
+def test_eagle_chain_speedup_falls_with_batch_size(corpus):
+    # published: EAGLE-3 paper (arXiv 2503.01840) Table 4, chain EAGLE on Llama-3.1-8B / H100 / SGLang:
+    # the measured speedup falls from 1.40x at B=2 to 0.88x at B=48; the planner's falls too, though
+    # far less (1.27x at B=48: the miss transfer.md reports), so only the direction is asserted here
+    ids = [35, 36, 37, 38, 39, 40, 41]
+    cases = _rows(corpus, ids)
+    al, _ = T.anchor_acceptance(cases)[35]
+    pred = [T.predict_case(c, "planner", al)[0] for c in cases]
+    assert np.all(np.diff(pred[1:]) < 0) and pred[-1] < pred[0], pred
+
+
+def test_committed_report_matches_the_band_file():
+    # the band every prediction quotes is the committed transfer report's step-time MAPE
+    summary = json.loads((REPO / "calibration" / "data" / "transfer" / "transfer.json").read_text())
+    bands = json.loads((REPO / "simulator" / "data" / "transfer_error.json").read_text())
+    assert bands["_all"]["step_time_mape"] == pytest.approx(summary["step_time"]["planner"]["mape"])
+    assert summary["step_time"]["planner"]["mape"] < summary["step_time"]["datasheet"]["mape"]
+    assert summary["step_time"]["planner"]["n"] >= 30 and len(summary["step_time"]["sources"]) >= 6
+    assert len(summary["step_time"]["gpus"]) >= 3
