@@ -76,7 +76,9 @@ def load_peaks(hardware: str) -> Peaks:
 
 # (weight bytes, activation bytes, uses fp8 peak) per table dtype
 DTYPES = {"bfloat16": ("bf16", 2.0, 2.0, False), "fp8": ("fp8", 1.0, 1.0, True),
-          "fp8_block": ("fp8_block", 1.0, 1.0, True)}
+          "fp8_block": ("fp8_block", 1.0, 1.0, True),
+          # weight-only quantization: int8 / int4 weights dequantized into bf16 math (A100 TensorRT-LLM tables)
+          "int8_wo": ("int8_wo", 1.0, 2.0, False), "int4_wo": ("int4_wo", 0.5, 2.0, False)}
 KV_BYTES = {"bfloat16": 2.0, "fp8": 1.0}
 
 

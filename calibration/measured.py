@@ -7,6 +7,7 @@ more columns (acceptance, goodput, experts touched). Relative errors are predict
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 
 import numpy as np
@@ -34,8 +35,10 @@ def read_measured(source: str | Path | bytes, name: str | None = None, required=
             df = pd.read_csv(source)
     except FileNotFoundError:
         raise PlannerError(f"{name}: measured runs file not found") from None
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
-        raise PlannerError(f"{name}: not a readable measured-runs CSV ({str(err).splitlines()[0]})") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as err:
+        raise PlannerError(f"{name}: not a readable measured-runs CSV ({(str(err).splitlines() or [''])[0][:120]})") from None
+    except OSError as err:
+        raise PlannerError(f"{name}: cannot read it ({err.strerror or err})") from None
     missing = [c for c in required if c not in df.columns]
     if missing:
         raise PlannerError(f"{name}: missing column(s) {', '.join(missing)} (write it with"
@@ -58,9 +61,36 @@ def read_measured(source: str | Path | bytes, name: str | None = None, required=
         raise PlannerError(f"{name}: {len(bad)} row(s) with batch_size < 1, k < 0 or non-positive itl_ms")
     if (df.k > 32).any():
         raise PlannerError(f"{name}: k up to {int(df.k.max())}; the planner handles K <= 32")
+    if (df.batch_size > 1e6).any():
+        raise PlannerError(f"{name}: batch_size up to {df.batch_size.max():g}; the planner handles at most 65536")
+    if "acceptance_length" in df:
+        al = df.acceptance_length
+        bad = al.notna() & ((al < 1) | (al > df.k + 1 + 1e-6))
+        if bad.any():
+            row = int(np.flatnonzero(bad.to_numpy())[0]) + 2
+            raise PlannerError(f"{name}: line {row}: acceptance_length {al.iloc[row - 2]:g} outside [1, k+1]"
+                               " (tokens committed per step); fix or drop that row")
+    if "per_position_acceptance" in df:
+        for i, cell in enumerate(df.per_position_acceptance):
+            _check_rates_cell(cell, name, i + 2)
     df["batch_size"] = df["batch_size"].round().astype(int)
     df["k"] = df["k"].round().astype(int)
     return df
+
+
+def _check_rates_cell(cell, name: str, line: int) -> None:
+    """per_position_acceptance: empty, or a JSON list of conditional rates in [0, 1] (null: not reached)."""
+    if cell is None or (isinstance(cell, float) and np.isnan(cell)) or (isinstance(cell, str) and not cell.strip()):
+        return
+    try:
+        rates = json.loads(cell) if isinstance(cell, str) else None
+    except (json.JSONDecodeError, RecursionError):
+        rates = None
+    ok = isinstance(rates, list) and all(
+        r is None or (isinstance(r, (int, float)) and not isinstance(r, bool) and 0 <= r <= 1) for r in rates)
+    if not ok:
+        raise PlannerError(f"{name}: line {line}: per_position_acceptance {str(cell)[:40]!r} is not a JSON list of"
+                           " rates in [0, 1] such as [0.8, 0.6]; fix or drop that row")
 
 
 def match(predicted: pd.DataFrame, measured: pd.DataFrame) -> pd.DataFrame:

@@ -40,13 +40,25 @@ def read_meta(raw: str | Path) -> dict:
     if not p.exists():
         return {}
     try:
-        return json.loads(p.read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise CalibrationError(f"{p}: unreadable metadata ({err})") from None
+        meta = json.loads(p.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
+        raise CalibrationError(f"{p}: unreadable metadata ({str(err)[:120]})") from None
+    if not isinstance(meta, dict):
+        raise CalibrationError(f"{p}: metadata must be a JSON object; delete it and rerun `python -m calibration.run`")
+    for key in ("hardware", "device_kind", "device_name", "dtype", "mode"):
+        if key in meta and meta[key] is not None and not isinstance(meta[key], str):
+            raise CalibrationError(f"{p}: '{key}' must be a string, got {meta[key]!r}")
+    if "device" in meta and not isinstance(meta["device"], dict):
+        raise CalibrationError(f"{p}: 'device' must be an object, got {meta['device']!r}")
+    return meta
 
 
 def read_raw(path: str | Path) -> list[dict]:
-    """The complete rows of a raw sample file (typed), skipping a truncated or malformed row."""
+    """The complete rows of a raw sample file (typed), skipping a truncated or malformed row.
+
+    A complete row whose numbers are negative or not finite (negative bytes, inf seconds) is refused
+    with its line number: fitted, it would turn into efficiencies that predict nonsense.
+    """
     path = Path(path)
     try:
         text = path.read_text()
@@ -64,7 +76,7 @@ def read_raw(path: str | Path) -> list[dict]:
     rows = []
     # a row is complete only if its line ended with a newline (the last line may be cut by a kill)
     body = lines[1:] if text.endswith("\n") else lines[1:-1]
-    for values in csv.reader(body):
+    for lineno, values in enumerate(csv.reader(body), 2):
         if len(values) != len(header):
             continue
         row = dict(zip(header, values))
@@ -75,7 +87,11 @@ def read_raw(path: str | Path) -> list[dict]:
                 row[k] = float(row[k]) if row.get(k, "") != "" else 0.0
         except ValueError:
             continue
-        if not math.isfinite(row["median_s"]) or row["median_s"] <= 0:
+        bad = [k for k in sorted(_INT | _FLOAT) if not math.isfinite(row[k]) or row[k] < 0]
+        if bad:
+            raise CalibrationError(f"{path}: line {lineno}: {bad[0]} = {row[bad[0]]!r} (numbers must be finite and"
+                                   " >= 0); delete that row, or remeasure with `python -m calibration.run`")
+        if row["median_s"] <= 0:
             continue
         rows.append(row)
     return rows
@@ -85,7 +101,14 @@ class RawWriter:
     """Appends rows to a raw CSV (header written once), checking that a resumed file matches."""
 
     def __init__(self, path: str | Path, meta: dict):
-        self.path = Path(path)
+        try:
+            self._open(Path(path), meta)
+        except OSError as err:
+            raise CalibrationError(f"{path}: cannot write the raw sample file ({err.strerror or err});"
+                                   " choose a writable --output-dir") from None
+
+    def _open(self, path: Path, meta: dict) -> None:
+        self.path = path
         self.path.parent.mkdir(parents=True, exist_ok=True)
         old = read_meta(self.path) if self.path.exists() else {}
         if old:

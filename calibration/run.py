@@ -5,12 +5,14 @@
     python -m calibration.run --mode medium --model smollm2-135m --extra-m 3,5,9 --output-dir calibration/data
 
 Writes <output-dir>/<name>.raw.csv (+ .meta.json) and <output-dir>/<name>.profile.json, where name
-defaults to the hardware catalog entry. Rerunning with the same output resumes the raw file.
+defaults to this device: the CPU's name and cores (``amd-epyc-2c``), so a run on another machine never
+collides with the shipped CPU profile's raw file, or a GPU's hardware catalog entry (``h100-sxm``). Rerunning
+with the same output resumes the raw file.
 """
 from __future__ import annotations
 
-import argparse
 import datetime as dt
+import re
 import sys
 import time
 from pathlib import Path
@@ -19,7 +21,7 @@ from calibration.device import catalog_name, discover
 from calibration.fit import fit_raw, format_heldout, write_profile
 from calibration.microbench import MODES, build_plan, gemm_shapes, run_plan
 from calibration.rawio import CalibrationError
-from simulator.errors import PlannerError
+from simulator.cli.common import OneLineParser, run_cli
 from simulator.specs.hardware import load_hardware
 from simulator.specs.models import load_model
 
@@ -36,6 +38,14 @@ def parse_ints(text: str) -> list[int]:
     return vals
 
 
+def device_stem(info) -> str:
+    """A file stem naming this device: lower-case name, non-alphanumerics as '-', CPUs with their cores."""
+    slug = re.sub(r"[^a-z0-9]+", "-", re.sub(r"\((r|tm)\)", "", info.name.lower())).strip("-") or info.kind
+    if info.kind == "cpu":
+        slug += f"-{max(int(info.compute_units or 1), 1)}c"
+    return slug
+
+
 def calibrate(mode: str = "quick", model: str = "smollm2-135m", moe_model: str | None = "qwen3-30b-a3b",
               extra_m=(), output_dir: str | Path = DEFAULT_DIR, name: str | None = None,
               hardware: str | None = None, device: str = "auto", dtype: str | None = None,
@@ -49,9 +59,20 @@ def calibrate(mode: str = "quick", model: str = "smollm2-135m", moe_model: str |
     moe_spec = load_model(moe_model) if moe_model else None
     if moe_spec is not None and not moe_spec.is_moe:
         raise CalibrationError(f"--moe-model '{moe_model}' is not a mixture-of-experts model")
+    if device not in ("auto", "cuda", "cpu"):
+        raise CalibrationError(f"--device {device!r}: use auto, cuda or cpu")
+    if threads is not None and not 1 <= threads <= 4096:
+        raise CalibrationError(f"--threads must be a positive number of CPU threads, got {threads}")
+    if stop_after is not None and stop_after < 0:
+        raise CalibrationError(f"--stop-after must be >= 0, got {stop_after}")
+    if name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
+        raise CalibrationError(f"--name {name!r}: use letters, digits, '.', '_' or '-' (a file stem, no directories)")
     info = discover(device)
     if device == "cpu" and info.kind != "cpu":
         info = discover("cpu")
+    if device == "cuda" and info.kind != "cuda":
+        raise CalibrationError(f"--device cuda: no usable CUDA device here (torch {info.torch});"
+                               " use --device cpu or auto")
     hw_name = hardware or catalog_name(info)
     if hw_name is None:
         raise CalibrationError(f"no hardware catalog entry matches '{info.name}'; pass --hardware NAME")
@@ -65,7 +86,11 @@ def calibrate(mode: str = "quick", model: str = "smollm2-135m", moe_model: str |
         threads = threads or max(info.compute_units, 1)
         torch.set_num_threads(threads)
     out = Path(output_dir)
-    stem = name or hw.name
+    if out.exists() and not out.is_dir():
+        raise CalibrationError(f"--output-dir {out}: exists and is not a directory")
+    # GPUs: the catalog entry is the device; CPUs all divide by one catalog entry's peaks, so the file
+    # is named after this CPU (another machine never resumes, or collides with, the shipped CPU's samples)
+    stem = name or (device_stem(info) if info.kind == "cpu" else hw.name)
     raw = out / f"{stem}.raw.csv"
     meta = {"device_name": info.name, "device_kind": info.kind, "dtype": dtype, "hardware": hw.name,
             "torch": info.torch, "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -87,7 +112,7 @@ def calibrate(mode: str = "quick", model: str = "smollm2-135m", moe_model: str |
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m calibration.run", description=__doc__.splitlines()[0])
+    ap = OneLineParser(prog="python -m calibration.run", description=__doc__.splitlines()[0])
     g = ap.add_mutually_exclusive_group()
     g.add_argument("--quick", action="store_const", const="quick", dest="mode", help="about a minute on a 2-core CPU")
     g.add_argument("--full", action="store_const", const="full", dest="mode", help="dense grids, minutes")
@@ -96,7 +121,7 @@ def main(argv=None) -> int:
     ap.add_argument("--moe-model", default="qwen3-30b-a3b", help="MoE model for the expert GEMMs ('' to skip)")
     ap.add_argument("--extra-m", default="", help="extra GEMM M values, e.g. B*(K+1) of a scenario: 3,5,9")
     ap.add_argument("--output-dir", default=str(DEFAULT_DIR))
-    ap.add_argument("--name", help="file stem (default: the hardware catalog entry)")
+    ap.add_argument("--name", help="file stem (default: this device, e.g. amd-epyc-2c)")
     ap.add_argument("--hardware", help="catalog entry whose peaks the efficiencies divide (default: detected)")
     ap.add_argument("--device", choices=["auto", "cuda", "cpu"], default="auto")
     ap.add_argument("--dtype", help="fp32 (CPU default) | bf16 (GPU default) | fp16")
@@ -105,15 +130,16 @@ def main(argv=None) -> int:
     ap.add_argument("--no-progress", action="store_true")
     ap.add_argument("--stop-after", type=int, help="measure at most this many new points (testing resume)")
     args = ap.parse_args(argv)
+    return run_cli(lambda: _run(args))
+
+
+def _run(args) -> int:
     t0 = time.perf_counter()
     try:
         res = calibrate(args.mode or "quick", args.model, args.moe_model or None, parse_ints(args.extra_m),
                         args.output_dir, args.name, args.hardware, args.device, args.dtype,
                         progress=not args.no_progress, fit=not args.no_fit, stop_after=args.stop_after,
                         threads=args.threads)
-    except PlannerError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print("interrupted: the samples taken so far are kept; rerun the same command to resume", file=sys.stderr)
         return 130

@@ -29,7 +29,7 @@ from calibration import measured as measured_io
 from simulator.specs.acceptance import Acceptance
 from simulator.errors import PlannerError
 from simulator.plan.grid import compute_grid
-from simulator.cli.common import OneLineParser
+from simulator.cli.common import OneLineParser, run_cli
 from simulator.specs.routing import Routing
 from simulator.specs.scenario import Scenario, load_scenario
 
@@ -94,9 +94,19 @@ def pooled_acceptance(rows: pd.DataFrame, k_max: int) -> Acceptance:
 
 def split_rows(measured: pd.DataFrame) -> np.ndarray:
     """Held-out mask: every third (B, K) cell in a diagonal pattern, so every B and every K keeps
-    training rows and has held-out ones."""
+    training rows and has held-out ones. Runs at several router reuse settings (MoE) add the reuse's
+    rank to the diagonal: held-out (B, K, rho) points, every rho with training rows."""
     b_rank = measured.batch_size.rank(method="dense").astype(int)
-    return ((b_rank + measured.k) % 3 == 1).to_numpy()
+    reuse = router_reuse(measured)
+    r_rank = 0 if reuse is None else reuse.rank(method="dense").astype(int) - 1
+    return ((b_rank + measured.k + r_rank) % 3 == 1).to_numpy()
+
+
+def router_reuse(df: pd.DataFrame) -> pd.Series | None:
+    """The configured adjacent-token routing reuse of each row (synthetic MoE runs), or None."""
+    if "router_reuse" not in df or not df.router_reuse.notna().any():
+        return None
+    return df.router_reuse.fillna(0.0).astype(float)
 
 
 @dataclass
@@ -132,18 +142,24 @@ class ValidationResult:
                  " measured at predicted K* | regret |",
                  "|---|---|---|---|---|---|---|---|"]
         for r in self.per_batch.itertuples():
-            lines.append(f"| {r.rows} | {r.batch_size} | {r.ks} | {r.k_measured} | {r.k_predicted} |"
+            b_label = f"{r.batch_size} (reuse {r.router_reuse:g})" if "router_reuse" in self.per_batch else r.batch_size
+            lines.append(f"| {r.rows} | {b_label} | {r.ks} | {r.k_measured} | {r.k_predicted} |"
                          f" {r.best_goodput:.1f} | {r.goodput_at_predicted:.1f} | {r.regret:.3f} |")
         if "experts_touched_predicted" in self.rows:
             lines += ["", "## Expert loading (MoE): predicted vs measured, side by side", "",
                       f"Distinct experts per MoE layer per verify step; routing: {s['routing']};"
-                      f" held-out MAPE {s['experts_touched_mape']:.1%}. Uniform routing would predict"
+                      f" held-out MAPE {s['experts_touched_mape']:.1%}." + (
+                          " Reuse fitted from the router traces (per layer, averaged) vs the count fit: "
+                          + ", ".join(f"r = {r}: {v['trace']:.2f} vs {v['count_fit']:.2f}"
+                                      for r, v in s["trace_reuse"].items() if v["count_fit"] is not None) + "."
+                          if s.get("trace_reuse") else "") + " Uniform routing would predict"
                       f" E(1 - (1 - k/E)^T).", "",
-                      "| B | K | tokens B(K+1) | experts measured | experts predicted | verify ms measured |"
-                      " expert op ms predicted | ITL ms measured | ITL ms predicted |",
-                      "|---|---|---|---|---|---|---|---|---|"]
-            for r in self.rows.sort_values(["batch_size", "k"]).itertuples():
-                lines.append(f"| {r.batch_size} | {r.k} | {r.batch_size * (r.k + 1)} | {r.experts_touched:.1f} |"
+                      "| B | K | reuse rho | held out | tokens B(K+1) | experts measured | experts predicted |"
+                      " verify ms measured | expert op ms predicted | ITL ms measured | ITL ms predicted |",
+                      "|---|---|---|---|---|---|---|---|---|---|---|"]
+            for r in self.rows.sort_values(["routing_reuse", "batch_size", "k"]).itertuples():
+                lines.append(f"| {r.batch_size} | {r.k} | {r.routing_reuse:.3f} | {'yes' if r.heldout else ''} |"
+                             f" {r.batch_size * (r.k + 1)} | {r.experts_touched:.1f} |"
                              f" {r.experts_touched_predicted:.1f} | {r.verify_ms:.2f} | {r.expert_ms_predicted:.2f} |"
                              f" {r.itl_ms:.2f} | {r.itl_ms_predicted:.2f} |")
         lines += ["", "![predicted vs measured](validation.png)", ""]
@@ -152,9 +168,13 @@ class ValidationResult:
 
 def k_star_rows(df: pd.DataFrame, rows: str) -> pd.DataFrame:
     """Per batch size: K* measured vs predicted among the given rows, and the regret (measured goodput
-    at the predicted K* / best measured goodput)."""
+    at the predicted K* / best measured goodput). Runs at several router reuse settings (MoE) are
+    compared per (batch size, reuse): they are different workloads at the same B."""
     out = []
-    for b, g in df.groupby("batch_size"):
+    reuse = router_reuse(df)
+    keys = [df.batch_size] if reuse is None else [df.batch_size, reuse]
+    for key, g in df.groupby(keys):
+        b = key[0] if isinstance(key, tuple) else key
         g = g.sort_values("k")
         best = g.goodput_per_seq.max()
         k_meas = int(g.k.iloc[int(np.argmax(g.goodput_per_seq))])
@@ -162,7 +182,8 @@ def k_star_rows(df: pd.DataFrame, rows: str) -> pd.DataFrame:
         at_pred = float(g.goodput_per_seq[g.k == k_pred].iloc[0])
         out.append({"rows": rows, "batch_size": int(b), "ks": ",".join(str(int(k)) for k in g.k),
                     "k_measured": k_meas, "k_predicted": k_pred, "best_goodput": float(best),
-                    "goodput_at_predicted": at_pred, "regret": at_pred / best})
+                    "goodput_at_predicted": at_pred, "regret": at_pred / best}
+                   | ({"router_reuse": float(key[1])} if reuse is not None else {}))
     return pd.DataFrame(out)
 
 
@@ -177,19 +198,36 @@ def validate(measured: pd.DataFrame, sc: Scenario, origin: str = "measured") -> 
     profile = sc.profile.microbenchmarks_only() if sc.profile else None
     sc_eval = replace(sc, acceptance=acceptance, k_max=max(k_max, sc.fixed_k), profile=profile)
     routing_note = None
+    summary_extra: dict = {}
+    reuse = pd.Series(sc.deployment.routing.reuse, index=df.index)  # effective rho of each row
     if sc.model.is_moe and "experts_touched" in df and df.experts_touched.notna().any():
-        # routing is an input like acceptance: learn its skew from the training rows' expert counts
-        skew = fit_routing_skew(train, sc)
+        # routing is an input like acceptance: learn it from the training rows' expert counts
+        configured = router_reuse(df)
+        if configured is None:
+            skew = fit_routing_skew(train, sc)
+            routing_note = f"zipf skew {skew:.2f} fitted to the training rows' distinct-expert counts"
+        else:
+            # the Zipf skew and the router's own adjacent-token reuse rho_0 are fitted together to the
+            # training rows' counts; the engine's injected reuse r composes with rho_0 as
+            # rho = r + (1 - r) rho_0 (a copy of the previous position's experts, or the router's own
+            # correlation), so held-out rows at any r are predicted from the two fitted numbers.
+            skew, rho0 = fit_skew_and_reuse(train, sc)
+            reuse = configured + (1 - configured) * rho0
+            summary_extra["routing_reuse_rho0"] = rho0
+            summary_extra["routing_skew"] = skew
+            routing_note = (f"zipf skew {skew:.2f} and the router's own adjacent-token reuse rho_0 = {rho0:.2f}"
+                            f" fitted together to the training rows' distinct-expert counts; each row's reuse"
+                            f" = r + (1 - r) rho_0 with its configured r")
         sc_eval = replace(sc_eval, deployment=replace(sc.deployment, routing=Routing("zipf", skew=skew)))
-        routing_note = f"zipf skew {skew:.2f} fitted to the training rows' distinct-expert counts"
+    df["routing_reuse"] = reuse
     # the engine measures at a (nearly) fixed context per row: price each row at its own context
     contexts = df.context_len.round().astype(int) if "context_len" in df and df.context_len.notna().all() \
         else pd.Series(sc.context_len, index=df.index)
     physics = np.empty(len(df))
-    for ctx in sorted(contexts.unique()):
-        sel = (contexts == ctx).to_numpy()
-        grid = compute_grid(replace(sc_eval, context_len=int(ctx)), batch_sizes=np.unique(df.batch_size),
-                            ks=np.arange(k_max + 1))
+    for (ctx, rho), rows in df.groupby([contexts, reuse]).groups.items():
+        sel = df.index.isin(rows)
+        grid = compute_grid(_with_reuse(replace(sc_eval, context_len=int(ctx)), rho),
+                            batch_sizes=np.unique(df.batch_size), ks=np.arange(k_max + 1))
         bi = np.searchsorted(grid.batch_sizes, df.batch_size[sel])
         physics[sel] = grid.itl_s[bi, df.k[sel].to_numpy()] * 1e3
     df["itl_ms_physics"] = physics
@@ -218,11 +256,15 @@ def validate(measured: pd.DataFrame, sc: Scenario, origin: str = "measured") -> 
     held = df[df.heldout]
 
     if sc.model.is_moe and "experts_touched" in df and df.experts_touched.notna().any():
-        from simulator.physics.experts import experts_touched
+        from simulator.physics.experts import experts_touched_correlated
         from simulator.specs.routing import expert_probabilities
         p = expert_probabilities(sc_eval.deployment.routing, sc.model.num_experts, sc.model.experts_per_token)
-        df["experts_touched_predicted"] = experts_touched((df.batch_size * (df.k + 1)).to_numpy(float), p)
-        verify = grid_verify_expert_ms(sc_eval, df, k_max)
+        df["experts_touched_predicted"] = [float(experts_touched_correlated(b, k + 1, p, rho))
+                                           for b, k, rho in zip(df.batch_size, df.k, df.routing_reuse)]
+        verify = np.empty(len(df))
+        for rho, rows in df.groupby("routing_reuse").groups.items():
+            sel = df.index.isin(rows)
+            verify[sel] = grid_verify_expert_ms(_with_reuse(sc_eval, rho), df[sel], k_max)
         df["expert_ms_predicted"] = verify
 
     per_batch = k_star_rows(df, "all rows")
@@ -251,6 +293,7 @@ def validate(measured: pd.DataFrame, sc: Scenario, origin: str = "measured") -> 
         summary["experts_touched_mape"] = float(np.mean(np.abs(df.experts_touched_predicted / measured_e - 1)[
             df.heldout]))
         summary["routing"] = routing_note
+        summary.update(summary_extra)
     return ValidationResult(df, pd.concat([per_batch_held, per_batch], ignore_index=True), overhead, summary)
 
 
@@ -265,6 +308,66 @@ def fit_routing_skew(rows: pd.DataFrame, sc: Scenario) -> float:
     errors = [np.mean(np.abs(np.log(experts_touched(tokens, expert_probabilities(
         Routing("zipf", skew=s), sc.model.num_experts, sc.model.experts_per_token)) / measured))) for s in skews]
     return float(skews[int(np.argmin(errors))])
+
+
+def _with_reuse(sc: Scenario, rho: float) -> Scenario:
+    routing = replace(sc.deployment.routing, reuse=float(rho))
+    return replace(sc, deployment=replace(sc.deployment, routing=routing))
+
+
+def fit_skew_and_reuse(rows: pd.DataFrame, sc: Scenario) -> tuple[float, float]:
+    """(Zipf skew, router's own reuse rho_0) whose E_touched(B, K + 1, r + (1 - r) rho_0) best matches
+    the measured distinct-expert counts of rows with configured reuse r (least squared log error; a
+    0.1 x 0.05 grid, then a local refinement)."""
+    from simulator.physics.experts import experts_touched_correlated
+    from simulator.specs.routing import expert_probabilities
+    rows = rows[rows.experts_touched.notna()]
+    r = router_reuse(rows).to_numpy()
+    b, q = rows.batch_size.to_numpy(float), rows.k.to_numpy(float) + 1
+    measured = rows.experts_touched.to_numpy(float)
+
+    def error(skew, rho0):
+        p = expert_probabilities(Routing("zipf", skew=skew), sc.model.num_experts, sc.model.experts_per_token)
+        pred = np.array([experts_touched_correlated(bi, qi, p, ri + (1 - ri) * rho0) for bi, qi, ri in zip(b, q, r)],
+                        dtype=float)
+        return float(np.mean(np.log(pred / measured) ** 2))
+
+    def search(skews, rhos):
+        return min(((error(s, x), s, x) for s in skews for x in rhos))[1:]
+
+    s0, x0 = search(np.arange(0.0, 4.001, 0.1), np.arange(0.0, 0.951, 0.05))
+    return search(np.clip(np.arange(s0 - 0.1, s0 + 0.101, 0.02), 0, 4), np.clip(np.arange(x0 - 0.05, x0 + 0.051, 0.01), 0, 0.98))
+
+
+def trace_reuse(path: str | Path, sc: Scenario, summary: dict) -> dict:
+    """Reuse per configured r fitted from router traces (keys ``B{B}_K{K}_r{r}``, arrays
+    [steps x layers x B, K + 1, top_k] in layer order): the overlap estimator per MoE layer
+    (:func:`simulator.physics.experts.reuse_from_trace`), averaged over layers; next to it the
+    count fit's r + (1 - r) rho_0."""
+    import re
+
+    from simulator.physics.experts import reuse_from_trace
+    try:
+        data = np.load(path)
+    except (OSError, ValueError) as err:
+        raise ValidationError(f"{path}: not a router-trace .npz ({err})") from None
+    layers = sc.model.num_moe_layers
+    per_r: dict[float, list[np.ndarray]] = {}
+    for key in data.files:
+        m = re.fullmatch(r"B(\d+)_K(\d+)_r([0-9.]+)", key)
+        if not m or int(m.group(2)) == 0:
+            continue
+        ids, b = data[key], int(m.group(1))
+        layer = (np.arange(len(ids)) // b) % layers
+        per_r.setdefault(float(m.group(3)), []).append((ids, layer))
+    rho0 = summary.get("routing_reuse_rho0")
+    out = {}
+    for r, parts in sorted(per_r.items()):
+        est = [reuse_from_trace(ids[layer == li], sc.model.num_experts)[0]
+               for ids, layer in parts for li in range(layers) if (layer == li).any()]
+        out[f"{r:g}"] = {"trace": float(np.mean(est)),
+                         "count_fit": None if rho0 is None else float(r + (1 - r) * rho0)}
+    return out
 
 
 def grid_verify_expert_ms(sc: Scenario, df: pd.DataFrame, k_max: int) -> np.ndarray:
@@ -297,18 +400,19 @@ def validation_chart(result: ValidationResult):
 
 
 def write_report(result: ValidationResult, out_dir: str | Path) -> dict[str, Path]:
+    """validation.md / .png / .json / _rows.csv, rendered first and swapped in together (all or none)."""
     import vl_convert as vlc
 
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    paths = {"markdown": out / "validation.md", "png": out / "validation.png", "json": out / "validation.json",
-             "rows": out / "validation_rows.csv"}
+    from simulator.cli.common import check_output_dir, write_files_atomically
+
+    out = check_output_dir(out_dir)
+    names = {"markdown": "validation.md", "png": "validation.png", "json": "validation.json",
+             "rows": "validation_rows.csv"}
     chart = validation_chart(result)
-    paths["png"].write_bytes(vlc.vegalite_to_png(chart.to_json(), scale=1.5))
-    paths["markdown"].write_text(result.markdown())
-    paths["json"].write_text(json.dumps(result.summary, indent=2) + "\n")
-    result.rows.to_csv(paths["rows"], index=False)
-    return paths
+    content = {"png": vlc.vegalite_to_png(chart.to_json(), scale=1.5), "markdown": result.markdown(),
+               "json": json.dumps(result.summary, indent=2) + "\n", "rows": result.rows.to_csv(index=False)}
+    write_files_atomically(out, {names[k]: content[k] for k in names})
+    return {k: out / v for k, v in names.items()}
 
 
 def update_profile(result: ValidationResult, profile_path: str | Path, measured: str) -> Path:
@@ -336,21 +440,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output-dir", help="write validation.md / .png / .json there")
     parser.add_argument("--update-profile", action="store_true",
                         help="write the fitted engine terms into the scenario's calibration profile")
+    parser.add_argument("--traces", help="MoE: router traces .npz of the run (engine sweep --trace-output):"
+                                         " report the reuse fitted from them next to the count fit")
     args = parser.parse_args(argv)
-    try:
-        sc = load_scenario(args.scenario, calibration=args.calibration)
-        result = validate(read_measured(args.measured), sc, origin=str(args.measured))
-        print(result.markdown())
-        if args.output_dir:
-            paths = write_report(result, args.output_dir)
-            print(f"wrote {', '.join(str(p) for p in paths.values())}", file=sys.stderr)
-        if args.update_profile:
-            if sc.profile is None:
-                raise ValidationError("--update-profile needs a scenario with a calibration profile")
-            print(f"updated {update_profile(result, sc.profile.path, str(args.measured))}", file=sys.stderr)
-    except PlannerError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    return run_cli(lambda: _run(args))
+
+
+def _run(args) -> int:
+    from simulator.cli.common import check_output_dir, check_output_file
+
+    if args.output_dir:
+        check_output_dir(args.output_dir)
+    sc = load_scenario(args.scenario, calibration=args.calibration)
+    if args.update_profile:
+        if sc.profile is None:
+            raise ValidationError("--update-profile needs a scenario with a calibration profile")
+        check_output_file(sc.profile.path, "--update-profile")
+    result = validate(read_measured(args.measured), sc, origin=str(args.measured))
+    if args.traces:
+        result.summary["trace_reuse"] = trace_reuse(args.traces, sc, result.summary)
+    print(result.markdown())
+    if args.output_dir:
+        paths = write_report(result, args.output_dir)
+        print(f"wrote {', '.join(str(p) for p in paths.values())}", file=sys.stderr)
+    if args.update_profile:
+        print(f"updated {update_profile(result, sc.profile.path, str(args.measured))}", file=sys.stderr)
     return 0
 
 

@@ -56,7 +56,7 @@ def parse_prometheus(text: str, where: str = "<metrics>") -> list[tuple[str, dic
             lm = _LABEL.match(body, pos)
             if not lm:
                 raise VllmFormatError(f"{where}:{lineno}: bad label set {{{body[:80]}}}")
-            labels[lm[1]] = bytes(lm[2], "utf-8").decode("unicode_escape")
+            labels[lm[1]] = _unescape(lm[2])
             pos = lm.end()
         try:
             value = float(m["value"])  # handles NaN, +Inf
@@ -64,6 +64,12 @@ def parse_prometheus(text: str, where: str = "<metrics>") -> list[tuple[str, dic
             raise VllmFormatError(f"{where}:{lineno}: bad value {m['value']!r}") from None
         out.append((m["name"], labels, value))
     return out
+
+
+def _unescape(value: str) -> str:
+    """Prometheus label escapes: only \\\\, \\" and \\n; any other backslash stays as written
+    (non-ASCII text is kept as it is, not re-decoded)."""
+    return re.sub(r'\\(.)', lambda m: {"\\": "\\", '"': '"', "n": "\n"}.get(m[1], m[0]), value)
 
 
 def spec_decode_counters(text: str, where: str = "metrics.txt", model_name: str | None = None) -> dict:
@@ -77,9 +83,17 @@ def spec_decode_counters(text: str, where: str = "metrics.txt", model_name: str 
         if model_name is not None and labels.get("model_name", model_name) != model_name:
             continue
         key = name[len("vllm:spec_decode_"):-len("_total")]
+        if key not in ("num_accepted_tokens_per_pos", "num_drafts", "num_draft_tokens", "num_accepted_tokens"):
+            continue
+        if not (value >= 0 and value != float("inf")):
+            raise VllmFormatError(f"{where}: counter {name} is {value!r}; counters are finite and >= 0"
+                                  " (is this a complete /metrics scrape?)")
         if key == "num_accepted_tokens_per_pos":
             if "position" not in labels:
                 raise VllmFormatError(f"{where}: {name} sample without a position label")
+            if not re.fullmatch(r"\d{1,4}", labels["position"].strip()):
+                raise VllmFormatError(f"{where}: {name} has position label {labels['position']!r};"
+                                      " expected a draft position 0, 1, 2, ...")
             p = int(labels["position"])
             c["accepted_per_pos"][p] = c["accepted_per_pos"].get(p, 0.0) + value
         elif key in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"):
@@ -110,8 +124,13 @@ def acceptance_from_counters(c: dict, where: str = "metrics.txt") -> dict:
     nd = c["num_drafts"]
     if nd <= 0:
         raise VllmFormatError(f"{where}: vllm:spec_decode_num_drafts_total is 0 — no speculative steps were run")
+    if c["num_accepted_tokens"] > c["num_draft_tokens"] or c["num_draft_tokens"] < nd:
+        raise VllmFormatError(f"{where}: counters disagree (accepted {c['num_accepted_tokens']:g} > draft tokens"
+                              f" {c['num_draft_tokens']:g}, or fewer draft tokens than drafts {nd:g}); are both"
+                              " scrapes from the same server, the later one given as 'after'?")
     k = c["num_draft_tokens"] / nd
     r = [c["accepted_per_pos"][p] / nd for p in sorted(c["accepted_per_pos"])]
+    _check_unconditional(r, where)
     return {
         "acceptance_length": 1.0 + c["num_accepted_tokens"] / nd,
         "acceptance_rate": c["num_accepted_tokens"] / c["num_draft_tokens"] if c["num_draft_tokens"] else float("nan"),
@@ -119,6 +138,18 @@ def acceptance_from_counters(c: dict, where: str = "metrics.txt") -> dict:
         "per_position_unconditional": r,
         "per_position_acceptance": conditional_rates(r),
     }
+
+
+def _check_unconditional(r: list[float], where: str, tol: float = 1e-6) -> None:
+    """Unconditional rates r_i = P(positions 1..i accepted): in [0, 1] and non-increasing. A rate
+    above 1 (or rising) means a broken dump: refused, never clipped."""
+    for i, x in enumerate(r):
+        if not 0 <= x <= 1 + tol:
+            raise VllmFormatError(f"{where}: acceptance rate at position {i} is {x:.6g}, outside [0, 1]; the"
+                                  " file is not a consistent vLLM record")
+        if i and x > r[i - 1] + tol:
+            raise VllmFormatError(f"{where}: acceptance rate rises from {r[i - 1]:.6g} at position {i - 1} to"
+                                  f" {x:.6g} at {i}; vLLM's per-position rates cannot rise")
 
 
 def conditional_rates(r: list[float]) -> list[float | None]:
@@ -152,6 +183,8 @@ def _read_text(path: Path) -> str:
         return path.read_text()
     except OSError as e:
         raise VllmFormatError(f"{path.name}: cannot read: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise VllmFormatError(f"{path.name}: not a text file") from None
 
 
 def bench_acceptance(data: dict, where: str = "bench.json") -> list[float | None]:
@@ -162,6 +195,7 @@ def bench_acceptance(data: dict, where: str = "bench.json") -> list[float | None
                               " running speculative decoding (and vLLM new enough to record it)?")
     if not isinstance(r, list) or not r or not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in r):
         raise VllmFormatError(f"{where}: 'spec_decode_per_position_acceptance_rates' must be a non-empty list of numbers")
+    _check_unconditional([float(x) for x in r], where)
     return conditional_rates(r)
 
 
@@ -169,6 +203,8 @@ def read_bench_json(path) -> dict:
     path = Path(path)
     try:
         data = json.loads(_read_text(path))
+    except RecursionError:
+        raise VllmFormatError(f"{path.name}: JSON nested too deeply — {_HINT}") from None
     except json.JSONDecodeError as e:
         raise VllmFormatError(f"{path.name}: not JSON ({e.msg} at line {e.lineno}) — {_HINT}") from None
     if not isinstance(data, dict):
@@ -176,7 +212,18 @@ def read_bench_json(path) -> dict:
     for f in ("median_itl_ms", "output_throughput", "completed"):
         if f not in data:
             raise VllmFormatError(f"{path.name}: missing '{f}' — {_HINT}")
+    for f in _BENCH_NUMBERS:
+        v = data.get(f)
+        if v is not None and (not isinstance(v, (int, float)) or isinstance(v, bool) or not v >= 0
+                              or v == float("inf")):
+            raise VllmFormatError(f"{path.name}: '{f}' must be a finite number >= 0, got {v!r} — {_HINT}")
     return data
+
+
+# numeric fields of a bench JSON this reader uses
+_BENCH_NUMBERS = ("median_itl_ms", "p90_itl_ms", "output_throughput", "completed", "max_concurrency",
+                  "total_input_tokens", "total_output_tokens", "spec_decode_acceptance_length",
+                  "spec_decode_num_drafts", "spec_decode_draft_tokens", "spec_decode_accepted_tokens")
 
 
 def bench_to_row(path, *, k: int | None = None, draft: str = "", batch_size: int | None = None,
@@ -199,7 +246,8 @@ def bench_to_row(path, *, k: int | None = None, draft: str = "", batch_size: int
             if f not in d:
                 raise VllmFormatError(f"{path.name}: has spec_decode_acceptance_length but is missing '{f}' — {_HINT}")
         nd = d["spec_decode_num_drafts"]
-        r = list(d.get("spec_decode_per_position_acceptance_rates") or [])
+        r = list(bench_acceptance(d, path.name) and d["spec_decode_per_position_acceptance_rates"]) \
+            if d.get("spec_decode_per_position_acceptance_rates") else []
         spec = {
             "acceptance_length": float(d["spec_decode_acceptance_length"]),
             "k": int(round(d["spec_decode_draft_tokens"] / nd)) if nd else (k or 0),
@@ -230,6 +278,7 @@ def bench_to_row(path, *, k: int | None = None, draft: str = "", batch_size: int
         "acceptance_length": round(al, 6), "per_position_acceptance": json.dumps(ppa),
         "goodput_per_seq": round(gp, 4), "throughput": round(float(d["output_throughput"]), 4),
         "experts_touched": None, "torch_version": "", "date": _iso_date(d.get("date")), "code_version": code_version,
+        "router_reuse": None,  # a synthetic-router setting of the reference engine; not a vLLM quantity
     }
 
 
@@ -266,5 +315,5 @@ ROW_COLUMNS = (
     "source", "target", "draft", "device", "dtype", "batch_size", "k", "context_len", "n_steps",
     "draft_ms", "verify_ms", "overhead_ms", "itl_ms", "itl_ms_p90", "acceptance_length",
     "per_position_acceptance", "goodput_per_seq", "throughput", "experts_touched",
-    "torch_version", "date", "code_version",
+    "torch_version", "date", "code_version", "router_reuse",
 )

@@ -290,6 +290,57 @@ def parity_chart(matched: pd.DataFrame, quantity: str, label: str, title: str = 
                                    height=320)
 
 
+def kstar_context_frame(k2d: pd.DataFrame) -> pd.DataFrame:
+    """Long format of a K* map (rows batch size, columns context length; <NA> = nothing fits) with
+    log-spaced cell edges in B and L (geometric midpoints), so cells tile a log-log plane."""
+    def edges(values):
+        v = np.sort(np.asarray(values, dtype=float))
+        if len(v) < 2:
+            lo, hi = v / 1.2, v * 1.2
+        else:
+            mids = np.sqrt(v[1:] * v[:-1])
+            lo = np.concatenate([[v[0] ** 2 / mids[0]], mids])
+            hi = np.concatenate([mids, [v[-1] ** 2 / mids[-1]]])
+        idx = np.searchsorted(v, np.asarray(values, dtype=float))
+        return lo[idx], hi[idx]
+    b = k2d.index.to_numpy(dtype=float)
+    c = k2d.columns.to_numpy(dtype=float)
+    (b_lo, b_hi), (c_lo, c_hi) = edges(b), edges(c)
+    nb, nc = len(b), len(c)
+    k = k2d.astype("Float64").to_numpy(dtype=float, na_value=np.nan)
+    return pd.DataFrame({
+        "batch_size": np.repeat(b, nc).astype(int), "context_len": np.tile(c, nb).astype(int),
+        "b_lo": np.repeat(b_lo, nc), "b_hi": np.repeat(b_hi, nc),
+        "c_lo": np.tile(c_lo, nb), "c_hi": np.tile(c_hi, nb), "k_opt": k.ravel(),
+    })
+
+
+def kstar_context_heatmap(k2d: pd.DataFrame, title: str = "") -> alt.Chart:
+    """K*(B, L): the goodput-optimal draft length over batch size and context length.
+
+    ``k2d``: ``Prediction.k_table_2d()`` (index batch_size, columns context_len, <NA> where no K
+    fits in memory; those cells are grey)."""
+    df = kstar_context_frame(k2d)
+    fits, over = df[df["k_opt"].notna()], df[df["k_opt"].isna()]
+    xscale = alt.Scale(type="log", domain=[float(df["b_lo"].min()), float(df["b_hi"].max())], nice=False)
+    yscale = alt.Scale(type="log", domain=[float(df["c_lo"].min()), float(df["c_hi"].max())], nice=False)
+    pos = dict(x=alt.X("b_lo:Q", scale=xscale, axis=BATCH_AXIS), x2=alt.X2("b_hi:Q"),
+               y=alt.Y("c_lo:Q", scale=yscale, axis=alt.Axis(title="Context length L (tokens in the KV cache, log"
+                                                                    " scale)", format="~s")),
+               y2=alt.Y2("c_hi:Q"))
+    tip = [alt.Tooltip("batch_size:Q", title="B"), alt.Tooltip("context_len:Q", title="L", format=","),
+           alt.Tooltip("k_opt:Q", title="K*")]
+    grey = alt.Chart(over).mark_rect(color="#d9d9d9").encode(**pos, tooltip=tip[:2])
+    k_max = max(1.0, float(fits["k_opt"].max()) if len(fits) else 1.0)
+    cells = alt.Chart(fits).mark_rect().encode(
+        **pos, color=alt.Color("k_opt:Q", title="K*", scale=alt.Scale(scheme="viridis", domain=[0, k_max]),
+                               legend=alt.Legend(format="d", tickMinStep=1)), tooltip=tip)
+    note = "colour: K* at each (batch size, context length); grey: does not fit in memory"
+    return alt.layer(grey, cells, title=alt.TitleParams(
+        "Optimal draft length K* over batch size and context length",
+        subtitle=[title, note] if title else note), height=360)
+
+
 def to_png(chart: alt.TopLevelMixin, scale: float = 2.0) -> bytes:
     """Render a chart to PNG bytes (vl-convert; no browser needed)."""
     import vl_convert as vlc

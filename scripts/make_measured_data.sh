@@ -14,7 +14,7 @@ DATA=calibration/data
 EXTRA_M=$($PY -c "print(','.join(str(b * (k + 1)) for b in (1, 2, 4, 8, 16, 32, 64) for k in range(7)))")
 
 # 1. microbenchmarks -> raw samples + fitted profile (held-out errors printed)
-$PY -m calibration.run --mode medium --threads 1 --extra-m "$EXTRA_M" --output-dir $DATA
+$PY -m calibration.run --mode medium --threads 1 --extra-m "$EXTRA_M" --output-dir $DATA --name cpu-xeon-2c
 
 # 2. real SD of SmolLM2-135M with n-gram drafts, B 1..64 x K 0..6 (greedy; every K timed over the
 #    same tokens; 3 rounds each over every point; small batches repeated until 4 sequences were seen)

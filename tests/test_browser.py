@@ -8,6 +8,7 @@ rendered K* chart and the provenance line. The screenshot goes to a temporary di
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -126,3 +127,41 @@ def test_charts_render_and_change_with_hardware(page, tmp_path):
     assert after != before, "the K* chart looks the same after changing the accelerator"
     assert page.locator('[data-testid="stException"]').count() == 0
     assert screenshot.stat().st_size > 20_000
+
+
+def test_headline_states_the_k_schedule_in_words(page):
+    """A fresh session's headline reads "K schedule: K=.. for B 1-.., ..." (issue 14)."""
+    pg = page.context.new_page()
+    try:
+        pg.goto(page.url, wait_until="domcontentloaded")
+        el = pg.locator('[data-testid="stMarkdownContainer"]').filter(has_text="K schedule:").first
+        el.wait_for(timeout=60_000)
+        text = el.inner_text()
+    finally:
+        pg.close()
+    assert re.match(r"K schedule: (K=\d+ for B 1\b|no speculation)", text), text
+    assert re.search(r"K=\d+ for B 1(-\d+)?", text), text
+
+
+def test_downloads_tab_serves_an_engine_schedule(page, tmp_path):
+    """Downloads tab: the vLLM schedule downloads as the JSON vLLM reads (issue 13)."""
+    import json
+
+    ctx = page.context.browser.new_context(accept_downloads=True, viewport={"width": 1500, "height": 1000})
+    pg = ctx.new_page()
+    try:
+        pg.goto(page.url, wait_until="domcontentloaded")
+        pg.get_by_role("tab", name="Downloads").click()
+        button = pg.locator('[data-testid="stDownloadButton"]').filter(has_text="vLLM speculative config (JSON)")
+        button.wait_for(timeout=60_000)
+        with pg.expect_download(timeout=30_000) as info:
+            button.locator("button").click()
+        path = tmp_path / info.value.suggested_filename
+        info.value.save_as(path)
+    finally:
+        ctx.close()
+    cfg = json.loads(path.read_text())
+    ranges = cfg["num_speculative_tokens_per_batch_size"]
+    assert path.name.endswith("-vllm.json") and ranges[0][0] == 1
+    assert cfg["num_speculative_tokens"] == max(1, max(r[2] for r in ranges))
+    assert all(r[1] + 1 == n[0] for r, n in zip(ranges, ranges[1:]))  # inclusive, contiguous, no overlap

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import re
 import sys
 
@@ -13,18 +14,25 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+_LIMIT = 65536  # largest batch size or K a sweep may ask for (checked before a range is expanded)
+
+
 def _parts(s: str):
     for part in s.split(","):
         part = part.strip()
         if not part:
             continue
-        if re.fullmatch(r"-?\d+", part):
+        if re.fullmatch(r"-?\d{1,9}", part):
             yield int(part), None
-        elif m := re.fullmatch(r"(\d+)-(\d+)", part):
+        elif m := re.fullmatch(r"(\d{1,9})-(\d{1,9})", part):
             a, b = int(m[1]), int(m[2])
             if b < a:
                 raise ValueError(f"empty range {part!r}")
+            if b > _LIMIT:
+                raise ValueError(f"{part!r} goes beyond {_LIMIT}")
             yield a, b
+        elif re.fullmatch(r"-?\d+(-\d+)?", part):
+            raise ValueError(f"{part!r} is out of range (at most {_LIMIT})")
         else:
             raise ValueError(f"cannot parse {part!r}")
 
@@ -50,6 +58,18 @@ def parse_batch_sizes(s: str) -> list[int]:
     if not out:
         raise ValueError("empty list")
     return sorted(set(out))
+
+
+def _reuses(text):
+    if text is None:
+        return None
+    try:
+        values = [float(x) for x in str(text).split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--router-reuse {text!r}: expected numbers such as 0.4 or 0,0.4,0.8") from None
+    if not values or any(not 0 <= v < 1 for v in values):
+        raise ValueError(f"--router-reuse {text!r}: each value must be in [0, 1)")
+    return values
 
 
 def main(argv=None) -> int:
@@ -78,6 +98,12 @@ def main(argv=None) -> int:
     s.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     s.add_argument("--device", default=None, help="cpu | cuda (default: cuda if available)")
     s.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's)")
+    s.add_argument("--router-reuse", default=None,
+                   help="MoE targets: probability that a position re-uses the previous position's experts;"
+                        " a comma list (0,0.4,0.8) interleaves them within each round")
+    s.add_argument("--trace-output", default=None, help="MoE targets: .npz of router traces (to fit the reuse)")
+    s.add_argument("--clock", default="wall", choices=["wall", "cpu"],
+                   help="cpu: time phases by the thread's CPU time (CPU, --threads 1; robust to a busy machine)")
     a = p.parse_args(argv)
 
     from .weights import TARGETS
@@ -103,6 +129,28 @@ def main(argv=None) -> int:
     if a.context_len < 2 or a.gen_tokens < 1:
         print("error: --context-len must be >= 2 and --gen-tokens >= 1", file=sys.stderr)
         return 2
+    if not (math.isfinite(a.temperature) and 0 <= a.temperature <= 100):
+        print(f"error: --temperature must be a finite number in [0, 100] (0 = greedy), got {a.temperature}",
+              file=sys.stderr)
+        return 2
+    if not 0 <= a.seed < 2**63:
+        print(f"error: --seed must be an integer in [0, 2^63), got {a.seed}", file=sys.stderr)
+        return 2
+    if a.threads is not None and not 1 <= a.threads <= 4096:
+        print(f"error: --threads must be a positive number of CPU threads, got {a.threads}", file=sys.stderr)
+        return 2
+    if max(ks) > 32:
+        print(f"error: --k up to {max(ks)}; the planner handles K <= 32", file=sys.stderr)
+        return 2
+    if a.device not in (None, "cpu", "cuda"):
+        print(f"error: --device {a.device!r}: use cpu or cuda", file=sys.stderr)
+        return 2
+    if a.device == "cuda":
+        import torch
+        if not torch.cuda.is_available():
+            print(f"error: --device cuda: no usable CUDA device (torch {torch.__version__}); use --device cpu",
+                  file=sys.stderr)
+            return 2
     if a.forced_acceptance is not None and not 0 <= a.forced_acceptance <= 1:
         print("error: --forced-acceptance must be in [0, 1]", file=sys.stderr)
         return 2
@@ -134,7 +182,8 @@ def main(argv=None) -> int:
                   gen_tokens=a.gen_tokens, temperature=a.temperature, output=str(out), seed=a.seed,
                   warmup_steps=a.warmup_steps, max_steps=a.max_steps, min_steps=a.min_steps,
                   warmup_tokens=a.warmup_tokens, rounds=a.rounds, min_sequences=a.min_sequences, forced_acceptance=a.forced_acceptance,
-                  dtype=a.dtype, device=a.device, threads=a.threads)
+                  dtype=a.dtype, device=a.device, threads=a.threads, router_reuse=_reuses(a.router_reuse),
+                  trace_output=a.trace_output, clock=a.clock)
     except (ValueError, TargetUnavailable) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -32,6 +32,9 @@ class ModelConfig:
     n_experts: int = 0
     top_k: int = 0
     expert_ffn: int = 0
+    # adjacent-token routing correlation (synthetic router): position t of a sequence in a pass
+    # re-uses position t-1's expert set (ids and weights) with this probability, else routes itself
+    router_reuse: float = 0.0
     rope_interleaved: bool = True  # GGUF (llama.cpp) layout: rotate adjacent pairs
 
     @property
@@ -74,6 +77,8 @@ class Transformer(torch.nn.Module):
         half = cfg.head_dim // 2
         self.inv_freq = 1.0 / (cfg.rope_theta ** (torch.arange(0, half, dtype=torch.float32, device=self.device) / half))
         self.expert_stats: list[list[int]] | None = None  # per forward: distinct experts per MoE layer
+        self.routing_trace: list | None = None  # per forward and MoE layer: expert ids [B, T, top_k]
+        self._reuse_gen = torch.Generator().manual_seed(12345)
 
     @property
     def n_layers(self) -> int:
@@ -130,6 +135,18 @@ class Transformer(torch.nn.Module):
         scores = (xt @ lw["router"].T).softmax(-1)  # [N, E]
         wts, ids = scores.topk(c.top_k, dim=-1)  # [N, A]
         wts = wts / wts.sum(-1, keepdim=True)
+        B, T = shp[0], shp[1] if len(shp) == 3 else 1
+        if c.router_reuse > 0 and T > 1:
+            # Markov reuse along each sequence: copy position t-1's (possibly copied) set with prob rho
+            ids, wts = ids.view(B, T, -1).clone(), wts.view(B, T, -1).clone()
+            copy = torch.rand(B, T, generator=self._reuse_gen) < c.router_reuse
+            for t in range(1, T):
+                m = copy[:, t].to(ids.device)
+                ids[m, t] = ids[m, t - 1]
+                wts[m, t] = wts[m, t - 1]
+            ids, wts = ids.view(-1, c.top_k), wts.view(-1, c.top_k)
+        if self.routing_trace is not None:
+            self.routing_trace.append(ids.view(B, T, -1).to("cpu", torch.int16).numpy())
         out = torch.zeros_like(xt)
         flat_ids = ids.flatten()
         order = flat_ids.argsort()

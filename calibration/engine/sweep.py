@@ -23,7 +23,7 @@ COLUMNS = [
     "source", "target", "draft", "device", "dtype", "batch_size", "k", "context_len", "n_steps",
     "draft_ms", "verify_ms", "overhead_ms", "itl_ms", "itl_ms_p90", "acceptance_length",
     "per_position_acceptance", "goodput_per_seq", "throughput", "experts_touched",
-    "torch_version", "date", "code_version",
+    "torch_version", "date", "code_version", "router_reuse",
 ]
 SOURCE = "torch-reference-engine"
 PROMPTS_FILE = Path(__file__).resolve().parent.parent / "prompts" / "prompts.jsonl"
@@ -84,7 +84,7 @@ def context_prompts(batch_size: int, context_len: int, vocab: int, seed: int = 0
     return out
 
 
-def _existing_points(output: Path, target, draft, dtype, context_len, slack) -> set[tuple[int, int]]:
+def _existing_points(output: Path, target, draft, dtype, context_len, slack, router_reuse=None) -> set[tuple[int, int]]:
     if not output.exists() or output.stat().st_size == 0:
         return set()
     df = pd.read_csv(output)
@@ -92,16 +92,20 @@ def _existing_points(output: Path, target, draft, dtype, context_len, slack) -> 
         return set()
     m = (df["target"] == target) & (df["draft"] == draft) & (df["dtype"] == dtype) & \
         (df["context_len"] >= context_len - 1) & (df["context_len"] <= context_len + slack)
+    if router_reuse is not None:
+        m &= (df["router_reuse"].fillna(0.0) if "router_reuse" in df else 0.0) == router_reuse
     return {(int(r.batch_size), int(r.k)) for r in df[m].itertuples()}
 
 
 def _append_row(output: Path, row: dict):
     output.parent.mkdir(parents=True, exist_ok=True)
     new = not output.exists() or output.stat().st_size == 0
-    pd.DataFrame([row], columns=COLUMNS).to_csv(output, mode="a", header=new, index=False)
+    columns = COLUMNS if new else pd.read_csv(output, nrows=0).columns.tolist()  # an older file keeps its header
+    pd.DataFrame([row], columns=columns).to_csv(output, mode="a", header=new, index=False)
 
 
-def measure_window(eng: SpecDecoder, k: int, warmup_steps: int, gen_tokens: int, min_steps: int, max_steps: int):
+def measure_window(eng: SpecDecoder, k: int, warmup_steps: int, gen_tokens: int, min_steps: int, max_steps: int,
+                   trace: list | None = None, trace_steps: int = 3):
     """Steps of draft length k over one window of ``gen_tokens`` new tokens from the snapshot.
 
     Warm-up steps run first and are discarded; the state is then rewound to the snapshot, so every K
@@ -115,7 +119,13 @@ def measure_window(eng: SpecDecoder, k: int, warmup_steps: int, gen_tokens: int,
         eng.reset(k)
         start = eng.lengths.clone()
         while len(recs) < max_steps:
+            record = trace is not None and len(recs) < trace_steps
+            if record:
+                eng.target.routing_trace = []
             recs.append(eng.step(record_experts=eng.target.cfg.is_moe))
+            if record:
+                trace.extend(eng.target.routing_trace)  # one [B, K+1, top_k] array per MoE layer
+                eng.target.routing_trace = None
             if len(recs) >= min_steps and int((eng.lengths - start).min()) >= gen_tokens:
                 break
     return recs, eng.attempts[:k].clone(), eng.accepts[:k].clone()
@@ -126,7 +136,8 @@ def run_sweep(target: str = "smollm2-135m", draft: str = "ngram", batch_sizes=(1
               seed: int = 0, warmup_steps: int = 2, min_steps: int = 4, max_steps: int = 12,
               forced_acceptance: float | None = None, dtype: str = "float32", device: str | None = None,
               threads: int | None = None, progress=True, warmup_tokens: int = 0, rounds: int = 1,
-              min_sequences: int = 1) -> pd.DataFrame:
+              min_sequences: int = 1, router_reuse: float | list[float] | None = None,
+              trace_output: str | None = None, clock: str = "wall") -> pd.DataFrame:
     """Measure ITL split (draft/verify/overhead) and acceptance at every (batch size, K).
 
     Per batch size: prefill, then generate ``warmup_tokens`` tokens once (plain decoding, so all
@@ -134,6 +145,12 @@ def run_sweep(target: str = "smollm2-135m", draft: str = "ngram", batch_sizes=(1
     every K starts from. Then ``rounds`` rounds, each over every batch size and K, each timing a
     window of ``gen_tokens`` new tokens; medians over all rounds. Rows are written at the end (a
     killed run keeps the rows of earlier runs and remeasures only what is missing).
+    ``router_reuse`` (MoE targets): adjacent-token routing correlation of the synthetic router, one
+    value or a list (interleaved within each round like K, so drift of the machine hits all alike);
+    ``trace_output``: an .npz of router traces (expert ids [sequences, K+1, top_k] of the first
+    verify steps of each point and MoE layer, keyed ``B{B}_K{K}_r{rho}``) to fit the reuse from.
+    ``clock="cpu"`` (CPU with threads=1) times each phase by the thread's CPU time: immune to other
+    processes sharing the cores (the device column says which clock).
     Returns the rows measured in this call (and appends them to `output` if given)."""
     if threads:
         torch.set_num_threads(threads)
@@ -144,21 +161,26 @@ def run_sweep(target: str = "smollm2-135m", draft: str = "ngram", batch_sizes=(1
     if any(b < 1 for b in batch_sizes):
         raise ValueError("batch size must be >= 1")
     tdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
-    tgt = load_target(target, device=device, dtype=tdtype, seed=seed)
+    reuses = [None] if router_reuse is None else \
+        sorted({float(x) for x in (router_reuse if isinstance(router_reuse, (list, tuple)) else [router_reuse])})
+    extra = {"router_reuse": reuses[0]} if reuses[0] is not None else {}
+    tgt = load_target(target, device=device, dtype=tdtype, seed=seed, **extra)
     drf = make_draft(draft, tgt) if max(ks) > 0 else None
     if drf is None and draft not in ("none", ""):
         make_draft(draft, tgt)  # validate the name even for K = 0 only
     out_path = Path(output) if output else None
     kmax = max(ks)
     slack = warmup_tokens + (warmup_steps + max_steps) * (kmax + 1) + 1
-    done = _existing_points(out_path, target, draft, dtype, context_len, slack) if out_path else set()
-    dev_name = device_name(tgt.device)
+    done = {(b, k, rho) for rho in reuses
+            for b, k in (_existing_points(out_path, target, draft, dtype, context_len, slack, rho) if out_path else set())}
+    traces: dict[str, list] = {}
+    dev_name = device_name(tgt.device) + (", thread CPU-time clock" if clock == "cpu" else "")
     rows = []
     # Phase 1: prefill and warm up an engine per (batch size, prompt group); they stay alive.
     engines: dict[int, list[SpecDecoder]] = {}
-    todo: dict[int, list[int]] = {}
+    todo: dict[int, list[tuple[float | None, int]]] = {}
     for B in batch_sizes:
-        todo[B] = [k for k in ks if (B, k) not in done]
+        todo[B] = [(rho, k) for rho in reuses for k in ks if (B, k, rho) not in done]
         if not todo[B]:
             continue
         engines[B] = []
@@ -166,7 +188,8 @@ def run_sweep(target: str = "smollm2-135m", draft: str = "ngram", batch_sizes=(1
         # different prompts until min_sequences sequences were seen (timing pools over them too)
         for group in range(-(-min_sequences // B)):
             prompts = context_prompts(B, context_len, tgt.cfg.vocab, seed + 7919 * group)
-            eng = SpecDecoder(tgt, drf, k=0, temperature=temperature, seed=seed, forced_acceptance=forced_acceptance)
+            eng = SpecDecoder(tgt, drf, k=0, temperature=temperature, seed=seed, forced_acceptance=forced_acceptance,
+                              clock=clock)
             eng.max_k = kmax
             cap = context_len + warmup_tokens + (warmup_steps + max_steps) * (kmax + 1) + 2
             eng.prefill(prompts, cap)
@@ -179,22 +202,26 @@ def run_sweep(target: str = "smollm2-135m", draft: str = "ngram", batch_sizes=(1
             engines[B].append(eng)
     # Phase 2: each round visits every batch size and K, so a slow spell of the machine (memory
     # bandwidth here drifts for minutes at a time) hits one round of a point, not all of them.
-    results = {(B, k): ([], torch.zeros(k, dtype=torch.long), torch.zeros(k, dtype=torch.long))
-               for B in engines for k in todo[B]}
+    results = {(B, rho, k): ([], torch.zeros(k, dtype=torch.long), torch.zeros(k, dtype=torch.long))
+               for B in engines for rho, k in todo[B]}
     for r in range(rounds):
         for B, group_engines in engines.items():
             order = todo[B] if r % 2 == 0 else todo[B][::-1]
             for eng in group_engines:
-                for k in order:
-                    recs, att, acc = measure_window(eng, k, warmup_steps, gen_tokens, min_steps, max_steps)
-                    results[(B, k)][0].append(recs)
-                    results[(B, k)][1].add_(att.cpu())
-                    results[(B, k)][2].add_(acc.cpu())
+                for rho, k in order:
+                    if rho is not None:
+                        tgt.cfg.router_reuse = rho
+                    tr = traces.setdefault(f"B{B}_K{k}_r{rho or 0:g}", []) \
+                        if trace_output and tgt.cfg.is_moe and r == 0 else None
+                    recs, att, acc = measure_window(eng, k, warmup_steps, gen_tokens, min_steps, max_steps, tr)
+                    results[(B, rho, k)][0].append(recs)
+                    results[(B, rho, k)][1].add_(att.cpu())
+                    results[(B, rho, k)][2].add_(acc.cpu())
         if progress:
             print(f"[sweep] round {r + 1}/{rounds} done", file=sys.stderr, flush=True)
     for B in engines:
-        for k in todo[B]:
-            windows, att_t, acc_t = results[(B, k)]
+        for rho, k in todo[B]:
+            windows, att_t, acc_t = results[(B, rho, k)]
             recs = [r for w in windows for r in w]
             step_s = np.array([r.draft_s + r.verify_s + r.overhead_s for r in recs])
             # median of the windows' medians: a window caught in a slow spell is outvoted
@@ -219,6 +246,7 @@ def run_sweep(target: str = "smollm2-135m", draft: str = "ngram", batch_sizes=(1
                 "torch_version": torch.__version__,
                 "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                 "code_version": code_version(),
+                "router_reuse": float(rho or 0.0) if tgt.cfg.is_moe else None,
             }
             rows.append(row)
             if out_path:
@@ -227,4 +255,10 @@ def run_sweep(target: str = "smollm2-135m", draft: str = "ngram", batch_sizes=(1
                 print(f"[sweep] {target} {draft} B={B} K={k}: itl {itl:.1f} ms (draft {row['draft_ms']:.1f}, "
                       f"verify {row['verify_ms']:.1f}), AL {al:.2f}, goodput/seq {gp:.1f} tok/s"
                       + (f", experts {row['experts_touched']}" if experts else ""), file=sys.stderr, flush=True)
+    if trace_output and traces:
+        path = Path(trace_output)
+        old = dict(np.load(path)) if path.exists() else {}
+        old.update({key: np.concatenate(v, axis=0) for key, v in traces.items() if v})
+        path.parent.mkdir(parents=True, exist_ok=True)
+        np.savez_compressed(path, **old)
     return pd.DataFrame(rows, columns=COLUMNS)

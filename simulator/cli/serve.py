@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
 import pandas as pd
@@ -23,6 +24,10 @@ from simulator.cli.common import OneLineParser, run_cli
 from simulator.specs.scenario import DEFAULT_SCENARIO, load_scenario
 
 FORMATS = ("table", "json", "csv")
+# Bounds that keep one simulation within a laptop's memory and minutes: the step loop keeps a few
+# arrays per request (about 1 kB each), so 10^6 requests is ~1 GB; 10^12 would be terabytes.
+MAX_REQUESTS = 1_000_000
+MAX_SEQS = 65_536
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,30 +61,93 @@ def _policies(text: str) -> list[str]:
     return names
 
 
+def _waves(text: str) -> tuple[int, int]:
+    try:
+        b, mult = (int(x) for x in text.split(","))
+    except ValueError:
+        raise PlannerError(f"--waves '{text}': expected B,MULT such as 256,20") from None
+    if b < 1 or mult < 1:
+        raise PlannerError(f"--waves {text}: B and MULT must be >= 1")
+    if b > MAX_SEQS or b * mult > MAX_REQUESTS:
+        raise PlannerError(f"--waves {text}: at most B={MAX_SEQS} and B x MULT = {MAX_REQUESTS} requests")
+    return b, mult
+
+
+def check_flags(args) -> None:
+    """Flag ranges, checked before the scenario is loaded or anything simulated."""
+    if args.format not in FORMATS:
+        raise PlannerError(f"unknown format '{args.format}' (use {', '.join(FORMATS)})")
+    if not 0 <= args.seed < 2**63:
+        raise PlannerError(f"--seed must be an integer in [0, 2^63), got {args.seed}")
+    if args.requests is not None and not 1 <= args.requests <= MAX_REQUESTS:
+        raise PlannerError(f"--requests must be in 1-{MAX_REQUESTS}, got {args.requests}")
+    if args.max_num_seqs is not None and not 1 <= args.max_num_seqs <= MAX_SEQS:
+        raise PlannerError(f"--max-num-seqs must be in 1-{MAX_SEQS}, got {args.max_num_seqs}")
+    if args.rate is not None and not (args.rate > 0 and math.isfinite(args.rate)):
+        raise PlannerError(f"--rate must be a finite number > 0 requests/s, got {args.rate:g}")
+    if args.concurrency is not None and not 1 <= args.concurrency <= MAX_REQUESTS:
+        raise PlannerError(f"--concurrency must be in 1-{MAX_REQUESTS}, got {args.concurrency}")
+    if args.waves:
+        _waves(args.waves)
+
+
 def _workload(sc, args):
     from simulator import serving
     over: dict = {"n_requests": args.requests, "max_num_seqs": args.max_num_seqs}
-    if args.requests is not None and args.requests < 1:
-        raise PlannerError(f"--requests must be >= 1, got {args.requests}")
     if args.rate is not None:
-        if not args.rate > 0:
-            raise PlannerError(f"--rate must be > 0 requests/s, got {args.rate:g}")
         over |= {"arrival": "poisson", "rate_per_s": args.rate}
     elif args.concurrency is not None:
-        if args.concurrency < 1:
-            raise PlannerError(f"--concurrency must be >= 1, got {args.concurrency}")
         over |= {"arrival": "closed", "concurrency": args.concurrency}
     elif args.waves:
-        try:
-            b, mult = (int(x) for x in args.waves.split(","))
-        except ValueError:
-            raise PlannerError(f"--waves '{args.waves}': expected B,MULT such as 256,20") from None
-        if b < 1 or mult < 1:
-            raise PlannerError(f"--waves {args.waves}: B and MULT must be >= 1")
+        b, mult = _waves(args.waves)
         over |= {"arrival": "waves", "concurrency": b, "n_requests": b * mult}
         if args.max_num_seqs is None:
             over["max_num_seqs"] = max(b, serving.engine_from_scenario(sc).max_num_seqs)
-    return serving.workload_from_scenario(sc, **over)
+    workload = serving.workload_from_scenario(sc, **over)
+    if workload.n_requests > MAX_REQUESTS:
+        raise PlannerError(f"{sc.origin}: [traffic] asks for {workload.n_requests} requests; at most {MAX_REQUESTS}"
+                           " per simulation (pass --requests N)")
+    return workload
+
+
+LATENCY = ("ttft_", "tpot_", "itl_")  # latency columns in seconds in the summary: printed in ms
+
+
+def table_view(df: pd.DataFrame) -> pd.DataFrame:
+    """The summary for reading: latencies in ms (1 decimal), rates and counts with thousands
+    separators, no scientific notation. CSV and JSON keep the raw columns (seconds)."""
+    out = pd.DataFrame(index=df.index)
+    for col in df.columns:
+        v = df[col]
+        if col.startswith(LATENCY) and col.endswith("_s"):
+            out[col[:-2] + " ms"] = [f"{x * 1e3:,.1f}" if pd.notna(x) else "-" for x in v]
+        elif col == "makespan_s":
+            out["makespan s"] = [f"{x:,.1f}" for x in v]
+        elif col in ("throughput_tok_s", "output_tokens", "n_requests"):
+            out[col.replace("_tok_s", " tok/s")] = [f"{x:,.0f}" for x in v]
+        elif pd.api.types.is_float_dtype(v):
+            out[col] = [f"{x:,.2f}" if pd.notna(x) else "-" for x in v]
+        else:
+            out[col] = v
+    return out
+
+
+def same_as_dsd(df: pd.DataFrame) -> str:
+    """A note when dsd and dsd-adaptive produced identical summaries, with the reason."""
+    if "policy" not in df or not {"dsd", "dsd-adaptive"} <= set(df.policy):
+        return ""
+    a = df[df.policy == "dsd"].drop(columns="policy").iloc[0]
+    b = df[df.policy == "dsd-adaptive"].drop(columns="policy").iloc[0]
+    def close(x, y):
+        if isinstance(x, (int, float)) and isinstance(y, (int, float)):
+            return (pd.isna(x) and pd.isna(y)) or abs(x - y) <= 0.01 * max(abs(x), abs(y))
+        return x == y
+    if not all(close(x, y) for x, y in zip(a, b)):
+        return ""
+    same = "=" if all((x == y) or (pd.isna(x) and pd.isna(y)) for x, y in zip(a, b)) else "matches (within 1%)"
+    return (f"note: dsd-adaptive {same} dsd here. It starts from the scenario's acceptance rates and re-solves K* from"
+            " the accepts it observes; the simulated traffic accepts at those same rates, so it keeps dsd's K"
+            " table. The two differ when the traffic's acceptance differs from the scenario's ([traffic] classes).\n")
 
 
 def render(df: pd.DataFrame, fmt: str) -> str:
@@ -87,7 +155,7 @@ def render(df: pd.DataFrame, fmt: str) -> str:
         return df.to_csv(index=False)
     if fmt == "json":
         return json.dumps(json.loads(df.to_json(orient="records")), indent=2) + "\n"
-    return df.to_string(index=False, float_format=lambda v: f"{v:.4g}") + "\n"
+    return table_view(df).to_string(index=False) + "\n" + same_as_dsd(df)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -96,8 +164,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args) -> int:
-    if args.format not in FORMATS:
-        raise PlannerError(f"unknown format '{args.format}' (use {', '.join(FORMATS)})")
+    check_flags(args)
     from simulator import serving
     policies = _policies(args.policy)
     sc = load_scenario(args.scenario)

@@ -10,10 +10,9 @@ and exit with code 2.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from simulator.errors import PlannerError
-from simulator.cli.common import OneLineParser, run_cli, write_atomically
+from simulator.cli.common import OneLineParser, check_output_dir, run_cli, write_files_atomically
 
 FORMATS = ("html", "markdown", "json")
 SUFFIX = {"html": ".html", "markdown": ".md", "json": ".json"}
@@ -52,14 +51,14 @@ def run(args) -> int:
         raise PlannerError(f"--workers must be >= 1, got {args.workers}")
     if args.rate is not None and not args.rate > 0:
         raise PlannerError(f"--rate must be > 0, got {args.rate}")
-    out_dir = Path(args.output_dir) if args.output_dir else None
-    if out_dir is not None:
-        out_dir.mkdir(parents=True, exist_ok=True)
+    # checked before the (long) search; written at the end, all files or none
+    out_dir = check_output_dir(args.output_dir) if args.output_dir else None
     formats = args.format or (["html", "markdown"] if out_dir else ["markdown"])
     scenarios = bundled_sizing_scenarios() if args.all_bundled else [args.scenario]
     if not scenarios:
         raise PlannerError("no bundled sizing scenarios (scenarios/sizing-*.toml)")
     renderers = {"html": render_html, "markdown": render_markdown, "json": render_json}
+    files: dict[str, str] = {}
     for scenario in scenarios:
         res = size(str(scenario), candidates=args.candidates.split(",") if args.candidates else None,
                    tp=_ints(args.tp, "--tp") if args.tp else None, target_load=args.rate, workers=args.workers,
@@ -70,11 +69,11 @@ def run(args) -> int:
             if out_dir is None:
                 sys.stdout.write(text + "\n")
             else:
-                path = out_dir / f"{res.scenario.name}{SUFFIX[fmt]}"
-                write_atomically(str(path), text)
-                path.chmod(0o644)
-                print(f"wrote {path}", file=sys.stderr)
+                files[f"{res.scenario.name}{SUFFIX[fmt]}"] = text
         print(f"{res.scenario.name}: {res.message} ({res.elapsed_s:.0f} s)", file=sys.stderr)
+    if out_dir is not None:
+        for path in write_files_atomically(out_dir, files):
+            print(f"wrote {path}", file=sys.stderr)
     return 0
 
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.physics.layers import decoder_layers_ops, forward_ops, gemm, head_ops
+from simulator.physics.layers import (attention_deployment, decoder_layers_ops, forward_ops, gemm, head_ops,
+                                      rank_tokens)
 from simulator.physics.operators import Op, StepCost, evaluate
 from simulator.specs.deployment import Deployment
 from simulator.specs.drafts import DraftSpec, draft_defaults, draft_tp
@@ -23,9 +24,11 @@ def _head_layer_ops(target: ModelSpec, dep: Deployment, hw: Hardware, batch, con
     a = DTYPE_BYTES[dep.act_dtype]
     D = target.hidden_size
     layers = (0, 1) if moe_layer else (1, 0)
-    ops = [gemm("draft.fusion", batch, D, fusion * D, w, a, 1)]
+    local = rank_tokens(dep, batch, 1.0)
+    adep = attention_deployment(dep)
+    ops = [gemm("draft.fusion", local, D, fusion * D, w, a, 1)]
     ops += decoder_layers_ops(target, dep, hw, batch, 1.0, context_len, "draft.", layer_counts=layers)
-    ops += head_ops(target, dep, hw, batch, vocab, "draft.", sampling=True)
+    ops += head_ops(target, adep, hw, local, vocab, "draft.", sampling=True)
     return ops
 
 
@@ -52,7 +55,7 @@ def draft_pass_cost(draft: DraftSpec, target: ModelSpec, dep: Deployment, hw: Ha
         dense = min(draft.layers, target.num_mlp_dense_layers)
         ops = decoder_layers_ops(target, dep, hw, batch, 1.0, context_len, "draft.",
                                  layer_counts=(dense, draft.layers - dense))
-        ops += head_ops(target, dep, hw, batch, target.vocab_size, "draft.")
+        ops += head_ops(target, attention_deployment(dep), hw, rank_tokens(dep, batch, 1.0), target.vocab_size, "draft.")
         return evaluate(ops, hw, dep, profile, shape), k
     if draft.method == "model":
         m = draft.model
@@ -61,6 +64,8 @@ def draft_pass_cost(draft: DraftSpec, target: ModelSpec, dep: Deployment, hw: Ha
         ops = forward_ops(m, ddep, hw, batch, 1.0, context_len, "draft.")
         per_pass = evaluate(ops, hw, ddep, profile, shape)
     else:
+        # EAGLE heads and MTP modules: one target-sized decoder layer per pass (an MTP module of an MoE
+        # target is a full MoE block: its busiest-GPU expert load, dispatch and combine as in the target)
         cfg = defaults[draft.method]
         vocab = min(cfg.get("draft_vocab") or target.vocab_size, target.vocab_size)
         ops = _head_layer_ops(target, dep, hw, batch, context_len, cfg["fusion_inputs"], vocab,

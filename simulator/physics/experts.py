@@ -1,9 +1,22 @@
-"""Expert routing: how many distinct experts a step of T tokens loads.
+"""Expert routing: how many distinct experts a step of T tokens loads, and how busy the busiest GPU is.
 
-With per-expert routing probabilities p_i (sum_i p_i = k, top-k routing) and tokens routed
-independently, expert i is untouched by all T tokens with probability (1 - p_i)^T, so
+Independent tokens. With per-expert routing probabilities p_i (sum_i p_i = k, top-k routing),
+expert i is untouched by T independent tokens with probability (1 - p_i)^T, so
 
     E_touched(T) = sum_i [1 - (1 - p_i)^T]        uniform p_i = k/E:  E * (1 - (1 - k/E)^T)
+
+Correlated positions. A verify step scores q = K+1 adjacent positions of each of B sequences, and
+adjacent tokens of one sequence route alike. Model each expert's membership along a sequence as a
+two-state Markov chain with reuse rho: P(routed at t | routed at t-1) = rho + (1 - rho) p_i,
+P(routed at t | not at t-1) = (1 - rho) p_i (equivalently: with probability rho a position re-uses
+the previous position's expert set, else it draws afresh). The chain is stationary at p_i, so every
+single token still routes with the marginals p_i. Expert i is missed by all q positions of one
+sequence with probability (1 - p_i) (1 - (1 - rho) p_i)^(q - 1), and by B independent sequences
+
+    E_touched(B, q, rho) = sum_i [1 - (1 - p_i)^B (1 - (1 - rho) p_i)^(B (q - 1))]      (exact)
+
+rho = 0 gives the independent count with T = B q; rho -> 1 gives the count of B tokens. For small
+p_i the ratio of a q-token step to a 1-token step is about 1 + (q - 1)(1 - rho).
 
 This is the term that makes MoE speculative decoding non-monotonic in batch size: at small T each
 extra draft token pulls in new experts (more weight bytes), at mid T nearly all experts are loaded
@@ -13,41 +26,128 @@ from __future__ import annotations
 
 import numpy as np
 
+_P_MAX = 1 - 1e-12
+
 
 def experts_touched(tokens, probabilities: np.ndarray) -> np.ndarray:
-    """Expected distinct experts touched by ``tokens`` tokens: sum_i 1 - (1 - p_i)^T.
+    """Expected distinct experts touched by ``tokens`` independent tokens: sum_i 1 - (1 - p_i)^T.
 
     Vectorized over any shape of ``tokens``; non-uniform routing is evaluated once per distinct T.
     """
     tokens = np.asarray(tokens, dtype=float)
     p = np.asarray(probabilities, dtype=float)
     if np.all(p == p[0]):
-        return len(p) * -np.expm1(tokens * np.log1p(-min(p[0], 1 - 1e-12)))
+        return len(p) * -np.expm1(tokens * np.log1p(-min(p[0], _P_MAX)))
     unique, inverse = np.unique(tokens, return_inverse=True)
-    log_miss = np.log1p(-np.minimum(p, 1 - 1e-12))
+    log_miss = np.log1p(-np.minimum(p, _P_MAX))
     touched = (-np.expm1(np.outer(unique, log_miss))).sum(axis=1)
     return touched[inverse].reshape(tokens.shape)
 
 
-def busiest_group_load(tokens, probabilities: np.ndarray, groups: int) -> tuple[np.ndarray, np.ndarray]:
-    """(experts touched, token-expert pairs routed) on the most loaded of ``groups`` GPUs.
+def experts_touched_correlated(batch, queries, probabilities: np.ndarray, reuse: float = 0.0) -> np.ndarray:
+    """Expected distinct experts of B sequences x q adjacent positions with reuse rho (module docstring):
+
+        sum_i 1 - exp(B ln(1 - p_i) + B (q - 1) ln(1 - (1 - rho) p_i))
+
+    Vectorized over broadcast shapes of ``batch`` and ``queries``; ``reuse = 0`` equals
+    :func:`experts_touched` at T = B q.
+    """
+    batch, queries = np.broadcast_arrays(np.asarray(batch, dtype=float), np.asarray(queries, dtype=float))
+    p = np.minimum(np.asarray(probabilities, dtype=float), _P_MAX)
+    if reuse == 0.0:
+        return experts_touched(batch * queries, p)
+    first = np.log1p(-p)  # ln(1 - p_i): the first position of a sequence
+    later = np.log1p(-(1.0 - reuse) * p)  # ln(1 - (1 - rho) p_i): each later position
+    pairs = np.stack([batch.ravel(), (batch * (queries - 1)).ravel()], axis=1)
+    unique, inverse = np.unique(pairs, axis=0, return_inverse=True)
+    touched = (-np.expm1(np.outer(unique[:, 0], first) + np.outer(unique[:, 1], later))).sum(axis=1)
+    return touched[np.ravel(inverse)].reshape(batch.shape)
+
+
+def _expected_max_normal(means: np.ndarray, stds: np.ndarray, points: int = 96) -> np.ndarray:
+    """E[max_g X_g] of independent X_g ~ N(m_g, s_g^2) per row (rows: token counts, columns: groups).
+
+    E[max] = x_lo + integral_{x_lo}^{inf} (1 - prod_g Phi((x - m_g) / s_g)) dx, by the trapezoid
+    rule on [min(m - 7s), max(m + 7s)]. Continuous in every m_g and s_g and >= max_g m_g (Jensen),
+    so it is never below the mean load.
+    """
+    from scipy.special import ndtr
+
+    s = np.maximum(stds, 1e-12)
+    lo = (means - 7 * s).min(axis=1)
+    hi = (means + 7 * s).max(axis=1)
+    u = np.linspace(0.0, 1.0, points)
+    x = lo[:, None] + (hi - lo)[:, None] * u[None, :]  # [rows, points]
+    cdf = np.prod(ndtr((x[:, :, None] - means[:, None, :]) / s[:, None, :]), axis=2)
+    return lo + np.trapezoid(1.0 - cdf, x, axis=1)
+
+
+def busiest_group_load(tokens, probabilities: np.ndarray, groups: int, batch=None, queries=None,
+                       reuse: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """(experts touched, token-expert pairs routed) on the most loaded of ``groups`` expert-parallel GPUs.
 
     Experts are placed round-robin (expert i on GPU i mod groups), which spreads hot experts.
-    With uniform routing all groups are alike in expectation; the busiest one still receives more
-    tokens than the mean: token counts are Binomial(T*k, 1/groups), and the expected maximum of
-    ``groups`` of them is about mean + sqrt(2 ln groups) * std.
+    GPU g receives X_g pairs with mean m_g = T sum_{i in g} p_i and variance
+    v_g = T sum_{i in g} p_i (1 - p_i) (each token picks each expert independently with p_i); the
+    busiest GPU's expected load is E[max_g X_g] for independent normals (:func:`_expected_max_normal`).
+    This is one formula for every routing: uniform routing gives about mean + sqrt(2 ln G) std, and
+    as the skew grows the hottest group's mean takes over, continuously and never below the mean
+    T k / G. Experts touched: the largest expected count over the groups (continuous in the skew too).
+    ``batch`` / ``queries`` / ``reuse``: count distinct experts of correlated positions
+    (:func:`experts_touched_correlated`); the pair count does not depend on the correlation.
     """
     tokens = np.asarray(tokens, dtype=float)
     p = np.asarray(probabilities, dtype=float)
+
+    def touched(pg):
+        if batch is None:
+            return experts_touched(tokens, pg)
+        return experts_touched_correlated(batch, queries, pg, reuse)
+
     if groups == 1:
-        return experts_touched(tokens, p), tokens * p.sum()
+        return touched(p), tokens * p.sum()
     per_group = [p[g::groups] for g in range(groups)]
-    if np.all(p == p[0]):
-        touched = experts_touched(tokens, per_group[0])
-        mean = tokens * per_group[0].sum()
-        std = np.sqrt(tokens * p.sum() * (1 / groups) * (1 - 1 / groups))
-        return touched, mean + np.sqrt(2 * np.log(groups)) * std
-    loads = [tokens * g.sum() for g in per_group]
-    busiest = int(np.argmax([g.sum() for g in per_group]))
-    touched = np.max([experts_touched(tokens, g) for g in per_group], axis=0)
-    return touched, loads[busiest]
+    m = np.array([g.sum() for g in per_group])
+    v = np.array([(g * (1 - g)).sum() for g in per_group])
+    unique, inverse = np.unique(tokens.ravel(), return_inverse=True)
+    busiest = _expected_max_normal(unique[:, None] * m[None, :], np.sqrt(unique[:, None] * v[None, :]))
+    pairs = busiest[np.ravel(inverse)].reshape(tokens.shape)
+    if np.allclose(m, m[0]) and all(np.array_equal(np.sort(g), np.sort(per_group[0])) for g in per_group):
+        return touched(per_group[0]), pairs
+    return np.max([touched(g) for g in per_group], axis=0), pairs
+
+
+# --- fitting the reuse rho ---------------------------------------------------------------------------
+
+def reuse_from_trace(ids: np.ndarray, num_experts: int) -> tuple[float, np.ndarray]:
+    """(rho, p_i) estimated from a router trace ``ids`` [sequences, positions, k] of expert ids.
+
+    p_i = share of positions routed to i (times k). Under the Markov model the expected overlap of
+    adjacent positions' expert sets is sum_i p_i (rho + (1 - rho) p_i) = rho k + (1 - rho) sum_i p_i^2,
+    so rho = (overlap - sum p_i^2) / (k - sum p_i^2), clipped to [0, 1).
+    """
+    ids = np.asarray(ids)
+    if ids.ndim != 3 or ids.shape[1] < 2:
+        raise ValueError("router trace must be [sequences, positions >= 2, k]")
+    seqs, pos, k = ids.shape
+    onehot = np.zeros((seqs, pos, num_experts), dtype=bool)
+    np.put_along_axis(onehot, ids.astype(int), True, axis=2)
+    p = onehot.mean(axis=(0, 1))
+    overlap = (onehot[:, 1:] & onehot[:, :-1]).sum(axis=2).mean()
+    s2 = float((p ** 2).sum())
+    rho = (overlap - s2) / (k - s2) if k > s2 else 0.0
+    return float(np.clip(rho, 0.0, 0.999)), p
+
+
+def fit_reuse(batch, queries, measured, probabilities: np.ndarray) -> float:
+    """rho in [0, 0.99] whose E_touched(B, q, rho) best matches measured distinct-expert counts
+    (least log error; a grid of 0.005 then a local refinement)."""
+    batch, queries, measured = (np.asarray(x, dtype=float) for x in (batch, queries, measured))
+
+    def err(r):
+        return float(np.mean(np.log(experts_touched_correlated(batch, queries, probabilities, r) / measured) ** 2))
+
+    grid = np.linspace(0.0, 0.99, 199)
+    best = grid[int(np.argmin([err(r) for r in grid]))]
+    fine = np.linspace(max(best - 0.005, 0.0), min(best + 0.005, 0.99), 21)
+    return float(fine[int(np.argmin([err(r) for r in fine]))])

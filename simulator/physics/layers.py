@@ -23,7 +23,17 @@ def gemm(name: str, tokens, n: float, k: float, w_bytes: float, a_bytes: float, 
     """Y[T, n] = X[T, k] @ W[k, n]:  F = 2 T n k,  M = n k w + T (n + k) a."""
     return Op(name, family, 2.0 * tokens * n * k, n * k * w_bytes + tokens * (n + k) * a_bytes,
               kernels=1, count=count, eff_tokens=tokens, surface="gemm",
-              shape={"m": tokens, "n": n, "k": k, "nk": n * k}, dtype="fp8" if w_bytes == a_bytes == 1 else "bf16")
+              shape={"m": tokens, "n": n, "k": k, "nk": n * k}, dtype=gemm_kernel_dtype(w_bytes, a_bytes))
+
+
+def gemm_kernel_dtype(w_bytes: float, a_bytes: float) -> str:
+    """Which measured GEMM kernel family runs these operand sizes: fp8 x fp8 tensor cores, weight-only
+    int8 / int4 (dequantized into bf16 math), or bf16."""
+    if w_bytes == a_bytes == 1:
+        return "fp8"
+    if a_bytes == 2 and w_bytes in (1, 0.5):
+        return "int8_wo" if w_bytes == 1 else "int4_wo"
+    return "bf16"
 
 
 def allreduce_s(nbytes, gpus: int, hw: Hardware):

@@ -8,30 +8,66 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.specs.deployment import Deployment, kv_heads_per_gpu, sliding_layers
-from simulator.specs.drafts import DraftSpec, draft_defaults, draft_tp
+from simulator.specs.drafts import DraftSpec, draft_defaults, draft_tp, mtp_depth
 from simulator.specs.hardware import DTYPE_BYTES
 from simulator.specs.models import ModelSpec
 
 
-def weight_bytes_per_gpu(model: ModelSpec, dep: Deployment) -> float:
-    """Target weights held by one GPU (experts spread over all tp GPUs; KV heads replicated if needed)."""
+def replicated_attention_params(model: ModelSpec) -> int:
+    """Attention weights every GPU of the attention group holds whole: MLA's q_a [D x q_lora] and
+    kv_a [D x (kv_lora + rope)] have no head axis to split (the cost model prices them whole too)."""
+    if model.attention != "mla":
+        return 0
+    return model.hidden_size * (model.q_lora_rank + model.kv_lora_rank + model.qk_rope_head_dim)
+
+
+def moe_layer_bytes_per_gpu(model: ModelSpec, dep: Deployment) -> float:
+    """One MoE layer's weights on one GPU: E routed experts spread over all tp GPUs (sliced, split or
+    both: E P_e / tp either way), shared experts over the attention group, the router [D x E] whole."""
     w = DTYPE_BYTES[dep.weight_dtype]
     w_e = DTYPE_BYTES[dep.expert_dtype_for(model)]
-    t = dep.tp
-    attention = model.attention_params() / t
+    return (model.num_experts * model.expert_params() * w_e / dep.tp
+            + model.shared_expert_params() * w / dep.attention_tp + model.hidden_size * model.num_experts * w)
+
+
+def attention_bytes_per_gpu(model: ModelSpec, dep: Deployment) -> float:
+    """One attention block on one GPU: split over the attention group's t = attention_tp GPUs, except
+    MLA's replicated down-projections and GQA KV heads replicated when t exceeds their number."""
+    w = DTYPE_BYTES[dep.weight_dtype]
+    t = dep.attention_tp
+    rep = replicated_attention_params(model)
+    attention = rep + (model.attention_params() - rep) / t
     if model.attention == "gqa":
         attention += model.hidden_size * 2 * model.head_dim * (kv_heads_per_gpu(model, t) - model.num_kv_heads / t)
-    dense = model.num_mlp_dense_layers * model.dense_mlp_params() / t
-    moe = model.num_moe_layers * (model.num_experts * model.expert_params() * w_e / w
-                                  + model.shared_expert_params() + model.hidden_size * model.num_experts * t) / t
-    return (model.num_layers * attention + dense + moe + model.embedding_params() / t) * w
+    return attention * w
+
+
+def weight_bytes_per_gpu(model: ModelSpec, dep: Deployment) -> float:
+    """Target weights held by one GPU, per layout (the ops of :mod:`simulator.physics.layers` read the
+    same split):
+
+        L x attention_bytes_per_gpu + dense layers x 3 D F / t_a + MoE layers x moe_layer_bytes_per_gpu
+        + embedding (+ untied LM head) / t_a
+
+    t_a = attention TP (tp, or tp/dp with data-parallel attention: each replica holds its own copy of
+    attention, dense MLPs, shared experts, embedding and LM head); routed experts over all tp GPUs.
+    """
+    w = DTYPE_BYTES[dep.weight_dtype]
+    t_a = dep.attention_tp
+    dense = model.num_mlp_dense_layers * model.dense_mlp_params() * w / t_a
+    moe = model.num_moe_layers * moe_layer_bytes_per_gpu(model, dep) if model.is_moe else 0.0
+    return model.num_layers * attention_bytes_per_gpu(model, dep) + dense + moe + model.embedding_params() * w / t_a
 
 
 def kv_bytes_per_gpu(model: ModelSpec, dep: Deployment, batch, tokens_per_seq, layers: int | None = None) -> np.ndarray:
-    """KV cache of B sequences of ``tokens_per_seq`` tokens on one GPU (sliding layers keep a window)."""
+    """KV cache of B sequences of ``tokens_per_seq`` tokens on one GPU (sliding layers keep a window).
+
+    Heads split over the attention group (MLA's latent is one shared head: whole on every GPU);
+    with data-parallel attention a GPU holds its replica's B / dp sequences (on average)."""
     kv = DTYPE_BYTES[dep.kv_dtype]
     per_head_group, latent = model.kv_elements_per_token()
-    per_token_layer = (per_head_group * kv_heads_per_gpu(model, dep.tp) / model.num_kv_heads + latent) * kv
+    per_token_layer = (per_head_group * kv_heads_per_gpu(model, dep.attention_tp) / model.num_kv_heads
+                       + latent) * kv / dep.attention_dp
     n_layers = model.num_layers if layers is None else layers
     n_sliding = sliding_layers(model, layers)
     tokens = np.asarray(tokens_per_seq, dtype=float)
@@ -40,11 +76,13 @@ def kv_bytes_per_gpu(model: ModelSpec, dep: Deployment, batch, tokens_per_seq, l
 
 
 def activation_bytes_per_gpu(model: ModelSpec, dep: Deployment, tokens) -> np.ndarray:
-    """Working buffers of a step: hidden states, the widest MLP slice and fp32 logits."""
+    """Working buffers of a step of ``tokens`` tokens (all replicas'): hidden states, the widest MLP
+    slice and fp32 logits of the GPU's share (tokens / dp under data-parallel attention)."""
     a = DTYPE_BYTES[dep.act_dtype]
+    t_a = dep.attention_tp
     width = max(model.intermediate_size, model.expert_intermediate_size * max(model.experts_per_token, 1))
-    return np.asarray(tokens, dtype=float) * ((4 * model.hidden_size + 2 * width / dep.tp) * a
-                                               + model.vocab_size / dep.tp * 4.0)
+    return np.asarray(tokens, dtype=float) / dep.attention_dp * ((4 * model.hidden_size + 2 * width / t_a) * a
+                                                                 + model.vocab_size / t_a * 4.0)
 
 
 
@@ -60,11 +98,19 @@ def draft_memory_bytes(draft: DraftSpec, target: ModelSpec, dep: Deployment, bat
         return kv_bytes_per_gpu(target, dep, batch, tokens_per_seq, layers=draft.layers)
     cfg = draft_defaults()[draft.method]
     D = target.hidden_size
-    layer = target.attention_params() + (target.dense_mlp_params() if not (draft.method == "mtp" and target.is_moe)
-                                         else target.num_experts * target.expert_params() + target.shared_expert_params())
+    w = DTYPE_BYTES[dep.weight_dtype]
+    t_a = dep.attention_tp
     vocab = cfg.get("draft_vocab") or 0
-    params = layer + cfg["fusion_inputs"] * D * D + (vocab * D if vocab and vocab < target.vocab_size else 0)
-    return params * w / dep.tp + kv_bytes_per_gpu(target, dep, batch, tokens_per_seq, layers=1)
+    extra = (cfg["fusion_inputs"] * D * D + (vocab * D if vocab and vocab < target.vocab_size else 0)) * w / t_a
+    if draft.method == "mtp":
+        # D MTP modules (DeepSeek-V3: num_nextn_predict_layers), each a full decoder block of the target
+        # (MoE when the target is) + the 2D -> D projection; embedding and LM head shared with the target
+        depth = mtp_depth(draft, target)
+        mlp = moe_layer_bytes_per_gpu(target, dep) if target.is_moe else target.dense_mlp_params() * w / t_a
+        weights = depth * (attention_bytes_per_gpu(target, dep) + mlp + extra)
+        return weights + kv_bytes_per_gpu(target, dep, batch, tokens_per_seq, layers=depth)
+    weights = attention_bytes_per_gpu(target, dep) + target.dense_mlp_params() * w / t_a + extra
+    return weights + kv_bytes_per_gpu(target, dep, batch, tokens_per_seq, layers=1)
 
 
 # --- the one memory budget -------------------------------------------------------------------------

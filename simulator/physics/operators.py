@@ -102,8 +102,21 @@ class StepCost:
                         None if any(p.kernels is None for p in parts) else np.concatenate([p.kernels for p in parts]))
 
 
-def _surface_eta(op: Op, profile: Profile | None):
+# Bytes per kernel call below which data can stay in on-chip L2 (40-126 MB on A100-B200) between
+# the timing repeats of a kernel table, so a measured kernel may beat the DRAM roofline.
+CACHE_RESIDENT_BYTES = 64e6
+
+
+# Fused-MoE kernels differ by framework far more than GEMM or attention kernels do (routing, permute,
+# grouped GEMM and combine fused or not), so a profile's MoE surface prices only its own engine's.
+ENGINE_SPECIFIC_SURFACES = ("moe",)
+
+
+def _surface_eta(op: Op, profile: Profile | None, engine: str = ""):
     if profile is None or op.surface is None or not profile.surfaces:
+        return None
+    table_engine = profile.provenance.get("engine")
+    if op.surface in ENGINE_SPECIFIC_SURFACES and engine and table_engine and engine != table_engine:
         return None
     surf = profile.surface(op.surface, op.dtype)
     if surf is None:
@@ -147,9 +160,14 @@ def evaluate(ops: list[Op], hw: Hardware, dep: Deployment, profile: Profile | No
             measured[i] = table_s is not None
             np.multiply(op.comm_s if table_s is None else table_s, op.count, out=memory_s[i, ...])
             continue
-        eta = _surface_eta(op, profile)
+        eta = _surface_eta(op, profile, dep.engine)
         if eta is not None:
             measured[i] = True
+            # a measured table may beat the roofline only where its data can live in L2; a fitted
+            # surface read beyond its rows (larger KV reads, larger GEMMs) must not outrun HBM or peak
+            in_cache = (np.asarray(op.nbytes) < CACHE_RESIDENT_BYTES) & (
+                np.asarray(op.flops) / peak < np.asarray(op.nbytes) / bw)
+            eta = np.where(in_cache, eta, np.minimum(eta, 1.0))
             np.divide(flops[i, ...], np.multiply(eta, peak), out=compute_s[i, ...])
             np.divide(nbytes[i, ...], np.multiply(eta, bw), out=memory_s[i, ...])
             continue

@@ -183,6 +183,14 @@ class Prediction:
         base = [] if given is None else list(np.asarray(given, dtype=int).ravel())
         return np.unique(np.asarray(base + [self.scenario.context_len], dtype=int))
 
+    def default_context_lens(self) -> list[int]:
+        """The scenario's context_lens, else 512, 2048, 8192, 32768, 131072 up to the model's trained
+        length (what the dashboard map and --format vllm-ctx use when no axis is given)."""
+        if self.scenario.context_lens is not None:
+            return [int(x) for x in self.scenario.context_lens]
+        top = min(self.scenario.model.max_position_embeddings or 131072, 131072)
+        return [L for L in (512, 2048, 8192, 32768, 131072) if L <= top] or [self.scenario.context_len]
+
     def context_grid(self, context_lens=None) -> ContextGrid:
         """The (B, K, L) grid over the scenario's batch sizes and K (cached per context axis)."""
         lens = self.context_lens(context_lens)
@@ -235,7 +243,7 @@ class Prediction:
         """The engine file for ``fmt`` (vllm, vllm-ctx, trtllm, sglang, sglang-sps) targeting
         ``version`` (default: the newest release checked); ``.json()`` / ``.markdown()`` render it."""
         table = self.ktable(context_lens if context_lens is not None or fmt != "vllm-ctx"
-                            else self.context_lens())
+                            else self.default_context_lens())
         if cuda_graph_bs is None:
             cuda_graph_bs = self.cuda_graph_bs()
         return exports.export(fmt, table, version, method_cfg=self.vllm_method(), cuda_graph_bs=cuda_graph_bs,
@@ -243,7 +251,8 @@ class Prediction:
 
     def to_dict(self) -> dict:
         rows = json.loads(self.table.to_json(orient="records"))
-        return {"provenance": self.provenance, "fixed_k": self.scenario.fixed_k,
+        return {"provenance": self.provenance, "schedule": self.schedule_text(), "notes": self.notes(),
+                "fixed_k": self.scenario.fixed_k,
                 "vllm": self.vllm(), "trtllm": {"draft_len_schedule": self.trtllm()}, "rows": rows}
 
 

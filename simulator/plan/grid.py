@@ -5,6 +5,10 @@
                     overhead = the engine's exposed host time + a profile's fitted step terms)
     goodput(B, K) = AL(K) / ITL(B, K)        tokens/s per sequence (x B for the whole batch)
     K*(B)         = argmax_K goodput(B, K) over the K whose memory fits;  K = 0 is plain decoding
+
+With a context-length axis L (:func:`compute_context_grid`) every term is evaluated over (B, K, L) and
+K*(B, L) is read per cell; only attention (and the KV memory) depends on L, and a slice at one L equals
+the (B, K) grid of a scenario with that context_len.
 """
 from __future__ import annotations
 

@@ -3,12 +3,17 @@
 For each candidate (hardware x tensor-parallel degree) and each policy, :mod:`simulator.sizing.search`
 finds the highest load one replica carries within the SLOs. Then
 
-    replicas          = ceil(target load / max load per replica)
-    GPUs              = replicas * tp
+    replicas          = ceil(target load x (1 + headroom) / max load per replica) + spare replicas (N+1)
+    nodes             = ceil(replicas / (gpus_per_node // tp))   (tp <= gpus_per_node; else replicas x tp / gpus_per_node)
+    GPUs              = nodes x gpus_per_node                      (bought as whole nodes)
+    GPU range         = the same with the capacity at the high / low end of its band
+    $ per hour        = GPUs x price per GPU-hour
     $ per M tokens    = price per GPU-hour * tp / (output tokens per hour of one replica at max load) * 1e6
     energy per token  = TDP * tp / (output tokens per second at max load)      [J, an estimate: GPUs at TDP]
 
-The capacity band comes from :mod:`simulator.sizing.uncertainty`.
+The capacity band comes from :mod:`simulator.sizing.uncertainty` (measured where a held-out,
+validation or transfer error exists; else the wide datasheet band, flagged). A datasheet-only
+candidate is never ranked above a measured one whose fleet-cost band overlaps its own.
 """
 from __future__ import annotations
 
@@ -26,7 +31,7 @@ from simulator.errors import PlannerError
 from simulator.plan.api import predict_scenario
 from simulator.sizing.search import Search, Task, run_all
 from simulator.sizing.spec import Candidate, SizingSpec, candidate_scenario, memory_fit, parse_sizing, traffic_lengths
-from simulator.sizing.uncertainty import uncertainty
+from simulator.sizing.uncertainty import candidate_band, uncertainty
 from simulator.specs.scenario import SCENARIO_DIR, Scenario, load_scenario
 
 SIMPLICITY = ("plain", "fixed", "dsd")  # tie-break: the simpler engine setting first
@@ -95,13 +100,29 @@ def spec_stops_paying(table: pd.DataFrame, grid: pd.DataFrame | None = None) -> 
 
 def _price(spec: SizingSpec, hw) -> tuple[float, str]:
     if hw.name in spec.prices:
-        return spec.prices[hw.name], "[sizing] prices"
+        return spec.prices[hw.name], "given ([sizing] prices or --price)"
     if hw.price_per_gpu_hour_usd is not None:
-        return hw.price_per_gpu_hour_usd, "catalog (assumed)"
+        return hw.price_per_gpu_hour_usd, (f"assumed: simulator/data/hardware/{hw.name}.toml (indicative on-demand"
+                                           " cloud price; override with [sizing] prices)")
     return float("nan"), "no price"
 
 
-def _capacity_row(sc: Scenario, s: Search, spec: SizingSpec, err: float | None) -> dict:
+def nodes_for(replicas: int, tp: int, gpus_per_node: int) -> int:
+    """Whole nodes holding ``replicas`` replicas of ``tp`` GPUs: ceil(replicas / (gpn // tp)) when a
+    replica fits one node, else replicas x ceil(tp / gpn)."""
+    if tp <= gpus_per_node:
+        return math.ceil(replicas / (gpus_per_node // tp))
+    return replicas * math.ceil(tp / gpus_per_node)
+
+
+def replicas_for(spec: SizingSpec, capacity: float) -> int | None:
+    """ceil(target x (1 + headroom) / capacity) + spare replicas; None when the capacity is 0."""
+    if not capacity > 0:
+        return None
+    return math.ceil(spec.target_load * (1 + spec.headroom) / capacity - 1e-9) + spec.spare_replicas
+
+
+def _capacity_row(sc: Scenario, s: Search, spec: SizingSpec, err: float | None, basis: str = "measured") -> dict:
     hw, tp = sc.hardware, sc.deployment.tp
     price, price_src = _price(spec, hw)
     cap = s.capacity
@@ -110,29 +131,38 @@ def _capacity_row(sc: Scenario, s: Search, spec: SizingSpec, err: float | None) 
     if cap > 0 and spec.load_kind == "rate" and summ.get("n_requests") and summ.get("output_tokens"):
         # steady state: requests/s x mean output tokens (a finite run's tokens / makespan counts ramp and drain)
         thr = cap * float(summ["output_tokens"]) / float(summ["n_requests"])
-    replicas = math.ceil(spec.target_load / cap - 1e-9) if cap > 0 else None
-    gpus = replicas * tp if replicas else None
+    gpn = spec.gpus_per_node
+    replicas = replicas_for(spec, cap)
+    nodes = nodes_for(replicas, tp, gpn) if replicas else None
+    gpus = nodes * gpn if nodes else None
     ok = bool(replicas) and replicas <= spec.max_replicas
     reason = s.reason
     if replicas and replicas > spec.max_replicas:
         reason = f"needs {replicas} replicas > max_replicas={spec.max_replicas}"
     if err is not None and cap > 0:
         lo, hi = cap * (1 - err), cap * (1 + err)
-        g_lo, g_hi = math.ceil(spec.target_load / hi - 1e-9) * tp, math.ceil(spec.target_load / max(lo, 1e-12) - 1e-9) * tp
+        g_lo = nodes_for(replicas_for(spec, hi), tp, gpn) * gpn
+        g_hi = nodes_for(replicas_for(spec, max(lo, 1e-12)), tp, gpn) * gpn
     else:
         lo = hi = g_lo = g_hi = np.nan
     with np.errstate(divide="ignore", invalid="ignore"):
         cost_mtok = price * tp / (thr * 3600.0) * 1e6 if thr > 0 else np.nan
         energy = (hw.tdp_w or np.nan) * tp / thr if thr > 0 else np.nan
+    ep = sc.deployment.ep
+    layout = (f"{gpn // tp} x TP={tp}" if tp <= gpn else f"TP={tp} over {math.ceil(tp / gpn)} nodes") \
+        + (f" (EP={ep})" if ep > 1 else "") + " per node"
     return {
-        "hardware": hw.name, "tp": tp, "policy": s.policy, "meets_target": ok,
+        "candidate": s.candidate.label,
+        "hardware": hw.name, "tp": tp, "dtype": sc.deployment.weight_dtype, "policy": s.policy, "meets_target": ok,
         "max_load_per_replica": cap, "load_band_low": lo, "load_band_high": hi, "bounded": s.bounded,
         "throughput_tok_s": thr, "tok_s_per_gpu": thr / tp if thr == thr else np.nan,
         "ttft_p99_s": summ.get("ttft_p99_s", np.nan), "tpot_p50_s": summ.get("tpot_p50_s", np.nan),
         "tpot_p99_s": summ.get("tpot_p99_s", np.nan), "mean_batch_size": summ.get("mean_batch_size", np.nan),
         "mean_k": summ.get("mean_k", np.nan),
-        "replicas": replicas if replicas else np.nan, "gpus": gpus if gpus else np.nan,
-        "gpus_band": f"{g_lo}-{g_hi}" if err is not None and cap > 0 else "unknown",
+        "replicas": replicas if replicas else np.nan, "nodes": nodes if nodes else np.nan,
+        "gpus": gpus if gpus else np.nan, "node_layout": layout,
+        "gpus_range": (f"{g_lo}" if g_lo == g_hi else f"{g_lo}-{g_hi}") if err is not None and cap > 0 else "unknown",
+        "gpus_low": g_lo, "gpus_high": g_hi, "basis": basis,
         "price_per_gpu_hour_usd": price, "fleet_usd_per_hour": gpus * price if gpus else np.nan,
         "usd_per_m_output_tokens": cost_mtok,
         # the fleet runs below capacity at the target load: what a million tokens cost there
@@ -144,14 +174,32 @@ def _capacity_row(sc: Scenario, s: Search, spec: SizingSpec, err: float | None) 
     }
 
 
+def overlapped_by_measured(ranked: pd.DataFrame) -> np.ndarray:
+    """For each row: a datasheet-only row whose fleet-cost band [gpus_low, gpus_high] x price overlaps
+    the band of some measured row (then the measured row is the safer buy)."""
+    if "basis" not in ranked or not len(ranked):
+        return np.zeros(len(ranked), dtype=bool)
+    price = ranked.price_per_gpu_hour_usd.to_numpy(float)
+    lo = ranked.gpus_low.to_numpy(float) * price
+    hi = ranked.gpus_high.to_numpy(float) * price
+    meas = (ranked.basis == "measured").to_numpy()
+    out = np.zeros(len(ranked), dtype=bool)
+    for i in np.flatnonzero(~meas):
+        out[i] = bool(np.any(meas & (lo <= hi[i]) & (hi >= lo[i])))
+    return out
+
+
 def rank(capacity: pd.DataFrame) -> pd.DataFrame:
-    """Rows meeting the target, cheapest fleet first; on a tie more headroom, then the simpler policy."""
+    """Rows meeting the target, cheapest fleet first; a datasheet-only row whose cost band overlaps a
+    measured row's goes below every measured row; on a tie more headroom, then the simpler policy."""
     ranked = capacity[capacity["meets_target"]] if len(capacity) else capacity
     if len(ranked):
         order = {p: i for i, p in enumerate(SIMPLICITY)}
-        ranked = ranked.assign(_simple=ranked.policy.map(order).fillna(9), _head=-ranked.max_load_per_replica)
-        ranked = ranked.sort_values(["fleet_usd_per_hour", "gpus", "usd_per_m_output_tokens", "_head", "_simple"],
-                                    na_position="last").drop(columns=["_simple", "_head"]).reset_index(drop=True)
+        ranked = ranked.assign(_simple=ranked.policy.map(order).fillna(9), _head=-ranked.max_load_per_replica,
+                               _after=overlapped_by_measured(ranked))
+        ranked = ranked.sort_values(["_after", "fleet_usd_per_hour", "gpus", "usd_per_m_output_tokens", "_head",
+                                     "_simple"], na_position="last")
+        ranked = ranked.drop(columns=["_simple", "_head", "_after"]).reset_index(drop=True)
         ranked.insert(0, "rank", np.arange(1, len(ranked) + 1))
     return ranked
 
@@ -165,12 +213,14 @@ def _plan_candidates(sc: Scenario, spec: SizingSpec, simulate, context: float):
         try:
             csc = candidate_scenario(sc, cand)
         except PlannerError as err:
-            rejected.append({"hardware": cand.hardware, "tp": cand.tp, "reason": f"{cand.label}: {err}"})
+            rejected.append({"hardware": cand.hardware, "tp": cand.tp, "dtype": cand.dtype or "-",
+                             "reason": f"{cand.label}: {err}"})
             continue
         fit = memory_fit(csc, context)
-        memory.append({"hardware": cand.hardware, "tp": cand.tp} | fit)
+        memory.append({"hardware": cand.hardware, "tp": cand.tp, "dtype": csc.deployment.weight_dtype} | fit)
         if not fit["fits"]:
-            rejected.append({"hardware": cand.hardware, "tp": cand.tp, "reason": fit["reason"]})
+            rejected.append({"hardware": cand.hardware, "tp": cand.tp, "dtype": csc.deployment.weight_dtype,
+                             "reason": fit["reason"]})
             continue
         scen[cand] = (csc, fit["max_seqs"])
         tasks += [Task(csc, cand, p, spec, fit["max_seqs"], simulate) for p in spec.policies]
@@ -191,7 +241,8 @@ def _engine_tables(scen: dict, k_context: int) -> tuple[dict, dict, dict]:
 
 def size(scenario: str | Scenario, candidates=None, tp=None, target_load=None, policies=None, workers=None,
          n_requests=None, search_steps=None, seed=None, sensitivity=None, max_replicas=None,
-         duration_s=None, max_requests=None, simulate=None) -> SizingResult:
+         duration_s=None, max_requests=None, simulate=None, dtypes=None, prices=None, headroom=None,
+         spare_replicas=None) -> SizingResult:
     """Size a deployment for the scenario's traffic and SLOs.
 
     ``scenario``: a Scenario or a TOML path / bundled name with [slo], [sizing] and [traffic].
@@ -203,17 +254,23 @@ def size(scenario: str | Scenario, candidates=None, tp=None, target_load=None, p
     spec = parse_sizing(sc, candidates=candidates, tp=tp, target_load=target_load, policies=policies,
                         workers=workers, n_requests=n_requests, search_steps=search_steps, seed=seed,
                         sensitivity=sensitivity, max_replicas=max_replicas, duration_s=duration_s,
-                        max_requests=max_requests)
+                        max_requests=max_requests, dtypes=dtypes, prices=prices, headroom=headroom,
+                        spare_replicas=spare_replicas)
     simulate = simulate or serving.simulate
     prompt_len, out_len = traffic_lengths(sc)
     rejected, memory, tasks, scen = _plan_candidates(sc, spec, simulate, max(prompt_len + out_len, 1.0))
     results = run_all(tasks, spec.workers)
     err, band_note = uncertainty(sc)
-    rows, pts = [], []
+    rows, pts, notes = [], [], {}
     for _, s in results:
         csc, _ = scen[s.candidate]
-        # the measured error describes the device it was measured on; other candidates have no band
-        rows.append(_capacity_row(csc, s, spec, err if csc.hardware.name == sc.hardware.name else None))
+        # a measured error describes the device it was measured on; other candidates get their own band
+        if err is not None and csc.hardware.name == sc.hardware.name:
+            c_err, c_note, c_basis = err, band_note, "measured"
+        else:
+            c_err, c_note, c_basis = candidate_band(csc)
+        notes[f"{csc.hardware.name} ({c_basis})"] = c_note
+        rows.append(_capacity_row(csc, s, spec, c_err, c_basis))
         pts += [{"hardware": s.candidate.hardware, "tp": s.candidate.tp, "policy": s.policy} | p for p in s.points]
     capacity = pd.DataFrame(rows)
     ranked = rank(capacity)
@@ -228,7 +285,9 @@ def size(scenario: str | Scenario, candidates=None, tp=None, target_load=None, p
     sens = pd.DataFrame()
     if spec.sensitivity and recommendation is not None:
         sens = _sensitivity(sc, recommendation, spec, scen, simulate)
-    return SizingResult(sc, spec, capacity, ranked, pd.DataFrame(rejected, columns=["hardware", "tp", "reason"]),
+    band_note = "; ".join(f"{k}: {v}" for k, v in sorted(notes.items())) or band_note
+    return SizingResult(sc, spec, capacity, ranked,
+                        pd.DataFrame(rejected, columns=["hardware", "tp", "dtype", "reason"]),
                         pd.DataFrame(memory), pd.DataFrame(pts), sens, k_tables, engine, stops, recommendation,
                         message, band_note, time.perf_counter() - t0)
 
@@ -242,19 +301,23 @@ def _plain(v):
 
 
 def _recommend_text(best, capacity: pd.DataFrame, spec: SizingSpec) -> str:
-    label = f"{best.hardware} tp={int(best.tp)}"
-    text = (f"{label} with {best.policy}: {int(best.replicas)} replica(s) = {int(best.gpus)} GPUs for"
-            f" {spec.target_load:g} {spec.load_unit} ({best.max_load_per_replica:.3g} {spec.load_unit} per replica"
-            f" at {spec.slo.describe()})")
+    label = f"{best.hardware} tp={int(best.tp)} {best['dtype']}"
+    text = (f"{label} with {best.policy}: buy {int(best.nodes)} node(s) of {spec.gpus_per_node} GPUs ="
+            f" {int(best.gpus)} GPUs ({best.node_layout}; {int(best.replicas)} replicas including"
+            f" {spec.spare_replicas} spare, {spec.headroom:.0%} headroom over {spec.target_load:g} {spec.load_unit});"
+            f" GPUs needed {best.gpus_range} across the capacity band ({best.basis}"
+            f"{': datasheet figures only, not measured' if best.basis == 'datasheet' else ''});"
+            f" {best.max_load_per_replica:.2f} {spec.load_unit} per replica at {spec.slo.describe()}")
     if best.fleet_usd_per_hour == best.fleet_usd_per_hour:
-        text += f", ${best.fleet_usd_per_hour:,.0f}/h, ${best.usd_per_m_output_tokens:.3f} per M output tokens"
-    same = capacity[(capacity.hardware == best.hardware) & (capacity.tp == best.tp)]
+        text += (f"; ${best.fleet_usd_per_hour:,.2f}/h at ${best.price_per_gpu_hour_usd:.2f} per GPU-hour"
+                 f" ({best.price_source}), ${best.usd_per_m_output_tokens:.3f} per M output tokens")
+    same = capacity[(capacity.hardware == best.hardware) & (capacity.tp == best.tp) & (capacity["dtype"] == best["dtype"])]
     others = []
     for _, r in same.iterrows():
         if r.policy == best.policy:
             continue
         if r.max_load_per_replica > 0 and best.max_load_per_replica > 0:
-            gp = f"{int(r.gpus)} GPUs" if r.gpus == r.gpus else "over max_replicas"
+            gp = f"{int(r.gpus)} GPUs" if r.gpus == r.gpus else "over max_replicas"  # noqa: PLR0124
             others.append(f"{r.policy} carries {r.max_load_per_replica / best.max_load_per_replica:.2f}x"
                           f" the load ({gp})")
         else:
@@ -269,7 +332,7 @@ def _no_config_text(capacity: pd.DataFrame, rejected: list, spec: SizingSpec) ->
             f" within max_replicas={spec.max_replicas}.")
     if len(capacity) and (capacity.max_load_per_replica > 0).any():
         r = capacity.sort_values("max_load_per_replica", ascending=False).iloc[0]
-        text += (f" Closest: {r.hardware} tp={int(r.tp)} with {r.policy} carries {r.max_load_per_replica:.3g}"
+        text += (f" Closest: {r.hardware} tp={int(r.tp)} with {r.policy} carries {r.max_load_per_replica:.2f}"
                  f" {spec.load_unit} per replica ({r.reason}).")
     elif len(capacity):
         text += " No candidate meets the SLOs at any load: " + capacity.iloc[0].reason
@@ -278,24 +341,46 @@ def _no_config_text(capacity: pd.DataFrame, rejected: list, spec: SizingSpec) ->
     return text
 
 
+SENSITIVITY = (  # (name, acceptance scale, efficiency scale: HBM bandwidth and peak FLOP/s together)
+    ("kernel efficiency -10% (bandwidth and FLOP/s x0.9)", 1.0, 0.9),
+    ("kernel efficiency +10% (bandwidth and FLOP/s x1.1)", 1.0, 1.1),
+    ("acceptance -10% (every per-position rate x0.9)", 0.9, 1.0),
+    ("acceptance +10% (x1.1, capped at 0.99)", 1.1, 1.0),
+)
+TRAFFIC_STEPS = (-0.2, 0.2)  # target load moved by these fractions (no rerun: replicas scale with the load)
+
+
 def _sensitivity(sc: Scenario, rec: dict, spec: SizingSpec, scen: dict, simulate) -> pd.DataFrame:
-    """Capacity of the recommended configuration with acceptance and HBM bandwidth moved by +-10%."""
-    cand = Candidate(rec["hardware"], int(rec["tp"]))
-    variants = [("acceptance -10%", 0.9, 1.0), ("acceptance +10%", 1.1, 1.0),
-                ("bandwidth -10%", 1.0, 0.9), ("bandwidth +10%", 1.0, 1.1)]
+    """The recommended configuration rerun with kernel efficiency and acceptance moved by +-10%, plus
+    the traffic target moved by +-20%; each row: capacity, change, GPUs bought, $/h."""
+    cand = next(c for c in scen if c.label == rec["candidate"])
     tasks = []
-    for name, acc, bw in variants:
-        vsc = candidate_scenario(sc, cand, acceptance_scale=acc, bandwidth_scale=bw)
+    for name, acc, eff in SENSITIVITY:
+        vsc = candidate_scenario(sc, cand, acceptance_scale=acc, bandwidth_scale=eff, flops_scale=eff)
         tasks.append(Task(vsc, cand, rec["policy"], spec, scen[cand][1], simulate, name))
     results = run_all(tasks, spec.workers)
-    rows = [{"variant": "baseline", "max_load_per_replica": rec["max_load_per_replica"], "change": "-",
-             "gpus": rec["gpus"], "usd_per_m_output_tokens": rec["usd_per_m_output_tokens"]}]
+    base = rec["max_load_per_replica"]
+
+    def row(name, cap, r):
+        return {"variant": name, "fleet_usd_per_hour": r["fleet_usd_per_hour"], "gpus": r["gpus"],
+                "nodes": r["nodes"], "max_load_per_replica": cap,
+                "change": f"{cap / base - 1:+.1%}" if base and cap == cap else "-",
+                "usd_per_m_output_tokens": r["usd_per_m_output_tokens"]}
+    rows = [{"variant": "baseline", "fleet_usd_per_hour": rec["fleet_usd_per_hour"], "gpus": rec["gpus"],
+             "nodes": rec["nodes"], "max_load_per_replica": base, "change": "-",
+             "usd_per_m_output_tokens": rec["usd_per_m_output_tokens"]}]
     for (name, s), t in zip(results, tasks):
-        r = _capacity_row(t.scenario, s, spec, None)
-        base = rec["max_load_per_replica"]
-        rows.append({"variant": name, "max_load_per_replica": s.capacity,
-                     "change": f"{s.capacity / base - 1:+.1%}" if base else "-",
-                     "gpus": r["gpus"], "usd_per_m_output_tokens": r["usd_per_m_output_tokens"]})
+        rows.append(row(name, s.capacity, _capacity_row(t.scenario, s, spec, None)))
+    price = rec["price_per_gpu_hour_usd"] or np.nan
+    for step in TRAFFIC_STEPS:
+        moved = SizingSpec(**{**spec.__dict__, "target_load": spec.target_load * (1 + step)})
+        reps = replicas_for(moved, base)
+        nodes = nodes_for(reps, int(rec["tp"]), spec.gpus_per_node) if reps else np.nan
+        gpus = nodes * spec.gpus_per_node if reps else np.nan
+        rows.append({"variant": f"traffic {step:+.0%} ({moved.target_load:g} {spec.load_unit})",
+                     "fleet_usd_per_hour": gpus * price, "gpus": gpus, "nodes": nodes,
+                     "max_load_per_replica": base, "change": "-",
+                     "usd_per_m_output_tokens": rec["usd_per_m_output_tokens"]})
     df = pd.DataFrame(rows)
     df.insert(0, "config", f"{cand.label} {rec['policy']}")
     return df

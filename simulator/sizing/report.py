@@ -14,16 +14,28 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from simulator.plan.api import schedule_text
 from simulator.specs.scenario import REPO_ROOT
 from simulator.sizing.fleet import SizingResult
 
-RANKED_COLUMNS = ["rank", "hardware", "tp", "policy", "replicas", "gpus", "gpus_band", "max_load_per_replica",
-                  "tok_s_per_gpu", "tpot_p50_s", "ttft_p99_s", "mean_k", "fleet_usd_per_hour",
-                  "usd_per_m_output_tokens", "usd_per_m_tokens_at_target", "energy_j_per_token_est", "step_time_source",
-                  "price_source"]
-CAPACITY_COLUMNS = ["hardware", "tp", "policy", "max_load_per_replica", "load_band_low", "load_band_high",
-                    "tok_s_per_gpu", "tpot_p50_s", "ttft_p99_s", "mean_batch_size", "mean_k", "replicas", "gpus",
-                    "meets_target", "reason"]
+# cost first, then what to buy, then why; the rest is in the capacity table and the JSON output
+RANKED_COLUMNS = ["rank", "fleet_usd_per_hour", "usd_per_m_output_tokens", "price_per_gpu_hour_usd", "hardware",
+                  "tp", "dtype", "policy", "nodes", "gpus", "gpus_range", "basis", "node_layout",
+                  "max_load_per_replica", "tpot_p50_s", "ttft_p99_s", "mean_k"]
+CAPACITY_COLUMNS = ["hardware", "tp", "dtype", "policy", "max_load_per_replica", "load_band_low", "load_band_high",
+                    "basis", "tok_s_per_gpu", "tpot_p50_s", "ttft_p99_s", "mean_batch_size", "mean_k", "replicas",
+                    "gpus", "meets_target", "reason"]
+# column headers with units (seconds shown as ms)
+HEADERS = {"fleet_usd_per_hour": "fleet $/h", "usd_per_m_output_tokens": "$/M output tok",
+           "price_per_gpu_hour_usd": "$/GPU-h", "gpus_range": "GPUs (band)", "node_layout": "per node",
+           "max_load_per_replica": "load/replica", "load_band_low": "load band low", "load_band_high": "load band high",
+           "tok_s_per_gpu": "tok/s/GPU", "tpot_p50_s": "TPOT p50 ms", "ttft_p99_s": "TTFT p99 ms",
+           "mean_batch_size": "mean B", "mean_k": "mean K", "usable_gb": "usable GB", "weights_gb": "weights GB",
+           "draft_gb": "draft GB", "kv_gb_per_seq": "KV GB/seq", "context_tokens": "context tok",
+           "max_seqs": "max seqs", "meets_target": "meets target", "usd_per_m_tokens_at_target": "$/M tok at target",
+           "energy_j_per_token_est": "J/token (est.)", "speedup_vs_plain": "vs plain", "speedup_vs_fixed": "vs fixed",
+           "batch_sizes": "B", "k_opt": "K*"}
+MS_COLUMNS = ("tpot_p50_s", "ttft_p99_s")
 
 
 # --- charts -------------------------------------------------------------------------------------
@@ -104,17 +116,43 @@ def _cell(v) -> str:
     if isinstance(v, (bool, np.bool_)):
         return "yes" if v else "no"
     if isinstance(v, (float, np.floating)):
-        if np.isnan(v):
-            return "-"
-        if float(v).is_integer() and abs(v) < 1e6:
-            return f"{int(v)}"
-        return f"{v:.4g}"
+        return number(float(v))
     return str(v)
+
+
+def number(v: float) -> str:
+    """Plain decimal, never scientific: thousands separators from 1000, 3 significant digits below."""
+    if not np.isfinite(v):
+        return "-"
+    if float(v).is_integer() and abs(v) < 1e15:
+        return f"{int(v):,}"
+    a = abs(v)
+    if a >= 100:
+        return f"{v:,.0f}"
+    if a >= 10:
+        return f"{v:.1f}"
+    if a >= 1:
+        return f"{v:.2f}"
+    if a >= 0.01:
+        return f"{v:.3f}"
+    return f"{v:.5f}".rstrip("0").rstrip(".") if a >= 1e-5 else "0"
+
+
+def readable(df: pd.DataFrame) -> pd.DataFrame:
+    """Seconds columns to ms, headers with units."""
+    if not len(df):
+        return df
+    out = df.copy()
+    for col in MS_COLUMNS:
+        if col in out:
+            out[col] = out[col].astype(float) * 1e3
+    return out.rename(columns=HEADERS)
 
 
 def md_table(df: pd.DataFrame) -> str:
     if not len(df):
         return "_(none)_\n"
+    df = readable(df)
     rows = ["| " + " | ".join(map(str, df.columns)) + " |", "|" + "---|" * len(df.columns)]
     rows += ["| " + " | ".join(_cell(v).replace("|", "/") for v in rec) + " |" for rec in df.itertuples(index=False)]
     return "\n".join(rows) + "\n"
@@ -123,6 +161,7 @@ def md_table(df: pd.DataFrame) -> str:
 def html_table(df: pd.DataFrame, wrap: bool = False) -> str:
     if not len(df):
         return "<p><em>(none)</em></p>"
+    df = readable(df)
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
     body = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(v))}</td>" for v in rec) + "</tr>"
                    for rec in df.itertuples(index=False))
@@ -192,6 +231,16 @@ def _sections(res: SizingResult) -> list[tuple[str, list]]:
     prompt = sc.extra.get("traffic", {})
     rec = res.recommendation
     secs = []
+    if rec:
+        label = rec.get("candidate") or f"{rec['hardware']} tp={int(rec['tp'])}"
+        table = res.k_tables.get(label)
+        if table is not None:
+            k = table["k_opt"].fillna(-1).astype(int).to_numpy()
+            runs = {"plain": "; the recommended policy is plain decoding (K=0 at every batch size)",
+                    "fixed": f"; the recommended policy is fixed K={sc.fixed_k} at every batch size"}
+            secs.append(("Schedule", [("p", f"**K schedule ({label}):** "
+                                            f"{schedule_text(table['batch_size'].to_numpy(), k)}"
+                                            f"{runs.get(rec['policy'], '')}.")]))
     head = [("p", sc.description or sc.name),
             ("p", f"Target: {spec.target_load:g} {spec.load_unit}; traffic {json.dumps(prompt)};"
                   f" SLOs: {spec.slo.describe()}"
@@ -201,11 +250,19 @@ def _sections(res: SizingResult) -> list[tuple[str, list]]:
     secs.append(("Scenario", head))
     recs = [("p", ("**Recommendation:** " if rec else "**Result:** ") + res.message)]
     if rec:
-        label = f"{rec['hardware']} tp={int(rec['tp'])}"
+        label = rec.get("candidate") or f"{rec['hardware']} tp={int(rec['tp'])}"
         recs.append(("p", f"Speculation on {label}: {res.spec_stops.get(label, '')}."))
+        if rec.get("basis") == "datasheet":
+            recs.append(("p", "**Flag:** this candidate rests on datasheet figures only; its GPU range is wide."
+                              " Calibrate it (python -m calibration.run) or validate it before a purchase."))
     secs.append(("Recommendation", recs))
     secs.append(("Ranked configurations (meet the target within max_replicas; cheapest fleet first)",
-                 [("table", _cols(res.ranked, RANKED_COLUMNS))]))
+                 [("p", f"GPUs are whole nodes of {spec.gpus_per_node}, sized for the target x"
+                        f" {1 + spec.headroom:g} (headroom) plus {spec.spare_replicas} spare replica(s) (N+1);"
+                        " GPUs (band) repeats that with the capacity at the ends of its band. basis: measured"
+                        " (held-out / validation error) or datasheet (flagged, wide band); a datasheet row never"
+                        " ranks above a measured row whose cost band overlaps it."),
+                  ("table", _cols(res.ranked, RANKED_COLUMNS))]))
     secs.append(("Throughput per GPU vs TPOT (Pareto)", [("chart", "pareto")]))
     secs.append(("Capacity per replica, all candidates and policies",
                  [("chart", "capacity"), ("table", _cols(res.capacity, CAPACITY_COLUMNS))]))
@@ -216,11 +273,14 @@ def _sections(res: SizingResult) -> list[tuple[str, list]]:
                         " K_max+1 verification slots in the target and draft KV caches."),
                   ("table", mem), ("wtable", res.rejected)]))
     kparts = []
-    order = [f"{rec['hardware']} tp={int(rec['tp'])}"] if rec else []
+    order = [rec.get("candidate") or f"{rec['hardware']} tp={int(rec['tp'])}"] if rec else []
     order += [k for k in res.k_tables if k not in order]
     for label in order[:3]:
         eng = res.engine[label]
-        kparts += [("h3", label), ("p", res.spec_stops[label] + "."), ("table", k_star_table(res.k_tables[label])),
+        kt = res.k_tables[label]
+        kparts += [("h3", label), ("p", "Schedule: " + schedule_text(kt["batch_size"].to_numpy(),
+                                                                      kt["k_opt"].fillna(-1).astype(int).to_numpy()) + "."),
+                   ("p", res.spec_stops[label] + "."), ("table", k_star_table(kt)),
                    ("p", "vLLM `speculative_config`:"), ("code", compact_json(eng["vllm"])),
                    ("p", "TensorRT-LLM:"), ("code", compact_json(eng["trtllm"]))]
     if len(order) > 3:
@@ -231,8 +291,9 @@ def _sections(res: SizingResult) -> list[tuple[str, list]]:
     secs.append(("Optimal K per batch size and engine settings", kparts))
     if len(res.sensitivity):
         secs.append(("Sensitivity (recommended configuration)",
-                     [("p", "Capacity rerun with per-position acceptance rates scaled by 0.9 / 1.1 (capped at 0.99)"
-                            " and with hbm_bandwidth_bytes_per_s scaled by 0.9 / 1.1."),
+                     [("p", "Capacity rerun with kernel efficiency (HBM bandwidth and peak FLOP/s together) and the"
+                            " per-position acceptance rates moved by 10%; the traffic rows move the target load by"
+                            " 20% at the baseline capacity. Engine overheads (host time per step) are not varied."),
                       ("table", res.sensitivity)]))
     else:
         secs.append(("Sensitivity", [("p", "not run (no recommended configuration or sensitivity = false).")]))

@@ -8,6 +8,8 @@ Scenario sections read here (validated with :func:`simulator.specs.scenario.chec
                prices = {h100-sxm = 2.5}           policies = ["plain", "fixed", "dsd"]
                target_rate_per_s = 20.0 (else [traffic] rate_per_s)   n_requests = 200
                search_steps = 4   seed = 0   workers = 2   sensitivity = true
+               dtypes = ["", "fp8"]  ("" = the scenario's precision; fp8 = W8A8 where the GPU has fp8)
+               headroom = 0.2  spare_replicas = 1 (N+1)  gpus_per_node = 8
 
 ``[traffic]`` belongs to the serving simulation; the sizer reads its load (``rate_per_s`` or
 ``concurrency``) as the target and passes the rest to the serving workload.
@@ -37,17 +39,19 @@ SIZING_SCHEMA = {
     "candidates": list, "tp": list, "max_replicas": int, "prices": dict, "policies": list,
     "target_rate_per_s": NUM, "target_concurrency": int, "n_requests": int, "search_steps": int,
     "seed": int, "workers": int, "sensitivity": bool, "description": str, "duration_s": NUM, "max_requests": int,
+    "dtypes": list, "headroom": NUM, "spare_replicas": int, "gpus_per_node": int,
 }
 POLICIES = ("plain", "fixed", "dsd")
 SETTINGS = ("max_replicas", "n_requests", "search_steps", "seed", "workers", "sensitivity", "duration_s",
-            "max_requests")
+            "max_requests", "headroom", "spare_replicas", "gpus_per_node")
+FP8 = "fp8"  # W8A8: fp8 weights and activations (fp8 tensor cores); the KV cache keeps the scenario's dtype
 
 
 def _fmt(x) -> str:
     if x is None:
         return "n/a"
     try:
-        return f"{float(x):.3g}"
+        return f"{float(x):.3f}".rstrip("0").rstrip(".") if abs(float(x)) < 1000 else f"{float(x):,.0f}"
     except (TypeError, ValueError):
         return str(x)
 
@@ -58,10 +62,11 @@ def _fmt(x) -> str:
 class Candidate:
     hardware: str
     tp: int
+    dtype: str = ""  # "" = the scenario's precision; "fp8" = W8A8
 
     @property
     def label(self) -> str:
-        return f"{self.hardware} tp={self.tp}"
+        return f"{self.hardware} tp={self.tp}" + (f" {self.dtype}" if self.dtype else "")
 
 
 @dataclass(frozen=True)
@@ -104,6 +109,9 @@ class SizingSpec:
     workers: int = 2
     sensitivity: bool = True
     ttft_guard: bool = False
+    headroom: float = 0.2  # buy for target x (1 + headroom): bursts and growth
+    spare_replicas: int = 1  # N+1: one replica may fail or be drained
+    gpus_per_node: int = 8  # GPUs are bought as whole nodes
 
     @property
     def load_unit(self) -> str:
@@ -131,8 +139,23 @@ def _check_hardware(name, origin) -> str:
     return name
 
 
-def _parse_candidates(sc: Scenario, table: dict, candidates, tp) -> tuple:
-    """(hardware x tp) candidates: the arguments, else [sizing], else the scenario's own device and TP."""
+def _parse_dtypes(sc: Scenario, table: dict, dtypes) -> list[str]:
+    """Precision variants: the arguments, else [sizing] dtypes, else the scenario's own plus fp8 (W8A8)."""
+    out = dtypes if dtypes is not None else table.get("dtypes")
+    if out is None:
+        own = sc.deployment.weight_dtype
+        return [""] if own == FP8 else ["", FP8]
+    for d in out:
+        if d not in ("", FP8):
+            raise PlannerError(f"{sc.origin}: [sizing] dtypes entries must be \"\" (the scenario's precision) or"
+                               f" \"fp8\", got {d!r}")
+    return list(dict.fromkeys(out)) or [""]
+
+
+def _parse_candidates(sc: Scenario, table: dict, candidates, tp, dtypes=None) -> tuple:
+    """(hardware x tp x dtype) candidates: the arguments, else [sizing], else the scenario's own device and TP.
+
+    fp8 variants are made only for GPUs with fp8 tensor cores (peak_fp8_flops_per_s in the catalog)."""
     origin = sc.origin
     hw_names = candidates if candidates is not None else table.get("candidates", [sc.hardware.name])
     if isinstance(hw_names, str):
@@ -146,7 +169,9 @@ def _parse_candidates(sc: Scenario, table: dict, candidates, tp) -> tuple:
     for t in tps:
         if not isinstance(t, int) or isinstance(t, bool) or t < 1:
             raise PlannerError(f"{origin}: [sizing] tp must be a list of integers >= 1, got {t!r}")
-    return tuple(Candidate(h, int(t)) for h in hw_names for t in tps)
+    variants = _parse_dtypes(sc, table, dtypes)
+    return tuple(Candidate(h, int(t), d) for h in hw_names for d in variants for t in tps
+                 if d != FP8 or load_hardware(h).peak_fp8_flops_per_s)
 
 
 def _parse_prices(table: dict, origin) -> dict:
@@ -186,7 +211,12 @@ def _parse_settings(table: dict, over: dict, origin) -> dict:
     settings |= {k: v for k, v in over.items() if v is not None}
     if "duration_s" in settings and not settings["duration_s"] > 0:
         raise PlannerError(f"{origin}: [sizing] duration_s must be > 0 seconds, got {settings['duration_s']}")
-    for key in ("max_replicas", "n_requests", "workers", "max_requests"):
+    if not 0 <= settings.get("headroom", 0.2) <= 10:
+        raise PlannerError(f"{origin}: [sizing] headroom must be a fraction between 0 and 10 (0.2 = 20%),"
+                           f" got {settings['headroom']}")
+    if settings.get("spare_replicas", 1) < 0:
+        raise PlannerError(f"{origin}: [sizing] spare_replicas must be >= 0, got {settings['spare_replicas']}")
+    for key in ("max_replicas", "n_requests", "workers", "max_requests", "gpus_per_node"):
         if key in settings and settings[key] < 1:
             raise PlannerError(f"{origin}: [sizing] {key} must be >= 1, got {settings[key]}")
     if settings.get("search_steps", 1) < 0:
@@ -196,7 +226,8 @@ def _parse_settings(table: dict, over: dict, origin) -> dict:
     return settings
 
 
-def parse_sizing(sc: Scenario, candidates=None, tp=None, target_load=None, policies=None, **over) -> SizingSpec:
+def parse_sizing(sc: Scenario, candidates=None, tp=None, target_load=None, policies=None, dtypes=None,
+                 prices=None, **over) -> SizingSpec:
     """Validate ``[slo]``, ``[sizing]`` and the load of ``[traffic]``; keyword arguments override the file."""
     origin = sc.origin
     slo = parse_slo(sc)
@@ -205,12 +236,12 @@ def parse_sizing(sc: Scenario, candidates=None, tp=None, target_load=None, polic
     traffic = sc.extra.get("traffic") or {}
     if not isinstance(traffic, dict):
         raise PlannerError(f"{origin}: [traffic] must be a table")
-    cands = _parse_candidates(sc, table, candidates, tp)
+    cands = _parse_candidates(sc, table, candidates, tp, dtypes)
     pols = tuple(policies or table.get("policies", POLICIES))
     for p in pols:
         if not isinstance(p, str):
             raise PlannerError(f"{origin}: [sizing] policies must be strings, got {p!r}")
-    prices = _parse_prices(table, origin)
+    prices = _parse_prices(table, origin) | _parse_prices({"prices": prices or {}}, "price override")
     kind, load = _target_load(table, traffic, target_load, origin)
     settings = _parse_settings(table, over, origin)
     ttft_guard = not any(k.startswith("ttft") for k in slo.targets)
@@ -221,11 +252,13 @@ def parse_sizing(sc: Scenario, candidates=None, tp=None, target_load=None, polic
 # --- per candidate: scenario, traffic, memory fit -----------------------------------------------
 
 def candidate_scenario(sc: Scenario, cand: Candidate, acceptance_scale: float = 1.0,
-                       bandwidth_scale: float = 1.0) -> Scenario:
+                       bandwidth_scale: float = 1.0, flops_scale: float = 1.0) -> Scenario:
     """The scenario moved to another device / TP degree (a calibration profile is kept only on its device)."""
     raw = copy.deepcopy(sc.raw)
     old = raw.get("hardware", {})
     hw = {"name": cand.hardware, "tp": cand.tp}
+    if cand.dtype == FP8:
+        raw["precision"] = dict(raw.get("precision", {}), weights=FP8, activations=FP8)
     ep = old.get("ep", 1)
     if ep > 1 and cand.tp % ep == 0:
         hw["ep"] = ep
@@ -234,6 +267,11 @@ def candidate_scenario(sc: Scenario, cand: Candidate, acceptance_scale: float = 
     if bandwidth_scale != 1.0:
         base = hw.get("hbm_bandwidth_bytes_per_s", load_hardware(cand.hardware).hbm_bandwidth_bytes_per_s)
         hw["hbm_bandwidth_bytes_per_s"] = float(base) * bandwidth_scale
+    if flops_scale != 1.0:
+        dev = load_hardware(cand.hardware)
+        hw["peak_bf16_flops_per_s"] = float(hw.get("peak_bf16_flops_per_s", dev.peak_bf16_flops_per_s)) * flops_scale
+        if dev.peak_fp8_flops_per_s:
+            hw["peak_fp8_flops_per_s"] = float(hw.get("peak_fp8_flops_per_s", dev.peak_fp8_flops_per_s)) * flops_scale
     raw["hardware"] = hw
     if sc.profile is not None and sc.profile.hardware != cand.hardware:
         raw.pop("calibration", None)

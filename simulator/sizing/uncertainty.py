@@ -10,9 +10,19 @@ those step times exists; otherwise the capacity has no error bar ("unknown"). Th
     scenario              [validation] itl_mape / step_time_mape       fraction (held-out ITL / step-time MAPE)
                           [validation] report = "validation.json"      its itl_mape (calibration.validate summary)
 
+    calibration profile   transfer_error.<...>.mape_pct                 percent (end-to-end, published corpus)
+
 The band is the largest of these errors (the conservative choice: one number for every family and
 batch size), applied symmetrically: capacity x (1 -+ error). It describes the device the
-measurements were taken on only; :func:`simulator.sizing.fleet.size` gives other candidates none.
+measurements were taken on only.
+
+A candidate whose step times rest on datasheet figures only gets a WIDE band instead, flagged
+``datasheet``: the median over kernel families of the roofline's held-out error on that device,
+
+    e_datasheet = median_f heldout_error.<f>.roofline.mape_pct / 100     (simulator/data/profiles/<hw>.*)
+
+(the datasheet roofline scored against measured kernel tables; over all shipped profiles when the
+device has none), capped at DATASHEET_CAP so the low end stays above zero.
 """
 from __future__ import annotations
 
@@ -22,6 +32,8 @@ from pathlib import Path
 
 from simulator.specs.scenario import Scenario
 
+PROFILE_DIR = Path(__file__).resolve().parent.parent / "data" / "profiles"
+DATASHEET_CAP = 0.9
 PROFILE_FITS = ("fitted", "calibrated")  # held-out error of the profile's own fit, not of the roofline
 VALIDATION_KEYS = ("itl_mape", "step_time_mape")
 REPORT_KEYS = ("itl_mape",)
@@ -43,6 +55,14 @@ def _number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+def _where(path) -> str:
+    """A profile path relative to the repository when it lies inside it."""
+    try:
+        return str(Path(path).resolve().relative_to(Path(__file__).resolve().parent.parent.parent))
+    except ValueError:
+        return str(path)
+
+
 def _profile_errors(sc: Scenario) -> list[tuple[str, float]]:
     heldout = sc.profile.raw.get("heldout_error") if sc.profile is not None else None
     if not heldout or not isinstance(heldout, dict):
@@ -53,7 +73,7 @@ def _profile_errors(sc: Scenario) -> list[tuple[str, float]]:
             sub = entry.get(fit) if isinstance(entry, dict) else None
             v = sub.get("mape_pct") if isinstance(sub, dict) else None
             if _number(v):
-                out.append((f"calibration profile {sc.profile.path}: heldout_error.{family}.{fit}.mape_pct", v / 100))
+                out.append((f"calibration profile {_where(sc.profile.path)}: heldout_error.{family}.{fit}.mape_pct", v / 100))
     return out
 
 
@@ -77,9 +97,62 @@ def _validation_errors(sc: Scenario) -> list[tuple[str, float]]:
     return out
 
 
+def _transfer_errors(sc: Scenario) -> list[tuple[str, float]]:
+    """End-to-end residuals of the profile on the published corpus: every numeric mape_pct leaf."""
+    data = getattr(sc.profile, "transfer_error", None) if sc.profile is not None else None
+    out = []
+
+    def walk(node, path):
+        if isinstance(node, dict):
+            for key, val in node.items():
+                if key == "mape_pct" and _number(val) and val >= 0:
+                    out.append((f"calibration profile {_where(sc.profile.path)}: transfer_error{path}.mape_pct", val / 100))
+                else:
+                    walk(val, f"{path}.{key}")
+    walk(data or {}, "")
+    return out
+
+
+def datasheet_error(hardware: str) -> tuple[float, str]:
+    """(relative error, where from) for step times resting on datasheet figures only (see module doc)."""
+    import statistics
+
+    def roofline_errors(paths):
+        vals = []
+        for path in paths:
+            try:
+                heldout = json.loads(path.read_text()).get("heldout_error") or {}
+            except (OSError, json.JSONDecodeError, AttributeError):
+                continue
+            for entry in heldout.values() if isinstance(heldout, dict) else ():
+                v = entry.get("roofline", {}).get("mape_pct") if isinstance(entry, dict) else None
+                if _number(v) and v >= 0:
+                    vals.append(v / 100)
+        return vals
+    own = sorted(PROFILE_DIR.glob(f"{hardware}.*.profile.json"))
+    vals, where = roofline_errors(own), f"simulator/data/profiles/{hardware}.*"
+    if not vals:
+        vals, where = roofline_errors(sorted(PROFILE_DIR.glob("*.profile.json"))), "simulator/data/profiles/* (no profile for this device)"
+    if not vals:
+        return DATASHEET_CAP, f"datasheet only: no roofline error on record, band set to the cap +-{DATASHEET_CAP:.0%}"
+    err = min(statistics.median(vals), DATASHEET_CAP)
+    return err, (f"datasheet only: +-{err:.0%}, the median held-out error of the datasheet roofline against measured"
+                 f" kernel tables ({where}, heldout_error.*.roofline.mape_pct, {len(vals)} families)")
+
+
+def candidate_band(sc: Scenario) -> tuple[float, str, str]:
+    """(relative error, where from, basis) for one candidate: basis "measured" when a held-out,
+    validation or transfer error exists for its step times, else "datasheet" with the wide band."""
+    err, note = capacity_band(prediction_basis(sc))
+    if err is not None:
+        return err, note, "measured"
+    err, note = datasheet_error(sc.hardware.name)
+    return err, note, "datasheet"
+
+
 def prediction_basis(sc: Scenario) -> PredictionBasis:
     """The scenario's step-time source and the held-out / validation errors measured for it."""
-    return PredictionBasis(sc.cost_source, tuple(_profile_errors(sc) + _validation_errors(sc)))
+    return PredictionBasis(sc.cost_source, tuple(_profile_errors(sc) + _transfer_errors(sc) + _validation_errors(sc)))
 
 
 def capacity_band(basis: PredictionBasis) -> tuple[float | None, str]:

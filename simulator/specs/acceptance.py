@@ -6,10 +6,20 @@ correction) token per step,
     AL(K) = 1 + a_1 + a_1 a_2 + ... + a_1...a_K          i.i.d. a:  (1 - a^(K+1)) / (1 - a)
 
 Leviathan et al. 2023 (arXiv:2211.17192); Chen et al. 2023 (arXiv:2302.01318).
+
+Extrapolation rule: a list of n rates covers positions 1..n; every position i > n uses a_n (the last
+rate repeats). A single rate is the i.i.d. model (every position), not an extrapolation. Outputs
+state the rule and warn when K* reaches past the given positions (:meth:`Acceptance.extrapolated`).
+
+Per-method presets with their sources live in ``simulator/data/acceptance.toml``
+(:func:`load_presets`, :func:`preset_for`).
 """
 from __future__ import annotations
 
+import tomllib
 from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 
@@ -36,6 +46,24 @@ class Acceptance:
             return f"i.i.d. {self.rates[0]:g}"
         return "per-position " + ",".join(f"{r:g}" for r in self.rates)
 
+    @property
+    def given_positions(self) -> int | None:
+        """Positions the rates were given for; None for the i.i.d. model (one rate for every position)."""
+        return None if len(self.rates) == 1 else len(self.rates)
+
+    def extrapolated(self, k: int) -> bool:
+        """True when draft length ``k`` uses positions past the given list (a_i = a_n for i > n)."""
+        n = self.given_positions
+        return n is not None and int(k) > n
+
+    @property
+    def rule(self) -> str:
+        """The extrapolation rule in words, for outputs."""
+        n = self.given_positions
+        if n is None:
+            return f"i.i.d.: every position accepted with probability {self.rates[0]:g}"
+        return f"rates given for positions 1-{n}; positions beyond {n} repeat a_{n} = {self.rates[-1]:g}"
+
     def rates_upto(self, k_max: int) -> np.ndarray:
         r = np.asarray(self.rates, dtype=float)
         if k_max <= len(r):
@@ -50,6 +78,31 @@ class Acceptance:
         k_max = int(k.max()) if k.size else 0
         prefix = np.concatenate([[1.0], 1.0 + np.cumsum(np.cumprod(self.rates_upto(k_max)))])
         return prefix[k.astype(int)]
+
+
+PRESET_FILE = Path(__file__).resolve().parent.parent / "data" / "acceptance.toml"
+
+
+@lru_cache(maxsize=1)
+def load_presets() -> dict[str, dict]:
+    """Per-method presets from ``simulator/data/acceptance.toml``: name -> {rates, source, derivation, ...}."""
+    try:
+        raw = tomllib.loads(PRESET_FILE.read_text())
+    except (OSError, tomllib.TOMLDecodeError) as err:
+        raise PlannerError(f"{PRESET_FILE}: unreadable acceptance presets ({err}); restore the file from the repository") from None
+    for name, entry in raw.items():
+        if not (isinstance(entry, dict) and isinstance(entry.get("rates"), list) and isinstance(entry.get("source"), str)):
+            raise PlannerError(f"{PRESET_FILE}: preset [{name}] needs rates = [...] and source = '...'")
+        Acceptance(tuple(float(r) for r in entry["rates"]), entry["source"])  # validates the rates
+    return raw
+
+
+def preset_for(method: str) -> Acceptance | None:
+    """The preset of a draft method (eagle, eagle3, mtp, ngram, model), or None when none is published."""
+    entry = load_presets().get(method)
+    if entry is None:
+        return None
+    return Acceptance(tuple(float(r) for r in entry["rates"]), entry["source"])
 
 
 def parse_acceptance(value, source: str = "assumed") -> Acceptance:

@@ -1,5 +1,17 @@
 """How a model is deployed: parallel layout, precisions, routing, memory share; facts derived from them.
 
+Layouts (``tp`` is always the number of GPUs of one model instance):
+
+- ``tp``: attention, dense MLPs and experts all tensor-parallel over the tp GPUs (ep = 1).
+- ``tp-ep``: tensor-parallel attention; experts split over ``ep`` groups (each expert sliced over
+  tp/ep GPUs). Activations are replicated after attention, so dispatch is a local selection and the
+  MoE output is combined by the same all-reduce a TP MLP needs.
+- ``dp-ep``: data-parallel attention (DeepSeek-V3 style in SGLang / TensorRT-LLM / vLLM): ``dp``
+  attention groups of tp/dp GPUs each serve B/dp sequences with their own copy of the attention,
+  dense-MLP, shared-expert, embedding and LM-head weights (and only their sequences' KV cache);
+  experts are split over ep = tp GPUs, reached by an all-to-all dispatch and combine of each rank's
+  own tokens.
+
 Sits below the physics: the operator builders and the memory model both read these facts
 (heads per GPU, sliding layers), so neither has to import the other.
 """
@@ -25,17 +37,73 @@ class Deployment:
     expert_dtype: str | None = None  # None: the model's native expert dtype, else weight_dtype
     routing: Routing = field(default_factory=Routing)
     memory_utilization: float = 0.9  # share of device memory the engine may use (vLLM default)
+    layout: str = "tp"  # "tp" | "tp-ep" | "dp-ep" (module docstring); "tp" with ep > 1 reads as "tp-ep"
+    dp: int = 1  # attention data-parallel groups (layout "dp-ep")
+    # which measured all-reduce prices the TP reductions: serving engines' one-shot custom kernels
+    # ("all_reduce") or NCCL ("all_reduce_nccl", e.g. torch.distributed in gpt-fast)
+    allreduce: str = "all_reduce"
+    engine: str = ""  # the serving engine whose kernels run the MoE layers (tables are engine-specific there)
 
     def expert_dtype_for(self, model: ModelSpec) -> str:
         return self.expert_dtype or model.expert_weight_dtype or self.weight_dtype
 
+    @property
+    def dp_attention(self) -> bool:
+        return self.layout == "dp-ep"
+
+    @property
+    def attention_tp(self) -> int:
+        """GPUs one attention (and dense MLP, shared expert, LM head) instance is sliced over."""
+        return self.tp // self.dp if self.dp_attention else self.tp
+
+    @property
+    def attention_dp(self) -> int:
+        """Attention replicas: each holds B / attention_dp sequences."""
+        return self.dp if self.dp_attention else 1
+
+    @property
+    def expert_groups(self) -> int:
+        """Expert-parallel groups (each holds num_experts / groups whole experts)."""
+        return self.ep
+
+
+LAYOUTS = ("tp", "tp-ep", "dp-ep")
+
+
+def make_deployment(tp: int = 1, ep: int | None = None, layout: str | None = None, dp: int | None = None,
+                    **kwargs) -> Deployment:
+    """A Deployment with layout defaults filled in: "dp-ep" defaults to dp = ep = tp (attention TP 1);
+    "tp-ep" defaults to ep = tp; no layout reads ep > 1 as "tp-ep", else "tp"."""
+    if layout is None:
+        layout = "tp-ep" if (ep or 1) > 1 else "tp"
+    if layout not in LAYOUTS:
+        raise PlannerError(f"unknown layout '{layout}' (use one of {', '.join(LAYOUTS)})")
+    if layout == "tp":
+        ep, dp = ep or 1, dp or 1
+    elif layout == "tp-ep":
+        ep, dp = ep or tp, dp or 1
+    else:
+        ep, dp = ep or tp, dp or tp
+    return Deployment(tp=tp, ep=ep, layout=layout, dp=dp, **kwargs)
+
 
 def check_deployment(model: ModelSpec, dep: Deployment) -> None:
     """Raise PlannerError when the parallel layout cannot split this model."""
-    if dep.tp < 1 or dep.ep < 1:
-        raise PlannerError(f"tp and ep must be >= 1, got tp={dep.tp}, ep={dep.ep}")
-    if model.num_heads % dep.tp:
-        raise PlannerError(f"tp={dep.tp} does not divide the {model.num_heads} attention heads of {model.name}"
+    if dep.tp < 1 or dep.ep < 1 or dep.dp < 1:
+        raise PlannerError(f"tp, ep and dp must be >= 1, got tp={dep.tp}, ep={dep.ep}, dp={dep.dp}")
+    if dep.layout not in LAYOUTS:
+        raise PlannerError(f"unknown layout '{dep.layout}' (use one of {', '.join(LAYOUTS)})")
+    if dep.dp > 1 and not dep.dp_attention:
+        raise PlannerError(f"dp={dep.dp} needs layout 'dp-ep' (data-parallel attention)")
+    if dep.dp_attention:
+        if not model.is_moe:
+            raise PlannerError(f"layout 'dp-ep' needs an MoE model; {model.name} is dense")
+        if dep.ep == 1:
+            raise PlannerError("layout 'dp-ep' needs ep > 1 (experts split over the GPUs; default ep = tp)")
+        if dep.tp % dep.dp:
+            raise PlannerError(f"dp={dep.dp} must divide tp={dep.tp} (each attention group gets tp/dp GPUs)")
+    if model.num_heads % dep.attention_tp:
+        raise PlannerError(f"tp={dep.attention_tp} does not divide the {model.num_heads} attention heads of {model.name}"
                            f" (try one of {[t for t in (1, 2, 4, 8, 16) if model.num_heads % t == 0]})")
     if dep.ep > 1:
         if not model.is_moe:

@@ -4,8 +4,12 @@
 - ``eagle`` / ``eagle3``: K passes of one decoder layer with the target's sizes, a feature fusion
   projection (2D -> D, or 3D -> D for EAGLE-3) and an LM head (the target's, or EAGLE-3's smaller
   draft vocabulary).
-- ``mtp``: the model's multi-token-prediction module (one target layer, MoE if the target is MoE, a
-  2D -> D projection and the shared LM head) applied K times.
+- ``mtp`` / ``mtp:D``: the model's multi-token-prediction modules (DeepSeek-V3 / GLM / Qwen3-Next
+  style): D modules (default: the config's ``num_nextn_predict_layers``, else 1), each one target
+  decoder layer (MoE if the target is MoE: priced and stored as the MoE block it is), a 2D -> D
+  projection and the shared LM head. Draft position j runs module min(j, D) (engines re-use the
+  last module beyond its depth), so a step costs K module passes whatever D is; acceptance is per
+  depth (the scenario's per-position rates: position j is predicted by module min(j, D)).
 - ``ngram``: prompt lookup on the host; no accelerator work, a small host cost per step.
 - ``early-exit:N``: self-speculation through the target's first N layers and its LM head
   (LayerSkip-style; also the cost of a draft that is a truncated copy of the target).
@@ -37,7 +41,7 @@ def draft_defaults() -> dict:
 class DraftSpec:
     method: str  # one of DRAFT_METHODS
     model: ModelSpec | None = None  # for method "model"
-    layers: int = 0  # for method "early-exit"
+    layers: int = 0  # for method "early-exit"; MTP depth D for "mtp" (0: the model's own)
 
     @property
     def label(self) -> str:
@@ -45,7 +49,14 @@ class DraftSpec:
             return f"model:{self.model.name}"
         if self.method == "early-exit":
             return f"early-exit:{self.layers}"
+        if self.method == "mtp" and self.layers:
+            return f"mtp:{self.layers}"
         return self.method
+
+
+def mtp_depth(draft: DraftSpec, target: ModelSpec) -> int:
+    """MTP modules D: the draft's explicit depth, else the model's num_nextn_predict_layers, else 1."""
+    return draft.layers or target.num_mtp_layers or 1
 
 
 def parse_draft(text: str) -> DraftSpec:
@@ -59,13 +70,21 @@ def parse_draft(text: str) -> DraftSpec:
         if layers < 1:
             raise PlannerError(f"draft '{text}': early-exit needs a positive layer count, e.g. early-exit:4")
         return DraftSpec("early-exit", layers=layers)
+    if text.startswith("mtp:"):
+        try:
+            depth = int(text.split(":", 1)[1])
+        except ValueError:
+            depth = 0
+        if not 1 <= depth <= 16:
+            raise PlannerError(f"draft '{text}': mtp needs a depth from 1 to 16, e.g. mtp:1 (DeepSeek-V3 ships 1)")
+        return DraftSpec("mtp", layers=depth)
     if text.startswith("model:"):
         name = text.split(":", 1)[1]
         if not name:
             raise PlannerError("draft 'model:' needs a model name, e.g. model:llama-3.2-1b")
         return DraftSpec("model", load_model(name))
     if text not in DRAFT_METHODS or text == "model":
-        raise PlannerError(f"unknown draft method '{text}' (use eagle, eagle3, mtp, ngram, early-exit:N or model:NAME)")
+        raise PlannerError(f"unknown draft method '{text}' (use eagle, eagle3, mtp, mtp:D, ngram, early-exit:N or model:NAME)")
     return DraftSpec(text)
 
 
@@ -80,5 +99,9 @@ def check_draft(draft: DraftSpec, target: ModelSpec, dep: Deployment) -> None:
 
 
 def draft_tp(model: ModelSpec, tp: int) -> int:
-    """Draft models run with the target's TP when their heads split evenly, else on one GPU."""
-    return tp if model.num_heads % tp == 0 and model.num_kv_heads >= 1 else 1
+    """A draft model runs on the largest TP degree that divides both the target's TP and its own
+    attention heads (28 heads under TP 8 run on TP 4): the target's TP when its heads split evenly."""
+    t = tp
+    while t > 1 and (tp % t or model.num_heads % t):
+        t -= 1
+    return t

@@ -58,6 +58,7 @@ class ModelSpec:
     num_dense_layers: int = 0  # layers with a dense MLP in an MoE model (DeepSeek's first 3)
     expert_weight_dtype: str | None = None  # e.g. gpt-oss ships experts in mxfp4
     num_mtp_layers: int = 0  # multi-token-prediction modules shipped with the model
+    max_position_embeddings: int | None = None  # longest context the model was trained for (None: not given)
 
     @property
     def is_moe(self) -> bool:
@@ -126,90 +127,174 @@ class ModelSpec:
 
 # --- config.json parsing -------------------------------------------------------------------
 
-def _need(cfg: dict, key: str, origin: str, kind=int):
-    if key not in cfg or cfg[key] is None:
-        raise PlannerError(f"{origin}: missing field '{key}' (model_type '{cfg.get('model_type')}')")
-    value = cfg[key]
-    if kind is int and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-        raise PlannerError(f"{origin}: field '{key}' must be a positive integer, got {value!r}")
+# Largest value any field may hold: well above every published model (DeepSeek-V3: 256 experts,
+# vocab 129280, hidden 7168), low enough that products of fields stay exact in float64.
+_FIELD_MAX = 1 << 24
+
+
+def _int_field(value, key: str, origin: str, minimum: int) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not minimum <= value <= _FIELD_MAX:
+        kind = "a positive integer" if minimum >= 1 else "an integer >= 0"
+        raise PlannerError(f"{origin}: field '{key}' must be {kind} (at most {_FIELD_MAX}), got {value!r}")
     return value
 
 
-def _sliding_layers(cfg: dict, num_layers: int) -> tuple[int | None, int]:
+def _need(cfg: dict, key: str, origin: str, kind=int):
+    if key not in cfg or cfg[key] is None:
+        raise PlannerError(f"{origin}: missing field '{key}' (model_type '{cfg.get('model_type')}')")
+    return _int_field(cfg[key], key, origin, 1)
+
+
+def _opt(cfg: dict, key: str, origin: str, default: int = 0, minimum: int = 0) -> int:
+    """An optional integer field: absent or null -> default; otherwise it must be an integer >= minimum."""
+    value = cfg.get(key)
+    if value is None:
+        return default
+    return _int_field(value, key, origin, minimum)
+
+
+def _opt_bool(cfg: dict, key: str, origin: str, default: bool) -> bool:
+    value = cfg.get(key, default)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise PlannerError(f"{origin}: field '{key}' must be true or false, got {value!r}")
+    return value
+
+
+def _sliding_layers(cfg: dict, num_layers: int, origin: str) -> tuple[int | None, int]:
     """(window, number of sliding-window layers) from the several ways configs say it."""
     window = cfg.get("sliding_window")
-    if not window or cfg.get("use_sliding_window") is False:
+    if window is None or window is False or window == 0:
+        return None, 0
+    window = _int_field(window, "sliding_window", origin, 1)
+    if _opt_bool(cfg, "use_sliding_window", origin, True) is False:
         return None, 0
     layer_types = cfg.get("layer_types")
-    if layer_types:
-        return int(window), sum(1 for t in layer_types if t == "sliding_attention")
-    pattern = cfg.get("sliding_window_pattern")
+    if layer_types is not None:
+        if not isinstance(layer_types, list) or not all(isinstance(t, str) for t in layer_types):
+            raise PlannerError(f"{origin}: field 'layer_types' must be a list of strings such as"
+                               f" \"sliding_attention\" / \"full_attention\", got {layer_types!r}")
+        if layer_types:
+            if len(layer_types) != num_layers:
+                raise PlannerError(f"{origin}: 'layer_types' lists {len(layer_types)} layers but"
+                                   f" num_hidden_layers is {num_layers}; give one entry per layer")
+            return window, sum(1 for t in layer_types if t == "sliding_attention")
+    pattern = _opt(cfg, "sliding_window_pattern", origin, 0, 1)
     if pattern:  # Cohere2 / Gemma: every `pattern`-th layer is global
-        return int(window), num_layers - num_layers // int(pattern)
+        return window, num_layers - num_layers // pattern
     if cfg.get("model_type") in ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe"):
         return None, 0  # Qwen configs carry sliding_window but use_sliding_window defaults to false
-    return int(window), num_layers  # Mistral v0.1 style: every layer
+    return window, num_layers  # Mistral v0.1 style: every layer
+
+
+def _quant_method(cfg: dict, origin: str) -> str | None:
+    quant = cfg.get("quantization_config")
+    if quant is None:
+        return None
+    if not isinstance(quant, dict):
+        raise PlannerError(f"{origin}: field 'quantization_config' must be an object such as"
+                           f" {{\"quant_method\": \"fp8\"}}, got {quant!r}")
+    method = quant.get("quant_method")
+    if method is not None and not isinstance(method, str):
+        raise PlannerError(f"{origin}: 'quantization_config.quant_method' must be a string, got {method!r}")
+    return method
+
+
+def _check_spec(spec: ModelSpec, origin: str) -> ModelSpec:
+    """Cross-field sense: heads divide, top-k within the experts, dense layers within the layers."""
+    if spec.attention == "gqa":
+        if spec.num_kv_heads > spec.num_heads or spec.num_heads % spec.num_kv_heads:
+            raise PlannerError(f"{origin}: num_attention_heads={spec.num_heads} is not a multiple of"
+                               f" num_key_value_heads={spec.num_kv_heads}; grouped-query attention needs it")
+    if spec.is_moe:
+        if spec.experts_per_token > spec.num_experts:
+            raise PlannerError(f"{origin}: num_experts_per_tok={spec.experts_per_token} exceeds the"
+                               f" {spec.num_experts} routed experts; top-k must be <= the expert count")
+        if spec.num_dense_layers >= spec.num_layers:
+            raise PlannerError(f"{origin}: {spec.num_dense_layers} dense layers (first_k_dense_replace /"
+                               f" decoder_sparse_step / mlp_only_layers) of {spec.num_layers}: no layer is left"
+                               " for the experts")
+    if spec.num_sliding_layers > spec.num_layers:
+        raise PlannerError(f"{origin}: {spec.num_sliding_layers} sliding-window layers but only {spec.num_layers} layers")
+    return spec
 
 
 def model_from_hf_config(cfg: dict, name: str, origin: str) -> ModelSpec:
-    """Parse a Hugging Face config.json (already loaded) into a ModelSpec."""
+    """Parse a Hugging Face config.json (already loaded) into a ModelSpec.
+
+    Every field the cost model reads is type- and range-checked (positive integers, booleans,
+    objects), and the fields must agree: H_q a multiple of H_kv, top-k <= E, dense layers <= L.
+    """
     if not isinstance(cfg, dict):
         raise PlannerError(f"{origin}: expected a JSON object")
     model_type = cfg.get("model_type")
     if model_type is None:
         raise PlannerError(f"{origin}: missing field 'model_type' (is this a Hugging Face config.json?)")
-    if model_type not in SUPPORTED_MODEL_TYPES:
-        raise PlannerError(f"{origin}: unknown model_type '{model_type}'"
+    if not isinstance(model_type, str) or model_type not in SUPPORTED_MODEL_TYPES:
+        raise PlannerError(f"{origin}: unknown model_type {model_type!r}"
                            f" (supported: {', '.join(SUPPORTED_MODEL_TYPES)})")
     D = _need(cfg, "hidden_size", origin)
     L = _need(cfg, "num_hidden_layers", origin)
     H = _need(cfg, "num_attention_heads", origin)
-    H_kv = cfg.get("num_key_value_heads") or H
-    head_dim = cfg.get("head_dim") or D // H
+    H_kv = _opt(cfg, "num_key_value_heads", origin, H, 1)
+    if cfg.get("head_dim") is None and D % H:
+        raise PlannerError(f"{origin}: hidden_size={D} is not a multiple of num_attention_heads={H};"
+                           " give 'head_dim' explicitly")
+    head_dim = _opt(cfg, "head_dim", origin, D // H, 1)
     vocab = _need(cfg, "vocab_size", origin)
-    tie = bool(cfg.get("tie_word_embeddings", model_type in ("cohere", "cohere2")))
-    window, n_sliding = _sliding_layers(cfg, L)
-    quant = (cfg.get("quantization_config") or {}).get("quant_method")
-    common = dict(name=name, source=cfg.get("_source", origin), model_type=model_type, hidden_size=D,
-                  num_layers=L, num_heads=H, num_kv_heads=H_kv, head_dim=head_dim, vocab_size=vocab,
-                  tie_word_embeddings=tie, sliding_window=window, num_sliding_layers=n_sliding)
+    tie = _opt_bool(cfg, "tie_word_embeddings", origin, model_type in ("cohere", "cohere2"))
+    window, n_sliding = _sliding_layers(cfg, L, origin)
+    quant = _quant_method(cfg, origin)
+    source = cfg.get("_source", origin)
+    max_pos = _opt(cfg, "max_position_embeddings", origin, 0, 1) or None
+    common = dict(name=name, source=source if isinstance(source, str) else origin, model_type=model_type,
+                  hidden_size=D, num_layers=L, num_heads=H, num_kv_heads=H_kv, head_dim=head_dim, vocab_size=vocab,
+                  tie_word_embeddings=tie, sliding_window=window, num_sliding_layers=n_sliding,
+                  max_position_embeddings=max_pos)
 
     if model_type in ("deepseek_v3", "deepseek_v2"):
         E = _need(cfg, "n_routed_experts", origin)
         F_e = _need(cfg, "moe_intermediate_size", origin)
-        return ModelSpec(
+        spec = ModelSpec(
             **common, intermediate_size=_need(cfg, "intermediate_size", origin), attention="mla",
-            q_lora_rank=cfg.get("q_lora_rank") or 0, kv_lora_rank=_need(cfg, "kv_lora_rank", origin),
+            q_lora_rank=_opt(cfg, "q_lora_rank", origin), kv_lora_rank=_need(cfg, "kv_lora_rank", origin),
             qk_nope_head_dim=_need(cfg, "qk_nope_head_dim", origin),
             qk_rope_head_dim=_need(cfg, "qk_rope_head_dim", origin), v_head_dim=_need(cfg, "v_head_dim", origin),
             num_experts=E, experts_per_token=_need(cfg, "num_experts_per_tok", origin),
-            expert_intermediate_size=F_e, shared_expert_intermediate_size=(cfg.get("n_shared_experts") or 0) * F_e,
-            num_dense_layers=cfg.get("first_k_dense_replace") or 0,
-            num_mtp_layers=cfg.get("num_nextn_predict_layers") or 0,
+            expert_intermediate_size=F_e, shared_expert_intermediate_size=_opt(cfg, "n_shared_experts", origin) * F_e,
+            num_dense_layers=_opt(cfg, "first_k_dense_replace", origin),
+            num_mtp_layers=_opt(cfg, "num_nextn_predict_layers", origin),
             expert_weight_dtype="fp8" if quant == "fp8" else None,
         )
-    if model_type in ("mixtral", "gpt_oss"):
+    elif model_type in ("mixtral", "gpt_oss"):
         E = _need(cfg, "num_local_experts", origin)
-        return ModelSpec(
+        spec = ModelSpec(
             **common, intermediate_size=_need(cfg, "intermediate_size", origin), num_experts=E,
             experts_per_token=_need(cfg, "num_experts_per_tok", origin),
             expert_intermediate_size=_need(cfg, "intermediate_size", origin),
             expert_weight_dtype="mxfp4" if quant == "mxfp4" else None,
         )
-    if model_type in ("qwen2_moe", "qwen3_moe"):
+    elif model_type in ("qwen2_moe", "qwen3_moe"):
         E = _need(cfg, "num_experts", origin)
-        step = cfg.get("decoder_sparse_step") or 1
-        mlp_only = set(cfg.get("mlp_only_layers") or [])
+        step = _opt(cfg, "decoder_sparse_step", origin, 1, 1)
+        mlp_only = cfg.get("mlp_only_layers") or []
+        if not isinstance(mlp_only, list) or not all(isinstance(i, int) and not isinstance(i, bool)
+                                                     and 0 <= i < L for i in mlp_only):
+            raise PlannerError(f"{origin}: field 'mlp_only_layers' must be a list of layer indices in"
+                               f" [0, {L}), got {mlp_only!r}")
+        mlp_only = set(mlp_only)
         dense = sum(1 for i in range(L) if i in mlp_only or (i + 1) % step != 0)
-        return ModelSpec(
-            **common, intermediate_size=cfg.get("intermediate_size") or 0, num_experts=E,
+        spec = ModelSpec(
+            **common, intermediate_size=_opt(cfg, "intermediate_size", origin), num_experts=E,
             experts_per_token=_need(cfg, "num_experts_per_tok", origin),
             expert_intermediate_size=_need(cfg, "moe_intermediate_size", origin),
-            shared_expert_intermediate_size=cfg.get("shared_expert_intermediate_size") or 0,
+            shared_expert_intermediate_size=_opt(cfg, "shared_expert_intermediate_size", origin),
             num_dense_layers=dense,
         )
-    # dense: llama, mistral, qwen2, qwen3, cohere, cohere2
-    return ModelSpec(**common, intermediate_size=_need(cfg, "intermediate_size", origin))
+    else:  # dense: llama, mistral, qwen2, qwen3, cohere, cohere2
+        spec = ModelSpec(**common, intermediate_size=_need(cfg, "intermediate_size", origin))
+    return _check_spec(spec, origin)
 
 
 @lru_cache(maxsize=None)
@@ -220,12 +305,16 @@ def list_models() -> tuple[str, ...]:
 def load_model_config(path: str | Path) -> ModelSpec:
     """Read a Hugging Face config.json file."""
     path = Path(path)
+    if path.is_dir():
+        raise PlannerError(f"{path}: is a directory; give the config.json file inside it")
     try:
         cfg = json.loads(path.read_text())
     except FileNotFoundError:
         raise PlannerError(f"{path}: file not found") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise PlannerError(f"{path}: not valid JSON ({err})") from None
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
+        raise PlannerError(f"{path}: not valid JSON ({str(err)[:120]})") from None
+    except OSError as err:
+        raise PlannerError(f"{path}: cannot read it ({err.strerror or err})") from None
     name = path.parent.name if path.name == "config.json" else path.stem
     return model_from_hf_config(cfg, name=name, origin=str(path))
 

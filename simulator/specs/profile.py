@@ -241,15 +241,42 @@ def _collectives(table, path: str) -> dict:
 
 def shipped_profile_path(hardware: str, engine: str | None = None) -> Path | None:
     """The shipped measured-table profile of a device: the given engine's newest version when there is
-    one (kernels differ by engine), else any engine's (the label says which engine's tables it holds)."""
+    one (kernels differ by engine); for an engine without tables of its own (gpt-fast, a research
+    stack) vLLM's, the closest PyTorch kernel set (cuBLAS GEMMs, FlashAttention-family attention);
+    else any engine's. The label says which engine's tables it holds."""
     paths = sorted(SHIPPED_DIR.glob(f"{hardware}.*.profile.json"))
     if not paths:
         return None
     def version_key(p: Path):
         tag = p.name[len(hardware) + 1:-len(".profile.json")]
         name, _, version = tag.partition("-")
-        return (name == engine, tuple(int(x) if x.isdigit() else -1 for x in version.replace("rc", ".").split(".")))
+        return (name == engine, name == "vllm", tuple(int(x) if x.isdigit() else -1 for x in version.replace("rc", ".").split(".")))
     return max(paths, key=version_key)
+
+
+# Kernel families that only some engines' tables measure; another engine's profile of the same device
+# borrows them rather than price them as bf16 GEMMs (weight-only dequantizing kernels run far below
+# the bf16 GEMM's efficiency at decode sizes: A100 TensorRT-LLM tables, m = 1: int4 ~0.4, bf16 ~0.75).
+BORROWABLE_SURFACES = ("gemm.int8_wo", "gemm.int4_wo")
+
+
+def load_shipped_profile(path: Path) -> Profile:
+    """A shipped profile, with the device's weight-only GEMM surfaces borrowed from a sibling profile
+    when its own engine's tables lack them (provenance says from where)."""
+    profile = load_profile(path)
+    missing = [k for k in BORROWABLE_SURFACES if k not in profile.surfaces]
+    borrowed = {}
+    for sibling in sorted(path.parent.glob(f"{profile.hardware}.*.profile.json")):
+        if sibling == path or not missing:
+            continue
+        data = json.loads(sibling.read_text())
+        for key in [k for k in missing if k in (data.get("surfaces") or {})]:
+            borrowed[key] = data["surfaces"][key]
+            missing.remove(key)
+            profile.provenance.setdefault("borrowed_surfaces", {})[key] = sibling.name
+    if borrowed:
+        profile = replace(profile, surfaces=profile.surfaces | _surfaces(borrowed, str(path)))
+    return profile
 
 
 def prior_profile(hw) -> Profile | None:

@@ -1,6 +1,8 @@
 """Expert routing as a spec: the distribution over experts a router draws from.
 
 uniform p_i = k/E; Zipf p_i proportional to 1 / i^s; or explicit per-expert weights (a router trace).
+``reuse`` (rho) is the adjacent-token correlation within one sequence: the K+1 positions a verify
+step scores route alike (per expert, P(routed at t | routed at t-1) = rho + (1 - rho) p_i).
 How many experts a step then touches is physics (``simulator.physics.experts``).
 """
 from __future__ import annotations
@@ -18,16 +20,25 @@ class Routing:
 
     kind "uniform"; "zipf" with exponent ``skew`` (p_i proportional to 1 / i^skew);
     "explicit" with ``probabilities`` (any positive weights, normalised to sum to k).
+    ``reuse`` in [0, 1): adjacent positions of one sequence re-use the previous position's experts
+    with this probability (0: tokens route independently, the classic count).
     """
 
     kind: str = "uniform"
     skew: float = 0.0
     probabilities: tuple[float, ...] = ()
+    reuse: float = 0.0
 
     def describe(self) -> str:
-        if self.kind == "zipf":
-            return f"zipf(s={self.skew:g})"
-        return self.kind
+        base = f"zipf(s={self.skew:g})" if self.kind == "zipf" else self.kind
+        return base + (f", reuse {self.reuse:g}" if self.reuse else "")
+
+
+def check_reuse(reuse: float, origin: str = "routing") -> float:
+    """rho must lie in [0, 1): rho = 1 would route every token of a sequence to one expert set forever."""
+    if not 0.0 <= reuse < 1.0:
+        raise PlannerError(f"{origin}: routing reuse must be in [0, 1) (0 = independent tokens), got {reuse}")
+    return float(reuse)
 
 
 def expert_probabilities(routing: Routing, num_experts: int, top_k: int) -> np.ndarray:

@@ -9,20 +9,21 @@ from __future__ import annotations
 import copy
 import re
 import tomllib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
-from simulator.specs.acceptance import Acceptance, parse_acceptance
-from simulator.specs.deployment import Deployment, check_deployment
+from simulator.specs.acceptance import Acceptance, parse_acceptance, preset_for
+from simulator.specs.deployment import LAYOUTS, Deployment, check_deployment, make_deployment
 from simulator.specs.engines import EngineProfile, default_engine, load_engine
 from simulator.specs.drafts import DraftSpec, check_draft, parse_draft
 from simulator.errors import PlannerError
 from simulator.specs.hardware import Hardware, custom_hardware, load_hardware
 from simulator.specs.models import ModelSpec, load_model
-from simulator.specs.routing import Routing
-from simulator.specs.profile import Profile, check_profile_matches, load_profile
+from simulator.specs.routing import Routing, check_reuse
+from simulator.specs.profile import (Profile, check_profile_matches, load_profile, load_shipped_profile, prior_profile,
+                                     shipped_profile_path)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 SCENARIO_DIR = REPO_ROOT / "scenarios"
@@ -33,15 +34,17 @@ STR_OR_LIST = (str, list)
 SCHEMA: dict[str, dict[str, type | tuple]] = {
     "": {"name": str, "description": str},
     "model": {"name": str, "source": str},
-    "hardware": {"name": str, "tp": int, "ep": int, "peak_bf16_flops_per_s": NUM, "peak_fp8_flops_per_s": NUM,
+    "hardware": {"name": str, "tp": int, "ep": int, "layout": str, "dp": int,
+                 "peak_bf16_flops_per_s": NUM, "peak_fp8_flops_per_s": NUM,
                  "hbm_bandwidth_bytes_per_s": NUM, "memory_bytes": NUM, "price_per_gpu_hour_usd": NUM,
                  "interconnect_bandwidth_bytes_per_s": NUM},
     "precision": {"weights": str, "activations": str, "kv_cache": str, "experts": str},
     "draft": {"method": str, "model": str},
-    "acceptance": {"rate": NUM, "rates": list, "source": str},
+    "acceptance": {"rate": NUM, "rates": list, "source": str, "preset": str,
+                   "context_points": list, "context_factors": list, "context_source": str},
     "workload": {"context_len": int, "batch_sizes": STR_OR_LIST, "k_max": int, "fixed_k": int,
-                 "memory_utilization": NUM},
-    "routing": {"kind": str, "skew": NUM, "probabilities": list},
+                 "memory_utilization": NUM, "allow_context_beyond_model": bool, "context_lens": STR_OR_LIST},
+    "routing": {"kind": str, "skew": NUM, "probabilities": list, "reuse": NUM},
     "calibration": {"profile": str},
     "engine": {"name": str, "version": str},
 }
@@ -60,10 +63,25 @@ def check_table(table: dict, schema: dict, origin: str, section: str) -> None:
         ok = isinstance(value, expected) and not (isinstance(value, bool) and expected is not bool)
         if expected is NUM and isinstance(value, bool):
             ok = False
+        label = f"{section}.{key}" if section else key
         if not ok:
-            label = f"{section}.{key}" if section else key
             raise PlannerError(f"{origin}: key '{label}' must be {TYPE_NAMES.get(expected, expected)},"
                                f" got {type(value).__name__} {value!r}")
+        check_finite(value, origin, label)
+
+
+def check_finite(value, origin: str, label: str) -> None:
+    """NaN and infinity (TOML spells them nan / inf) are never a sensible setting: refuse them, in lists too."""
+    items = value if isinstance(value, list) else [value]
+    for item in items:
+        if isinstance(item, float) and not np.isfinite(item):
+            raise PlannerError(f"{origin}: key '{label}' is {item!r}; give a finite number")
+
+
+BATCH_SIZE_MAX = 65536
+# Beyond this exponent a Zipf router sends every token to the same top-k experts to within 1e-9
+# (2^-30 < 1e-9), and i^skew overflows float64 for i = 256 experts at skew ~ 128.
+ZIPF_SKEW_MAX = 30.0
 
 
 def parse_batch_sizes(value) -> np.ndarray:
@@ -79,22 +97,29 @@ def parse_batch_sizes(value) -> np.ndarray:
             part = part.strip()
             if not part:
                 continue
-            match = re.fullmatch(r"(-?\d+)\s*-\s*(-?\d+)", part)
+            match = re.fullmatch(r"(-?\d{1,12})\s*-\s*(-?\d{1,12})", part)
             if match:
                 lo, hi = int(match.group(1)), int(match.group(2))
                 if hi < lo:
                     raise PlannerError(f"batch sizes '{part}': range end below its start")
+                if lo < 1:  # both checked before the range is expanded
+                    raise PlannerError(f"batch size {lo} < 1: batch sizes count sequences, the smallest is 1")
+                if hi > BATCH_SIZE_MAX:
+                    raise PlannerError(f"batch sizes '{part}': batch size {hi} > {BATCH_SIZE_MAX}: out of range")
                 sizes += list(range(lo, hi + 1))
-            elif re.fullmatch(r"-?\d+", part):
+            elif re.fullmatch(r"-?\d{1,12}", part):
                 sizes.append(int(part))
+            elif re.fullmatch(r"-?\d+(\s*-\s*-?\d+)?", part):
+                raise PlannerError(f"batch sizes '{part}': a number with more than 12 digits; each batch size"
+                                   f" must lie in 1-{BATCH_SIZE_MAX}")
             else:
                 raise PlannerError(f"batch sizes '{value}': expected '1-256' or '1,2,4,8'")
     if not sizes:
         raise PlannerError("batch sizes: none given")
     if min(sizes) < 1:
         raise PlannerError(f"batch size {min(sizes)} < 1: batch sizes count sequences, the smallest is 1")
-    if max(sizes) > 65536:
-        raise PlannerError(f"batch size {max(sizes)} > 65536: out of range")
+    if max(sizes) > BATCH_SIZE_MAX:
+        raise PlannerError(f"batch size {max(sizes)} > {BATCH_SIZE_MAX}: out of range")
     return np.unique(np.asarray(sizes, dtype=int))
 
 
@@ -118,6 +143,9 @@ class Scenario:
     origin: str = "flags"
     extra: dict = field(default_factory=dict)
     raw: dict = field(default_factory=dict, repr=False)
+    warnings: list = field(default_factory=list)  # one-line notes on inputs accepted with a caveat
+    context_lens: np.ndarray | None = None  # [workload] context_lens: the context axis of the (B, L) K* map
+    acceptance_context: "ContextAcceptance | None" = None  # acceptance factor by context length
 
     @property
     def cost_source(self) -> str:
@@ -170,17 +198,24 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
     if hw_name is None:
         raise PlannerError(f"{origin}: missing [hardware] name (a catalog name such as h100-sxm)")
     hardware = load_hardware(hw_name)
-    hw_over = {k: float(v) for k, v in raw.get("hardware", {}).items() if k not in ("name", "tp", "ep")}
+    hw_over = {k: float(v) for k, v in raw.get("hardware", {}).items() if k not in ("name", "tp", "ep", "layout", "dp")}
     if hw_over:
         hardware = custom_hardware(hardware, **hw_over, source=f"{hardware.source}; overridden: {', '.join(hw_over)}")
 
     routing_tbl = raw.get("routing", {})
     routing = Routing(kind=routing_tbl.get("kind", "uniform"), skew=float(routing_tbl.get("skew", 0.0)),
-                      probabilities=tuple(routing_tbl.get("probabilities", ())))
+                      probabilities=tuple(routing_tbl.get("probabilities", ())),
+                      reuse=check_reuse(float(routing_tbl.get("reuse", 0.0)), f"{origin}: [routing] reuse"))
     if routing.kind == "zipf" and "skew" not in routing_tbl:
         raise PlannerError(f"{origin}: [routing] kind = 'zipf' needs a 'skew' exponent (e.g. 1.0)")
-    deployment = Deployment(
-        tp=get("hardware", "tp", 1), ep=get("hardware", "ep", 1),
+    if not 0 <= routing.skew <= ZIPF_SKEW_MAX:
+        raise PlannerError(f"{origin}: [routing] skew = {routing.skew:g} is outside [0, {ZIPF_SKEW_MAX:g}]"
+                           " (Zipf exponent: 0 is uniform, 1-2 is strongly skewed)")
+    layout = get("hardware", "layout")
+    if layout is not None and layout not in LAYOUTS:
+        raise PlannerError(f"{origin}: [hardware] layout = '{layout}' is unknown (use one of {', '.join(LAYOUTS)})")
+    deployment = make_deployment(
+        tp=get("hardware", "tp", 1), ep=get("hardware", "ep"), layout=layout, dp=get("hardware", "dp"),
         weight_dtype=get("precision", "weights", "bf16"), act_dtype=get("precision", "activations", "bf16"),
         kv_dtype=get("precision", "kv_cache", "bf16"), expert_dtype=get("precision", "experts"),
         routing=routing, memory_utilization=float(get("workload", "memory_utilization", 0.9)))
@@ -195,15 +230,20 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
     draft = parse_draft(method)
     check_draft(draft, model, deployment)
 
-    acc_tbl = raw.get("acceptance", {})
-    if "rate" in acc_tbl and "rates" in acc_tbl:
-        raise PlannerError(f"{origin}: [acceptance] give either 'rate' or 'rates', not both")
-    acc_value = acc_tbl.get("rates", acc_tbl.get("rate", 0.7))
-    acceptance = parse_acceptance(acc_value, acc_tbl.get("source", "assumed"))
+    acceptance = _scenario_acceptance(raw.get("acceptance", {}), draft.method, origin)
 
     context_len = get("workload", "context_len", 2048)
     if context_len < 1:
         raise PlannerError(f"{origin}: context_len must be >= 1, got {context_len}")
+    warnings_: list[str] = []
+    max_pos = model.max_position_embeddings
+    if max_pos and context_len > max_pos:
+        if not get("workload", "allow_context_beyond_model", False):
+            raise PlannerError(f"{origin}: context_len={context_len} exceeds {model.name}'s max_position_embeddings"
+                               f"={max_pos}; shorten it, or set [workload] allow_context_beyond_model = true"
+                               " (API: allow_long_context=True) for a model served with RoPE scaling")
+        warnings_.append(f"context_len={context_len} exceeds {model.name}'s max_position_embeddings={max_pos}"
+                         " (allowed by allow_context_beyond_model: assumes the model is served with RoPE scaling)")
     k_max = get("workload", "k_max", 8)
     fixed_k = get("workload", "fixed_k", 3)
     if k_max < 0 or fixed_k < 0:
@@ -213,15 +253,19 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
     if fixed_k > k_max:
         raise PlannerError(f"{origin}: fixed_k={fixed_k} exceeds k_max={k_max}")
     batch_sizes = parse_batch_sizes(get("workload", "batch_sizes", "1-512"))
-
-    profile = None
-    profile_path = get("calibration", "profile")
-    if profile_path:
-        profile = load_profile(_resolve_path(profile_path, base_dir))
-        check_profile_matches(profile, hardware.name)
+    context_lens = None
+    if get("workload", "context_lens") is not None:
+        context_lens = parse_context_lens(get("workload", "context_lens"), f"{origin}: [workload] context_lens")
+        if max_pos and context_lens.max() > max_pos and not get("workload", "allow_context_beyond_model", False):
+            raise PlannerError(f"{origin}: context_lens up to {context_lens.max()} exceed {model.name}'s"
+                               f" max_position_embeddings={max_pos}; shorten them, or set [workload]"
+                               " allow_context_beyond_model = true for a model served with RoPE scaling")
+    acceptance_context = _context_acceptance(raw.get("acceptance", {}), acceptance, origin)
 
     engine_tbl = raw.get("engine", {})
     engine = load_engine(engine_tbl.get("name") or default_engine(hardware.kind), engine_tbl.get("version"))
+    profile = resolve_profile(get("calibration", "profile"), hardware, engine.name, base_dir)
+    deployment = replace(deployment, allreduce=engine.allreduce_table, engine=engine.name)
 
     raw["_base_dir"] = base_dir
     return Scenario(
@@ -229,7 +273,154 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
         description=raw.get("description", ""), model=model, hardware=hardware, deployment=deployment,
         draft=draft, acceptance=acceptance, context_len=int(context_len), batch_sizes=batch_sizes,
         k_max=int(k_max), fixed_k=int(fixed_k), profile=profile, engine=engine, origin=origin,
-        extra={s: raw[s] for s in OPEN_SECTIONS if s in raw}, raw=raw)
+        extra={s: raw[s] for s in OPEN_SECTIONS if s in raw}, raw=raw, warnings=_warn(warnings_),
+        context_lens=context_lens, acceptance_context=acceptance_context)
+
+
+def parse_context_lens(value, where: str = "--context-lens") -> np.ndarray:
+    """'512,2048,8192' or a list -> those; 'A-B' -> powers of two from A to B (A and B included);
+    'A-B:n' -> n points spaced evenly in log L, rounded. Sorted, unique, each >= 1."""
+    if isinstance(value, (list, tuple, np.ndarray)):
+        if not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in value):
+            raise PlannerError(f"{where} {list(value)!r}: expected integers (tokens)")
+        lens = [int(x) for x in value]
+    else:
+        lens = []
+        for part in str(value).replace(" ", "").split(","):
+            if not part:
+                continue
+            m = re.fullmatch(r"(\d+)-(\d+)(?::(\d+))?", part)
+            if m:
+                lo, hi = int(m.group(1)), int(m.group(2))
+                if hi < lo or lo < 1:
+                    raise PlannerError(f"{where} '{part}': expected LO-HI with 1 <= LO <= HI")
+                if m.group(3):
+                    n = int(m.group(3))
+                    if not 1 <= n <= 256:
+                        raise PlannerError(f"{where} '{part}': the point count must be 1..256")
+                    lens += [int(round(x)) for x in np.geomspace(lo, hi, n)]
+                else:
+                    p = 1 << int(np.ceil(np.log2(lo)))
+                    lens += [lo] + [q for q in (p << i for i in range(64)) if q < hi] + [hi]
+            elif part.isdigit():
+                lens.append(int(part))
+            else:
+                raise PlannerError(f"{where} '{value}': expected '512,2048,8192', '512-131072' (powers of two)"
+                                   " or '512-131072:16' (16 log-spaced points)")
+    if not lens:
+        raise PlannerError(f"{where}: none given")
+    if min(lens) < 1:
+        raise PlannerError(f"{where}: context length {min(lens)} < 1 (tokens already in the KV cache)")
+    if len(set(lens)) > 256:
+        raise PlannerError(f"{where}: {len(set(lens))} context lengths; at most 256")
+    return np.unique(np.asarray(lens, dtype=int))
+
+
+@dataclass(frozen=True)
+class ContextAcceptance:
+    """Acceptance by context length: every per-position rate is multiplied by f(L), read off a table
+    [acceptance] context_points / context_factors (linear in log2 L between points, the end values
+    beyond them), with the table's source in context_source."""
+
+    points: tuple[int, ...]
+    factors: tuple[float, ...]
+    source: str
+
+    def factor(self, context_lens) -> np.ndarray:
+        x = np.log2(np.asarray(context_lens, dtype=float))
+        return np.interp(x, np.log2(np.asarray(self.points, dtype=float)), np.asarray(self.factors, dtype=float))
+
+    @property
+    def label(self) -> str:
+        pairs = ", ".join(f"{p}: x{f:g}" for p, f in zip(self.points, self.factors))
+        return f"by context ({pairs}; {self.source})"
+
+
+def _context_acceptance(acc_tbl: dict, acceptance: Acceptance, origin: str) -> ContextAcceptance | None:
+    keys = ("context_points", "context_factors", "context_source")
+    given = [k for k in keys if k in acc_tbl]
+    if not given:
+        return None
+    if len(given) < 3:
+        missing = ", ".join(k for k in keys if k not in acc_tbl)
+        raise PlannerError(f"{origin}: [acceptance] acceptance by context needs context_points, context_factors"
+                           f" and context_source (where the factors come from); missing {missing}")
+    points, factors = acc_tbl["context_points"], acc_tbl["context_factors"]
+    if not points or len(points) != len(factors):
+        raise PlannerError(f"{origin}: [acceptance] context_points and context_factors must be non-empty lists of"
+                           f" equal length (got {len(points)} and {len(factors)})")
+    if not all(isinstance(p, int) and not isinstance(p, bool) and p >= 1 for p in points) \
+            or list(points) != sorted(set(points)):
+        raise PlannerError(f"{origin}: [acceptance] context_points must be increasing integers >= 1, got {points}")
+    top = max(acceptance.rates)
+    for f in factors:
+        if not (isinstance(f, (int, float)) and not isinstance(f, bool) and 0 < f and f * top < 1):
+            raise PlannerError(f"{origin}: [acceptance] context factor {f!r} must be > 0 and keep every rate below 1"
+                               f" (largest rate {top:g})")
+    if not str(acc_tbl["context_source"]).strip():
+        raise PlannerError(f"{origin}: [acceptance] context_source is empty: name where the factors come from")
+    return ContextAcceptance(tuple(int(p) for p in points), tuple(float(f) for f in factors),
+                             str(acc_tbl["context_source"]))
+
+
+def _warn(messages: list[str]) -> list[str]:
+    """Report input caveats as PlannerWarning (the CLIs print each as one 'warning:' line) and keep them."""
+    import warnings
+
+    from simulator.errors import PlannerWarning
+    for msg in messages:
+        warnings.warn(msg, PlannerWarning, stacklevel=3)
+    return list(messages)
+
+
+def resolve_profile(given: str | None, hardware: Hardware, engine: str, base_dir: str | None) -> Profile | None:
+    """What the kernel times rest on, best evidence first: the profile a scenario or flag names ("none":
+    the datasheet alone); else, for a GPU, the shipped profile of measured kernel tables for that device
+    (the engine's own when shipped); else its published prior (attained fractions others measured);
+    else nothing (datasheet only)."""
+    if given == "none":
+        return None
+    if given:
+        profile = load_profile(_resolve_path(given, base_dir))
+        check_profile_matches(profile, hardware.name)
+        return profile
+    if hardware.kind != "gpu" or hardware.source.startswith("custom"):
+        return None
+    shipped = shipped_profile_path(hardware.name, engine)
+    return load_shipped_profile(shipped) if shipped else prior_profile(hardware)
+
+
+FALLBACK_RATE = 0.7  # used only where no preset exists (early-exit) and the scenario gives none
+
+
+def _scenario_acceptance(acc_tbl: dict, method: str, origin: str) -> Acceptance:
+    """[acceptance]: explicit rate / rates win; else the named preset; else the draft method's preset.
+
+    Presets (simulator/data/acceptance.toml) carry their own source; a method without one (early-exit)
+    falls back to an i.i.d. FALLBACK_RATE labelled as an assumption.
+    """
+    if "rate" in acc_tbl and "rates" in acc_tbl:
+        raise PlannerError(f"{origin}: [acceptance] give either 'rate' or 'rates', not both")
+    explicit = "rate" in acc_tbl or "rates" in acc_tbl
+    if explicit and "preset" in acc_tbl:
+        raise PlannerError(f"{origin}: [acceptance] give either 'preset' or 'rate'/'rates', not both")
+    if explicit:
+        return parse_acceptance(acc_tbl.get("rates", acc_tbl.get("rate")), acc_tbl.get("source", "assumed"))
+    name = acc_tbl.get("preset", method)
+    preset = preset_for(name)
+    if preset is None and "preset" in acc_tbl:
+        from simulator.specs.acceptance import load_presets
+        raise PlannerError(f"{origin}: [acceptance] unknown preset '{name}' (known: {', '.join(load_presets())})")
+    if preset is None:
+        return Acceptance((FALLBACK_RATE,), acc_tbl.get("source", f"assumed {FALLBACK_RATE:g}: no published preset for"
+                                                                 f" draft method {method}; give measured rates"))
+    if "source" in acc_tbl:
+        return Acceptance(preset.rates, acc_tbl["source"])
+    return preset
+
+
+def _draft_method_of(table: dict) -> str:
+    return table.get("method", "eagle") + (f":{table['model']}" if table.get("model") else "")
 
 
 def read_scenario_file(path: str | Path) -> dict:
@@ -245,6 +436,10 @@ def read_scenario_file(path: str | Path) -> dict:
         raise PlannerError(f"{path}: malformed TOML: {err}") from None
     except UnicodeDecodeError:
         raise PlannerError(f"{path}: not a text file") from None
+    except IsADirectoryError:
+        raise PlannerError(f"{path}: is a directory; give a scenario TOML file") from None
+    except OSError as err:
+        raise PlannerError(f"{path}: cannot read the scenario ({err.strerror or err})") from None
     raw["_base_dir"] = str(path.parent)
     raw["_path"] = str(path)
     return raw
@@ -266,8 +461,12 @@ OVERRIDE_KEYS = {
     "act_dtype": ("precision", "activations"), "kv_dtype": ("precision", "kv_cache"),
     "calibration": ("calibration", "profile"), "memory_utilization": ("workload", "memory_utilization"),
     "routing_skew": ("routing", "skew"), "acceptance_source": ("acceptance", "source"),
+    "layout": ("hardware", "layout"), "dp": ("hardware", "dp"), "routing_reuse": ("routing", "reuse"),
     "engine": ("engine", "name"), "engine_version": ("engine", "version"),
+    "context_lens": ("workload", "context_lens"),
+    "acceptance_preset": ("acceptance", "preset"),
     "peak_bf16_flops_per_s": ("hardware", "peak_bf16_flops_per_s"),
+    "allow_long_context": ("workload", "allow_context_beyond_model"),
     "hbm_bandwidth_bytes_per_s": ("hardware", "hbm_bandwidth_bytes_per_s"),
 }
 
@@ -285,21 +484,35 @@ def apply_overrides(raw: dict, overrides: dict) -> dict:
         if name == "acceptance":
             table.pop("rate", None)
             table.pop("rates", None)
+            table.pop("preset", None)
             acc = parse_acceptance(value)
             table["rates"] = list(acc.rates)
             table["source"] = overrides.get("acceptance_source") or "given as an override"
         elif name == "draft":
             text = str(value)
+            before = _draft_method_of(table)
             table.pop("model", None)
             if text.startswith("model:"):
                 table["method"], table["model"] = "model", text.split(":", 1)[1]
             else:
                 table["method"] = text
+            # a new draft method brings its own acceptance preset (and source) unless rates are given
+            if _draft_method_of(table) != before and overrides.get("acceptance") is None \
+                    and overrides.get("acceptance_preset") is None:
+                acc = raw.setdefault("acceptance", {})
+                for key in ("rate", "rates", "source", "preset"):
+                    acc.pop(key, None)
+        elif name == "acceptance_preset":
+            for key in ("rate", "rates"):
+                table.pop(key, None)
+            table["preset"] = str(value)
+            if overrides.get("acceptance_source") is None:
+                table.pop("source", None)
         elif name == "acceptance_source":
             table["source"] = str(value)
         elif name == "routing_skew":
             table["kind"], table["skew"] = "zipf", float(value)
-        elif name == "batch_sizes" and isinstance(value, np.ndarray):
+        elif name in ("batch_sizes", "context_lens") and isinstance(value, np.ndarray):
             table[key] = [int(x) for x in value]
         else:
             table[key] = value

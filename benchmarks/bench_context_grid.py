@@ -1,0 +1,66 @@
+"""Speed of the (batch size x K x context length) grid: 512 B x 9 K x 16 L = 73,728 cells.
+
+Target (issue #13): >= 1e7 cells/s (the whole grid in <= 7.4 ms) on the 2-core dev machine, and
+the 1-D default grid (benchmarks/bench_grid.py) no slower than before. Prints the median of
+repeats (the machine is shared) per bundled scenario, with and without calibration profiles.
+
+    python benchmarks/bench_context_grid.py
+"""
+from __future__ import annotations
+
+import os
+import statistics
+import time
+
+import numpy as np
+
+from simulator.plan.grid import compute_context_grid, compute_grid
+from simulator.specs.scenario import SCENARIO_DIR, load_scenario
+
+TARGET = 1e7
+
+
+def median_seconds(fn, repeats: int = 30) -> tuple[float, float]:
+    """(median wall-clock s, median process CPU s) over repeats. On a shared machine the CPU time is
+    what the grid itself costs; the wall time adds waiting for a core."""
+    fn()  # warm-up
+    wall, cpu = [], []
+    for _ in range(repeats):
+        w0, c0 = time.perf_counter(), time.process_time()
+        fn()
+        wall.append(time.perf_counter() - w0)
+        cpu.append(time.process_time() - c0)
+    return statistics.median(wall), statistics.median(cpu)
+
+
+def grid_and_kstar(sc, b, ks, lens):
+    g = compute_context_grid(sc, b, ks, lens)
+    return g.optimal_k_index()  # K* per (B, L) cell is part of the answer
+
+
+def main() -> None:
+    b = np.arange(1, 513)
+    ks = np.arange(9)
+    lens = np.unique(np.round(np.geomspace(512, 131072, 16)).astype(int))
+    cells = len(b) * len(ks) * len(lens)
+    print(f"context grid: {len(b)} batch sizes x {len(ks)} K x {len(lens)} context lengths = {cells} cells"
+          f" (L {lens[0]}..{lens[-1]})")
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; medians of 30 repeats (wall / CPU)")
+    worst_wall = worst_cpu = np.inf
+    for name, cal in (("llama-3.1-8b-h100", None), ("llama-3.1-8b-h100", "none"), ("command-a-h100", None),
+                      ("qwen3-235b-h200", None), ("qwen3-235b-h200", "none"), ("rl-rollout-long-context", None),
+                      ("smollm2-cpu", None), ("moe-synthetic-cpu", None)):
+        sc = load_scenario(SCENARIO_DIR / f"{name}.toml", allow_long_context=True, calibration=cal)
+        w3, c3 = median_seconds(lambda: grid_and_kstar(sc, b, ks, lens))
+        w1, c1 = median_seconds(lambda: compute_grid(sc, b, ks))
+        worst_wall, worst_cpu = min(worst_wall, cells / w3), min(worst_cpu, cells / c3)
+        label = name + (" (datasheet)" if cal == "none" else "")
+        print(f"  {label:36s} 3-D {w3 * 1e3:6.2f} / {c3 * 1e3:6.2f} ms = {cells / w3 / 1e6:5.1f} / {cells / c3 / 1e6:5.1f}"
+              f" M cells/s {'ok  ' if cells / w3 >= TARGET else 'MISS'} | 1-D 512 x 9: {w1 * 1e3:5.2f} / {c1 * 1e3:5.2f} ms")
+        print(f"  {'':36s} step times: {sc.cost_source[:90]}")
+    print(f"slowest: {worst_wall / 1e6:.1f} M cells/s wall, {worst_cpu / 1e6:.1f} M cells/s CPU"
+          f" (target {TARGET / 1e6:.0f} M cells/s)")
+
+
+if __name__ == "__main__":
+    main()

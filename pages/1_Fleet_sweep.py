@@ -1,0 +1,50 @@
+"""Fleet sweep page: open a sweep result table (results.parquet / results.csv from
+``python -m simulator.sweep``) and plot its Pareto front of $ per M output tokens vs latency."""
+from __future__ import annotations
+
+import streamlit as st
+
+from dashboard import sweep_view as V
+from simulator.errors import PlannerError
+
+st.set_page_config(page_title="Fleet sweep", page_icon="⚡", layout="wide")
+st.title("Fleet sweep")
+st.caption("Open the table a sweep wrote (`python -m simulator.sweep SPEC.toml` -> OUTPUT_DIR/results.parquet)"
+           " and compare configurations on cost and latency.")
+
+upload = st.file_uploader("Sweep table (Parquet or CSV)", type=["parquet", "csv"], key="sweep_upload")
+path = st.text_input("... or a path on this machine (file or output directory)", key="sweep_path")
+df = None
+try:
+    if upload is not None:
+        df = V.read_table(upload, upload.name)
+    elif path.strip():
+        df = V.read_table(path.strip())
+except PlannerError as err:
+    st.error(str(err))
+
+if df is None:
+    st.info("No table loaded yet.")
+    st.stop()
+
+cols = st.columns(4)
+models = sorted(df.model.astype(str).unique())
+pick = cols[0].multiselect("Models", models, default=models, key="sweep_models")
+traffic = sorted(df.traffic.astype(str).unique()) if "traffic" in df.columns else []
+pick_t = cols[1].multiselect("Traffic", traffic, default=traffic, key="sweep_traffic") if traffic else []
+policies = sorted(df.policy.astype(str).unique())
+pick_p = cols[2].multiselect("Policies", policies, default=policies, key="sweep_policies")
+latency = cols[3].selectbox("Latency axis", [c for c in V.LATENCIES if c in df.columns],
+                            format_func=V.LATENCIES.get, key="sweep_latency")
+view = df[df.model.astype(str).isin(pick) & df.policy.astype(str).isin(pick_p)]
+if traffic:
+    view = view[view.traffic.astype(str).isin(pick_t)]
+
+front = V.pareto_frame(view, latency)
+st.altair_chart(V.pareto_chart(view, latency), width="stretch")
+st.markdown(f"**{len(view)}** rows, **{len(front)}** meet the target, **{int(front.pareto.sum())}** on the front.")
+show = [c for c in ["model", "config", latency, "usd_per_m_output_tokens", "gpus", "gpus_band",
+                    "max_load_per_replica", "rel_error", "uncertainty"] if c in front.columns]
+st.dataframe(front[front.pareto].sort_values(["model", latency])[show], hide_index=True, width="stretch")
+with st.expander("All rows"):
+    st.dataframe(view, hide_index=True, width="stretch")

@@ -1,0 +1,77 @@
+"""Sweep CLI: a fleet plan over models x traffic x hardware x parallelism x dtype x policies.
+
+    python -m simulator.sweep scenarios/sweep-small.toml                       # laptop: local process pool
+    python -m simulator.sweep scenarios/sweep-small.toml --ray-address auto    # on a Ray cluster
+    python -m simulator.sweep SPEC --dry-run                                   # the expansion, nothing run
+
+Rerunning the same command resumes from the output directory's journal.jsonl: finished tasks are
+not run again. Bad input (unknown model, hardware, dtype, policy; malformed file; Ray missing)
+prints one line on stderr and exits with code 2, before anything runs.
+"""
+from __future__ import annotations
+
+import sys
+
+from simulator.cli.common import OneLineParser, run_cli
+from simulator.errors import PlannerError
+
+
+def build_parser():
+    p = OneLineParser(prog="python -m simulator.sweep", description=__doc__.split("\n\n")[0])
+    p.add_argument("spec", help="sweep file (TOML with [sweep], optional [traffic.NAME], [acceptance.NAME], [run], [output])")
+    p.add_argument("--output-dir", help="where the journal and the tables go (default: [output] dir)")
+    p.add_argument("--workers", type=int, help="local worker processes (default: [run] workers, else 2)")
+    p.add_argument("--ray-address", help="run on Ray: auto | HOST[:PORT] | ray://HOST:10001 | local")
+    p.add_argument("--max-tasks", type=int, help="stop after computing this many tasks (rerun to continue)")
+    p.add_argument("--dry-run", action="store_true", help="print the expansion and the filtered combinations; run nothing")
+    p.add_argument("--quiet", action="store_true", help="no progress line")
+    return p
+
+
+def run(args) -> int:
+    from simulator.sweep import check_outputs, parse_sweep, run_sweep
+
+    if args.workers is not None and args.workers < 1:
+        raise PlannerError(f"--workers must be >= 1, got {args.workers}")
+    if args.max_tasks is not None and args.max_tasks < 0:
+        raise PlannerError(f"--max-tasks must be >= 0, got {args.max_tasks}")
+    spec = parse_sweep(args.spec, output_dir=args.output_dir, workers=args.workers)
+    if args.dry_run:
+        print(f"{spec.name}: {spec.n_combinations} combinations, {len(spec.tasks)} tasks"
+              f" x {len(spec.policies) if spec.run['size'] else 1} rows, {len(spec.filtered)} filtered;"
+              f" output {spec.output['dir']}")
+        counts: dict = {}
+        for f in spec.filtered:
+            counts[(f["filter"], f["reason"])] = counts.get((f["filter"], f["reason"]), 0) + 1
+        for (kind, reason), n in counts.items():
+            print(f"  filtered ({kind}) x{n}: {reason}")
+        return 0
+    check_outputs(spec)
+    try:
+        res = run_sweep(spec, output_dir=args.output_dir, ray_address=args.ray_address, max_tasks=args.max_tasks,
+                        progress=not args.quiet)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: finished tasks are in {spec.output['dir']}/journal.jsonl;"
+              " rerun the same command to resume", file=sys.stderr)
+        return 130
+    done = res.resumed + res.computed
+    if not res.complete:
+        print(f"{spec.name}: {done}/{len(spec.tasks)} tasks in {spec.output['dir']}/journal.jsonl;"
+              " rerun the same command to finish", file=sys.stderr)
+        return 0
+    for path in res.written:
+        print(f"wrote {path}", file=sys.stderr)
+    n_front = int(res.table["pareto"].sum())
+    print(f"{spec.name}: {len(spec.tasks)} tasks ({res.computed} computed, {res.resumed} from the journal),"
+          f" {len(res.filtered)} filtered, {len(res.table)} rows, {n_front} on the Pareto front"
+          f" ({res.elapsed_s:.1f} s, {res.backend})", file=sys.stderr)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return run_cli(lambda: run(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""One sweep task: one scenario, its grid prediction and (``[run] size``) one SLO load search per policy.
+
+Runs in a worker process (local pool or Ray): takes a :class:`SweepTask`, returns plain rows
+(JSON-safe dicts) so the journal stores exactly what the final table is built from.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pandas as pd
+
+from simulator.errors import PlannerError
+from simulator.plan.api import predict_scenario
+from simulator.sizing.fleet import size, spec_stops_paying
+from simulator.sizing.uncertainty import uncertainty
+from simulator.specs.scenario import build_scenario
+
+CAPACITY_COLUMNS = (
+    "policy", "meets_target", "max_load_per_replica", "load_band_low", "load_band_high", "bounded",
+    "throughput_tok_s", "tok_s_per_gpu", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "mean_batch_size", "mean_k",
+    "replicas", "gpus", "gpus_band", "price_per_gpu_hour_usd", "fleet_usd_per_hour", "usd_per_m_output_tokens",
+    "usd_per_m_tokens_at_target", "energy_j_per_token_est", "price_source", "reason",
+)
+
+
+def _plain(v):
+    """numpy scalars -> Python; NaN stays a float (the journal writes it as NaN)."""
+    if hasattr(v, "item"):
+        v = v.item()
+    if v is None or isinstance(v, (str, bool, int, float)):
+        return v
+    return str(v)
+
+
+def _grid_columns(sc) -> dict:
+    """What the K* grid says for this scenario (batch size 1 and the best throughput over batch sizes)."""
+    pred = predict_scenario(sc)
+    t = pred.table
+    first = t.iloc[0]
+    thr = t["throughput"].to_numpy(dtype=float)
+    best = int(np.nanargmax(thr)) if np.isfinite(thr).any() else None
+    k1 = first["k_opt"]
+    return {
+        "grid_k_opt_b1": None if pd.isna(k1) else int(k1),
+        "grid_speedup_b1": float(first["speedup_vs_plain"]),
+        "grid_itl_ms_b1": float(first["itl_ms"]),
+        "grid_peak_throughput_tok_s": float(thr[best]) if best is not None else float("nan"),
+        "grid_peak_batch_size": int(t["batch_size"].iloc[best]) if best is not None else None,
+        "grid_spec_stops": spec_stops_paying(t, pred.grid),
+    } | {f"prov_{k}": str(v) for k, v in pred.provenance.items() if k not in ("scenario", "origin", "context_len")}
+
+
+def run_task(task) -> dict:
+    """Rows for one task: one per policy (or one with policy '-' when sizing is off)."""
+    t0, c0 = time.perf_counter(), time.process_time()
+    sc = build_scenario(task.raw, task.origin, task.base_dir)
+    base = {"task": task.key} | task.axes
+    grid = _grid_columns(sc)
+    err, note = uncertainty(sc)
+    unc = {"rel_error": err if err is not None else float("nan"), "uncertainty": note}
+    rows = []
+    if not task.run["size"]:
+        rows.append(base | {"policy": "-", "status": "ok"} | grid | unc)
+    else:
+        r = task.run
+        try:
+            res = size(sc, candidates=[sc.hardware.name], tp=[sc.deployment.tp], policies=list(task.policies),
+                       workers=1, n_requests=r["n_requests"], search_steps=r["search_steps"], seed=r["seed"],
+                       sensitivity=False, max_replicas=r["max_replicas"], duration_s=float(r["duration_s"]),
+                       max_requests=r["max_requests"])
+        except PlannerError as e:
+            status = "error: " + " ".join(str(e).split())
+            rows += [base | {"policy": p, "status": status} | grid | unc for p in task.policies]
+        else:
+            cap = res.capacity
+            by_policy = {row["policy"]: row for row in cap.to_dict("records")} if len(cap) else {}
+            for p in task.policies:
+                row = by_policy.get(p)
+                if row is None:
+                    reason = "; ".join(res.rejected["reason"]) if len(res.rejected) else "no result"
+                    rows.append(base | {"policy": p, "status": "rejected: " + reason} | grid | unc)
+                    continue
+                cols = {c: _plain(row.get(c)) for c in CAPACITY_COLUMNS}
+                rows.append(base | {"status": "ok"} | cols | {"target_load": res.spec.target_load,
+                                                              "load_unit": res.spec.load_unit,
+                                                              "slo": res.spec.slo.describe()} | grid | unc)
+    return {"key": task.key, "index": task.index, "rows": rows, "elapsed_s": time.perf_counter() - t0,
+            "cpu_s": time.process_time() - c0}

@@ -1,0 +1,255 @@
+"""Fleet sweeps (simulator.sweep): validation, filters, resume after a kill, local pool vs Ray."""
+from __future__ import annotations
+
+import ast
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from simulator.errors import PlannerError
+from simulator.sweep import parse_sweep, pareto_flags, read_journal, run_sweep
+from simulator.sweep.backends import Progress
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# 6 combinations: h100 tp=2 does not fit Command A's weights (filtered), 5 tasks x 2 policies
+SPEC = """
+name = "sweep-test"
+[sweep]
+base = "sizing-dense-command-a"
+models = ["command-a"]
+hardware = ["h100-sxm", "h200"]
+tp = [2, 4, 8]
+policies = ["plain", "dsd"]
+[traffic.chat]
+rate_per_s = 8.0
+prompt_len = 512
+output_len = 100
+[run]
+n_requests = 20
+search_steps = 0
+duration_s = 2.0
+max_requests = 60
+workers = 2
+[output]
+formats = ["parquet", "csv", "markdown", "html"]
+"""
+
+
+def _spec(tmp_path: Path, text: str = SPEC, name: str = "spec.toml") -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def _table(out: Path) -> pd.DataFrame:
+    return pd.read_parquet(out / "results.parquet")
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """The sweep run once, uninterrupted, on the local pool: (spec path, output dir)."""
+    tmp = tmp_path_factory.mktemp("sweep-ref")
+    spec = _spec(tmp)
+    res = run_sweep(spec, output_dir=tmp / "out", progress=False)
+    assert res.complete and res.computed == 5 and res.backend == "local"
+    return spec, tmp / "out"
+
+
+def test_sweep_writes_tidy_table_with_provenance_and_uncertainty(reference):
+    _, out = reference
+    df = _table(out)
+    assert len(df) == 10 and set(df.policy) == {"plain", "dsd"}
+    assert (df.status == "ok").all()
+    for col in ("usd_per_m_output_tokens", "tpot_p50_s", "gpus", "rel_error", "uncertainty", "load_band_low",
+                "prov_step_time_source", "prov_hardware", "grid_k_opt_b1", "pareto", "task"):
+        assert col in df.columns, col
+    assert df.uncertainty.str.len().gt(0).all() and df.prov_hardware.str.len().gt(0).all()
+    csv = pd.read_csv(out / "results.csv")
+    assert list(csv.columns) == list(df.columns) and len(csv) == len(df)
+    assert np.allclose(csv.usd_per_m_output_tokens, df.usd_per_m_output_tokens, rtol=1e-12)
+    filtered = pd.read_csv(out / "filtered.csv")
+    assert list(filtered["filter"]) == ["memory"] and "exceed" in filtered.reason[0]
+    md = (out / "summary.md").read_text()
+    assert "Pareto front: command-a" in md and "Filtered combinations" in md
+    assert (out / "summary.html").read_text().startswith("<!doctype html>")
+    assert df.pareto.any()
+    assert len(read_journal(out / "journal.jsonl")) == 5
+
+
+def test_resume_with_task_budget_computes_nothing_twice(reference, tmp_path):
+    spec, ref_out = reference
+    out = tmp_path / "out"
+    first = run_sweep(spec, output_dir=out, max_tasks=2, progress=False)
+    assert not first.complete and first.computed == 2 and not (out / "results.parquet").exists()
+    second = run_sweep(spec, output_dir=out, progress=False)
+    assert second.complete and second.resumed == 2 and second.computed == 3
+    lines = (out / "journal.jsonl").read_text().splitlines()
+    assert len(lines) == 5 and len({json.loads(x)["key"] for x in lines}) == 5
+    third = run_sweep(spec, output_dir=out, progress=False)  # all done: nothing runs again
+    assert third.computed == 0 and third.resumed == 5
+    pd.testing.assert_frame_equal(_table(out), _table(ref_out))
+
+
+def test_killed_sweep_resumes_to_the_same_table(reference, tmp_path):
+    spec, ref_out = reference
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "simulator.sweep", str(spec), "--output-dir", str(out), "--workers", "1"]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stderr=subprocess.PIPE, text=True)
+    journal = out / "journal.jsonl"
+    deadline = time.time() + 60
+    while time.time() < deadline and proc.poll() is None:
+        if journal.exists() and len(journal.read_text().splitlines()) >= 1:
+            break
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the sweep finished before it could be killed"
+    assert not (out / "results.parquet").exists()
+    with journal.open("a") as f:  # and a line torn mid-write, as a kill inside write() leaves
+        f.write('{"key": "torn", "rows": [')
+    n_before = len(read_journal(journal))
+    assert 1 <= n_before < 5
+    rerun = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert rerun.returncode == 0, rerun.stderr
+    assert f"({n_before} from journal)" in rerun.stderr and "ETA" in rerun.stderr and "5/5 tasks" in rerun.stderr
+    pd.testing.assert_frame_equal(_table(out), _table(ref_out))
+    keys = [json.loads(x)["key"] for x in journal.read_text().splitlines() if x.startswith('{"key"') and x.endswith("}")]
+    assert len(keys) == len(set(keys)) == 5  # nothing computed twice
+
+
+@pytest.mark.parametrize("edit, message", [
+    ('models = ["command-a"]', ('models = ["gpt-9"]', "unknown model 'gpt-9'")),
+    ('hardware = ["h100-sxm", "h200"]', ('hardware = ["h100-sxm", "h2000"]', "unknown hardware 'h2000'")),
+    ('tp = [2, 4, 8]', ('tp = [2, 0]', "tp value 0")),
+    ('policies = ["plain", "dsd"]', ('policies = ["plain", "turbo"]', "unknown policy 'turbo'")),
+    ('models = ["command-a"]', ('models = ["command-a"]\ndtype = ["bf17"]', "dtype 'bf17' is not a dtype")),
+    ('models = ["command-a"]', ('models = ["command-a"]\ntraffic = ["bulk"]', "traffic 'bulk' names no")),
+    ('models = ["command-a"]', ('models = ["command-a"]\nengine = ["vllmx"]', "engine 'vllmx'")),
+    ('n_requests = 20', ('n_requests = 5', "n_requests must be >= 20")),
+])
+def test_bad_axis_value_is_refused_before_anything_runs(tmp_path, edit, message):
+    old, (new, expected) = edit, message
+    spec = _spec(tmp_path, SPEC.replace(old, new))
+    out = tmp_path / "out"
+    r = subprocess.run([sys.executable, "-m", "simulator.sweep", str(spec), "--output-dir", str(out)],
+                       cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and expected in lines[0], r.stderr
+    assert not out.exists()
+
+
+def test_layout_and_memory_filters():
+    spec_text = SPEC.replace("tp = [2, 4, 8]", "tp = [2, 5, 8]")
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        spec = parse_sweep(_spec(Path(d), spec_text))
+    kinds = {(f["hardware"], f["tp"]): f["filter"] for f in spec.filtered}
+    assert kinds[("h100-sxm", 5)] == kinds[("h200", 5)] == "layout"
+    assert kinds[("h100-sxm", 2)] == "memory"
+    assert any("does not divide" in f["reason"] for f in spec.filtered)
+    assert len(spec.tasks) == 3 and len({t.key for t in spec.tasks}) == 3
+
+
+def test_task_keys_are_stable_and_ignore_the_pool_size(tmp_path):
+    a = parse_sweep(_spec(tmp_path), workers=1)
+    b = parse_sweep(_spec(tmp_path), workers=2)
+    assert [t.key for t in a.tasks] == [t.key for t in b.tasks]
+    c = parse_sweep(_spec(tmp_path, SPEC.replace("search_steps = 0", "search_steps = 1")))
+    assert not set(t.key for t in a.tasks) & set(t.key for t in c.tasks)
+
+
+def test_missing_ray_is_one_line_exit_2(tmp_path, monkeypatch, capsys):
+    from simulator.cli.sweep import main
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
+    out = tmp_path / "out"
+    assert main([str(_spec(tmp_path)), "--output-dir", str(out), "--ray-address", "auto"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "pip install 'dsd-planner[cluster]'" in err[0]
+    assert not (out / "journal.jsonl").exists()
+
+
+def test_pareto_front_per_model():
+    df = pd.DataFrame({"model": ["a"] * 4 + ["b"], "meets_target": [True, True, True, False, True],
+                       "tpot_p50_s": [0.01, 0.02, 0.03, 0.001, 0.05], "usd_per_m_output_tokens": [3.0, 1.0, 2.0, 0.1, 9.0]})
+    assert list(pareto_flags(df)) == [True, True, False, False, True]
+
+
+def test_progress_line_shows_done_total_and_eta():
+    import io
+    buf = io.StringIO()
+    p = Progress(10, 4, stream=buf, every_s=0.0)
+    p.update()
+    assert "5/10 tasks (4 from journal)" in buf.getvalue() and "ETA" in buf.getvalue()
+
+
+def test_sweep_floor_imports_only_downward():
+    # sweep sits between sizing and cli; __main__.py is the `python -m` shim into cli (like simulator/size.py)
+    bad = []
+    for path in (ROOT / "simulator" / "sweep").glob("*.py"):
+        if path.name == "__main__.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            mods = [node.module] if isinstance(node, ast.ImportFrom) and node.module else (
+                [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+            bad += [f"{path.name}: {m}" for m in mods if m.startswith(("simulator.cli", "calibration", "dashboard"))]
+    assert not bad, bad
+
+
+@pytest.mark.slow
+@pytest.mark.ray
+def test_local_pool_and_ray_give_identical_tables(reference, tmp_path):
+    ray = pytest.importorskip("ray")
+    spec, ref_out = reference
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        res = run_sweep(spec, output_dir=tmp_path / "out", ray_address="auto", progress=False)
+    finally:
+        ray.shutdown()
+    assert res.complete and res.backend == "ray" and res.computed == 5
+    pd.testing.assert_frame_equal(_table(tmp_path / "out"), _table(ref_out))
+
+
+def test_dashboard_sweep_view_opens_a_table_and_draws_the_front(reference):
+    pytest.importorskip("altair")
+    from dashboard import sweep_view as V
+    _, out = reference
+    df = V.read_table(out)  # an output directory: its results.parquet
+    assert len(V.read_table(out / "results.csv")) == len(df)
+    front = V.pareto_frame(df)
+    assert front.pareto.any() and front.config.str.contains("tp=").all()
+    spec = V.pareto_chart(df).to_dict()
+    assert spec["layer"] and "Pareto" in str(spec["title"])
+    with pytest.raises(PlannerError, match="not a sweep result table"):
+        V.read_table(io.BytesIO(b"a,b\n1,2\n"), "x.csv")
+
+
+def test_fleet_sweep_page_runs(reference):
+    pytest.importorskip("streamlit")
+    from streamlit.testing.v1 import AppTest
+    _, out = reference
+    at = AppTest.from_file(str(ROOT / "pages" / "1_Fleet_sweep.py"), default_timeout=30)
+    at.run()
+    assert not at.exception and at.info
+    at.text_input(key="sweep_path").input(str(out)).run()
+    assert not at.exception and not at.error
+    assert "on the front" in at.markdown[-1].value
+
+
+def test_dry_run_lists_the_expansion_and_runs_nothing(tmp_path, capsys):
+    from simulator.cli.sweep import main
+    out = tmp_path / "out"
+    assert main([str(_spec(tmp_path)), "--output-dir", str(out), "--dry-run"]) == 0
+    text = capsys.readouterr().out
+    assert "6 combinations, 5 tasks x 2 rows, 1 filtered" in text and "filtered (memory) x1" in text
+    assert not out.exists()
