@@ -38,15 +38,19 @@ def llama():
 # --- step pricing ------------------------------------------------------------------------------
 
 def test_step_time_equals_core_itl_grid(command_a):
-    # model: with graphs and engine overheads off, a decode-only step is the core ITL(B, K)
+    # model: with graphs and extra overheads off, a decode-only step is the core ITL(B, K). The step
+    # pricer interpolates attention between context buckets (exact for the datasheet roofline, which is
+    # linear in L, not for measured efficiencies), so compare at a bucket's own context (rounded to a
+    # whole token for the grid: 1e-5)
     eng = sv.EngineConfig(cuda_graphs=False, eager_overhead_per_kernel_s=0.0, schedule_overhead_s=0.0)
     pricer = sv.StepPricer(command_a, eng, 8, 256, 4000, True)
+    ctx = float(round(pricer.ctx[np.argmin(abs(pricer.ctx - command_a.context_len))]))
     bs, ks = [1, 16, 64, 256], [0, 1, 3, 8]
-    g = compute_grid(command_a, batch_sizes=bs, ks=ks)
+    g = compute_grid(command_a.with_overrides(context_len=int(ctx)), batch_sizes=bs, ks=ks)
     for i, b in enumerate(bs):
         for j, k in enumerate(ks):
-            t, _, _ = pricer.step_s(b, k, b * (k + 1), float(command_a.context_len), False, 0.0)
-            assert t == pytest.approx(g.itl_s[i, j], rel=1e-6)
+            t, _, _ = pricer.step_s(b, k, b * (k + 1), ctx, False, 0.0)
+            assert t == pytest.approx(g.itl_s[i, j], rel=1e-5)
 
 
 def test_cuda_graph_padding_and_required_graphs(command_a):
@@ -66,7 +70,10 @@ def test_cuda_graph_padding_and_required_graphs(command_a):
 
 @pytest.fixture(scope="module")
 def waves(command_a):
-    return sv.wave_sweep(command_a, WAVE_BATCHES, multiplier=20, prompt_len=1800, output_len=400)
+    # vLLM 0.11: with speculation the verify pass is captured only up to 512 tokens (B (K+1) <= 512),
+    # the engine behaviour this sweep is about (engine profile simulator/data/engines/vllm-0.11.0.toml)
+    sc = command_a.with_overrides(engine="vllm", engine_version="0.11.0")
+    return sv.wave_sweep(sc, WAVE_BATCHES, multiplier=20, prompt_len=1800, output_len=400)
 
 
 def _pivot(df, col):
@@ -81,12 +88,16 @@ def test_waves_dsd_at_least_fixed_everywhere(waves):
         assert (t["dsd"] >= 0.99 * t["fixed"]).all(), t
 
 
-def test_waves_fixed_below_plain_at_largest_batch_dsd_close(waves):
-    # scenario: fixed K=3 loses to plain at B = 256 (compute-bound verify and 1024 tokens above the
-    # largest CUDA graph), DSD (K = 1 there) stays within a few percent of plain (in fact above)
+def test_waves_fixed_k_edge_collapses_at_largest_batch_dsd_close(waves):
+    # scenario: fixed K=3's edge over plain collapses at B = 256 (a compute-bound verify of 1024
+    # tokens, launched eagerly above vLLM 0.11's 512-token speculative graphs), from > 2x at B = 1;
+    # DSD (K = 1 there) stays within a few percent of plain. With measured H100 kernel tables and the
+    # scenario's assumed acceptance (AL(3) = 2.7) fixed K=3 and plain are within 3% there; the
+    # datasheet roofline had fixed K=3 losing.
     tput, user = _pivot(waves, "throughput_tok_s"), _pivot(waves, "tokens_per_s_per_user")
-    assert tput.loc[256, "fixed"] < tput.loc[256, "plain"]
-    assert user.loc[256, "fixed"] < user.loc[256, "plain"]
+    assert tput.loc[256, "fixed"] < 1.03 * tput.loc[256, "plain"]
+    assert user.loc[256, "fixed"] < 1.03 * user.loc[256, "plain"]
+    assert user.loc[1, "fixed"] > 2 * user.loc[1, "plain"]
     assert abs(tput.loc[256, "dsd"] / tput.loc[256, "plain"] - 1) < 0.08
     assert tput.loc[256, "dsd"] > tput.loc[256, "fixed"]
     # while at small batch both speculative policies are far ahead of plain

@@ -54,6 +54,7 @@ class Surface:
     @staticmethod
     def _locate(log_g: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Lower cell index and fraction in [0, 1] of log2(x) in log_g, clamped."""
+        x = np.asarray(x, dtype=float)
         if log_g.size == 1:
             return np.zeros(x.shape, dtype=np.intp), np.zeros(x.shape)
         lx = np.log2(np.maximum(x, 1e-300))
@@ -115,30 +116,28 @@ class Surface:
             lx = np.log2(np.maximum(x, 1e-300))
             return np.interp(lx, self.log_grid[0], self.values) if self.log_grid[0].size > 1 \
                 else np.full(arrays[0].shape, float(self.values[0]))
-        xs = np.broadcast_arrays(*arrays)
-        shape = xs[0].shape
+        # locate each axis on its own (un-broadcast) values, then combine the 2^n cell corners
+        shape = np.broadcast_shapes(*(x.shape for x in arrays))
         flat = self.values.ravel()
         idx, fr = [], []
-        for g, x in zip(self.log_grid, xs):
-            i, f = self._locate(g, x.ravel())
+        for g, x in zip(self.log_grid, arrays):
+            i, f = self._locate(g, x)
             idx.append(i)
             fr.append(f)
-        out = np.zeros(idx[0].shape if idx else ())
-        n = len(self.axes)
-        for corner in range(1 << n):
-            w = np.ones_like(out)
-            lin = np.zeros(out.shape, dtype=np.intp)
-            for d in range(n):
+        out = np.zeros(shape)
+        for corner in range(1 << len(self.axes)):
+            w, lin, empty = 1.0, 0, False
+            for d in range(len(self.axes)):
                 hi = (corner >> d) & 1
                 if self.log_grid[d].size == 1:
-                    if hi:
-                        w = w * 0.0
+                    empty |= bool(hi)
                     lin = lin + idx[d] * self._strides[d]
                     continue
                 w = w * (fr[d] if hi else 1.0 - fr[d])
                 lin = lin + (idx[d] + hi) * self._strides[d]
-            out = out + w * flat[lin]
-        return out.reshape(shape)
+            if not empty:
+                out += w * flat[lin]
+        return out
 
 
 def ring_factor(g) -> np.ndarray:
