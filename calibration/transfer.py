@@ -68,9 +68,12 @@ SOURCE_ENGINES = {"magicdec-paper": ("gpt-fast", None),  # "authors' backend bui
                   "lmsys-sglang-mtp-blog": (None, "0.4.4"), "trtllm-dsr1-b200-blog": (None, "1.0"),
                   "trtllm-mtp-blog": (None, "1.0"), "trtllm-ngram-blog": (None, "1.0")}
 WEIGHTS = {"bf16": ("bf16", "bf16"), "fp16": ("bf16", "bf16"), "fp8": ("fp8", "fp8"),
-           "int8-weight-only": ("int8", "bf16"), "int4-weight-only-g32": ("int4", "bf16")}
+           "int8-weight-only": ("int8", "bf16"), "int4-weight-only-g32": ("int4", "bf16"),
+           # NVFP4 (4-bit values, one fp8 scale per 16: 4.5 bits) priced as the catalog's mxfp4 (4.25 bits)
+           "nvfp4": ("mxfp4", "bf16"), "nvfp4(moe)/bf16(attn)": ("bf16", "bf16", "mxfp4")}
 DRAFTS = {"eagle": "eagle", "eagle2": "eagle", "eagle3": "eagle3", "mtp": "mtp", "ngram": "ngram"}
 PLAIN_METRICS = ("plain_step_ms", "tpot_ms", "output_tok_s_per_user")
+MOE_MODELS = ("mixtral-8x7b", "deepseek-v3", "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-120b")
 RUN_METRICS = ("output_tok_s_total", "output_tok_s_per_gpu", "batch_latency_s", "e2e_latency_ms")
 
 
@@ -156,7 +159,8 @@ def case_for(row: pd.Series) -> Case | str:
     ctx = _num(row.context_len) or ((inp or 0) + (out or 0) / 2) or 512.0
     raw = {"model": {"name": row.model}, "hardware": {"name": hw, "tp": tp},
            "precision": {"weights": dtype[0], "activations": dtype[1],
-                         "kv_cache": "fp8" if str(row.kv_dtype) == "fp8" else "bf16"},
+                         "kv_cache": "fp8" if str(row.kv_dtype) == "fp8" else "bf16"} | (
+                             {"experts": dtype[2]} if len(dtype) > 2 else {}),
            "workload": {"context_len": int(ctx), "batch_sizes": [B], "k_max": max(K, 1), "fixed_k": max(K, 1),
                         "memory_utilization": 0.95},
            "engine": engine_for(row),
@@ -295,6 +299,7 @@ def score(corpus: pd.DataFrame, peer: bool = False) -> tuple[pd.DataFrame, pd.Da
                "hardware": c.raw["hardware"]["name"], "engine": r.engine, "model": r.model, "tp": c.raw["hardware"]["tp"],
                "weights": c.raw["precision"]["weights"], "batch_size": int(r.batch_size),
                "k": int(r.k) if not pd.isna(r.k) else 0, "context_len": c.raw["workload"]["context_len"],
+               "draft": r.draft_method,
                "kind": c.kind, "anchor": anchor, "acceptance_length": al, "measured": c.measured,
                "predicted": pred, "predicted_datasheet": pred_ds, "basis": basis, "note": c.note}
         rec["error"] = pred / c.measured - 1
@@ -327,7 +332,10 @@ def summarize(rows: pd.DataFrame) -> dict:
         "plain_only": {"planner": _stats(step[step.kind == "plain"].error),
                        "datasheet": _stats(step[step.kind == "plain"].error_datasheet)},
         "speedup": {"planner": _stats(spec.error), "datasheet": _stats(spec.error_datasheet),
-                    "curves": int(spec.groupby(["source_id", "device", "model", "k", "context_len"]).ngroups)
+                    # a curve: one source's speedups of one model, draft and device over batch size or K
+                    "curves": int(spec.groupby(["source_id", "hardware", "model", "draft", "context_len"]).ngroups),
+                    "moe_curves": int(spec[spec.model.isin(MOE_MODELS)].groupby(
+                        ["source_id", "hardware", "model", "draft", "context_len"]).ngroups)
                     if len(spec) else 0},
         "decision": {"planner": float(spec.decision_right.mean()) if len(spec) else float("nan"),
                      "datasheet": float(spec.decision_right_datasheet.mean()) if len(spec) else float("nan"),
@@ -362,7 +370,7 @@ def markdown(summary: dict, rows: pd.DataFrame, skipped: pd.DataFrame, corpus_pa
         f" {_pct(st['planner']['mape'])} | {_pct(st['planner']['worst'])} |",
         f"| of which plain step time only | {s['plain_only']['planner']['n']} | {_pct(s['plain_only']['datasheet']['mape'])} |"
         f" {_pct(s['plain_only']['planner']['mape'])} | {_pct(s['plain_only']['planner']['worst'])} |",
-        f"| speculative speedup ({sp['curves']} curves, anchor rows excluded) | {sp['planner']['n']} |"
+        f"| speculative speedup ({sp['curves']} curves, {sp['moe_curves']} MoE; anchor rows excluded) | {sp['planner']['n']} |"
         f" {_pct(sp['datasheet']['mape'])} | {_pct(sp['planner']['mape'])} | {_pct(sp['planner']['worst'])} |",
         f"| speculate-or-not decision right | {dc['n']} | {_pct(dc['datasheet'])} | {_pct(dc['planner'])} | |", "",
         f"Step-time rows come from {len(st['sources'])} sources ({', '.join(st['sources'])}) on {len(st['gpus'])} GPU"
