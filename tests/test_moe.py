@@ -314,6 +314,10 @@ def test_correlated_routing_validation_targets():
     assert s["n_heldout"] >= 10
     assert s["experts_touched_mape"] <= 0.10, s["experts_touched_mape"]
     assert s["itl_mape"] <= 0.10, s["itl_mape"]
+    # the sampled router draws from Zipf(0.5) and copies with probability r: both fits recover them
+    assert s["routing_skew"] == pytest.approx(0.5, abs=0.1) and s["routing_reuse_rho0"] <= 0.05
+    for r, fit in s["trace_reuse"].items():
+        assert fit["trace"] == pytest.approx(float(r), abs=0.05)
 
 
 def test_synthetic_router_reuse_composes_with_its_own_correlation():

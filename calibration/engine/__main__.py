@@ -102,6 +102,9 @@ def main(argv=None) -> int:
                    help="MoE targets: probability that a position re-uses the previous position's experts;"
                         " a comma list (0,0.4,0.8) interleaves them within each round")
     s.add_argument("--trace-output", default=None, help="MoE targets: .npz of router traces (to fit the reuse)")
+    s.add_argument("--router-mode", default="learned", choices=["learned", "sampled"],
+                   help="MoE targets: sampled = each token draws its experts from Zipf(--router-skew)")
+    s.add_argument("--router-skew", type=float, default=0.0, help="Zipf exponent of the sampled router")
     s.add_argument("--clock", default="wall", choices=["wall", "cpu"],
                    help="cpu: time phases by the thread's CPU time (CPU, --threads 1; robust to a busy machine)")
     a = p.parse_args(argv)
@@ -183,7 +186,8 @@ def main(argv=None) -> int:
                   warmup_steps=a.warmup_steps, max_steps=a.max_steps, min_steps=a.min_steps,
                   warmup_tokens=a.warmup_tokens, rounds=a.rounds, min_sequences=a.min_sequences, forced_acceptance=a.forced_acceptance,
                   dtype=a.dtype, device=a.device, threads=a.threads, router_reuse=_reuses(a.router_reuse),
-                  trace_output=a.trace_output, clock=a.clock)
+                  trace_output=a.trace_output, clock=a.clock,
+                  router_mode=a.router_mode, router_skew=a.router_skew)
     except (ValueError, TargetUnavailable) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

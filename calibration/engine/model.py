@@ -35,6 +35,11 @@ class ModelConfig:
     # adjacent-token routing correlation (synthetic router): position t of a sequence in a pass
     # re-uses position t-1's expert set (ids and weights) with this probability, else routes itself
     router_reuse: float = 0.0
+    # "learned": top-k of the router's scores; "sampled": each token draws k distinct experts from a
+    # fixed Zipf(router_skew) distribution (Gumbel top-k), independent of its hidden state and of the
+    # other tokens: the routing the planner's formula assumes, with the same expert kernels timed
+    router_mode: str = "learned"
+    router_skew: float = 0.0
     rope_interleaved: bool = True  # GGUF (llama.cpp) layout: rotate adjacent pairs
 
     @property
@@ -133,7 +138,14 @@ class Transformer(torch.nn.Module):
         shp = x.shape
         xt = x.reshape(-1, shp[-1])  # [N, H]
         scores = (xt @ lw["router"].T).softmax(-1)  # [N, E]
-        wts, ids = scores.topk(c.top_k, dim=-1)  # [N, A]
+        if c.router_mode == "sampled":
+            logp = -c.router_skew * torch.log(torch.arange(1, c.n_experts + 1, dtype=torch.float32))
+            u = torch.rand(xt.shape[0], c.n_experts, generator=self._reuse_gen).clamp_min(1e-12)
+            keys = (logp - torch.log(-torch.log(u))).to(scores.device)  # Gumbel top-k: k distinct, p ~ 1/i^s
+            ids = keys.topk(c.top_k, dim=-1).indices
+            wts = scores.gather(1, ids)
+        else:
+            wts, ids = scores.topk(c.top_k, dim=-1)  # [N, A]
         wts = wts / wts.sum(-1, keepdim=True)
         B, T = shp[0], shp[1] if len(shp) == 3 else 1
         if c.router_reuse > 0 and T > 1:

@@ -137,7 +137,8 @@ def run_sweep(target: str = "smollm2-135m", draft: str = "ngram", batch_sizes=(1
               forced_acceptance: float | None = None, dtype: str = "float32", device: str | None = None,
               threads: int | None = None, progress=True, warmup_tokens: int = 0, rounds: int = 1,
               min_sequences: int = 1, router_reuse: float | list[float] | None = None,
-              trace_output: str | None = None, clock: str = "wall") -> pd.DataFrame:
+              trace_output: str | None = None, clock: str = "wall", router_mode: str = "learned",
+              router_skew: float = 0.0) -> pd.DataFrame:
     """Measure ITL split (draft/verify/overhead) and acceptance at every (batch size, K).
 
     Per batch size: prefill, then generate ``warmup_tokens`` tokens once (plain decoding, so all
@@ -149,6 +150,8 @@ def run_sweep(target: str = "smollm2-135m", draft: str = "ngram", batch_sizes=(1
     value or a list (interleaved within each round like K, so drift of the machine hits all alike);
     ``trace_output``: an .npz of router traces (expert ids [sequences, K+1, top_k] of the first
     verify steps of each point and MoE layer, keyed ``B{B}_K{K}_r{rho}``) to fit the reuse from.
+    ``router_mode="sampled"``: tokens draw experts from Zipf(``router_skew``) instead of the
+    router's scores (the device column says so).
     ``clock="cpu"`` (CPU with threads=1) times each phase by the thread's CPU time: immune to other
     processes sharing the cores (the device column says which clock).
     Returns the rows measured in this call (and appends them to `output` if given)."""
@@ -164,6 +167,8 @@ def run_sweep(target: str = "smollm2-135m", draft: str = "ngram", batch_sizes=(1
     reuses = [None] if router_reuse is None else \
         sorted({float(x) for x in (router_reuse if isinstance(router_reuse, (list, tuple)) else [router_reuse])})
     extra = {"router_reuse": reuses[0]} if reuses[0] is not None else {}
+    if router_mode != "learned":  # MoE: the sampled router (see ModelConfig.router_mode)
+        extra |= {"router_mode": router_mode, "router_skew": float(router_skew)}
     tgt = load_target(target, device=device, dtype=tdtype, seed=seed, **extra)
     drf = make_draft(draft, tgt) if max(ks) > 0 else None
     if drf is None and draft not in ("none", ""):
@@ -174,7 +179,8 @@ def run_sweep(target: str = "smollm2-135m", draft: str = "ngram", batch_sizes=(1
     done = {(b, k, rho) for rho in reuses
             for b, k in (_existing_points(out_path, target, draft, dtype, context_len, slack, rho) if out_path else set())}
     traces: dict[str, list] = {}
-    dev_name = device_name(tgt.device) + (", thread CPU-time clock" if clock == "cpu" else "")
+    dev_name = device_name(tgt.device) + (", thread CPU-time clock" if clock == "cpu" else "") \
+        + (f", sampled router zipf {router_skew:g}" if router_mode != "learned" else "")
     rows = []
     # Phase 1: prefill and warm up an engine per (batch size, prompt group); they stay alive.
     engines: dict[int, list[SpecDecoder]] = {}
