@@ -22,7 +22,7 @@ from simulator.physics.memory import step_memory_bytes
 from simulator.physics.operators import StepCost
 from simulator.physics.draft_cost import draft_pass_cost
 from simulator.physics.engine_time import draft_in_graph, host_exposed_s, pass_time_s, verify_in_graph
-from simulator.physics.experts import experts_touched
+from simulator.physics.experts import experts_touched_correlated
 from simulator.specs.routing import expert_probabilities
 
 
@@ -159,7 +159,8 @@ def compute_grid(scenario, batch_sizes=None, ks=None) -> Grid:
     touched = None
     if sc.model.is_moe:
         p = expert_probabilities(sc.deployment.routing, sc.model.num_experts, sc.model.experts_per_token)
-        touched = experts_touched(B * (K + 1), p)
+        # the count the cost model prices: B sequences x (K + 1) positions that route alike (reuse)
+        touched = experts_touched_correlated(B, K + 1, p, sc.deployment.routing.reuse)
     return Grid(b, k.astype(int), verify, draft_pass, np.asarray(passes, dtype=float), verify_s, draft_step_s,
                 in_graph, overhead, itl, al, al[None, :] / itl,
                 np.broadcast_to(memory, itl.shape), sc.hardware.memory_bytes * sc.deployment.memory_utilization,
