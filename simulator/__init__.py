@@ -4,10 +4,12 @@ Floors, each importing only the ones below it::
 
     specs/     hardware, models, deployment, drafts, acceptance, routing, profile, scenario
     physics/   operators, layer builders, experts, draft cost, memory
-    plan/      goodput grid, K*, exports, the Prediction API
-    serving/   workload, step pricer, simulation loop, policies
-    sizing/    SLO capacity search, fleet ranking, reports
-    cli/       predict, serve, size
+    plan/      goodput grid (B x K, B x L x K), K*, policies, exports, the Prediction API
+    serving/   workload, step pricer, simulation loop, results
+    sizing/    SLO capacity search, fleet ranking, uncertainty, reports
+    sweep/     fleet sweeps: many models x traffic x hardware x layouts, local pool or Ray
+    cli/       predict, serve, size, sweep
+    (errors.py and files.py, the ground floor: one-line errors, all-or-nothing writes)
 
 Notebook use::
 

@@ -7,7 +7,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-FLOORS = ["specs", "physics", "plan", "serving", "sizing", "cli"]
+FLOORS = ["specs", "physics", "plan", "serving", "sizing", "sweep", "cli"]
+# `python -m` entry shims: the one file of a floor that calls the command above it; nothing imports them
+ENTRY_SHIMS = {"simulator/sweep/__main__.py"}
 
 
 def test_predict_is_the_function_after_importing_everything():
@@ -34,6 +36,8 @@ def test_floors_import_only_downward():
     bad = []
     for i, floor in enumerate(FLOORS):
         for path in (ROOT / "simulator" / floor).rglob("*.py"):
+            if str(path.relative_to(ROOT)) in ENTRY_SHIMS:
+                continue
             for mod in _imports(path):
                 parts = mod.split(".")
                 if parts[0] == "calibration" or parts[0] == "dashboard":

@@ -31,7 +31,7 @@ from simulator.errors import PlannerError
 from simulator.plan.api import predict_scenario
 from simulator.sizing.search import Search, Task, run_all
 from simulator.sizing.spec import Candidate, SizingSpec, candidate_scenario, memory_fit, parse_sizing, traffic_lengths
-from simulator.sizing.uncertainty import candidate_band, uncertainty
+from simulator.sizing.uncertainty import candidate_band, prediction_basis, uncertainty
 from simulator.specs.scenario import SCENARIO_DIR, Scenario, load_scenario
 
 SIMPLICITY = ("plain", "fixed", "dsd")  # tie-break: the simpler engine setting first
@@ -182,7 +182,7 @@ def overlapped_by_measured(ranked: pd.DataFrame) -> np.ndarray:
     price = ranked.price_per_gpu_hour_usd.to_numpy(float)
     lo = ranked.gpus_low.to_numpy(float) * price
     hi = ranked.gpus_high.to_numpy(float) * price
-    meas = (ranked.basis == "measured").to_numpy()
+    meas = (ranked.basis != "datasheet").to_numpy()  # measured kernel tables or published measurements
     out = np.zeros(len(ranked), dtype=bool)
     for i in np.flatnonzero(~meas):
         out[i] = bool(np.any(meas & (lo <= hi[i]) & (hi >= lo[i])))
@@ -265,10 +265,8 @@ def size(scenario: str | Scenario, candidates=None, tp=None, target_load=None, p
     for _, s in results:
         csc, _ = scen[s.candidate]
         # a measured error describes the device it was measured on; other candidates get their own band
-        if err is not None and csc.hardware.name == sc.hardware.name:
-            c_err, c_note, c_basis = err, band_note, "measured"
-        else:
-            c_err, c_note, c_basis = candidate_band(csc)
+        own = csc.hardware.name == sc.hardware.name
+        c_err, c_note, c_basis = candidate_band(csc, own_device=own, extra=prediction_basis(sc).errors if own else ())
         notes[f"{csc.hardware.name} ({c_basis})"] = c_note
         rows.append(_capacity_row(csc, s, spec, c_err, c_basis))
         pts += [{"hardware": s.candidate.hardware, "tp": s.candidate.tp, "policy": s.policy} | p for p in s.points]

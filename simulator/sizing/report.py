@@ -246,7 +246,7 @@ def _sections(res: SizingResult) -> list[tuple[str, list]]:
                   f" SLOs: {spec.slo.describe()}"
                   + (" (plus a stability guard ttft_p99_s <= 30 s: the SLOs set no TTFT bound)" if spec.ttft_guard else "")),
             ("p", f"Model {sc.model.name}, draft {sc.draft.label}, acceptance {sc.acceptance.label}"
-                  f" ({sc.acceptance.source}).")]
+                  f" ({sc.acceptance.source}); {sc.acceptance.rule}.")]
     secs.append(("Scenario", head))
     recs = [("p", ("**Recommendation:** " if rec else "**Result:** ") + res.message)]
     if rec:
@@ -259,9 +259,9 @@ def _sections(res: SizingResult) -> list[tuple[str, list]]:
     secs.append(("Ranked configurations (meet the target within max_replicas; cheapest fleet first)",
                  [("p", f"GPUs are whole nodes of {spec.gpus_per_node}, sized for the target x"
                         f" {1 + spec.headroom:g} (headroom) plus {spec.spare_replicas} spare replica(s) (N+1);"
-                        " GPUs (band) repeats that with the capacity at the ends of its band. basis: measured"
-                        " (held-out / validation error) or datasheet (flagged, wide band); a datasheet row never"
-                        " ranks above a measured row whose cost band overlaps it."),
+                        " GPUs (band) repeats that with the capacity at the ends of its band. basis: measured (kernel"
+                        " tables of the device), published prior (published measurements) or datasheet (flagged,"
+                        " wide band); a datasheet row never ranks above a measured row whose cost band overlaps it."),
                   ("table", _cols(res.ranked, RANKED_COLUMNS))]))
     secs.append(("Throughput per GPU vs TPOT (Pareto)", [("chart", "pareto")]))
     secs.append(("Capacity per replica, all candidates and policies",

@@ -16,8 +16,11 @@ The band is the largest of these errors (the conservative choice: one number for
 batch size), applied symmetrically: capacity x (1 -+ error). It describes the device the
 measurements were taken on only.
 
-A candidate whose step times rest on datasheet figures only gets a WIDE band instead, flagged
-``datasheet``: the median over kernel families of the roofline's held-out error on that device,
+Per sizing candidate (:func:`candidate_band`) the end-to-end step-time MAPE of the published corpus
+for its basis and GPU (``simulator/data/transfer_error.json`` via ``simulator.specs.uncertainty``)
+joins these errors, and the largest wins. A candidate whose step times rest on datasheet figures only
+is flagged ``datasheet`` and gets the corpus' datasheet-only residual; when that file has none, the
+median over kernel families of the roofline's held-out error on that device,
 
     e_datasheet = median_f heldout_error.<f>.roofline.mape_pct / 100     (simulator/data/profiles/<hw>.*)
 
@@ -140,14 +143,34 @@ def datasheet_error(hardware: str) -> tuple[float, str]:
                  f" kernel tables ({where}, heldout_error.*.roofline.mape_pct, {len(vals)} families)")
 
 
-def candidate_band(sc: Scenario) -> tuple[float, str, str]:
-    """(relative error, where from, basis) for one candidate: basis "measured" when a held-out,
-    validation or transfer error exists for its step times, else "datasheet" with the wide band."""
-    err, note = capacity_band(prediction_basis(sc))
-    if err is not None:
-        return err, note, "measured"
-    err, note = datasheet_error(sc.hardware.name)
-    return err, note, "datasheet"
+def candidate_band(sc: Scenario, own_device: bool = True, extra=()) -> tuple[float, str, str]:
+    """(relative error, where from, basis) for one candidate's capacity.
+
+    The largest of: the measured held-out / validation / transfer errors of its step times (validation
+    only on ``own_device``, the device it was measured on) and the end-to-end step-time MAPE of the
+    published corpus for its basis and GPU (``simulator.specs.uncertainty.step_time_band``). basis is
+    "measured" when the step times rest on a calibration profile, else "datasheet": then the band is the
+    corpus' datasheet-only residual (else the roofline's kernel error, :func:`datasheet_error`),
+    capped at DATASHEET_CAP. ``extra``: (where, error) pairs measured for the sizing scenario itself.
+    """
+    from simulator.specs.uncertainty import step_time_band
+    errors = _profile_errors(sc) + _transfer_errors(sc) + (_validation_errors(sc) + list(extra) if own_device else [])
+    measured = sc.profile is not None
+    if measured:
+        kind = "measured kernel tables" if sc.profile.surfaces else sc.profile.basis
+        band = step_time_band(sc.hardware.name, sc.hardware.kind, kind, sc.profile.raw)
+    else:
+        band = step_time_band(sc.hardware.name, sc.hardware.kind, "datasheet only")
+    if band.mape is not None:
+        errors.append((f"end-to-end step time, {band.describe()}", float(band.mape)))
+    if not errors:
+        err, note = datasheet_error(sc.hardware.name)
+        return err, note, "measured" if measured else "datasheet"
+    where, err = max(errors, key=lambda e: e[1])
+    err = min(err, DATASHEET_CAP)
+    prefix = "" if measured else "datasheet only: "
+    basis = ("published prior" if sc.profile.basis == "published prior" else "measured") if measured else "datasheet"
+    return err, f"{prefix}+-{err:.1%} from {where}", basis
 
 
 def prediction_basis(sc: Scenario) -> PredictionBasis:

@@ -138,33 +138,3 @@ def summary_html(spec, df, filtered, stats) -> str:
              "th{text-align:left;background:#f4f4f4}")
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>Sweep {html.escape(spec.name)}</title>"
             f"<style>{style}</style></head><body>{''.join(body)}</body></html>\n")
-
-
-def write_files_atomically(out_dir, files: dict) -> list:
-    """Every file staged in a temporary directory inside ``out_dir``, then renamed over its target
-    (as :func:`simulator.cli.common.write_files_atomically`, which this floor may not import)."""
-    import os
-    import shutil
-    import tempfile
-    from pathlib import Path
-
-    from simulator.errors import PlannerError
-
-    out = Path(out_dir)
-    if not os.access(out, os.W_OK):
-        raise PlannerError(f"--output-dir {out}: directory is not writable")
-    staging = Path(tempfile.mkdtemp(dir=out, prefix=".staging-"))
-    try:
-        for name, content in files.items():
-            tmp = staging / name
-            tmp.write_bytes(content if isinstance(content, bytes) else content.encode())
-            os.chmod(tmp, 0o644)
-        written = []
-        for name in files:
-            if (out / name).is_dir():
-                raise PlannerError(f"--output-dir {out}: {name} is a directory")
-            os.replace(staging / name, out / name)
-            written.append(out / name)
-        return written
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
