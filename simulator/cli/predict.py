@@ -45,6 +45,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kv-dtype", help="KV-cache dtype: bf16, fp8")
     p.add_argument("--calibration", help="calibration profile JSON (python -m calibration.fit, or a measured-table"
                    " profile under simulator/data/profiles/; 'none': datasheet only)")
+    p.add_argument("--layout", choices=("tp", "tp-ep", "dp-ep"),
+                   help="MoE parallel layout: TP attention + TP experts, TP attention + EP, or DP attention + EP")
+    p.add_argument("--dp", type=int, help="attention data-parallel groups (layout dp-ep; default = tp)")
+    p.add_argument("--routing-reuse", type=float,
+                   help="MoE: probability that a position re-uses the previous position's experts (0 <= rho < 1)")
     p.add_argument("--engine", help="serving engine whose host time and CUDA-graph capture to model: vllm, sglang,"
                    " trtllm or ideal (kernels only); default vllm on GPUs")
     p.add_argument("--engine-version", help="engine version of the profile (default the newest profile)")
@@ -230,7 +235,7 @@ def _run(args) -> int:
                      acceptance=args.acceptance, context_len=args.context_len, batch_sizes=args.batch_sizes,
                      k_max=args.k_max, fixed_k=args.fixed_k, dtype=args.dtype, kv_dtype=args.kv_dtype,
                      calibration=args.calibration, engine=args.engine, engine_version=args.engine_version,
-                     context_lens=args.context_lens)
+                     context_lens=args.context_lens, layout=args.layout, dp=args.dp, routing_reuse=args.routing_reuse)
     export_only = [flag for flag, given in (("--export-version", args.export_version), ("--markdown", args.markdown),
                                             ("--cuda-graph-bs", args.cuda_graph_bs)) if given]
     if export_only and args.format not in EXPORT_FORMATS:

@@ -18,6 +18,7 @@ import pandas as pd
 from simulator.plan import exports
 from simulator.errors import PlannerError
 from simulator.plan.grid import ContextGrid, Grid, compute_context_grid, compute_grid
+from simulator.physics.attribution import describe_growth, verify_growth
 from simulator.specs.uncertainty import step_time_band
 from simulator.specs.scenario import DEFAULT_SCENARIO, Scenario, apply_overrides, build_scenario, load_scenario
 
@@ -39,11 +40,30 @@ class Prediction:
             "acceptance": f"{sc.acceptance.label} ({sc.acceptance.source})",
             "model": f"{sc.model.name}: {sc.model.source}",
             "hardware": f"{sc.hardware.name}: {sc.hardware.source}",
-            "deployment": f"tp={sc.deployment.tp} ep={sc.deployment.ep} weights={sc.deployment.weight_dtype}"
-                          f" kv={sc.deployment.kv_dtype} routing={sc.deployment.routing.describe()}",
+            "deployment": f"tp={sc.deployment.tp} ep={sc.deployment.ep}"
+                          + (f" layout={sc.deployment.layout} dp={sc.deployment.dp}" if sc.model.is_moe else "")
+                          + f" weights={sc.deployment.weight_dtype} kv={sc.deployment.kv_dtype}"
+                          f" routing={sc.deployment.routing.describe()}",
             "draft": sc.draft.label, "context_len": sc.context_len,
             "uncertainty": self.uncertainty.describe(),
         }
+
+    def k_rise_attribution(self) -> str | None:
+        """MoE: where K* rises from B = 1 to its peak, what the verify pass's growth from K = 0 to K* is
+        made of at both (expert loading vs attention vs communication vs overhead); None for dense."""
+        sc = self.scenario
+        if not sc.model.is_moe:
+            return None
+        t = self.table.dropna(subset=["k_opt"])
+        if t.empty:
+            return None
+        k = t.k_opt.to_numpy(dtype=int)
+        first, peak = 0, int(np.argmax(k))
+        rows = t.iloc[[first, peak]]
+        growth = verify_growth(sc.model, sc.deployment, sc.hardware, rows.batch_size.to_numpy(float),
+                               rows.k_opt.to_numpy(float), sc.context_len, sc.profile)
+        return "; ".join(f"B={int(b)} (K*={int(kk)}): {describe_growth(growth, i)}"
+                         for i, (b, kk) in enumerate(zip(rows.batch_size, rows.k_opt)))
 
     @cached_property
     def uncertainty(self):
