@@ -12,8 +12,9 @@ finds the highest load one replica carries within the SLOs. Then
     energy per token  = TDP * tp / (output tokens per second at max load)      [J, an estimate: GPUs at TDP]
 
 The capacity band comes from :mod:`simulator.sizing.uncertainty` (measured where a held-out,
-validation or transfer error exists; else the wide datasheet band, flagged). A datasheet-only
-candidate is never ranked above a measured one whose fleet-cost band overlaps its own.
+validation or transfer error exists; else the wide datasheet band, flagged). A candidate is never
+ranked above one resting on stronger evidence (measured tables > published prior > datasheet) whose
+fleet-cost band overlaps its own.
 """
 from __future__ import annotations
 
@@ -174,24 +175,31 @@ def _capacity_row(sc: Scenario, s: Search, spec: SizingSpec, err: float | None, 
     }
 
 
+# How much a candidate's step times rest on: its own device's measured kernel tables beat figures
+# others published for it (matmul and bandwidth maxima: the transfer corpus finds them 2-3x less
+# faithful, calibration/data/transfer/transfer.md), which beat the datasheet.
+EVIDENCE = {"datasheet": 0, "published prior": 1, "measured": 2}
+
+
 def overlapped_by_measured(ranked: pd.DataFrame) -> np.ndarray:
-    """For each row: a datasheet-only row whose fleet-cost band [gpus_low, gpus_high] x price overlaps
-    the band of some measured row (then the measured row is the safer buy)."""
+    """For each row: whether its fleet-cost band [gpus_low, gpus_high] x price overlaps the band of a
+    row resting on stronger evidence (EVIDENCE); then that row is the safer buy."""
     if "basis" not in ranked or not len(ranked):
         return np.zeros(len(ranked), dtype=bool)
     price = ranked.price_per_gpu_hour_usd.to_numpy(float)
     lo = ranked.gpus_low.to_numpy(float) * price
     hi = ranked.gpus_high.to_numpy(float) * price
-    meas = (ranked.basis != "datasheet").to_numpy()  # measured kernel tables or published measurements
+    strength = ranked.basis.map(EVIDENCE).fillna(0).to_numpy()
     out = np.zeros(len(ranked), dtype=bool)
-    for i in np.flatnonzero(~meas):
-        out[i] = bool(np.any(meas & (lo <= hi[i]) & (hi >= lo[i])))
+    for i in np.flatnonzero(strength < strength.max()):
+        out[i] = bool(np.any((strength > strength[i]) & (lo <= hi[i]) & (hi >= lo[i])))
     return out
 
 
 def rank(capacity: pd.DataFrame) -> pd.DataFrame:
-    """Rows meeting the target, cheapest fleet first; a datasheet-only row whose cost band overlaps a
-    measured row's goes below every measured row; on a tie more headroom, then the simpler policy."""
+    """Rows meeting the target, cheapest fleet first; a row whose cost band overlaps the band of a row on
+    stronger evidence (datasheet < published prior < measured tables) goes below the others; on a tie
+    more headroom, then the simpler policy."""
     ranked = capacity[capacity["meets_target"]] if len(capacity) else capacity
     if len(ranked):
         order = {p: i for i, p in enumerate(SIMPLICITY)}
