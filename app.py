@@ -143,8 +143,14 @@ def tab_moe(pg: Page) -> None:
         return
     pg.chart("experts")
     pg.chart("expert_share")
-    st.caption("E_touched(T) = Σ_i [1 − (1 − p_i)^T]: at small B each extra draft token loads new experts; "
-               "once nearly all are loaded, extra K is almost free until the step turns compute-bound.")
+    st.caption("Distinct experts of B sequences x (K+1) positions: at small B each extra draft token loads new "
+               "experts (fewer when adjacent positions re-use experts, rho); once nearly all are loaded, extra K "
+               "is almost free until the step turns compute-bound.")
+    why = pg.p.k_rise_attribution()
+    if why:
+        st.markdown(f"**Why K\\* moves:** {why}")
+    st.markdown(f"**Layouts at B = {pg.b}**")
+    st.dataframe(compute.layout_table(pg.p, pg.b), hide_index=True, width="stretch")
 
 
 def tab_breakdown(pg: Page) -> None:

@@ -98,3 +98,23 @@ def predicted_points(p: Prediction, measured: pd.DataFrame) -> pd.DataFrame:
     bs = np.unique(measured["batch_size"].to_numpy())
     ks = np.unique(measured["k"].to_numpy())
     return predict_scenario(p.scenario, batch_sizes=bs, ks=ks).grid
+
+
+def layout_table(p: Prediction, b: int) -> pd.DataFrame:
+    """MoE: the same scenario under each parallel layout at batch size ``b``: K*, step and per-token
+    time, expert-load share of the verify pass, memory per GPU (layouts that cannot split the model
+    are left out)."""
+    from simulator.errors import PlannerError
+    rows = []
+    for layout in ("tp", "tp-ep", "dp-ep"):
+        try:
+            sc = p.scenario.with_overrides(layout=layout, ep=p.scenario.deployment.tp if layout != "tp" else 1)
+            t = predict_scenario(sc, batch_sizes=[b]).table
+        except PlannerError:
+            continue
+        r = t.iloc[0]
+        rows.append({"layout": layout, "K*": r.k_opt, "step ms": r.itl_ms,
+                     "expert share of verify": r.get("expert_load_share", np.nan),
+                     "experts touched at K*": r.get("experts_touched", np.nan), "GB per GPU": r.memory_gb_per_gpu})
+    return pd.DataFrame(rows)
+

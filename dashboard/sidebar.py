@@ -120,6 +120,13 @@ def sidebar() -> Inputs:
     c1, c2 = sb.columns(2)
     c1.selectbox("Tensor parallel (TP)", S.TP_CHOICES, key="tp")
     c2.selectbox("Expert parallel (EP)", S.EP_CHOICES, key="ep", help="MoE models only; must divide TP.")
+    c1, c2 = sb.columns(2)
+    c1.selectbox("MoE layout", ["tp", "tp-ep", "dp-ep"], key="layout",
+                 help="tp: TP attention + TP experts; tp-ep: TP attention + expert parallelism; dp-ep: data-parallel"
+                      " attention (each GPU B/dp sequences) + expert parallelism over all GPUs. MoE models only.")
+    c2.slider("Routing reuse rho", 0.0, 0.9, step=0.05, key="reuse",
+              help="MoE: probability that a draft position re-uses the previous position's experts (adjacent tokens"
+                   " of one sequence route alike; 0 = independent tokens)")
 
     sb.subheader("Model and draft")
     sb.radio("Target model", ["catalog", "upload config.json"], key="model_src", horizontal=True)

@@ -110,6 +110,8 @@ def controls_from_scenario(raw: dict) -> dict:
         "hw_bw_tbs": float(hw.get("hbm_bandwidth_bytes_per_s", base.hbm_bandwidth_bytes_per_s)) / 1e12,
         "tp": int(hw.get("tp", 1)),
         "ep": int(hw.get("ep", 1)),
+        "layout": hw.get("layout") or ("tp-ep" if int(hw.get("ep", 1)) > 1 else "tp"),
+        "reuse": float((raw.get("routing") or {}).get("reuse", 0.0)),
         "model_src": "catalog",
         "model_name": model if model in list_models() else list_models()[0],
         "draft_method": draft.get("method", "eagle"),
@@ -145,6 +147,17 @@ def scenario_raw(base: dict, c: dict, *, acceptance: list[float], acceptance_sou
     for key in ("peak_bf16_flops_per_s", "hbm_bandwidth_bytes_per_s"):
         hw.pop(key, None)
     hw.update(name=c["hw_name"], tp=int(c["tp"]), ep=int(c["ep"]))
+    hw.pop("dp", None)
+    layout = c.get("layout", "tp")
+    if layout == "tp" and int(c["ep"]) > 1:
+        layout = "tp-ep"  # the EP control asks for expert parallelism
+    hw["layout"] = layout
+    if layout == "dp-ep":
+        hw.pop("ep", None)  # DP attention + EP: experts over all TP GPUs (dp = ep = tp)
+    if float(c.get("reuse", 0.0)) > 0:
+        raw.setdefault("routing", {})["reuse"] = float(c["reuse"])
+    elif "routing" in raw:
+        raw["routing"].pop("reuse", None)
     if c["hw_custom"]:
         hw["peak_bf16_flops_per_s"] = float(c["hw_peak_tflops"]) * 1e12
         hw["hbm_bandwidth_bytes_per_s"] = float(c["hw_bw_tbs"]) * 1e12

@@ -111,6 +111,24 @@ def test_every_tab_renders_for_an_moe_scenario():
     assert any(lbl.endswith("(PNG)") for lbl in labels)
 
 
+def test_moe_tab_explains_k_and_compares_layouts_and_reuse_moves_k():
+    # the MoE view: why K* moves (expert loading share of the verify growth) and the three layouts
+    at = new_app()
+    sb(at, "selectbox", "scenario").set_value("qwen3-235b-h200").run()
+    set_view(at, "MoE experts")
+    assert_clean(at)
+    assert any("Why K" in m.value and "expert loading" in m.value for m in at.markdown)
+    layouts = at.dataframe[0].value
+    assert set(layouts.layout) == {"tp", "tp-ep", "dp-ep"}
+    # dp-ep holds every weight once per 8 GPUs but a full KV copy per DP rank: more memory per GPU than tp
+    assert layouts.set_index("layout").loc["dp-ep", "GB per GPU"] > layouts.set_index("layout").loc["tp", "GB per GPU"]
+    set_view(at, "K* vs batch size")
+    before = kstar_data(at)["k_opt"].to_numpy()
+    sb(at, "slider", "reuse").set_value(0.9).run()
+    assert_clean(at)
+    assert list(kstar_data(at)["k_opt"]) != list(before)  # fewer new experts per draft token
+
+
 def test_dense_model_moe_tab_says_so():
     at = new_app()
     set_view(at, "MoE experts")

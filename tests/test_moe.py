@@ -339,3 +339,14 @@ def test_synthetic_router_reuse_composes_with_its_own_correlation():
     rho0 = fitted(0.0)
     assert rho0 < 0.3  # random tokens: little natural correlation
     assert fitted(0.7) == pytest.approx(0.7 + 0.3 * rho0, abs=0.06)
+
+
+def test_cli_says_why_moe_k_star_moves():
+    # the must-show: the output says how much of the rise comes from expert loading
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "simulator.predict", "--scenario", "qwen3-235b-h200"],
+                         capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent)
+    assert out.returncode == 0, out.stderr
+    line = next(ln for ln in out.stdout.splitlines() if ln.startswith("why K* moves (MoE):"))
+    assert "B=1" in line and "expert loading" in line and "attention" in line and "overhead" in line

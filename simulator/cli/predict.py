@@ -144,6 +144,9 @@ def render_table(pred: Prediction) -> str:
     if len(t) < len(pred.table):
         lines.append(f"({len(t)} of {len(pred.table)} batch sizes shown: powers of two and every change of K*;"
                      " --format csv prints all)")
+    why = pred.k_rise_attribution()
+    if why:
+        lines.append(f"why K* moves (MoE): {why}")
     lines += [f"warning: {note}" for note in pred.notes()]
     return "\n".join(lines) + "\n"
 
