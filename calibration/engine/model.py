@@ -211,22 +211,16 @@ class Transformer(torch.nn.Module):
         return _rms_norm(x, self.w["norm"], c.norm_eps) @ self.w["lm_head"].T
 
 
-def random_weights(cfg: ModelConfig, seed: int = 0, dtype=torch.float32, device="cpu", logit_scale: float = 1.0):
-    """Seeded random weights (scaled so activations stay O(1))."""
-    g = torch.Generator().manual_seed(seed)
-
-    def rnd(*shape, fan_in):
-        return (torch.randn(*shape, generator=g) / fan_in ** 0.5).to(dtype=dtype, device=device)
-
+def weight_layout(cfg: ModelConfig, rnd, ones, embed, logit_scale: float = 1.0) -> dict:
+    """The engine's weight dict for ``cfg``, drawn in a fixed order (layers, embedding, LM head):
+    ``rnd(*shape, fan_in=)`` a matrix ~ N(0, 1/fan_in), ``ones(n)`` a norm, ``embed(vocab, hidden)``
+    the embedding (so activations stay O(1))."""
     H, D = cfg.hidden, cfg.head_dim
     layers = []
     for _ in range(cfg.n_layers):
-        lw = {
-            "attn_norm": torch.ones(H, dtype=dtype, device=device),
-            "ffn_norm": torch.ones(H, dtype=dtype, device=device),
-            "wqkv": rnd((cfg.n_heads + 2 * cfg.n_kv_heads) * D, H, fan_in=H),
-            "wo": rnd(H, cfg.n_heads * D, fan_in=cfg.n_heads * D),
-        }
+        lw = {"attn_norm": ones(H), "ffn_norm": ones(H),
+              "wqkv": rnd((cfg.n_heads + 2 * cfg.n_kv_heads) * D, H, fan_in=H),
+              "wo": rnd(H, cfg.n_heads * D, fan_in=cfg.n_heads * D)}
         if cfg.is_moe:
             lw["router"] = rnd(cfg.n_experts, H, fan_in=H)
             lw["w13"] = rnd(cfg.n_experts, 2 * cfg.expert_ffn, H, fan_in=H)
@@ -235,7 +229,18 @@ def random_weights(cfg: ModelConfig, seed: int = 0, dtype=torch.float32, device=
             lw["w13"] = rnd(2 * cfg.ffn, H, fan_in=H)
             lw["w2"] = rnd(H, cfg.ffn, fan_in=cfg.ffn)
         layers.append(lw)
-    embed = torch.randn(cfg.vocab, H, generator=g).to(dtype=dtype, device=device)
-    w = {"embed": embed, "norm": torch.ones(H, dtype=dtype, device=device) * logit_scale, "layers": layers}
-    w["lm_head"] = embed if cfg.tied_embeddings else rnd(cfg.vocab, H, fan_in=H)
+    emb = embed(cfg.vocab, H)
+    w = {"embed": emb, "norm": ones(H) * logit_scale, "layers": layers}
+    w["lm_head"] = emb if cfg.tied_embeddings else rnd(cfg.vocab, H, fan_in=H)
     return w
+
+
+def random_weights(cfg: ModelConfig, seed: int = 0, dtype=torch.float32, device="cpu", logit_scale: float = 1.0):
+    """Seeded random weights (scaled so activations stay O(1)), drawn on the CPU generator."""
+    g = torch.Generator().manual_seed(seed)
+
+    def rnd(*shape, fan_in):
+        return (torch.randn(*shape, generator=g) / fan_in ** 0.5).to(dtype=dtype, device=device)
+
+    return weight_layout(cfg, rnd, lambda n: torch.ones(n, dtype=dtype, device=device),
+                         lambda v, h: torch.randn(v, h, generator=g).to(dtype=dtype, device=device), logit_scale)

@@ -46,7 +46,7 @@ import torch
 from simulator.errors import PlannerError
 
 from .engine import ModelDraft, SpecDecoder
-from .model import ModelConfig, Transformer
+from .model import ModelConfig, Transformer, weight_layout
 from .sweep import COLUMNS, code_version, device_name, measure_window
 
 SOURCE = "torch-reference-engine:synthetic-acceptance"
@@ -100,24 +100,7 @@ def device_random_weights(cfg: ModelConfig, seed: int = 0, dtype=torch.bfloat16,
     def rnd(*shape, fan_in):
         return torch.empty(*shape, dtype=dtype, device=dev).normal_(0.0, fan_in ** -0.5, generator=g)
 
-    H, D = cfg.hidden, cfg.head_dim
-    layers = []
-    for _ in range(cfg.n_layers):
-        lw = {"attn_norm": torch.ones(H, dtype=dtype, device=dev), "ffn_norm": torch.ones(H, dtype=dtype, device=dev),
-              "wqkv": rnd((cfg.n_heads + 2 * cfg.n_kv_heads) * D, H, fan_in=H),
-              "wo": rnd(H, cfg.n_heads * D, fan_in=cfg.n_heads * D)}
-        if cfg.is_moe:
-            lw["router"] = rnd(cfg.n_experts, H, fan_in=H)
-            lw["w13"] = rnd(cfg.n_experts, 2 * cfg.expert_ffn, H, fan_in=H)
-            lw["w2"] = rnd(cfg.n_experts, H, cfg.expert_ffn, fan_in=cfg.expert_ffn)
-        else:
-            lw["w13"] = rnd(2 * cfg.ffn, H, fan_in=H)
-            lw["w2"] = rnd(H, cfg.ffn, fan_in=cfg.ffn)
-        layers.append(lw)
-    embed = rnd(cfg.vocab, H, fan_in=1)
-    w = {"embed": embed, "norm": torch.ones(H, dtype=dtype, device=dev), "layers": layers}
-    w["lm_head"] = embed if cfg.tied_embeddings else rnd(cfg.vocab, H, fan_in=H)
-    return w
+    return weight_layout(cfg, rnd, lambda n: torch.ones(n, dtype=dtype, device=dev), lambda v, h: rnd(v, h, fan_in=1))
 
 
 class EagleHead(Transformer):
