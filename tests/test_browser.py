@@ -131,14 +131,15 @@ def test_charts_render_and_change_with_hardware(page, tmp_path):
 
 def test_headline_states_the_k_schedule_in_words(page):
     """A fresh session's headline reads "K schedule: K=.. for B 1-.., ..." (issue 14)."""
-    pg = page.context.new_page()
+    ctx = page.context.browser.new_context(viewport={"width": 1500, "height": 1000})
+    pg = ctx.new_page()
     try:
         pg.goto(page.url, wait_until="domcontentloaded")
         el = pg.locator('[data-testid="stMarkdownContainer"]').filter(has_text="K schedule:").first
         el.wait_for(timeout=60_000)
         text = el.inner_text()
     finally:
-        pg.close()
+        ctx.close()
     assert re.match(r"K schedule: (K=\d+ for B 1\b|no speculation)", text), text
     assert re.search(r"K=\d+ for B 1(-\d+)?", text), text
 
