@@ -272,6 +272,13 @@ def _sections(res: SizingResult) -> list[tuple[str, list]]:
                  [("p", "Usable = memory x memory_utilization; a sequence holds prompt + output tokens plus"
                         " K_max+1 verification slots in the target and draft KV caches."),
                   ("table", mem), ("wtable", res.rejected)]))
+    secs.append(("Optimal K per batch size and engine settings", _k_sections(res, rec)))
+    secs += _closing_sections(res)
+    return secs
+
+
+def _k_sections(res: SizingResult, rec: dict | None) -> list:
+    """The K* tables and engine settings of the recommended and two more candidates."""
     kparts = []
     order = [rec.get("candidate") or f"{rec['hardware']} tp={int(rec['tp'])}"] if rec else []
     order += [k for k in res.k_tables if k not in order]
@@ -288,7 +295,13 @@ def _sections(res: SizingResult) -> list[tuple[str, list]]:
     kparts.insert(0, ("p", "K* per batch size from the goodput model at the mean context of a running sequence"
                            " (prompt + half the output); paste the vLLM block as `speculative_config` (add the"
                            " draft checkpoint as `model`) or the TensorRT-LLM schedule as `draft_len_schedule`."))
-    secs.append(("Optimal K per batch size and engine settings", kparts))
+    return kparts
+
+
+def _closing_sections(res: SizingResult) -> list:
+    """Sensitivity, uncertainty, provenance and how the report was made."""
+    sc, spec = res.scenario, res.spec
+    secs = []
     if len(res.sensitivity):
         secs.append(("Sensitivity (recommended configuration)",
                      [("p", "Capacity rerun with kernel efficiency (HBM bandwidth and peak FLOP/s together) and the"

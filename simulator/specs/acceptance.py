@@ -160,3 +160,51 @@ def speculative_step(p: np.ndarray, q: np.ndarray, drafts: np.ndarray, rng: np.r
     k = len(drafts)
     out.append(int(np.argmax(p[k])) if greedy else int(rng.choice(p.shape[1], p=p[k])))
     return out
+
+
+@dataclass(frozen=True)
+class ContextAcceptance:
+    """Acceptance by context length: every per-position rate is multiplied by f(L), read off a table
+    [acceptance] context_points / context_factors (linear in log2 L between points, the end values
+    beyond them), with the table's source in context_source."""
+
+    points: tuple[int, ...]
+    factors: tuple[float, ...]
+    source: str
+
+    def factor(self, context_lens) -> np.ndarray:
+        x = np.log2(np.asarray(context_lens, dtype=float))
+        return np.interp(x, np.log2(np.asarray(self.points, dtype=float)), np.asarray(self.factors, dtype=float))
+
+    @property
+    def label(self) -> str:
+        pairs = ", ".join(f"{p}: x{f:g}" for p, f in zip(self.points, self.factors))
+        return f"by context ({pairs}; {self.source})"
+
+
+def context_acceptance(acc_tbl: dict, acceptance: Acceptance, origin: str) -> ContextAcceptance | None:
+    keys = ("context_points", "context_factors", "context_source")
+    given = [k for k in keys if k in acc_tbl]
+    if not given:
+        return None
+    if len(given) < 3:
+        missing = ", ".join(k for k in keys if k not in acc_tbl)
+        raise PlannerError(f"{origin}: [acceptance] acceptance by context needs context_points, context_factors"
+                           f" and context_source (where the factors come from); missing {missing}")
+    points, factors = acc_tbl["context_points"], acc_tbl["context_factors"]
+    if not points or len(points) != len(factors):
+        raise PlannerError(f"{origin}: [acceptance] context_points and context_factors must be non-empty lists of"
+                           f" equal length (got {len(points)} and {len(factors)})")
+    if not all(isinstance(p, int) and not isinstance(p, bool) and p >= 1 for p in points) \
+            or list(points) != sorted(set(points)):
+        raise PlannerError(f"{origin}: [acceptance] context_points must be increasing integers >= 1, got {points}")
+    top = max(acceptance.rates)
+    for f in factors:
+        if not (isinstance(f, (int, float)) and not isinstance(f, bool) and 0 < f and f * top < 1):
+            raise PlannerError(f"{origin}: [acceptance] context factor {f!r} must be > 0 and keep every rate below 1"
+                               f" (largest rate {top:g})")
+    if not str(acc_tbl["context_source"]).strip():
+        raise PlannerError(f"{origin}: [acceptance] context_source is empty: name where the factors come from")
+    return ContextAcceptance(tuple(int(p) for p in points), tuple(float(f) for f in factors),
+                             str(acc_tbl["context_source"]))
+

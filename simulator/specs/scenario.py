@@ -7,14 +7,13 @@ other modules own (``serving``, ``traffic``, ``slo``, ``sizing``) are kept as pl
 from __future__ import annotations
 
 import copy
-import re
 import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
-from simulator.specs.acceptance import Acceptance, parse_acceptance, preset_for
+from simulator.specs.acceptance import Acceptance, ContextAcceptance, context_acceptance, parse_acceptance, preset_for
 from simulator.specs.deployment import LAYOUTS, Deployment, check_deployment, make_deployment
 from simulator.specs.engines import EngineProfile, default_engine, load_engine
 from simulator.specs.drafts import DraftSpec, check_draft, parse_draft
@@ -22,6 +21,8 @@ from simulator.errors import PlannerError
 from simulator.specs.hardware import Hardware, custom_hardware, load_hardware
 from simulator.specs.models import ModelSpec, load_model
 from simulator.specs.routing import Routing, check_reuse
+from simulator.specs.values import (NUM, STR_OR_LIST, check_table, parse_batch_sizes,  # noqa: F401 (API)
+                                    parse_context_lens)
 from simulator.specs.profile import (Profile, check_profile_matches, load_profile, load_shipped_profile, prior_profile,
                                      shipped_profile_path)
 
@@ -29,8 +30,6 @@ REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 SCENARIO_DIR = REPO_ROOT / "scenarios"
 DEFAULT_SCENARIO = SCENARIO_DIR / "default.toml"
 
-NUM = (int, float)
-STR_OR_LIST = (str, list)
 SCHEMA: dict[str, dict[str, type | tuple]] = {
     "": {"name": str, "description": str},
     "model": {"name": str, "source": str},
@@ -49,78 +48,11 @@ SCHEMA: dict[str, dict[str, type | tuple]] = {
     "engine": {"name": str, "version": str},
 }
 OPEN_SECTIONS = ("serving", "traffic", "slo", "sizing", "validation")
-TYPE_NAMES = {str: "a string", int: "an integer", list: "a list", NUM: "a number", STR_OR_LIST: "a string or a list",
-              bool: "true or false", dict: "a table"}
 
 
-def check_table(table: dict, schema: dict, origin: str, section: str) -> None:
-    """Reject unknown keys and wrong types, naming file, key and expected type."""
-    where = f"[{section}]" if section else "top level"
-    for key, value in table.items():
-        if key not in schema:
-            raise PlannerError(f"{origin}: unknown key '{key}' in {where} (known: {', '.join(sorted(schema))})")
-        expected = schema[key]
-        ok = isinstance(value, expected) and not (isinstance(value, bool) and expected is not bool)
-        if expected is NUM and isinstance(value, bool):
-            ok = False
-        label = f"{section}.{key}" if section else key
-        if not ok:
-            raise PlannerError(f"{origin}: key '{label}' must be {TYPE_NAMES.get(expected, expected)},"
-                               f" got {type(value).__name__} {value!r}")
-        check_finite(value, origin, label)
-
-
-def check_finite(value, origin: str, label: str) -> None:
-    """NaN and infinity (TOML spells them nan / inf) are never a sensible setting: refuse them, in lists too."""
-    items = value if isinstance(value, list) else [value]
-    for item in items:
-        if isinstance(item, float) and not np.isfinite(item):
-            raise PlannerError(f"{origin}: key '{label}' is {item!r}; give a finite number")
-
-
-BATCH_SIZE_MAX = 65536
 # Beyond this exponent a Zipf router sends every token to the same top-k experts to within 1e-9
 # (2^-30 < 1e-9), and i^skew overflows float64 for i = 256 experts at skew ~ 128.
 ZIPF_SKEW_MAX = 30.0
-
-
-def parse_batch_sizes(value) -> np.ndarray:
-    """'1-512', '1,2,4,8', '1-8,16,32' or a list of ints -> sorted unique array (each >= 1)."""
-    if isinstance(value, (list, tuple, np.ndarray)):
-        items = list(value)
-        if not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in items):
-            raise PlannerError(f"batch sizes {value!r}: expected integers")
-        sizes = [int(x) for x in items]
-    else:
-        sizes = []
-        for part in str(value).split(","):
-            part = part.strip()
-            if not part:
-                continue
-            match = re.fullmatch(r"(-?\d{1,12})\s*-\s*(-?\d{1,12})", part)
-            if match:
-                lo, hi = int(match.group(1)), int(match.group(2))
-                if hi < lo:
-                    raise PlannerError(f"batch sizes '{part}': range end below its start")
-                if lo < 1:  # both checked before the range is expanded
-                    raise PlannerError(f"batch size {lo} < 1: batch sizes count sequences, the smallest is 1")
-                if hi > BATCH_SIZE_MAX:
-                    raise PlannerError(f"batch sizes '{part}': batch size {hi} > {BATCH_SIZE_MAX}: out of range")
-                sizes += list(range(lo, hi + 1))
-            elif re.fullmatch(r"-?\d{1,12}", part):
-                sizes.append(int(part))
-            elif re.fullmatch(r"-?\d+(\s*-\s*-?\d+)?", part):
-                raise PlannerError(f"batch sizes '{part}': a number with more than 12 digits; each batch size"
-                                   f" must lie in 1-{BATCH_SIZE_MAX}")
-            else:
-                raise PlannerError(f"batch sizes '{value}': expected '1-256' or '1,2,4,8'")
-    if not sizes:
-        raise PlannerError("batch sizes: none given")
-    if min(sizes) < 1:
-        raise PlannerError(f"batch size {min(sizes)} < 1: batch sizes count sequences, the smallest is 1")
-    if max(sizes) > BATCH_SIZE_MAX:
-        raise PlannerError(f"batch size {max(sizes)} > {BATCH_SIZE_MAX}: out of range")
-    return np.unique(np.asarray(sizes, dtype=int))
 
 
 @dataclass
@@ -172,28 +104,23 @@ def _resolve_path(path: str, base_dir: str | None) -> str:
     return str(p)
 
 
-def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None) -> Scenario:
-    """Validate a scenario dict (TOML layout) and resolve every spec in it."""
-    raw = copy.deepcopy(raw)
-    raw.pop("_base_dir", None)
-    top = {k: v for k, v in raw.items() if not isinstance(v, dict)}
-    check_table(top, SCHEMA[""], origin, "")
+def _check_sections(raw: dict, origin: str) -> None:
+    """Unknown sections and keys, wrong types, NaN: refused before anything is resolved."""
+    check_table({k: v for k, v in raw.items() if not isinstance(v, dict)}, SCHEMA[""], origin, "")
     for section, table in raw.items():
-        if not isinstance(table, dict):
-            continue
-        if section in OPEN_SECTIONS:
+        if not isinstance(table, dict) or section in OPEN_SECTIONS:
             continue
         if section not in SCHEMA:
             raise PlannerError(f"{origin}: unknown section [{section}]"
                                f" (known: {', '.join(sorted(set(SCHEMA) - {''} | set(OPEN_SECTIONS)))})")
         check_table(table, SCHEMA[section], origin, section)
-    get = lambda section, key, default=None: raw.get(section, {}).get(key, default)  # noqa: E731
 
+
+def _model_and_hardware(raw: dict, get, origin: str, base_dir: str | None) -> tuple[ModelSpec, Hardware]:
     model_name = get("model", "name")
     if model_name is None:
         raise PlannerError(f"{origin}: missing [model] name (a catalog name or a config.json path)")
     model = load_model(_resolve_path(model_name, base_dir) if model_name.endswith(".json") else model_name)
-
     hw_name = get("hardware", "name")
     if hw_name is None:
         raise PlannerError(f"{origin}: missing [hardware] name (a catalog name such as h100-sxm)")
@@ -201,7 +128,10 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
     hw_over = {k: float(v) for k, v in raw.get("hardware", {}).items() if k not in ("name", "tp", "ep", "layout", "dp")}
     if hw_over:
         hardware = custom_hardware(hardware, **hw_over, source=f"{hardware.source}; overridden: {', '.join(hw_over)}")
+    return model, hardware
 
+
+def _deployment(raw: dict, get, origin: str, model: ModelSpec) -> Deployment:
     routing_tbl = raw.get("routing", {})
     routing = Routing(kind=routing_tbl.get("kind", "uniform"), skew=float(routing_tbl.get("skew", 0.0)),
                       probabilities=tuple(routing_tbl.get("probabilities", ())),
@@ -220,7 +150,10 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
         kv_dtype=get("precision", "kv_cache", "bf16"), expert_dtype=get("precision", "experts"),
         routing=routing, memory_utilization=float(get("workload", "memory_utilization", 0.9)))
     check_deployment(model, deployment)
+    return deployment
 
+
+def _draft(get, origin: str, base_dir: str | None, model: ModelSpec, deployment: Deployment) -> DraftSpec:
     method = get("draft", "method", "eagle")
     if method == "model":
         name = get("draft", "model")
@@ -229,138 +162,69 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
         method = f"model:{_resolve_path(name, base_dir) if name.endswith('.json') else name}"
     draft = parse_draft(method)
     check_draft(draft, model, deployment)
+    return draft
 
-    acceptance = _scenario_acceptance(raw.get("acceptance", {}), draft.method, origin)
 
+def _workload(get, origin: str, model: ModelSpec) -> dict:
+    """context_len, K range, batch sizes, context lengths, and the caveats allowed through (warnings)."""
     context_len = get("workload", "context_len", 2048)
     if context_len < 1:
         raise PlannerError(f"{origin}: context_len must be >= 1, got {context_len}")
     warnings_: list[str] = []
     max_pos = model.max_position_embeddings
+    beyond_ok = get("workload", "allow_context_beyond_model", False)
     if max_pos and context_len > max_pos:
-        if not get("workload", "allow_context_beyond_model", False):
+        if not beyond_ok:
             raise PlannerError(f"{origin}: context_len={context_len} exceeds {model.name}'s max_position_embeddings"
                                f"={max_pos}; shorten it, or set [workload] allow_context_beyond_model = true"
                                " (API: allow_long_context=True) for a model served with RoPE scaling")
         warnings_.append(f"context_len={context_len} exceeds {model.name}'s max_position_embeddings={max_pos}"
                          " (allowed by allow_context_beyond_model: assumes the model is served with RoPE scaling)")
-    k_max = get("workload", "k_max", 8)
-    fixed_k = get("workload", "fixed_k", 3)
+    k_max, fixed_k = get("workload", "k_max", 8), get("workload", "fixed_k", 3)
     if k_max < 0 or fixed_k < 0:
         raise PlannerError(f"{origin}: K must be >= 0 (k_max={k_max}, fixed_k={fixed_k})")
     if k_max > 32:
         raise PlannerError(f"{origin}: k_max={k_max} is out of range (at most 32)")
     if fixed_k > k_max:
         raise PlannerError(f"{origin}: fixed_k={fixed_k} exceeds k_max={k_max}")
-    batch_sizes = parse_batch_sizes(get("workload", "batch_sizes", "1-512"))
     context_lens = None
     if get("workload", "context_lens") is not None:
         context_lens = parse_context_lens(get("workload", "context_lens"), f"{origin}: [workload] context_lens")
-        if max_pos and context_lens.max() > max_pos and not get("workload", "allow_context_beyond_model", False):
+        if max_pos and context_lens.max() > max_pos and not beyond_ok:
             raise PlannerError(f"{origin}: context_lens up to {context_lens.max()} exceed {model.name}'s"
                                f" max_position_embeddings={max_pos}; shorten them, or set [workload]"
                                " allow_context_beyond_model = true for a model served with RoPE scaling")
-    acceptance_context = _context_acceptance(raw.get("acceptance", {}), acceptance, origin)
+    return {"context_len": int(context_len), "k_max": int(k_max), "fixed_k": int(fixed_k),
+            "batch_sizes": parse_batch_sizes(get("workload", "batch_sizes", "1-512")),
+            "context_lens": context_lens, "warnings": warnings_}
 
+
+def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None) -> Scenario:
+    """Validate a scenario dict (TOML layout) and resolve every spec in it: model and hardware, the
+    parallel layout, draft and acceptance, workload grid, then the engine profile and what the kernel
+    times rest on (:func:`resolve_profile`)."""
+    raw = copy.deepcopy(raw)
+    raw.pop("_base_dir", None)
+    _check_sections(raw, origin)
+    get = lambda section, key, default=None: raw.get(section, {}).get(key, default)  # noqa: E731
+    model, hardware = _model_and_hardware(raw, get, origin, base_dir)
+    deployment = _deployment(raw, get, origin, model)
+    draft = _draft(get, origin, base_dir, model, deployment)
+    acceptance = _scenario_acceptance(raw.get("acceptance", {}), draft.method, origin)
+    wl = _workload(get, origin, model)
+    acceptance_context = context_acceptance(raw.get("acceptance", {}), acceptance, origin)
     engine_tbl = raw.get("engine", {})
     engine = load_engine(engine_tbl.get("name") or default_engine(hardware.kind), engine_tbl.get("version"))
     profile = resolve_profile(get("calibration", "profile"), hardware, engine.name, base_dir)
     deployment = replace(deployment, allreduce=engine.allreduce_table, engine=engine.name)
-
     raw["_base_dir"] = base_dir
     return Scenario(
         name=raw.get("name", Path(origin).stem if origin != "flags" else "custom"),
         description=raw.get("description", ""), model=model, hardware=hardware, deployment=deployment,
-        draft=draft, acceptance=acceptance, context_len=int(context_len), batch_sizes=batch_sizes,
-        k_max=int(k_max), fixed_k=int(fixed_k), profile=profile, engine=engine, origin=origin,
-        extra={s: raw[s] for s in OPEN_SECTIONS if s in raw}, raw=raw, warnings=_warn(warnings_),
-        context_lens=context_lens, acceptance_context=acceptance_context)
-
-
-def parse_context_lens(value, where: str = "--context-lens") -> np.ndarray:
-    """'512,2048,8192' or a list -> those; 'A-B' -> powers of two from A to B (A and B included);
-    'A-B:n' -> n points spaced evenly in log L, rounded. Sorted, unique, each >= 1."""
-    if isinstance(value, (list, tuple, np.ndarray)):
-        if not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in value):
-            raise PlannerError(f"{where} {list(value)!r}: expected integers (tokens)")
-        lens = [int(x) for x in value]
-    else:
-        lens = []
-        for part in str(value).replace(" ", "").split(","):
-            if not part:
-                continue
-            m = re.fullmatch(r"(\d+)-(\d+)(?::(\d+))?", part)
-            if m:
-                lo, hi = int(m.group(1)), int(m.group(2))
-                if hi < lo or lo < 1:
-                    raise PlannerError(f"{where} '{part}': expected LO-HI with 1 <= LO <= HI")
-                if m.group(3):
-                    n = int(m.group(3))
-                    if not 1 <= n <= 256:
-                        raise PlannerError(f"{where} '{part}': the point count must be 1..256")
-                    lens += [int(round(x)) for x in np.geomspace(lo, hi, n)]
-                else:
-                    p = 1 << int(np.ceil(np.log2(lo)))
-                    lens += [lo] + [q for q in (p << i for i in range(64)) if q < hi] + [hi]
-            elif part.isdigit():
-                lens.append(int(part))
-            else:
-                raise PlannerError(f"{where} '{value}': expected '512,2048,8192', '512-131072' (powers of two)"
-                                   " or '512-131072:16' (16 log-spaced points)")
-    if not lens:
-        raise PlannerError(f"{where}: none given")
-    if min(lens) < 1:
-        raise PlannerError(f"{where}: context length {min(lens)} < 1 (tokens already in the KV cache)")
-    if len(set(lens)) > 256:
-        raise PlannerError(f"{where}: {len(set(lens))} context lengths; at most 256")
-    return np.unique(np.asarray(lens, dtype=int))
-
-
-@dataclass(frozen=True)
-class ContextAcceptance:
-    """Acceptance by context length: every per-position rate is multiplied by f(L), read off a table
-    [acceptance] context_points / context_factors (linear in log2 L between points, the end values
-    beyond them), with the table's source in context_source."""
-
-    points: tuple[int, ...]
-    factors: tuple[float, ...]
-    source: str
-
-    def factor(self, context_lens) -> np.ndarray:
-        x = np.log2(np.asarray(context_lens, dtype=float))
-        return np.interp(x, np.log2(np.asarray(self.points, dtype=float)), np.asarray(self.factors, dtype=float))
-
-    @property
-    def label(self) -> str:
-        pairs = ", ".join(f"{p}: x{f:g}" for p, f in zip(self.points, self.factors))
-        return f"by context ({pairs}; {self.source})"
-
-
-def _context_acceptance(acc_tbl: dict, acceptance: Acceptance, origin: str) -> ContextAcceptance | None:
-    keys = ("context_points", "context_factors", "context_source")
-    given = [k for k in keys if k in acc_tbl]
-    if not given:
-        return None
-    if len(given) < 3:
-        missing = ", ".join(k for k in keys if k not in acc_tbl)
-        raise PlannerError(f"{origin}: [acceptance] acceptance by context needs context_points, context_factors"
-                           f" and context_source (where the factors come from); missing {missing}")
-    points, factors = acc_tbl["context_points"], acc_tbl["context_factors"]
-    if not points or len(points) != len(factors):
-        raise PlannerError(f"{origin}: [acceptance] context_points and context_factors must be non-empty lists of"
-                           f" equal length (got {len(points)} and {len(factors)})")
-    if not all(isinstance(p, int) and not isinstance(p, bool) and p >= 1 for p in points) \
-            or list(points) != sorted(set(points)):
-        raise PlannerError(f"{origin}: [acceptance] context_points must be increasing integers >= 1, got {points}")
-    top = max(acceptance.rates)
-    for f in factors:
-        if not (isinstance(f, (int, float)) and not isinstance(f, bool) and 0 < f and f * top < 1):
-            raise PlannerError(f"{origin}: [acceptance] context factor {f!r} must be > 0 and keep every rate below 1"
-                               f" (largest rate {top:g})")
-    if not str(acc_tbl["context_source"]).strip():
-        raise PlannerError(f"{origin}: [acceptance] context_source is empty: name where the factors come from")
-    return ContextAcceptance(tuple(int(p) for p in points), tuple(float(f) for f in factors),
-                             str(acc_tbl["context_source"]))
+        draft=draft, acceptance=acceptance, context_len=wl["context_len"], batch_sizes=wl["batch_sizes"],
+        k_max=wl["k_max"], fixed_k=wl["fixed_k"], profile=profile, engine=engine, origin=origin,
+        extra={s: raw[s] for s in OPEN_SECTIONS if s in raw}, raw=raw, warnings=_warn(wl["warnings"]),
+        context_lens=wl["context_lens"], acceptance_context=acceptance_context)
 
 
 def _warn(messages: list[str]) -> list[str]:

@@ -258,7 +258,17 @@ def parse_sweep(path: str | Path, output_dir: str | None = None, workers: int | 
     if not policies or len(set(policies)) != len(policies):
         raise _err(origin, f"[sweep] policies must list distinct policies, got {list(policies)}")
 
-    run = RUN_DEFAULTS | run
+    run = _check_run(origin, RUN_DEFAULTS | run, workers)
+    output = _check_output(origin, output, output_dir, raw.get("name", Path(origin).stem))
+    spec = SweepSpec(name=raw.get("name", Path(origin).stem), description=raw.get("description", ""), path=origin,
+                     base=base_origin, base_raw=base_raw, axes=axes, traffic=traffic, acceptance=acceptance,
+                     policies=policies, run=run, output=output)
+    expand(spec)
+    return spec
+
+
+def _check_run(origin: str, run: dict, workers: int | None) -> dict:
+    """[run]: simulation sizes and the worker count (--workers overrides it)."""
     for key in ("n_requests", "max_requests", "max_replicas", "workers"):
         if run[key] < 1:
             raise _err(origin, f"[run] {key} must be >= 1, got {run[key]}")
@@ -270,6 +280,11 @@ def parse_sweep(path: str | Path, output_dir: str | None = None, workers: int | 
         if workers < 1:
             raise PlannerError(f"--workers must be >= 1, got {workers}")
         run["workers"] = workers
+    return run
+
+
+def _check_output(origin: str, output: dict, output_dir: str | None, name: str) -> dict:
+    """[output]: formats, the latency column of the Pareto front, the directory (--output-dir overrides it)."""
     output = {"dir": None, "formats": list(FORMATS), "latency": "tpot_p50_s"} | output
     for f in output["formats"]:
         if f not in FORMATS:
@@ -278,14 +293,9 @@ def parse_sweep(path: str | Path, output_dir: str | None = None, workers: int | 
         raise _err(origin, f"[output] latency must be one of {', '.join(LATENCY_COLUMNS)}, got {output['latency']!r}")
     if output_dir is not None:
         output["dir"] = output_dir
-    name = raw.get("name", Path(origin).stem)
     if output["dir"] is None:
         output["dir"] = f"{name}-out"  # in the current directory
-    spec = SweepSpec(name=name, description=raw.get("description", ""), path=origin, base=base_origin,
-                     base_raw=base_raw, axes=axes, traffic=traffic, acceptance=acceptance, policies=policies,
-                     run=run, output=output)
-    expand(spec)
-    return spec
+    return output
 
 
 def task_key(raw: dict, policies, run: dict) -> str:
