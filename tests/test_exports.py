@@ -1,4 +1,4 @@
-"""Engine-exact schedule exports (simulator/plan/exports.py) and the (B, K, L) grid.
+"""Engine-exact schedule exports (simulator/plan/exports/) and the (B, K, L) grid.
 
 Fast tests check the files against hand-worked tables and our reading of each engine's rule.
 Tests marked ``engines`` (and ``slow``) run the engines' OWN parsing/lookup code from their
