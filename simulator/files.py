@@ -4,6 +4,7 @@ replaced file keeps its mode. The ground floor of the package: CLIs, sweeps and 
 """
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import stat
@@ -11,6 +12,22 @@ import tempfile
 from pathlib import Path
 
 from simulator.errors import PlannerError
+
+
+def read_json_file(path: str | Path, what: str):
+    """A JSON file's content; PlannerError naming the file and ``what`` it should be when it is a
+    directory, missing, unreadable or not JSON."""
+    path = Path(path)
+    if path.is_dir():
+        raise PlannerError(f"{path}: is a directory; give the {what} file")
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise PlannerError(f"{path}: {what} not found") from None
+    except (ValueError, UnicodeDecodeError, RecursionError) as err:
+        raise PlannerError(f"{path}: {what} is not valid JSON ({str(err)[:120]})") from None
+    except OSError as err:
+        raise PlannerError(f"{path}: cannot read the {what} ({err.strerror or err})") from None
 
 
 def _check_target(target: Path, flag: str) -> None:

@@ -131,6 +131,34 @@ def measure_window(eng: SpecDecoder, k: int, warmup_steps: int, gen_tokens: int,
     return recs, eng.attempts[:k].clone(), eng.accepts[:k].clone()
 
 
+def step_row(source: str, target: str, draft: str, dev_name: str, dtype: str, batch: int, k: int, recs: list,
+             attempted: list, accepted: list, itl_s: float, router_reuse: float | None) -> dict:
+    """One measured (B, K) point in the runs-CSV schema (COLUMNS) from its step records: phase medians,
+    the step time ``itl_s`` as the caller aggregated it, acceptance length and conditional per-position
+    acceptance (accepted / attempted), goodput, experts touched, provenance."""
+    step_s = np.array([r.draft_s + r.verify_s + r.overhead_s for r in recs])
+    itl = itl_s * 1e3
+    al = float(np.mean([np.mean(r.n_accepted) + 1 for r in recs]))
+    experts = [np.mean(r.experts_touched) for r in recs if r.experts_touched]
+    gp = al / itl_s
+    return {
+        "source": source, "target": target, "draft": draft, "device": dev_name, "dtype": dtype,
+        "batch_size": batch, "k": k, "context_len": round(float(np.mean([r.context_len for r in recs])), 2),
+        "n_steps": len(recs),
+        "draft_ms": round(float(np.median([r.draft_s for r in recs])) * 1e3, 4),
+        "verify_ms": round(float(np.median([r.verify_s for r in recs])) * 1e3, 4),
+        "overhead_ms": round(float(np.median([r.overhead_s for r in recs])) * 1e3, 4),
+        "itl_ms": round(itl, 4), "itl_ms_p90": round(float(np.percentile(step_s, 90)) * 1e3, 4),
+        "acceptance_length": round(al, 4),
+        "per_position_acceptance": json.dumps([round(a / t, 6) if t else None for a, t in zip(accepted, attempted)]),
+        "goodput_per_seq": round(gp, 4), "throughput": round(gp * batch, 4),
+        "experts_touched": round(float(np.mean(experts)), 3) if experts else None,
+        "torch_version": torch.__version__,
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "code_version": code_version(), "router_reuse": router_reuse,
+    }
+
+
 def run_sweep(target: str = "smollm2-135m", draft: str = "ngram", batch_sizes=(1, 2, 4, 8), ks=range(0, 7),
               context_len: int = 128, gen_tokens: int = 16, temperature: float = 0.0, output: str | None = None,
               seed: int = 0, warmup_steps: int = 2, min_steps: int = 4, max_steps: int = 12,
@@ -229,38 +257,18 @@ def run_sweep(target: str = "smollm2-135m", draft: str = "ngram", batch_sizes=(1
         for rho, k in todo[B]:
             windows, att_t, acc_t = results[(B, rho, k)]
             recs = [r for w in windows for r in w]
-            step_s = np.array([r.draft_s + r.verify_s + r.overhead_s for r in recs])
             # median of the windows' medians: a window caught in a slow spell is outvoted
-            itl = float(np.median([np.median([r.draft_s + r.verify_s + r.overhead_s for r in w])
-                                   for w in windows])) * 1e3
-            al = float(np.mean([np.mean(r.n_accepted) + 1 for r in recs]))
-            att, acc = att_t.tolist(), acc_t.tolist()
-            ppa = [round(a / t, 6) if t else None for a, t in zip(acc, att)]
-            experts = [np.mean(r.experts_touched) for r in recs if r.experts_touched]
-            gp = al / (itl / 1e3)
-            row = {
-                "source": SOURCE, "target": target, "draft": draft, "device": dev_name, "dtype": dtype,
-                "batch_size": B, "k": k, "context_len": round(float(np.mean([r.context_len for r in recs])), 2),
-                "n_steps": len(recs),
-                "draft_ms": round(float(np.median([r.draft_s for r in recs])) * 1e3, 4),
-                "verify_ms": round(float(np.median([r.verify_s for r in recs])) * 1e3, 4),
-                "overhead_ms": round(float(np.median([r.overhead_s for r in recs])) * 1e3, 4),
-                "itl_ms": round(itl, 4), "itl_ms_p90": round(float(np.percentile(step_s, 90)) * 1e3, 4),
-                "acceptance_length": round(al, 4), "per_position_acceptance": json.dumps(ppa),
-                "goodput_per_seq": round(gp, 4), "throughput": round(gp * B, 4),
-                "experts_touched": round(float(np.mean(experts)), 3) if experts else None,
-                "torch_version": torch.__version__,
-                "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                "code_version": code_version(),
-                "router_reuse": float(rho or 0.0) if tgt.cfg.is_moe else None,
-            }
+            itl_s = float(np.median([np.median([r.draft_s + r.verify_s + r.overhead_s for r in w]) for w in windows]))
+            row = step_row(SOURCE, target, draft, dev_name, dtype, B, k, recs, att_t.tolist(), acc_t.tolist(), itl_s,
+                           float(rho or 0.0) if tgt.cfg.is_moe else None)
+            itl, al, gp = row["itl_ms"], row["acceptance_length"], row["goodput_per_seq"]
             rows.append(row)
             if out_path:
                 _append_row(out_path, row)
             if progress:
                 print(f"[sweep] {target} {draft} B={B} K={k}: itl {itl:.1f} ms (draft {row['draft_ms']:.1f}, "
                       f"verify {row['verify_ms']:.1f}), AL {al:.2f}, goodput/seq {gp:.1f} tok/s"
-                      + (f", experts {row['experts_touched']}" if experts else ""), file=sys.stderr, flush=True)
+                      + (f", experts {row['experts_touched']}" if row['experts_touched'] is not None else ""), file=sys.stderr, flush=True)
     if trace_output and traces:
         path = Path(trace_output)
         old = dict(np.load(path)) if path.exists() else {}

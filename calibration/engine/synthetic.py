@@ -32,7 +32,6 @@ point finishes, and points already in the output are skipped (a killed run resum
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import math
 import sys
@@ -47,7 +46,7 @@ from simulator.errors import PlannerError
 
 from .engine import ModelDraft, SpecDecoder
 from .model import ModelConfig, Transformer, weight_layout
-from .sweep import COLUMNS, code_version, device_name, measure_window
+from .sweep import COLUMNS, device_name, measure_window, step_row
 
 SOURCE = "torch-reference-engine:synthetic-acceptance"
 DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16,
@@ -295,28 +294,9 @@ def run_synthetic(target: Transformer, draft: str = "eagle", batch_sizes=(1, 4),
 
 
 def _row(target, draft, dev_name, dtype, B, k, recs, att, acc) -> dict:
-    step_s = np.array([r.draft_s + r.verify_s + r.overhead_s for r in recs])
-    itl = float(np.median(step_s)) * 1e3
-    al = float(np.mean([np.mean(r.n_accepted) + 1 for r in recs]))
-    experts = [np.mean(r.experts_touched) for r in recs if r.experts_touched]
-    gp = al / (itl / 1e3)
-    return {
-        "source": SOURCE, "target": target.cfg.name, "draft": draft, "device": dev_name, "dtype": dtype,
-        "batch_size": B, "k": k, "context_len": round(float(np.mean([r.context_len for r in recs])), 2),
-        "n_steps": len(recs),
-        "draft_ms": round(float(np.median([r.draft_s for r in recs])) * 1e3, 4),
-        "verify_ms": round(float(np.median([r.verify_s for r in recs])) * 1e3, 4),
-        "overhead_ms": round(float(np.median([r.overhead_s for r in recs])) * 1e3, 4),
-        "itl_ms": round(itl, 4), "itl_ms_p90": round(float(np.percentile(step_s, 90)) * 1e3, 4),
-        "acceptance_length": round(al, 4),
-        "per_position_acceptance": json.dumps([round(a / t, 6) if t else None for a, t in zip(acc, att)]),
-        "goodput_per_seq": round(gp, 4), "throughput": round(gp * B, 4),
-        "experts_touched": round(float(np.mean(experts)), 3) if experts else None,
-        "torch_version": torch.__version__,
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "code_version": code_version(),
-        "router_reuse": float(target.cfg.router_reuse) if target.cfg.is_moe else None,
-    }
+    itl_s = float(np.median([r.draft_s + r.verify_s + r.overhead_s for r in recs]))
+    return step_row(SOURCE, target.cfg.name, draft, dev_name, dtype, B, k, recs, att, acc, itl_s,
+                    float(target.cfg.router_reuse) if target.cfg.is_moe else None)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from typing import Callable
 from simulator.errors import PlannerError, PlannerWarning
 from simulator.files import check_output_dir, check_output_file, write_atomically, write_files_atomically
 
-__all__ = ["OneLineParser", "run_cli", "one_line", "check_output_dir", "check_output_file", "write_atomically",
+__all__ = ["OneLineParser", "run_cli", "command", "say_written", "one_line", "check_output_dir", "check_output_file", "write_atomically",
            "write_files_atomically"]
 
 
@@ -57,4 +57,18 @@ def run_cli(body: Callable[[], int | None]) -> int:
         except BrokenPipeError:
             return 0
 
+
+def command(build_parser: Callable[[], argparse.ArgumentParser], body: Callable[[argparse.Namespace], int | None]):
+    """A CLI's ``main(argv)``: parse (a usage error is one line, exit 2), then run ``body`` inside the
+    error boundary of :func:`run_cli`."""
+    def main(argv: list[str] | None = None) -> int:
+        args = build_parser().parse_args(argv)
+        return run_cli(lambda: body(args))
+    return main
+
+
+def say_written(paths) -> None:
+    """One 'wrote PATH' line on stderr per file written."""
+    for path in paths:
+        print(f"wrote {path}", file=sys.stderr)
 

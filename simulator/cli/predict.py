@@ -19,7 +19,7 @@ import pandas as pd
 
 from simulator.plan import exports
 from simulator.plan.api import Prediction, predict
-from simulator.cli.common import OneLineParser, run_cli, write_atomically
+from simulator.cli.common import OneLineParser, command, write_atomically
 from simulator.errors import PlannerError
 from simulator.specs.scenario import DEFAULT_SCENARIO
 
@@ -228,11 +228,6 @@ def _json_default(value):
     raise TypeError(type(value).__name__)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return run_cli(lambda: _run(args))
-
-
 def _run(args) -> int:
     overrides = dict(model=args.model, hardware=args.hardware, tp=args.tp, ep=args.ep, draft=args.draft,
                      acceptance=args.acceptance, context_len=args.context_len, batch_sizes=args.batch_sizes,
@@ -267,6 +262,8 @@ def _run(args) -> int:
         sys.stdout.write(text)
     return 0
 
+
+main = command(build_parser, _run)
 
 if __name__ == "__main__":
     sys.exit(main())

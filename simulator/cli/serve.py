@@ -20,7 +20,7 @@ import sys
 import pandas as pd
 
 from simulator.errors import PlannerError
-from simulator.cli.common import OneLineParser, run_cli
+from simulator.cli.common import OneLineParser, command
 from simulator.specs.scenario import DEFAULT_SCENARIO, load_scenario
 
 FORMATS = ("table", "json", "csv")
@@ -158,11 +158,6 @@ def render(df: pd.DataFrame, fmt: str) -> str:
     return table_view(df).to_string(index=False) + "\n" + same_as_dsd(df)
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return run_cli(lambda: _run(args))
-
-
 def _run(args) -> int:
     check_flags(args)
     from simulator import serving
@@ -187,6 +182,8 @@ def _run(args) -> int:
     sys.stdout.write(text)
     return 0
 
+
+main = command(build_parser, _run)
 
 if __name__ == "__main__":
     sys.exit(main())

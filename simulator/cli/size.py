@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 
 from simulator.errors import PlannerError
-from simulator.cli.common import OneLineParser, check_output_dir, run_cli, write_files_atomically
+from simulator.cli.common import OneLineParser, check_output_dir, command, say_written, write_files_atomically
 
 FORMATS = ("html", "markdown", "json")
 SUFFIX = {"html": ".html", "markdown": ".md", "json": ".json"}
@@ -72,15 +72,11 @@ def run(args) -> int:
                 files[f"{res.scenario.name}{SUFFIX[fmt]}"] = text
         print(f"{res.scenario.name}: {res.message} ({res.elapsed_s:.0f} s)", file=sys.stderr)
     if out_dir is not None:
-        for path in write_files_atomically(out_dir, files):
-            print(f"wrote {path}", file=sys.stderr)
+        say_written(write_files_atomically(out_dir, files))
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return run_cli(lambda: run(args))
-
+main = command(build_parser, run)
 
 if __name__ == "__main__":
     sys.exit(main())

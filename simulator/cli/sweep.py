@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from simulator.cli.common import OneLineParser, run_cli
+from simulator.cli.common import OneLineParser, command, say_written
 from simulator.errors import PlannerError
 
 
@@ -59,8 +59,7 @@ def run(args) -> int:
         print(f"{spec.name}: {done}/{len(spec.tasks)} tasks in {spec.output['dir']}/journal.jsonl;"
               " rerun the same command to finish", file=sys.stderr)
         return 0
-    for path in res.written:
-        print(f"wrote {path}", file=sys.stderr)
+    say_written(res.written)
     n_front = int(res.table["pareto"].sum())
     print(f"{spec.name}: {len(spec.tasks)} tasks ({res.computed} computed, {res.resumed} from the journal),"
           f" {len(res.filtered)} filtered, {len(res.table)} rows, {n_front} on the Pareto front"
@@ -68,10 +67,7 @@ def run(args) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    return run_cli(lambda: run(args))
-
+main = command(build_parser, run)
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -12,6 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from simulator.errors import PlannerError, did_you_mean
+from simulator.files import read_json_file
 
 MODELS_DIR = Path(__file__).resolve().parent.parent / "data" / "models"
 
@@ -305,16 +306,7 @@ def list_models() -> tuple[str, ...]:
 def load_model_config(path: str | Path) -> ModelSpec:
     """Read a Hugging Face config.json file."""
     path = Path(path)
-    if path.is_dir():
-        raise PlannerError(f"{path}: is a directory; give the config.json file inside it")
-    try:
-        cfg = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise PlannerError(f"{path}: file not found") from None
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
-        raise PlannerError(f"{path}: not valid JSON ({str(err)[:120]})") from None
-    except OSError as err:
-        raise PlannerError(f"{path}: cannot read it ({err.strerror or err})") from None
+    cfg = read_json_file(path, "model config.json")
     name = path.parent.name if path.name == "config.json" else path.stem
     return model_from_hf_config(cfg, name=name, origin=str(path))
 

@@ -42,6 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from simulator.errors import PlannerError
+from simulator.files import read_json_file
 from simulator.specs.surfaces import Surface
 
 PROFILE_FORMAT = "dsd-planner-profile"
@@ -305,18 +306,7 @@ def prior_profile(hw) -> Profile | None:
 
 
 def load_profile(path: str | Path) -> Profile:
-    path = Path(path)
-    if path.is_dir():
-        raise PlannerError(f"{path}: is a directory; give a calibration profile JSON file")
-    try:
-        data = json.loads(path.read_text())
-    except FileNotFoundError:
-        raise PlannerError(f"{path}: calibration profile not found") from None
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
-        raise PlannerError(f"{path}: corrupt calibration profile, not valid JSON ({str(err)[:120]})") from None
-    except OSError as err:
-        raise PlannerError(f"{path}: cannot read the calibration profile ({err.strerror or err})") from None
-    return profile_from_dict(data, str(path))
+    return profile_from_dict(read_json_file(path, "calibration profile"), str(Path(path)))
 
 
 def check_profile_matches(profile: Profile, hardware_name: str) -> None:
