@@ -9,6 +9,7 @@ import os
 import shutil
 import stat
 import tempfile
+import tomllib
 from pathlib import Path
 
 from simulator.errors import PlannerError
@@ -28,6 +29,24 @@ def read_json_file(path: str | Path, what: str):
         raise PlannerError(f"{path}: {what} is not valid JSON ({str(err)[:120]})") from None
     except OSError as err:
         raise PlannerError(f"{path}: cannot read the {what} ({err.strerror or err})") from None
+
+
+def read_toml_file(path: str | Path, what: str, missing_hint: str = "") -> dict:
+    """A TOML file's tables; PlannerError naming the file and ``what`` it should be when it is a
+    directory, missing (``missing_hint`` appended), unreadable, not text or not TOML."""
+    path = Path(path)
+    if path.is_dir():
+        raise PlannerError(f"{path}: is a directory; give the {what} TOML file")
+    try:
+        return tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise PlannerError(f"{path}: {what} file not found{missing_hint}") from None
+    except tomllib.TOMLDecodeError as err:
+        raise PlannerError(f"{path}: malformed TOML: {err}") from None
+    except UnicodeDecodeError:
+        raise PlannerError(f"{path}: not a text file; give the {what} TOML file") from None
+    except OSError as err:
+        raise PlannerError(f"{path}: cannot read the {what} file ({err.strerror or err})") from None
 
 
 def _check_target(target: Path, flag: str) -> None:

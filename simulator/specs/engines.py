@@ -11,12 +11,12 @@ Values a source gives sit in their section; values that had to be assumed sit un
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 from simulator.errors import PlannerError, did_you_mean
+from simulator.files import read_toml_file
 
 ENGINES_DIR = Path(__file__).resolve().parent.parent / "data" / "engines"
 DEFAULT_GPU_ENGINE = "vllm"
@@ -118,11 +118,7 @@ def load_engine(name: str, version: str | None = None) -> EngineProfile:
         raise PlannerError(f"engine {name} has no profile for version '{version}' (profiles: {', '.join(versions)});"
                            f" pick one of those with --engine-version")
     path = ENGINES_DIR / (f"{name}-{version}.toml" if version else f"{name}.toml")
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as err:
-        raise PlannerError(f"{path}: malformed TOML: {err}") from None
-    return engine_from_dict(data, str(path))
+    return engine_from_dict(read_toml_file(path, "engine profile"), str(path))
 
 
 def engine_from_dict(data: dict, origin: str) -> EngineProfile:

@@ -6,7 +6,6 @@ replaces them.
 """
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
@@ -14,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from simulator.errors import PlannerError, did_you_mean
+from simulator.files import read_toml_file
 
 HARDWARE_DIR = Path(__file__).resolve().parent.parent / "data" / "hardware"
 
@@ -178,13 +178,7 @@ def load_hardware(name: str) -> Hardware:
         origin = f"hardware catalog entry '{name}'"
     else:
         raise PlannerError(f"unknown hardware '{name}'{did_you_mean(name, list_hardware())}")
-    try:
-        data = tomllib.loads(path.read_text())
-    except tomllib.TOMLDecodeError as err:
-        raise PlannerError(f"{path}: malformed TOML: {err}") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise PlannerError(f"{path}: cannot read it as a text file ({getattr(err, 'strerror', None) or err})") from None
-    return hardware_from_dict(data, origin)
+    return hardware_from_dict(read_toml_file(path, "hardware"), origin)
 
 
 def custom_hardware(base: Hardware | None = None, **overrides) -> Hardware:

@@ -7,7 +7,6 @@ other modules own (``serving``, ``traffic``, ``slo``, ``sizing``) are kept as pl
 from __future__ import annotations
 
 import copy
-import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -18,6 +17,7 @@ from simulator.specs.deployment import LAYOUTS, Deployment, check_deployment, ma
 from simulator.specs.engines import EngineProfile, default_engine, load_engine
 from simulator.specs.drafts import DraftSpec, check_draft, parse_draft
 from simulator.errors import PlannerError
+from simulator.files import read_toml_file
 from simulator.specs.hardware import Hardware, custom_hardware, load_hardware
 from simulator.specs.models import ModelSpec, load_model
 from simulator.specs.routing import Routing, check_reuse
@@ -291,19 +291,8 @@ def read_scenario_file(path: str | Path) -> dict:
     path = Path(path)
     if not path.exists() and (SCENARIO_DIR / f"{path}.toml").exists():
         path = SCENARIO_DIR / f"{path}.toml"
-    try:
-        raw = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        known = ", ".join(p.stem for p in sorted(SCENARIO_DIR.glob("*.toml")))
-        raise PlannerError(f"{path}: scenario file not found (bundled: {known})") from None
-    except tomllib.TOMLDecodeError as err:
-        raise PlannerError(f"{path}: malformed TOML: {err}") from None
-    except UnicodeDecodeError:
-        raise PlannerError(f"{path}: not a text file") from None
-    except IsADirectoryError:
-        raise PlannerError(f"{path}: is a directory; give a scenario TOML file") from None
-    except OSError as err:
-        raise PlannerError(f"{path}: cannot read the scenario ({err.strerror or err})") from None
+    known = ", ".join(p.stem for p in sorted(SCENARIO_DIR.glob("*.toml")))
+    raw = read_toml_file(path, "scenario", missing_hint=f" (bundled: {known})")
     raw["_base_dir"] = str(path.parent)
     raw["_path"] = str(path)
     return raw

@@ -48,12 +48,12 @@ import copy
 import hashlib
 import itertools
 import json
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from simulator import serving
 from simulator.errors import PlannerError, did_you_mean
+from simulator.files import read_toml_file
 from simulator.sizing.spec import POLICIES, memory_fit, parse_sizing, traffic_lengths
 from simulator.specs.acceptance import parse_acceptance
 from simulator.specs.drafts import parse_draft
@@ -192,16 +192,7 @@ def _read(path: str | Path) -> dict:
     p = Path(path)
     if not p.exists() and (SWEEP_DIR / f"{p}.toml").exists():
         p = SWEEP_DIR / f"{p}.toml"
-    try:
-        return tomllib.loads(p.read_text()) | {"_path": str(p)}
-    except FileNotFoundError:
-        raise PlannerError(f"{p}: sweep file not found") from None
-    except IsADirectoryError:
-        raise PlannerError(f"{p}: is a directory, not a sweep file") from None
-    except tomllib.TOMLDecodeError as err:
-        raise PlannerError(f"{p}: malformed TOML: {err}") from None
-    except UnicodeDecodeError:
-        raise PlannerError(f"{p}: not a text file") from None
+    return read_toml_file(p, "sweep") | {"_path": str(p)}
 
 
 def parse_sweep(path: str | Path, output_dir: str | None = None, workers: int | None = None) -> SweepSpec:
