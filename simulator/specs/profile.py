@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -261,9 +262,11 @@ def shipped_profile_path(hardware: str, engine: str | None = None) -> Path | Non
 BORROWABLE_SURFACES = ("gemm.int8_wo", "gemm.int4_wo")
 
 
+@lru_cache(maxsize=32)
 def load_shipped_profile(path: Path) -> Profile:
     """A shipped profile, with the device's weight-only GEMM surfaces borrowed from a sibling profile
-    when its own engine's tables lack them (provenance says from where)."""
+    when its own engine's tables lack them (provenance says from where). Cached: shipped profiles are
+    package data, and every scenario build (each sweep point, each dashboard rerun) resolves one."""
     profile = load_profile(path)
     missing = [k for k in BORROWABLE_SURFACES if k not in profile.surfaces]
     borrowed = {}
