@@ -66,13 +66,19 @@ ENGINES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm", "gpt-fast": "
 SOURCE_ENGINES = {"magicdec-paper": ("gpt-fast", None),  # "authors' backend built on gpt-fast" (corpus notes)
                   "argonne-llm-inference-bench": (None, "0.6.3"),  # arXiv 2411.00136, Nov 2024: vLLM 0.6 line
                   "lmsys-sglang-mtp-blog": (None, "0.4.4"), "trtllm-dsr1-b200-blog": (None, "1.0"),
-                  "trtllm-mtp-blog": (None, "1.0"), "trtllm-ngram-blog": (None, "1.0")}
-WEIGHTS = {"bf16": ("bf16", "bf16"), "fp16": ("bf16", "bf16"), "fp8": ("fp8", "fp8"),
+                  "trtllm-mtp-blog": (None, "1.0"), "trtllm-ngram-blog": (None, "1.0"),
+                  # an older NIM for LLMs release (2024) on the TensorRT-LLM backend: its 0.10-0.12 line
+                  "nvidia-dli-nim-genaiperf": (None, "0.12"), "vllm-fp8-kv-blog": (None, "0.19.1")}
+WEIGHTS = {"bf16": ("bf16", "bf16"), "fp16": ("bf16", "bf16"), "mixed (fp16)": ("bf16", "bf16"), "fp8": ("fp8", "fp8"),
            "int8-weight-only": ("int8", "bf16"), "int4-weight-only-g32": ("int4", "bf16"),
+           "int4-weight-only-g64": ("int4", "bf16"),
            # NVFP4 (4-bit values, one fp8 scale per 16: 4.5 bits) priced as the catalog's mxfp4 (4.25 bits)
            "nvfp4": ("mxfp4", "bf16"), "nvfp4(moe)/bf16(attn)": ("bf16", "bf16", "mxfp4")}
 DRAFTS = {"eagle": "eagle", "eagle2": "eagle", "eagle3": "eagle3", "mtp": "mtp", "ngram": "ngram"}
 PLAIN_METRICS = ("plain_step_ms", "tpot_ms", "output_tok_s_per_user")
+# a serving benchmark's mean inter-token latency at a concurrency: a plain step at batch = concurrency
+# plus whatever the other requests' prefills and the scheduler add; scored as its own kind
+ITL_METRICS = ("itl_ms",)
 MOE_MODELS = ("mixtral-8x7b", "deepseek-v3", "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-120b")
 RUN_METRICS = ("output_tok_s_total", "output_tok_s_per_gpu", "batch_latency_s", "e2e_latency_ms")
 
@@ -82,7 +88,7 @@ class Case:
     """One corpus row made into something the planner can price."""
 
     row: pd.Series
-    kind: str  # "plain", "run" or "speedup"
+    kind: str  # "plain", "itl", "run" or "speedup"
     raw: dict  # scenario dict (TOML layout) for the planner basis
     measured: float  # ms per step (plain, run) or the speedup
     note: str = ""
@@ -95,7 +101,8 @@ def _num(v) -> float | None:
 def _hardware(row) -> tuple[str | None, str]:
     if row.device == "A100":
         hw = A100_BY_SOURCE.get(row.source_id)
-        return hw, "A100 variant per source (see DEVICES in calibration/transfer.py)"
+        return hw, "A100 variant per source (see DEVICES in calibration/transfer.py)" if hw else \
+            "A100 without its memory variant (40 or 80 GB: 1.6 or 2.0 TB/s)"
     hw, why = DEVICES.get(row.device, (None, ""))
     return hw, why
 
@@ -120,7 +127,7 @@ def engine_for(row) -> dict:
     version it states (or its source's release line); the oldest profile when all are newer."""
     name, version = SOURCE_ENGINES.get(row.source_id, (None, None))
     name = name or ENGINES.get(row.engine, "ideal")
-    if not pd.isna(row.engine_version):
+    if not pd.isna(row.engine_version) and str(row.engine_version)[:1].isdigit():
         version = str(row.engine_version).split()[0]
     versions = engine_versions(name)
     if not versions or not versions[0]:
@@ -142,7 +149,7 @@ def case_for(row: pd.Series) -> Case | str:
     """A Case, or the reason the planner cannot express the row."""
     hw, hw_note = _hardware(row)
     if hw is None:
-        return f"device {row.device} is not in the hardware catalog"
+        return hw_note or f"device {row.device} is not in the hardware catalog"
     if row.model not in list_models():
         return f"model {row.model} is not in the model catalog"
     dtype = WEIGHTS.get(str(row.weight_dtype) if not pd.isna(row.weight_dtype) else "bf16")
@@ -159,7 +166,7 @@ def case_for(row: pd.Series) -> Case | str:
     ctx = _num(row.context_len) or ((inp or 0) + (out or 0) / 2) or 512.0
     raw = {"model": {"name": row.model}, "hardware": {"name": hw, "tp": tp},
            "precision": {"weights": dtype[0], "activations": dtype[1],
-                         "kv_cache": "fp8" if str(row.kv_dtype) == "fp8" else "bf16"} | (
+                         "kv_cache": "fp8" if str(row.kv_dtype).startswith("fp8") else "bf16"} | (
                              {"experts": dtype[2]} if len(dtype) > 2 else {}),
            "workload": {"context_len": int(ctx), "batch_sizes": [B], "k_max": max(K, 1), "fixed_k": max(K, 1),
                         "memory_utilization": 0.95},
@@ -169,6 +176,8 @@ def case_for(row: pd.Series) -> Case | str:
     if m in PLAIN_METRICS and draft == "none":
         value = 1000.0 / row.value if m == "output_tok_s_per_user" else float(row.value)
         return Case(row, "plain", raw, value, hw_note)
+    if m in ITL_METRICS and draft == "none":
+        return Case(row, "itl", raw, float(row.value), hw_note)
     if m in RUN_METRICS and draft == "none":
         if out is None or inp is None:
             return "run metric without input and output lengths"
@@ -307,7 +316,7 @@ def score(corpus: pd.DataFrame, peer: bool = False) -> tuple[pd.DataFrame, pd.Da
         if c.kind == "speedup":
             rec["decision_right"] = (pred > 1) == (c.measured > 1)
             rec["decision_right_datasheet"] = (pred_ds > 1) == (c.measured > 1)
-        if peer and c.kind == "plain":
+        if peer and c.kind in ("plain", "itl"):
             p = peer_tpot_ms(c)
             rec["peer_predicted"] = p
             rec["peer_error"] = None if p is None else p / c.measured - 1
@@ -321,16 +330,24 @@ def _stats(err: pd.Series) -> dict:
             "worst": float(e.max()) if len(e) else float("nan")}
 
 
+STEP_KINDS = ["plain", "itl", "run"]
+
+
+def _coverage(rows: pd.DataFrame) -> dict:
+    return {"sources": sorted(rows.source_id.unique()), "gpus": sorted(rows.hardware.unique()),
+            "tp": sorted(int(t) for t in rows.tp.unique()),
+            "batch_sizes": [int(rows.batch_size.min()), int(rows.batch_size.max())] if len(rows) else []}
+
+
 def summarize(rows: pd.DataFrame) -> dict:
-    step = rows[rows.kind.isin(["plain", "run"])]
+    step = rows[rows.kind.isin(STEP_KINDS)]
+    plain = step[step.kind == "plain"]
     spec = rows[(rows.kind == "speedup") & ~rows.anchor]
     out = {
-        "step_time": {"planner": _stats(step.error), "datasheet": _stats(step.error_datasheet),
-                      "sources": sorted(step.source_id.unique()), "gpus": sorted(step.hardware.unique()),
-                      "tp": sorted(int(t) for t in step.tp.unique()),
-                      "batch_sizes": [int(step.batch_size.min()), int(step.batch_size.max())] if len(step) else []},
-        "plain_only": {"planner": _stats(step[step.kind == "plain"].error),
-                       "datasheet": _stats(step[step.kind == "plain"].error_datasheet)},
+        "step_time": {"planner": _stats(step.error), "datasheet": _stats(step.error_datasheet), **_coverage(step)},
+        "plain_only": {"planner": _stats(plain.error), "datasheet": _stats(plain.error_datasheet), **_coverage(plain)},
+        "itl_only": {"planner": _stats(step[step.kind == "itl"].error),
+                     "datasheet": _stats(step[step.kind == "itl"].error_datasheet)},
         "speedup": {"planner": _stats(spec.error), "datasheet": _stats(spec.error_datasheet),
                     # a curve: one source's speedups of one model, draft and device over batch size or K
                     "curves": int(spec.groupby(["source_id", "hardware", "model", "draft", "context_len"]).ngroups),
@@ -340,9 +357,9 @@ def summarize(rows: pd.DataFrame) -> dict:
         "decision": {"planner": float(spec.decision_right.mean()) if len(spec) else float("nan"),
                      "datasheet": float(spec.decision_right_datasheet.mean()) if len(spec) else float("nan"),
                      "n": int(len(spec))},
-        "by_gpu": {hw: {"step_time": _stats(g[g.kind.isin(["plain", "run"])].error),
+        "by_gpu": {hw: {"step_time": _stats(g[g.kind.isin(STEP_KINDS)].error),
                         "speedup": _stats(g[(g.kind == "speedup") & ~g.anchor].error),
-                        "datasheet_step_time": _stats(g[g.kind.isin(["plain", "run"])].error_datasheet),
+                        "datasheet_step_time": _stats(g[g.kind.isin(STEP_KINDS)].error_datasheet),
                         "basis": g.basis.iloc[0]}
                    for hw, g in rows.groupby("hardware")},
         "by_source": {s: {"planner": _stats(g[~g.anchor].error), "datasheet": _stats(g[~g.anchor].error_datasheet)}
@@ -366,19 +383,25 @@ def markdown(summary: dict, rows: pd.DataFrame, skipped: pd.DataFrame, corpus_pa
         f"Corpus: `{corpus_path}` ({len(rows) + len(skipped)} rows; {len(rows)} scored, {len(skipped)} not"
         " expressible). Nothing here was fitted to these rows. `python -m calibration.transfer` regenerates it.", "",
         "| what | rows | datasheet (before) MAPE | planner MAPE | planner worst |", "|---|---|---|---|---|",
-        f"| decode step time (plain + run time / output token) | {st['planner']['n']} | {_pct(st['datasheet']['mape'])} |"
-        f" {_pct(st['planner']['mape'])} | {_pct(st['planner']['worst'])} |",
+        f"| decode step time (plain + serving ITL + run time / output token) | {st['planner']['n']} |"
+        f" {_pct(st['datasheet']['mape'])} | {_pct(st['planner']['mape'])} | {_pct(st['planner']['worst'])} |",
         f"| of which plain step time only | {s['plain_only']['planner']['n']} | {_pct(s['plain_only']['datasheet']['mape'])} |"
         f" {_pct(s['plain_only']['planner']['mape'])} | {_pct(s['plain_only']['planner']['worst'])} |",
+        f"| of which serving inter-token latency at a concurrency | {s['itl_only']['planner']['n']} |"
+        f" {_pct(s['itl_only']['datasheet']['mape'])} | {_pct(s['itl_only']['planner']['mape'])} |"
+        f" {_pct(s['itl_only']['planner']['worst'])} |",
         f"| speculative speedup ({sp['curves']} curves, {sp['moe_curves']} MoE; anchor rows excluded) | {sp['planner']['n']} |"
         f" {_pct(sp['datasheet']['mape'])} | {_pct(sp['planner']['mape'])} | {_pct(sp['planner']['worst'])} |",
         f"| speculate-or-not decision right | {dc['n']} | {_pct(dc['datasheet'])} | {_pct(dc['planner'])} | |", "",
         f"Step-time rows come from {len(st['sources'])} sources ({', '.join(st['sources'])}) on {len(st['gpus'])} GPU"
         f" types ({', '.join(st['gpus'])}), TP {st['tp']}, batch sizes {st['batch_sizes']}.", "",
+        f"Plain step-time rows: {len(s['plain_only']['sources'])} sources ({', '.join(s['plain_only']['sources'])}) on"
+        f" {len(s['plain_only']['gpus'])} GPU types ({', '.join(s['plain_only']['gpus'])}), TP {s['plain_only']['tp']},"
+        f" batch sizes {s['plain_only']['batch_sizes']}.", "",
         "Targets (issue 11): step-time MAPE <= 12%, worst <= 25%; speedup MAPE <= 12%; decision right >= 95%.", ""]
     if "peer" in s:
         p = s["peer"]
-        lines += [f"Peer (aiconfigurator-core 0.12.0, its own TPOT estimate) on the {p['n']} plain rows it can"
+        lines += [f"Peer (aiconfigurator-core 0.12.0, its own TPOT estimate) on the {p['n']} plain and ITL rows it can"
                   f" express: MAPE {_pct(p['peer']['mape'])} (worst {_pct(p['peer']['worst'])}); the planner on the"
                   f" same rows: {_pct(p['planner']['mape'])} (worst {_pct(p['planner']['worst'])}).", ""]
     else:

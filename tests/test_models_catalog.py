@@ -25,6 +25,8 @@ PUBLISHED_PARAMS = [
      "Llama 3 Herd of Models (Dubey et al. 2024, arXiv:2407.21783) and the Llama 3.1 model card: 405B"),
     ("mistral-7b-v0.3", 7_248_023_552,
      "mistralai/Mistral-7B-v0.3, Hugging Face model page (safetensors metadata, shown as 7.25B params)"),
+    ("mistral-7b-v0.1", 7_241_732_096,
+     "mistralai/Mistral-7B-v0.1, Hugging Face model page (safetensors metadata, shown as 7.24B params)"),
     ("qwen2.5-7b", 7.61e9, "Qwen/Qwen2.5-7B model card: 'Number of Parameters: 7.61B'"),
     ("qwen2.5-32b", 32.5e9, "Qwen/Qwen2.5-32B model card: 'Number of Parameters: 32.5B'"),
     ("tinyllama-1.1b", 1_100_048_384,
@@ -73,6 +75,12 @@ def test_long_context_and_draft_entries_keep_their_base_shapes():
     tiny, target = load_model("tinyllama-1.1b"), load_model("llama-2-7b")
     assert tiny.vocab_size == target.vocab_size == 32000
     assert (tiny.num_heads, tiny.num_kv_heads, tiny.head_dim) == (32, 4, 64)
+
+
+def test_mistral_v01_slides_a_4096_window_on_every_layer():
+    # Mistral 7B paper (arXiv 2310.06825) Table 1: window_size 4096, 32 layers
+    m = load_model("mistral-7b-v0.1")
+    assert m.sliding_window == 4096 and m.num_sliding_layers == 32
 
 
 def test_no_sliding_window_where_the_config_disables_it():

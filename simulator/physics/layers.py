@@ -41,6 +41,11 @@ def allreduce_s(nbytes, gpus: int, hw: Hardware):
     return hw.interconnect_latency_s + 2.0 * (gpus - 1) / gpus * nbytes / hw.interconnect_bandwidth_bytes_per_s
 
 
+# Largest queries per sequence priced by the decode-attention surfaces: verify passes (K + 1 <= 17)
+# and small draft-tree passes; longer runs of queries are prompt chunks.
+MAX_DECODE_SURFACE_QUERIES = 32
+
+
 def attention_op(model: ModelSpec, dep: Deployment, batch, queries, context_len: float, count: int,
                  window: int | None, name: str) -> Op:
     """Decode attention of q queries per sequence over L cached keys plus the q new ones.
@@ -59,15 +64,34 @@ def attention_op(model: ModelSpec, dep: Deployment, batch, queries, context_len:
         flops = 2.0 * batch * queries * (keys + (queries + 1) / 2) * hq * (2 * model.kv_lora_rank + model.qk_rope_head_dim)
         kv_read = batch * (keys + queries) * latent * kv
         q_io = 2.0 * batch * queries * hq * latent * a
+        shape = {}
     else:
         d = model.head_dim
+        hkv = kv_heads_per_gpu(model, dep.tp)
         flops = 4.0 * batch * queries * (keys + (queries + 1) / 2) * hq * d
-        kv_read = batch * (keys + queries) * 2 * kv_heads_per_gpu(model, dep.tp) * d * kv
+        kv_read = batch * (keys + queries) * 2 * hkv * d * kv
         q_io = 2.0 * batch * queries * hq * d * a
+        # surface axes as the q = 1 decode tables measured them: group = hq / hkv. A verify pass packs
+        # its q g query rows per KV head into tensor-core tiles and stays bound by the same KV read;
+        # the tables' slow large-group decode kernels (g >= 48, ~3x at equal bytes) are a q = 1
+        # kernel choice, so q enters through the roofline FLOPs, not through the group axis
+        shape = {"batch_heads": batch * hkv, "head_dim": float(d), "group": hq / hkv}
+    # the decode surfaces were measured at q = 1 and price decode and verify passes; a prompt chunk
+    # is a compute-bound prefill kernel they never saw (their efficiency at one sequence is the
+    # latency floor of a tiny decode kernel). A prefill kernel runs, per sequence and KV head, the
+    # GEMMs S = Q K^T (m = q g query rows, n = keys, k = d) and S V: it borrows the GEMM surface at
+    # that shape (MLA prefill: the roofline)
+    if float(np.max(queries)) <= MAX_DECODE_SURFACE_QUERIES:
+        surface = "mla_decode" if model.attention == "mla" else "attention_decode"
+    elif model.attention != "mla":
+        surface = "gemm"
+        shape = {"m": queries * hq / kv_heads_per_gpu(model, dep.tp), "n": keys + queries, "k": float(model.head_dim)}
+    else:
+        surface = None
     return Op(name, "attention", flops, kv_read + q_io, kernels=2, count=count, eff_tokens=batch * queries,
-              surface="mla_decode" if model.attention == "mla" else "attention_decode",
+              surface=surface,
               shape={"tokens": batch * queries, "batch": batch, "context": keys + 1.0, "kv_bytes": kv_read,
-                     "bytes": kv_read + q_io}, dtype=dep.kv_dtype)
+                     "bytes": kv_read + q_io, **shape}, dtype=dep.kv_dtype)
 
 
 def attention_projection_ops(model: ModelSpec, dep: Deployment, tokens, count: int, prefix: str = "") -> list[Op]:
@@ -151,7 +175,10 @@ def moe_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, count: int,
            kernels=5, count=count,
            eff_tokens=tokens * model.experts_per_token / np.maximum(touched_all, 1.0), surface="moe",
            shape={"tokens_per_expert": tokens * model.experts_per_token / np.maximum(touched_all, 1.0),
-                  "expert_bytes": touched_gpu * params_slice * w_e, "n": model.expert_intermediate_size / expert_tp},
+                  "expert_bytes": touched_gpu * params_slice * w_e, "n": model.expert_intermediate_size / expert_tp,
+                  # the exact layer shape, for a table that measured it (ShapeCorrection)
+                  "tokens": tokens, "num_experts": model.num_experts, "topk": model.experts_per_token,
+                  "hidden": D, "inter": model.expert_intermediate_size, "moe_tp": expert_tp, "moe_ep": dep.ep},
            dtype="fp8" if w_e == a == 1 else "bf16"),
     ]
     if model.shared_expert_intermediate_size:

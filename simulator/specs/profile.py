@@ -44,7 +44,7 @@ import numpy as np
 
 from simulator.errors import PlannerError
 from simulator.files import read_json_file
-from simulator.specs.surfaces import Surface
+from simulator.specs.surfaces import ShapeCorrection, Surface
 
 PROFILE_FORMAT = "dsd-planner-profile"
 # Profiles shipped with the planner: measured GPU kernel tables, <hardware>.<engine>-<version>.profile.json
@@ -81,6 +81,7 @@ class Profile:
     engine_scale: float = 1.0
     surfaces: dict = field(default_factory=dict)  # "family.dtype" -> Surface (format 2)
     collectives: dict = field(default_factory=dict)  # "all_reduce" -> {"<gpus>": {...}} (format 2)
+    shape_corrections: dict = field(default_factory=dict)  # "family.dtype" -> ShapeCorrection (format 2)
     streaming_efficiency: float = 1.0  # attained share of datasheet bandwidth for ops without a surface
     basis: str = "microbenchmarks"
     heldout_error: dict = field(default_factory=dict)
@@ -100,7 +101,19 @@ class Profile:
 
     def surface(self, family: str, dtype: str) -> Surface | None:
         """The efficiency surface of an op family at a dtype, falling back to bf16."""
-        return self.surfaces.get(f"{family}.{dtype}") or self.surfaces.get(f"{family}.bf16")
+        return self.surfaces.get(self.surface_name(family, dtype) or "")
+
+    def surface_name(self, family: str, dtype: str) -> str | None:
+        """Which surface prices the family at this dtype: its own, else bf16's, else none."""
+        for name in (f"{family}.{dtype}", f"{family}.bf16"):
+            if name in self.surfaces:
+                return name
+        return None
+
+    def shape_correction(self, family: str, dtype: str) -> ShapeCorrection | None:
+        """The per-shape correction that goes with :meth:`surface` (same fallback)."""
+        name = self.surface_name(family, dtype)
+        return self.shape_corrections.get(name) if name else None
 
     def microbenchmarks_only(self) -> "Profile":
         """The same profile without the end-to-end engine terms (what validation refits)."""
@@ -189,6 +202,7 @@ def profile_from_dict(data: dict, path: str) -> Profile:
         engine_scale=float(scale),
         surfaces=_surfaces(data.get("surfaces") or {}, path),
         collectives=_collectives(data.get("collectives") or {}, path),
+        shape_corrections=_shape_corrections(data.get("shape_corrections") or {}, path),
         streaming_efficiency=_fraction(data.get("streaming_efficiency", 1.0), "streaming_efficiency", path),
         basis=str(data.get("basis", "microbenchmarks")),
         heldout_error=dict(data.get("heldout_error") or {}),
@@ -215,6 +229,18 @@ def _surfaces(table, path: str) -> dict[str, Surface]:
         if not np.all(np.isfinite(surf.values)) or np.any(surf.values <= 0):
             raise PlannerError(f"{path}: surfaces.{name}: efficiencies must be finite and > 0")
         out[name] = surf
+    return out
+
+
+def _shape_corrections(table, path: str) -> dict[str, ShapeCorrection]:
+    if not isinstance(table, dict):
+        raise PlannerError(f"{path}: 'shape_corrections' must be an object of named corrections")
+    out = {}
+    for name, d in table.items():
+        try:
+            out[name] = ShapeCorrection.from_dict(d)
+        except (KeyError, TypeError, ValueError, AttributeError) as err:
+            raise PlannerError(f"{path}: shape_corrections.{name}: {err}; expected key_axes, along and entries") from None
     return out
 
 

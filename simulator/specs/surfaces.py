@@ -10,6 +10,10 @@ and is evaluated by multilinear interpolation in log2 of every axis, clamped at 
 (a query outside the grid takes the value at the nearest edge). Predicted time is then
 ``t = roofline_time / surface(**axes)``.
 
+A shape correction (``profile["shape_corrections"]["moe.bf16"]``) holds, for each exact shape the
+table measured (e.g. one MoE layer: experts, top-k, hidden, intermediate, TP, EP), the measured time
+over the surface's along one axis (tokens); see :class:`ShapeCorrection`.
+
 A collective table (``profile["collectives"]["all_reduce"]["8"]``) holds ``alpha_s``,
 ``bus_bandwidth_bytes_per_s`` and the measured ``bytes`` / ``latency_s`` points; see
 :func:`collective_time_s`.
@@ -20,7 +24,7 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["Surface", "collective_time_s", "ring_factor"]
+__all__ = ["Surface", "ShapeCorrection", "collective_time_s", "ring_factor"]
 
 
 class Surface:
@@ -138,6 +142,56 @@ class Surface:
             if not empty:
                 out += w * flat[lin]
         return out
+
+
+class ShapeCorrection:
+    """Measured time / surface time for the exact shapes a kernel table measured, along one axis.
+
+    A smooth surface over a few derived axes cannot hold every kernel-selection quirk of a fused
+    kernel (the MoE tables' per-model biases reach -20%); for a shape the table measured, the
+    planner multiplies the surface's time by this factor, interpolated in log2 of ``along`` and
+    clamped at the measured ends. Other shapes keep the surface alone.
+
+    ``entries``: ``{"128/8/4096/1536/1/1": [[along values...], [factors...]]}``, keys joining the
+    integer values of ``key_axes`` with "/".
+    """
+
+    __slots__ = ("key_axes", "along", "entries")
+
+    def __init__(self, key_axes: Sequence[str], along: str, entries: Mapping) -> None:
+        self.key_axes = tuple(key_axes)
+        self.along = str(along)
+        self.entries = {}
+        for key, (xs, fs) in entries.items():
+            xs, fs = np.asarray(xs, dtype=float), np.asarray(fs, dtype=float)
+            if xs.ndim != 1 or xs.shape != fs.shape or xs.size < 1 or np.any(xs <= 0) or np.any(np.diff(xs) <= 0) \
+                    or not np.all(np.isfinite(fs)) or np.any(fs <= 0):
+                raise ValueError(f"entry {key!r}: needs increasing positive {self.along} values and positive factors")
+            if len(str(key).split("/")) != len(self.key_axes):
+                raise ValueError(f"entry {key!r}: key must join {len(self.key_axes)} values with '/'")
+            self.entries[str(key)] = (np.log2(xs), fs)
+
+    @classmethod
+    def from_dict(cls, d: Mapping) -> "ShapeCorrection":
+        return cls(d["key_axes"], d["along"], d["entries"])
+
+    @staticmethod
+    def key_of(values) -> str:
+        return "/".join(str(int(round(float(v)))) for v in values)
+
+    def factor(self, shape: Mapping):
+        """The time factor at ``shape`` (a mapping with the key axes as scalars and ``along``), or
+        None when the table did not measure this shape."""
+        try:
+            key = self.key_of(np.asarray(shape[a], dtype=float).reshape(-1)[0] for a in self.key_axes)
+        except (KeyError, IndexError):
+            return None
+        hit = self.entries.get(key)
+        if hit is None:
+            return None
+        lx, fs = hit
+        x = np.log2(np.maximum(np.asarray(shape[self.along], dtype=float), 1e-300))
+        return np.interp(x, lx, fs) if lx.size > 1 else np.full(x.shape, float(fs[0]))
 
 
 def ring_factor(g) -> np.ndarray:
