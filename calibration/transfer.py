@@ -79,6 +79,14 @@ PLAIN_METRICS = ("plain_step_ms", "tpot_ms", "output_tok_s_per_user")
 # a serving benchmark's mean inter-token latency at a concurrency: a plain step at batch = concurrency
 # plus whatever the other requests' prefills and the scheduler add; scored as its own kind
 ITL_METRICS = ("itl_ms",)
+# Sources whose FP8 runs leave the KV dtype unstated but quantize it with the weights: TensorRT-LLM's
+# FP8 performance tables (the v0.6.1 docs say 'FP8 weights and FP8 KV'; the v0.9 DLI FP8 steps run
+# below a bf16-KV roofline, e.g. Llama-2-7B B=120 on H100: 17.2 ms measured, 24.5 ms bf16-KV minimum)
+FP8_KV_WITH_FP8_WEIGHTS = ("nvidia-dli-trtllm-v090", "trtllm-perf-v061")
+# Sources that benchmarked with random ("fake") weights: an MoE router then sends most tokens to the
+# same experts, so the step is not the model's (DLI Mixtral runs measure 2x below the all-experts
+# roofline); their MoE rows are not scored
+RANDOM_WEIGHT_SOURCES = ("nvidia-dli-trtllm-v090",)
 MOE_MODELS = ("mixtral-8x7b", "deepseek-v3", "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-120b")
 RUN_METRICS = ("output_tok_s_total", "output_tok_s_per_gpu", "batch_latency_s", "e2e_latency_ms")
 
@@ -152,6 +160,8 @@ def case_for(row: pd.Series) -> Case | str:
         return hw_note or f"device {row.device} is not in the hardware catalog"
     if row.model not in list_models():
         return f"model {row.model} is not in the model catalog"
+    if row.source_id in RANDOM_WEIGHT_SOURCES and row.model in MOE_MODELS:
+        return "random weights: the router's expert choice is not the model's (MoE step below its roofline)"
     dtype = WEIGHTS.get(str(row.weight_dtype) if not pd.isna(row.weight_dtype) else "bf16")
     if dtype is None:
         return f"weights {row.weight_dtype} have no planner dtype"
@@ -166,7 +176,9 @@ def case_for(row: pd.Series) -> Case | str:
     ctx = _num(row.context_len) or ((inp or 0) + (out or 0) / 2) or 512.0
     raw = {"model": {"name": row.model}, "hardware": {"name": hw, "tp": tp},
            "precision": {"weights": dtype[0], "activations": dtype[1],
-                         "kv_cache": "fp8" if str(row.kv_dtype).startswith("fp8") else "bf16"} | (
+                         "kv_cache": "fp8" if str(row.kv_dtype).startswith("fp8") or (
+                             pd.isna(row.kv_dtype) and dtype[0] == "fp8" and row.source_id in FP8_KV_WITH_FP8_WEIGHTS)
+                         else "bf16"} | (
                              {"experts": dtype[2]} if len(dtype) > 2 else {}),
            "workload": {"context_len": int(ctx), "batch_sizes": [B], "k_max": max(K, 1), "fixed_k": max(K, 1),
                         "memory_utilization": 0.95},
@@ -348,6 +360,8 @@ def summarize(rows: pd.DataFrame) -> dict:
         "plain_only": {"planner": _stats(plain.error), "datasheet": _stats(plain.error_datasheet), **_coverage(plain)},
         "itl_only": {"planner": _stats(step[step.kind == "itl"].error),
                      "datasheet": _stats(step[step.kind == "itl"].error_datasheet)},
+        "run_only": {"planner": _stats(step[step.kind == "run"].error),
+                     "datasheet": _stats(step[step.kind == "run"].error_datasheet)},
         "speedup": {"planner": _stats(spec.error), "datasheet": _stats(spec.error_datasheet),
                     # a curve: one source's speedups of one model, draft and device over batch size or K
                     "curves": int(spec.groupby(["source_id", "hardware", "model", "draft", "context_len"]).ngroups),
@@ -390,6 +404,9 @@ def markdown(summary: dict, rows: pd.DataFrame, skipped: pd.DataFrame, corpus_pa
         f"| of which serving inter-token latency at a concurrency | {s['itl_only']['planner']['n']} |"
         f" {_pct(s['itl_only']['datasheet']['mape'])} | {_pct(s['itl_only']['planner']['mape'])} |"
         f" {_pct(s['itl_only']['planner']['worst'])} |",
+        f"| of which run time per output token of static batches (prefill included) | {s['run_only']['planner']['n']} |"
+        f" {_pct(s['run_only']['datasheet']['mape'])} | {_pct(s['run_only']['planner']['mape'])} |"
+        f" {_pct(s['run_only']['planner']['worst'])} |",
         f"| speculative speedup ({sp['curves']} curves, {sp['moe_curves']} MoE; anchor rows excluded) | {sp['planner']['n']} |"
         f" {_pct(sp['datasheet']['mape'])} | {_pct(sp['planner']['mape'])} | {_pct(sp['planner']['worst'])} |",
         f"| speculate-or-not decision right | {dc['n']} | {_pct(dc['datasheet'])} | {_pct(dc['planner'])} | |", "",
