@@ -220,6 +220,16 @@ def run_time_s(sc: Scenario, batch: int, prompt: int, output: int) -> float:
     return float(serving.simulate(sc, "plain", workload=wl, engine=eng).summary["makespan_s"])
 
 
+def serving_tpot_s(sc: Scenario, concurrency: int, prompt: int, output: int) -> float:
+    """A closed-loop serving benchmark (``concurrency`` users, each sending its next request when the
+    last finishes, as GenAI-Perf's concurrency mode does): median per-request time per output token
+    after the first, so other requests' prefills interleaved with decode steps are counted."""
+    wl = serving.Workload(arrival="closed", concurrency=concurrency, n_requests=max(4 * concurrency, 16),
+                          prompt_len=prompt, output_len=output, max_num_seqs=concurrency)
+    eng = serving.engine_from_scenario(sc, max_num_seqs=concurrency)
+    return float(serving.simulate(sc, "plain", workload=wl, engine=eng).summary["tpot_p50_s"])
+
+
 def predict_case(case: Case, basis: str, acceptance_length: float | None) -> tuple[float, str]:
     """(predicted value in the measured unit, what the prediction rests on)."""
     sc = _scenario(case.raw, basis)
@@ -231,6 +241,8 @@ def predict_case(case: Case, basis: str, acceptance_length: float | None) -> tup
     if case.kind == "run":
         out, inp = int(case.row.output_len), int(case.row.input_len)
         return run_time_s(sc, B, inp, out) * 1e3 / out, sc.cost_source
+    if case.kind == "itl" and not (pd.isna(case.row.input_len) or pd.isna(case.row.output_len)):
+        return serving_tpot_s(sc, B, int(case.row.input_len), int(case.row.output_len)) * 1e3, sc.cost_source
     g = compute_grid(sc, batch_sizes=[B], ks=[0])
     return float(g.itl_s[0, 0]) * 1e3, sc.cost_source
 
