@@ -58,12 +58,14 @@ BAND_FILE = REPO / "simulator" / "data" / "transfer_error.json"
 # corpus device -> catalog hardware, with why when the source leaves the variant open
 DEVICES = {"A100-80GB": ("a100-80gb", ""), "H100": ("h100-sxm", "form factor not stated: SXM assumed"),
            "H100-SXM": ("h100-sxm", ""), "H200": ("h200", ""), "B200": ("b200", ""), "MI300X": ("mi300x", ""),
-           "L40S": ("l40s", "")}
+           "L40S": ("l40s", ""), "RTX3090": ("rtx3090", "")}
 # the plain "A100" rows: TensorRT-LLM's perf tables ran A100-SXM4-80GB; Argonne's Polaris nodes hold A100-40GB
 A100_BY_SOURCE = {"trtllm-perf-v061": "a100-80gb", "argonne-llm-inference-bench": "a100-40gb"}
 ENGINES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm", "gpt-fast": "gpt-fast"}
 # engine and version a source ran when the row does not say: its publication date's release line
 SOURCE_ENGINES = {"magicdec-paper": ("gpt-fast", None),  # "authors' backend built on gpt-fast" (corpus notes)
+                  # its vLLM rows (RTX 3090) state no version: the paper (Mar 2025) ran vLLM's V0 EAGLE line
+                  "eagle3-paper": (None, "0.7"),
                   "argonne-llm-inference-bench": (None, "0.6.3"),  # arXiv 2411.00136, Nov 2024: vLLM 0.6 line
                   "lmsys-sglang-mtp-blog": (None, "0.4.4"), "trtllm-dsr1-b200-blog": (None, "1.0"),
                   "trtllm-mtp-blog": (None, "1.0"), "trtllm-ngram-blog": (None, "1.0"),
