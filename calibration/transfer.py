@@ -122,6 +122,9 @@ def _draft(method: str) -> str | None:
         return "none"
     if method in DRAFTS:
         return DRAFTS[method]
+    if method.startswith("self-spec:streamingllm-kv"):  # MagicDec: the target over a W-token StreamingLLM KV
+        budget = method.rsplit("kv", 1)[1]
+        return f"self:{budget}" if budget.isdigit() else None
     if method.startswith("draft-model:") and "(" not in method:
         name = method.split(":", 1)[1]
         return f"model:{name}" if name in list_models() else None

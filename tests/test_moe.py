@@ -350,3 +350,27 @@ def test_cli_says_why_moe_k_star_moves():
     assert out.returncode == 0, out.stderr
     line = next(ln for ln in out.stdout.splitlines() if ln.startswith("why K* moves (MoE):"))
     assert "B=1" in line and "expert loading" in line and "attention" in line and "overhead" in line
+
+
+def test_self_draft_is_the_target_over_its_compressed_kv():
+    # MagicDec-style self-speculation: a draft pass is the target's own pass over W cached tokens
+    from simulator.physics.layers import forward_ops
+    from simulator.physics.memory import draft_weight_bytes, kv_bytes_per_sequence
+    from simulator.physics.operators import evaluate
+    from simulator.specs.deployment import Deployment
+
+    draft = parse_draft("self:512")
+    assert draft.method == "self" and draft.kv_budget == 512 and draft.label == "self:512"
+    m, hw, dep = load_model("llama-3.1-8b"), load_hardware("a100-80gb"), Deployment(tp=8)
+    B = np.array([32.0, 64.0])
+    per_pass, passes = draft_pass_cost(draft, m, dep, hw, B, 3.0, 32000.0, None)
+    plain_at_w = evaluate(forward_ops(m, dep, hw, B, 1.0, 512.0), hw, dep, None, B.shape)
+    np.testing.assert_allclose(per_pass.total_s, plain_at_w.total_s, rtol=1e-12)
+    assert passes == 3.0
+    # memory: no draft weights; per sequence the target's KV plus W more tokens of it (32000 > W)
+    assert draft_weight_bytes(draft, m, dep) == 0.0
+    none = parse_draft("ngram")
+    extra = kv_bytes_per_sequence(draft, m, dep, 32000.0) - kv_bytes_per_sequence(none, m, dep, 32000.0)
+    np.testing.assert_allclose(extra, kv_bytes_per_sequence(none, m, dep, 512.0), rtol=1e-12)
+    with pytest.raises(PlannerError, match="self:512"):
+        parse_draft("self:0")

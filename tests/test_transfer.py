@@ -109,3 +109,15 @@ def test_rtx3090_eagle_chain_loses_at_large_batch_on_the_datasheet(corpus):
     assert pred[48] < 1 and pred[56] < 1 and pred[4] > 1.2
     meas = {int(c.row.batch_size): c.measured for c in cases}
     assert all(abs(pred[b] / meas[b] - 1) < 0.25 for b in pred)
+
+
+def test_magicdec_self_speculation_pays_only_at_long_context(corpus):
+    # published: MagicDec (arXiv 2408.11049) Table 1, Llama-3.1-8B on 8xA100 drafting for itself over a
+    # 512-token StreamingLLM KV, B=32, K=2: 0.90x at 4k context, 1.22x at 32k, 1.64x at 100k
+    ids = [73, 81, 89, 95, 101, 105]
+    cases = _rows(corpus, ids)
+    assert all(c.raw["draft"]["method"] == "self:512" for c in cases)
+    pred = [T.predict_case(c, "planner", float(c.row.acceptance_length))[0] for c in cases]
+    meas = [c.measured for c in cases]
+    assert np.all(np.diff(pred) > 0) and np.all(np.diff(meas) > 0)
+    assert pred[0] < 1 < pred[-1]  # the planner's decision flips where the measured one does

@@ -57,6 +57,9 @@ def draft_pass_cost(draft: DraftSpec, target: ModelSpec, dep: Deployment, hw: Ha
                                  layer_counts=(dense, draft.layers - dense))
         ops += head_ops(target, attention_deployment(dep), hw, rank_tokens(dep, batch, 1.0), target.vocab_size, "draft.")
         return evaluate(ops, hw, dep, profile, shape), k
+    if draft.method == "self":  # the whole target over its compressed KV cache
+        ops = forward_ops(target, dep, hw, batch, 1.0, np.minimum(context_len, draft.kv_budget), "draft.")
+        return evaluate(ops, hw, dep, profile, shape), k
     if draft.method == "model":
         m = draft.model
         ddep = Deployment(tp=draft_tp(m, dep.tp), weight_dtype=dep.weight_dtype, act_dtype=dep.act_dtype,

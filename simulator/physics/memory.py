@@ -94,6 +94,8 @@ def draft_memory_bytes(draft: DraftSpec, target: ModelSpec, dep: Deployment, bat
     if draft.method == "model":
         ddep = Deployment(tp=draft_tp(draft.model, dep.tp), weight_dtype=dep.weight_dtype, kv_dtype=dep.kv_dtype)
         return weight_bytes_per_gpu(draft.model, ddep) + kv_bytes_per_gpu(draft.model, ddep, batch, tokens_per_seq)
+    if draft.method == "self":  # shares the target's weights; a compressed KV of at most W tokens
+        return kv_bytes_per_gpu(target, dep, batch, np.minimum(tokens_per_seq, draft.kv_budget))
     if draft.method == "early-exit":  # shares the target's weights; own KV for its layers
         return kv_bytes_per_gpu(target, dep, batch, tokens_per_seq, layers=draft.layers)
     cfg = draft_defaults()[draft.method]

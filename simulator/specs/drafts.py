@@ -13,6 +13,10 @@
 - ``ngram``: prompt lookup on the host; no accelerator work, a small host cost per step.
 - ``early-exit:N``: self-speculation through the target's first N layers and its LM head
   (LayerSkip-style; also the cost of a draft that is a truncated copy of the target).
+- ``self:W``: the target drafts for itself over a compressed KV cache of W tokens (StreamingLLM /
+  SnapKV-style self-speculation, MagicDec): each pass is a full target pass whose attention reads
+  min(L, W) keys; no extra weights, W tokens of extra KV per sequence. It pays at long contexts,
+  where the target's own KV read dominates a step.
 
 Method defaults (fusion width, draft vocabulary, host costs) live in ``data/drafts.toml``.
 """
@@ -28,7 +32,7 @@ from simulator.specs.deployment import Deployment
 from simulator.specs.models import ModelSpec, load_model
 
 DRAFTS_FILE = Path(__file__).resolve().parent.parent / "data" / "drafts.toml"
-DRAFT_METHODS = ("eagle", "eagle3", "mtp", "ngram", "model", "early-exit")
+DRAFT_METHODS = ("eagle", "eagle3", "mtp", "ngram", "model", "early-exit", "self")
 
 
 
@@ -42,6 +46,7 @@ class DraftSpec:
     method: str  # one of DRAFT_METHODS
     model: ModelSpec | None = None  # for method "model"
     layers: int = 0  # for method "early-exit"; MTP depth D for "mtp" (0: the model's own)
+    kv_budget: int = 0  # for method "self": cached tokens the draft pass reads (its compressed KV)
 
     @property
     def label(self) -> str:
@@ -51,6 +56,8 @@ class DraftSpec:
             return f"early-exit:{self.layers}"
         if self.method == "mtp" and self.layers:
             return f"mtp:{self.layers}"
+        if self.method == "self":
+            return f"self:{self.kv_budget}"
         return self.method
 
 
@@ -78,13 +85,22 @@ def parse_draft(text: str) -> DraftSpec:
         if not 1 <= depth <= 16:
             raise PlannerError(f"draft '{text}': mtp needs a depth from 1 to 16, e.g. mtp:1 (DeepSeek-V3 ships 1)")
         return DraftSpec("mtp", layers=depth)
+    if text.startswith("self:"):
+        try:
+            budget = int(text.split(":", 1)[1])
+        except ValueError:
+            budget = 0
+        if budget < 1:
+            raise PlannerError(f"draft '{text}': self needs the draft's KV budget in tokens, e.g. self:512")
+        return DraftSpec("self", kv_budget=budget)
     if text.startswith("model:"):
         name = text.split(":", 1)[1]
         if not name:
             raise PlannerError("draft 'model:' needs a model name, e.g. model:llama-3.2-1b")
         return DraftSpec("model", load_model(name))
-    if text not in DRAFT_METHODS or text == "model":
-        raise PlannerError(f"unknown draft method '{text}' (use eagle, eagle3, mtp, mtp:D, ngram, early-exit:N or model:NAME)")
+    if text not in DRAFT_METHODS or text in ("model", "self"):
+        raise PlannerError(f"unknown draft method '{text}' (use eagle, eagle3, mtp, mtp:D, ngram, early-exit:N,"
+                           f" self:W or model:NAME)")
     return DraftSpec(text)
 
 
