@@ -223,8 +223,23 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
         description=raw.get("description", ""), model=model, hardware=hardware, deployment=deployment,
         draft=draft, acceptance=acceptance, context_len=wl["context_len"], batch_sizes=wl["batch_sizes"],
         k_max=wl["k_max"], fixed_k=wl["fixed_k"], profile=profile, engine=engine, origin=origin,
-        extra={s: raw[s] for s in OPEN_SECTIONS if s in raw}, raw=raw, warnings=_warn(wl["warnings"]),
+        extra={s: raw[s] for s in OPEN_SECTIONS if s in raw}, raw=raw,
+        warnings=_warn(wl["warnings"] + pcie_collective_caveat(hardware, deployment, profile)),
         context_lens=wl["context_lens"], acceptance_context=acceptance_context)
+
+
+def pcie_collective_caveat(hardware: Hardware, dep: Deployment, profile: Profile | None) -> list[str]:
+    """A measured all-reduce table over PCIe is one server's topology (switches, CPU sockets, P2P on or
+    off): published L40S TP 8 steps ran 2-5x faster than the tables' 8-GPU all-reduce implies."""
+    if not hardware.interconnect.lower().startswith("pcie") or dep.tp < 4 or profile is None:
+        return []
+    entry = (profile.collectives.get(dep.allreduce) or profile.collectives.get("all_reduce") or {}).get(str(dep.tp))
+    if not entry:
+        return []
+    bus = float(entry["bus_bandwidth_bytes_per_s"]) / 1e9
+    return [f"{hardware.name} x{dep.tp} over PCIe: the all-reduce times come from one measured server"
+            f" ({bus:.1f} GB/s bus bandwidth at {dep.tp} GPUs); PCIe servers differ by up to 5x: measure yours"
+            f" (python -m calibration.run on it times and fits the all-reduce) before trusting TP {dep.tp} step times"]
 
 
 def _warn(messages: list[str]) -> list[str]:
