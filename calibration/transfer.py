@@ -35,6 +35,7 @@ import datetime as dt
 import io
 import json
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,7 +44,7 @@ import pandas as pd
 from scipy.optimize import brentq
 
 from simulator.cli.common import OneLineParser, run_cli, write_atomically, write_files_atomically
-from simulator.errors import PlannerError
+from simulator.errors import PlannerError, PlannerWarning
 from simulator import serving
 from simulator.plan.grid import compute_grid
 from simulator.specs.engines import engine_versions
@@ -58,7 +59,7 @@ BAND_FILE = REPO / "simulator" / "data" / "transfer_error.json"
 # corpus device -> catalog hardware, with why when the source leaves the variant open
 DEVICES = {"A100-80GB": ("a100-80gb", ""), "H100": ("h100-sxm", "form factor not stated: SXM assumed"),
            "H100-SXM": ("h100-sxm", ""), "H200": ("h200", ""), "B200": ("b200", ""), "MI300X": ("mi300x", ""),
-           "L40S": ("l40s", ""), "RTX3090": ("rtx3090", "")}
+           "L40S": ("l40s", ""), "RTX3090": ("rtx3090", ""), "A100-40GB": ("a100-40gb", "")}
 # the plain "A100" rows: TensorRT-LLM's perf tables ran A100-SXM4-80GB; Argonne's Polaris nodes hold A100-40GB
 A100_BY_SOURCE = {"trtllm-perf-v061": "a100-80gb", "argonne-llm-inference-bench": "a100-40gb"}
 ENGINES = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm", "gpt-fast": "gpt-fast"}
@@ -73,7 +74,7 @@ SOURCE_ENGINES = {"magicdec-paper": ("gpt-fast", None),  # "authors' backend bui
                   "nvidia-dli-nim-genaiperf": (None, "0.12"), "vllm-fp8-kv-blog": (None, "0.19.1")}
 WEIGHTS = {"bf16": ("bf16", "bf16"), "fp16": ("bf16", "bf16"), "mixed (fp16)": ("bf16", "bf16"), "fp8": ("fp8", "fp8"),
            "int8-weight-only": ("int8", "bf16"), "int4-weight-only-g32": ("int4", "bf16"),
-           "int4-weight-only-g64": ("int4", "bf16"),
+           "int4-weight-only-g64": ("int4", "bf16"), "int4-weight-only": ("int4", "bf16"),
            # NVFP4 (4-bit values, one fp8 scale per 16: 4.5 bits) priced as the catalog's mxfp4 (4.25 bits)
            "nvfp4": ("mxfp4", "bf16"), "nvfp4(moe)/bf16(attn)": ("bf16", "bf16", "mxfp4")}
 DRAFTS = {"eagle": "eagle", "eagle2": "eagle", "eagle3": "eagle3", "mtp": "mtp", "ngram": "ngram"}
@@ -165,6 +166,9 @@ def case_for(row: pd.Series) -> Case | str:
         return hw_note or f"device {row.device} is not in the hardware catalog"
     if row.model not in list_models():
         return f"model {row.model} is not in the model catalog"
+    notes = str(row.notes).lower()
+    if row.engine == "other" and ("hf-transformers" in notes or "hugging face transformers" in notes):
+        return "Hugging Face transformers eager decoding: a research stack with no engine profile"
     if row.source_id in RANDOM_WEIGHT_SOURCES and row.model in MOE_MODELS:
         return "random weights: the router's expert choice is not the model's (MoE step below its roofline)"
     dtype = WEIGHTS.get(str(row.weight_dtype) if not pd.isna(row.weight_dtype) else "bf16")
@@ -308,7 +312,14 @@ def peer_tpot_ms(case: Case) -> float | None:
 
 
 def score(corpus: pd.DataFrame, peer: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(scored rows, skipped rows with reasons)."""
+    """(scored rows, skipped rows with reasons). Scenario caveats (PlannerWarning) are not printed:
+    the report is about the error, not the inputs."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PlannerWarning)
+        return _score(corpus, peer)
+
+
+def _score(corpus: pd.DataFrame, peer: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
     cases, skipped = [], []
     for _, row in corpus.iterrows():
         c = case_for(row)
