@@ -90,6 +90,9 @@ FP8_KV_WITH_FP8_WEIGHTS = ("nvidia-dli-trtllm-v090", "trtllm-perf-v061")
 # same experts, so the step is not the model's (DLI Mixtral runs measure 2x below the all-experts
 # roofline); their MoE rows are not scored
 RANDOM_WEIGHT_SOURCES = ("nvidia-dli-trtllm-v090",)
+# Routing correlation of adjacent positions for MoE rows: verifying 4 tokens loads ~2.5x the experts
+# of one (Cascade, Saxena et al., arXiv 2506.20675; docs/moe.md), rho ~ 0.5 on DeepSeek-V3
+MOE_REUSE = 0.5
 MOE_MODELS = ("mixtral-8x7b", "deepseek-v3", "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-120b")
 RUN_METRICS = ("output_tok_s_total", "output_tok_s_per_gpu", "batch_latency_s", "e2e_latency_ms")
 
@@ -103,6 +106,7 @@ class Case:
     raw: dict  # scenario dict (TOML layout) for the planner basis
     measured: float  # ms per step (plain, run) or the speedup
     note: str = ""
+    end_to_end: bool = False  # a speedup of whole-request latency (prefill and queueing included)
 
 
 def _num(v) -> float | None:
@@ -193,6 +197,8 @@ def case_for(row: pd.Series) -> Case | str:
                         "memory_utilization": 0.95},
            "engine": engine_for(row),
            "draft": {"method": draft if draft != "none" else "ngram"}}
+    if row.model in MOE_MODELS:  # adjacent tokens route alike: the published prior of docs/moe.md
+        raw["routing"] = {"kind": "uniform", "reuse": MOE_REUSE}
     m = row.metric
     if m in PLAIN_METRICS and draft == "none":
         value = 1000.0 / row.value if m == "output_tok_s_per_user" else float(row.value)
@@ -208,7 +214,8 @@ def case_for(row: pd.Series) -> Case | str:
     if m == "spec_speedup" and draft != "none":
         if K < 1:
             return "speedup without K"
-        return Case(row, "speedup", raw, float(row.value), hw_note)
+        e2e = "end-to-end" in str(row.notes).lower() and inp is not None and out is not None
+        return Case(row, "speedup", raw, float(row.value), hw_note, end_to_end=e2e)
     return f"metric {m} with draft {row.draft_method} is not scored"
 
 
@@ -239,12 +246,28 @@ def serving_tpot_s(sc: Scenario, concurrency: int, prompt: int, output: int) -> 
     return float(serving.simulate(sc, "plain", workload=wl, engine=eng).summary["tpot_p50_s"])
 
 
+def serving_e2e_speedup(sc: Scenario, concurrency: int, prompt: int, output: int, k: int) -> float:
+    """Mean request latency of plain decoding over fixed-K speculation, ``concurrency`` closed-loop
+    users sending ``prompt`` + ``output`` token requests (the prefills are in both)."""
+    wl = serving.Workload(arrival="closed", concurrency=concurrency, n_requests=max(4 * concurrency, 16),
+                          prompt_len=prompt, output_len=output, max_num_seqs=concurrency)
+    eng = serving.engine_from_scenario(sc, max_num_seqs=concurrency)
+
+    def mean_latency(policy: str) -> float:
+        req = serving.simulate(sc, policy, workload=wl, engine=eng).requests
+        return float((req.finish_s - req.arrival_s).mean())
+
+    return mean_latency("plain") / mean_latency(f"fixed:{k}")
+
+
 def predict_case(case: Case, basis: str, acceptance_length: float | None) -> tuple[float, str]:
     """(predicted value in the measured unit, what the prediction rests on)."""
     sc = _scenario(case.raw, basis)
     B, K = int(case.row.batch_size), int(case.row.k) if not pd.isna(case.row.k) else 0
     if case.kind == "speedup":
         sc = sc.with_overrides(acceptance=iid_rate(acceptance_length, K))
+        if case.end_to_end:
+            return serving_e2e_speedup(sc, B, int(case.row.input_len), int(case.row.output_len), K), sc.cost_source
         g = compute_grid(sc, batch_sizes=[B], ks=[0, K])
         return float(g.goodput_per_seq[0, 1] / g.goodput_per_seq[0, 0]), sc.cost_source
     if case.kind == "run":
@@ -334,7 +357,9 @@ def _score(corpus: pd.DataFrame, peer: bool) -> tuple[pd.DataFrame, pd.DataFrame
         al, anchor = acc.get(c.row.row_id, (None, False))
         if c.kind == "speedup" and al is None:
             skipped.append({"row_id": c.row.row_id, "source_id": c.row.source_id, "device": c.row.device,
-                            "model": c.row.model, "metric": c.row.metric, "reason": "acceptance could not be anchored"})
+                            "model": c.row.model, "metric": c.row.metric,
+                            "reason": "acceptance could not be anchored: no acceptance length in (1, K+1) gives the"
+                                      " planner the curve's first measured speedup"})
             continue
         try:
             pred, basis = predict_case(c, "planner", al)
