@@ -66,30 +66,29 @@ def mtp_depth(draft: DraftSpec, target: ModelSpec) -> int:
     return draft.layers or target.num_mtp_layers or 1
 
 
+def _suffix_int(text: str) -> int:
+    """The integer after 'method:' (0 when it is not one)."""
+    try:
+        return int(text.split(":", 1)[1])
+    except ValueError:
+        return 0
+
+
 def parse_draft(text: str) -> DraftSpec:
-    """'eagle', 'eagle3', 'mtp', 'ngram' or 'model:NAME|config.json'."""
+    """'eagle', 'eagle3', 'mtp', 'mtp:D', 'ngram', 'early-exit:N', 'self:W' or 'model:NAME|config.json'."""
     text = text.strip()
     if text.startswith("early-exit:"):
-        try:
-            layers = int(text.split(":", 1)[1])
-        except ValueError:
-            layers = 0
+        layers = _suffix_int(text)
         if layers < 1:
             raise PlannerError(f"draft '{text}': early-exit needs a positive layer count, e.g. early-exit:4")
         return DraftSpec("early-exit", layers=layers)
     if text.startswith("mtp:"):
-        try:
-            depth = int(text.split(":", 1)[1])
-        except ValueError:
-            depth = 0
+        depth = _suffix_int(text)
         if not 1 <= depth <= 16:
             raise PlannerError(f"draft '{text}': mtp needs a depth from 1 to 16, e.g. mtp:1 (DeepSeek-V3 ships 1)")
         return DraftSpec("mtp", layers=depth)
     if text.startswith("self:"):
-        try:
-            budget = int(text.split(":", 1)[1])
-        except ValueError:
-            budget = 0
+        budget = _suffix_int(text)
         if budget < 1:
             raise PlannerError(f"draft '{text}': self needs the draft's KV budget in tokens, e.g. self:512")
         return DraftSpec("self", kv_budget=budget)
