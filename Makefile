@@ -53,9 +53,13 @@ data: setup
 docs: setup chromium
 	DSD_DOCS_SCREENSHOT=docs/dashboard.png $(PY) -m pytest -q tests/test_browser.py
 
-# score the planner on the published GPU corpus (calibration/data/transfer/transfer.md)
-transfer: setup
-	$(PY) -m calibration.transfer
+# score the planner on the published GPU corpus (calibration/data/transfer/transfer.md), with the peer's
+# own estimate beside each row: the cached aiconfigurator-core wheel is unpacked next to it, never installed
+PEER_DIR ?= $(HOME)/.cache/dsd-planner/aiconfigurator-core-0.12.0
+transfer: setup tables-wheel
+	@test -d $(PEER_DIR)/aiconfigurator_core || $(PY) -c "import glob, sys, zipfile; \
+	  zipfile.ZipFile(glob.glob('$(WHEELS)/aiconfigurator_core-0.12.0-*.whl')[0]).extractall(sys.argv[1])" $(PEER_DIR)
+	PYTHONPATH=$(PEER_DIR) $(PY) -m calibration.transfer --peer
 
 reports: setup
 	$(PY) -m simulator.size --all-bundled --output-dir reports/
