@@ -158,7 +158,26 @@ def tab_breakdown(pg: Page) -> None:
     st.dataframe(cached_breakdown(pg.key, pg.origin, pg.b, pg.k), hide_index=True, width="stretch")
 
 
+def published_rows(pg: Page) -> None:
+    """The published GPU measurements behind this device's uncertainty band (calibration/data/transfer)."""
+    from calibration.transfer import published_rows_for
+
+    hw = pg.p.scenario.hardware
+    rows = published_rows_for(hw.name)
+    if rows.empty:
+        st.caption(f"No published end-to-end measurement on {hw.name} is scored in the corpus yet.")
+        return
+    err = rows["error"].abs()
+    with st.expander(f"Published measurements on {hw.name}: {len(rows)} rows, planner off by {err.mean():.1%} "
+                     f"on average (worst {err.max():.0%})"):
+        st.caption("From calibration/data/transfer/transfer_rows.csv (`make transfer`); sources and locators "
+                   "in calibration/data/published/. Measured and planner in ms per step, or x for speedups.")
+        st.dataframe(rows.assign(error=(rows["error"] * 100).round(1)).rename(columns={"error": "error %"}),
+                     hide_index=True, width="stretch")
+
+
 def tab_validation(pg: Page) -> None:
+    published_rows(pg)
     st.markdown("Upload measured engine runs (CSV with `batch_size, k, itl_ms` and optionally `goodput_per_seq`, "
                 "as written by `python -m calibration.engine` or `calibration.vllm_io`). Rows are matched on "
                 "(batch_size, k); repeated points are reduced to their median. The prediction uses the "

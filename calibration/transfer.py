@@ -219,6 +219,21 @@ def case_for(row: pd.Series) -> Case | str:
     return f"metric {m} with draft {row.draft_method} is not scored"
 
 
+SHOWN_COLUMNS = {"source_id": "source", "locator": "where", "engine": "engine", "model": "model", "tp": "TP",
+                 "batch_size": "B", "k": "K", "context_len": "context", "kind": "kind", "measured": "measured",
+                 "predicted": "planner", "error": "error"}
+
+
+def published_rows_for(hardware: str, rows_csv: Path = OUT_DIR / "transfer_rows.csv") -> pd.DataFrame:
+    """The committed transfer rows of one GPU (what its uncertainty band rests on), for display:
+    measured and predicted in the row's unit (ms per step, or x for speedups), error as a fraction."""
+    if not rows_csv.is_file():
+        return pd.DataFrame(columns=list(SHOWN_COLUMNS.values()))
+    rows = pd.read_csv(rows_csv)
+    rows = rows[(rows.hardware == hardware) & ~rows.anchor.astype(bool)]
+    return rows[list(SHOWN_COLUMNS)].rename(columns=SHOWN_COLUMNS).reset_index(drop=True)
+
+
 def _scenario(raw: dict, basis: str) -> Scenario:
     raw = json.loads(json.dumps(raw))
     if basis == "datasheet":

@@ -346,6 +346,19 @@ def test_validation_tab_matches_rows_and_reports_mape():
     assert len(charts(at)) == 2
 
 
+def test_validation_tab_lists_the_published_rows_behind_the_band():
+    # the default scenario runs on H200: its band rests on the committed transfer rows for h200
+    rows = pd.read_csv(ROOT / "calibration" / "data" / "transfer" / "transfer_rows.csv")
+    h200 = rows[(rows.hardware == "h200") & ~rows.anchor.astype(bool)]
+    at = new_app()
+    set_view(at, "Validation")
+    assert_clean(at)
+    label = next(e.label for e in at.expander if e.label.startswith("Published measurements on h200"))
+    assert f"{len(h200)} rows" in label and f"{h200.error.abs().mean():.1%}" in label
+    shown = at.dataframe[0].value
+    assert len(shown) == len(h200) and {"source", "measured", "planner", "error %"} <= set(shown.columns)
+
+
 @pytest.mark.parametrize("payload,reason", [
     (b"batch_size,k\n1,2\n", "missing column(s) itl_ms"),
     (b"batch_size,k,itl_ms\nx,y,z\n", "not a finite number"),
