@@ -20,6 +20,7 @@ PROFILES = Path(__file__).resolve().parents[1] / "simulator" / "data" / "profile
 SHIPPED = sorted(PROFILES.glob("*.profile.json"))
 HELDOUT_CSV = PROFILES / "heldout_rows.csv"
 REQUIRED_GPUS = ("h100-sxm", "h200", "a100-80gb", "b200")
+pytestmark = pytest.mark.tables
 needs_wheel = pytest.mark.skipif(not gt.tables_available(), reason=(
     "aiconfigurator-core 0.12.0 not installed and no cached wheel in ~/.cache/dsd-planner/wheels "
     "(pip install 'dsd-planner[gpu-tables]')"))
