@@ -251,25 +251,26 @@ def run_time_s(sc: Scenario, batch: int, prompt: int, output: int) -> float:
     return float(serving.simulate(sc, "plain", workload=wl, engine=eng).summary["makespan_s"])
 
 
-def serving_tpot_s(sc: Scenario, concurrency: int, prompt: int, output: int) -> float:
-    """A closed-loop serving benchmark (``concurrency`` users, each sending its next request when the
-    last finishes, as GenAI-Perf's concurrency mode does): median per-request time per output token
-    after the first, so other requests' prefills interleaved with decode steps are counted."""
+def closed_loop(sc: Scenario, policy: str, concurrency: int, prompt: int, output: int):
+    """A closed-loop serving benchmark under ``policy``: ``concurrency`` users, each sending its next
+    ``prompt`` + ``output`` token request when the last finishes (GenAI-Perf's concurrency mode)."""
     wl = serving.Workload(arrival="closed", concurrency=concurrency, n_requests=max(4 * concurrency, 16),
                           prompt_len=prompt, output_len=output, max_num_seqs=concurrency)
     eng = serving.engine_from_scenario(sc, max_num_seqs=concurrency)
-    return float(serving.simulate(sc, "plain", workload=wl, engine=eng).summary["tpot_p50_s"])
+    return serving.simulate(sc, policy, workload=wl, engine=eng)
+
+
+def serving_tpot_s(sc: Scenario, concurrency: int, prompt: int, output: int) -> float:
+    """Median per-request time per output token after the first of a closed-loop run, so other
+    requests' prefills interleaved with decode steps are counted."""
+    return float(closed_loop(sc, "plain", concurrency, prompt, output).summary["tpot_p50_s"])
 
 
 def serving_e2e_speedup(sc: Scenario, concurrency: int, prompt: int, output: int, k: int) -> float:
-    """Mean request latency of plain decoding over fixed-K speculation, ``concurrency`` closed-loop
-    users sending ``prompt`` + ``output`` token requests (the prefills are in both)."""
-    wl = serving.Workload(arrival="closed", concurrency=concurrency, n_requests=max(4 * concurrency, 16),
-                          prompt_len=prompt, output_len=output, max_num_seqs=concurrency)
-    eng = serving.engine_from_scenario(sc, max_num_seqs=concurrency)
-
+    """Mean request latency of plain decoding over fixed-K speculation in the same closed loop
+    (the prefills are in both)."""
     def mean_latency(policy: str) -> float:
-        req = serving.simulate(sc, policy, workload=wl, engine=eng).requests
+        req = closed_loop(sc, policy, concurrency, prompt, output).requests
         return float((req.finish_s - req.arrival_s).mean())
 
     return mean_latency("plain") / mean_latency(f"fixed:{k}")

@@ -85,7 +85,7 @@ def attention_op(model: ModelSpec, dep: Deployment, batch, queries, context_len:
         surface = "mla_decode" if model.attention == "mla" else "attention_decode"
     elif model.attention != "mla":
         surface = "gemm"
-        shape = {"m": queries * hq / kv_heads_per_gpu(model, dep.tp), "n": keys + queries, "k": float(model.head_dim)}
+        shape = {"m": queries * shape["group"], "n": keys + queries, "k": shape["head_dim"]}
     else:
         surface = None
     return Op(name, "attention", flops, kv_read + q_io, kernels=2, count=count, eff_tokens=batch * queries,
