@@ -53,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--engine", help="serving engine whose host time and CUDA-graph capture to model: vllm, sglang,"
                    " trtllm or ideal (kernels only); default vllm on GPUs")
     p.add_argument("--engine-version", help="engine version of the profile (default the newest profile)")
+    p.add_argument("--allreduce-busbw", type=float, metavar="GB/s",
+                   help="your server's all-reduce bus bandwidth (nccl-tests all_reduce_perf busbw at large messages);"
+                   " prices every all-reduce's bandwidth term (PCIe servers differ by up to 10x)")
     p.add_argument("--context-lens", help="context axis of the K* map: 512,2048,8192, 512-131072 (powers of two)"
                    " or 512-131072:16 (16 log-spaced points); used by --format kmap and vllm-ctx")
     p.add_argument("--format", choices=FORMATS, default="table",
@@ -228,12 +231,23 @@ def _json_default(value):
     raise TypeError(type(value).__name__)
 
 
+def _busbw(gbps: float | None) -> float | None:
+    """--allreduce-busbw in GB/s -> bytes/s (refused unless a finite number > 0)."""
+    if gbps is None:
+        return None
+    if not np.isfinite(gbps) or gbps <= 0:
+        raise PlannerError(f"--allreduce-busbw {gbps:g}: give your server's all-reduce bus bandwidth in GB/s (> 0),"
+                           " e.g. 18.6")
+    return gbps * 1e9
+
+
 def _run(args) -> int:
     overrides = dict(model=args.model, hardware=args.hardware, tp=args.tp, ep=args.ep, draft=args.draft,
                      acceptance=args.acceptance, context_len=args.context_len, batch_sizes=args.batch_sizes,
                      k_max=args.k_max, fixed_k=args.fixed_k, dtype=args.dtype, kv_dtype=args.kv_dtype,
                      calibration=args.calibration, engine=args.engine, engine_version=args.engine_version,
-                     context_lens=args.context_lens, layout=args.layout, dp=args.dp, routing_reuse=args.routing_reuse)
+                     context_lens=args.context_lens, layout=args.layout, dp=args.dp, routing_reuse=args.routing_reuse,
+                     allreduce_busbw=_busbw(args.allreduce_busbw))
     export_only = [flag for flag, given in (("--export-version", args.export_version), ("--markdown", args.markdown),
                                             ("--cuda-graph-bs", args.cuda_graph_bs)) if given]
     if export_only and args.format not in EXPORT_FORMATS:

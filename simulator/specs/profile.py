@@ -94,7 +94,9 @@ class Profile:
         engine = f", engine terms x{self.engine_scale:.2f}" if self.engine_scale != 1.0 else ""
         if self.surfaces:
             src = self.provenance.get("source", "measured kernel tables")
-            return f"measured kernel tables: {Path(self.path).name} ({self.device_name}; {src})"
+            note = self.provenance.get("collectives_note")
+            return f"measured kernel tables: {Path(self.path).name} ({self.device_name}; {src})" + (
+                f"; {note}" if note else "")
         if self.basis == "published prior":
             return f"published prior: {self.provenance.get('source', '')}"
         return f"calibrated: {Path(self.path).name} ({self.device_name}{engine})"

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from simulator.specs.collectives import server_collectives
 from simulator.specs.acceptance import Acceptance, ContextAcceptance, context_acceptance, parse_acceptance, preset_for
 from simulator.specs.deployment import LAYOUTS, Deployment, check_deployment, make_deployment
 from simulator.specs.engines import EngineProfile, default_engine, load_engine
@@ -216,6 +217,7 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
     engine_tbl = raw.get("engine", {})
     engine = load_engine(engine_tbl.get("name") or default_engine(hardware.kind), engine_tbl.get("version"))
     profile = resolve_profile(get("calibration", "profile"), hardware, engine.name, base_dir)
+    profile = fit_to_server(profile, hardware, get("hardware", "interconnect_bandwidth_bytes_per_s"))
     deployment = replace(deployment, allreduce=engine.allreduce_table, engine=engine.name)
     raw["_base_dir"] = base_dir
     return Scenario(
@@ -228,18 +230,33 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
         context_lens=wl["context_lens"], acceptance_context=acceptance_context)
 
 
+def fit_to_server(profile: Profile | None, hardware: Hardware, given_bus_bandwidth) -> Profile | None:
+    """The profile with its all-reduce tables fitted to the scenario's server (a given bus bandwidth,
+    or a PCIe table's topology limit lifted to its own 2-GPU link rate); unchanged otherwise."""
+    if profile is None or not profile.collectives:
+        return profile
+    given = float(given_bus_bandwidth) if given_bus_bandwidth is not None else None
+    collectives, notes = server_collectives(profile.collectives, hardware.interconnect, given)
+    if not notes:
+        return profile
+    return replace(profile, collectives=collectives,
+                   provenance=profile.provenance | {"collectives_note": "; ".join(notes)})
+
+
 def pcie_collective_caveat(hardware: Hardware, dep: Deployment, profile: Profile | None) -> list[str]:
     """A measured all-reduce table over PCIe is one server's topology (switches, CPU sockets, P2P on or
-    off): published L40S TP 8 steps ran 2-5x faster than the tables' 8-GPU all-reduce implies."""
+    off): published PCIe Gen4 servers run 2.6-25 GB/s bus bandwidth (simulator/specs/collectives.py)."""
     if not hardware.interconnect.lower().startswith("pcie") or dep.tp < 4 or profile is None:
         return []
     entry = (profile.collectives.get(dep.allreduce) or profile.collectives.get("all_reduce") or {}).get(str(dep.tp))
-    if not entry:
+    if not entry or "given" in profile.provenance.get("collectives_note", ""):
         return []
     bus = float(entry["bus_bandwidth_bytes_per_s"]) / 1e9
-    return [f"{hardware.name} x{dep.tp} over PCIe: the all-reduce times come from one measured server"
-            f" ({bus:.1f} GB/s bus bandwidth at {dep.tp} GPUs); PCIe servers differ by up to 5x: measure yours"
-            f" (python -m calibration.run on it times and fits the all-reduce) before trusting TP {dep.tp} step times"]
+    basis = "the median published PCIe server" if f"{dep.tp}-GPU all-reduce" in profile.provenance.get(
+        "collectives_note", "") else "one measured server, the median of the published ones"
+    return [f"{hardware.name} x{dep.tp} over PCIe: all-reduce priced at {bus:.1f} GB/s bus bandwidth ({basis});"
+            " PCIe servers differ by up to 10x: give yours (nccl-tests all_reduce_perf busbw) as --allreduce-busbw"
+            f" or [hardware] interconnect_bandwidth_bytes_per_s before trusting TP {dep.tp} step times"]
 
 
 def _warn(messages: list[str]) -> list[str]:
@@ -336,6 +353,7 @@ OVERRIDE_KEYS = {
     "peak_bf16_flops_per_s": ("hardware", "peak_bf16_flops_per_s"),
     "allow_long_context": ("workload", "allow_context_beyond_model"),
     "hbm_bandwidth_bytes_per_s": ("hardware", "hbm_bandwidth_bytes_per_s"),
+    "allreduce_busbw": ("hardware", "interconnect_bandwidth_bytes_per_s"),  # your nccl-tests busbw, bytes/s
 }
 
 
