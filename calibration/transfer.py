@@ -137,7 +137,9 @@ def _draft(method: str) -> str | None:
 
 
 def _version_key(v: str) -> tuple:
-    return tuple(int(x) if x.isdigit() else -1 for x in v.replace("rc", ".").replace("a", ".").split(".")[:4])
+    """'0.12' and '0.12.0' compare equal (padded to four fields); 'rc'/'a' mark pre-releases."""
+    key = [int(x) if x.isdigit() else -1 for x in v.replace("rc", ".-1.").replace("a", ".-1.").split(".")[:4]]
+    return tuple(key + [0] * (4 - len(key)))
 
 
 def engine_for(row) -> dict:

@@ -46,6 +46,24 @@ def allreduce_s(nbytes, gpus: int, hw: Hardware):
 MAX_DECODE_SURFACE_QUERIES = 32
 
 
+def per_query_head_kernel(dep: Deployment, group: float, batch_heads):
+    """Whether decode attention runs one block per query head (True) rather than one per KV head.
+    Grouped kernels serve a KV head's g query heads with one read; TensorRT-LLM <= 0.10 built its
+    grouped kernel (XQA) for g = 8 only, and used it only when KV heads x sequences fill the SMs
+    (engine profile [attention]); elsewhere its MMHA kernel has every query-head block load its KV head."""
+    if not dep.grouped_decode_groups or group <= 1:
+        return False
+    return ~((round(group) in dep.grouped_decode_groups)
+             & (np.asarray(batch_heads, dtype=float) >= dep.grouped_decode_min_batch_heads))
+
+
+def kv_reads(dep: Deployment, group: float, per_query_head) -> float | np.ndarray:
+    """HBM-equivalent reads of each KV byte: 1, or for a per-query-head kernel the first read from HBM
+    and the g - 1 sibling blocks' re-reads from L2 (they run side by side), priced at the device's L2
+    re-read cost: max(1, g x HBM / L2 bandwidth) (g when no L2 figure is published)."""
+    return np.where(per_query_head, max(1.0, group * dep.l2_reread_cost), 1.0)
+
+
 def attention_op(model: ModelSpec, dep: Deployment, batch, queries, context_len: float, count: int,
                  window: int | None, name: str) -> Op:
     """Decode attention of q queries per sequence over L cached keys plus the q new ones.
@@ -68,14 +86,18 @@ def attention_op(model: ModelSpec, dep: Deployment, batch, queries, context_len:
     else:
         d = model.head_dim
         hkv = kv_heads_per_gpu(model, dep.tp)
+        group = hq / hkv
+        per_head = per_query_head_kernel(dep, group, batch * hkv)
         flops = 4.0 * batch * queries * (keys + (queries + 1) / 2) * hq * d
-        kv_read = batch * (keys + queries) * 2 * hkv * d * kv
+        kv_read = batch * (keys + queries) * 2 * hkv * d * kv * kv_reads(dep, group, per_head)
         q_io = 2.0 * batch * queries * hq * d * a
         # surface axes as the q = 1 decode tables measured them: group = hq / hkv. A verify pass packs
         # its q g query rows per KV head into tensor-core tiles and stays bound by the same KV read;
         # the tables' slow large-group decode kernels (g >= 48, ~3x at equal bytes) are a q = 1
-        # kernel choice, so q enters through the roofline FLOPs, not through the group axis
-        shape = {"batch_heads": batch * hkv, "head_dim": float(d), "group": hq / hkv}
+        # kernel choice, so q enters through the roofline FLOPs, not through the group axis. A
+        # per-query-head kernel is an MHA kernel over hq heads: group 1
+        blocks = np.where(per_head, group, 1.0)
+        shape = {"batch_heads": batch * hkv * blocks, "head_dim": float(d), "group": group / blocks}
     # the decode surfaces were measured at q = 1 and price decode and verify passes; a prompt chunk
     # is a compute-bound prefill kernel they never saw (their efficiency at one sequence is the
     # latency floor of a tiny decode kernel). A prefill kernel runs, per sequence and KV head, the

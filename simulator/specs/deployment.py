@@ -43,6 +43,11 @@ class Deployment:
     # ("all_reduce") or NCCL ("all_reduce_nccl", e.g. torch.distributed in gpt-fast)
     allreduce: str = "all_reduce"
     engine: str = ""  # the serving engine whose kernels run the MoE layers (tables are engine-specific there)
+    # decode attention kernels of that engine: query-head groups served with one KV read (() = all), and
+    # the KV heads x batch below which even those fall back to one read per query head (engine profile)
+    grouped_decode_groups: tuple[int, ...] = ()
+    grouped_decode_min_batch_heads: float = 0.0
+    l2_reread_cost: float = 1.0  # the device's cost of a KV re-read served by L2, relative to HBM
 
     def expert_dtype_for(self, model: ModelSpec) -> str:
         return self.expert_dtype or model.expert_weight_dtype or self.weight_dtype

@@ -56,6 +56,11 @@ class EngineProfile:
     allreduce: str = "custom"  # "custom": the engine's one-shot all-reduce kernels; "nccl": NCCL's
     graphs_enabled: bool = True  # CUDA graphs on by default (TensorRT-LLM's C++ runtime had them off)
     tp_broadcast_per_step_s: float = 0.0  # host time to ship each step's inputs to the other TP ranks
+    # decode attention: query heads per KV head that a grouped kernel (one block per KV head, one KV
+    # read) serves; () = every group. Other groups run a per-query-head kernel that reads its KV head
+    # once per query head (TensorRT-LLM <= 0.10: XQA for 8 only, else MMHA)
+    grouped_decode_groups: tuple[int, ...] = ()
+    grouped_decode_min_blocks_per_sm: float = 0.0  # the grouped kernel only when KV heads x B >= this x SMs
 
     @property
     def allreduce_table(self) -> str:
@@ -171,7 +176,15 @@ def engine_from_dict(data: dict, origin: str) -> EngineProfile:
         dynamic_k_option=get("speculative", "dynamic_k_option", str, ""),
         assumed=tuple(assumed_keys), path=origin, allreduce=_allreduce(data, origin),
         graphs_enabled=get("cuda_graphs", "enabled_by_default", bool, True),
-        tp_broadcast_per_step_s=get("host", "tp_broadcast_per_step_s", float, 0.0))
+        tp_broadcast_per_step_s=get("host", "tp_broadcast_per_step_s", float, 0.0),
+        grouped_decode_groups=_groups(get("attention", "grouped_decode_groups", list, []), origin),
+        grouped_decode_min_blocks_per_sm=get("attention", "grouped_decode_min_blocks_per_sm", float, 0.0))
+
+
+def _groups(groups: list, origin: str) -> tuple[int, ...]:
+    if not all(isinstance(g, int) and not isinstance(g, bool) and g >= 1 for g in groups):
+        raise PlannerError(f"{origin}: [attention] grouped_decode_groups must be integers >= 1, got {groups!r}")
+    return tuple(sorted(groups))
 
 
 def _allreduce(data: dict, origin: str) -> str:

@@ -54,6 +54,17 @@ class Hardware:
         """FLOPs per byte where the bf16 roofline turns from memory- to compute-bound."""
         return self.peak_bf16_flops_per_s / self.hbm_bandwidth_bytes_per_s
 
+    @property
+    def l2_reread_cost(self) -> float:
+        """Cost of re-reading a byte that is still in L2, relative to reading it from HBM: attained HBM
+        over attained L2 bandwidth ([published] figures). 1.0 (every re-read costs an HBM read) when
+        no L2 figure is published: the upper bound."""
+        l2 = self.published.get("l2_bandwidth_bytes_per_s")
+        if not l2:
+            return 1.0
+        hbm = self.published.get("stream_bandwidth_bytes_per_s") or self.hbm_bandwidth_bytes_per_s
+        return min(1.0, hbm / l2)
+
     def peak_flops_per_s(self, weight_dtype: str, act_dtype: str) -> float:
         """Peak of the math the GEMMs run in.
 

@@ -330,6 +330,8 @@ def prior_profile(hw) -> Profile | None:
     # The published all-reduce figures are nccl-tests rings over 8 GPUs; decode steps use the engines'
     # one-shot custom all-reduce kernels, whose small-message latency is several times lower, so the
     # prior leaves collectives to the datasheet link model rather than price them from the wrong kernel.
+    if not used:  # e.g. only a cache figure: nothing the prior would price
+        return None
     return Profile(path=f"{hw.name} [published]", hardware=hw.name, device_name=hw.display_name, compute=compute,
                    memory=memory, launch_overhead_s=hw.launch_overhead_s, collectives=collectives,
                    basis="published prior", provenance={"source": f"published measurements ({', '.join(used)})"

@@ -218,7 +218,10 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
     engine = load_engine(engine_tbl.get("name") or default_engine(hardware.kind), engine_tbl.get("version"))
     profile = resolve_profile(get("calibration", "profile"), hardware, engine.name, base_dir)
     profile = fit_to_server(profile, hardware, get("hardware", "interconnect_bandwidth_bytes_per_s"))
-    deployment = replace(deployment, allreduce=engine.allreduce_table, engine=engine.name)
+    deployment = replace(deployment, allreduce=engine.allreduce_table, engine=engine.name,
+                         grouped_decode_groups=engine.grouped_decode_groups,
+                         grouped_decode_min_batch_heads=engine.grouped_decode_min_blocks_per_sm * (hardware.compute_units or 0),
+                         l2_reread_cost=hardware.l2_reread_cost)
     raw["_base_dir"] = base_dir
     return Scenario(
         name=raw.get("name", Path(origin).stem if origin != "flags" else "custom"),
