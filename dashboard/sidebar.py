@@ -117,6 +117,11 @@ def sidebar() -> Inputs:
         c1, c2 = sb.columns(2)
         c1.number_input("Peak bf16 (TFLOP/s)", min_value=0.1, max_value=100000.0, step=50.0, key="hw_peak_tflops")
         c2.number_input("HBM (TB/s)", min_value=0.01, max_value=1000.0, step=0.1, key="hw_bw_tbs")
+        sb.number_input("All-reduce bus bandwidth (GB/s)", min_value=0.0, max_value=10000.0, step=1.0,
+                        key="hw_busbw_gbs",
+                        help="Your server's nccl-tests all_reduce_perf busbw at large messages; it prices every"
+                             " TP all-reduce's bandwidth term. 0: the measured tables (PCIe: the median published"
+                             " server) or the datasheet link. PCIe servers differ by up to 10x.")
     c1, c2 = sb.columns(2)
     c1.selectbox("Tensor parallel (TP)", S.TP_CHOICES, key="tp")
     c2.selectbox("Expert parallel (EP)", S.EP_CHOICES, key="ep", help="MoE models only; must divide TP.")

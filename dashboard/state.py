@@ -100,7 +100,8 @@ def controls_from_scenario(raw: dict) -> dict:
     k_max = int(min(wl.get("k_max", 8), K_MAX_LIMIT))
     from simulator.specs.hardware import load_hardware
     base = load_hardware(hw.get("name", "h100-sxm"))
-    custom = "peak_bf16_flops_per_s" in hw or "hbm_bandwidth_bytes_per_s" in hw
+    custom = any(k in hw for k in ("peak_bf16_flops_per_s", "hbm_bandwidth_bytes_per_s",
+                                   "interconnect_bandwidth_bytes_per_s"))
     model = raw.get("model", {}).get("name", "llama-3.1-8b")
     profile = raw.get("calibration", {}).get("profile")
     return {
@@ -108,6 +109,8 @@ def controls_from_scenario(raw: dict) -> dict:
         "hw_custom": custom,
         "hw_peak_tflops": float(hw.get("peak_bf16_flops_per_s", base.peak_bf16_flops_per_s)) / 1e12,
         "hw_bw_tbs": float(hw.get("hbm_bandwidth_bytes_per_s", base.hbm_bandwidth_bytes_per_s)) / 1e12,
+        # 0: all-reduces as the measured tables (or the datasheet link) give them
+        "hw_busbw_gbs": float(hw.get("interconnect_bandwidth_bytes_per_s", 0.0)) / 1e9,
         "tp": int(hw.get("tp", 1)),
         "ep": int(hw.get("ep", 1)),
         "layout": hw.get("layout") or ("tp-ep" if int(hw.get("ep", 1)) > 1 else "tp"),
@@ -144,7 +147,7 @@ def scenario_raw(base: dict, c: dict, *, acceptance: list[float], acceptance_sou
     raw.setdefault("model", {})["name"] = model
     raw["model"].pop("source", None)
     hw = raw.setdefault("hardware", {})
-    for key in ("peak_bf16_flops_per_s", "hbm_bandwidth_bytes_per_s"):
+    for key in ("peak_bf16_flops_per_s", "hbm_bandwidth_bytes_per_s", "interconnect_bandwidth_bytes_per_s"):
         hw.pop(key, None)
     hw.update(name=c["hw_name"], tp=int(c["tp"]), ep=int(c["ep"]))
     hw.pop("dp", None)
@@ -161,6 +164,8 @@ def scenario_raw(base: dict, c: dict, *, acceptance: list[float], acceptance_sou
     if c["hw_custom"]:
         hw["peak_bf16_flops_per_s"] = float(c["hw_peak_tflops"]) * 1e12
         hw["hbm_bandwidth_bytes_per_s"] = float(c["hw_bw_tbs"]) * 1e12
+        if float(c.get("hw_busbw_gbs", 0.0)) > 0:
+            hw["interconnect_bandwidth_bytes_per_s"] = float(c["hw_busbw_gbs"]) * 1e9
     prec = raw.setdefault("precision", {})
     prec.update(weights=c["w_dtype"], activations=c["a_dtype"], kv_cache=c["kv_dtype"])
     raw["draft"] = ({"method": "model", "model": c["draft_model"]} if c["draft_method"] == "model"

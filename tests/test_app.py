@@ -172,6 +172,26 @@ def test_custom_peak_and_bandwidth_change_prediction():
     assert "overridden" in provenance(at)
 
 
+def test_allreduce_bus_bandwidth_prices_tp_all_reduces():
+    # L40S x 8 over PCIe: a server measured at 5 GB/s busbw is slower than the median published one
+    # (14.45 GB/s, simulator/data/pcie_allreduce.toml) the planner assumes by default
+    at = new_app()
+    sb(at, "selectbox", "hw_name").set_value("l40s").run()
+    sb(at, "selectbox", "tp").set_value(8).run()
+    assert_clean(at)
+    before = kstar_data(at)
+    assert "median published PCIe Gen4 server" in provenance(at)
+    sb(at, "toggle", "hw_custom").set_value(True).run()
+    at.sidebar.number_input(key="hw_busbw_gbs").set_value(5.0).run()
+    assert_clean(at)
+    after = kstar_data(at)
+    # bandwidth-bound all-reduces (B >= 64: >= 1 MiB per message) are slower on the 5 GB/s server
+    large = before["batch_size"].to_numpy() >= 64
+    plain_step = lambda d: (d["speedup_vs_plain"] / d["goodput_per_seq"]).to_numpy()[large]  # noqa: E731
+    assert (plain_step(after) > plain_step(before)).all()
+    assert "given 5.0 GB/s bus bandwidth" in provenance(at)
+
+
 def test_acceptance_slider_changes_goodput_and_kstar():
     at = new_app()
     sb(at, "radio", "acc_mode").set_value(S.ACC_IID).run()
