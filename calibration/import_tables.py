@@ -158,6 +158,16 @@ def _dedupe(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     return df.sort_values("latency").drop_duplicates(keys, keep="first").sort_index()
 
 
+def primary_kernel(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows of the table's most-measured kernel source. An engine runs one attention backend at
+    every shape, chosen at startup (SGLang 0.5.13 server_args.py _get_default_attn_backend: FA3 on
+    Hopper, trtllm_mha on SM100, FlashInfer otherwise), and in every table that backend is the kernel
+    with the most rows; the fastest kernel per shape would mix backends no engine mixes."""
+    if "kernel_source" not in df or df.kernel_source.nunique() <= 1:
+        return df
+    return df[df.kernel_source == df.kernel_source.value_counts().idxmax()]
+
+
 GEMM_KEYS = ["gemm_dtype", "m", "n", "k"]
 
 
@@ -198,7 +208,7 @@ def prepare_attention_decode(df: pd.DataFrame, pk: Peaks) -> pd.DataFrame:
             & (df.attn_dtype == "bfloat16")]
     if "beam_width" in df:
         df = df[df.beam_width == 1]
-    df = _dedupe(df, ATTN_KEYS)
+    df = _dedupe(primary_kernel(df), ATTN_KEYS)
     kv = df.kv_cache_dtype.map(KV_BYTES).to_numpy()
     B, L = df.batch_size.to_numpy(float), df.step.to_numpy(float)
     F, M = attention_decode_terms(B, 1, L, df.num_heads, df.num_key_value_heads, df.head_dim, kv)
