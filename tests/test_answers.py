@@ -211,3 +211,20 @@ def test_pcie_all_reduce_table_is_flagged_as_one_servers():
         small = predict("default", model="llama-3.1-8b", hardware="l40s", tp=2, batch_sizes="1-4")
     assert any("over PCIe" in w and "TP 8" in w for w in pcie.scenario.warnings)
     assert not any("over PCIe" in w for w in nvlink.scenario.warnings + small.scenario.warnings)
+
+
+def test_cli_prints_each_caveat_once(capsys):
+    # a sizing run rebuilds the same scenario per candidate: its caveats print once, not per build
+    import warnings
+
+    from simulator.cli.common import run_cli
+    from simulator.errors import PlannerWarning
+
+    def body():
+        for _ in range(3):
+            warnings.warn("l40s x8 over PCIe: measure yours", PlannerWarning)
+        warnings.warn("another caveat", PlannerWarning)
+
+    assert run_cli(body) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["warning: l40s x8 over PCIe: measure yours", "warning: another caveat"]

@@ -31,11 +31,20 @@ def one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
-def _show_warning(message, category, filename, lineno, file=None, line=None):
-    if issubclass(category, PlannerWarning):
-        print(f"warning: {one_line(message)}", file=sys.stderr)
-    else:
-        _ORIGINAL_SHOWWARNING(message, category, filename, lineno, file, line)
+def _warning_printer():
+    """showwarning for one command: each PlannerWarning once, as one 'warning: ...' line (a sizing
+    run builds the same scenario for many candidates and would repeat its caveats)."""
+    seen: set[str] = set()
+
+    def show(message, category, filename, lineno, file=None, line=None):
+        if not issubclass(category, PlannerWarning):
+            _ORIGINAL_SHOWWARNING(message, category, filename, lineno, file, line)
+            return
+        text = one_line(message)
+        if text not in seen:
+            seen.add(text)
+            print(f"warning: {text}", file=sys.stderr)
+    return show
 
 
 _ORIGINAL_SHOWWARNING = warnings.showwarning
@@ -44,11 +53,11 @@ _ORIGINAL_SHOWWARNING = warnings.showwarning
 def run_cli(body: Callable[[], int | None]) -> int:
     """Run a command's body: PlannerError -> one line on stderr, exit 2; a closed pipe is not an error.
 
-    Inputs accepted with a caveat (PlannerWarning) print as one 'warning: ...' line each.
+    Inputs accepted with a caveat (PlannerWarning) print as one 'warning: ...' line each, once.
     """
     with warnings.catch_warnings():
         warnings.simplefilter("always", PlannerWarning)
-        warnings.showwarning = _show_warning
+        warnings.showwarning = _warning_printer()
         try:
             return body() or 0
         except PlannerError as err:

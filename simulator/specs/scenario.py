@@ -258,8 +258,9 @@ def pcie_collective_caveat(hardware: Hardware, dep: Deployment, profile: Profile
     basis = "the median published PCIe server" if f"{dep.tp}-GPU all-reduce" in profile.provenance.get(
         "collectives_note", "") else "one measured server, the median of the published ones"
     return [f"{hardware.name} x{dep.tp} over PCIe: all-reduce priced at {bus:.1f} GB/s bus bandwidth ({basis});"
-            " PCIe servers differ by up to 10x: give yours (nccl-tests all_reduce_perf busbw) as --allreduce-busbw"
-            f" or [hardware] interconnect_bandwidth_bytes_per_s before trusting TP {dep.tp} step times"]
+            " PCIe servers differ by up to 10x: give yours (nccl-tests all_reduce_perf busbw) as [hardware]"
+            f" interconnect_bandwidth_bytes_per_s (bytes/s) or predict's --allreduce-busbw (GB/s) before trusting"
+            f" TP {dep.tp} step times"]
 
 
 def _warn(messages: list[str]) -> list[str]:
