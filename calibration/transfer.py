@@ -70,8 +70,11 @@ SOURCE_ENGINES = {"magicdec-paper": ("gpt-fast", None),  # "authors' backend bui
                   "argonne-llm-inference-bench": (None, "0.6.3"),  # arXiv 2411.00136, Nov 2024: vLLM 0.6 line
                   "lmsys-sglang-mtp-blog": (None, "0.4.4"), "trtllm-dsr1-b200-blog": (None, "1.0"),
                   "trtllm-mtp-blog": (None, "1.0"), "trtllm-ngram-blog": (None, "1.0"),
-                  # an older NIM for LLMs release (2024) on the TensorRT-LLM backend: its 0.10-0.12 line
-                  "nvidia-dli-nim-genaiperf": (None, "0.12"), "vllm-fp8-kv-blog": (None, "0.19.1")}
+                  # nim.csv serves meta-llama3-8b/70b-instruct: the Llama 3 NIM images of NIM for LLMs
+                  # 1.0.x (docs.nvidia.com/nim/large-language-models/1.0.0/release-notes.html: 1.0.0, the
+                  # first general release, and 1.0.3 list Llama 3 8B / 70B Instruct; Llama 3.1 came with
+                  # 1.1), i.e. May-June 2024, when TensorRT-LLM was at 0.9-0.10 (same XQA gate, both tags)
+                  "nvidia-dli-nim-genaiperf": (None, "0.10"), "vllm-fp8-kv-blog": (None, "0.19.1")}
 WEIGHTS = {"bf16": ("bf16", "bf16"), "fp16": ("bf16", "bf16"), "mixed (fp16)": ("bf16", "bf16"), "fp8": ("fp8", "fp8"),
            "int8-weight-only": ("int8", "bf16"), "int4-weight-only-g32": ("int4", "bf16"),
            "int4-weight-only-g64": ("int4", "bf16"), "int4-weight-only": ("int4", "bf16"),
