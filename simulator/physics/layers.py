@@ -88,15 +88,17 @@ def attention_op(model: ModelSpec, dep: Deployment, batch, queries, context_len:
         hkv = kv_heads_per_gpu(model, dep.tp)
         group = hq / hkv
         per_head = per_query_head_kernel(dep, group, batch * hkv)
+        # a grouped kernel everywhere (every engine but TensorRT-LLM <= 0.10): no array work here
+        reads, blocks = (1.0, 1.0) if per_head is False else (kv_reads(dep, group, per_head),
+                                                               np.where(per_head, group, 1.0))
         flops = 4.0 * batch * queries * (keys + (queries + 1) / 2) * hq * d
-        kv_read = batch * (keys + queries) * 2 * hkv * d * kv * kv_reads(dep, group, per_head)
+        kv_read = batch * (keys + queries) * 2 * hkv * d * kv * reads
         q_io = 2.0 * batch * queries * hq * d * a
         # surface axes as the q = 1 decode tables measured them: group = hq / hkv. A verify pass packs
         # its q g query rows per KV head into tensor-core tiles and stays bound by the same KV read;
         # the tables' slow large-group decode kernels (g >= 48, ~3x at equal bytes) are a q = 1
         # kernel choice, so q enters through the roofline FLOPs, not through the group axis. A
         # per-query-head kernel is an MHA kernel over hq heads: group 1
-        blocks = np.where(per_head, group, 1.0)
         shape = {"batch_heads": batch * hkv * blocks, "head_dim": float(d), "group": group / blocks}
     # the decode surfaces were measured at q = 1 and price decode and verify passes; a prompt chunk
     # is a compute-bound prefill kernel they never saw (their efficiency at one sequence is the

@@ -57,8 +57,8 @@ def capped_by(entry: dict, other: dict, gpus: int) -> dict:
     alpha-beta fit says nothing below), then made non-decreasing in size (a smaller message can always
     pad to a larger one), on the union of both entries' sizes."""
     b = np.union1d(np.asarray(entry["bytes"], float), np.asarray(other["bytes"], float))
-    own = collective_time_s({"x": {str(gpus): entry}}, gpus, b, op="x")
-    cap = np.where(b >= float(other["bytes"][0]), collective_time_s({"x": {str(gpus): other}}, gpus, b, op="x"), np.inf)
+    own = collective_time_s({str(gpus): entry}, gpus, b)  # an all-reduce: ring factor 2 (g-1)/g
+    cap = np.where(b >= float(other["bytes"][0]), collective_time_s({str(gpus): other}, gpus, b), np.inf)
     t = np.minimum.accumulate(np.minimum(own, cap)[::-1])[::-1]
     return {"alpha_s": float(entry["alpha_s"]),
             "bus_bandwidth_bytes_per_s": max(float(entry["bus_bandwidth_bytes_per_s"]),
@@ -66,15 +66,15 @@ def capped_by(entry: dict, other: dict, gpus: int) -> dict:
             "bytes": [int(x) for x in b], "latency_s": [float(x) for x in t]}
 
 
-def given_bandwidth(collectives: dict, bus_bandwidth: float) -> tuple[dict, list[str]]:
+def given_bandwidth(collectives: dict, bus_bandwidth: float) -> tuple[dict, str]:
     """Every all-reduce entry at the user's measured bus bandwidth (tables keep their latency term)."""
     out = dict(collectives)
     for kind in ALL_REDUCE_KINDS:
         if kind in out:
             out[kind] = {g: {"alpha_s": float(e["alpha_s"]), "bus_bandwidth_bytes_per_s": float(bus_bandwidth),
                              "bytes": [], "latency_s": []} for g, e in out[kind].items()}
-    return out, [f"all-reduce bandwidth: given {bus_bandwidth / 1e9:.1f} GB/s bus bandwidth"
-                 " ([hardware] interconnect_bandwidth_bytes_per_s; measured latency terms kept)"]
+    return out, (f"all-reduce bandwidth: given {bus_bandwidth / 1e9:.1f} GB/s bus bandwidth"
+                 " ([hardware] interconnect_bandwidth_bytes_per_s; measured latency terms kept)")
 
 
 def median_server(table_bw: float, gpus: int, generation: int | None) -> dict | None:
@@ -85,9 +85,10 @@ def median_server(table_bw: float, gpus: int, generation: int | None) -> dict | 
     return ranked[(len(ranked) - 1) // 2][1]
 
 
-def pcie_typical_server(collectives: dict, interconnect: str) -> tuple[dict, list[str]]:
-    """PCIe tables: each g-GPU all-reduce capped by the median published server's times, if that is one."""
-    out, notes, generation = dict(collectives), [], pcie_generation(interconnect)
+def pcie_typical_server(collectives: dict, interconnect: str) -> tuple[dict, dict[str, str]]:
+    """PCIe tables: each g-GPU all-reduce capped by the median published server's times, if that is one
+    (second value: a note per GPU count changed)."""
+    out, notes, generation = dict(collectives), {}, pcie_generation(interconnect)
     for kind in ALL_REDUCE_KINDS:
         table = out.get(kind)
         if not table:
@@ -99,20 +100,26 @@ def pcie_typical_server(collectives: dict, interconnect: str) -> tuple[dict, lis
                 continue
             changed[g] = capped_by(entry, server_entry(server), int(g))
             if kind == ALL_REDUCE_KINDS[0] or "all_reduce" not in out:
-                notes.append(f"{g}-GPU all-reduce: the table's server ran {entry['bus_bandwidth_bytes_per_s'] / 1e9:.1f}"
-                             f" GB/s; priced as the median published PCIe Gen{generation} server"
-                             f" ({server['name']}, {server['bus_bandwidth'] / 1e9:.1f} GB/s)")
+                notes[g] = (f"{g}-GPU all-reduce: the table's server ran {entry['bus_bandwidth_bytes_per_s'] / 1e9:.1f}"
+                            f" GB/s; priced as the median published PCIe Gen{generation} server"
+                            f" ({server['name']}, {server['bus_bandwidth'] / 1e9:.1f} GB/s)")
         if changed:
             out[kind] = table | changed
     return out, notes
 
 
-def server_collectives(collectives: dict, interconnect: str, given_bus_bandwidth: float | None) -> tuple[dict, list[str]]:
-    """The all-reduce tables for the scenario's server, and what was changed (empty: the tables as measured)."""
+def server_collectives(collectives: dict, interconnect: str, given_bus_bandwidth: float | None) -> tuple[dict, dict]:
+    """The all-reduce tables for the scenario's server, and what was changed ({} when the tables stand
+    as measured): ``{"basis": "given" | "median published PCIe server", "note": ..., "gpus": [...]}``."""
     if not collectives:
-        return collectives, []
+        return collectives, {}
     if given_bus_bandwidth:
-        return given_bandwidth(collectives, given_bus_bandwidth)
+        out, note = given_bandwidth(collectives, given_bus_bandwidth)
+        return out, {"basis": "given", "note": note, "gpus": sorted(int(g) for t in out.values() for g in t)}
     if interconnect.lower().startswith("pcie"):
-        return pcie_typical_server(collectives, interconnect)
-    return collectives, []
+        out, notes = pcie_typical_server(collectives, interconnect)
+        if notes:
+            return out, {"basis": "median published PCIe server", "note": "; ".join(notes.values()),
+                         "gpus": sorted(int(g) for g in notes)}
+        return out, {}
+    return collectives, {}

@@ -239,11 +239,12 @@ def fit_to_server(profile: Profile | None, hardware: Hardware, given_bus_bandwid
     if profile is None or not profile.collectives:
         return profile
     given = float(given_bus_bandwidth) if given_bus_bandwidth is not None else None
-    collectives, notes = server_collectives(profile.collectives, hardware.interconnect, given)
-    if not notes:
+    collectives, change = server_collectives(profile.collectives, hardware.interconnect, given)
+    if not change:
         return profile
     return replace(profile, collectives=collectives,
-                   provenance=profile.provenance | {"collectives_note": "; ".join(notes)})
+                   provenance=profile.provenance | {"collectives_note": change["note"], "collectives_basis":
+                                                    change["basis"], "collectives_gpus": change["gpus"]})
 
 
 def pcie_collective_caveat(hardware: Hardware, dep: Deployment, profile: Profile | None) -> list[str]:
@@ -252,11 +253,12 @@ def pcie_collective_caveat(hardware: Hardware, dep: Deployment, profile: Profile
     if not hardware.interconnect.lower().startswith("pcie") or dep.tp < 4 or profile is None:
         return []
     entry = (profile.collectives.get(dep.allreduce) or profile.collectives.get("all_reduce") or {}).get(str(dep.tp))
-    if not entry or "given" in profile.provenance.get("collectives_note", ""):
+    basis = profile.provenance.get("collectives_basis")
+    if not entry or basis == "given":
         return []
     bus = float(entry["bus_bandwidth_bytes_per_s"]) / 1e9
-    basis = "the median published PCIe server" if f"{dep.tp}-GPU all-reduce" in profile.provenance.get(
-        "collectives_note", "") else "one measured server, the median of the published ones"
+    basis = "the median published PCIe server" if dep.tp in profile.provenance.get("collectives_gpus", ()) \
+        else "one measured server, the median of the published ones"
     return [f"{hardware.name} x{dep.tp} over PCIe: all-reduce priced at {bus:.1f} GB/s bus bandwidth ({basis});"
             " PCIe servers differ by up to 10x: give yours (nccl-tests all_reduce_perf busbw) as [hardware]"
             f" interconnect_bandwidth_bytes_per_s (bytes/s) or predict's --allreduce-busbw (GB/s) before trusting"
