@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -19,7 +20,7 @@ from simulator.plan import exports
 from simulator.errors import PlannerError
 from simulator.plan.grid import ContextGrid, Grid, compute_context_grid, compute_grid
 from simulator.physics.attribution import describe_growth, verify_growth
-from simulator.specs.uncertainty import step_time_band
+from simulator.specs.uncertainty import Band, step_time_band
 from simulator.specs.scenario import DEFAULT_SCENARIO, Scenario, apply_overrides, build_scenario, load_scenario
 
 MS = 1e3
@@ -46,6 +47,7 @@ class Prediction:
                           f" routing={sc.deployment.routing.describe()}",
             "draft": sc.draft.label, "context_len": sc.context_len,
             "uncertainty": self.uncertainty.describe(),
+            "deployment_fit": sc.deployment_fit.label if sc.deployment_fit else None,
         }
 
     def k_rise_attribution(self) -> str | None:
@@ -69,6 +71,10 @@ class Prediction:
     def uncertainty(self):
         """Step-time band of this basis and device (see :mod:`simulator.specs.uncertainty`)."""
         sc = self.scenario
+        fit = sc.deployment_fit
+        if fit is not None:  # the deployment's own measurements: the fit's residual-based interval
+            return Band(fit.step_time_rel, None, 0, f"deployment fit {Path(fit.path).name} on {len(fit.points)} measured"
+                        f" points; goodput at K* +-{fit.goodput_rel:.0%}", "90% bootstrap interval of the")
         basis = sc.profile.basis if sc.profile else "datasheet only"
         if sc.profile and sc.profile.surfaces:
             basis = "measured kernel tables"

@@ -122,6 +122,15 @@ def step_overhead_s(profile, batch, k) -> np.ndarray:
             + profile.step_overhead_per_token_s * batch * (k + 1))
 
 
+def with_deployment_fit(fit, verify_s, draft_step_s, overhead_s, B, K):
+    """(verify, draft, overhead) with a deployment fit's terms (simulator/specs/deployment_fit.py):
+    kernel time x s, host time + c_step + c_seq B + c_spec B (K + 1) [K > 0]; unchanged without one."""
+    if fit is None:
+        return verify_s, draft_step_s, overhead_s
+    s = fit.kernel_scale
+    return verify_s * s, draft_step_s * s, overhead_s + fit.added_s(B, K)
+
+
 def engine_pass_times(sc, B, K, verify: StepCost, draft_pass: StepCost, passes):
     """(verify s, draft s of the step, verify in a graph, exposed host s) as the scenario's engine runs them."""
     eng = sc.engine
@@ -149,7 +158,8 @@ def compute_grid(scenario, batch_sizes=None, ks=None) -> Grid:
     draft_pass, passes = draft_pass_cost(sc.draft, sc.model, sc.deployment, sc.hardware, B, K, sc.context_len,
                                          sc.profile)
     verify_s, draft_step_s, in_graph, host_s = engine_pass_times(sc, B, K, verify, draft_pass, passes)
-    overhead = step_overhead_s(sc.profile, B, K) + host_s
+    verify_s, draft_step_s, overhead = with_deployment_fit(
+        getattr(sc, "deployment_fit", None), verify_s, draft_step_s, step_overhead_s(sc.profile, B, K) + host_s, B, K)
     itl = verify_s + draft_step_s + overhead
     al = sc.acceptance.acceptance_length(k.astype(int))
     if getattr(sc, "acceptance_context", None) is not None:  # acceptance falls with context (scenario table)
@@ -286,7 +296,8 @@ def compute_context_grid(scenario, batch_sizes=None, ks=None, context_lens=None,
     draft_pass, passes = draft_pass_cost(sc.draft, sc.model, sc.deployment, sc.hardware,
                                          np.broadcast_to(B, (b.size, 1, c.size)), K, C, sc.profile)
     verify_s, draft_step_s, in_graph, host_s = engine_pass_times(sc, B, K, verify, draft_pass, passes)
-    overhead = step_overhead_s(sc.profile, B, K) + host_s
+    verify_s, draft_step_s, overhead = with_deployment_fit(
+        getattr(sc, "deployment_fit", None), verify_s, draft_step_s, step_overhead_s(sc.profile, B, K) + host_s, B, K)
     itl = verify_s + draft_step_s + overhead
     al = acceptance_lengths(sc.acceptance, k.astype(int), np.ones(c.size) if acceptance_scale is None
                             else acceptance_scale)

@@ -17,6 +17,7 @@ from simulator.specs.acceptance import Acceptance, ContextAcceptance, context_ac
 from simulator.specs.deployment import LAYOUTS, Deployment, check_deployment, make_deployment
 from simulator.specs.engines import EngineProfile, default_engine, load_engine
 from simulator.specs.drafts import DraftSpec, check_draft, parse_draft
+from simulator.specs.deployment_fit import DeploymentFit, load_deployment_fit, scenario_identity
 from simulator.errors import PlannerError
 from simulator.files import read_toml_file
 from simulator.specs.hardware import Hardware, custom_hardware, load_hardware
@@ -45,7 +46,7 @@ SCHEMA: dict[str, dict[str, type | tuple]] = {
     "workload": {"context_len": int, "batch_sizes": STR_OR_LIST, "k_max": int, "fixed_k": int,
                  "memory_utilization": NUM, "allow_context_beyond_model": bool, "context_lens": STR_OR_LIST},
     "routing": {"kind": str, "skew": NUM, "probabilities": list, "reuse": NUM},
-    "calibration": {"profile": str},
+    "calibration": {"profile": str, "deployment": str},
     "engine": {"name": str, "version": str},
 }
 OPEN_SECTIONS = ("serving", "traffic", "slo", "sizing", "validation")
@@ -79,15 +80,17 @@ class Scenario:
     warnings: list = field(default_factory=list)  # one-line notes on inputs accepted with a caveat
     context_lens: np.ndarray | None = None  # [workload] context_lens: the context axis of the (B, L) K* map
     acceptance_context: "ContextAcceptance | None" = None  # acceptance factor by context length
+    deployment_fit: DeploymentFit | None = None  # [calibration] deployment: terms fitted on this deployment
 
     @property
     def cost_source(self) -> str:
         """What the step times rest on: kernels (datasheet, calibration profile or measured tables)
         and the engine profile that adds host time and graph capture."""
         kernels = self.profile.label if self.profile else "datasheet only (uncalibrated roofline)"
+        fit = f"; {self.deployment_fit.label}" if self.deployment_fit else ""
         if self.engine is None or self.engine.name == "ideal":
-            return kernels
-        return f"{kernels}; {self.engine.label}"
+            return kernels + fit
+        return f"{kernels}; {self.engine.label}{fit}"
 
     def with_overrides(self, **overrides) -> "Scenario":
         """A new scenario with flat overrides applied (same keys as :func:`apply_overrides`)."""
@@ -222,6 +225,11 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
                          grouped_decode_groups=engine.grouped_decode_groups,
                          grouped_decode_min_batch_heads=engine.grouped_decode_min_blocks_per_sm * (hardware.compute_units or 0),
                          l2_reread_cost=hardware.l2_reread_cost)
+    fit_path = get("calibration", "deployment")
+    fit = load_deployment_fit(_resolve_path(fit_path, base_dir), origin,
+                              scenario_identity(model, hardware, deployment, engine, draft)) if fit_path else None
+    if fit is not None and fit.acceptance_rates:
+        acceptance = Acceptance(fit.acceptance_rates, f"measured on this deployment ({Path(fit.path).name})")
     raw["_base_dir"] = base_dir
     return Scenario(
         name=raw.get("name", Path(origin).stem if origin != "flags" else "custom"),
@@ -230,7 +238,7 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
         k_max=wl["k_max"], fixed_k=wl["fixed_k"], profile=profile, engine=engine, origin=origin,
         extra={s: raw[s] for s in OPEN_SECTIONS if s in raw}, raw=raw,
         warnings=_warn(wl["warnings"] + pcie_collective_caveat(hardware, deployment, profile)),
-        context_lens=wl["context_lens"], acceptance_context=acceptance_context)
+        context_lens=wl["context_lens"], acceptance_context=acceptance_context, deployment_fit=fit)
 
 
 def fit_to_server(profile: Profile | None, hardware: Hardware, given_bus_bandwidth) -> Profile | None:
@@ -360,6 +368,7 @@ OVERRIDE_KEYS = {
     "allow_long_context": ("workload", "allow_context_beyond_model"),
     "hbm_bandwidth_bytes_per_s": ("hardware", "hbm_bandwidth_bytes_per_s"),
     "allreduce_busbw": ("hardware", "interconnect_bandwidth_bytes_per_s"),  # your nccl-tests busbw, bytes/s
+    "deployment": ("calibration", "deployment"),  # python -m calibration.fit_deployment's file
 }
 
 
