@@ -244,3 +244,23 @@ def test_loader_reads_a_hand_written_file(tmp_path):
     assert fit.added_s(8, 3) == 0.0 and "fit.json (2 points: B=1 K=0, B=8 K=2" in fit.label
     with pytest.raises(PlannerError, match="fitted for another deployment"):
         load_deployment_fit(path, "x", dict(fit.identity, hardware="h100-sxm"))
+
+
+def test_serving_steps_pay_the_fitted_host_terms(tmp_path):
+    # hand: kernel_scale 1, 1 ms per step, 10 us per speculative token: a step of 4 sequences at K = 2
+    # costs 1 ms + 4 * 3 * 10 us = 1.12 ms more than without the file, a plain step 1 ms more
+    from simulator import serving
+    from simulator.specs.scenario import load_scenario
+    doc = _fit_doc()
+    doc["terms"] = {"host_per_step_s": {"value": 1e-3, "interval": [1e-3, 1e-3], "fitted": True},
+                    "spec_per_token_s": {"value": 1e-5, "interval": [1e-5, 1e-5], "fitted": True}}
+    path = tmp_path / "fit.json"
+    path.write_text(json.dumps(doc))
+    base, fitted = load_scenario(CPU_SCENARIO), load_scenario(CPU_SCENARIO, deployment=str(path))
+    steps = []
+    for sc in (base, fitted):
+        eng = serving.engine_from_scenario(sc)
+        pricer = serving.StepPricer(sc, eng, 3, 8, 512, True)
+        steps.append([pricer.step_s(4, k, 4 * (k + 1), 200.0, k > 0, 0.0)[0] for k in (0, 2)])
+    assert steps[1][0] - steps[0][0] == pytest.approx(1e-3, rel=1e-9)
+    assert steps[1][1] - steps[0][1] == pytest.approx(1.12e-3, rel=1e-9)
