@@ -122,7 +122,12 @@ def fit_acceptance(rows: pd.DataFrame, sc: Scenario, k_max: int, n_boot: int = N
     if lists:
         width = max(len(r) for r in lists)
         mat = np.array([r + [np.nan] * (width - len(r)) for r in lists])
-        rates = np.nanmean(mat, axis=0)
+        seen = ~np.isnan(mat).all(axis=0)
+        if not seen.any():
+            return None
+        # a position no row reached takes the rate of the last position reached before it (as Acceptance does)
+        rates = np.nanmean(np.where(np.isnan(mat), 0.0, mat), axis=0) / np.maximum(np.mean(~np.isnan(mat), axis=0), 1e-12)
+        rates = pd.Series(np.where(seen, rates, np.nan)).ffill().bfill().to_numpy()
         rates = np.concatenate([rates, np.full(max(k_max - width, 0), rates[-1])])[:k_max]
         steps = float(rows.n_steps.fillna(0).sum()) if "n_steps" in rows else 0.0
         sd = np.maximum(np.sqrt(rates * (1 - rates) / steps) if steps > 0 else 0.0, fewshot.NOISE_FLOOR * rates)

@@ -264,3 +264,26 @@ def test_serving_steps_pay_the_fitted_host_terms(tmp_path):
         steps.append([pricer.step_s(4, k, 4 * (k + 1), 200.0, k > 0, 0.0)[0] for k in (0, 2)])
     assert steps[1][0] - steps[0][0] == pytest.approx(1e-3, rel=1e-9)
     assert steps[1][1] - steps[0][1] == pytest.approx(1.12e-3, rel=1e-9)
+
+
+@pytest.mark.transfer
+def test_two_shot_on_the_eagle_chain_h100_curve():
+    # corpus rows 35-43 (EAGLE-3 paper Table 3, chain EAGLE, Llama-3.1-8B, H100, SGLang): fitted on B = 2
+    # and B = 24 (the smallest and the middle of 9), the held-out B = 4, 8, 16 speedups 1.38, 1.23, 1.02
+    # come within 5%; the zero-shot planner (anchored on B = 2) says 1.42, 1.41, 1.37 (transfer.md)
+    from calibration import transfer_twoshot as tt
+    from calibration.transfer import CORPUS, Case, case_for
+    corpus = pd.read_csv(CORPUS)
+    rows = corpus[(corpus.source_id == "eagle3-paper") & (corpus.device == "H100") & (corpus.draft_method == "eagle")
+                  & (corpus.metric == "spec_speedup")]
+    cases = [c for c in (case_for(r) for _, r in rows.iterrows()) if isinstance(c, Case)]
+    (curve,) = tt.speedup_curves(cases)
+    out = pd.DataFrame(tt.two_shot_curve(curve))
+    assert set(out.fit_points) == {"B=2 K=3; B=24 K=3"} and 2 not in set(out.batch_size) and 24 not in set(out.batch_size)
+    small = out[out.batch_size <= 16]
+    assert list(small.measured) == [1.38, 1.23, 1.02]
+    assert ((small.predicted / small.measured - 1).abs() < 0.05).all()
+    s = tt.summarize_two_shot(out.assign(error=out.predicted / out.measured - 1, error_datasheet=0.0,
+                                         decision_right=True, decision_right_datasheet=True, inside_interval=True))
+    names = [line.split("|")[1].strip() for line in tt.markdown_rows(s)]
+    assert names[0].startswith("two-shot speculative speedup") and names[1] == "two-shot decision right"
