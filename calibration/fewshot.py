@@ -186,8 +186,11 @@ def goodput_samples(samples: np.ndarray, kernel_s: np.ndarray, overhead_s: np.nd
 
 def next_measurements(goodput: np.ndarray, batch: np.ndarray, ks: np.ndarray, measured: set, n: int = 2
                       ) -> list[dict]:
-    """The (B, K) cells whose goodput interval most overlaps that of K* at the same B (the rival K
-    whose measurement would settle K* there), best first, skipping measured cells; goodput (m, nb, nk)."""
+    """The (B, K) cells where K* is least settled, best first, skipping measured cells; goodput (m, nb, nk).
+
+    At each B the rival of K* is the K whose goodput interval overlaps K*'s and which is ahead of K* in
+    the most resamples; cells are ranked by that share (a measurement there decides K* at that B), then
+    by how much the two 90% intervals overlap (intersection / the narrower one)."""
     lo, hi = interval(goodput)
     mid = np.median(goodput, axis=0)
     out = []
@@ -195,18 +198,16 @@ def next_measurements(goodput: np.ndarray, batch: np.ndarray, ks: np.ndarray, me
         best = int(np.argmax(mid[i]))
         width = np.maximum(np.minimum(hi[i] - lo[i], hi[i, best] - lo[i, best]), 1e-30)
         overlap = np.clip((np.minimum(hi[i], hi[i, best]) - np.maximum(lo[i], lo[i, best])) / width, 0.0, 1.0)
-        overlap[best] = -1.0
-        j = int(np.argmax(overlap))
-        cell = (int(b), int(ks[j]))
-        if overlap[j] <= 0 or cell in measured:
+        wins = np.mean(goodput[:, i, :] > goodput[:, i, best:best + 1], axis=0)
+        wins = np.where((overlap > 0) & (np.arange(ks.size) != best), wins, -1.0)
+        j = int(np.argmax(wins))
+        if wins[j] < 0 or (int(b), int(ks[j])) in measured:
             continue
-        wins = float(np.mean(goodput[:, i, j] > goodput[:, i, best]))
         out.append({"batch_size": int(b), "k": int(ks[j]), "k_star": int(ks[best]), "overlap": float(overlap[j]),
-                    "rival_wins": wins, "width": float((hi[i, j] - lo[i, j]) / max(mid[i, j], 1e-30))})
-    # equal overlap (ties of K): the rival known least, whose measurement teaches the most
-    out.sort(key=lambda d: (-round(d["overlap"], 3), -d["width"]))
+                    "rival_wins": float(wins[j])})
+    out.sort(key=lambda d: (-round(d["rival_wins"], 2), -d["overlap"]))
     picked, seen_b = [], set()
-    for d in out:  # distinct batch sizes first
+    for d in out:  # distinct batch sizes
         if d["batch_size"] not in seen_b:
             picked.append(d)
             seen_b.add(d["batch_size"])

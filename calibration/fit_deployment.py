@@ -255,6 +255,11 @@ def report(doc: dict) -> str:
     for p in doc["points"]:
         lines.append(f"  B={p['batch_size']:<5} K={p['k']:<2} ctx={p['context_len']:<6} measured {p['itl_ms']:.3f} ms,"
                      f" fitted {p['fitted_itl_ms']:.3f} ms ({p['fitted_itl_ms'] / p['itl_ms'] - 1:+.1%})")
+    for name, t in doc["terms"].items():
+        lo, hi = TERMS[name][1:]
+        if t["fitted"] and (t["value"] >= hi or (name == "kernel_scale" and t["value"] <= lo)):
+            lines.append(f"warning: {name} sits at its bound ({t['value']:g}): the planner's step is far from these"
+                         " measurements; check the scenario's model, TP, dtypes and context against the deployment")
     u = doc["uncertainty"]
     lines.append(f"uncertainty (90%): step time +-{u['step_time_rel']:.1%}, goodput at K* +-{u['goodput_rel']:.1%}")
     for n in doc["next_measurements"]:
