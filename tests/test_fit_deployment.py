@@ -287,3 +287,27 @@ def test_two_shot_on_the_eagle_chain_h100_curve():
                                          decision_right=True, decision_right_datasheet=True, inside_interval=True))
     names = [line.split("|")[1].strip() for line in tt.markdown_rows(s)]
     assert names[0].startswith("two-shot speculative speedup") and names[1] == "two-shot decision right"
+
+
+def test_acceptance_given_as_a_flag_outranks_the_fit(tmp_path):
+    from simulator.specs.scenario import load_scenario
+    doc = _fit_doc()
+    doc["acceptance"] = {"rates": [0.3, 0.2]}
+    path = tmp_path / "fit.json"
+    path.write_text(json.dumps(doc))
+    assert load_scenario(CPU_SCENARIO, deployment=str(path)).acceptance.rates == (0.3, 0.2)
+    given = load_scenario(CPU_SCENARIO, deployment=str(path), acceptance="0.6")
+    assert given.acceptance.rates == (0.6,)
+    assert given.with_overrides(context_len=300).acceptance.rates == (0.6,)  # kept through later overrides
+
+
+def test_sizing_keeps_the_fit_only_on_its_deployment(tmp_path):
+    from simulator.sizing.spec import Candidate, candidate_scenario as moved
+    from simulator.specs.scenario import load_scenario
+    path = tmp_path / "fit.json"
+    path.write_text(json.dumps(_fit_doc()))
+    sc = load_scenario(CPU_SCENARIO, deployment=str(path))
+    assert moved(sc, Candidate("cpu-xeon-2c", 1)).deployment_fit is not None
+    assert moved(sc, Candidate("h100-sxm", 1)).deployment_fit is None  # another GPU: not measured there
+    scaled = moved(sc, Candidate("cpu-xeon-2c", 1), acceptance_scale=0.5)
+    assert scaled.acceptance.rates[0] == pytest.approx(sc.acceptance.rates[0] * 0.5)

@@ -50,6 +50,8 @@ SCHEMA: dict[str, dict[str, type | tuple]] = {
     "engine": {"name": str, "version": str},
 }
 OPEN_SECTIONS = ("serving", "traffic", "slo", "sizing", "validation")
+# raw-dict marker: acceptance was given as an override, so a deployment fit's measured rates do not replace it
+ACCEPTANCE_GIVEN = "_acceptance_given"
 
 
 # Beyond this exponent a Zipf router sends every token to the same top-k experts to within 1e-9
@@ -209,6 +211,7 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
     times rest on (:func:`resolve_profile`)."""
     raw = copy.deepcopy(raw)
     raw.pop("_base_dir", None)
+    acceptance_given = raw.pop(ACCEPTANCE_GIVEN, False)  # by a flag or the API: it outranks a deployment fit's
     _check_sections(raw, origin)
     get = lambda section, key, default=None: raw.get(section, {}).get(key, default)  # noqa: E731
     model, hardware = _model_and_hardware(raw, get, origin, base_dir)
@@ -228,9 +231,11 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
     fit_path = get("calibration", "deployment")
     fit = load_deployment_fit(_resolve_path(fit_path, base_dir), origin,
                               scenario_identity(model, hardware, deployment, engine, draft)) if fit_path else None
-    if fit is not None and fit.acceptance_rates:
+    if fit is not None and fit.acceptance_rates and not acceptance_given:
         acceptance = Acceptance(fit.acceptance_rates, f"measured on this deployment ({Path(fit.path).name})")
     raw["_base_dir"] = base_dir
+    if acceptance_given:
+        raw[ACCEPTANCE_GIVEN] = True
     return Scenario(
         name=raw.get("name", Path(origin).stem if origin != "flags" else "custom"),
         description=raw.get("description", ""), model=model, hardware=hardware, deployment=deployment,
@@ -382,6 +387,8 @@ def apply_overrides(raw: dict, overrides: dict) -> dict:
             raise PlannerError(f"unknown setting '{name}' (known: {', '.join(sorted(OVERRIDE_KEYS))})")
         section, key = OVERRIDE_KEYS[name]
         table = raw.setdefault(section, {})
+        if name in ("acceptance", "acceptance_preset"):
+            raw[ACCEPTANCE_GIVEN] = True
         if name == "acceptance":
             table.pop("rate", None)
             table.pop("rates", None)
