@@ -311,3 +311,13 @@ def test_sizing_keeps_the_fit_only_on_its_deployment(tmp_path):
     assert moved(sc, Candidate("h100-sxm", 1)).deployment_fit is None  # another GPU: not measured there
     scaled = moved(sc, Candidate("cpu-xeon-2c", 1), acceptance_scale=0.5)
     assert scaled.acceptance.rates[0] == pytest.approx(sc.acceptance.rates[0] * 0.5)
+
+
+def test_size_refuses_a_fit_of_another_deployment(tmp_path, capsys):
+    from simulator.cli import size as size_cli
+    path = tmp_path / "fit.json"
+    path.write_text(json.dumps(_fit_doc()))
+    out = tmp_path / "reports"
+    line = _refused(capsys, ["--scenario", "sizing-dense-command-a", "--deployment", str(path), "--output-dir",
+                             str(out)], out / "x", size_cli.main)
+    assert "fitted for another deployment" in line and not out.exists()

@@ -33,6 +33,8 @@ def build_parser():
     p.add_argument("--n-requests", type=int, help="requests per serving simulation")
     p.add_argument("--search-steps", type=int, help="bisection steps after bracketing")
     p.add_argument("--no-sensitivity", action="store_true", help="skip the acceptance / bandwidth reruns")
+    p.add_argument("--deployment", metavar="FIT.json", help="deployment calibration (python -m calibration.fit_deployment)"
+                   " for the scenario's own deployment; candidates on other hardware or TP are sized without it")
     return p
 
 
@@ -54,13 +56,18 @@ def run(args) -> int:
     # checked before the (long) search; written at the end, all files or none
     out_dir = check_output_dir(args.output_dir) if args.output_dir else None
     formats = args.format or (["html", "markdown"] if out_dir else ["markdown"])
+    if args.deployment and args.all_bundled:
+        raise PlannerError("--deployment applies to one --scenario (the deployment it was fitted on), not --all-bundled")
     scenarios = bundled_sizing_scenarios() if args.all_bundled else [args.scenario]
+    if args.deployment:
+        from simulator.specs.scenario import load_scenario
+        scenarios = [load_scenario(args.scenario, deployment=args.deployment)]
     if not scenarios:
         raise PlannerError("no bundled sizing scenarios (scenarios/sizing-*.toml)")
     renderers = {"html": render_html, "markdown": render_markdown, "json": render_json}
     files: dict[str, str] = {}
     for scenario in scenarios:
-        res = size(str(scenario), candidates=args.candidates.split(",") if args.candidates else None,
+        res = size(scenario if args.deployment else str(scenario), candidates=args.candidates.split(",") if args.candidates else None,
                    tp=_ints(args.tp, "--tp") if args.tp else None, target_load=args.rate, workers=args.workers,
                    n_requests=args.n_requests, search_steps=args.search_steps,
                    sensitivity=False if args.no_sensitivity else None)
