@@ -284,6 +284,9 @@ def main(argv: list[str] | None = None) -> int:
         if not 20 <= args.bootstrap <= 10000:
             raise PlannerError(f"--bootstrap {args.bootstrap}: give 20-10000 resamples")
         sc = load_scenario(args.scenario)
+        if sc.deployment_fit is not None:
+            raise PlannerError(f"--scenario {args.scenario}: names a deployment fit already ([calibration] deployment);"
+                               " fit from the scenario without it")
         rows = read_rows(args.measured)
         check_rows(rows, sc)
         doc = document(sc, fit(sc, rows, args.bootstrap), args.measured)
