@@ -47,8 +47,7 @@ class Prediction:
                           f" routing={sc.deployment.routing.describe()}",
             "draft": sc.draft.label, "context_len": sc.context_len,
             "uncertainty": self.uncertainty.describe(),
-            "deployment_fit": sc.deployment_fit.label if sc.deployment_fit else None,
-        }
+        } | ({"deployment_fit": sc.deployment_fit.label} if sc.deployment_fit else {})
 
     def k_rise_attribution(self) -> str | None:
         """MoE: where K* rises from B = 1 to its peak, what the verify pass's growth from K = 0 to K* is
