@@ -37,6 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ep", type=int, help="expert-parallel groups (MoE; must divide tp)")
     p.add_argument("--draft", help="eagle | eagle3 | mtp | ngram | model:NAME")
     p.add_argument("--acceptance", help="i.i.d. rate (0.8) or per-position rates (0.7,0.5,0.3)")
+    p.add_argument("--acceptance-band", type=float, metavar="D",
+                   help="uncertainty +-D on every per-position rate (e.g. 0.1): K* is the K nearest the best across"
+                        " the band, and the schedule says where K* depends on acceptance")
     p.add_argument("--context-len", type=int, help="tokens already in each sequence's KV cache")
     p.add_argument("--batch-sizes", help="e.g. 1-256 or 1,2,4,8")
     p.add_argument("--k-max", type=int, help="largest K considered")
@@ -110,10 +113,13 @@ def render_table(pred: Prediction) -> str:
              f" context {sc.context_len}",
              f"# step times: {pred.provenance['step_time_source']}",
              f"# how far to trust them: {pred.provenance['uncertainty']}",
-             f"# acceptance: {pred.provenance['acceptance']}; {sc.acceptance.rule}", ""]
+             f"# acceptance: {pred.provenance['acceptance']}; {sc.acceptance.rule}",
+             f"# fixed K={sc.fixed_k} reaches acceptance length {pred.table.fixed_acceptance_length.iloc[0]:.2f};"
+             f" 'K={sc.fixed_k} needs AL' is the length at which it ties plain decoding (step time K / step time plain)",
+             ""]
     cols = ["batch_size", "k_opt", "goodput_per_seq", "throughput", "itl_ms", "token_latency_ms",
-            "plain_token_latency_ms", "speedup_vs_plain", "speedup_vs_fixed", "fixed_vs_plain", "bound",
-            "memory_gb_per_gpu"]
+            "plain_token_latency_ms", "speedup_vs_plain", "speedup_vs_fixed", "fixed_vs_plain",
+            "break_even_acceptance_length", "bound", "memory_gb_per_gpu"]
     if "experts_touched" in t:
         cols += ["experts_touched", "experts_touched_plain", "expert_load_share"]
     view = t[cols].copy()
@@ -121,12 +127,14 @@ def render_table(pred: Prediction) -> str:
     headers = {"batch_size": "B", "k_opt": "K*", "goodput_per_seq": "tok/s/seq", "throughput": "tok/s",
                "itl_ms": "step ms", "token_latency_ms": "ms/token", "plain_token_latency_ms": "plain ms/token",
                "speedup_vs_plain": "vs plain", "speedup_vs_fixed": f"vs K={sc.fixed_k}",
-               "fixed_vs_plain": f"K={sc.fixed_k}/plain", "bound": "bound", "memory_gb_per_gpu": "GB/GPU",
+               "fixed_vs_plain": f"K={sc.fixed_k}/plain", "break_even_acceptance_length": f"K={sc.fixed_k} needs AL",
+               "bound": "bound", "memory_gb_per_gpu": "GB/GPU",
                "experts_touched": "experts@K*", "experts_touched_plain": "experts@K=0",
                "expert_load_share": "expert share"}
     formats = {"goodput_per_seq": "{:.1f}", "throughput": "{:,.0f}", "itl_ms": "{:.2f}", "token_latency_ms": "{:.2f}",
                "plain_token_latency_ms": "{:.2f}", "speedup_vs_plain": "{:.2f}x",
                "speedup_vs_fixed": "{:.2f}x", "fixed_vs_plain": "{:.2f}x", "memory_gb_per_gpu": "{:.1f}",
+               "break_even_acceptance_length": "{:.2f}",
                "experts_touched": "{:.1f}", "experts_touched_plain": "{:.1f}", "expert_load_share": "{:.0%}"}
     for col, fmt in formats.items():
         if col in view:
@@ -247,7 +255,7 @@ def _run(args) -> int:
                      k_max=args.k_max, fixed_k=args.fixed_k, dtype=args.dtype, kv_dtype=args.kv_dtype,
                      calibration=args.calibration, engine=args.engine, engine_version=args.engine_version,
                      context_lens=args.context_lens, layout=args.layout, dp=args.dp, routing_reuse=args.routing_reuse,
-                     allreduce_busbw=_busbw(args.allreduce_busbw))
+                     allreduce_busbw=_busbw(args.allreduce_busbw), acceptance_band=args.acceptance_band)
     export_only = [flag for flag, given in (("--export-version", args.export_version), ("--markdown", args.markdown),
                                             ("--cuda-graph-bs", args.cuda_graph_bs)) if given]
     if export_only and args.format not in EXPORT_FORMATS:

@@ -17,6 +17,7 @@ import pandas as pd
 
 from simulator.plan import exports
 from simulator.errors import PlannerError
+from simulator.plan.acceptance_risk import break_even_acceptance_length
 from simulator.plan.grid import ContextGrid, Grid, compute_context_grid, compute_grid
 from simulator.physics.attribution import describe_growth, verify_growth
 from simulator.specs.uncertainty import step_time_band
@@ -140,6 +141,15 @@ class Prediction:
                 "memory_gb_per_gpu": at(g.memory_per_gpu_bytes, safe) / 1e9,
             })
         df.loc[~feasible, "k_opt"] = pd.NA
+        # the acceptance length the fixed K needs to tie plain decoding here, and what it reaches
+        df["break_even_acceptance_length"] = np.where(fits[:, i_fix] & fits[:, i0], break_even_acceptance_length(
+            g.itl_s[:, i_fix], g.itl_s[:, i0]), nan)
+        df["fixed_acceptance_length"] = float(g.acceptance_length[i_fix])
+        df["kopt_break_even_acceptance_length"] = np.where(
+            feasible & fits[:, i0], break_even_acceptance_length(at(g.itl_s, safe), g.itl_s[:, i0]), nan)
+        sensitive = g.acceptance_sensitive()
+        if sensitive is not None:
+            df["k_opt_depends_on_acceptance"] = sensitive & feasible
         if g.experts_touched is not None:
             expert = g.op_time_s("moe_experts")
             df["experts_touched"] = at(g.experts_touched, safe)
@@ -184,8 +194,26 @@ class Prediction:
         return exports.vllm_config(*self.k_table())
 
     def schedule_text(self) -> str:
-        """The K* schedule in words, e.g. "K=4 for B 1-43, K=3 for 44-84, no speculation from 196"."""
-        return schedule_text(*self.k_table())
+        """The K* schedule in words, e.g. "K=4 for B 1-43, K=3 for 44-84, no speculation from 196";
+        with an acceptance band, where K* depends on the rates inside it."""
+        text = schedule_text(*self.k_table())
+        dependence = self.acceptance_dependence_text()
+        return f"{text} ({dependence})" if dependence else text
+
+    def acceptance_dependence_text(self) -> str | None:
+        """With an acceptance band: the batch sizes whose K* differs between the band's low and high
+        rates, in words; None without a band."""
+        band = self.scenario.acceptance_band
+        if not band:
+            return None
+        t = self.table
+        hit = t.batch_size[t.k_opt_depends_on_acceptance.to_numpy(bool)].to_numpy()
+        if not hit.size:
+            return f"acceptance band +-{band:g}: K* holds across it at every batch size"
+        runs = np.split(hit, np.flatnonzero(np.diff(hit) > 1) + 1) if t.batch_size.diff().max() == 1 else [hit]
+        where = ", ".join(_span(r, t.batch_size.diff().max() == 1) for r in runs)
+        return (f"acceptance band +-{band:g}: K* depends on acceptance at B {where};"
+                " the K shown is the one nearest the best across the band")
 
     def notes(self) -> list[str]:
         """Warnings a reader of the K* table needs: extrapolated acceptance, sparse batch sizes, engines

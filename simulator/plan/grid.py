@@ -18,6 +18,7 @@ from functools import cached_property
 import numpy as np
 
 from simulator.physics.layers import verify_cost
+from simulator.plan.acceptance_risk import banded_acceptance_lengths, k_at_each_rate_set, robust_score
 from simulator.physics.memory import step_memory_bytes
 from simulator.physics.operators import StepCost
 from simulator.physics.draft_cost import draft_pass_cost
@@ -45,6 +46,8 @@ class Grid:
     memory_per_gpu_bytes: np.ndarray
     memory_capacity_bytes: float
     experts_touched: np.ndarray | None  # per MoE layer, verify step
+    # (3, n_k) AL(K) at the acceptance band's low, given and high rates; None without a band
+    banded_acceptance_length: np.ndarray | None = None
 
     @property
     def fits_memory(self) -> np.ndarray:
@@ -68,8 +71,19 @@ class Grid:
         return int(hits[0]) if hits.size else -1
 
     def optimal_k_index(self) -> np.ndarray:
-        """Index into ks of K* per batch size; -1 where no K fits in memory."""
+        """Index into ks of K* per batch size; -1 where no K fits in memory. With an acceptance band,
+        K* is the K whose worst share of the best goodput across the band is highest."""
+        if self.banded_acceptance_length is not None:
+            score = robust_score(self.itl_s, self.banded_acceptance_length, self.fits_memory)
+            return settled_k_index(score, self.fits_memory)
         return settled_k_index(self.goodput_per_seq, self.fits_memory)
+
+    def acceptance_sensitive(self) -> np.ndarray | None:
+        """Per batch size: whether K* at the band's low rates differs from K* at its high rates."""
+        if self.banded_acceptance_length is None:
+            return None
+        low, _, high = k_at_each_rate_set(self.itl_s, self.banded_acceptance_length, self.fits_memory)
+        return low != high
 
     def regime(self) -> np.ndarray:
         """Which term dominates the step: compute, memory, comm, launch (incl. eager launches) or
@@ -161,10 +175,13 @@ def compute_grid(scenario, batch_sizes=None, ks=None) -> Grid:
         p = expert_probabilities(sc.deployment.routing, sc.model.num_experts, sc.model.experts_per_token)
         # the count the cost model prices: B sequences x (K + 1) positions that route alike (reuse)
         touched = experts_touched_correlated(B, K + 1, p, sc.deployment.routing.reuse)
+    band = getattr(sc, "acceptance_band", 0.0)
+    banded = banded_acceptance_lengths(sc.acceptance.rates_upto(max(int(k.max()), 1)), k.astype(int), band) \
+        if band else None
     return Grid(b, k.astype(int), verify, draft_pass, np.asarray(passes, dtype=float), verify_s, draft_step_s,
                 in_graph, overhead, itl, al, al[None, :] / itl,
                 np.broadcast_to(memory, itl.shape), sc.hardware.memory_bytes * sc.deployment.memory_utilization,
-                touched)
+                touched, banded)
 
 
 # --- the context-length axis --------------------------------------------------------------------

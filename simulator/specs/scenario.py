@@ -40,7 +40,7 @@ SCHEMA: dict[str, dict[str, type | tuple]] = {
                  "interconnect_bandwidth_bytes_per_s": NUM},
     "precision": {"weights": str, "activations": str, "kv_cache": str, "experts": str},
     "draft": {"method": str, "model": str},
-    "acceptance": {"rate": NUM, "rates": list, "source": str, "preset": str,
+    "acceptance": {"rate": NUM, "rates": list, "source": str, "preset": str, "band": NUM,
                    "context_points": list, "context_factors": list, "context_source": str},
     "workload": {"context_len": int, "batch_sizes": STR_OR_LIST, "k_max": int, "fixed_k": int,
                  "memory_utilization": NUM, "allow_context_beyond_model": bool, "context_lens": STR_OR_LIST},
@@ -79,6 +79,7 @@ class Scenario:
     warnings: list = field(default_factory=list)  # one-line notes on inputs accepted with a caveat
     context_lens: np.ndarray | None = None  # [workload] context_lens: the context axis of the (B, L) K* map
     acceptance_context: "ContextAcceptance | None" = None  # acceptance factor by context length
+    acceptance_band: float = 0.0  # +- on every per-position rate: K* chosen to stay near-best across it
 
     @property
     def cost_source(self) -> str:
@@ -230,7 +231,17 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
         k_max=wl["k_max"], fixed_k=wl["fixed_k"], profile=profile, engine=engine, origin=origin,
         extra={s: raw[s] for s in OPEN_SECTIONS if s in raw}, raw=raw,
         warnings=_warn(wl["warnings"] + pcie_collective_caveat(hardware, deployment, profile)),
-        context_lens=wl["context_lens"], acceptance_context=acceptance_context)
+        context_lens=wl["context_lens"], acceptance_context=acceptance_context,
+        acceptance_band=_acceptance_band(get("acceptance", "band", 0.0), origin))
+
+
+def _acceptance_band(value, origin: str) -> float:
+    """[acceptance] band: how far each per-position rate may be off, absolute, in [0, 0.5]."""
+    band = float(value)
+    if not (0.0 <= band <= 0.5):
+        raise PlannerError(f"{origin}: [acceptance] band = {band:g} must be in [0, 0.5] (an absolute +- on each"
+                           " per-position rate, e.g. 0.1)")
+    return band
 
 
 def fit_to_server(profile: Profile | None, hardware: Hardware, given_bus_bandwidth) -> Profile | None:
@@ -355,7 +366,7 @@ OVERRIDE_KEYS = {
     "layout": ("hardware", "layout"), "dp": ("hardware", "dp"), "routing_reuse": ("routing", "reuse"),
     "engine": ("engine", "name"), "engine_version": ("engine", "version"),
     "context_lens": ("workload", "context_lens"),
-    "acceptance_preset": ("acceptance", "preset"),
+    "acceptance_preset": ("acceptance", "preset"), "acceptance_band": ("acceptance", "band"),
     "peak_bf16_flops_per_s": ("hardware", "peak_bf16_flops_per_s"),
     "allow_long_context": ("workload", "allow_context_beyond_model"),
     "hbm_bandwidth_bytes_per_s": ("hardware", "hbm_bandwidth_bytes_per_s"),
