@@ -21,8 +21,9 @@ from simulator.physics.layers import verify_cost
 from simulator.plan.acceptance_risk import banded_acceptance_lengths, k_at_each_rate_set, robust_score
 from simulator.physics.memory import step_memory_bytes
 from simulator.physics.operators import StepCost
-from simulator.physics.draft_cost import draft_pass_cost
-from simulator.physics.engine_time import draft_in_graph, host_exposed_s, pass_time_s, verify_in_graph
+from simulator.physics.draft_cost import draft_extend_cost, draft_pass_cost
+from simulator.physics.engine_time import (draft_extend_in_graph, draft_in_graph, host_exposed_s, pass_time_s,
+                                           verify_in_graph)
 from simulator.physics.experts import experts_touched_correlated
 from simulator.specs.routing import expert_probabilities
 
@@ -48,6 +49,8 @@ class Grid:
     experts_touched: np.ndarray | None  # per MoE layer, verify step
     # (3, n_k) AL(K) at the acceptance band's low, given and high rates; None without a band
     banded_acceptance_length: np.ndarray | None = None
+    # the draft's extend pass over the verified tokens, (n_ops, n_batch, n_k); replaces one of the passes
+    draft_extend: StepCost | None = None
 
     @property
     def fits_memory(self) -> np.ndarray:
@@ -57,10 +60,21 @@ class Grid:
     def throughput(self) -> np.ndarray:
         return self.goodput_per_seq * self.batch_sizes[:, None]
 
+    @property
+    def one_token_passes(self) -> np.ndarray:
+        """Draft passes of one token per sequence: all of them, or all but the extend pass at K > 0."""
+        if self.draft_extend is None:
+            return self.draft_passes
+        return np.maximum(self.draft_passes - 1.0, 0.0)
+
+    def _extend_at_k(self) -> StepCost:
+        return self.draft_extend.scaled((self.ks > 0).astype(float)[None, :])
+
     @cached_property
     def draft(self) -> StepCost:
         """Draft cost of the whole step over the grid (materialized on first use)."""
-        return self.draft_pass.scaled(self.draft_passes)
+        passes = self.draft_pass.scaled(self.one_token_passes)
+        return passes if self.draft_extend is None else StepCost.concat([passes, self._extend_at_k()])
 
     @property
     def draft_s(self) -> np.ndarray:
@@ -88,11 +102,17 @@ class Grid:
     def regime(self) -> np.ndarray:
         """Which term dominates the step: compute, memory, comm, launch (incl. eager launches) or
         overhead (host time), per cell."""
+        passes = self.one_token_passes
         parts = [self.verify.time_by_regime(), self.draft_pass.time_by_regime()]
         names = ("compute", "memory", "comm", "launch")
-        kernel_s = self.verify.total_s + self.draft_pass.total_s * self.draft_passes
+        kernel_s = self.verify.total_s + self.draft_pass.total_s * passes
+        extend = self._extend_at_k() if self.draft_extend is not None else None
+        if extend is not None:
+            kernel_s = kernel_s + extend.total_s
+            parts.append(extend.time_by_regime())
         eager = np.maximum(self.verify_s + self.draft_step_s - kernel_s, 0.0)
-        stacked = np.stack([np.broadcast_to(parts[0][n] + parts[1][n] * self.draft_passes
+        stacked = np.stack([np.broadcast_to(parts[0][n] + parts[1][n] * passes
+                                            + (parts[2][n] if extend is not None else 0.0)
                                             + (eager if n == "launch" else 0.0), self.itl_s.shape)
                             for n in names] + [np.broadcast_to(self.overhead_s, self.itl_s.shape)])
         return np.array(names + ("overhead",))[np.argmax(stacked, axis=0)]
@@ -136,8 +156,9 @@ def step_overhead_s(profile, batch, k) -> np.ndarray:
             + profile.step_overhead_per_token_s * batch * (k + 1))
 
 
-def engine_pass_times(sc, B, K, verify: StepCost, draft_pass: StepCost, passes):
-    """(verify s, draft s of the step, verify in a graph, exposed host s) as the scenario's engine runs them."""
+def engine_pass_times(sc, B, K, verify: StepCost, draft_pass: StepCost, passes, extend: StepCost | None = None):
+    """(verify s, draft s of the step, verify in a graph, exposed host s) as the scenario's engine runs
+    them; with an extend pass, ``passes`` - 1 one-token passes and the extend pass at K > 0."""
     eng = sc.engine
     in_graph = verify_in_graph(eng, B, K)
     verify_s = pass_time_s(verify.total_s, verify.launch_s.sum(axis=0), verify.n_kernels, in_graph,
@@ -146,7 +167,12 @@ def engine_pass_times(sc, B, K, verify: StepCost, draft_pass: StepCost, passes):
     draft_one = draft_pass.total_s if host_draft else pass_time_s(
         draft_pass.total_s, draft_pass.launch_s.sum(axis=0), draft_pass.n_kernels, draft_in_graph(eng, B),
         eng.eager_launch_per_kernel_s)
-    draft_step_s = draft_one * passes
+    if extend is None:
+        draft_step_s = draft_one * passes
+    else:
+        extend_s = pass_time_s(extend.total_s, extend.launch_s.sum(axis=0), extend.n_kernels,
+                               draft_extend_in_graph(eng, B, K), eng.eager_launch_per_kernel_s)
+        draft_step_s = np.where(K > 0, draft_one * (passes - 1) + extend_s, 0.0)
     host_s = host_exposed_s(eng, B, K, verify_s + draft_step_s, draft_step_s, sc.deployment.tp)
     if not host_draft:
         host_s = host_s + passes * eng.per_draft_pass_s
@@ -162,7 +188,8 @@ def compute_grid(scenario, batch_sizes=None, ks=None) -> Grid:
     verify = verify_cost(sc.model, sc.deployment, sc.hardware, B, K, sc.context_len, sc.profile)
     draft_pass, passes = draft_pass_cost(sc.draft, sc.model, sc.deployment, sc.hardware, B, K, sc.context_len,
                                          sc.profile)
-    verify_s, draft_step_s, in_graph, host_s = engine_pass_times(sc, B, K, verify, draft_pass, passes)
+    extend = draft_extend_cost(sc.draft, sc.model, sc.deployment, sc.hardware, B, K, sc.context_len, sc.profile)
+    verify_s, draft_step_s, in_graph, host_s = engine_pass_times(sc, B, K, verify, draft_pass, passes, extend)
     overhead = step_overhead_s(sc.profile, B, K) + host_s
     itl = verify_s + draft_step_s + overhead
     al = sc.acceptance.acceptance_length(k.astype(int))
@@ -181,7 +208,7 @@ def compute_grid(scenario, batch_sizes=None, ks=None) -> Grid:
     return Grid(b, k.astype(int), verify, draft_pass, np.asarray(passes, dtype=float), verify_s, draft_step_s,
                 in_graph, overhead, itl, al, al[None, :] / itl,
                 np.broadcast_to(memory, itl.shape), sc.hardware.memory_bytes * sc.deployment.memory_utilization,
-                touched, banded)
+                touched, banded, extend)
 
 
 # --- the context-length axis --------------------------------------------------------------------
@@ -302,7 +329,9 @@ def compute_context_grid(scenario, batch_sizes=None, ks=None, context_lens=None,
     verify = _verify_total(sc, B, K, C)
     draft_pass, passes = draft_pass_cost(sc.draft, sc.model, sc.deployment, sc.hardware,
                                          np.broadcast_to(B, (b.size, 1, c.size)), K, C, sc.profile)
-    verify_s, draft_step_s, in_graph, host_s = engine_pass_times(sc, B, K, verify, draft_pass, passes)
+    extend = draft_extend_cost(sc.draft, sc.model, sc.deployment, sc.hardware, *np.broadcast_arrays(B, K, C)[:2], C,
+                               sc.profile)
+    verify_s, draft_step_s, in_graph, host_s = engine_pass_times(sc, B, K, verify, draft_pass, passes, extend)
     overhead = step_overhead_s(sc.profile, B, K) + host_s
     itl = verify_s + draft_step_s + overhead
     al = acceptance_lengths(sc.acceptance, k.astype(int), np.ones(c.size) if acceptance_scale is None

@@ -61,6 +61,8 @@ class EngineProfile:
     # once per query head (TensorRT-LLM <= 0.10: XQA for 8 only, else MMHA)
     grouped_decode_groups: tuple[int, ...] = ()
     grouped_decode_min_blocks_per_sm: float = 0.0  # the grouped kernel only when KV heads x B >= this x SMs
+    # the draft's extend pass over the B (K + 1) verified tokens in a CUDA graph; None: as the draft passes
+    draft_extend_captured: bool | None = None
 
     @property
     def allreduce_table(self) -> str:
@@ -178,7 +180,15 @@ def engine_from_dict(data: dict, origin: str) -> EngineProfile:
         graphs_enabled=get("cuda_graphs", "enabled_by_default", bool, True),
         tp_broadcast_per_step_s=get("host", "tp_broadcast_per_step_s", float, 0.0),
         grouped_decode_groups=_groups(get("attention", "grouped_decode_groups", list, []), origin),
-        grouped_decode_min_blocks_per_sm=get("attention", "grouped_decode_min_blocks_per_sm", float, 0.0))
+        grouped_decode_min_blocks_per_sm=get("attention", "grouped_decode_min_blocks_per_sm", float, 0.0),
+        draft_extend_captured=_optional_bool(data, "cuda_graphs", "draft_extend_captured", origin))
+
+
+def _optional_bool(data: dict, section: str, key: str, origin: str) -> bool | None:
+    value = (data.get(section) or {}).get(key)
+    if value is not None and not isinstance(value, bool):
+        raise PlannerError(f"{origin}: [{section}] {key} must be true or false, got {value!r}")
+    return value
 
 
 def _groups(groups: list, origin: str) -> tuple[int, ...]:
