@@ -37,6 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ep", type=int, help="expert-parallel groups (MoE; must divide tp)")
     p.add_argument("--draft", help="eagle | eagle3 | mtp | ngram | model:NAME")
     p.add_argument("--acceptance", help="i.i.d. rate (0.8) or per-position rates (0.7,0.5,0.3)")
+    p.add_argument("--temperature", type=float, help="sampling temperature (0 = greedy, the default): prices the"
+                   " engine's sampling and rejection passes over the logits")
+    p.add_argument("--top-p", type=float, help="top-p of sampled requests (1 = off, the default)")
     p.add_argument("--acceptance-band", type=float, metavar="D",
                    help="uncertainty +-D on every per-position rate (e.g. 0.1): K* is the K nearest the best across"
                         " the band, and the schedule says where K* depends on acceptance")
@@ -255,7 +258,8 @@ def _run(args) -> int:
                      k_max=args.k_max, fixed_k=args.fixed_k, dtype=args.dtype, kv_dtype=args.kv_dtype,
                      calibration=args.calibration, engine=args.engine, engine_version=args.engine_version,
                      context_lens=args.context_lens, layout=args.layout, dp=args.dp, routing_reuse=args.routing_reuse,
-                     allreduce_busbw=_busbw(args.allreduce_busbw), acceptance_band=args.acceptance_band)
+                     allreduce_busbw=_busbw(args.allreduce_busbw), acceptance_band=args.acceptance_band,
+                     temperature=args.temperature, top_p=args.top_p)
     export_only = [flag for flag, given in (("--export-version", args.export_version), ("--markdown", args.markdown),
                                             ("--cuda-graph-bs", args.cuda_graph_bs)) if given]
     if export_only and args.format not in EXPORT_FORMATS:

@@ -61,6 +61,7 @@ def draft_extend_cost(draft: DraftSpec, target: ModelSpec, dep: Deployment, hw: 
         return None
     batch, k = np.broadcast_arrays(np.asarray(batch, dtype=float), np.asarray(k, dtype=float))
     queries = k + 1.0
+    shape = np.broadcast_shapes(batch.shape, np.shape(context_len))
     if draft.method == "model":
         m = draft.model
         ddep = Deployment(tp=draft_tp(m, dep.tp), weight_dtype=dep.weight_dtype, act_dtype=dep.act_dtype,
@@ -68,7 +69,7 @@ def draft_extend_cost(draft: DraftSpec, target: ModelSpec, dep: Deployment, hw: 
         ops = decoder_layers_ops(m, ddep, hw, batch, queries, context_len, "draft_extend.")
         ops += head_ops(m, attention_deployment(ddep), hw, rank_tokens(ddep, batch, 1.0), m.vocab_size,
                         "draft_extend.")
-        return evaluate(ops, hw, ddep, profile, batch.shape)
+        return evaluate(ops, hw, ddep, profile, shape)
     cfg = draft_defaults()[draft.method]
     vocab = min(cfg.get("draft_vocab") or target.vocab_size, target.vocab_size)
     w, a = DTYPE_BYTES[dep.weight_dtype], DTYPE_BYTES[dep.act_dtype]
@@ -78,7 +79,7 @@ def draft_extend_cost(draft: DraftSpec, target: ModelSpec, dep: Deployment, hw: 
     ops += decoder_layers_ops(target, dep, hw, batch, queries, context_len, "draft_extend.",
                               layer_counts=(0, 1) if moe_layer else (1, 0))
     ops += head_ops(target, attention_deployment(dep), hw, rank_tokens(dep, batch, 1.0), vocab, "draft_extend.")
-    return evaluate(ops, hw, dep, profile, batch.shape)
+    return evaluate(ops, hw, dep, profile, shape)
 
 
 def draft_pass_cost(draft: DraftSpec, target: ModelSpec, dep: Deployment, hw: Hardware, batch, k,

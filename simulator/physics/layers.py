@@ -276,9 +276,18 @@ def decoder_layers_ops(model: ModelSpec, dep: Deployment, hw: Hardware, batch, q
     return ops
 
 
+def sampling_op(name: str, tokens, vocab: float, bytes_per_logit) -> Op:
+    """Sampling and acceptance over the [tokens, vocab] logits: the engine's passes over them (fp32
+    cast, argmax, temperature, softmax, top-k / top-p, the rejection sampler's reads) as bytes per
+    logit element (engine profile [sampling]); ~5 FLOPs per element, always memory-bound."""
+    elements = np.asarray(tokens, dtype=float) * vocab
+    return Op(name, "elementwise", 5.0 * elements, elements * bytes_per_logit, kernels=3, count=1, eff_tokens=tokens)
+
+
 def head_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, vocab: int, prefix: str = "",
-             sampling: bool = True) -> list[Op]:
-    """Embedding gather, LM head (vocab split over TP), logits gather and sampling/acceptance."""
+             sampling: bool = True, logit_bytes=None) -> list[Op]:
+    """Embedding gather, LM head (vocab split over TP), logits gather and sampling/acceptance
+    (``logit_bytes`` per logit element; default: the deployment's plain-decoding figure)."""
     w = DTYPE_BYTES[dep.weight_dtype]
     a = DTYPE_BYTES[dep.act_dtype]
     D = model.hidden_size
@@ -289,22 +298,27 @@ def head_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, vocab: int
         ops.append(Op(prefix + "logits_gather", "comm", 0.0, gathered * (dep.tp - 1), kernels=1, count=1,
                       comm_s=hw.interconnect_latency_s + gathered * (dep.tp - 1) / hw.interconnect_bandwidth_bytes_per_s))
     if sampling:
-        # softmax / argmax and the acceptance test read the fp32 logits of every token once more
-        ops.append(Op(prefix + "sampling", "elementwise", 5.0 * tokens * vocab, 2 * tokens * vocab * 4.0,
-                      kernels=3, count=1, eff_tokens=tokens))
+        ops.append(sampling_op(prefix + "sampling", tokens, vocab,
+                               dep.logit_bytes_plain if logit_bytes is None else logit_bytes))
     return ops
 
 
 def forward_ops(model: ModelSpec, dep: Deployment, hw: Hardware, batch, queries, context_len: float,
-                prefix: str = "") -> list[Op]:
+                prefix: str = "", logit_bytes=None) -> list[Op]:
     """Ops of one full forward pass of ``model`` over q new tokens for each of B sequences."""
     return decoder_layers_ops(model, dep, hw, batch, queries, context_len, prefix) + \
-        head_ops(model, attention_deployment(dep), hw, rank_tokens(dep, batch, queries), model.vocab_size, prefix)
+        head_ops(model, attention_deployment(dep), hw, rank_tokens(dep, batch, queries), model.vocab_size, prefix,
+                 logit_bytes=logit_bytes)
+
+
+def verify_logit_bytes(dep: Deployment, k):
+    """Sampling bytes per logit element of a pass verifying K drafts (K = 0: plain decoding)."""
+    return np.where(np.asarray(k) > 0, dep.logit_bytes_verify, dep.logit_bytes_plain)
 
 
 def verify_cost(model: ModelSpec, dep: Deployment, hw: Hardware, batch, k, context_len: float,
                 profile: Profile | None) -> StepCost:
     """Target pass that scores K drafts (+1 bonus position) for each of B sequences."""
     batch, k = np.broadcast_arrays(np.asarray(batch, dtype=float), np.asarray(k, dtype=float))
-    ops = forward_ops(model, dep, hw, batch, k + 1.0, context_len)
+    ops = forward_ops(model, dep, hw, batch, k + 1.0, context_len, logit_bytes=verify_logit_bytes(dep, k))
     return evaluate(ops, hw, dep, profile, batch.shape)

@@ -283,12 +283,13 @@ def _verify_total(sc, B, K, C) -> StepCost:
 
         t(B, K, L) = sum_{o context-free} t_o(B, K) + sum_{o attention} t_o(B, K, L)
     """
-    from simulator.physics.layers import forward_ops
+    from simulator.physics.layers import forward_ops, verify_logit_bytes
     from simulator.physics.operators import evaluate
 
     Bb, Kb = np.broadcast_arrays(B, K)  # (nb, nk, 1)
     n_ctx = C.shape[-1]
-    ops = forward_ops(sc.model, sc.deployment, sc.hardware, Bb, Kb + 1.0, C)
+    ops = forward_ops(sc.model, sc.deployment, sc.hardware, Bb, Kb + 1.0, C,
+                      logit_bytes=verify_logit_bytes(sc.deployment, Kb))
     ctx_ops = [o for o in ops if n_ctx > 1 and _has_ctx_axis(o, n_ctx)]
     free_ops = [o for o in ops if not (n_ctx > 1 and _has_ctx_axis(o, n_ctx))]
     parts = [evaluate(free_ops, sc.hardware, sc.deployment, sc.profile, Bb.shape)]

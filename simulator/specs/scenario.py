@@ -43,6 +43,7 @@ SCHEMA: dict[str, dict[str, type | tuple]] = {
     "acceptance": {"rate": NUM, "rates": list, "source": str, "preset": str, "band": NUM,
                    "context_points": list, "context_factors": list, "context_source": str},
     "workload": {"context_len": int, "batch_sizes": STR_OR_LIST, "k_max": int, "fixed_k": int,
+                 "temperature": NUM, "top_p": NUM,
                  "memory_utilization": NUM, "allow_context_beyond_model": bool, "context_lens": STR_OR_LIST},
     "routing": {"kind": str, "skew": NUM, "probabilities": list, "reuse": NUM},
     "calibration": {"profile": str},
@@ -222,7 +223,8 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
     deployment = replace(deployment, allreduce=engine.allreduce_table, engine=engine.name,
                          grouped_decode_groups=engine.grouped_decode_groups,
                          grouped_decode_min_batch_heads=engine.grouped_decode_min_blocks_per_sm * (hardware.compute_units or 0),
-                         l2_reread_cost=hardware.l2_reread_cost)
+                         l2_reread_cost=hardware.l2_reread_cost,
+                         **_logit_bytes(engine, get("workload", "temperature", 0.0), get("workload", "top_p", 1.0), origin))
     raw["_base_dir"] = base_dir
     return Scenario(
         name=raw.get("name", Path(origin).stem if origin != "flags" else "custom"),
@@ -233,6 +235,16 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
         warnings=_warn(wl["warnings"] + pcie_collective_caveat(hardware, deployment, profile)),
         context_lens=wl["context_lens"], acceptance_context=acceptance_context,
         acceptance_band=_acceptance_band(get("acceptance", "band", 0.0), origin))
+
+
+def _logit_bytes(engine, temperature, top_p, origin: str) -> dict:
+    """The deployment's sampling bytes per logit element at the workload's temperature and top-p."""
+    temperature, top_p = float(temperature), float(top_p)
+    if temperature < 0 or not (0 < top_p <= 1):
+        raise PlannerError(f"{origin}: [workload] temperature = {temperature:g} must be >= 0 (0 = greedy) and"
+                           f" top_p = {top_p:g} in (0, 1]")
+    plain, verify = engine.logit_bytes(temperature, top_p)
+    return {"logit_bytes_plain": plain, "logit_bytes_verify": verify}
 
 
 def _acceptance_band(value, origin: str) -> float:
@@ -367,6 +379,7 @@ OVERRIDE_KEYS = {
     "engine": ("engine", "name"), "engine_version": ("engine", "version"),
     "context_lens": ("workload", "context_lens"),
     "acceptance_preset": ("acceptance", "preset"), "acceptance_band": ("acceptance", "band"),
+    "temperature": ("workload", "temperature"), "top_p": ("workload", "top_p"),
     "peak_bf16_flops_per_s": ("hardware", "peak_bf16_flops_per_s"),
     "allow_long_context": ("workload", "allow_context_beyond_model"),
     "hbm_bandwidth_bytes_per_s": ("hardware", "hbm_bandwidth_bytes_per_s"),
