@@ -10,13 +10,13 @@ Values a source gives sit in their section; values that had to be assumed sit un
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 from simulator.errors import PlannerError, did_you_mean
 from simulator.files import read_toml_file
+from simulator.specs.versions import same_release, version_key
 
 ENGINES_DIR = Path(__file__).resolve().parent.parent / "data" / "engines"
 DEFAULT_GPU_ENGINE = "vllm"
@@ -86,15 +86,11 @@ def _split(key: str) -> tuple[str, str]:
     return name, version
 
 
-def _natural(version: str) -> tuple:
-    return tuple(int(x) if x.isdigit() else x for x in re.split(r"[.\-]|(?<=\d)(?=[a-z])", version))
-
-
 @lru_cache(maxsize=None)
 def list_engines() -> tuple[str, ...]:
     """Catalog keys, ``name-version``, oldest to newest per engine."""
     keys = [p.stem for p in ENGINES_DIR.glob("*.toml")]
-    return tuple(sorted(keys, key=lambda k: (_split(k)[0], _natural(_split(k)[1]))))
+    return tuple(sorted(keys, key=lambda k: (_split(k)[0], version_key(_split(k)[1]))))
 
 
 def engine_names() -> tuple[str, ...]:
@@ -119,6 +115,7 @@ def load_engine(name: str, version: str | None = None) -> EngineProfile:
     versions = engine_versions(name)
     if version is None:
         version = versions[-1]
+    version = next((v for v in versions if same_release(v, version)), version)  # 0.11 is 0.11.0
     if version not in versions:
         raise PlannerError(f"engine {name} has no profile for version '{version}' (profiles: {', '.join(versions)});"
                            f" pick one of those with --engine-version")
