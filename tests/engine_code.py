@@ -71,6 +71,7 @@ __all__ = [
     "sglang_candidate_steps_for",
     "sglang_steps_for",
     "sglang_steps_table",
+    "sglang_decode_capture_sizes",
     "sglang_load_sps_table",
     "sglang_sps_lookup",
     "sglang_sps_runtime_lookup",
@@ -572,6 +573,22 @@ def sglang_steps_table(config: dict | str | os.PathLike, batch_sizes: Iterable[i
     ``get_steps_for_batch``, CUDA-graph padding included when ``cuda_graph_bs`` is given)."""
     params = sglang_adaptive_params(config, version, initial_steps, cuda_graph_bs)
     return [int(params.get_steps_for_batch(int(b))) for b in batch_sizes]
+
+
+_SG_GRAPHS = "sglang/srt/arg_groups/cuda_graph_hook.py"
+
+
+def sglang_decode_capture_sizes(max_bs: int, speculative: bool, version: str = DEFAULT_SGLANG_VERSION,
+                                disable_padding: bool = False) -> list[int]:
+    """SGLang's ``generate_decode_cuda_graph_batch_sizes``: the decode batch sizes it captures (and
+    pads to) at ``cuda_graph_max_bs = max_bs``, with or without a speculative algorithm set.
+    The function is cut out of the wheel's cuda_graph_hook.py and run as is; its
+    ``resolving_view(server_args)`` is given the arguments themselves."""
+    fn = _extract_function(_extract_member("sglang", version, _SG_GRAPHS),
+                           "generate_decode_cuda_graph_batch_sizes", {"resolving_view": lambda a: a, "Any": Any})
+    args = types.SimpleNamespace(disable_cuda_graph_padding=disable_padding,
+                                 speculative_algorithm="EAGLE3" if speculative else None)
+    return list(fn(args, max_bs))
 
 
 def sglang_load_sps_table(table: dict | str | os.PathLike,
