@@ -373,6 +373,18 @@ def test_batch_size_parsing():
     assert list(parse_batch_sizes("1-4,8")) == [1, 2, 3, 4, 8]
     with pytest.raises(PlannerError, match="< 1"):
         parse_batch_sizes("0-4")
+    # powers of two inside the range plus both ends, by hand: 3, 4, 8, 16, 20
+    assert list(parse_batch_sizes("3-20:pow2")) == [3, 4, 8, 16, 20]
+    assert list(parse_batch_sizes("1-64:pow2")) == [1, 2, 4, 8, 16, 32, 64]
+
+
+def test_one_batch_size_syntax_in_planner_and_engine_sweeps(tmp_path, capsys):
+    """calibration.engine reads --batch-sizes with the planner's parser: '1-4' is every integer there too."""
+    from calibration.engine import __main__ as engine_cli
+    assert engine_cli.parse_batch_sizes is parse_batch_sizes
+    rc = engine_cli.main(["sweep", "--output", str(tmp_path / "o.csv"), "--batch-sizes", "1-64:pow3"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "1-256:pow2" in err and "\n" not in err
 
 
 def test_scenario_unknown_key_and_wrong_type(tmp_path):

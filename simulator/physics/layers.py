@@ -16,6 +16,7 @@ from simulator.specs.hardware import DTYPE_BYTES, Hardware
 from simulator.specs.models import ModelSpec
 from simulator.specs.profile import Profile
 from simulator.specs.routing import expert_probabilities
+from simulator.specs.wire import collective_factor
 
 
 def gemm(name: str, tokens, n: float, k: float, w_bytes: float, a_bytes: float, count: float,
@@ -38,7 +39,7 @@ def gemm_kernel_dtype(w_bytes: float, a_bytes: float) -> str:
 
 def allreduce_s(nbytes, gpus: int, hw: Hardware):
     """Ring all-reduce: latency + 2 (t-1)/t * bytes / link bandwidth (one direction)."""
-    return hw.interconnect_latency_s + 2.0 * (gpus - 1) / gpus * nbytes / hw.interconnect_bandwidth_bytes_per_s
+    return hw.interconnect_latency_s + collective_factor("all_reduce", gpus) * nbytes / hw.interconnect_bandwidth_bytes_per_s
 
 
 # Largest queries per sequence priced by the decode-attention surfaces: verify passes (K + 1 <= 17)
@@ -209,9 +210,9 @@ def moe_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, count: int,
         ops += dense_mlp_ops(model, adep, local, count, model.shared_expert_intermediate_size, prefix, "shared_expert")
     if dep.dp_attention and dep.tp > 1:
         sent = local * model.experts_per_token * D * a * expert_tp  # per-rank buffer of one all-to-all
-        one_way = hw.interconnect_latency_s + (dep.tp - 1) / dep.tp * sent / hw.interconnect_bandwidth_bytes_per_s
+        one_way = hw.interconnect_latency_s + collective_factor("all_to_all", dep.tp) * sent / hw.interconnect_bandwidth_bytes_per_s
         for phase in ("dispatch", "combine"):
-            ops.append(Op(prefix + f"moe_{phase}", "comm", 0.0, (dep.tp - 1) / dep.tp * sent, kernels=1, count=count,
+            ops.append(Op(prefix + f"moe_{phase}", "comm", 0.0, collective_factor("all_to_all", dep.tp) * sent, kernels=1, count=count,
                           comm_s=one_way, collective=("all_to_all", dep.tp), shape={"bytes": sent}))
     return ops
 
@@ -295,8 +296,9 @@ def head_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, vocab: int
            gemm(prefix + "lm_head", tokens, vocab / dep.tp, D, w, a, 1, family="lm_head")]
     if dep.tp > 1:
         gathered = tokens * vocab / dep.tp * a
-        ops.append(Op(prefix + "logits_gather", "comm", 0.0, gathered * (dep.tp - 1), kernels=1, count=1,
-                      comm_s=hw.interconnect_latency_s + gathered * (dep.tp - 1) / hw.interconnect_bandwidth_bytes_per_s))
+        wire = collective_factor("all_gather", dep.tp) * gathered * dep.tp  # all-gather of the tp slices
+        ops.append(Op(prefix + "logits_gather", "comm", 0.0, wire, kernels=1, count=1,
+                      comm_s=hw.interconnect_latency_s + wire / hw.interconnect_bandwidth_bytes_per_s))
     if sampling:
         ops.append(sampling_op(prefix + "sampling", tokens, vocab,
                                dep.logit_bytes_plain if logit_bytes is None else logit_bytes))

@@ -279,11 +279,12 @@ class Prediction:
         return cfg
 
     def cuda_graph_bs(self) -> list[int] | None:
-        """Captured batch sizes SGLang pads to before routing (the scenario's SGLang engine profile)."""
+        """Captured batch sizes SGLang pads to before routing (the scenario's SGLang engine profile): an
+        adaptive config runs with a speculative algorithm set, so the speculative capture list."""
         eng = self.scenario.engine
         if eng is None or eng.name != "sglang" or not eng.padding:
             return None
-        sizes = getattr(eng, "spec_capture_sizes", None) or eng.capture_sizes
+        sizes = eng.spec_capture_sizes or eng.capture_sizes
         return [int(x) for x in sizes] or None
 
     def export(self, fmt: str, version: str | None = None, context_lens=None, cuda_graph_bs=None,
