@@ -23,7 +23,8 @@ def gemm(name: str, tokens, n: float, k: float, w_bytes: float, a_bytes: float, 
     """Y[T, n] = X[T, k] @ W[k, n]:  F = 2 T n k,  M = n k w + T (n + k) a."""
     return Op(name, family, 2.0 * tokens * n * k, n * k * w_bytes + tokens * (n + k) * a_bytes,
               kernels=1, count=count, eff_tokens=tokens, surface="gemm",
-              shape={"m": tokens, "n": n, "k": k, "nk": n * k}, dtype=gemm_kernel_dtype(w_bytes, a_bytes))
+              shape={"m": tokens, "n": n, "k": k, "nk": n * k, "w_bytes": w_bytes, "a_bytes": a_bytes},
+              dtype=gemm_kernel_dtype(w_bytes, a_bytes))
 
 
 def gemm_kernel_dtype(w_bytes: float, a_bytes: float) -> str:
@@ -202,7 +203,10 @@ def moe_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, count: int,
                   "expert_bytes": touched_gpu * params_slice * w_e, "n": model.expert_intermediate_size / expert_tp,
                   # the exact layer shape, for a table that measured it (ShapeCorrection)
                   "tokens": tokens, "num_experts": model.num_experts, "topk": model.experts_per_token,
-                  "hidden": D, "inter": model.expert_intermediate_size, "moe_tp": expert_tp, "moe_ep": dep.ep},
+                  "hidden": D, "inter": model.expert_intermediate_size, "moe_tp": expert_tp, "moe_ep": dep.ep,
+                  # the work coordinates of its monotone envelope (simulator.physics.monotone.moe_lattice_s)
+                  "touched": touched_all, "probabilities": p, "params_slice": params_slice, "w_bytes": w_e,
+                  "pair_bytes": (2 * D + 3 * model.expert_intermediate_size / expert_tp) * a},
            dtype="fp8" if w_e == a == 1 else "bf16"),
     ]
     if model.shared_expert_intermediate_size:

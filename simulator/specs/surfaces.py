@@ -30,7 +30,7 @@ __all__ = ["Surface", "ShapeCorrection", "collective_time_s", "ring_factor"]
 class Surface:
     """An N-D efficiency grid, interpolated linearly in log2(axis), clamped at the ends."""
 
-    __slots__ = ("axes", "log_grid", "values", "_strides", "_slices", "_by_integer")
+    __slots__ = ("axes", "log_grid", "values", "_strides", "_slices", "_by_integer", "envelopes")
 
     def __init__(self, axes: Sequence[str], grid: Sequence[Sequence[float]], efficiency) -> None:
         self.axes = tuple(axes)
@@ -46,6 +46,7 @@ class Surface:
         self._strides = np.array([int(np.prod(self.values.shape[i + 1:])) for i in range(len(self.axes))])
         self._slices: dict = {}
         self._by_integer = np.empty(0)  # one-axis surfaces: value at x = 0, 1, 2, ... (token counts)
+        self.envelopes: dict = {}  # the planner's monotone time envelopes over this surface (cache)
 
     @classmethod
     def from_dict(cls, d: Mapping) -> "Surface":
@@ -75,6 +76,12 @@ class Surface:
             g = self.log_grid[0]
             self._by_integer = np.interp(lx, g, self.values) if g.size > 1 else np.full(n, float(self.values[0]))
         return self._by_integer
+
+    def integer_values(self, top: int) -> np.ndarray:
+        """A one-axis surface's values at x = 0, 1, ..., >= top (x = 0 reads x = 1)."""
+        if len(self.axes) != 1:
+            raise ValueError("integer_values: one-axis surfaces only (slice the others away first)")
+        return self._integer_table(int(top))
 
     def sliced(self, values: tuple) -> "Surface":
         """The surface with the axes whose value is given (not None) interpolated away; cached, since an

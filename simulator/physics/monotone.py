@@ -1,0 +1,102 @@
+"""A kernel given more work is not faster: monotone envelopes of surface-priced op times.
+
+A measured efficiency surface prices an op as t = R / eta(shape), R = max(F / P, M / BW) the
+roofline. Between its nodes, and where the kernel tables are noisy or a kernel choice changes,
+eta can rise faster than R falls behind, so that a larger step would be priced cheaper than a
+smaller one: verifying K + 1 tokens cheaper than K, or fewer distinct experts costlier than more.
+No kernel does that on purpose (an engine given the larger work could always pad the smaller
+launch), so the planner prices every op by the envelope
+
+    t_env(w) = max_{w' <= w} t(w')
+
+over the work coordinates w of the op: the token count m of a GEMM (at its weight shape n, k), and
+for the routed experts of an MoE layer both the tokens T and the distinct experts E they touch
+(more tokens at the same experts, or more experts at the same tokens, is more work). The envelope
+is computed on a lattice of the op's own time (integer m; log-spaced T x linear E), accumulated
+with a running maximum along every work axis and interpolated (multilinear interpolation of a
+lattice that is non-decreasing along each axis is non-decreasing too), so it is exact at integer
+token counts, independent of which other batch sizes a grid asks for, and equal to t wherever t
+already grows with the work.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from simulator.physics.experts import busiest_group_load, experts_touched
+
+# Bytes per kernel call below which data can stay in on-chip L2 (40-126 MB on A100-B200) between
+# the timing repeats of a kernel table, so a measured kernel may beat the DRAM roofline.
+CACHE_RESIDENT_BYTES = 64e6
+
+# Largest whole token count priced through an integer lattice (GEMM m); beyond it the raw surface
+MAX_LATTICE_TOKENS = 1 << 17
+# MoE lattice: nodes per octave of tokens, nodes over the distinct-expert range
+MOE_TOKEN_NODES_PER_OCTAVE = 16
+MOE_EXPERT_NODES = 65
+
+
+def surface_time_s(flops, nbytes, eta, peak: float, bw: float) -> np.ndarray:
+    """t = max(F / (eta P), M / (eta BW)), eta capped at 1 unless the op's data fits in L2 and it is
+    memory-bound (:data:`CACHE_RESIDENT_BYTES`): a fitted surface read beyond its rows must not
+    outrun HBM or the peak."""
+    flops, nbytes = np.asarray(flops, dtype=float), np.asarray(nbytes, dtype=float)
+    in_cache = (nbytes < CACHE_RESIDENT_BYTES) & (flops / peak < nbytes / bw)
+    eta = np.where(in_cache, eta, np.minimum(eta, 1.0))
+    return np.maximum(flops / (eta * peak), nbytes / (eta * bw))
+
+
+def affine_envelope_s(eta_by_integer: np.ndarray, f1: float, f0: float, m1: float, m0: float,
+                      peak: float, bw: float) -> np.ndarray:
+    """Envelope time at x = 0, 1, 2, ... of an op with F = f1 x + f0, M = m1 x + m0 (a GEMM at its
+    weight shape: F = 2 n k m, M = n k w + (n + k) a m) and efficiency ``eta_by_integer[x]``:
+    the running maximum of :func:`surface_time_s` over x' <= x (x = 0 costs nothing)."""
+    x = np.arange(eta_by_integer.size, dtype=float)
+    t = surface_time_s(f1 * x + f0, m1 * x + m0, np.maximum(eta_by_integer, 1e-12), peak, bw)
+    t[0] = 0.0
+    return np.maximum.accumulate(t)
+
+
+def lattice_interp(t: np.ndarray, log_x: np.ndarray, y: np.ndarray, qx, qy) -> np.ndarray:
+    """Bilinear interpolation of lattice ``t`` [len(log_x), len(y)] at (log2 qx, qy), clamped."""
+    def locate(g, v):
+        v = np.clip(v, g[0], g[-1])
+        i = np.clip(np.searchsorted(g, v, side="right") - 1, 0, g.size - 2)
+        return i, (v - g[i]) / (g[i + 1] - g[i])
+
+    i, fx = locate(log_x, np.log2(np.maximum(np.asarray(qx, dtype=float), 1e-300)))
+    j, fy = locate(y, np.asarray(qy, dtype=float))
+    return ((1 - fx) * ((1 - fy) * t[i, j] + fy * t[i, j + 1])
+            + fx * ((1 - fy) * t[i + 1, j] + fy * t[i + 1, j + 1]))
+
+
+def moe_lattice_s(surface, correction, shape: dict, top_tokens: float, peak: float, bw: float):
+    """(log2 T nodes, E nodes, envelope time [T, E]) of one MoE layer's routed experts per instance.
+
+    At T tokens touching E distinct experts in all (E no more than independent tokens touch,
+    ``experts_touched``), the busiest of ``moe_ep`` GPUs holds c_E(T) E of them and p_g(T) token-expert
+    pairs (:func:`busiest_group_load` at independent tokens; c_E = 1/ep for uniform routing):
+    F = 2 p_g s, M = c_E E s w + p_g b_pair, efficiency read at T k / E tokens per expert and
+    c_E E s w expert bytes (the axes of the MoE surface), times the table's per-shape correction
+    at T. The running maximum along T and E makes it the envelope of :mod:`this module <.monotone>`.
+    """
+    p = np.asarray(shape["probabilities"], dtype=float)
+    k, ep = float(shape["topk"]), int(shape["moe_ep"])
+    s, w, b_pair, n = (float(shape[a]) for a in ("params_slice", "w_bytes", "pair_bytes", "n"))
+    octaves = max(int(np.ceil(np.log2(max(top_tokens, 2.0)))), 1)
+    log_t = np.arange(octaves * MOE_TOKEN_NODES_PER_OCTAVE + 1) / MOE_TOKEN_NODES_PER_OCTAVE
+    T = np.exp2(log_t)
+    e_all0 = experts_touched(T, p)
+    touched_g0, pairs_g = busiest_group_load(T, p, ep)
+    c_e = touched_g0 / np.maximum(e_all0, 1e-12)
+    E_nodes = np.linspace(k, float(len(p)), MOE_EXPERT_NODES)
+    E = np.minimum(E_nodes[None, :], e_all0[:, None])  # T tokens touch at most e_all0(T) experts
+    expert_bytes = c_e[:, None] * E * s * w
+    eta = surface(tokens_per_expert=T[:, None] * k / E, expert_bytes=expert_bytes, n=np.full(E.shape, n))
+    if correction is not None:
+        factor = correction.factor({**{a: shape[a] for a in correction.key_axes}, correction.along: T})
+        if factor is not None:
+            eta = eta / factor[:, None]
+    pairs = pairs_g[:, None] * np.ones_like(E)
+    t = surface_time_s(2.0 * pairs * s, expert_bytes + pairs * b_pair, eta, peak, bw)
+    t = np.maximum.accumulate(np.maximum.accumulate(t, axis=0), axis=1)
+    return log_t, E_nodes, t
