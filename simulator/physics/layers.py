@@ -101,6 +101,9 @@ def attention_op(model: ModelSpec, dep: Deployment, batch, queries, context_len:
         # kernel choice, so q enters through the roofline FLOPs, not through the group axis. A
         # per-query-head kernel is an MHA kernel over hq heads: group 1
         shape = {"batch_heads": batch * hkv * blocks, "head_dim": float(d), "group": group / blocks}
+        if per_head is False:  # the work coordinates of its monotone envelope (physics.monotone)
+            shape |= {"q_heads": hq, "kv_heads": hkv, "kv_elem_bytes": kv, "a_bytes": a, "keys": keys,
+                      "queries": queries, "sequences": batch}
     # the decode surfaces were measured at q = 1 and price decode and verify passes; a prompt chunk
     # is a compute-bound prefill kernel they never saw (their efficiency at one sequence is the
     # latency floor of a tiny decode kernel). A prefill kernel runs, per sequence and KV head, the

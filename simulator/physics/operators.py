@@ -29,8 +29,8 @@ import numpy as np
 from simulator.specs.deployment import Deployment
 from simulator.specs.hardware import Hardware
 from simulator.specs.profile import Profile
-from simulator.physics.monotone import (CACHE_RESIDENT_BYTES, MAX_LATTICE_TOKENS, affine_envelope_s,  # noqa: F401
-                                        lattice_interp, moe_lattice_s)
+from simulator.physics.monotone import (CACHE_RESIDENT_BYTES, MAX_LATTICE_TOKENS, affine_envelope_s,
+                                        attention_lattice_s, lattice_interp, log_lattice_interp, moe_lattice_s)
 from simulator.specs.surfaces import collective_time_s
 
 
@@ -152,6 +152,8 @@ def _envelope_s(op: Op, surf, fix, peak: float, bw: float):
                 surf.envelopes[key] = hit
         log_t, e_nodes, t = hit
         return lattice_interp(t, log_t, e_nodes, tokens, shape["touched"])
+    if op.surface == "attention_decode" and "q_heads" in shape:
+        return _attention_envelope_s(shape, surf, peak, bw)
     if op.surface != "gemm" or "w_bytes" not in shape or tuple(surf.axes) != ("m", "n", "k"):
         return None
     m = np.asarray(shape["m"], dtype=float)
@@ -170,6 +172,31 @@ def _envelope_s(op: Op, surf, fix, peak: float, bw: float):
                                   peak, bw)
         sub.envelopes[key] = table
     return table[m.astype(np.intp)]
+
+
+def _attention_envelope_s(shape: dict, surf, peak: float, bw: float):
+    """Decode attention's envelope over sequences and cached keys, one lattice per queries-per-sequence
+    value (:func:`simulator.physics.monotone.attention_lattice_s`)."""
+    if tuple(surf.axes) != ("batch_heads", "context", "head_dim", "group"):
+        return None
+    batch, keys, queries = np.broadcast_arrays(*(np.asarray(shape[a], dtype=float) for a in ("sequences", "keys",
+                                                                                             "queries")))
+    if not batch.size or batch.min() < 1 or keys.min() < 1:
+        return None
+    b_oct = max(int(np.ceil(np.log2(max(float(batch.max()), 2.0)))), 1)
+    l_oct = max(int(np.ceil(np.log2(max(float(keys.max()), 2.0)))), 1)
+    static = tuple(float(shape[a]) for a in ("q_heads", "kv_heads", "head_dim", "kv_elem_bytes", "a_bytes", "group"))
+    out = np.empty(batch.shape)
+    for q in np.unique(queries):
+        key = ("attention", float(q), b_oct, l_oct, peak, bw) + static
+        hit = surf.envelopes.get(key)
+        if hit is None:
+            hit = attention_lattice_s(surf, shape, float(q), float(2 ** b_oct), float(2 ** l_oct), peak, bw)
+            if len(surf.envelopes) < 4096:
+                surf.envelopes[key] = hit
+        at = queries == q
+        out[at] = log_lattice_interp(hit[2], hit[0], hit[1], batch[at], keys[at])
+    return out
 
 
 def _collective_s(op: Op, profile: Profile | None):
