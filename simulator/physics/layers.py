@@ -83,7 +83,8 @@ def attention_op(model: ModelSpec, dep: Deployment, batch, queries, context_len:
         flops = 2.0 * batch * queries * (keys + (queries + 1) / 2) * hq * (2 * model.kv_lora_rank + model.qk_rope_head_dim)
         kv_read = batch * (keys + queries) * latent * kv
         q_io = 2.0 * batch * queries * hq * latent * a
-        shape = {}
+        shape = {"q_heads": hq, "kv_elem_bytes": kv, "a_bytes": a, "keys": keys, "queries": queries, "sequences": batch,
+                 "latent": latent, "score_width": 2 * model.kv_lora_rank + model.qk_rope_head_dim}
     else:
         d = model.head_dim
         hkv = kv_heads_per_gpu(model, dep.tp)

@@ -115,21 +115,31 @@ def log_lattice_interp(log_t: np.ndarray, log_x: np.ndarray, log_y: np.ndarray, 
 def attention_lattice_s(surface, shape: dict, queries: float, top_batch: float, top_keys: float,
                         peak: float, bw: float):
     """(log2 B nodes, log2 keys nodes, log envelope time [B, keys]) of decode attention at q queries
-    per sequence over ``keys`` cached keys (a grouped kernel: one KV read per KV head)::
+    per sequence over ``keys`` cached keys, as :func:`simulator.physics.layers.attention_op` prices it.
+    A grouped kernel (one KV read per KV head; surface axes B hkv blocks, keys + 1, d, g)::
 
         F = 4 B q (keys + (q + 1) / 2) hq d,   M = B (keys + q) 2 hkv d kv + 2 B q hq d a
 
-    efficiency read at B hkv KV-head blocks and keys + 1 context (:func:`layers.attention_op`), the
-    running maximum taken along B and along the keys."""
-    hq, hkv, d, kv, a, g = (float(shape[x]) for x in ("q_heads", "kv_heads", "head_dim", "kv_elem_bytes", "a_bytes",
-                                                      "group"))
+    absorbed MLA (a latent of r + rope per key; surface axes B, keys + 1, M)::
+
+        F = 2 B q (keys + (q + 1) / 2) hq (2 r + rope),   M = B (keys + q) latent kv + 2 B q hq latent a
+
+    the running maximum taken along B and along the keys."""
     step = 1.0 / ATTENTION_NODES_PER_OCTAVE
     log_b = np.arange(0.0, max(np.ceil(np.log2(max(top_batch, 2.0))), 1.0) + step / 2, step)
     log_l = np.arange(0.0, max(np.ceil(np.log2(max(top_keys, 2.0))), 1.0) + step / 2, step)
     B, L = np.exp2(log_b)[:, None], np.exp2(log_l)[None, :]
-    flops = 4.0 * B * queries * (L + (queries + 1) / 2) * hq * d
-    nbytes = B * (L + queries) * 2 * hkv * d * kv + 2.0 * B * queries * hq * d * a
-    eta = surface(batch_heads=B * hkv, context=L + 1.0, head_dim=d, group=g)
+    hq, kv, a = (float(shape[x]) for x in ("q_heads", "kv_elem_bytes", "a_bytes"))
+    if "latent" in shape:
+        latent, width = float(shape["latent"]), float(shape["score_width"])
+        flops = 2.0 * B * queries * (L + (queries + 1) / 2) * hq * width
+        nbytes = B * (L + queries) * latent * kv + 2.0 * B * queries * hq * latent * a
+        eta = surface(batch=B * np.ones_like(L), context=L + 1.0, bytes=nbytes)
+    else:
+        hkv, d, g = (float(shape[x]) for x in ("kv_heads", "head_dim", "group"))
+        flops = 4.0 * B * queries * (L + (queries + 1) / 2) * hq * d
+        nbytes = B * (L + queries) * 2 * hkv * d * kv + 2.0 * B * queries * hq * d * a
+        eta = surface(batch_heads=B * hkv, context=L + 1.0, head_dim=d, group=g)
     t = surface_time_s(flops, nbytes, eta, peak, bw)
     t = np.maximum.accumulate(np.maximum.accumulate(t, axis=0), axis=1)
     return log_b, log_l, np.log(t)

@@ -152,7 +152,7 @@ def _envelope_s(op: Op, surf, fix, peak: float, bw: float):
                 surf.envelopes[key] = hit
         log_t, e_nodes, t = hit
         return lattice_interp(t, log_t, e_nodes, tokens, shape["touched"])
-    if op.surface == "attention_decode" and "q_heads" in shape:
+    if op.surface in ("attention_decode", "mla_decode") and "q_heads" in shape:
         return _attention_envelope_s(shape, surf, peak, bw)
     if op.surface != "gemm" or "w_bytes" not in shape or tuple(surf.axes) != ("m", "n", "k"):
         return None
@@ -177,7 +177,7 @@ def _envelope_s(op: Op, surf, fix, peak: float, bw: float):
 def _attention_envelope_s(shape: dict, surf, peak: float, bw: float):
     """Decode attention's envelope over sequences and cached keys, one lattice per queries-per-sequence
     value (:func:`simulator.physics.monotone.attention_lattice_s`)."""
-    if tuple(surf.axes) != ("batch_heads", "context", "head_dim", "group"):
+    if tuple(surf.axes) not in (("batch_heads", "context", "head_dim", "group"), ("batch", "context", "bytes")):
         return None
     batch, keys, queries = np.broadcast_arrays(*(np.asarray(shape[a], dtype=float) for a in ("sequences", "keys",
                                                                                              "queries")))
@@ -185,7 +185,8 @@ def _attention_envelope_s(shape: dict, surf, peak: float, bw: float):
         return None
     b_oct = max(int(np.ceil(np.log2(max(float(batch.max()), 2.0)))), 1)
     l_oct = max(int(np.ceil(np.log2(max(float(keys.max()), 2.0)))), 1)
-    static = tuple(float(shape[a]) for a in ("q_heads", "kv_heads", "head_dim", "kv_elem_bytes", "a_bytes", "group"))
+    static = tuple(float(shape.get(a, 0.0)) for a in ("q_heads", "kv_heads", "head_dim", "kv_elem_bytes", "a_bytes",
+                                                       "group", "latent", "score_width"))
     out = np.empty(batch.shape)
     for q in np.unique(queries):
         key = ("attention", float(q), b_oct, l_oct, peak, bw) + static

@@ -211,7 +211,8 @@ def collective_time_s(table: Mapping, g: int, nbytes, *, op: str = "all_reduce")
     """Time of one collective of ``nbytes`` (per GPU message) over ``g`` GPUs, from a profile.
 
     ``table`` is ``profile["collectives"]`` (or its ``[op]`` sub-dict). Inside the measured
-    byte range: log-log linear interpolation of latency vs bytes. Outside it: the fitted
+    byte range: log-log linear interpolation of latency vs bytes (of the running maximum of the
+    measured latencies: a larger message is never priced faster). Outside it: the fitted
     alpha-beta model ``alpha_g + f(g) S / busBW_g`` with f = 2 (g-1)/g for all-reduce
     (the planner's formula) and (g-1)/g for all-gather / reduce-scatter / all-to-all,
     joined continuously to the nearest measured point (the model is scaled to match it).
@@ -233,7 +234,9 @@ def collective_time_s(table: Mapping, g: int, nbytes, *, op: str = "all_reduce")
     b = np.asarray(ent["bytes"], dtype=float)
     t = np.asarray(ent["latency_s"], dtype=float)
     order = np.argsort(b)
-    b, t = b[order], t[order]
+    # a larger message is not faster: the running maximum of the measured latencies (a table's
+    # point-to-point noise and protocol switches otherwise make some message sizes cheaper than smaller ones)
+    b, t = b[order], np.maximum.accumulate(t[order])
 
     def model(s):
         return alpha + factor * s / bw
