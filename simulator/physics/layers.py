@@ -209,7 +209,8 @@ def moe_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, count: int,
                   "tokens": tokens, "num_experts": model.num_experts, "topk": model.experts_per_token,
                   "hidden": D, "inter": model.expert_intermediate_size, "moe_tp": expert_tp, "moe_ep": dep.ep,
                   # the work coordinates of its monotone envelope (simulator.physics.monotone.moe_lattice_s)
-                  "touched": touched_all, "probabilities": p, "params_slice": params_slice, "w_bytes": w_e,
+                  "touched": touched_all, "sequences": batch, "probabilities": p, "params_slice": params_slice,
+                  "w_bytes": w_e,
                   "pair_bytes": (2 * D + 3 * model.expert_intermediate_size / expert_tp) * a},
            dtype="fp8" if w_e == a == 1 else "bf16"),
     ]

@@ -69,11 +69,12 @@ def lattice_interp(t: np.ndarray, log_x: np.ndarray, y: np.ndarray, qx, qy) -> n
             + fx * ((1 - fy) * t[i + 1, j] + fy * t[i + 1, j + 1]))
 
 
-def moe_lattice_s(surface, correction, shape: dict, top_tokens: float, peak: float, bw: float):
+def moe_lattice_s(surface, correction, shape: dict, top_tokens: float, top_queries: float, peak: float, bw: float):
     """(log2 T nodes, E nodes, envelope time [T, E]) of one MoE layer's routed experts per instance.
 
-    At T tokens touching E distinct experts in all (E no more than independent tokens touch,
-    ``experts_touched``), the busiest of ``moe_ep`` GPUs holds c_E(T) E of them and p_g(T) token-expert
+    At T tokens touching E distinct experts in all (E between what T / q_max tokens and what T
+    independent tokens touch, ``experts_touched``: B = T / q sequences of q <= ``top_queries`` positions
+    touch at least the experts of their B first tokens, whatever the reuse), the busiest of ``moe_ep`` GPUs holds c_E(T) E of them and p_g(T) token-expert
     pairs (:func:`busiest_group_load` at independent tokens; c_E = 1/ep for uniform routing):
     F = 2 p_g s, M = c_E E s w + p_g b_pair, efficiency read at T k / E tokens per expert and
     c_E E s w expert bytes (the axes of the MoE surface), times the table's per-shape correction
@@ -89,7 +90,8 @@ def moe_lattice_s(surface, correction, shape: dict, top_tokens: float, peak: flo
     touched_g0, pairs_g = busiest_group_load(T, p, ep)
     c_e = touched_g0 / np.maximum(e_all0, 1e-12)
     E_nodes = np.linspace(k, float(len(p)), MOE_EXPERT_NODES)
-    E = np.minimum(E_nodes[None, :], e_all0[:, None])  # T tokens touch at most e_all0(T) experts
+    e_lo = experts_touched(np.maximum(T / max(top_queries, 1.0), 1.0), p)
+    E = np.clip(E_nodes[None, :], e_lo[:, None], e_all0[:, None])  # the counts a step of T tokens can touch
     expert_bytes = c_e[:, None] * E * s * w
     eta = surface(tokens_per_expert=T[:, None] * k / E, expert_bytes=expert_bytes, n=np.full(E.shape, n))
     if correction is not None:
@@ -112,34 +114,57 @@ def log_lattice_interp(log_t: np.ndarray, log_x: np.ndarray, log_y: np.ndarray, 
     return np.exp(lattice_interp(log_t, log_x, log_y, qx, np.log2(np.maximum(np.asarray(qy, dtype=float), 1e-300))))
 
 
-def attention_lattice_s(surface, shape: dict, queries: float, top_batch: float, top_keys: float,
-                        peak: float, bw: float):
-    """(log2 B nodes, log2 keys nodes, log envelope time [B, keys]) of decode attention at q queries
-    per sequence over ``keys`` cached keys, as :func:`simulator.physics.layers.attention_op` prices it.
-    A grouped kernel (one KV read per KV head; surface axes B hkv blocks, keys + 1, d, g)::
+def attention_lattice_s(surface, shape: dict, top_batch: float, top_keys: float, peak: float, bw: float):
+    """(log2 B nodes, log2 L nodes, log envelope time [B, L]) of the q = 1 decode-attention kernel the
+    tables measured: B sequences, one query each, over L cached keys (+ the new one: context L + 1).
+    A grouped kernel (one KV read per KV head; surface axes B hkv, L + 1, d, g)::
 
-        F = 4 B q (keys + (q + 1) / 2) hq d,   M = B (keys + q) 2 hkv d kv + 2 B q hq d a
+        F_1 = 4 B (L + 1) hq d,   M_1 = B (L + 1) 2 hkv d kv + 2 B hq d a
 
-    absorbed MLA (a latent of r + rope per key; surface axes B, keys + 1, M)::
+    absorbed MLA (a latent of r + rope per key; surface axes B, L + 1, M_1)::
 
-        F = 2 B q (keys + (q + 1) / 2) hq (2 r + rope),   M = B (keys + q) latent kv + 2 B q hq latent a
+        F_1 = 2 B (L + 1) hq (2 r + rope),   M_1 = B (L + 1) latent kv + 2 B hq latent a
 
-    the running maximum taken along B and along the keys."""
+    the running maximum taken along B and along L. :func:`attention_time_s` adds the other queries."""
     step = 1.0 / ATTENTION_NODES_PER_OCTAVE
     log_b = np.arange(0.0, max(np.ceil(np.log2(max(top_batch, 2.0))), 1.0) + step / 2, step)
     log_l = np.arange(0.0, max(np.ceil(np.log2(max(top_keys, 2.0))), 1.0) + step / 2, step)
     B, L = np.exp2(log_b)[:, None], np.exp2(log_l)[None, :]
-    hq, kv, a = (float(shape[x]) for x in ("q_heads", "kv_elem_bytes", "a_bytes"))
+    per_score, key_bytes, query_bytes = _attention_unit_work(shape)
+    m_1 = B * ((L + 1) * key_bytes + query_bytes)
     if "latent" in shape:
-        latent, width = float(shape["latent"]), float(shape["score_width"])
-        flops = 2.0 * B * queries * (L + (queries + 1) / 2) * hq * width
-        nbytes = B * (L + queries) * latent * kv + 2.0 * B * queries * hq * latent * a
-        eta = surface(batch=B * np.ones_like(L), context=L + 1.0, bytes=nbytes)
+        eta = surface(batch=B * np.ones_like(L), context=L + 1.0, bytes=m_1)
     else:
         hkv, d, g = (float(shape[x]) for x in ("kv_heads", "head_dim", "group"))
-        flops = 4.0 * B * queries * (L + (queries + 1) / 2) * hq * d
-        nbytes = B * (L + queries) * 2 * hkv * d * kv + 2.0 * B * queries * hq * d * a
         eta = surface(batch_heads=B * hkv, context=L + 1.0, head_dim=d, group=g)
-    t = surface_time_s(flops, nbytes, eta, peak, bw)
+    t = surface_time_s(B * (L + 1) * per_score, m_1, eta, peak, bw)
     t = np.maximum.accumulate(np.maximum.accumulate(t, axis=0), axis=1)
     return log_b, log_l, np.log(t)
+
+
+def _attention_unit_work(shape: dict) -> tuple[float, float, float]:
+    """(FLOPs per query-key score, KV bytes per key, query + output bytes per query) of one sequence."""
+    hq, kv, a = (float(shape[x]) for x in ("q_heads", "kv_elem_bytes", "a_bytes"))
+    if "latent" in shape:
+        latent = float(shape["latent"])
+        return 2.0 * hq * float(shape["score_width"]), latent * kv, 2.0 * hq * latent * a
+    d = float(shape["head_dim"])
+    return 4.0 * hq * d, 2.0 * float(shape["kv_heads"]) * d * kv, 2.0 * hq * d * a
+
+
+def attention_time_s(t_1, shape: dict, flops, peak: float, bw: float) -> np.ndarray:
+    """A verify pass's decode attention from the measured q = 1 kernel's time ``t_1`` at the same B and L.
+
+    The tables measured q = 1 kernels. A q-query kernel pays that kernel's time once, latency floor
+    included, and its extra work, the other q - 1 queries' keys, reads and writes
+    dM = B (q - 1) (kv bytes per key + query bytes), at the roofline; its FLOPs F_q cap it below:
+
+        t_q = max(t_1(B, L) + dM / BW,  F_q / P)
+
+    (pricing the whole q-query kernel at the q = 1 kernel's efficiency instead charged the extra queries
+    at the latency floor's efficiency of a short context: 9 queries over 1 key at 5x the time of one
+    query, a time that fell as the context grew). Non-decreasing in B, L and q where t_1 is."""
+    _, key_bytes, query_bytes = _attention_unit_work(shape)
+    batch, queries = (np.asarray(shape[x], dtype=float) for x in ("sequences", "queries"))
+    extra = batch * (queries - 1.0) * (key_bytes + query_bytes)
+    return np.maximum(t_1 + extra / bw, np.asarray(flops, dtype=float) / peak)

@@ -30,7 +30,8 @@ from simulator.specs.deployment import Deployment
 from simulator.specs.hardware import Hardware
 from simulator.specs.profile import Profile
 from simulator.physics.monotone import (CACHE_RESIDENT_BYTES, MAX_LATTICE_TOKENS, affine_envelope_s,
-                                        attention_lattice_s, lattice_interp, log_lattice_interp, moe_lattice_s)
+                                        attention_lattice_s, attention_time_s, lattice_interp, log_lattice_interp,
+                                        moe_lattice_s)
 from simulator.specs.surfaces import collective_time_s
 
 
@@ -141,19 +142,21 @@ def _envelope_s(op: Op, surf, fix, peak: float, bw: float):
         tokens = np.asarray(shape["tokens"], dtype=float)
         top = float(tokens.max()) if tokens.size else 1.0
         octaves = max(int(np.ceil(np.log2(max(top, 2.0)))), 1)
+        queries = tokens / np.maximum(np.asarray(shape["sequences"], dtype=float), 1.0)
+        q_top = float(2 ** int(np.ceil(np.log2(max(float(queries.max()) if queries.size else 1.0, 1.0)))))
         entry = fix.key_of([shape[a] for a in fix.key_axes]) if fix is not None else ""
         p = np.asarray(shape["probabilities"], dtype=float)
-        key = ("moe", entry, octaves, peak, bw, p.tobytes()) + tuple(
+        key = ("moe", entry, octaves, q_top, peak, bw, p.tobytes()) + tuple(
             float(shape[a]) for a in ("topk", "moe_ep", "params_slice", "w_bytes", "pair_bytes", "n"))
         hit = surf.envelopes.get(key)
         if hit is None:
-            hit = moe_lattice_s(surf, fix, shape, float(2 ** octaves), peak, bw)
+            hit = moe_lattice_s(surf, fix, shape, float(2 ** octaves), q_top, peak, bw)
             if len(surf.envelopes) < 4096:
                 surf.envelopes[key] = hit
         log_t, e_nodes, t = hit
         return lattice_interp(t, log_t, e_nodes, tokens, shape["touched"])
     if op.surface in ("attention_decode", "mla_decode") and "q_heads" in shape:
-        return _attention_envelope_s(shape, surf, peak, bw)
+        return _attention_envelope_s(op, surf, peak, bw)
     if op.surface != "gemm" or "w_bytes" not in shape or tuple(surf.axes) != ("m", "n", "k"):
         return None
     m = np.asarray(shape["m"], dtype=float)
@@ -174,30 +177,27 @@ def _envelope_s(op: Op, surf, fix, peak: float, bw: float):
     return table[m.astype(np.intp)]
 
 
-def _attention_envelope_s(shape: dict, surf, peak: float, bw: float):
-    """Decode attention's envelope over sequences and cached keys, one lattice per queries-per-sequence
-    value (:func:`simulator.physics.monotone.attention_lattice_s`)."""
+def _attention_envelope_s(op: Op, surf, peak: float, bw: float):
+    """Decode attention at q queries per sequence from the envelope of the measured q = 1 kernel over
+    sequences and cached keys (:func:`simulator.physics.monotone.attention_time_s`)."""
+    shape = op.shape
     if tuple(surf.axes) not in (("batch_heads", "context", "head_dim", "group"), ("batch", "context", "bytes")):
         return None
-    batch, keys, queries = np.broadcast_arrays(*(np.asarray(shape[a], dtype=float) for a in ("sequences", "keys",
-                                                                                             "queries")))
+    batch, keys = np.broadcast_arrays(*(np.asarray(shape[a], dtype=float) for a in ("sequences", "keys")))
     if not batch.size or batch.min() < 1 or keys.min() < 1:
         return None
     b_oct = max(int(np.ceil(np.log2(max(float(batch.max()), 2.0)))), 1)
     l_oct = max(int(np.ceil(np.log2(max(float(keys.max()), 2.0)))), 1)
     static = tuple(float(shape.get(a, 0.0)) for a in ("q_heads", "kv_heads", "head_dim", "kv_elem_bytes", "a_bytes",
                                                        "group", "latent", "score_width"))
-    out = np.empty(batch.shape)
-    for q in np.unique(queries):
-        key = ("attention", float(q), b_oct, l_oct, peak, bw) + static
-        hit = surf.envelopes.get(key)
-        if hit is None:
-            hit = attention_lattice_s(surf, shape, float(q), float(2 ** b_oct), float(2 ** l_oct), peak, bw)
-            if len(surf.envelopes) < 4096:
-                surf.envelopes[key] = hit
-        at = queries == q
-        out[at] = log_lattice_interp(hit[2], hit[0], hit[1], batch[at], keys[at])
-    return out
+    key = ("attention", b_oct, l_oct, peak, bw) + static
+    hit = surf.envelopes.get(key)
+    if hit is None:
+        hit = attention_lattice_s(surf, shape, float(2 ** b_oct), float(2 ** l_oct), peak, bw)
+        if len(surf.envelopes) < 4096:
+            surf.envelopes[key] = hit
+    t_1 = log_lattice_interp(hit[2], hit[0], hit[1], batch, keys)
+    return attention_time_s(t_1, shape, op.flops, peak, bw)
 
 
 def _collective_s(op: Op, profile: Profile | None):
