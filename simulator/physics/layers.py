@@ -24,7 +24,8 @@ def gemm(name: str, tokens, n: float, k: float, w_bytes: float, a_bytes: float, 
     """Y[T, n] = X[T, k] @ W[k, n]:  F = 2 T n k,  M = n k w + T (n + k) a."""
     return Op(name, family, 2.0 * tokens * n * k, n * k * w_bytes + tokens * (n + k) * a_bytes,
               kernels=1, count=count, eff_tokens=tokens, surface="gemm",
-              shape={"m": tokens, "n": n, "k": k, "nk": n * k}, dtype=gemm_kernel_dtype(w_bytes, a_bytes))
+              shape={"m": tokens, "n": n, "k": k, "nk": n * k, "w_bytes": w_bytes, "a_bytes": a_bytes},
+              dtype=gemm_kernel_dtype(w_bytes, a_bytes))
 
 
 def gemm_kernel_dtype(w_bytes: float, a_bytes: float) -> str:
@@ -83,7 +84,8 @@ def attention_op(model: ModelSpec, dep: Deployment, batch, queries, context_len:
         flops = 2.0 * batch * queries * (keys + (queries + 1) / 2) * hq * (2 * model.kv_lora_rank + model.qk_rope_head_dim)
         kv_read = batch * (keys + queries) * latent * kv
         q_io = 2.0 * batch * queries * hq * latent * a
-        shape = {}
+        shape = {"q_heads": hq, "kv_elem_bytes": kv, "a_bytes": a, "keys": keys, "queries": queries, "sequences": batch,
+                 "latent": latent, "score_width": 2 * model.kv_lora_rank + model.qk_rope_head_dim}
     else:
         d = model.head_dim
         hkv = kv_heads_per_gpu(model, dep.tp)
@@ -101,6 +103,9 @@ def attention_op(model: ModelSpec, dep: Deployment, batch, queries, context_len:
         # kernel choice, so q enters through the roofline FLOPs, not through the group axis. A
         # per-query-head kernel is an MHA kernel over hq heads: group 1
         shape = {"batch_heads": batch * hkv * blocks, "head_dim": float(d), "group": group / blocks}
+        if per_head is False:  # the work coordinates of its monotone envelope (physics.monotone)
+            shape |= {"q_heads": hq, "kv_heads": hkv, "kv_elem_bytes": kv, "a_bytes": a, "keys": keys,
+                      "queries": queries, "sequences": batch}
     # the decode surfaces were measured at q = 1 and price decode and verify passes; a prompt chunk
     # is a compute-bound prefill kernel they never saw (their efficiency at one sequence is the
     # latency floor of a tiny decode kernel). A prefill kernel runs, per sequence and KV head, the
@@ -203,7 +208,11 @@ def moe_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, count: int,
                   "expert_bytes": touched_gpu * params_slice * w_e, "n": model.expert_intermediate_size / expert_tp,
                   # the exact layer shape, for a table that measured it (ShapeCorrection)
                   "tokens": tokens, "num_experts": model.num_experts, "topk": model.experts_per_token,
-                  "hidden": D, "inter": model.expert_intermediate_size, "moe_tp": expert_tp, "moe_ep": dep.ep},
+                  "hidden": D, "inter": model.expert_intermediate_size, "moe_tp": expert_tp, "moe_ep": dep.ep,
+                  # the work coordinates of its monotone envelope (simulator.physics.monotone.moe_lattice_s)
+                  "touched": touched_all, "sequences": batch, "probabilities": p, "params_slice": params_slice,
+                  "w_bytes": w_e,
+                  "pair_bytes": (2 * D + 3 * model.expert_intermediate_size / expert_tp) * a},
            dtype="fp8" if w_e == a == 1 else "bf16"),
     ]
     if model.shared_expert_intermediate_size:
