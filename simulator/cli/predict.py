@@ -19,6 +19,7 @@ import pandas as pd
 
 from simulator.plan import exports
 from simulator.plan.api import Prediction, predict
+from simulator.plan.fit import shortfall_text
 from simulator.cli.common import OneLineParser, command, write_atomically
 from simulator.errors import PlannerError
 from simulator.specs.scenario import DEFAULT_SCENARIO
@@ -40,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--context-len", type=int, help="tokens already in each sequence's KV cache")
     p.add_argument("--batch-sizes", help="e.g. 1-256 or 1,2,4,8")
     p.add_argument("--k-max", type=int, help="largest K considered")
+    p.add_argument("--schedule-tolerance", metavar="SHARE",
+                   help="goodput share of the per-batch best the K* schedule may give up at any batch size to use"
+                   " fewer ranges of K (default 0.01 = 1%%; 0 = the raw per-batch argmax); also 1%%")
     p.add_argument("--fixed-k", type=int, help="the fixed-K policy compared against (default 3)")
     p.add_argument("--dtype", help="weight dtype: bf16, fp8, int4, mxfp4")
     p.add_argument("--kv-dtype", help="KV-cache dtype: bf16, fp8")
@@ -106,6 +110,7 @@ def render_table(pred: Prediction) -> str:
     t = pred.table if sparse else condensed(pred.table)
     sc = pred.scenario
     lines = [f"K* schedule: {pred.schedule_text()}",
+             f"# schedule: {pred.schedule_note()}",
              f"# {sc.name}: {sc.model.name} on {sc.deployment.tp} x {sc.hardware.name}, draft {sc.draft.label},"
              f" context {sc.context_len}",
              f"# step times: {pred.provenance['step_time_source']}",
@@ -140,8 +145,8 @@ def render_table(pred: Prediction) -> str:
                      f" ({len(losing)} of {len(pred.table)} batch sizes)")
     none_fit = pred.table[~pred.table.fits_memory]
     if len(none_fit):
-        lines.append(f"batch sizes >= {none_fit.batch_size.min()} do not fit in memory"
-                     f" ({sc.hardware.memory_bytes / 1e9:.0f} GB x {sc.deployment.memory_utilization:.0%} per GPU)")
+        first = int(none_fit.batch_size.min())
+        lines.append(f"batch sizes >= {first} do not fit in memory: {shortfall_text(sc, first)}")
     lines.append("vLLM num_speculative_tokens_per_batch_size: "
                  + json.dumps(pred.vllm()["num_speculative_tokens_per_batch_size"]))
     if len(t) < len(pred.table):
@@ -241,13 +246,28 @@ def _busbw(gbps: float | None) -> float | None:
     return gbps * 1e9
 
 
+def _share(text: str | None, flag: str) -> float | None:
+    """A share given as 0.01 or 1% (refused unless a finite number in [0, 0.5))."""
+    if text is None:
+        return None
+    t = text.strip()
+    try:
+        value = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    except ValueError:
+        value = float("nan")
+    if not (np.isfinite(value) and 0 <= value < 0.5):
+        raise PlannerError(f"{flag} '{text}': give a share in [0, 0.5) such as 0.01 or 1% (0: the per-batch argmax)")
+    return value
+
+
 def _run(args) -> int:
     overrides = dict(model=args.model, hardware=args.hardware, tp=args.tp, ep=args.ep, draft=args.draft,
                      acceptance=args.acceptance, context_len=args.context_len, batch_sizes=args.batch_sizes,
                      k_max=args.k_max, fixed_k=args.fixed_k, dtype=args.dtype, kv_dtype=args.kv_dtype,
                      calibration=args.calibration, engine=args.engine, engine_version=args.engine_version,
                      context_lens=args.context_lens, layout=args.layout, dp=args.dp, routing_reuse=args.routing_reuse,
-                     allreduce_busbw=_busbw(args.allreduce_busbw))
+                     allreduce_busbw=_busbw(args.allreduce_busbw),
+                     schedule_tolerance=_share(args.schedule_tolerance, "--schedule-tolerance"))
     export_only = [flag for flag, given in (("--export-version", args.export_version), ("--markdown", args.markdown),
                                             ("--cuda-graph-bs", args.cuda_graph_bs)) if given]
     if export_only and args.format not in EXPORT_FORMATS:
@@ -259,6 +279,9 @@ def _run(args) -> int:
     if scenario is None and not (args.model and args.hardware):
         scenario = str(DEFAULT_SCENARIO)
     pred = predict(scenario, **overrides)
+    if not args.breakdown and not pred.table.fits_memory.any():
+        b = pred.table.batch_size.to_numpy()
+        raise PlannerError(f"nothing fits memory at batch sizes {b.min()}-{b.max()}: {shortfall_text(pred.scenario, int(b.min()))}")
     if args.breakdown:
         b, k = _int_pair(args.breakdown)
         df = pred.breakdown(b, k)

@@ -10,6 +10,7 @@ import numpy as np
 from dataclasses import replace
 
 from simulator.physics.experts import busiest_group_load, experts_touched_correlated
+from simulator.physics.fabric import allgather_s, allreduce_fabric_s, alltoall_s, node_split
 from simulator.physics.operators import Op, StepCost, evaluate
 from simulator.specs.deployment import Deployment, kv_heads_per_gpu, sliding_layers
 from simulator.specs.hardware import DTYPE_BYTES, Hardware
@@ -209,10 +210,11 @@ def moe_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, count: int,
         ops += dense_mlp_ops(model, adep, local, count, model.shared_expert_intermediate_size, prefix, "shared_expert")
     if dep.dp_attention and dep.tp > 1:
         sent = local * model.experts_per_token * D * a * expert_tp  # per-rank buffer of one all-to-all
-        one_way = hw.interconnect_latency_s + (dep.tp - 1) / dep.tp * sent / hw.interconnect_bandwidth_bytes_per_s
+        node_s, net_s = alltoall_s(sent, dep.tp, hw)  # beyond one NVLink domain: + the inter-node share
         for phase in ("dispatch", "combine"):
             ops.append(Op(prefix + f"moe_{phase}", "comm", 0.0, (dep.tp - 1) / dep.tp * sent, kernels=1, count=count,
-                          comm_s=one_way, collective=("all_to_all", dep.tp), shape={"bytes": sent}))
+                          comm_s=node_s, collective=("all_to_all", node_split(hw, dep.tp)[1]), shape={"bytes": sent},
+                          fabric_s=net_s))
     return ops
 
 
@@ -270,9 +272,10 @@ def decoder_layers_ops(model: ModelSpec, dep: Deployment, hw: Hardware, batch, q
     if adep.tp > 1:
         n_allreduce = 2 * n_layers - (n_moe if dep.dp_attention and not model.shared_expert_intermediate_size else 0)
         nbytes = rtokens * model.hidden_size * a
+        g_node = node_split(hw, adep.tp)[1]  # the node's part: a measured table or the link model at g GPUs
         ops.append(Op(prefix + "allreduce", "comm", 0.0, 2 * nbytes, kernels=1, count=n_allreduce,
-                      comm_s=allreduce_s(nbytes, adep.tp, hw), collective=(adep.allreduce, adep.tp),
-                      shape={"bytes": nbytes}))
+                      comm_s=allreduce_s(nbytes, g_node, hw), collective=(adep.allreduce, g_node),
+                      shape={"bytes": nbytes}, fabric_s=allreduce_fabric_s(nbytes, adep.tp, hw)))
     return ops
 
 
@@ -287,7 +290,7 @@ def head_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, vocab: int
     if dep.tp > 1:
         gathered = tokens * vocab / dep.tp * a
         ops.append(Op(prefix + "logits_gather", "comm", 0.0, gathered * (dep.tp - 1), kernels=1, count=1,
-                      comm_s=hw.interconnect_latency_s + gathered * (dep.tp - 1) / hw.interconnect_bandwidth_bytes_per_s))
+                      comm_s=allgather_s(gathered, dep.tp, hw)))
     if sampling:
         # softmax / argmax and the acceptance test read the fp32 logits of every token once more
         ops.append(Op(prefix + "sampling", "elementwise", 5.0 * tokens * vocab, 2 * tokens * vocab * 4.0,
