@@ -76,9 +76,9 @@ def test_extrapolation_rule_and_warning():
     assert "beyond 2 repeat a_2 = 0.8" in acc.rule
     out = _cli("--scenario", "command-a-h100", "--acceptance", "0.9,0.85", "--batch-sizes", "1-16")
     assert out.returncode == 0, out.stderr
-    assert "warning: K* = " in out.stdout and "beyond the 2 given" in out.stdout
+    assert "warning: K* = " in out.stderr and "beyond the 2 given" in out.stderr  # caveats on stderr
     full = _cli("--scenario", "command-a-h100", "--batch-sizes", "1-16")
-    assert "beyond the" not in full.stdout  # eight rates cover K* <= 8
+    assert "beyond the" not in full.stderr  # eight rates cover K* <= 8
 
 
 # --- the schedule in words -----------------------------------------------------------------------

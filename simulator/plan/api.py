@@ -362,7 +362,9 @@ def answer_notes(pred: "Prediction") -> list[str]:
         out.append(f"batch sizes evaluated only at {_span(b_all, False) if b_all.size <= 12 else f'{b_all.size} sizes between {b_all[0]} and {b_all[-1]}'}"
                    " (given sparsely): the engine ranges hold each evaluated K* until the next evaluated batch size")
     ranges = exports.k_ranges(*pred.k_table())
-    if ranges and ranges[-1][2] > 0:
+    # only where batch sizes above the table exist to plan: not for one batch size asked about, and
+    # not where the table already ends at the memory limit (nothing larger fits)
+    if ranges and ranges[-1][2] > 0 and b_all.size > 1 and bool(t["fits_memory"].iloc[-1]):
         last_b, last_k = ranges[-1][1], ranges[-1][2]
         out.append(f"above B={last_b} (the last batch size exported) vLLM keeps K={last_k} and TensorRT-LLM turns"
                    " speculation off; extend the batch sizes to the engine's max_num_seqs to plan that range")
