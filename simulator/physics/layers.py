@@ -10,6 +10,7 @@ import numpy as np
 from dataclasses import replace
 
 from simulator.physics.experts import busiest_group_load, experts_touched_correlated
+from simulator.physics.fabric import allgather_s, allreduce_fabric_s, alltoall_s, node_split
 from simulator.physics.operators import Op, StepCost, evaluate
 from simulator.specs.deployment import Deployment, kv_heads_per_gpu, sliding_layers
 from simulator.specs.hardware import DTYPE_BYTES, Hardware
@@ -219,10 +220,11 @@ def moe_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, count: int,
         ops += dense_mlp_ops(model, adep, local, count, model.shared_expert_intermediate_size, prefix, "shared_expert")
     if dep.dp_attention and dep.tp > 1:
         sent = local * model.experts_per_token * D * a * expert_tp  # per-rank buffer of one all-to-all
-        one_way = hw.interconnect_latency_s + collective_factor("all_to_all", dep.tp) * sent / hw.interconnect_bandwidth_bytes_per_s
+        node_s, net_s = alltoall_s(sent, dep.tp, hw)  # beyond one NVLink domain: + the inter-node share
         for phase in ("dispatch", "combine"):
             ops.append(Op(prefix + f"moe_{phase}", "comm", 0.0, collective_factor("all_to_all", dep.tp) * sent, kernels=1, count=count,
-                          comm_s=one_way, collective=("all_to_all", dep.tp), shape={"bytes": sent}))
+                          comm_s=node_s, collective=("all_to_all", node_split(hw, dep.tp)[1]), shape={"bytes": sent},
+                          fabric_s=net_s))
     return ops
 
 
@@ -280,9 +282,10 @@ def decoder_layers_ops(model: ModelSpec, dep: Deployment, hw: Hardware, batch, q
     if adep.tp > 1:
         n_allreduce = 2 * n_layers - (n_moe if dep.dp_attention and not model.shared_expert_intermediate_size else 0)
         nbytes = rtokens * model.hidden_size * a
+        g_node = node_split(hw, adep.tp)[1]  # the node's part: a measured table or the link model at g GPUs
         ops.append(Op(prefix + "allreduce", "comm", 0.0, 2 * nbytes, kernels=1, count=n_allreduce,
-                      comm_s=allreduce_s(nbytes, adep.tp, hw), collective=(adep.allreduce, adep.tp),
-                      shape={"bytes": nbytes}))
+                      comm_s=allreduce_s(nbytes, g_node, hw), collective=(adep.allreduce, g_node),
+                      shape={"bytes": nbytes}, fabric_s=allreduce_fabric_s(nbytes, adep.tp, hw)))
     return ops
 
 
@@ -305,9 +308,8 @@ def head_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, vocab: int
            gemm(prefix + "lm_head", tokens, vocab / dep.tp, D, w, a, 1, family="lm_head")]
     if dep.tp > 1:
         gathered = tokens * vocab / dep.tp * a
-        wire = collective_factor("all_gather", dep.tp) * gathered * dep.tp  # all-gather of the tp slices
-        ops.append(Op(prefix + "logits_gather", "comm", 0.0, wire, kernels=1, count=1,
-                      comm_s=hw.interconnect_latency_s + wire / hw.interconnect_bandwidth_bytes_per_s))
+        ops.append(Op(prefix + "logits_gather", "comm", 0.0, collective_factor("all_gather", dep.tp) * gathered * dep.tp, kernels=1, count=1,
+                      comm_s=allgather_s(gathered, dep.tp, hw)))
     if sampling:
         ops.append(sampling_op(prefix + "sampling", tokens, vocab,
                                dep.logit_bytes_plain if logit_bytes is None else logit_bytes))

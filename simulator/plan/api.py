@@ -19,6 +19,7 @@ from simulator.plan import exports
 from simulator.errors import PlannerError
 from simulator.plan.acceptance_risk import break_even_acceptance_length
 from simulator.plan.grid import ContextGrid, Grid, compute_context_grid, compute_grid
+from simulator.plan.schedule import schedule_loss, schedule_ranges
 from simulator.physics.attribution import describe_growth, verify_growth
 from simulator.specs.uncertainty import step_time_band
 from simulator.specs.scenario import DEFAULT_SCENARIO, Scenario, apply_overrides, build_scenario, load_scenario
@@ -215,6 +216,31 @@ class Prediction:
         return (f"acceptance band +-{band:g}: K* depends on acceptance at B {where};"
                 " the K shown is the one nearest the best across the band")
 
+    def schedule_summary(self) -> dict:
+        """What the K* schedule trades: its ranges vs the per-batch argmax's, and the goodput it gives
+        up at each batch size (share of the per-batch optimum; :mod:`simulator.plan.schedule`)."""
+        g = self.arrays
+        chosen, raw = g.optimal_k_index(), g.argmax_k_index()
+        loss = schedule_loss(g.goodput_per_seq, g.fits_memory, chosen)
+        worst = int(np.argmax(loss)) if loss.size else 0
+        return {"tolerance": float(g.schedule_tolerance), "ranges": schedule_ranges(chosen),
+                "argmax_ranges": schedule_ranges(raw), "max_loss": float(loss.max(initial=0.0)),
+                "max_loss_batch_size": int(g.batch_sizes[worst]) if loss.size else None,
+                "mean_loss": float(loss[chosen >= 0].mean()) if (chosen >= 0).any() else 0.0}
+
+    def schedule_note(self) -> str:
+        """The schedule's trade in one line (printed under the schedule)."""
+        s = self.schedule_summary()
+        if s["tolerance"] <= 0:
+            return f"{s['ranges']} ranges: the per-batch argmax (schedule tolerance 0)"
+        saved = s["argmax_ranges"] - s["ranges"]
+        text = (f"{s['ranges']} ranges, the fewest within {s['tolerance']:.1%} of the best goodput at every batch size"
+                f" (per-batch argmax: {s['argmax_ranges']} ranges, {saved} saved)")
+        if s["max_loss"] > 0:
+            text += (f"; gives up at most {s['max_loss']:.2%} (B={s['max_loss_batch_size']}),"
+                     f" {s['mean_loss']:.2%} on average")
+        return text + "; --schedule-tolerance 0 gives the argmax"
+
     def notes(self) -> list[str]:
         """Warnings a reader of the K* table needs: extrapolated acceptance, sparse batch sizes, engines
         past the last exported batch size. Each one line."""
@@ -300,7 +326,8 @@ class Prediction:
 
     def to_dict(self) -> dict:
         rows = json.loads(self.table.to_json(orient="records"))
-        return {"provenance": self.provenance, "schedule": self.schedule_text(), "notes": self.notes(),
+        return {"provenance": self.provenance, "schedule": self.schedule_text(),
+                "schedule_trade": self.schedule_summary(), "notes": self.notes(),
                 "fixed_k": self.scenario.fixed_k,
                 "vllm": self.vllm(), "trtllm": {"draft_len_schedule": self.trtllm()}, "rows": rows}
 
@@ -364,7 +391,9 @@ def answer_notes(pred: "Prediction") -> list[str]:
         out.append(f"batch sizes evaluated only at {_span(b_all, False) if b_all.size <= 12 else f'{b_all.size} sizes between {b_all[0]} and {b_all[-1]}'}"
                    " (given sparsely): the engine ranges hold each evaluated K* until the next evaluated batch size")
     ranges = exports.k_ranges(*pred.k_table())
-    if ranges and ranges[-1][2] > 0:
+    # only where batch sizes above the table exist to plan: not for one batch size asked about, and
+    # not where the table already ends at the memory limit (nothing larger fits)
+    if ranges and ranges[-1][2] > 0 and b_all.size > 1 and bool(t["fits_memory"].iloc[-1]):
         last_b, last_k = ranges[-1][1], ranges[-1][2]
         out.append(f"above B={last_b} (the last batch size exported) vLLM keeps K={last_k} and TensorRT-LLM turns"
                    " speculation off; extend the batch sizes to the engine's max_num_seqs to plan that range")

@@ -4,7 +4,8 @@
                     (verify and draft as the engine runs them: in a CUDA graph or launched eagerly;
                     overhead = the engine's exposed host time + a profile's fitted step terms)
     goodput(B, K) = AL(K) / ITL(B, K)        tokens/s per sequence (x B for the whole batch)
-    K*(B)         = argmax_K goodput(B, K) over the K whose memory fits;  K = 0 is plain decoding
+    K*(B)         = the fewest-range schedule within 1% of argmax_K goodput(B, K) at every B, over the K
+                    whose memory fits (simulator/plan/schedule.py; tolerance 0: the argmax); K = 0 is plain decoding
 
 With a context-length axis L (:func:`compute_context_grid`) every term is evaluated over (B, K, L) and
 K*(B, L) is read per cell; only attention (and the KV memory) depends on L, and a slice at one L equals
@@ -25,6 +26,7 @@ from simulator.physics.draft_cost import draft_extend_cost, draft_pass_cost
 from simulator.physics.engine_time import (draft_extend_in_graph, draft_in_graph, host_exposed_s, pass_time_s,
                                            verify_in_graph)
 from simulator.physics.experts import experts_touched_correlated
+from simulator.plan.schedule import SCHEDULE_TOLERANCE, argmax_k_index, schedule_k_index
 from simulator.specs.routing import expert_probabilities
 
 
@@ -47,6 +49,7 @@ class Grid:
     memory_per_gpu_bytes: np.ndarray
     memory_capacity_bytes: float
     experts_touched: np.ndarray | None  # per MoE layer, verify step
+    schedule_tolerance: float = SCHEDULE_TOLERANCE  # goodput share K* may give up for fewer ranges
     # (3, n_k) AL(K) at the acceptance band's low, given and high rates; None without a band
     banded_acceptance_length: np.ndarray | None = None
     # the draft's extend pass over the verified tokens, (n_ops, n_batch, n_k); replaces one of the passes
@@ -85,12 +88,26 @@ class Grid:
         return int(hits[0]) if hits.size else -1
 
     def optimal_k_index(self) -> np.ndarray:
-        """Index into ks of K* per batch size; -1 where no K fits in memory. With an acceptance band,
-        K* is the K whose worst share of the best goodput across the band is highest."""
-        if self.banded_acceptance_length is not None:
-            score = robust_score(self.itl_s, self.banded_acceptance_length, self.fits_memory)
-            return settled_k_index(score, self.fits_memory)
-        return settled_k_index(self.goodput_per_seq, self.fits_memory)
+        """Index into ks of K* per batch size: the fewest-range schedule within ``schedule_tolerance``
+        of the per-batch optimum (:mod:`simulator.plan.schedule`); -1 where no K fits in memory. With
+        an acceptance band the schedule runs on the robust score (the K's worst share of the best
+        goodput across the band) instead of the goodput itself."""
+        return self._schedule.copy()
+
+    @cached_property
+    def _schedule(self) -> np.ndarray:
+        return schedule_k_index(self._selection_score, self.fits_memory, self.schedule_tolerance)
+
+    @property
+    def _selection_score(self) -> np.ndarray:
+        if self.banded_acceptance_length is None:
+            return self.goodput_per_seq
+        return robust_score(self.itl_s, self.banded_acceptance_length, self.fits_memory)
+
+    def argmax_k_index(self) -> np.ndarray:
+        """Index into ks of the raw per-batch argmax (of goodput, or of the robust score with a band);
+        -1 where no K fits in memory."""
+        return argmax_k_index(self._selection_score, self.fits_memory)
 
     def acceptance_sensitive(self) -> np.ndarray | None:
         """Per batch size: whether K* at the band's low rates differs from K* at its high rates."""
@@ -121,31 +138,6 @@ class Grid:
         if name not in self.verify.names:
             return None
         return self.verify.time_s[self.verify.names.index(name)]
-
-
-# K whose goodput is within this share of the best count as ties: far inside any prediction's band
-K_TIE_TOLERANCE = 0.005
-
-
-def settled_k_index(goodput: np.ndarray, fits: np.ndarray, tolerance: float = K_TIE_TOLERANCE) -> np.ndarray:
-    """K* index per batch size (axis 0; K on axis 1, any further axes, e.g. context, kept): the argmax
-    of goodput over the K that fit, except that a K within ``tolerance`` of the best which the previous
-    batch size chose is kept. Measured kernel tables carry real tile-size steps of ~1% that would
-    otherwise flip K* back and forth between neighbouring batch sizes; each flip costs the engine
-    another set of CUDA graphs and the user a longer schedule, for at most ``tolerance`` of goodput."""
-    masked = np.where(fits, goodput, -np.inf)
-    best = masked.max(axis=1)
-    idx = np.argmax(masked, axis=1)
-    near = masked >= (best * (1.0 - tolerance))[:, None]
-    # trailing axes (context) flattened: one row of cells per batch size, indexed directly
-    flat_idx = idx.reshape(idx.shape[0], -1)
-    flat_near = near.reshape(near.shape[0], near.shape[1], -1)
-    cells = np.arange(flat_idx.shape[1])
-    for i in range(1, flat_idx.shape[0]):
-        prev = flat_idx[i - 1]
-        keep = flat_near[i, prev, cells]  # prev >= 0 always here: argmax of a row, or a kept argmax
-        flat_idx[i] = np.where(keep, prev, flat_idx[i])
-    return np.where(np.isfinite(best), flat_idx.reshape(idx.shape), -1)
 
 
 def step_overhead_s(profile, batch, k) -> np.ndarray:
@@ -208,7 +200,7 @@ def compute_grid(scenario, batch_sizes=None, ks=None) -> Grid:
     return Grid(b, k.astype(int), verify, draft_pass, np.asarray(passes, dtype=float), verify_s, draft_step_s,
                 in_graph, overhead, itl, al, al[None, :] / itl,
                 np.broadcast_to(memory, itl.shape), sc.hardware.memory_bytes * sc.deployment.memory_utilization,
-                touched, banded, extend)
+                touched, sc.schedule_tolerance, banded, extend)
 
 
 # --- the context-length axis --------------------------------------------------------------------
@@ -234,6 +226,7 @@ class ContextGrid:
     goodput_per_seq: np.ndarray
     memory_per_gpu_bytes: np.ndarray
     memory_capacity_bytes: float
+    schedule_tolerance: float = SCHEDULE_TOLERANCE
 
     @property
     def fits_memory(self) -> np.ndarray:
@@ -244,8 +237,13 @@ class ContextGrid:
         return self.goodput_per_seq * self.batch_sizes[:, None, None]
 
     def optimal_k_index(self) -> np.ndarray:
-        """(n_batch, n_ctx) index into ks of K*; -1 where no K fits in memory."""
-        return settled_k_index(self.goodput_per_seq, self.fits_memory)
+        """(n_batch, n_ctx) index into ks of K*: the fewest-range schedule along batch per context
+        column (:mod:`simulator.plan.schedule`); -1 where no K fits in memory."""
+        return self._schedule.copy()
+
+    @cached_property
+    def _schedule(self) -> np.ndarray:
+        return schedule_k_index(self.goodput_per_seq, self.fits_memory, self.schedule_tolerance)
 
     def k_opt(self) -> np.ndarray:
         """(n_batch, n_ctx) K*; -1 where nothing fits."""
@@ -340,4 +338,4 @@ def compute_context_grid(scenario, batch_sizes=None, ks=None, context_lens=None,
     memory = step_memory_bytes(sc.draft, sc.model, sc.deployment, B, K, C + K + 1)
     return ContextGrid(b, k.astype(int), c.astype(int), verify_s, draft_step_s, in_graph[..., :1], overhead, itl,
                        al, al[None, :, :] / itl, np.broadcast_to(memory, itl.shape),
-                       sc.hardware.memory_bytes * sc.deployment.memory_utilization)
+                       sc.hardware.memory_bytes * sc.deployment.memory_utilization, sc.schedule_tolerance)

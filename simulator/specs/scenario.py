@@ -19,7 +19,7 @@ from simulator.specs.engines import EngineProfile, default_engine, load_engine
 from simulator.specs.drafts import DraftSpec, check_draft, parse_draft
 from simulator.errors import PlannerError
 from simulator.files import read_toml_file
-from simulator.specs.hardware import Hardware, custom_hardware, load_hardware
+from simulator.specs.hardware import Hardware, check_group_fits, custom_hardware, load_hardware
 from simulator.specs.models import ModelSpec, load_model
 from simulator.specs.routing import Routing, check_reuse
 from simulator.specs.values import (NUM, STR_OR_LIST, check_table, parse_batch_sizes,  # noqa: F401 (API)
@@ -44,13 +44,18 @@ SCHEMA: dict[str, dict[str, type | tuple]] = {
                    "context_points": list, "context_factors": list, "context_source": str},
     "workload": {"context_len": int, "batch_sizes": STR_OR_LIST, "k_max": int, "fixed_k": int,
                  "temperature": NUM, "top_p": NUM,
-                 "memory_utilization": NUM, "allow_context_beyond_model": bool, "context_lens": STR_OR_LIST},
+                 "memory_utilization": NUM, "allow_context_beyond_model": bool, "context_lens": STR_OR_LIST,
+                 "schedule_tolerance": NUM},
     "routing": {"kind": str, "skew": NUM, "probabilities": list, "reuse": NUM},
     "calibration": {"profile": str},
     "engine": {"name": str, "version": str},
 }
 OPEN_SECTIONS = ("serving", "traffic", "slo", "sizing", "validation")
 
+
+# Default share of the per-batch optimum a K* schedule may give up at any batch size for fewer ranges
+# (simulator/plan/schedule.py): inside every prediction's step-time band (+-5-25%, specs/uncertainty.py)
+SCHEDULE_TOLERANCE = 0.01
 
 # Beyond this exponent a Zipf router sends every token to the same top-k experts to within 1e-9
 # (2^-30 < 1e-9), and i^skew overflows float64 for i = 256 experts at skew ~ 128.
@@ -81,6 +86,7 @@ class Scenario:
     context_lens: np.ndarray | None = None  # [workload] context_lens: the context axis of the (B, L) K* map
     acceptance_context: "ContextAcceptance | None" = None  # acceptance factor by context length
     acceptance_band: float = 0.0  # +- on every per-position rate: K* chosen to stay near-best across it
+    schedule_tolerance: float = SCHEDULE_TOLERANCE  # [workload] schedule_tolerance: goodput K* may give up for fewer ranges
 
     @property
     def cost_source(self) -> str:
@@ -197,7 +203,12 @@ def _workload(get, origin: str, model: ModelSpec) -> dict:
             raise PlannerError(f"{origin}: context_lens up to {context_lens.max()} exceed {model.name}'s"
                                f" max_position_embeddings={max_pos}; shorten them, or set [workload]"
                                " allow_context_beyond_model = true for a model served with RoPE scaling")
-    return {"context_len": int(context_len), "k_max": int(k_max), "fixed_k": int(fixed_k),
+    tol = float(get("workload", "schedule_tolerance", SCHEDULE_TOLERANCE))
+    if not 0 <= tol < 0.5:
+        raise PlannerError(f"{origin}: schedule_tolerance={tol:g} is outside [0, 0.5): the share of the best goodput"
+                           " a K* schedule may give up at any batch size for fewer ranges (0.01 = 1%; 0 = per-batch"
+                           " argmax)")
+    return {"context_len": int(context_len), "k_max": int(k_max), "fixed_k": int(fixed_k), "schedule_tolerance": tol,
             "batch_sizes": parse_batch_sizes(get("workload", "batch_sizes", "1-512")),
             "context_lens": context_lens, "warnings": warnings_}
 
@@ -212,6 +223,10 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
     get = lambda section, key, default=None: raw.get(section, {}).get(key, default)  # noqa: E731
     model, hardware = _model_and_hardware(raw, get, origin, base_dir)
     deployment = _deployment(raw, get, origin, model)
+    try:
+        multi_node = check_group_fits(hardware, deployment.tp, "tp")
+    except PlannerError as err:
+        raise PlannerError(f"{origin}: {err}") from None
     draft = _draft(get, origin, base_dir, model, deployment)
     acceptance = _scenario_acceptance(raw.get("acceptance", {}), draft.method, origin)
     wl = _workload(get, origin, model)
@@ -232,9 +247,11 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
         draft=draft, acceptance=acceptance, context_len=wl["context_len"], batch_sizes=wl["batch_sizes"],
         k_max=wl["k_max"], fixed_k=wl["fixed_k"], profile=profile, engine=engine, origin=origin,
         extra={s: raw[s] for s in OPEN_SECTIONS if s in raw}, raw=raw,
-        warnings=_warn(wl["warnings"] + pcie_collective_caveat(hardware, deployment, profile)),
+        warnings=_warn(wl["warnings"] + ([multi_node] if multi_node else [])
+                       + pcie_collective_caveat(hardware, deployment, profile)),
         context_lens=wl["context_lens"], acceptance_context=acceptance_context,
-        acceptance_band=_acceptance_band(get("acceptance", "band", 0.0), origin))
+        acceptance_band=_acceptance_band(get("acceptance", "band", 0.0), origin),
+        schedule_tolerance=wl["schedule_tolerance"])
 
 
 def _logit_bytes(engine, temperature, top_p, origin: str) -> dict:
@@ -377,7 +394,7 @@ OVERRIDE_KEYS = {
     "routing_skew": ("routing", "skew"), "acceptance_source": ("acceptance", "source"),
     "layout": ("hardware", "layout"), "dp": ("hardware", "dp"), "routing_reuse": ("routing", "reuse"),
     "engine": ("engine", "name"), "engine_version": ("engine", "version"),
-    "context_lens": ("workload", "context_lens"),
+    "context_lens": ("workload", "context_lens"), "schedule_tolerance": ("workload", "schedule_tolerance"),
     "acceptance_preset": ("acceptance", "preset"), "acceptance_band": ("acceptance", "band"),
     "temperature": ("workload", "temperature"), "top_p": ("workload", "top_p"),
     "peak_bf16_flops_per_s": ("hardware", "peak_bf16_flops_per_s"),
