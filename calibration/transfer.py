@@ -50,6 +50,7 @@ from simulator.plan.grid import compute_grid
 from simulator.specs.engines import engine_versions
 from simulator.specs.models import list_models
 from simulator.specs.scenario import Scenario, build_scenario
+from simulator.specs.versions import version_key
 
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO / "calibration" / "data" / "published" / "corpus.csv"
@@ -139,12 +140,6 @@ def _draft(method: str) -> str | None:
     return None  # self-speculation with a compressed KV cache, or a draft outside the catalog
 
 
-def _version_key(v: str) -> tuple:
-    """'0.12' and '0.12.0' compare equal (padded to four fields); 'rc'/'a' mark pre-releases."""
-    key = [int(x) if x.isdigit() else -1 for x in v.replace("rc", ".-1.").replace("a", ".-1.").split(".")[:4]]
-    return tuple(key + [0] * (4 - len(key)))
-
-
 def engine_for(row) -> dict:
     """The engine profile a row ran on: its engine, and the newest profile version not newer than the
     version it states (or its source's release line); the oldest profile when all are newer."""
@@ -157,7 +152,7 @@ def engine_for(row) -> dict:
         return {"name": name}
     if version is None:
         return {"name": name, "version": versions[-1]}
-    older = [v for v in versions if _version_key(v) <= _version_key(version)]
+    older = [v for v in versions if version_key(v) <= version_key(version)]
     return {"name": name, "version": (older or versions)[-1] if older else versions[0]}
 
 

@@ -4,7 +4,8 @@ For batch size B and K drafts (K = 0: plain decoding):
 
     verify   = kernels of the target pass over B (K + 1) tokens; outside a CUDA graph the host must
                launch every kernel, so the pass takes max(GPU time, kernels x eager launch time)
-    draft    = passes x the same for one draft pass
+    draft    = passes x the same for one draft pass (+ the extend pass over the B (K + 1) verified
+               tokens for EAGLE / MTP heads and draft models: simulator/physics/draft_cost.py)
     host     = fixed + per_sequence x B  (+ the speculative terms when K > 0)
     exposed  = host                                   without overlap scheduling
              = max(min_exposed, host - window)        with it; window = the GPU time the host work
@@ -59,6 +60,16 @@ def draft_in_graph(engine: EngineProfile, batch) -> np.ndarray:
         return np.ones(batch.shape, dtype=bool)
     ok = engine.draft_captured & _within(batch, engine.max_capture_size, engine.capture_sizes, engine.padding)
     return ok & (batch <= engine.spec_capture_max_batch) if engine.spec_capture_max_batch else ok
+
+
+def draft_extend_in_graph(engine: EngineProfile, batch, k) -> np.ndarray:
+    """Whether the draft's extend pass (B (K + 1) tokens, the verify pass's size) replays a graph: the
+    engine's own rule for it where its profile states one, else that of the draft passes, within
+    the verify pass's capture range either way."""
+    captured = engine.draft_captured if engine.draft_extend_captured is None else engine.draft_extend_captured
+    if not captured:
+        return np.zeros(np.broadcast(np.asarray(batch), np.asarray(k)).shape, dtype=bool)
+    return verify_in_graph(engine, batch, k) & draft_in_graph(engine, batch)
 
 
 def pass_time_s(gpu_s, launch_s, kernels, in_graph, eager_per_kernel_s: float) -> np.ndarray:

@@ -34,7 +34,7 @@ HEADERS = {"fleet_usd_per_hour": "fleet $/h", "usd_per_m_output_tokens": "$/M ou
            "draft_gb": "draft GB", "kv_gb_per_seq": "KV GB/seq", "context_tokens": "context tok",
            "max_seqs": "max seqs", "meets_target": "meets target", "usd_per_m_tokens_at_target": "$/M tok at target",
            "energy_j_per_token_est": "J/token (est.)", "speedup_vs_plain": "vs plain", "speedup_vs_fixed": "vs fixed",
-           "batch_sizes": "B", "k_opt": "K*"}
+           "batch_sizes": "B", "k_opt": "K*", "break_even_acceptance_length": "fixed K needs AL"}
 MS_COLUMNS = ("tpot_p50_s", "ttft_p99_s")
 
 
@@ -187,9 +187,24 @@ def k_star_table(table: pd.DataFrame) -> pd.DataFrame:
         rows.append({"batch_sizes": f"{int(a.batch_size)}-{int(b.batch_size)}",
                      "k_opt": "none fits memory" if key[i] < 0 else int(key[i]),
                      "speedup_vs_plain": span("speedup_vs_plain"), "speedup_vs_fixed": span("speedup_vs_fixed"),
+                     "break_even_acceptance_length": (span("break_even_acceptance_length")
+                                                      if "break_even_acceptance_length" in t else "-"),
                      "bound": b.bound})
         start = i + 1
     return pd.DataFrame(rows)
+
+
+def _break_even_sentence(table: pd.DataFrame, fixed_k: int) -> str:
+    """What acceptance fixed K needs to tie plain decoding, against what the given rates reach."""
+    needs = table["break_even_acceptance_length"].dropna() if "break_even_acceptance_length" in table else None
+    if needs is None or needs.empty:
+        return f"Fixed K={fixed_k}: no batch size where both it and plain decoding fit memory."
+    reach = float(table["fixed_acceptance_length"].iloc[0])
+    short = table.batch_size[table["break_even_acceptance_length"] > reach]
+    tail = (f"; above that from B={int(short.min())} the given rates fall short" if len(short)
+            else "; the given rates reach it at every batch size")
+    return (f"Fixed K={fixed_k} reaches acceptance length {reach:.2f}; it needs {needs.min():.2f}-{needs.max():.2f}"
+            f" (step time at K={fixed_k} / plain step time) to tie plain decoding{tail}.")
 
 
 def compact_json(obj) -> str:
@@ -287,7 +302,8 @@ def _k_sections(res: SizingResult, rec: dict | None) -> list:
         kt = res.k_tables[label]
         kparts += [("h3", label), ("p", "Schedule: " + schedule_text(kt["batch_size"].to_numpy(),
                                                                       kt["k_opt"].fillna(-1).astype(int).to_numpy()) + "."),
-                   ("p", res.spec_stops[label] + "."), ("table", k_star_table(kt)),
+                   ("p", res.spec_stops[label] + "."), ("p", _break_even_sentence(kt, res.scenario.fixed_k)),
+                   ("table", k_star_table(kt)),
                    ("p", "vLLM `speculative_config`:"), ("code", compact_json(eng["vllm"])),
                    ("p", "TensorRT-LLM:"), ("code", compact_json(eng["trtllm"]))]
     if len(order) > 3:
