@@ -722,8 +722,11 @@ def test_odd_prometheus_labels_parse_to_the_same_counters():
     assert odd != _METRICS
     got = vllm_io.acceptance_from_counters(vllm_io.spec_decode_counters(odd))
     assert got == plain
-    labels = vllm_io.parse_prometheus('m{a="x\\\\y",b="q\\"r",c="é\\z"} 1\n')[0][1]
+    labels = vllm_io.parse_prometheus('m{a="x\\\\y",b="q\\"r",c="é\\\\z"} 1\n')[0][1]
     assert labels == {"a": "x\\y", "b": 'q"r', "c": "é\\z"}  # only backslash, quote and n are escapes
+    # an escape the text format does not have (\z) is refused, not kept as written
+    with pytest.raises(vllm_io.VllmFormatError, match=r"m.txt:1: .*escape '\\z'"):
+        vllm_io.parse_prometheus('m{c="é\\z"} 1\n', "m.txt")
 
 
 def test_long_context_needs_explicit_override_and_warns(tmp_path):
