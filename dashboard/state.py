@@ -266,13 +266,7 @@ def _expect_kind(got: AcceptanceFile, filename: str, kind: str) -> list[float]:
 
 def acceptance_from_bench_json(data: bytes, filename: str) -> list[float]:
     """Conditional per-position acceptance from `vllm bench serve --save-result` JSON."""
-    _check_upload(data, filename)
-    try:
-        obj = json.loads(bytes(data).decode("utf-8-sig"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
-        obj = None
-    if not isinstance(obj, dict):
-        raise PlannerError(f"{filename}: not a JSON object: not a `vllm bench serve --save-result` file")
+    obj = _json_object(data, filename)
     if "spec_decode_per_position_acceptance_rates" not in obj:
         raise PlannerError(f"{filename}: no 'spec_decode_per_position_acceptance_rates' field; was the server running"
                            " speculative decoding (and vLLM new enough to record it)?")

@@ -148,3 +148,21 @@ def test_dashboard_upload_reads_any_format():
     got = parse_acceptance_bytes((FIX / "bench_k3_c8.json").read_bytes(), "bench.json")
     # hand: r = 0.7866, 0.6105, 0.4410 -> a = 0.7866, 0.6105/0.7866, 0.4410/0.6105
     assert got.conditional == pytest.approx((0.7866, 0.6105 / 0.7866, 0.4410 / 0.6105), abs=1e-6)
+
+
+def test_engine_runs_write_a_profile_the_reader_takes_back(tmp_path):
+    from calibration.engine.__main__ import main
+    runs = tmp_path / "runs.csv"
+    runs.write_text("source,target,draft,device,dtype,batch_size,k,n_steps,per_position_acceptance\n"
+                    'engine,smollm2-135m,ngram,cpu,float32,1,2,100,"[0.5, 0.4]"\n'
+                    'engine,smollm2-135m,ngram,cpu,float32,1,3,300,"[0.7, 0.6, 0.2]"\n')
+    out = tmp_path / "speculation_profile.json"
+    assert main(["profile", "--runs", str(runs), "--output", str(out)]) == 0
+    prof = json.loads(out.read_text())
+    # hand: a = 0.65, 0.55, 0.2 (step-weighted, as above); marginal = 0.65, 0.3575, 0.0715; AL = 2.079
+    assert prof["schema_version"] == "1.0" and prof["num_speculative_tokens"] == 3 and prof["method"] == "ngram"
+    assert prof["conditional_accept_rates"] == pytest.approx([0.65, 0.55, 0.2])
+    assert prof["marginal_accept_rates"] == pytest.approx([0.65, 0.3575, 0.0715])
+    assert prof["mean_accept_length"] == pytest.approx(2.079)
+    back = read_acceptance_file(out)
+    assert back.conditional == pytest.approx((0.65, 0.55, 0.2)) and back.max_supported_k is None

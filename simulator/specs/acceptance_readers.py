@@ -269,7 +269,7 @@ def read_csv_rows(text: str, where: str) -> dict:
     sums: list[float] = []
     weights: list[float] = []
     seen = {"target": set(), "draft": set(), "device": set()}
-    ks, used = [], 0
+    ks, used, pairs = [], 0, set()
     for line, row in enumerate(rows, 2):
         cell = (row.get("per_position_acceptance") or "").strip()
         if not cell or cell == "[]":
@@ -291,12 +291,17 @@ def read_csv_rows(text: str, where: str) -> dict:
             sums[i] += w * r
             weights[i] += w
         used += 1
+        pairs.add((row.get("target") or "?", row.get("draft") or "?"))
         for key in seen:
             if row.get(key):
                 seen[key].add(row[key])
         ks.append(len(rates))
     if not used:
         raise PlannerError(f"{where}: no row with per_position_acceptance rates (runs with K >= 1)")
+    pairs = sorted(pairs)
+    if len(pairs) > 1:
+        raise PlannerError(f"{where}: runs of {len(pairs)} target/draft pairs ({', '.join('/'.join(p) for p in pairs[:4])});"
+                           " acceptance belongs to one pair: keep one pair's rows")
     conditions = [f"{used} run(s), K up to {max(ks)}"] + [f"{key} {', '.join(sorted(v))}" for key, v in seen.items() if v]
     return {"kind": "measured-rows CSV", "conditional": [s / w for s, w in zip(sums, weights)],
             "conversion": ("per_position_acceptance is conditional already; step-weighted mean per position over the"

@@ -108,16 +108,17 @@ def spec_decode_counters(text: str, where: str = "metrics.txt", model_name: str 
 
 def check_unconditional(r: list[float], where: str, error=PlannerError, tol: float = 1e-6,
                         what: str = "acceptance rate") -> None:
-    """Unconditional rates r_i = P(positions 1..i accepted): finite, in [0, 1] and non-increasing.
+    """Unconditional rates r_i = P(positions 1..i accepted) (positions counted from 1 in messages):
+    finite, in [0, 1] and non-increasing.
     A rate above 1 (or a rising one) is a broken record: refused, never clipped."""
     for i, x in enumerate(r):
         if not (isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)):
-            raise error(f"{where}: {what} at position {i} is {x!r}, not a finite number")
+            raise error(f"{where}: {what} at position {i + 1} is {x!r}, not a finite number")
         if not 0 <= x <= 1 + tol:
-            raise error(f"{where}: {what} at position {i} is {x:.6g}, outside [0, 1]; the file is not a"
+            raise error(f"{where}: {what} at position {i + 1} is {x:.6g}, outside [0, 1]; the file is not a"
                         " consistent record")
         if i and x > r[i - 1] + tol:
-            raise error(f"{where}: {what} rises from {r[i - 1]:.6g} at position {i - 1} to {x:.6g} at {i};"
+            raise error(f"{where}: {what} rises from {r[i - 1]:.6g} at position {i} to {x:.6g} at {i + 1};"
                         " the probability that positions 1..i were all accepted cannot rise with i")
 
 
