@@ -59,7 +59,9 @@ def test_vllm_all_zero_sets_num_speculative_tokens_1_and_warns():
 
 def test_trtllm_12_lower_bound_keys():
     e = E.export("trtllm", table(K10), "1.2.1")
-    assert e.payload == {"max_draft_len": 5, "draft_len_schedule": {"1": 5, "3": 4, "6": 2, "8": 0}}
+    # no step-time grid behind this table: the acceptance gate is written switched off (window 0 disables it)
+    assert e.payload == {"max_draft_len": 5, "draft_len_schedule": {"1": 5, "3": 4, "6": 2, "8": 0},
+                         "acceptance_window": 0, "acceptance_length_threshold": 0.0}
     assert [E.engine_k(e, b) for b in range(1, 12)] == list(K10) + [0]
 
 
@@ -88,7 +90,8 @@ def test_trtllm_caps_k_above_the_batch_1_value_with_the_runner_up():
     assert list(k) == [3, 3, 4, 4]
     t = E.KTable(np.arange(1, 5), np.array([2048]), k[:, None], ks, good)
     e = E.export("trtllm", t, "1.2.1")
-    assert e.payload == {"max_draft_len": 3, "draft_len_schedule": {"1": 3}}  # runner-up K <= 3 is 3
+    assert {k: e.payload[k] for k in ("max_draft_len", "draft_len_schedule")} == \
+        {"max_draft_len": 3, "draft_len_schedule": {"1": 3}}  # runner-up K <= 3 is 3
     assert any("max_draft_len" in w and "3, 4" in w for w in e.warnings)
 
 

@@ -21,6 +21,7 @@ from simulator.plan import exports
 from simulator.plan.api import Prediction, predict
 from simulator.plan.fit import shortfall_text
 from simulator.cli.common import OneLineParser, command, write_atomically
+from simulator.files import check_output_file
 from simulator.errors import PlannerError
 from simulator.cli.catalog import KINDS as CATALOG_KINDS, catalog_text
 from simulator.specs.drafts import draft_syntax_list
@@ -304,6 +305,8 @@ def _run(args) -> int:
                            f" not --format {args.format}")
     if args.format in EXPORT_FORMATS:
         exports.check_version(args.format, args.export_version)  # refuse a wrong version before any work
+    if args.output:
+        check_output_file(args.output)  # and an output that cannot be written
     scenario = args.scenario
     if scenario is None and not (args.model and args.hardware):
         scenario = str(DEFAULT_SCENARIO)

@@ -33,6 +33,8 @@ def build_parser():
     p.add_argument("--n-requests", type=int, help="requests per serving simulation")
     p.add_argument("--search-steps", type=int, help="bisection steps after bracketing")
     p.add_argument("--no-sensitivity", action="store_true", help="skip the acceptance / bandwidth reruns")
+    p.add_argument("--acceptance", help="acceptance: a rate (0.8), per-position rates (0.7,0.5,0.3) or a measured file"
+                   " (speculation_profile.json, vLLM bench / per-request JSON, /metrics dump, runs CSV)")
     return p
 
 
@@ -46,6 +48,7 @@ def _ints(text: str, flag: str) -> list[int]:
 def run(args) -> int:
     from simulator.sizing import bundled_sizing_scenarios, size
     from simulator.sizing.report import render_html, render_json, render_markdown
+    from simulator.specs.scenario import load_scenario
 
     if args.workers is not None and args.workers < 1:
         raise PlannerError(f"--workers must be >= 1, got {args.workers}")
@@ -60,7 +63,8 @@ def run(args) -> int:
     renderers = {"html": render_html, "markdown": render_markdown, "json": render_json}
     files: dict[str, str] = {}
     for scenario in scenarios:
-        res = size(str(scenario), candidates=args.candidates.split(",") if args.candidates else None,
+        given = load_scenario(str(scenario), acceptance=args.acceptance) if args.acceptance else str(scenario)
+        res = size(given, candidates=args.candidates.split(",") if args.candidates else None,
                    tp=_ints(args.tp, "--tp") if args.tp else None, target_load=args.rate, workers=args.workers,
                    n_requests=args.n_requests, search_steps=args.search_steps,
                    sensitivity=False if args.no_sensitivity else None)

@@ -314,7 +314,7 @@ class Prediction:
         return [int(x) for x in sizes] or None
 
     def export(self, fmt: str, version: str | None = None, context_lens=None, cuda_graph_bs=None,
-               sglang_candidates: str = "kstar") -> exports.Export:
+               sglang_candidates: str = "kstar", planned_batch_size: int | None = None) -> exports.Export:
         """The engine file for ``fmt`` (vllm, vllm-ctx, trtllm, sglang, sglang-sps) targeting
         ``version`` (default: the newest release checked); ``.json()`` / ``.markdown()`` render it."""
         table = self.ktable(context_lens if context_lens is not None or fmt != "vllm-ctx"
@@ -322,7 +322,22 @@ class Prediction:
         if cuda_graph_bs is None:
             cuda_graph_bs = self.cuda_graph_bs()
         return exports.export(fmt, table, version, method_cfg=self.vllm_method(), cuda_graph_bs=cuda_graph_bs,
-                              sglang_candidates=sglang_candidates)
+                              sglang_candidates=sglang_candidates, planned_batch_size=planned_batch_size,
+                              draft_method=self.scenario.draft.method)
+
+    def engine_payload(self, fmt: str) -> dict:
+        """The engine file of the newest checked release, warnings silenced (TensorRT-LLM: with its
+        acceptance gate); where the engine cannot take the schedule (TensorRT-LLM with K* = 0 at batch
+        size 1) the bare table."""
+        import warnings
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return self.export(fmt).payload
+        except PlannerError:
+            if fmt == "vllm":
+                return self.vllm_method() | self.vllm()
+            return {"draft_len_schedule": {str(k): v for k, v in self.trtllm().items()}}
 
     def to_dict(self) -> dict:
         rows = json.loads(self.table.to_json(orient="records"))

@@ -241,8 +241,7 @@ def _engine_tables(scen: dict, k_context: int) -> tuple[dict, dict, dict]:
     for cand, (csc, _) in scen.items():
         pred = predict_scenario(csc.with_overrides(context_len=k_context))
         k_tables[cand.label] = pred.table
-        engine[cand.label] = {"vllm": {"method": csc.draft.label} | pred.vllm(),
-                              "trtllm": {"draft_len_schedule": {str(k): v for k, v in pred.trtllm().items()}}}
+        engine[cand.label] = {"vllm": pred.engine_payload("vllm"), "trtllm": pred.engine_payload("trtllm")}
         stops[cand.label] = spec_stops_paying(pred.table, pred.grid)
     return k_tables, engine, stops
 
