@@ -59,6 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kv-dtype", help=f"KV-cache dtype: {', '.join(KV_DTYPES)}")
     p.add_argument("--calibration", help="calibration profile JSON (python -m calibration.fit, or a measured-table"
                    " profile under simulator/data/profiles/; 'none': datasheet only)")
+    p.add_argument("--deployment", metavar="FIT.json", help="deployment calibration (python -m calibration.fit_deployment):"
+                   " engine terms and acceptance fitted on a few measurements of this deployment")
     p.add_argument("--layout", choices=("tp", "tp-ep", "dp-ep"),
                    help="MoE parallel layout: TP attention + TP experts, TP attention + EP, or DP attention + EP")
     p.add_argument("--dp", type=int, help="attention data-parallel groups (layout dp-ep; default = tp)")
@@ -297,7 +299,8 @@ def _run(args) -> int:
                      context_lens=args.context_lens, layout=args.layout, dp=args.dp, routing_reuse=args.routing_reuse,
                      allreduce_busbw=_busbw(args.allreduce_busbw), acceptance_band=args.acceptance_band,
                      temperature=args.temperature, top_p=args.top_p,
-                     schedule_tolerance=_share(args.schedule_tolerance, "--schedule-tolerance"))
+                     schedule_tolerance=_share(args.schedule_tolerance, "--schedule-tolerance"),
+                     deployment=args.deployment)
     export_only = [flag for flag, given in (("--export-version", args.export_version), ("--markdown", args.markdown),
                                             ("--cuda-graph-bs", args.cuda_graph_bs)) if given]
     if export_only and args.format not in EXPORT_FORMATS:

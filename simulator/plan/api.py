@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -21,7 +22,7 @@ from simulator.plan.acceptance_risk import break_even_acceptance_length
 from simulator.plan.grid import ContextGrid, Grid, compute_context_grid, compute_grid
 from simulator.plan.schedule import schedule_loss, schedule_ranges
 from simulator.physics.attribution import describe_growth, verify_growth
-from simulator.specs.uncertainty import step_time_band
+from simulator.specs.uncertainty import Band, step_time_band
 from simulator.specs.scenario import DEFAULT_SCENARIO, Scenario, apply_overrides, build_scenario, load_scenario
 
 MS = 1e3
@@ -48,7 +49,7 @@ class Prediction:
                           f" routing={sc.deployment.routing.describe()}",
             "draft": sc.draft.label, "context_len": sc.context_len,
             "uncertainty": self.uncertainty.describe(),
-        }
+        } | ({"deployment_fit": sc.deployment_fit.label} if sc.deployment_fit else {})
 
     def k_rise_attribution(self) -> str | None:
         """MoE: where K* rises from B = 1 to its peak, what the verify pass's growth from K = 0 to K* is
@@ -71,6 +72,10 @@ class Prediction:
     def uncertainty(self):
         """Step-time band of this basis and device (see :mod:`simulator.specs.uncertainty`)."""
         sc = self.scenario
+        fit = sc.deployment_fit
+        if fit is not None:  # the deployment's own measurements: the fit's residual-based interval
+            return Band(fit.step_time_rel, None, 0, f"deployment fit {Path(fit.path).name} on {len(fit.points)} measured"
+                        f" points; goodput at K* +-{fit.goodput_rel:.0%}", "90% bootstrap interval of the")
         basis = sc.profile.basis if sc.profile else "datasheet only"
         if sc.profile and sc.profile.surfaces:
             basis = "measured kernel tables"

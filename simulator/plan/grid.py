@@ -148,6 +148,15 @@ def step_overhead_s(profile, batch, k) -> np.ndarray:
             + profile.step_overhead_per_token_s * batch * (k + 1))
 
 
+def with_deployment_fit(fit, verify_s, draft_step_s, overhead_s, B, K):
+    """(verify, draft, overhead) with a deployment fit's terms (simulator/specs/deployment_fit.py):
+    kernel time x s, host time + c_step + c_seq B + c_spec B (K + 1) [K > 0]; unchanged without one."""
+    if fit is None:
+        return verify_s, draft_step_s, overhead_s
+    s = fit.kernel_scale
+    return verify_s * s, draft_step_s * s, overhead_s + fit.added_s(B, K)
+
+
 def engine_pass_times(sc, B, K, verify: StepCost, draft_pass: StepCost, passes, extend: StepCost | None = None):
     """(verify s, draft s of the step, verify in a graph, exposed host s) as the scenario's engine runs
     them; with an extend pass, ``passes`` - 1 one-token passes and the extend pass at K > 0."""
@@ -182,7 +191,8 @@ def compute_grid(scenario, batch_sizes=None, ks=None) -> Grid:
                                          sc.profile)
     extend = draft_extend_cost(sc.draft, sc.model, sc.deployment, sc.hardware, B, K, sc.context_len, sc.profile)
     verify_s, draft_step_s, in_graph, host_s = engine_pass_times(sc, B, K, verify, draft_pass, passes, extend)
-    overhead = step_overhead_s(sc.profile, B, K) + host_s
+    verify_s, draft_step_s, overhead = with_deployment_fit(
+        getattr(sc, "deployment_fit", None), verify_s, draft_step_s, step_overhead_s(sc.profile, B, K) + host_s, B, K)
     itl = verify_s + draft_step_s + overhead
     al = sc.acceptance.acceptance_length(k.astype(int))
     if getattr(sc, "acceptance_context", None) is not None:  # acceptance falls with context (scenario table)
@@ -331,7 +341,8 @@ def compute_context_grid(scenario, batch_sizes=None, ks=None, context_lens=None,
     extend = draft_extend_cost(sc.draft, sc.model, sc.deployment, sc.hardware, *np.broadcast_arrays(B, K, C)[:2], C,
                                sc.profile)
     verify_s, draft_step_s, in_graph, host_s = engine_pass_times(sc, B, K, verify, draft_pass, passes, extend)
-    overhead = step_overhead_s(sc.profile, B, K) + host_s
+    verify_s, draft_step_s, overhead = with_deployment_fit(
+        getattr(sc, "deployment_fit", None), verify_s, draft_step_s, step_overhead_s(sc.profile, B, K) + host_s, B, K)
     itl = verify_s + draft_step_s + overhead
     al = acceptance_lengths(sc.acceptance, k.astype(int), np.ones(c.size) if acceptance_scale is None
                             else acceptance_scale)

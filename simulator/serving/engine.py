@@ -248,6 +248,10 @@ class StepPricer:
         host = float(host_exposed_s(self.sc.engine, n_dec, k_step, kernels + draft, draft, self.sc.deployment.tp))
         if k_step and self.sc.draft.method != "ngram":
             host += self.passes[k_step] * self.sc.engine.per_draft_pass_s
+        fit = getattr(self.sc, "deployment_fit", None)  # terms fitted on this deployment (plan.grid does the same)
+        if fit is not None:
+            kernels, draft = kernels * fit.kernel_scale, draft * fit.kernel_scale
+            host += float(fit.added_s(n_dec, k_step))
         time = kernels + draft + host + eng.schedule_overhead_s + eng.schedule_overhead_per_seq_s * n_dec \
             + self.overhead_prof[min(n_dec, self.b_top), k_step]
         if spec_mode and k_step == 0:

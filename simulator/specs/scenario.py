@@ -18,6 +18,7 @@ from simulator.specs.acceptance_files import AcceptanceFile, is_acceptance_path,
 from simulator.specs.deployment import LAYOUTS, Deployment, check_deployment, make_deployment
 from simulator.specs.engines import EngineProfile, default_engine, load_engine
 from simulator.specs.drafts import DraftSpec, check_draft, parse_draft
+from simulator.specs.deployment_fit import DeploymentFit, load_deployment_fit, scenario_identity
 from simulator.errors import PlannerError
 from simulator.files import read_toml_file
 from simulator.specs.hardware import Hardware, check_group_fits, custom_hardware, load_hardware
@@ -48,10 +49,12 @@ SCHEMA: dict[str, dict[str, type | tuple]] = {
                  "memory_utilization": NUM, "allow_context_beyond_model": bool, "context_lens": STR_OR_LIST,
                  "schedule_tolerance": NUM},
     "routing": {"kind": str, "skew": NUM, "probabilities": list, "reuse": NUM},
-    "calibration": {"profile": str},
+    "calibration": {"profile": str, "deployment": str},
     "engine": {"name": str, "version": str},
 }
 OPEN_SECTIONS = ("serving", "traffic", "slo", "sizing", "validation")
+# raw-dict marker: acceptance was given as an override, so a deployment fit's measured rates do not replace it
+ACCEPTANCE_GIVEN = "_acceptance_given"
 
 
 # Default share of the per-batch optimum a K* schedule may give up at any batch size for fewer ranges
@@ -86,6 +89,7 @@ class Scenario:
     warnings: list = field(default_factory=list)  # one-line notes on inputs accepted with a caveat
     context_lens: np.ndarray | None = None  # [workload] context_lens: the context axis of the (B, L) K* map
     acceptance_context: "ContextAcceptance | None" = None  # acceptance factor by context length
+    deployment_fit: DeploymentFit | None = None  # [calibration] deployment: terms fitted on this deployment
     acceptance_band: float = 0.0  # +- on every per-position rate: K* chosen to stay near-best across it
     schedule_tolerance: float = SCHEDULE_TOLERANCE  # [workload] schedule_tolerance: goodput K* may give up for fewer ranges
     acceptance_file: "AcceptanceFile | None" = None  # [acceptance] file / --acceptance PATH: what was read
@@ -95,9 +99,10 @@ class Scenario:
         """What the step times rest on: kernels (datasheet, calibration profile or measured tables)
         and the engine profile that adds host time and graph capture."""
         kernels = self.profile.label if self.profile else "datasheet only (uncalibrated roofline)"
+        fit = f"; {self.deployment_fit.label}" if self.deployment_fit else ""
         if self.engine is None or self.engine.name == "ideal":
-            return kernels
-        return f"{kernels}; {self.engine.label}"
+            return kernels + fit
+        return f"{kernels}; {self.engine.label}{fit}"
 
     def with_overrides(self, **overrides) -> "Scenario":
         """A new scenario with flat overrides applied (same keys as :func:`apply_overrides`)."""
@@ -221,6 +226,7 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
     times rest on (:func:`resolve_profile`)."""
     raw = copy.deepcopy(raw)
     raw.pop("_base_dir", None)
+    acceptance_given = raw.pop(ACCEPTANCE_GIVEN, False)  # by a flag or the API: it outranks a deployment fit's
     _check_sections(raw, origin)
     get = lambda section, key, default=None: raw.get(section, {}).get(key, default)  # noqa: E731
     model, hardware = _model_and_hardware(raw, get, origin, base_dir)
@@ -245,7 +251,14 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
                          grouped_decode_min_batch_heads=engine.grouped_decode_min_blocks_per_sm * (hardware.compute_units or 0),
                          l2_reread_cost=hardware.l2_reread_cost,
                          **_logit_bytes(engine, get("workload", "temperature", 0.0), get("workload", "top_p", 1.0), origin))
+    fit_path = get("calibration", "deployment")
+    fit = load_deployment_fit(_resolve_path(fit_path, base_dir), origin,
+                              scenario_identity(model, hardware, deployment, engine, draft)) if fit_path else None
+    if fit is not None and fit.acceptance_rates and not acceptance_given:
+        acceptance = Acceptance(fit.acceptance_rates, f"measured on this deployment ({Path(fit.path).name})")
     raw["_base_dir"] = base_dir
+    if acceptance_given:
+        raw[ACCEPTANCE_GIVEN] = True
     return Scenario(
         name=raw.get("name", Path(origin).stem if origin != "flags" else "custom"),
         description=raw.get("description", ""), model=model, hardware=hardware, deployment=deployment,
@@ -256,7 +269,7 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
                        + pcie_collective_caveat(hardware, deployment, profile)),
         context_lens=wl["context_lens"], acceptance_context=acceptance_context,
         acceptance_band=_acceptance_band(get("acceptance", "band", 0.0), origin),
-        schedule_tolerance=wl["schedule_tolerance"], acceptance_file=acc_file)
+        schedule_tolerance=wl["schedule_tolerance"], acceptance_file=acc_file, deployment_fit=fit)
 
 
 def _logit_bytes(engine, temperature, top_p, origin: str) -> dict:
@@ -418,6 +431,7 @@ OVERRIDE_KEYS = {
     "allow_long_context": ("workload", "allow_context_beyond_model"),
     "hbm_bandwidth_bytes_per_s": ("hardware", "hbm_bandwidth_bytes_per_s"),
     "allreduce_busbw": ("hardware", "interconnect_bandwidth_bytes_per_s"),  # your nccl-tests busbw, bytes/s
+    "deployment": ("calibration", "deployment"),  # python -m calibration.fit_deployment's file
 }
 
 
@@ -431,6 +445,8 @@ def apply_overrides(raw: dict, overrides: dict) -> dict:
             raise PlannerError(f"unknown setting '{name}' (known: {', '.join(sorted(OVERRIDE_KEYS))})")
         section, key = OVERRIDE_KEYS[name]
         table = raw.setdefault(section, {})
+        if name in ("acceptance", "acceptance_preset"):
+            raw[ACCEPTANCE_GIVEN] = True
         if name == "acceptance":
             for old in ("rate", "rates", "preset", "file"):
                 table.pop(old, None)
