@@ -158,16 +158,23 @@ def resolution(spec: SizingSpec) -> float:
     return 2.0 ** (1.0 / 2 ** spec.search_steps)
 
 
+FLOOR_MARGIN = 1.5  # steady-state TPOT at batch 1 this far above the limit: no load can meet it
+
+
 def first_load(sc: Scenario, policy: str, spec: SizingSpec, max_seqs: int) -> tuple[float, str]:
     """Where the search starts: the steady-state capacity of :mod:`simulator.serving.steady` (Little's law on
-    the engine's own step-time tables), else (when that cannot be built) :func:`analytic_guess`."""
+    the engine's own step-time tables), else (when that cannot be built) :func:`analytic_guess`. Start
+    "floor" (at the load that keeps one sequence decoding): even batch 1 misses the TPOT limit by
+    FLOOR_MARGIN, so one simulation there confirms that no load meets the SLOs."""
     try:
         workload = build_workload(sc, spec.load_kind, 1.0, spec.n_requests, None)
         st = steady_state(sc, policy, workload, spec.seed)
-        x = st.max_concurrency(spec.slo.tpot_limit_s) if spec.load_kind == "concurrency" \
-            else st.max_rate(spec.slo.tpot_limit_s)
+        limit = spec.slo.tpot_limit_s
+        x = st.max_concurrency(limit) if spec.load_kind == "concurrency" else st.max_rate(limit)
         if x > 0:
             return float(x), "steady state"
+        if limit and st.tpot_s[0] > FLOOR_MARGIN * limit and np.isfinite(st.rate[0]):
+            return (1.0 if spec.load_kind == "concurrency" else float(st.rate[0])), "floor"
     except PlannerError:
         pass
     return analytic_guess(sc, policy, spec, max_seqs), "goodput table"
@@ -190,11 +197,11 @@ def _narrow(lo: float, hi: float, rho: float, integer: bool) -> bool:
 def _bracket(trial: _Trials, x: float, rho: float, integer: bool, max_seqs: int):
     """From the first load, step up while the SLOs hold and down while they fail, by the resolution factor
     first and then by factors that square (rho, rho^2, rho^4, ... at most 2), until a pass and a fail are
-    found (at most MAX_EXPANSIONS + 4 steps): (lo, lo summary, hi, violations at hi)."""
+    found or the load is 2^MAX_EXPANSIONS away from the first: (lo, lo summary, hi, violations at hi)."""
     lo = hi = lo_sum = None
     last_bad: list = []
-    factor = rho
-    for _ in range(MAX_EXPANSIONS + 5):
+    factor, x0 = rho, x
+    while True:
         ok, summary, bad = trial(x)
         if ok:
             lo, lo_sum = x, summary
@@ -203,7 +210,8 @@ def _bracket(trial: _Trials, x: float, rho: float, integer: bool, max_seqs: int)
         if lo is not None and hi is not None:
             break
         nxt = _next(x, factor, ok, integer, max_seqs)
-        if nxt is None:
+        # the old doubling / halving range: at most 2^MAX_EXPANSIONS away from the first load
+        if nxt is None or max(nxt / x0, x0 / nxt) > 2.0 ** MAX_EXPANSIONS * (1 + 1e-9):
             break
         x, factor = nxt, min(factor * factor, 2.0)
     return lo, lo_sum, hi, last_bad
@@ -227,6 +235,12 @@ def search_capacity(sc: Scenario, policy: str, spec: SizingSpec, max_seqs: int, 
     x, start = first_load(sc, policy, spec, max_seqs)
     if integer:
         x = float(min(max(1, int(x)), max_seqs))
+    if start == "floor":
+        ok, _, bad = trial(x)
+        if not ok:
+            return Search(cand, policy, 0.0, None, trial.points, True,
+                          f"misses the SLOs even at {_fmt(x)} {spec.load_unit} (one sequence decoding at a time):"
+                          f" {'; '.join(bad)}", sc.cost_source, rho, start)
     lo, lo_sum, hi, last_bad = _bracket(trial, x, rho, integer, max_seqs)
     if lo is None:
         return Search(cand, policy, 0.0, None, trial.points, True,
