@@ -47,6 +47,20 @@ def _ints(text: str, flag: str) -> list[int]:
         raise PlannerError(f"{flag} '{text}': expected integers such as 4,8") from None
 
 
+def _names(scenarios) -> list[str]:
+    """The scenario names the output files are named after (a scenario that does not load is refused by
+    the search itself, with its own message)."""
+    from simulator.specs.scenario import load_scenario
+
+    out = []
+    for scenario in scenarios:
+        try:
+            out.append(load_scenario(str(scenario)).name)
+        except PlannerError:
+            pass
+    return out
+
+
 def run(args) -> int:
     from simulator.sizing import bundled_sizing_scenarios, size
     from simulator.sizing.report import render_html, render_json, render_markdown
@@ -56,7 +70,7 @@ def run(args) -> int:
         raise PlannerError(f"--workers must be >= 1, got {args.workers}")
     if args.rate is not None and not args.rate > 0:
         raise PlannerError(f"--rate must be > 0, got {args.rate}")
-    # checked before the (long) search; written at the end, all files or none
+    # checked before the (long) search, the files it will write included; written at the end, all or none
     out_dir = check_output_dir(args.output_dir) if args.output_dir else None
     formats = args.format or (["html", "markdown"] if out_dir else ["markdown"])
     if args.deployment and args.all_bundled:
@@ -66,6 +80,8 @@ def run(args) -> int:
         scenarios = [load_scenario(args.scenario, deployment=args.deployment, acceptance=args.acceptance)]
     if not scenarios:
         raise PlannerError("no bundled sizing scenarios (scenarios/sizing-*.toml)")
+    if out_dir is not None:
+        check_output_dir(out_dir, names=[f"{n}{SUFFIX[f]}" for n in _names(scenarios) for f in formats])
     renderers = {"html": render_html, "markdown": render_markdown, "json": render_json}
     files: dict[str, str] = {}
     for scenario in scenarios:

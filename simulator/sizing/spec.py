@@ -80,7 +80,9 @@ class SLO:
         for key, limit in self.targets.items():
             value = summary.get(key)
             if value is None or not np.isfinite(value) or value > limit:
-                out.append(f"{key} {_fmt(value)} s > {limit:g} s")
+                # enough digits that the value and the limit differ in print (0.03024 s > 0.03 s)
+                shown = _fmt(value) if value is None or not np.isfinite(value) else f"{value:.4g}"
+                out.append(f"{key} {shown} s > {limit:g} s")
         return out
 
     @property
