@@ -24,7 +24,7 @@ def build_parser():
     p.add_argument("--ray-address", help="run on Ray: auto | HOST[:PORT] | ray://HOST:10001 | local")
     p.add_argument("--max-tasks", type=int, help="stop after computing this many tasks (rerun to continue)")
     p.add_argument("--dry-run", action="store_true", help="print the expansion and the filtered combinations; run nothing")
-    p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.add_argument("--quiet", action="store_true", help="no progress line and no 'warning:' lines")
     return p
 
 
