@@ -106,9 +106,10 @@ def provenance_line(p) -> None:
 
 def tab_kstar(pg: Page) -> None:
     pg.chart("k_star")
-    st.caption("K* = argmax over K of goodput(B, K) = AL(K) / ITL(B, K), among the K whose memory fits; "
-               "K = 0 is plain decoding.")
-    st.dataframe(pg.p.table, hide_index=True, width="stretch", height=260)
+    st.caption("K* is the schedule with the fewest ranges of constant K whose goodput AL(K) / ITL(B, K) is within"
+               f" {pg.p.scenario.schedule_tolerance:.0%} of the best K at every batch size, among the K whose memory"
+               f" fits; K = 0 is plain decoding. {pg.p.schedule_note().split('; --schedule')[0]}.")
+    st.dataframe(compute.kstar_view(pg.p.table), hide_index=True, width="stretch", height=260)
 
 
 def tab_heatmap(pg: Page) -> None:

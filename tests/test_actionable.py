@@ -196,3 +196,28 @@ def test_a_falling_per_token_time_is_explained():
     # a dense model priced by the datasheet roofline alone never gets cheaper per step with more sequences
     assert falling_token_time(predict(model="llama-3.1-8b", hardware="h100-sxm", calibration="none",
                                       engine="ideal", batch_sizes="1-64")) is None
+
+
+# --- one meaning per setting: sizing's K* table is predict's on the same settings (item 1, part) -------
+
+@pytest.mark.parametrize("name", ["sizing-dense-command-a", "sizing-moe-qwen3-235b"])
+def test_sizing_k_table_equals_predict_with_the_same_flags(capsys, name):
+    import shlex
+
+    import pandas as pd
+
+    from simulator.sizing.fleet import _engine_tables, _plan_candidates, k_table_context
+    from simulator.sizing.spec import parse_sizing, traffic_lengths
+    from simulator.specs.scenario import load_scenario
+    sc = load_scenario(name)
+    spec = parse_sizing(sc)
+    prompt, out = traffic_lengths(sc)
+    _, _, _, scen = _plan_candidates(sc, spec, None, max(prompt + out, 1.0))
+    k_tables, engine, _ = _engine_tables(scen, k_table_context(sc))
+    assert any("fp8" in label for label in k_tables)  # W8A8 candidates are among them
+    for label, table in k_tables.items():
+        argv = shlex.split(engine[label]["predict"])[3:] + ["--format", "csv", "--quiet"]
+        rc, csv, _ = _run(capsys, argv)
+        assert rc == 0, (label, argv)
+        got = pd.read_csv(__import__("io").StringIO(csv))
+        assert list(got.k_opt.fillna(-1).astype(int)) == list(table.k_opt.fillna(-1).astype(int)), label

@@ -26,7 +26,7 @@ from simulator.cli.common import OneLineParser, command, write_atomically
 from simulator.errors import PlannerError, PlannerWarning
 from simulator.cli.catalog import KINDS as CATALOG_KINDS, catalog_text
 from simulator.specs.drafts import draft_syntax_list
-from simulator.specs.hardware import KV_DTYPES, WEIGHT_DTYPES
+from simulator.specs.hardware import ACT_DTYPES, KV_DTYPES, WEIGHT_DTYPES
 from simulator.specs.scenario import DEFAULT_SCENARIO
 
 EXPORT_FORMATS = exports.FORMATS  # vllm, vllm-ctx, trtllm, sglang, sglang-sps: engine files
@@ -50,7 +50,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="goodput share of the per-batch best the K* schedule may give up at any batch size to use"
                    " fewer ranges of K (default 0.01 = 1%%; 0 = the raw per-batch argmax); also 1%%")
     p.add_argument("--fixed-k", type=int, help="the fixed-K policy compared against (default 3)")
-    p.add_argument("--dtype", help=f"weight dtype: {', '.join(WEIGHT_DTYPES)}")
+    p.add_argument("--dtype", help=f"weight dtype: {', '.join(WEIGHT_DTYPES)} (weights only; sizing's fp8 is W8A8:"
+                   " --dtype fp8 --act-dtype fp8)")
+    p.add_argument("--act-dtype", help=f"activation dtype: {', '.join(ACT_DTYPES)} (fp8 with fp8 weights runs fp8"
+                   " tensor cores)")
     p.add_argument("--kv-dtype", help=f"KV-cache dtype: {', '.join(KV_DTYPES)}")
     p.add_argument("--calibration", help="calibration profile JSON (python -m calibration.fit, or a measured-table"
                    " profile under simulator/data/profiles/; 'none': datasheet only)")
@@ -294,7 +297,8 @@ def _run(args) -> int:
         return 0
     overrides = dict(model=args.model, hardware=args.hardware, tp=args.tp, ep=args.ep, draft=args.draft,
                      acceptance=args.acceptance, context_len=args.context_len, batch_sizes=args.batch_sizes,
-                     k_max=args.k_max, fixed_k=args.fixed_k, dtype=args.dtype, kv_dtype=args.kv_dtype,
+                     k_max=args.k_max, fixed_k=args.fixed_k, dtype=args.dtype, act_dtype=args.act_dtype,
+                     kv_dtype=args.kv_dtype,
                      calibration=args.calibration, engine=args.engine, engine_version=args.engine_version,
                      context_lens=args.context_lens, layout=args.layout, dp=args.dp, routing_reuse=args.routing_reuse,
                      allreduce_busbw=_busbw(args.allreduce_busbw),
