@@ -117,7 +117,7 @@ def test_moe_tab_explains_k_and_compares_layouts_and_reuse_moves_k():
     sb(at, "selectbox", "scenario").set_value("qwen3-235b-h200").run()
     set_view(at, "MoE experts")
     assert_clean(at)
-    assert any("Why K" in m.value and "expert loading" in m.value for m in at.markdown)
+    assert any("Why K" in m.value and "more experts loaded" in m.value for m in at.markdown)
     layouts = at.dataframe[0].value
     assert set(layouts.layout) == {"tp", "tp-ep", "dp-ep"}
     # dp-ep holds every weight once per 8 GPUs but a full KV copy per DP rank: more memory per GPU than tp

@@ -53,7 +53,8 @@ class Prediction:
 
     def k_rise_attribution(self) -> str | None:
         """MoE: where K* rises from B = 1 to its peak, what the verify pass's growth from K = 0 to K* is
-        made of at both (expert loading vs attention vs communication vs overhead); None for dense."""
+        made of at both (more experts loaded vs more tokens through loaded experts vs attention vs
+        communication vs overhead: non-negative shares of what grew, summing to 100%); None for dense."""
         sc = self.scenario
         if not sc.model.is_moe:
             return None
@@ -62,7 +63,7 @@ class Prediction:
             return None
         k = t.k_opt.to_numpy(dtype=int)
         first, peak = 0, int(np.argmax(k))
-        rows = t.iloc[[first, peak]]
+        rows = t.iloc[sorted({first, peak})]  # one batch size (or K* peaking at the first): said once
         growth = verify_growth(sc.model, sc.deployment, sc.hardware, rows.batch_size.to_numpy(float),
                                rows.k_opt.to_numpy(float), sc.context_len, sc.profile)
         return "; ".join(f"B={int(b)} (K*={int(kk)}): {describe_growth(growth, i)}"
