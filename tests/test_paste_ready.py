@@ -75,3 +75,20 @@ def test_draft_model_method_names_the_catalog_checkpoint():
     # scenarios/default.toml drafts with the catalog llama-3.2-1b, whose config.json is
     # meta-llama/Llama-3.2-1B-Instruct (simulator/data/models/llama-3.2-1b.json _source)
     assert payload["method"] == "draft_model" and payload["model"] == "meta-llama/Llama-3.2-1B-Instruct"
+
+
+def test_trtllm_and_sglang_carry_the_draft_checkpoint():
+    from simulator.plan.api import predict
+    p = predict(None, model="llama-3.1-8b", hardware="h100-sxm", draft="eagle3", draft_checkpoint=EAGLE3,
+                batch_sizes="1-16")
+    # TensorRT-LLM llm_args.py: Eagle3DecodingConfig (decoding_type 'Eagle3') refuses a missing
+    # speculative_model ("Draft model must be provided for EAGLE")
+    trt = p.export("trtllm").payload
+    assert trt["decoding_type"] == "Eagle3" and trt["speculative_model"] == EAGLE3
+    argv = shlex.split(p.export("sglang").how_to_use)
+    assert _flag(argv, "--speculative-algorithm") == "EAGLE3" and _flag(argv, "--speculative-draft-model-path") == EAGLE3
+    bare = predict(None, model="llama-3.1-8b", hardware="h100-sxm", draft="eagle3", batch_sizes="1-16")
+    e = bare.export("trtllm")
+    assert e.payload["speculative_model"] == PLACEHOLDER and any("placeholder" in w for w in e.warnings)
+    ngram = predict(None, model="llama-3.1-8b", hardware="h100-sxm", draft="ngram", batch_sizes="1-16")
+    assert "speculative_model" not in ngram.export("trtllm").payload  # n-gram loads no checkpoint

@@ -271,6 +271,13 @@ class Prediction:
             exp.notes += paste.serve_notes(self)
             exp.how_to_use = paste.vllm_serve_command(self, exp.payload) + (
                 "  (a build of PR #48944 only)" if fmt == "vllm-ctx" else "")
+        elif fmt == "trtllm":
+            entry, warns = paste.trtllm_draft_entry(self.scenario)
+            exp.payload = entry | exp.payload
+            exp.warnings += warns
+        elif fmt == "sglang":
+            exp.how_to_use, warns = paste.sglang_serve_command(self)
+            exp.warnings += warns
         return exp
 
     def engine_payload(self, fmt: str) -> dict:

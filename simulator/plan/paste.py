@@ -56,6 +56,48 @@ def vllm_method(scenario) -> tuple[dict, list[str]]:
         " pass --draft-model PATH (or [draft] checkpoint) with the draft's path or Hugging Face id"]
 
 
+# TensorRT-LLM decoding_type (llm_args.py DecodingConfig subclasses) and SGLang --speculative-algorithm
+# (sglang/srt/arg_groups/fields/spec.py of 0.5.23: builtins EAGLE, EAGLE3, NEXTN, STANDALONE, NGRAM, ...)
+TRTLLM_TYPE = {"eagle": "Eagle", "eagle3": "Eagle3", "mtp": "MTP", "model": "Draft_Target", "ngram": "NGram"}
+SGLANG_ALGO = {"eagle": "EAGLE", "eagle3": "EAGLE3", "mtp": "NEXTN", "model": "STANDALONE", "ngram": "NGRAM"}
+
+
+def checkpoint_or_placeholder(scenario) -> tuple[str | None, list[str]]:
+    """The draft checkpoint the engine loads (None: the method needs none), with a warning for a placeholder."""
+    if scenario.draft.method not in NEEDS_CHECKPOINT:
+        return None, []
+    cfg, warns = vllm_method(scenario)
+    if not warns:
+        return cfg["model"], []
+    return cfg["model"], [f"the draft checkpoint is a placeholder the engine refuses ({scenario.draft.method} loads a"
+                          " checkpoint of its own): pass --draft-model PATH (or [draft] checkpoint) with the draft's"
+                          " path or Hugging Face id"]
+
+
+def trtllm_draft_entry(scenario) -> tuple[dict, list[str]]:
+    """decoding_type and speculative_model (1.2.x and 1.3 llm_args.py: EAGLE refuses a missing one)."""
+    kind = TRTLLM_TYPE.get(scenario.draft.method)
+    if kind is None:
+        return {}, []
+    ckpt, warns = checkpoint_or_placeholder(scenario)
+    return {"decoding_type": kind} | ({"speculative_model": ckpt} if ckpt else {}), warns
+
+
+def sglang_serve_command(pred, config_file: str = "adaptive.json") -> tuple[str, list[str]]:
+    sc = pred.scenario
+    parts = ["python", "-m", "sglang.launch_server", "--model-path", hf_id(sc.model) or sc.model.name]
+    if sc.deployment.tp > 1:
+        parts += ["--tp-size", str(sc.deployment.tp)]
+    parts += ["--speculative-algorithm", SGLANG_ALGO.get(sc.draft.method, sc.draft.method.upper())]
+    ckpt, warns = checkpoint_or_placeholder(sc)
+    if ckpt and sc.draft.method != "mtp":
+        parts += ["--speculative-draft-model-path", ckpt]
+    if (~pred.table.fits_memory).any():
+        parts += ["--max-running-requests", str(max_num_seqs(pred.table))]
+    parts += ["--speculative-adaptive", "--speculative-adaptive-config", config_file]
+    return " ".join(shlex.quote(p) for p in parts), warns
+
+
 def max_num_seqs(table) -> int:
     """The largest batch size that fits in memory (every planned one fits: the largest planned)."""
     fits = table.loc[table.fits_memory, "batch_size"].to_numpy()
