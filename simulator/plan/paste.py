@@ -92,6 +92,8 @@ def sglang_serve_command(pred, config_file: str = "adaptive.json") -> tuple[str,
     ckpt, warns = checkpoint_or_placeholder(sc)
     if ckpt and sc.draft.method != "mtp":
         parts += ["--speculative-draft-model-path", ckpt]
+    if sc.draft.method in ("eagle", "eagle3"):
+        parts += ["--speculative-eagle-topk", "1"]  # adaptive speculation runs EAGLE with topk 1 only
     if (~pred.table.fits_memory).any():
         parts += ["--max-running-requests", str(max_num_seqs(pred.table))]
     parts += ["--speculative-adaptive", "--speculative-adaptive-config", config_file]
