@@ -220,6 +220,10 @@ def sidebar() -> Inputs:
         rates = S.parse_rates_text(base_controls["acc_list"])
         source = base_raw.get("acceptance", {}).get("source", "scenario file")
 
+    sb.slider("Acceptance uncertainty +- (per rate)", 0.0, 0.3, step=0.01, key="acc_band",
+              help="How far each rate may be off. K* becomes the K nearest the best across the band, and the "
+                   "K* tab says where K* depends on acceptance.")
+
     sb.subheader("Workload and precision")
     sb.number_input("Context length L (tokens)", min_value=1, max_value=1_048_576, step=512, key="context_len")
     c1, c2, c3 = sb.columns(3)

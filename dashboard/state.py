@@ -122,6 +122,7 @@ def controls_from_scenario(raw: dict) -> dict:
         "acc_mode": ACC_IID if len(rates) == 1 else ACC_LIST,
         "acc_rate": float(min(rates[0], MAX_RATE)),
         "acc_list": rates_text(rates),
+        "acc_band": float(acc.get("band", 0.0)),
         "context_len": int(wl.get("context_len", 2048)),
         "w_dtype": prec.get("weights", "bf16"),
         "a_dtype": prec.get("activations", "bf16"),
@@ -171,6 +172,8 @@ def scenario_raw(base: dict, c: dict, *, acceptance: list[float], acceptance_sou
     raw["draft"] = ({"method": "model", "model": c["draft_model"]} if c["draft_method"] == "model"
                     else {"method": c["draft_method"]})
     raw["acceptance"] = {"rates": [float(r) for r in acceptance], "source": acceptance_source}
+    if float(c.get("acc_band", 0.0)) > 0:
+        raw["acceptance"]["band"] = float(c["acc_band"])
     wl = raw.setdefault("workload", {})
     lo, hi = c["bs_range"]
     wl.update(context_len=int(c["context_len"]), batch_sizes=f"{int(lo)}-{int(hi)}", k_max=int(c["k_max"]),

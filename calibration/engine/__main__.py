@@ -7,6 +7,10 @@ import math
 import re
 import sys
 
+# the planner's batch-size syntax: '1-64' is every integer, '1-64:pow2' the powers of two inside plus
+# both ends (what '1-64' meant in this CLI before), '1,2,4,8' those
+from simulator.specs.values import parse_batch_sizes
+
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
@@ -47,19 +51,6 @@ def parse_int_list(s: str) -> list[int]:
     return sorted(set(out))
 
 
-def parse_batch_sizes(s: str) -> list[int]:
-    """'1,2,4,8' or a range 'a-b' = powers of two inside [a, b] plus both ends ('1-64' -> 1,2,4,...,64)."""
-    out: list[int] = []
-    for a, b in _parts(s):
-        if b is None:
-            out.append(a)
-            continue
-        out += [a, b] + [2 ** i for i in range(0, 31) if a <= 2 ** i <= b]
-    if not out:
-        raise ValueError("empty list")
-    return sorted(set(out))
-
-
 def _reuses(text):
     if text is None:
         return None
@@ -95,7 +86,7 @@ def main(argv=None) -> int:
     s = sub.add_parser("sweep", help="measure ITL and acceptance over (batch size, K)")
     s.add_argument("--target", default="smollm2-135m", help="smollm2-135m | moe-synthetic")
     s.add_argument("--draft", default="ngram", help="ngram | early-exit:N | model:N")
-    s.add_argument("--batch-sizes", default="1,2,4,8", help="e.g. 1,2,4,8 or 1-64 (powers of two)")
+    s.add_argument("--batch-sizes", default="1,2,4,8", help="e.g. 1,2,4,8, 1-64:pow2 (powers of two and both ends) or 1-8 (every integer)")
     s.add_argument("--k", default="0-6", help="e.g. 0-6 or 0,2,4")
     s.add_argument("--context-len", type=int, default=128)
     s.add_argument("--gen-tokens", type=int, default=16)
@@ -134,7 +125,7 @@ def main(argv=None) -> int:
     from .weights import TARGETS
 
     try:
-        bs = parse_batch_sizes(a.batch_sizes)
+        bs = [int(b) for b in parse_batch_sizes(a.batch_sizes)]
         ks = parse_int_list(a.k)
     except ValueError as e:
         print(f"error: bad --batch-sizes/--k: {e}", file=sys.stderr)
