@@ -332,6 +332,20 @@ def test_vllm_bench_json_and_metrics_set_acceptance():
     assert "measured: vLLM /metrics metrics.txt" in provenance(at)
 
 
+def test_any_acceptance_file_sets_acceptance_and_caps_k():
+    # a Model-Optimizer profile: conditional 0.8, 0.6, 0.4, 0.3 and max_supported_k 3
+    profile = {"schema_version": "1.0", "measured": True, "method": "eagle3", "num_speculative_tokens": 4,
+               "conditional_accept_rates": [0.8, 0.6, 0.4, 0.3], "max_supported_k": 3}
+    at = new_app()
+    sb(at, "radio", "acc_mode").set_value(S.ACC_FILE).run()
+    at.sidebar.file_uploader(key="acc_any_file").set_value(
+        ("speculation_profile.json", json.dumps(profile).encode(), "application/json")).run()
+    assert_clean(at)
+    text = provenance(at)
+    assert "per-position 0.8,0.6,0.4,0.3" in text and "speculation_profile.json" in text
+    assert at.session_state["k_max"] == 3
+
+
 @pytest.mark.parametrize("mode,name,payload,reason", [
     (S.ACC_BENCH, "bench.json", (FIXTURES / "bench_k0_c8.json").read_bytes(), "spec_decode_per_position_acceptance_rates"),
     (S.ACC_BENCH, "bench.json", b"\x89PNG\r\n garbage", "not"),

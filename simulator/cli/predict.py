@@ -43,7 +43,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tp", type=int, help="tensor-parallel degree")
     p.add_argument("--ep", type=int, help="expert-parallel groups (MoE; must divide tp)")
     p.add_argument("--draft", help=f"draft method: {draft_syntax_list()} (--list drafts: what each prices)")
-    p.add_argument("--acceptance", help="i.i.d. rate (0.8) or per-position rates (0.7,0.5,0.3)")
+    p.add_argument("--draft-model", metavar="PATH", help="the draft checkpoint (path or Hugging Face id) the engine"
+                   " loads for eagle / eagle3 / model drafts; written into the vLLM file as \"model\"")
+    p.add_argument("--acceptance", help="i.i.d. rate (0.8), per-position rates (0.7,0.5,0.3), or a measured file:"
+                   " speculation_profile.json, vllm bench serve JSON, vLLM per-request metrics JSON, /metrics dump,"
+                   " runs CSV (recognised by content; max_supported_k caps K)")
     p.add_argument("--temperature", type=float, help="sampling temperature (0 = greedy, the default): prices the"
                    " engine's sampling and rejection passes over the logits")
     p.add_argument("--top-p", type=float, help="top-p of sampled requests (1 = off, the default)")
@@ -246,6 +250,8 @@ def render_export(pred: Prediction, fmt: str, version: str | None = None, markdo
     exp = pred.export(fmt, version, cuda_graph_bs=cuda_graph_bs, sglang_candidates=sglang_candidates)
     for w in exp.warnings:
         warnings.warn(w, PlannerWarning, stacklevel=2)
+    if exp.how_to_use and not markdown:
+        print(f"use: {exp.how_to_use}", file=sys.stderr)
     return exp.markdown() if markdown else exp.json()
 
 
@@ -310,6 +316,7 @@ def _run(args) -> int:
         sys.stdout.write(catalog_text(args.list))
         return 0
     overrides = dict(model=args.model, hardware=args.hardware, tp=args.tp, ep=args.ep, draft=args.draft,
+                     draft_checkpoint=args.draft_model,
                      acceptance=args.acceptance, context_len=args.context_len, batch_sizes=args.batch_sizes,
                      k_max=args.k_max, fixed_k=args.fixed_k, dtype=args.dtype, act_dtype=args.act_dtype,
                      kv_dtype=args.kv_dtype,
