@@ -179,20 +179,16 @@ def test_why_line_once_per_batch_size_and_header_names_layout(capsys):
     assert "layout tp, ep=1" in out and "weights bf16, activations bf16, KV bf16" in out
 
 
-def test_a_falling_per_token_time_is_explained():
-    import re
-
+def test_a_falling_per_token_time_is_explained_or_absent():
     from simulator.plan.api import predict
     from simulator.plan.notes import falling_token_time
+    # Qwen3-235B's measured MoE tables made the plain step 23.70 ms at B=22 and 22.49 ms at B=46; the
+    # monotone envelopes (simulator/physics/monotone.py, tests/test_monotone.py) price more tokens never
+    # faster, so the plain step no longer falls and there is nothing to explain
     p = predict("qwen3-235b-h200", batch_sizes="16-64")
-    note = falling_token_time(p)
-    m = re.match(r"plain per-token time falls from ([\d.]+) ms at B=(\d+) to ([\d.]+) ms at B=(\d+): (\w+)", note)
-    hi_ms, b_lo, lo_ms, b_hi, op = float(m[1]), int(m[2]), float(m[3]), int(m[4]), m[5]
-    t = p.table.set_index("batch_size").plain_token_latency_ms
-    assert b_lo < b_hi and lo_ms < hi_ms * 0.99
-    assert t[b_lo] == pytest.approx(hi_ms, abs=0.005) and t[b_hi] == pytest.approx(lo_ms, abs=0.005)
-    d = p.breakdown(b_hi, 0).groupby("op").time_ms.sum() - p.breakdown(b_lo, 0).groupby("op").time_ms.sum()
-    assert op == "moe_experts" == d.idxmin() and d.min() < 0
+    t = p.table.plain_token_latency_ms.to_numpy()
+    assert (t[1:] >= t[:-1] * (1 - 1e-9)).all()
+    assert falling_token_time(p) is None
     # a dense model priced by the datasheet roofline alone never gets cheaper per step with more sequences
     assert falling_token_time(predict(model="llama-3.1-8b", hardware="h100-sxm", calibration="none",
                                       engine="ideal", batch_sizes="1-64")) is None
