@@ -74,8 +74,9 @@ def command(build_parser: Callable[[], argparse.ArgumentParser], body: Callable[
     error boundary of :func:`run_cli`. Every command gets ``--quiet`` (no 'warning:' lines)."""
     def main(argv: list[str] | None = None) -> int:
         parser = build_parser()
-        parser.add_argument("--quiet", action="store_true",
-                            help="print no 'warning:' lines on stderr (errors still print)")
+        if not any("--quiet" in action.option_strings for action in parser._actions):  # sweep has its own
+            parser.add_argument("--quiet", action="store_true",
+                                help="print no 'warning:' lines on stderr (errors still print)")
         args = parser.parse_args(argv)
         return run_cli(lambda: body(args), quiet=args.quiet)
     return main

@@ -46,6 +46,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--deployment", metavar="FIT.json", help="deployment calibration (python -m calibration.fit_deployment)"
                    " whose fitted terms and acceptance every step uses")
     p.add_argument("--max-num-seqs", type=int, help="engine limit on running sequences")
+    p.add_argument("--acceptance", help="acceptance: a rate (0.8), per-position rates (0.7,0.5,0.3) or a measured file"
+                   " (speculation_profile.json, vLLM bench / per-request JSON, /metrics dump, runs CSV)")
     p.add_argument("--graphs", action="store_true", help="also list the (tokens, K) CUDA graphs each policy's K table needs"
                    " (decode-only steps; the adaptive policies start from dsd's table)")
     return p
@@ -164,7 +166,7 @@ def _run(args) -> int:
     check_flags(args)
     from simulator import serving
     policies = _policies(args.policy)
-    sc = load_scenario(args.scenario, deployment=args.deployment)
+    sc = load_scenario(args.scenario, acceptance=args.acceptance, deployment=args.deployment)
     engine = serving.engine_from_scenario(sc)
     workload = _workload(sc, args)
     results = [serving.simulate(sc, p, workload=workload, seed=args.seed, engine=engine) for p in policies]

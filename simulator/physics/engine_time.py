@@ -88,3 +88,17 @@ def host_exposed_s(engine: EngineProfile, batch, k, step_gpu_s, draft_gpu_s, tp:
     window = np.where(spec, windows[engine.spec_overlap_window], windows[engine.overlap_window])
     overlap = np.where(spec, engine.spec_overlap_window != "none", engine.overlap_window != "none")
     return np.where(overlap, np.maximum(engine.min_exposed_s, host - window), host)
+
+
+def host_exposed_scalar_s(engine: EngineProfile, batch: int, k: int, step_gpu_s: float, draft_gpu_s: float,
+                          tp: int = 1) -> float:
+    """:func:`host_exposed_s` for one step (Python floats: the serving simulation calls it once per step)."""
+    spec = k > 0
+    host = engine.host_fixed_s + engine.host_per_sequence_s * batch + (engine.tp_broadcast_per_step_s if tp > 1 else 0.0)
+    if spec:
+        host += engine.spec_fixed_s + engine.spec_per_sequence_s * batch
+    name = engine.spec_overlap_window if spec else engine.overlap_window
+    if name == "none":
+        return float(host)
+    window = step_gpu_s if name == "step" else draft_gpu_s
+    return float(max(engine.min_exposed_s, host - window))

@@ -36,7 +36,7 @@ from simulator.physics.draft_cost import draft_extend_cost, draft_pass_cost
 from simulator.physics.layers import attention_op, forward_ops, sampling_op
 from simulator.physics.memory import kv_budget_bytes, kv_bytes_per_sequence
 from simulator.physics.operators import evaluate
-from simulator.physics.engine_time import host_exposed_s
+from simulator.physics.engine_time import draft_extend_in_graph, host_exposed_scalar_s
 from simulator.plan.grid import step_overhead_s
 from simulator.plan.policies import PolicySettings
 from simulator.specs.scenario import NUM, Scenario, check_table
@@ -174,6 +174,7 @@ class StepPricer:
                                              np.arange(k_max + 1, dtype=float)[None, :])
         self.overhead_prof = np.broadcast_to(self.overhead_prof, (b_top + 1, k_max + 1))
         self._lin_extra: dict[int, float] = {}
+        self._prefill_memo: dict[tuple[int, int], float] = {}
 
     def _extend_table(self, b_top: int, k_max: int) -> None:
         """The draft's extend pass over B (K + 1) verified tokens, [B-1, K, iL] (None without one); as
@@ -187,10 +188,10 @@ class StepPricer:
         if cost is None:
             self.extend = None
             return
-        eng = sc.engine
-        captured = eng.draft_captured if eng.draft_extend_captured is None else eng.draft_extend_captured
+        # in a graph by the same rule as the planner's grid (the engine profile's capture limits)
+        in_graph = draft_extend_in_graph(sc.engine, Bb, Kb)
         gpu = cost.total_s
-        self.extend = gpu if captured else np.maximum(gpu - cost.launch_s.sum(axis=0), cost.n_kernels * self.eager_s)
+        self.extend = np.where(in_graph, gpu, np.maximum(gpu - cost.launch_s.sum(axis=0), cost.n_kernels * self.eager_s))
 
     def _lin(self, tokens: int) -> float:
         if tokens <= self.t_top:
@@ -212,16 +213,28 @@ class StepPricer:
         return j - 1, (L - lo) / (hi - lo)
 
     def prefill_attention_s(self, chunks: np.ndarray, cached: np.ndarray) -> float:
-        """Attention of prompt chunks (q = chunk tokens over the cached ones), launch folded into decode's."""
+        """Attention of prompt chunks (q = chunk tokens over the cached ones), launch folded into decode's.
+
+        Each (chunk, cached) pair is priced on its own (the cost model is elementwise), once per pricer:
+        a run's steps repeat the same pairs (a prompt length, its chunk split), so most are lookups."""
+        memo = self._prefill_memo
+        keys = list(zip(chunks.tolist(), cached.tolist()))
+        new = [k for k in dict.fromkeys(keys) if k not in memo]
+        if new:
+            c = np.array([k[0] for k in new], dtype=float)
+            p = np.array([k[1] for k in new], dtype=float)
+            memo.update(zip(new, self._prefill_pairs_s(c, p).tolist()))
+        return float(sum(memo[k] for k in keys))
+
+    def _prefill_pairs_s(self, chunks: np.ndarray, cached: np.ndarray) -> np.ndarray:
         sc = self.sc
         m = sc.model
         ops = []
         for name, count in self._attn_ops_layers:
             window = m.sliding_window if name.endswith("sliding") else None
-            ops.append(attention_op(m, sc.deployment, 1.0, chunks.astype(float), cached.astype(float), count,
-                                    window, name))
+            ops.append(attention_op(m, sc.deployment, 1.0, chunks, cached, count, window, name))
         cost = evaluate(ops, sc.hardware, sc.deployment, sc.profile, chunks.shape)
-        return float((cost.time_s - cost.launch_s).sum())
+        return (cost.time_s - cost.launch_s).sum(axis=0)
 
     def step_s(self, n_dec: int, k_step: int, tokens: int, mean_ctx: float, spec_mode: bool,
                prefill_attn_s: float) -> tuple[float, int, bool]:
@@ -245,7 +258,7 @@ class StepPricer:
                     draft = (self.passes[k_step] - 1) * (d[j] + w * (d[j + 1] - d[j])) + e[j] + w * (e[j + 1] - e[j])
         if not graph:  # the host launches every kernel; the GPU waits when launches are the slower
             kernels = max(kernels, self.n_kernels * self.eager_s)
-        host = float(host_exposed_s(self.sc.engine, n_dec, k_step, kernels + draft, draft, self.sc.deployment.tp))
+        host = host_exposed_scalar_s(self.sc.engine, n_dec, k_step, kernels + draft, draft, self.sc.deployment.tp)
         if k_step and self.sc.draft.method != "ngram":
             host += self.passes[k_step] * self.sc.engine.per_draft_pass_s
         fit = getattr(self.sc, "deployment_fit", None)  # terms fitted on this deployment (plan.grid does the same)

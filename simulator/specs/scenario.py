@@ -14,6 +14,7 @@ import numpy as np
 
 from simulator.specs.collectives import server_collectives
 from simulator.specs.acceptance import Acceptance, ContextAcceptance, context_acceptance, parse_acceptance, preset_for
+from simulator.specs.acceptance_files import AcceptanceFile, is_acceptance_path, read_acceptance_file
 from simulator.specs.deployment import LAYOUTS, Deployment, check_deployment, make_deployment
 from simulator.specs.engines import EngineProfile, default_engine, load_engine
 from simulator.specs.drafts import DraftSpec, check_draft, parse_draft
@@ -40,8 +41,8 @@ SCHEMA: dict[str, dict[str, type | tuple]] = {
                  "hbm_bandwidth_bytes_per_s": NUM, "memory_bytes": NUM, "price_per_gpu_hour_usd": NUM,
                  "interconnect_bandwidth_bytes_per_s": NUM},
     "precision": {"weights": str, "activations": str, "kv_cache": str, "experts": str},
-    "draft": {"method": str, "model": str},
-    "acceptance": {"rate": NUM, "rates": list, "source": str, "preset": str, "band": NUM,
+    "draft": {"method": str, "model": str, "checkpoint": str},  # checkpoint: path / HF id the engine loads
+    "acceptance": {"rate": NUM, "rates": list, "source": str, "preset": str, "band": NUM, "file": str,
                    "context_points": list, "context_factors": list, "context_source": str},
     "workload": {"context_len": int, "batch_sizes": STR_OR_LIST, "k_max": int, "fixed_k": int,
                  "temperature": NUM, "top_p": NUM,
@@ -91,6 +92,7 @@ class Scenario:
     deployment_fit: DeploymentFit | None = None  # [calibration] deployment: terms fitted on this deployment
     acceptance_band: float = 0.0  # +- on every per-position rate: K* chosen to stay near-best across it
     schedule_tolerance: float = SCHEDULE_TOLERANCE  # [workload] schedule_tolerance: goodput K* may give up for fewer ranges
+    acceptance_file: "AcceptanceFile | None" = None  # [acceptance] file / --acceptance PATH: what was read
 
     @property
     def cost_source(self) -> str:
@@ -234,8 +236,11 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
     except PlannerError as err:
         raise PlannerError(f"{origin}: {err}") from None
     draft = _draft(get, origin, base_dir, model, deployment)
-    acceptance = _scenario_acceptance(raw.get("acceptance", {}), draft.method, origin)
+    acceptance, acc_file = _scenario_acceptance(raw.get("acceptance", {}), draft.method, origin, base_dir)
     wl = _workload(get, origin, model)
+    if acc_file is not None:
+        wl["k_max"], wl["fixed_k"], notes = acc_file.cap(wl["k_max"], wl["fixed_k"])
+        wl["warnings"] = list(wl["warnings"]) + notes
     acceptance_context = context_acceptance(raw.get("acceptance", {}), acceptance, origin)
     engine_tbl = raw.get("engine", {})
     engine = load_engine(engine_tbl.get("name") or default_engine(hardware.kind), engine_tbl.get("version"))
@@ -264,7 +269,7 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
                        + pcie_collective_caveat(hardware, deployment, profile)),
         context_lens=wl["context_lens"], acceptance_context=acceptance_context,
         acceptance_band=_acceptance_band(get("acceptance", "band", 0.0), origin),
-        schedule_tolerance=wl["schedule_tolerance"], deployment_fit=fit)
+        schedule_tolerance=wl["schedule_tolerance"], acceptance_file=acc_file, deployment_fit=fit)
 
 
 def _logit_bytes(engine, temperature, top_p, origin: str) -> dict:
@@ -348,12 +353,24 @@ def resolve_profile(given: str | None, hardware: Hardware, engine: str, base_dir
 FALLBACK_RATE = 0.7  # used only where no preset exists (early-exit) and the scenario gives none
 
 
-def _scenario_acceptance(acc_tbl: dict, method: str, origin: str) -> Acceptance:
-    """[acceptance]: explicit rate / rates win; else the named preset; else the draft method's preset.
+def _scenario_acceptance(acc_tbl: dict, method: str, origin: str,
+                         base_dir: str | None = None) -> tuple[Acceptance, AcceptanceFile | None]:
+    """[acceptance]: a measured file, or explicit rate / rates; else the named preset; else the draft
+    method's preset. Returns the acceptance and the file it was read from (None otherwise).
 
     Presets (simulator/data/acceptance.toml) carry their own source; a method without one (early-exit)
     falls back to an i.i.d. FALLBACK_RATE labelled as an assumption.
     """
+    if "file" in acc_tbl:
+        clash = [k for k in ("rate", "rates", "preset") if k in acc_tbl]
+        if clash:
+            raise PlannerError(f"{origin}: [acceptance] give either 'file' or '{clash[0]}', not both")
+        got = read_acceptance_file(_resolve_path(acc_tbl["file"], base_dir), flag="[acceptance] file")
+        return got.acceptance(), got
+    return _table_acceptance(acc_tbl, method, origin), None
+
+
+def _table_acceptance(acc_tbl: dict, method: str, origin: str) -> Acceptance:
     if "rate" in acc_tbl and "rates" in acc_tbl:
         raise PlannerError(f"{origin}: [acceptance] give either 'rate' or 'rates', not both")
     explicit = "rate" in acc_tbl or "rates" in acc_tbl
@@ -410,6 +427,7 @@ OVERRIDE_KEYS = {
     "context_lens": ("workload", "context_lens"), "schedule_tolerance": ("workload", "schedule_tolerance"),
     "acceptance_preset": ("acceptance", "preset"), "acceptance_band": ("acceptance", "band"),
     "temperature": ("workload", "temperature"), "top_p": ("workload", "top_p"),
+    "draft_checkpoint": ("draft", "checkpoint"),
     "peak_bf16_flops_per_s": ("hardware", "peak_bf16_flops_per_s"),
     "allow_long_context": ("workload", "allow_context_beyond_model"),
     "hbm_bandwidth_bytes_per_s": ("hardware", "hbm_bandwidth_bytes_per_s"),
@@ -431,9 +449,12 @@ def apply_overrides(raw: dict, overrides: dict) -> dict:
         if name in ("acceptance", "acceptance_preset"):
             raw[ACCEPTANCE_GIVEN] = True
         if name == "acceptance":
-            table.pop("rate", None)
-            table.pop("rates", None)
-            table.pop("preset", None)
+            for old in ("rate", "rates", "preset", "file"):
+                table.pop(old, None)
+            if is_acceptance_path(value):
+                table["file"] = str(value)
+                table.pop("source", None)
+                continue
             acc = parse_acceptance(value)
             table["rates"] = list(acc.rates)
             table["source"] = overrides.get("acceptance_source") or "given as an override"
@@ -441,6 +462,8 @@ def apply_overrides(raw: dict, overrides: dict) -> dict:
             text = str(value)
             before = _draft_method_of(table)
             table.pop("model", None)
+            if overrides.get("draft_checkpoint") is None:
+                table.pop("checkpoint", None)  # a new draft method's checkpoint is not the old one's
             if text.startswith("model:"):
                 table["method"], table["model"] = "model", text.split(":", 1)[1]
             else:
@@ -449,10 +472,10 @@ def apply_overrides(raw: dict, overrides: dict) -> dict:
             if _draft_method_of(table) != before and overrides.get("acceptance") is None \
                     and overrides.get("acceptance_preset") is None:
                 acc = raw.setdefault("acceptance", {})
-                for key in ("rate", "rates", "source", "preset"):
+                for key in ("rate", "rates", "source", "preset", "file"):
                     acc.pop(key, None)
         elif name == "acceptance_preset":
-            for key in ("rate", "rates"):
+            for key in ("rate", "rates", "file"):
                 table.pop(key, None)
             table["preset"] = str(value)
             if overrides.get("acceptance_source") is None:
