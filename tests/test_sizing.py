@@ -151,7 +151,9 @@ def test_uncertainty_band_from_validation_error():
 def test_parallel_workers_match_serial():
     kw = dict(candidates=["h200"], tp=[8], policies=["plain", "dsd"], sensitivity=False, n_requests=50,
               search_steps=2, simulate=standin_simulate)
+    from simulator.sizing import search
     serial = size(MOE, workers=1, **kw).capacity
+    search._SEARCHES.clear()  # run them again, in the pool (not from this process' memo of searches)
     parallel = size(MOE, workers=2, **kw).capacity
     assert serial.max_load_per_replica.tolist() == parallel.max_load_per_replica.tolist()
 

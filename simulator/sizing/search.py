@@ -11,6 +11,7 @@ factor 2^(1/2^search_steps) apart.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -274,9 +275,37 @@ def _run_task(task: Task) -> tuple[str, Search]:
     return task.variant, s
 
 
+_SEARCHES: dict = {}  # search key -> Search: a search depends on none of the fleet settings (target, prices)
+_SEARCH_SLOTS = 512
+SEARCH_FIELDS = ("slo", "load_kind", "n_requests", "duration_s", "max_requests", "search_steps", "seed", "ttft_guard")
+
+
+def search_key(task: Task) -> str:
+    """What a search's answer depends on: the candidate's scenario (its TOML and the kernel-time scale a
+    sensitivity run sets on its profile), the policy, the memory limit, the search settings, the simulation."""
+    sc = task.scenario
+    sim = task.simulate or serving.simulate
+    body = {"raw": {k: v for k, v in sc.raw.items() if not k.startswith("_")},
+            "scale": sc.profile.engine_scale if sc.profile is not None else None, "policy": task.policy,
+            "max_seqs": task.max_seqs, "spec": {f: getattr(task.spec, f) for f in SEARCH_FIELDS},
+            "sim": f"{getattr(sim, '__module__', '')}.{getattr(sim, '__qualname__', repr(sim))}"}
+    return json.dumps(body, sort_keys=True, default=str)
+
+
 def run_all(tasks: list[Task], workers: int) -> list[tuple[str, Search]]:
-    """Run the searches, in a process pool of ``workers`` when there is more than one task."""
-    if workers <= 1 or len(tasks) <= 1:
-        return [_run_task(t) for t in tasks]
-    with ProcessPoolExecutor(max_workers=min(workers, len(tasks))) as pool:
-        return list(pool.map(_run_task, tasks))
+    """Run the searches, in a process pool of ``workers`` when there is more than one task. A search this
+    process already ran (same :func:`search_key`: sizing the same candidates for another target load,
+    say) is not run again."""
+    keys = [search_key(t) for t in tasks]
+    todo = [(k, t) for k, t in zip(keys, tasks) if k not in _SEARCHES]
+    todo = list({k: t for k, t in todo}.items())
+    if workers <= 1 or len(todo) <= 1:
+        found = [_run_task(t)[1] for _, t in todo]
+    else:
+        with ProcessPoolExecutor(max_workers=min(workers, len(todo))) as pool:
+            found = [s for _, s in pool.map(_run_task, [t for _, t in todo])]
+    for (k, _), s in zip(todo, found):
+        if len(_SEARCHES) >= _SEARCH_SLOTS:
+            _SEARCHES.pop(next(iter(_SEARCHES)))
+        _SEARCHES[k] = s
+    return [(t.variant, dataclasses.replace(_SEARCHES[k], candidate=t.candidate)) for k, t in zip(keys, tasks)]
