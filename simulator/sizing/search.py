@@ -165,8 +165,8 @@ FLOOR_MARGIN = 1.5  # steady-state TPOT at batch 1 this far above the limit: no 
 def first_load(sc: Scenario, policy: str, spec: SizingSpec, max_seqs: int) -> tuple[float, str]:
     """Where the search starts: the steady-state capacity of :mod:`simulator.serving.steady` (Little's law on
     the engine's own step-time tables), else (when that cannot be built) :func:`analytic_guess`. Start
-    "floor" (at the load that keeps one sequence decoding): even batch 1 misses the TPOT limit by
-    FLOOR_MARGIN, so one simulation there confirms that no load meets the SLOs."""
+    "floor" (half the load that keeps one sequence decoding) when even batch 1 misses the TPOT limit: one
+    simulation there confirms that no load meets the SLOs (two when the miss is within FLOOR_MARGIN)."""
     try:
         workload = build_workload(sc, spec.load_kind, 1.0, spec.n_requests, None)
         st = steady_state(sc, policy, workload, spec.seed)
@@ -174,8 +174,10 @@ def first_load(sc: Scenario, policy: str, spec: SizingSpec, max_seqs: int) -> tu
         x = st.max_concurrency(limit) if spec.load_kind == "concurrency" else st.max_rate(limit)
         if x > 0:
             return float(x), "steady state"
-        if limit and st.tpot_s[0] > FLOOR_MARGIN * limit and np.isfinite(st.rate[0]):
-            return (1.0 if spec.load_kind == "concurrency" else float(st.rate[0])), "floor"
+        if limit and np.isfinite(st.rate[0]):  # even batch 1 misses the TPOT limit: confirm at low load
+            clear = st.tpot_s[0] > FLOOR_MARGIN * limit
+            return (1.0 if spec.load_kind == "concurrency" else float(st.rate[0]) / 2), \
+                ("floor" if clear else "floor, marginal")
     except PlannerError:
         pass
     return analytic_guess(sc, policy, spec, max_seqs), "goodput table"
@@ -236,12 +238,19 @@ def search_capacity(sc: Scenario, policy: str, spec: SizingSpec, max_seqs: int, 
     x, start = first_load(sc, policy, spec, max_seqs)
     if integer:
         x = float(min(max(1, int(x)), max_seqs))
-    if start == "floor":
-        ok, _, bad = trial(x)
-        if not ok:
+    if start.startswith("floor"):
+        # below the load that keeps one sequence decoding, TPOT is at its floor: a miss there is a miss at
+        # every load (a marginal one is tried once more, 4x lower, where sequences almost never overlap)
+        tries = (x,) if start == "floor" or integer else (x, x / 4)
+        for x_try in tries:
+            ok, _, bad = trial(x_try)
+            if ok:
+                x = x_try
+                break
+        else:
             return Search(cand, policy, 0.0, None, trial.points, True,
-                          f"misses the SLOs even at {_fmt(x)} {spec.load_unit} (one sequence decoding at a time):"
-                          f" {'; '.join(bad)}", sc.cost_source, rho, start)
+                          f"misses the SLOs even at {_fmt(x_try)} {spec.load_unit} (batch 1 misses the TPOT limit"
+                          f" in the steady state): {'; '.join(bad)}", sc.cost_source, rho, start)
     lo, lo_sum, hi, last_bad = _bracket(trial, x, rho, integer, max_seqs)
     if lo is None:
         return Search(cand, policy, 0.0, None, trial.points, True,
