@@ -57,13 +57,6 @@ def verify_growth(model: ModelSpec, dep: Deployment, hw: Hardware, batch, k, con
     return out
 
 
-def growth_shares(growth: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Each group's share of the growth (NaN where the pass did not grow)."""
-    total = np.asarray(growth["total"], dtype=float)
-    safe = np.where(total > 0, total, np.nan)
-    return {g: np.asarray(growth[g]) / safe for g in GROUPS}
-
-
 def describe_growth(growth: dict[str, np.ndarray], index: int = 0) -> str:
     """One line, e.g. 'verify grows 4.1 ms from K=0: expert loading 78%, attention 3%, comms 9%, overhead 10%'."""
     total = float(np.ravel(growth["total"])[index])
