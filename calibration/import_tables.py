@@ -32,6 +32,8 @@ import pandas as pd
 
 from calibration import gpu_tables as gt
 from calibration.surface_fit import fit_surface, smooth_knots
+from simulator.cli.common import (OneLineParser, check_output_dir, command, write_atomically,
+                                  write_files_atomically)
 from simulator.physics.experts import busiest_group_load, experts_touched
 from simulator.physics.terms import (attention_decode_terms, expert_params_slice, gemm_terms, mla_decode_terms,
                                      moe_expert_terms, roofline_s)
@@ -584,8 +586,8 @@ def heldout_markdown(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m calibration.import_tables", description=__doc__.split("\n")[0])
+def _parser() -> argparse.ArgumentParser:
+    ap = OneLineParser(prog="python -m calibration.import_tables", description=__doc__.split("\n")[0])
     ap.add_argument("--gpu", nargs="*", help="catalog names (default: every catalog GPU the tables have)")
     ap.add_argument("--engine", nargs="*", choices=gt.ENGINES, help="default: all engines")
     ap.add_argument("--version", help="engine version (default: the wheel's 'current' slot per system/engine)")
@@ -593,49 +595,52 @@ def main(argv=None) -> int:
     ap.add_argument("--output-dir", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--list", action="store_true", help="list (system, engine, version) combos and exit")
     ap.add_argument("--no-summary", action="store_true", help="skip heldout.md / heldout_rows.csv")
-    args = ap.parse_args(argv)
-    try:
-        src = gt.locate_tables()
-        combos = gt.list_combos(src)
-        if args.list:
-            print(combos.to_string(index=False))
-            return 0
-        current = gt.current_versions(src)
-        systems = [s for s in sorted(combos.system.unique()) if s in gt.SYSTEM_TO_CATALOG]
-        if args.gpu:
-            bad = [g for g in args.gpu if g not in gt.CATALOG_TO_SYSTEM or gt.CATALOG_TO_SYSTEM[g] not in systems]
-            if bad:
-                have = sorted(gt.SYSTEM_TO_CATALOG[s] for s in systems)
-                raise gt.PlannerError(f"no measured tables for {', '.join(bad)} (have: {', '.join(have)})")
-            systems = [gt.CATALOG_TO_SYSTEM[g] for g in args.gpu]
-        engines = args.engine or list(gt.ENGINES)
-        args.output_dir.mkdir(parents=True, exist_ok=True)
-        print(f"tables: {src.describe()}")
-        summary, held_all = [], []
-        for system in systems:
-            for engine in engines:
-                version = args.version or current.get((system, engine))
-                if version is None:
-                    continue
-                imp = build_profile(src, system, engine, version, tuple(args.family))
-                if imp is None:
-                    continue
-                hw = gt.SYSTEM_TO_CATALOG[system]
-                path = args.output_dir / profile_filename(hw, engine, version)
-                path.write_text(dump_profile(imp.profile))
-                print(f"wrote {path} ({path.stat().st_size // 1024} KiB)")
-                for fam, e in imp.profile["heldout_error"].items():
-                    summary.append({"hardware": hw, "engine": engine, "version": version, "family": fam, **e})
-                held_all.append(imp.heldout_rows)
-        if summary and not args.no_summary:
-            (args.output_dir / "heldout.md").write_text(heldout_markdown(summary))
-            sample = sample_heldout(pd.concat(held_all, ignore_index=True))
-            sample.to_csv(args.output_dir / "heldout_rows.csv", index=False)
-            print(f"wrote {args.output_dir / 'heldout.md'} and heldout_rows.csv ({len(sample)} rows)")
-    except gt.PlannerError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    return ap
+
+
+def _run(args: argparse.Namespace) -> int:
+    src = gt.locate_tables()
+    combos = gt.list_combos(src)
+    if args.list:
+        print(combos.to_string(index=False))
+        return 0
+    current = gt.current_versions(src)
+    systems = [s for s in sorted(combos.system.unique()) if s in gt.SYSTEM_TO_CATALOG]
+    if args.gpu:
+        bad = [g for g in args.gpu if g not in gt.CATALOG_TO_SYSTEM or gt.CATALOG_TO_SYSTEM[g] not in systems]
+        if bad:
+            have = sorted(gt.SYSTEM_TO_CATALOG[s] for s in systems)
+            raise gt.PlannerError(f"no measured tables for {', '.join(bad)} (have: {', '.join(have)})")
+        systems = [gt.CATALOG_TO_SYSTEM[g] for g in args.gpu]
+    engines = args.engine or list(gt.ENGINES)
+    check_output_dir(args.output_dir, "--output-dir").mkdir(parents=True, exist_ok=True)
+    print(f"tables: {src.describe()}")
+    summary, held_all = [], []
+    for system in systems:
+        for engine in engines:
+            version = args.version or current.get((system, engine))
+            if version is None:
+                continue
+            imp = build_profile(src, system, engine, version, tuple(args.family))
+            if imp is None:
+                continue
+            hw = gt.SYSTEM_TO_CATALOG[system]
+            path = args.output_dir / profile_filename(hw, engine, version)
+            write_atomically(path, dump_profile(imp.profile), "--output-dir")
+            print(f"wrote {path} ({path.stat().st_size // 1024} KiB)")
+            for fam, e in imp.profile["heldout_error"].items():
+                summary.append({"hardware": hw, "engine": engine, "version": version, "family": fam, **e})
+            held_all.append(imp.heldout_rows)
+    if summary and not args.no_summary:
+        sample = sample_heldout(pd.concat(held_all, ignore_index=True))
+        write_files_atomically(args.output_dir, {"heldout.md": heldout_markdown(summary),
+                                                 "heldout_rows.csv": sample.to_csv(index=False)})
+        print(f"wrote {args.output_dir / 'heldout.md'} and heldout_rows.csv ({len(sample)} rows)")
     return 0
+
+
+# usage errors and bad input: one line, exit 2 (simulator.cli.common, the planner's CLI boundary)
+main = command(_parser, _run)
 
 
 if __name__ == "__main__":
