@@ -459,7 +459,9 @@ def _pct(x: float) -> str:
 
 
 def markdown(summary: dict, rows: pd.DataFrame, skipped: pd.DataFrame, corpus_path: str) -> str:
+    from calibration.transfer_twoshot import markdown_note, markdown_rows  # it imports this module
     s = summary
+    two = s.get("two_shot") or {}
     st, sp, dc = s["step_time"], s["speedup"], s["decision"]
     lines = [
         "# Transfer validation: predictions against published GPU measurements", "",
@@ -478,13 +480,15 @@ def markdown(summary: dict, rows: pd.DataFrame, skipped: pd.DataFrame, corpus_pa
         f" {_pct(s['run_only']['planner']['worst'])} |",
         f"| speculative speedup ({sp['curves']} curves, {sp['moe_curves']} MoE; anchor rows excluded) | {sp['planner']['n']} |"
         f" {_pct(sp['datasheet']['mape'])} | {_pct(sp['planner']['mape'])} | {_pct(sp['planner']['worst'])} |",
-        f"| speculate-or-not decision right | {dc['n']} | {_pct(dc['datasheet'])} | {_pct(dc['planner'])} | |", "",
+        f"| speculate-or-not decision right | {dc['n']} | {_pct(dc['datasheet'])} | {_pct(dc['planner'])} | |",
+        *markdown_rows(two), "",
         f"Step-time rows come from {len(st['sources'])} sources ({', '.join(st['sources'])}) on {len(st['gpus'])} GPU"
         f" types ({', '.join(st['gpus'])}), TP {st['tp']}, batch sizes {st['batch_sizes']}.", "",
         f"Plain step-time rows: {len(s['plain_only']['sources'])} sources ({', '.join(s['plain_only']['sources'])}) on"
         f" {len(s['plain_only']['gpus'])} GPU types ({', '.join(s['plain_only']['gpus'])}), TP {s['plain_only']['tp']},"
         f" batch sizes {s['plain_only']['batch_sizes']}.", "",
-        "Targets (issue 11): step-time MAPE <= 12%, worst <= 25%; speedup MAPE <= 12%; decision right >= 95%.", ""]
+        "Targets (issue 11): step-time MAPE <= 12%, worst <= 25%; speedup MAPE <= 12%; decision right >= 95%.", "",
+        *markdown_note(two)]
     if "peer" in s:
         p = s["peer"]
         lines += [f"Peer (aiconfigurator-core 0.12.0, its own TPOT estimate) on the {p['n']} plain and ITL rows it can"
@@ -533,6 +537,16 @@ def bands(summary: dict) -> dict:
     return json.loads(json.dumps(out, default=float).replace("NaN", "null"))
 
 
+def two_shot(corpus: pd.DataFrame, rows: pd.DataFrame, summary: dict) -> pd.DataFrame:
+    """Two-shot rows of the speedup curves (calibration/transfer_twoshot.py); their summary goes into
+    ``summary["two_shot"]`` beside the zero-shot planner on the same rows."""
+    from calibration.transfer_twoshot import score_two_shot, summarize_two_shot
+    cases = [c for c in (case_for(r) for _, r in corpus.iterrows()) if isinstance(c, Case)]
+    two = score_two_shot(cases)
+    summary["two_shot"] = summarize_two_shot(two, rows)
+    return two
+
+
 def main(argv: list[str] | None = None) -> int:
     p = OneLineParser(prog="python -m calibration.transfer", description=__doc__.split("\n\n")[0])
     p.add_argument("--corpus", default=str(CORPUS), help="published corpus CSV")
@@ -548,10 +562,12 @@ def main(argv: list[str] | None = None) -> int:
         corpus = pd.read_csv(path)
         rows, skipped = score(corpus, peer=args.peer)
         summary = summarize(rows)
+        two = two_shot(corpus, rows, summary)
         text = markdown(summary, rows, skipped, str(path.relative_to(REPO) if path.is_relative_to(REPO) else path))
         write_files_atomically(args.output_dir, {
             "transfer.md": text, "transfer.json": json.dumps(summary, indent=1, default=float) + "\n",
-            "transfer_rows.csv": rows.to_csv(index=False), "not_expressible.csv": skipped.to_csv(index=False)})
+            "transfer_rows.csv": rows.to_csv(index=False), "not_expressible.csv": skipped.to_csv(index=False),
+            "transfer_twoshot_rows.csv": two.to_csv(index=False)})
         if not args.no_bands:
             write_atomically(BAND_FILE, json.dumps(bands(summary), indent=1) + "\n", flag="bands")
         print(text.split("\n## By GPU")[0])

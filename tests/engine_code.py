@@ -65,6 +65,7 @@ __all__ = [
     "vllm_dense_lookup",
     "vllm_k_for",
     "trtllm_validate",
+    "trtllm_code_source",
     "trtllm_k_for",
     "sglang_load_adaptive_config",
     "sglang_adaptive_params",
@@ -419,12 +420,26 @@ def _coerce_int_keys(schedule: dict) -> dict:
     return {int(k): int(v) for k, v in schedule.items()}
 
 
+def trtllm_code_source(version: str = DEFAULT_TRTLLM_VERSION) -> str:
+    """'engine' when TensorRT-LLM's own functions are cached for ``version``, else 'rule': the
+    documented rule restated in tests/trtllm_rule.py (no wheel on PyPI to download)."""
+    try:
+        _trt_functions(version)
+        return "engine"
+    except EngineCodeUnavailable:
+        return "rule"
+
+
 def trtllm_validate(schedule: dict, max_draft_len: int | None,
                     version: str = DEFAULT_TRTLLM_VERSION) -> dict[int, int]:
     """TensorRT-LLM's ``DecodingBaseConfig.validate_draft_len_schedule_and_sort``.
 
-    Raises ``ValueError`` exactly as the engine does (pydantic wraps it into a
-    ``ValidationError`` at config construction).  Returns the sorted dict."""
+    Raises ``ValueError`` as the engine does (pydantic wraps it into a ``ValidationError`` at config
+    construction).  Returns the sorted dict.  Where the engine's source is not cached, the
+    documented rule of tests/trtllm_rule.py (cited line by line) stands in."""
+    if trtllm_code_source(version) == "rule":
+        import trtllm_rule
+        return trtllm_rule.validate(_coerce_int_keys(schedule), max_draft_len, version)
     validator, _ = _trt_functions(version)
     info = types.SimpleNamespace(data={"max_draft_len": max_draft_len})
     return validator(None, _coerce_int_keys(schedule), info)
@@ -437,6 +452,9 @@ def trtllm_k_for(schedule: dict, batch_size: int, version: str = DEFAULT_TRTLLM_
     The schedule is validated/sorted first (as the config validator does
     before the runtime sees it).  ``max_draft_len`` defaults to the value the
     validator requires (schedule[1] for 1.2, schedule[min key] for 1.3)."""
+    if trtllm_code_source(version) == "rule":
+        import trtllm_rule
+        return trtllm_rule.k_for(_coerce_int_keys(schedule), batch_size, version, max_draft_len)
     _, lookup = _trt_functions(version)
     sched = _coerce_int_keys(schedule)
     if max_draft_len is None and sched:

@@ -57,6 +57,23 @@ def _reuses(text):
     return values
 
 
+# columns a sweep reads back from an existing --output to skip finished points (sweep._existing_points)
+_RESUME_COLUMNS = ("target", "draft", "dtype", "context_len", "batch_size", "k")
+
+
+def _profile(a) -> int:
+    from simulator.errors import PlannerError
+
+    from .profile import write_profile
+    try:
+        path = write_profile(a.runs, a.output)
+    except PlannerError as e:
+        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+        return 2
+    print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
 def main(argv=None) -> int:
     """The sweep CLI inside the planner's error boundary (simulator.cli.common.run_cli): bad input
     raised anywhere below is one line and exit 2; warnings print once."""
@@ -98,7 +115,12 @@ def _main(argv=None) -> int:
     s.add_argument("--router-skew", type=float, default=0.0, help="Zipf exponent of the sampled router")
     s.add_argument("--clock", default="wall", choices=["wall", "cpu"],
                    help="cpu: time phases by the thread's CPU time (CPU, --threads 1; robust to a busy machine)")
+    pr = sub.add_parser("profile", help="write speculation_profile.json (Model-Optimizer schema 1.0) from sweep runs")
+    pr.add_argument("--runs", required=True, help="measured-runs CSV of one target/draft pair (sweep --output)")
+    pr.add_argument("--output", required=True, help="speculation_profile.json to write")
     a = p.parse_args(argv)
+    if a.cmd == "profile":
+        return _profile(a)
 
     from .weights import TARGETS
 
@@ -158,7 +180,12 @@ def _main(argv=None) -> int:
         if out.exists():
             import pandas as pd
             if out.stat().st_size:
-                pd.read_csv(out, nrows=1)
+                head = pd.read_csv(out, nrows=1)
+                missing = [c for c in _RESUME_COLUMNS if c not in head.columns]
+                if missing:
+                    print(f"error: --output {a.output}: not a runs CSV of this sweep (no column"
+                          f" {', '.join(missing)}); give a new file or one an earlier sweep wrote", file=sys.stderr)
+                    return 2
         else:
             out.parent.mkdir(parents=True, exist_ok=True)
             with open(out, "a"):

@@ -10,6 +10,7 @@ import numpy as np
 from dataclasses import replace
 
 from simulator.physics.experts import busiest_group_load, experts_touched_correlated
+from simulator.physics.fabric import allgather_s, allreduce_fabric_s, alltoall_s, node_split
 from simulator.physics.operators import Op, StepCost, evaluate
 from simulator.physics.terms import attention_decode_terms, gemm_terms, mla_decode_terms, moe_expert_terms
 from simulator.specs.deployment import Deployment, kv_heads_per_gpu, sliding_layers
@@ -25,7 +26,8 @@ def gemm(name: str, tokens, n: float, k: float, w_bytes: float, a_bytes: float, 
     """Y[T, n] = X[T, k] @ W[k, n]:  F = 2 T n k,  M = n k w + T (n + k) a."""
     return Op(name, family, *gemm_terms(tokens, n, k, w_bytes, a_bytes),
               kernels=1, count=count, eff_tokens=tokens, surface="gemm",
-              shape={"m": tokens, "n": n, "k": k, "nk": n * k}, dtype=gemm_kernel_dtype(w_bytes, a_bytes))
+              shape={"m": tokens, "n": n, "k": k, "nk": n * k, "w_bytes": w_bytes, "a_bytes": a_bytes},
+              dtype=gemm_kernel_dtype(w_bytes, a_bytes))
 
 
 def gemm_kernel_dtype(w_bytes: float, a_bytes: float) -> str:
@@ -80,8 +82,10 @@ def attention_op(model: ModelSpec, dep: Deployment, batch, queries, context_len:
     hq = model.num_heads / dep.tp
     if model.attention == "mla":
         # absorbed MLA: every head scores against the shared latent (kv_lora + rope) and reads it once
+        latent = model.kv_lora_rank + model.qk_rope_head_dim
         flops, kv_read, q_io = mla_decode_terms(batch, queries, keys, hq, model.kv_lora_rank, model.qk_rope_head_dim, kv, a)
-        shape = {}
+        shape = {"q_heads": hq, "kv_elem_bytes": kv, "a_bytes": a, "keys": keys, "queries": queries, "sequences": batch,
+                 "latent": latent, "score_width": 2 * model.kv_lora_rank + model.qk_rope_head_dim}
     else:
         d = model.head_dim
         hkv = kv_heads_per_gpu(model, dep.tp)
@@ -97,6 +101,9 @@ def attention_op(model: ModelSpec, dep: Deployment, batch, queries, context_len:
         # kernel choice, so q enters through the roofline FLOPs, not through the group axis. A
         # per-query-head kernel is an MHA kernel over hq heads: group 1
         shape = {"batch_heads": batch * hkv * blocks, "head_dim": float(d), "group": group / blocks}
+        if per_head is False:  # the work coordinates of its monotone envelope (physics.monotone)
+            shape |= {"q_heads": hq, "kv_heads": hkv, "kv_elem_bytes": kv, "a_bytes": a, "keys": keys,
+                      "queries": queries, "sequences": batch}
     # the decode surfaces were measured at q = 1 and price decode and verify passes; a prompt chunk
     # is a compute-bound prefill kernel they never saw (their efficiency at one sequence is the
     # latency floor of a tiny decode kernel). A prefill kernel runs, per sequence and KV head, the
@@ -198,17 +205,22 @@ def moe_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, count: int,
                   "expert_bytes": touched_gpu * params_slice * w_e, "n": model.expert_intermediate_size / expert_tp,
                   # the exact layer shape, for a table that measured it (ShapeCorrection)
                   "tokens": tokens, "num_experts": model.num_experts, "topk": model.experts_per_token,
-                  "hidden": D, "inter": model.expert_intermediate_size, "moe_tp": expert_tp, "moe_ep": dep.ep},
+                  "hidden": D, "inter": model.expert_intermediate_size, "moe_tp": expert_tp, "moe_ep": dep.ep,
+                  # the work coordinates of its monotone envelope (simulator.physics.monotone.moe_lattice_s)
+                  "touched": touched_all, "sequences": batch, "probabilities": p, "params_slice": params_slice,
+                  "w_bytes": w_e,
+                  "pair_bytes": (2 * D + 3 * model.expert_intermediate_size / expert_tp) * a},
            dtype="fp8" if w_e == a == 1 else "bf16"),
     ]
     if model.shared_expert_intermediate_size:
         ops += dense_mlp_ops(model, adep, local, count, model.shared_expert_intermediate_size, prefix, "shared_expert")
     if dep.dp_attention and dep.tp > 1:
         sent = local * model.experts_per_token * D * a * expert_tp  # per-rank buffer of one all-to-all
-        one_way = hw.interconnect_latency_s + collective_factor("all_to_all", dep.tp) * sent / hw.interconnect_bandwidth_bytes_per_s
+        node_s, net_s = alltoall_s(sent, dep.tp, hw)  # beyond one NVLink domain: + the inter-node share
         for phase in ("dispatch", "combine"):
             ops.append(Op(prefix + f"moe_{phase}", "comm", 0.0, collective_factor("all_to_all", dep.tp) * sent, kernels=1, count=count,
-                          comm_s=one_way, collective=("all_to_all", dep.tp), shape={"bytes": sent}))
+                          comm_s=node_s, collective=("all_to_all", node_split(hw, dep.tp)[1]), shape={"bytes": sent},
+                          fabric_s=net_s))
     return ops
 
 
@@ -266,15 +278,25 @@ def decoder_layers_ops(model: ModelSpec, dep: Deployment, hw: Hardware, batch, q
     if adep.tp > 1:
         n_allreduce = 2 * n_layers - (n_moe if dep.dp_attention and not model.shared_expert_intermediate_size else 0)
         nbytes = rtokens * model.hidden_size * a
+        g_node = node_split(hw, adep.tp)[1]  # the node's part: a measured table or the link model at g GPUs
         ops.append(Op(prefix + "allreduce", "comm", 0.0, 2 * nbytes, kernels=1, count=n_allreduce,
-                      comm_s=allreduce_s(nbytes, adep.tp, hw), collective=(adep.allreduce, adep.tp),
-                      shape={"bytes": nbytes}))
+                      comm_s=allreduce_s(nbytes, g_node, hw), collective=(adep.allreduce, g_node),
+                      shape={"bytes": nbytes}, fabric_s=allreduce_fabric_s(nbytes, adep.tp, hw)))
     return ops
 
 
+def sampling_op(name: str, tokens, vocab: float, bytes_per_logit) -> Op:
+    """Sampling and acceptance over the [tokens, vocab] logits: the engine's passes over them (fp32
+    cast, argmax, temperature, softmax, top-k / top-p, the rejection sampler's reads) as bytes per
+    logit element (engine profile [sampling]); ~5 FLOPs per element, always memory-bound."""
+    elements = np.asarray(tokens, dtype=float) * vocab
+    return Op(name, "elementwise", 5.0 * elements, elements * bytes_per_logit, kernels=3, count=1, eff_tokens=tokens)
+
+
 def head_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, vocab: int, prefix: str = "",
-             sampling: bool = True) -> list[Op]:
-    """Embedding gather, LM head (vocab split over TP), logits gather and sampling/acceptance."""
+             sampling: bool = True, logit_bytes=None) -> list[Op]:
+    """Embedding gather, LM head (vocab split over TP), logits gather and sampling/acceptance
+    (``logit_bytes`` per logit element; default: the deployment's plain-decoding figure)."""
     w = DTYPE_BYTES[dep.weight_dtype]
     a = DTYPE_BYTES[dep.act_dtype]
     D = model.hidden_size
@@ -282,26 +304,30 @@ def head_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, vocab: int
            gemm(prefix + "lm_head", tokens, vocab / dep.tp, D, w, a, 1, family="lm_head")]
     if dep.tp > 1:
         gathered = tokens * vocab / dep.tp * a
-        wire = collective_factor("all_gather", dep.tp) * gathered * dep.tp  # all-gather of the tp slices
-        ops.append(Op(prefix + "logits_gather", "comm", 0.0, wire, kernels=1, count=1,
-                      comm_s=hw.interconnect_latency_s + wire / hw.interconnect_bandwidth_bytes_per_s))
+        ops.append(Op(prefix + "logits_gather", "comm", 0.0, collective_factor("all_gather", dep.tp) * gathered * dep.tp, kernels=1, count=1,
+                      comm_s=allgather_s(gathered, dep.tp, hw)))
     if sampling:
-        # softmax / argmax and the acceptance test read the fp32 logits of every token once more
-        ops.append(Op(prefix + "sampling", "elementwise", 5.0 * tokens * vocab, 2 * tokens * vocab * 4.0,
-                      kernels=3, count=1, eff_tokens=tokens))
+        ops.append(sampling_op(prefix + "sampling", tokens, vocab,
+                               dep.logit_bytes_plain if logit_bytes is None else logit_bytes))
     return ops
 
 
 def forward_ops(model: ModelSpec, dep: Deployment, hw: Hardware, batch, queries, context_len: float,
-                prefix: str = "") -> list[Op]:
+                prefix: str = "", logit_bytes=None) -> list[Op]:
     """Ops of one full forward pass of ``model`` over q new tokens for each of B sequences."""
     return decoder_layers_ops(model, dep, hw, batch, queries, context_len, prefix) + \
-        head_ops(model, attention_deployment(dep), hw, rank_tokens(dep, batch, queries), model.vocab_size, prefix)
+        head_ops(model, attention_deployment(dep), hw, rank_tokens(dep, batch, queries), model.vocab_size, prefix,
+                 logit_bytes=logit_bytes)
+
+
+def verify_logit_bytes(dep: Deployment, k):
+    """Sampling bytes per logit element of a pass verifying K drafts (K = 0: plain decoding)."""
+    return np.where(np.asarray(k) > 0, dep.logit_bytes_verify, dep.logit_bytes_plain)
 
 
 def verify_cost(model: ModelSpec, dep: Deployment, hw: Hardware, batch, k, context_len: float,
                 profile: Profile | None) -> StepCost:
     """Target pass that scores K drafts (+1 bonus position) for each of B sequences."""
     batch, k = np.broadcast_arrays(np.asarray(batch, dtype=float), np.asarray(k, dtype=float))
-    ops = forward_ops(model, dep, hw, batch, k + 1.0, context_len)
+    ops = forward_ops(model, dep, hw, batch, k + 1.0, context_len, logit_bytes=verify_logit_bytes(dep, k))
     return evaluate(ops, hw, dep, profile, batch.shape)

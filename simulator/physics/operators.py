@@ -29,6 +29,9 @@ import numpy as np
 from simulator.specs.deployment import Deployment
 from simulator.specs.hardware import Hardware
 from simulator.specs.profile import Profile
+from simulator.physics.monotone import (CACHE_RESIDENT_BYTES, MAX_LATTICE_TOKENS, affine_envelope_s,
+                                        attention_lattice_s, attention_time_s, lattice_interp, log_lattice_interp,
+                                        moe_lattice_s)
 from simulator.specs.surfaces import collective_time_s
 
 
@@ -48,6 +51,7 @@ class Op:
     shape: dict | None = None  # the op's size on that surface's axes (and m, n, k for GEMMs)
     dtype: str = "bf16"  # which dtype's surface prices it
     collective: tuple[str, int] | None = None  # (kind, GPUs) of a communication op; shape["bytes"] = message
+    fabric_s: np.ndarray | float = 0.0  # inter-node stage added to the node's collective (physics/fabric.py)
 
 
 @dataclass
@@ -102,17 +106,16 @@ class StepCost:
                         None if any(p.kernels is None for p in parts) else np.concatenate([p.kernels for p in parts]))
 
 
-# Bytes per kernel call below which data can stay in on-chip L2 (40-126 MB on A100-B200) between
-# the timing repeats of a kernel table, so a measured kernel may beat the DRAM roofline.
-CACHE_RESIDENT_BYTES = 64e6
-
-
 # Fused-MoE kernels differ by framework far more than GEMM or attention kernels do (routing, permute,
 # grouped GEMM and combine fused or not), so a profile's MoE surface prices only its own engine's.
 ENGINE_SPECIFIC_SURFACES = ("moe",)
 
 
-def _surface_eta(op: Op, profile: Profile | None, engine: str = ""):
+def _surface_eta(op: Op, profile: Profile | None, engine: str = "", peak: float = 0.0, bw: float = 0.0):
+    """(efficiency, whether it already is a monotone envelope's) of a surface-priced op, or None.
+
+    With ``peak`` and ``bw`` given, GEMMs at one weight shape and routed experts are priced by the
+    envelope of :mod:`simulator.physics.monotone` (returned as the efficiency that gives its time)."""
     if profile is None or op.surface is None or not profile.surfaces:
         return None
     table_engine = profile.provenance.get("engine")
@@ -121,10 +124,81 @@ def _surface_eta(op: Op, profile: Profile | None, engine: str = ""):
     surf = profile.surface(op.surface, op.dtype)
     if surf is None:
         return None
-    eta = surf(**{axis: op.shape[axis] for axis in surf.axes})
     fix = profile.shape_correction(op.surface, op.dtype)
+    t_env = _envelope_s(op, surf, fix, peak, bw) if peak and bw else None
+    if t_env is not None:
+        roof = np.maximum(np.asarray(op.flops, dtype=float) / peak, np.asarray(op.nbytes, dtype=float) / bw)
+        return roof / np.maximum(t_env, 1e-300), True
+    eta = surf(**{axis: op.shape[axis] for axis in surf.axes})
     factor = fix.factor(op.shape) if fix is not None else None
-    return eta if factor is None else eta / factor  # a shape the table measured: its own time
+    return (eta if factor is None else eta / factor), False  # a shape the table measured: its own time
+
+
+def _envelope_s(op: Op, surf, fix, peak: float, bw: float):
+    """Per-instance time of ``op`` as the envelope max_{less work} t (simulator.physics.monotone), for
+    a GEMM at one weight shape (whole token counts m) or the routed experts of an MoE layer; None
+    for other ops (their surface time stands)."""
+    shape = op.shape or {}
+    if op.surface == "moe" and "probabilities" in shape:
+        tokens = np.asarray(shape["tokens"], dtype=float)
+        top = float(tokens.max()) if tokens.size else 1.0
+        octaves = max(int(np.ceil(np.log2(max(top, 2.0)))), 1)
+        queries = tokens / np.maximum(np.asarray(shape["sequences"], dtype=float), 1.0)
+        q_top = float(2 ** int(np.ceil(np.log2(max(float(queries.max()) if queries.size else 1.0, 1.0)))))
+        entry = fix.key_of([shape[a] for a in fix.key_axes]) if fix is not None else ""
+        p = np.asarray(shape["probabilities"], dtype=float)
+        key = ("moe", entry, octaves, q_top, peak, bw, p.tobytes()) + tuple(
+            float(shape[a]) for a in ("topk", "moe_ep", "params_slice", "w_bytes", "pair_bytes", "n"))
+        hit = surf.envelopes.get(key)
+        if hit is None:
+            hit = moe_lattice_s(surf, fix, shape, float(2 ** octaves), q_top, peak, bw)
+            if len(surf.envelopes) < 4096:
+                surf.envelopes[key] = hit
+        log_t, e_nodes, t = hit
+        return lattice_interp(t, log_t, e_nodes, tokens, shape["touched"])
+    if op.surface in ("attention_decode", "mla_decode") and "q_heads" in shape:
+        return _attention_envelope_s(op, surf, peak, bw)
+    if op.surface != "gemm" or "w_bytes" not in shape or tuple(surf.axes) != ("m", "n", "k"):
+        return None
+    m = np.asarray(shape["m"], dtype=float)
+    n, k = np.asarray(shape["n"], dtype=float), np.asarray(shape["k"], dtype=float)
+    if n.size != 1 or k.size != 1 or not m.size or m.min() < 1 or m.max() > MAX_LATTICE_TOKENS \
+            or not np.array_equal(m, np.round(m)):
+        return None
+    n, k, w, a = float(n.ravel()[0]), float(k.ravel()[0]), float(shape["w_bytes"]), float(shape["a_bytes"])
+    sub = surf.sliced((None, n, k))
+    top = int(m.max())
+    key = ("gemm", peak, bw, w, a)
+    table = sub.envelopes.get(key)
+    if table is None or table.size <= top:
+        size = max(1024, 1 << int(np.ceil(np.log2(top + 1))))
+        table = affine_envelope_s(sub.integer_values(size - 1)[:size], 2.0 * n * k, 0.0, (n + k) * a, n * k * w,
+                                  peak, bw)
+        sub.envelopes[key] = table
+    return table[m.astype(np.intp)]
+
+
+def _attention_envelope_s(op: Op, surf, peak: float, bw: float):
+    """Decode attention at q queries per sequence from the envelope of the measured q = 1 kernel over
+    sequences and cached keys (:func:`simulator.physics.monotone.attention_time_s`)."""
+    shape = op.shape
+    if tuple(surf.axes) not in (("batch_heads", "context", "head_dim", "group"), ("batch", "context", "bytes")):
+        return None
+    batch, keys = np.broadcast_arrays(*(np.asarray(shape[a], dtype=float) for a in ("sequences", "keys")))
+    if not batch.size or batch.min() < 1 or keys.min() < 1:
+        return None
+    b_oct = max(int(np.ceil(np.log2(max(float(batch.max()), 2.0)))), 1)
+    l_oct = max(int(np.ceil(np.log2(max(float(keys.max()), 2.0)))), 1)
+    static = tuple(float(shape.get(a, 0.0)) for a in ("q_heads", "kv_heads", "head_dim", "kv_elem_bytes", "a_bytes",
+                                                       "group", "latent", "score_width"))
+    key = ("attention", b_oct, l_oct, peak, bw) + static
+    hit = surf.envelopes.get(key)
+    if hit is None:
+        hit = attention_lattice_s(surf, shape, float(2 ** b_oct), float(2 ** l_oct), peak, bw)
+        if len(surf.envelopes) < 4096:
+            surf.envelopes[key] = hit
+    t_1 = log_lattice_interp(hit[2], hit[0], hit[1], batch, keys)
+    return attention_time_s(t_1, shape, op.flops, peak, bw)
 
 
 def _collective_s(op: Op, profile: Profile | None):
@@ -161,16 +235,19 @@ def evaluate(ops: list[Op], hw: Hardware, dep: Deployment, profile: Profile | No
             is_comm[i] = True
             table_s = _collective_s(op, profile)
             measured[i] = table_s is not None
-            np.multiply(op.comm_s if table_s is None else table_s, op.count, out=memory_s[i, ...])
+            np.multiply(np.add(op.comm_s if table_s is None else table_s, op.fabric_s), op.count, out=memory_s[i, ...])
             continue
-        eta = _surface_eta(op, profile, dep.engine)
-        if eta is not None:
+        priced = _surface_eta(op, profile, dep.engine, peak, bw)
+        if priced is not None:
             measured[i] = True
-            # a measured table may beat the roofline only where its data can live in L2; a fitted
-            # surface read beyond its rows (larger KV reads, larger GEMMs) must not outrun HBM or peak
-            in_cache = (np.asarray(op.nbytes) < CACHE_RESIDENT_BYTES) & (
-                np.asarray(op.flops) / peak < np.asarray(op.nbytes) / bw)
-            eta = np.where(in_cache, eta, np.minimum(eta, 1.0))
+            eta, enveloped = priced
+            if not enveloped:
+                # a measured table may beat the roofline only where its data can live in L2; a fitted
+                # surface read beyond its rows (larger KV reads, larger GEMMs) must not outrun HBM or peak
+                # (an envelope's efficiency already follows this rule: monotone.surface_time_s)
+                in_cache = (np.asarray(op.nbytes) < CACHE_RESIDENT_BYTES) & (
+                    np.asarray(op.flops) / peak < np.asarray(op.nbytes) / bw)
+                eta = np.where(in_cache, eta, np.minimum(eta, 1.0))
             np.divide(flops[i, ...], np.multiply(eta, peak), out=compute_s[i, ...])
             np.divide(nbytes[i, ...], np.multiply(eta, bw), out=memory_s[i, ...])
             continue

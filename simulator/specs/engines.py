@@ -67,6 +67,19 @@ class EngineProfile:
     grouped_decode_min_blocks_per_sm: float = 0.0  # the grouped kernel only when KV heads x B >= this x SMs
     # SGLang: the denser list captured (and padded to) when a speculative algorithm is set; () = capture_sizes
     spec_capture_sizes: tuple[int, ...] = ()
+    # the draft's extend pass over the B (K + 1) verified tokens in a CUDA graph; None: as the draft passes
+    draft_extend_captured: bool | None = None
+    # [sampling]: HBM bytes read + written per logit element by the sampler (plain) and by the
+    # verification path (rejection sampler), greedy or at temperature > 0, plus what top-p adds
+    sampling_bytes: tuple[float, ...] = (8.0, 8.0, 0.0, 8.0, 8.0, 0.0)
+
+    def logit_bytes(self, temperature: float, top_p: float) -> tuple[float, float]:
+        """(plain, verify) bytes per logit element at this temperature and top-p."""
+        plain_g, plain_s, plain_top_p, verify_g, verify_s, verify_top_p = self.sampling_bytes
+        if temperature <= 0:
+            return plain_g, verify_g
+        nucleus = top_p < 1
+        return plain_s + nucleus * plain_top_p, verify_s + nucleus * verify_top_p
 
     @property
     def allreduce_table(self) -> str:
@@ -184,9 +197,29 @@ def engine_from_dict(data: dict, origin: str) -> EngineProfile:
         tp_broadcast_per_step_s=get("host", "tp_broadcast_per_step_s", float, 0.0),
         grouped_decode_groups=_groups(get("attention", "grouped_decode_groups", list, []), origin),
         grouped_decode_min_blocks_per_sm=get("attention", "grouped_decode_min_blocks_per_sm", float, 0.0),
+        draft_extend_captured=_optional_bool(get, "cuda_graphs", "draft_extend_captured"),
+        sampling_bytes=tuple(get("sampling", key, float, 0.0 if "top_p" in key else 8.0) for key in SAMPLING_KEYS),
         spec_capture_sizes=spec_sizes)
     _refuse_unknown(data, read, origin)
     return profile
+
+
+# [sampling] keys, in EngineProfile.sampling_bytes order (absent: 8 bytes per logit, one fp32 read and
+# write, and nothing more for top-p)
+SAMPLING_KEYS = ("plain_greedy_bytes_per_logit", "plain_sampled_bytes_per_logit", "plain_top_p_extra_bytes_per_logit",
+                 "verify_greedy_bytes_per_logit", "verify_sampled_bytes_per_logit",
+                 "verify_top_p_extra_bytes_per_logit")
+_UNSET = object()
+
+
+def _optional_bool(get, section: str, key: str) -> bool | None:
+    """A true / false key that may be absent (None), read through ``get`` so it counts as known."""
+    value = get(section, key, object, _UNSET)
+    if value is _UNSET:
+        return None
+    if not isinstance(value, bool):
+        raise PlannerError(f"[{section}] {key} must be true or false, got {value!r}")
+    return value
 
 
 def _sizes(sizes: list, key: str, origin: str) -> tuple[int, ...]:

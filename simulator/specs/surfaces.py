@@ -32,7 +32,7 @@ __all__ = ["Surface", "ShapeCorrection", "collective_time_s"]
 class Surface:
     """An N-D efficiency grid, interpolated linearly in log2(axis), clamped at the ends."""
 
-    __slots__ = ("axes", "log_grid", "values", "_strides", "_slices", "_by_integer")
+    __slots__ = ("axes", "log_grid", "values", "_strides", "_slices", "_by_integer", "envelopes")
 
     def __init__(self, axes: Sequence[str], grid: Sequence[Sequence[float]], efficiency) -> None:
         self.axes = tuple(axes)
@@ -48,6 +48,7 @@ class Surface:
         self._strides = np.array([int(np.prod(self.values.shape[i + 1:])) for i in range(len(self.axes))])
         self._slices: dict = {}
         self._by_integer = np.empty(0)  # one-axis surfaces: value at x = 0, 1, 2, ... (token counts)
+        self.envelopes: dict = {}  # the planner's monotone time envelopes over this surface (cache)
 
     @classmethod
     def from_dict(cls, d: Mapping) -> "Surface":
@@ -77,6 +78,12 @@ class Surface:
             g = self.log_grid[0]
             self._by_integer = np.interp(lx, g, self.values) if g.size > 1 else np.full(n, float(self.values[0]))
         return self._by_integer
+
+    def integer_values(self, top: int) -> np.ndarray:
+        """A one-axis surface's values at x = 0, 1, ..., >= top (x = 0 reads x = 1)."""
+        if len(self.axes) != 1:
+            raise ValueError("integer_values: one-axis surfaces only (slice the others away first)")
+        return self._integer_table(int(top))
 
     def sliced(self, values: tuple) -> "Surface":
         """The surface with the axes whose value is given (not None) interpolated away; cached, since an
@@ -200,7 +207,8 @@ def collective_time_s(table: Mapping, g: int, nbytes, *, op: str = "all_reduce")
     """Time of one collective of ``nbytes`` (per GPU message) over ``g`` GPUs, from a profile.
 
     ``table`` is ``profile["collectives"]`` (or its ``[op]`` sub-dict). Inside the measured
-    byte range: log-log linear interpolation of latency vs bytes. Outside it: the fitted
+    byte range: log-log linear interpolation of latency vs bytes (of the running maximum of the
+    measured latencies: a larger message is never priced faster). Outside it: the fitted
     alpha-beta model ``alpha_g + f(g) S / busBW_g`` with f = 2 (g-1)/g for all-reduce
     (the planner's formula) and (g-1)/g for all-gather / reduce-scatter / all-to-all,
     joined continuously to the nearest measured point (the model is scaled to match it).
@@ -222,7 +230,9 @@ def collective_time_s(table: Mapping, g: int, nbytes, *, op: str = "all_reduce")
     b = np.asarray(ent["bytes"], dtype=float)
     t = np.asarray(ent["latency_s"], dtype=float)
     order = np.argsort(b)
-    b, t = b[order], t[order]
+    # a larger message is not faster: the running maximum of the measured latencies (a table's
+    # point-to-point noise and protocol switches otherwise make some message sizes cheaper than smaller ones)
+    b, t = b[order], np.maximum.accumulate(t[order])
 
     def model(s):
         return alpha + factor * s / bw

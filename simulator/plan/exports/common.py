@@ -192,6 +192,8 @@ class Export:
         return json.dumps(self.payload, indent=2) + "\n"
 
     def markdown(self) -> str:
+        """The schedule as a Markdown table with its notes; the warnings stay in ``.warnings`` (the CLI
+        prints them on stderr, never into the table)."""
         lines = [f"**{self.engine} {self.version}** (`--format {self.fmt}`)", ""]
         if self.rows:
             cols = list(self.rows[0])
@@ -199,8 +201,6 @@ class Export:
             lines += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in self.rows]
         for note in self.notes:
             lines += ["", f"Note: {note}"]
-        for warn in self.warnings:
-            lines += ["", f"Warning: {warn}"]
         if self.how_to_use:
             lines += ["", f"Use: {self.how_to_use}"]
         return "\n".join(lines) + "\n"

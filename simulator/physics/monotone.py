@@ -1,0 +1,170 @@
+"""A kernel given more work is not faster: monotone envelopes of surface-priced op times.
+
+A measured efficiency surface prices an op as t = R / eta(shape), R = max(F / P, M / BW) the
+roofline. Between its nodes, and where the kernel tables are noisy or a kernel choice changes,
+eta can rise faster than R falls behind, so that a larger step would be priced cheaper than a
+smaller one: verifying K + 1 tokens cheaper than K, or fewer distinct experts costlier than more.
+No kernel does that on purpose (an engine given the larger work could always pad the smaller
+launch), so the planner prices every op by the envelope
+
+    t_env(w) = max_{w' <= w} t(w')
+
+over the work coordinates w of the op: the token count m of a GEMM (at its weight shape n, k), and
+for the routed experts of an MoE layer both the tokens T and the distinct experts E they touch
+(more tokens at the same experts, or more experts at the same tokens, is more work). The envelope
+is computed on a lattice of the op's own time (integer m; log-spaced T x linear E), accumulated
+with a running maximum along every work axis and interpolated (multilinear interpolation of a
+lattice that is non-decreasing along each axis is non-decreasing too), so it is exact at integer
+token counts, independent of which other batch sizes a grid asks for, and equal to t wherever t
+already grows with the work.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from simulator.physics.experts import busiest_group_load, experts_touched
+
+# Bytes per kernel call below which data can stay in on-chip L2 (40-126 MB on A100-B200) between
+# the timing repeats of a kernel table, so a measured kernel may beat the DRAM roofline.
+CACHE_RESIDENT_BYTES = 64e6
+
+# Largest whole token count priced through an integer lattice (GEMM m); beyond it the raw surface
+MAX_LATTICE_TOKENS = 1 << 17
+# MoE lattice: nodes per octave of tokens, nodes over the distinct-expert range
+MOE_TOKEN_NODES_PER_OCTAVE = 16
+MOE_EXPERT_NODES = 65
+
+
+def surface_time_s(flops, nbytes, eta, peak: float, bw: float) -> np.ndarray:
+    """t = max(F / (eta P), M / (eta BW)), eta capped at 1 unless the op's data fits in L2 and it is
+    memory-bound (:data:`CACHE_RESIDENT_BYTES`): a fitted surface read beyond its rows must not
+    outrun HBM or the peak."""
+    flops, nbytes = np.asarray(flops, dtype=float), np.asarray(nbytes, dtype=float)
+    in_cache = (nbytes < CACHE_RESIDENT_BYTES) & (flops / peak < nbytes / bw)
+    eta = np.where(in_cache, eta, np.minimum(eta, 1.0))
+    return np.maximum(flops / (eta * peak), nbytes / (eta * bw))
+
+
+def affine_envelope_s(eta_by_integer: np.ndarray, f1: float, f0: float, m1: float, m0: float,
+                      peak: float, bw: float) -> np.ndarray:
+    """Envelope time at x = 0, 1, 2, ... of an op with F = f1 x + f0, M = m1 x + m0 (a GEMM at its
+    weight shape: F = 2 n k m, M = n k w + (n + k) a m) and efficiency ``eta_by_integer[x]``:
+    the running maximum of :func:`surface_time_s` over x' <= x (x = 0 costs nothing)."""
+    x = np.arange(eta_by_integer.size, dtype=float)
+    t = surface_time_s(f1 * x + f0, m1 * x + m0, np.maximum(eta_by_integer, 1e-12), peak, bw)
+    t[0] = 0.0
+    return np.maximum.accumulate(t)
+
+
+def lattice_interp(t: np.ndarray, log_x: np.ndarray, y: np.ndarray, qx, qy) -> np.ndarray:
+    """Bilinear interpolation of lattice ``t`` [len(log_x), len(y)] at (log2 qx, qy), clamped."""
+    def locate(g, v):
+        v = np.clip(v, g[0], g[-1])
+        i = np.clip(np.searchsorted(g, v, side="right") - 1, 0, g.size - 2)
+        return i, (v - g[i]) / (g[i + 1] - g[i])
+
+    i, fx = locate(log_x, np.log2(np.maximum(np.asarray(qx, dtype=float), 1e-300)))
+    j, fy = locate(y, np.asarray(qy, dtype=float))
+    return ((1 - fx) * ((1 - fy) * t[i, j] + fy * t[i, j + 1])
+            + fx * ((1 - fy) * t[i + 1, j] + fy * t[i + 1, j + 1]))
+
+
+def moe_lattice_s(surface, correction, shape: dict, top_tokens: float, top_queries: float, peak: float, bw: float):
+    """(log2 T nodes, E nodes, envelope time [T, E]) of one MoE layer's routed experts per instance.
+
+    At T tokens touching E distinct experts in all (E between what T / q_max tokens and what T
+    independent tokens touch, ``experts_touched``: B = T / q sequences of q <= ``top_queries`` positions
+    touch at least the experts of their B first tokens, whatever the reuse), the busiest of ``moe_ep`` GPUs holds c_E(T) E of them and p_g(T) token-expert
+    pairs (:func:`busiest_group_load` at independent tokens; c_E = 1/ep for uniform routing):
+    F = 2 p_g s, M = c_E E s w + p_g b_pair, efficiency read at T k / E tokens per expert and
+    c_E E s w expert bytes (the axes of the MoE surface), times the table's per-shape correction
+    at T. The running maximum along T and E makes it the envelope of :mod:`this module <.monotone>`.
+    """
+    p = np.asarray(shape["probabilities"], dtype=float)
+    k, ep = float(shape["topk"]), int(shape["moe_ep"])
+    s, w, b_pair, n = (float(shape[a]) for a in ("params_slice", "w_bytes", "pair_bytes", "n"))
+    octaves = max(int(np.ceil(np.log2(max(top_tokens, 2.0)))), 1)
+    log_t = np.arange(octaves * MOE_TOKEN_NODES_PER_OCTAVE + 1) / MOE_TOKEN_NODES_PER_OCTAVE
+    T = np.exp2(log_t)
+    e_all0 = experts_touched(T, p)
+    touched_g0, pairs_g = busiest_group_load(T, p, ep)
+    c_e = touched_g0 / np.maximum(e_all0, 1e-12)
+    E_nodes = np.linspace(k, float(len(p)), MOE_EXPERT_NODES)
+    e_lo = experts_touched(np.maximum(T / max(top_queries, 1.0), 1.0), p)
+    E = np.clip(E_nodes[None, :], e_lo[:, None], e_all0[:, None])  # the counts a step of T tokens can touch
+    expert_bytes = c_e[:, None] * E * s * w
+    eta = surface(tokens_per_expert=T[:, None] * k / E, expert_bytes=expert_bytes, n=np.full(E.shape, n))
+    if correction is not None:
+        factor = correction.factor({**{a: shape[a] for a in correction.key_axes}, correction.along: T})
+        if factor is not None:
+            eta = eta / factor[:, None]
+    pairs = pairs_g[:, None] * np.ones_like(E)
+    t = surface_time_s(2.0 * pairs * s, expert_bytes + pairs * b_pair, eta, peak, bw)
+    t = np.maximum.accumulate(np.maximum.accumulate(t, axis=0), axis=1)
+    return log_t, E_nodes, t
+
+
+# Decode-attention lattice: nodes per octave of sequences and of cached keys
+ATTENTION_NODES_PER_OCTAVE = 8
+
+
+def log_lattice_interp(log_t: np.ndarray, log_x: np.ndarray, log_y: np.ndarray, qx, qy) -> np.ndarray:
+    """exp of the bilinear interpolation of ``log_t`` at (log2 qx, log2 qy): exact for power laws
+    (t proportional to B, or to the keys read), and monotone where log_t is."""
+    return np.exp(lattice_interp(log_t, log_x, log_y, qx, np.log2(np.maximum(np.asarray(qy, dtype=float), 1e-300))))
+
+
+def attention_lattice_s(surface, shape: dict, top_batch: float, top_keys: float, peak: float, bw: float):
+    """(log2 B nodes, log2 L nodes, log envelope time [B, L]) of the q = 1 decode-attention kernel the
+    tables measured: B sequences, one query each, over L cached keys (+ the new one: context L + 1).
+    A grouped kernel (one KV read per KV head; surface axes B hkv, L + 1, d, g)::
+
+        F_1 = 4 B (L + 1) hq d,   M_1 = B (L + 1) 2 hkv d kv + 2 B hq d a
+
+    absorbed MLA (a latent of r + rope per key; surface axes B, L + 1, M_1)::
+
+        F_1 = 2 B (L + 1) hq (2 r + rope),   M_1 = B (L + 1) latent kv + 2 B hq latent a
+
+    the running maximum taken along B and along L. :func:`attention_time_s` adds the other queries."""
+    step = 1.0 / ATTENTION_NODES_PER_OCTAVE
+    log_b = np.arange(0.0, max(np.ceil(np.log2(max(top_batch, 2.0))), 1.0) + step / 2, step)
+    log_l = np.arange(0.0, max(np.ceil(np.log2(max(top_keys, 2.0))), 1.0) + step / 2, step)
+    B, L = np.exp2(log_b)[:, None], np.exp2(log_l)[None, :]
+    per_score, key_bytes, query_bytes = _attention_unit_work(shape)
+    m_1 = B * ((L + 1) * key_bytes + query_bytes)
+    if "latent" in shape:
+        eta = surface(batch=B * np.ones_like(L), context=L + 1.0, bytes=m_1)
+    else:
+        hkv, d, g = (float(shape[x]) for x in ("kv_heads", "head_dim", "group"))
+        eta = surface(batch_heads=B * hkv, context=L + 1.0, head_dim=d, group=g)
+    t = surface_time_s(B * (L + 1) * per_score, m_1, eta, peak, bw)
+    t = np.maximum.accumulate(np.maximum.accumulate(t, axis=0), axis=1)
+    return log_b, log_l, np.log(t)
+
+
+def _attention_unit_work(shape: dict) -> tuple[float, float, float]:
+    """(FLOPs per query-key score, KV bytes per key, query + output bytes per query) of one sequence."""
+    hq, kv, a = (float(shape[x]) for x in ("q_heads", "kv_elem_bytes", "a_bytes"))
+    if "latent" in shape:
+        latent = float(shape["latent"])
+        return 2.0 * hq * float(shape["score_width"]), latent * kv, 2.0 * hq * latent * a
+    d = float(shape["head_dim"])
+    return 4.0 * hq * d, 2.0 * float(shape["kv_heads"]) * d * kv, 2.0 * hq * d * a
+
+
+def attention_time_s(t_1, shape: dict, flops, peak: float, bw: float) -> np.ndarray:
+    """A verify pass's decode attention from the measured q = 1 kernel's time ``t_1`` at the same B and L.
+
+    The tables measured q = 1 kernels. A q-query kernel pays that kernel's time once, latency floor
+    included, and its extra work, the other q - 1 queries' keys, reads and writes
+    dM = B (q - 1) (kv bytes per key + query bytes), at the roofline; its FLOPs F_q cap it below:
+
+        t_q = max(t_1(B, L) + dM / BW,  F_q / P)
+
+    (pricing the whole q-query kernel at the q = 1 kernel's efficiency instead charged the extra queries
+    at the latency floor's efficiency of a short context: 9 queries over 1 key at 5x the time of one
+    query, a time that fell as the context grew). Non-decreasing in B, L and q where t_1 is."""
+    _, key_bytes, query_bytes = _attention_unit_work(shape)
+    batch, queries = (np.asarray(shape[x], dtype=float) for x in ("sequences", "queries"))
+    extra = batch * (queries - 1.0) * (key_bytes + query_bytes)
+    return np.maximum(t_1 + extra / bw, np.asarray(flops, dtype=float) / peak)

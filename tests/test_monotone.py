@@ -1,0 +1,132 @@
+"""A step given more work is not faster (issue 20, item 2).
+
+For every shipped measured-table profile, with its own engine, and every catalog model family it can
+hold (the smallest TP whose weights fit; all MoE models plus a dense sample), the verify pass's
+kernel time (graph effects aside: ``StepCost.total_s``) never decreases when the work grows:
+batch size at fixed K, K at fixed batch size, context length, and distinct experts (a higher routing
+reuse rho touches fewer experts with the same tokens: never costlier). Plus hand-computed checks of
+the envelope itself (simulator/physics/monotone.py).
+"""
+from __future__ import annotations
+
+import warnings
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from simulator.physics.layers import verify_cost
+from simulator.physics.memory import weight_bytes_per_gpu
+from simulator.physics.monotone import affine_envelope_s, lattice_interp, surface_time_s
+from simulator.plan.api import predict
+from simulator.specs.profile import SHIPPED_DIR
+from simulator.specs.surfaces import Surface, collective_time_s
+
+pytestmark = pytest.mark.monotone
+
+PROFILES = sorted(SHIPPED_DIR.glob("*.profile.json"))
+MOE_MODELS = ("gpt-oss-120b", "qwen3-30b-a3b", "qwen3-235b-a22b", "mixtral-8x7b", "deepseek-v3", "moe-synthetic")
+DENSE_MODELS = ("llama-3.1-8b", "llama-3.1-70b")
+BATCH = np.array([1, 2, 3, 4, 6, 8, 12, 16, 23, 32, 48, 64, 128, 256], dtype=float)[:, None]
+KS = np.arange(0, 9, dtype=float)[None, :]
+CONTEXTS = (512.0, 4096.0, 32768.0)
+REUSE = (0.0, 0.5, 0.9)
+# float summation order only: every op is a running maximum over less work
+RTOL = 1e-9
+
+
+def _scenario(model: str, profile: Path):
+    """The model on the profile's device and engine (the engine resolves to this shipped profile, so
+    the cached copy with its borrowed surfaces is used) at the smallest TP whose weights fit."""
+    hardware, tag = profile.name.split(".", 1)
+    for tp in (1, 2, 4, 8):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            sc = predict(model=model, hardware=hardware, tp=tp, engine=tag.split("-")[0]).scenario
+        assert Path(sc.profile.path).name == profile.name
+        if weight_bytes_per_gpu(sc.model, sc.deployment) < 0.9 * sc.hardware.memory_bytes:
+            return sc
+    return None
+
+
+def _worst_drop(t: np.ndarray, axis: int) -> float:
+    """Largest relative decrease of t along ``axis`` (0 when it never decreases)."""
+    d = np.diff(t, axis=axis) / np.delete(t, -1, axis=axis)
+    return float(max(0.0, -d.min()))
+
+
+def _kernel_s(sc, dep=None, context=None) -> np.ndarray:
+    return verify_cost(sc.model, dep or sc.deployment, sc.hardware, BATCH, KS,
+                       sc.context_len if context is None else context, sc.profile).total_s
+
+
+@pytest.mark.parametrize("profile", PROFILES, ids=lambda p: p.name.replace(".profile.json", ""))
+def test_verify_kernel_time_never_falls_as_work_grows(profile):
+    failures = []
+    for model in MOE_MODELS + DENSE_MODELS:
+        sc = _scenario(model, profile)
+        if sc is None:
+            continue
+        by_ctx = np.stack([_kernel_s(sc, context=c) for c in CONTEXTS], axis=2)
+        drops = {"batch": _worst_drop(by_ctx, 0), "K": _worst_drop(by_ctx, 1), "context": _worst_drop(by_ctx, 2)}
+        if sc.model.is_moe:
+            routing = sc.deployment.routing
+            by_reuse = np.stack([_kernel_s(sc, replace(sc.deployment, routing=replace(routing, reuse=r)))
+                                 for r in REUSE])
+            drops["fewer experts costlier"] = _worst_drop(by_reuse[::-1], 0)  # rho falling = more experts
+        failures += [f"{model} tp{sc.deployment.tp}: {k} -{v:.2%}" for k, v in drops.items() if v > RTOL]
+    assert not failures, "verify time falls as work grows: " + "; ".join(failures)
+
+
+def test_issue_case_qwen3_30b_h100_vllm_k0_to_k1():
+    """The issue's worst case: Qwen3-30B-A3B / H100 / vLLM at B = 23, verify time -8.9% from K = 0 to 1."""
+    sc = _scenario("qwen3-30b-a3b", SHIPPED_DIR / "h100-sxm.vllm-0.24.0.profile.json")
+    t = verify_cost(sc.model, sc.deployment, sc.hardware, np.array([[23.0]]), np.array([[0.0, 1.0]]),
+                    sc.context_len, sc.profile).total_s
+    assert t[0, 1] >= t[0, 0]
+
+
+def test_affine_envelope_by_hand():
+    """F = 2 x, M = 100 + x, P = 1, BW = 1 (memory-bound: t = (100 + x) / eta), eta 0.5, 0.5, 1, 0.4 at
+    x = 0..3: t = 0, 101 / 0.5 = 202, 102 / 1 = 102, 103 / 0.4 = 257.5 -> envelope 0, 202, 202, 257.5
+    (the table's dip at x = 2 is lifted to x = 1's time)."""
+    eta = np.array([0.5, 0.5, 1.0, 0.4])
+    env = affine_envelope_s(eta, 2.0, 0.0, 1.0, 100.0, 1.0, 1.0)
+    np.testing.assert_allclose(env, [0.0, 202.0, 202.0, 257.5])
+
+
+def test_envelope_equals_surface_time_where_it_already_grows():
+    """A GEMM surface whose time grows with m everywhere (flat while the weight read dominates, rising
+    slower than the FLOPs once compute-bound, from m ~ 345 for n = k = 4096 bf16 on H100): the envelope is
+    the surface's own time at every whole m (hand roofline: F = 2 m n k, M = n k w + m (n + k) a)."""
+    n = k = 4096.0
+    surf = Surface(["m"], [[1, 16, 256, 4096]], [0.7, 0.7, 0.7, 0.8])
+    m = np.arange(1, 4097)
+    peak, bw = 989e12, 3.35e12
+    t = surface_time_s(2 * m * n * k, n * k * 2 + m * (n + k) * 2, surf(m=m.astype(float)), peak, bw)
+    assert np.all(np.diff(t) >= 0)
+    env = affine_envelope_s(surf.integer_values(4096)[:4097], 2 * n * k, 0.0, (n + k) * 2, n * k * 2, peak, bw)
+    np.testing.assert_allclose(env[1:], t, rtol=1e-12)
+
+
+def test_lattice_interpolation_is_monotone_in_both_axes():
+    """Bilinear interpolation of a lattice non-decreasing along both axes stays non-decreasing."""
+    rng = np.random.default_rng(0)
+    lat = np.cumsum(np.cumsum(rng.random((6, 5)), axis=0), axis=1)
+    lx, y = np.arange(6.0), np.linspace(0, 4, 5)
+    q = np.exp2(np.linspace(0, 5, 200))
+    along_x = lattice_interp(lat, lx, y, q, 2.3)
+    along_y = lattice_interp(lat, lx, y, 7.0, np.linspace(0, 4, 200))
+    assert np.all(np.diff(along_x) >= 0) and np.all(np.diff(along_y) >= 0)
+
+
+def test_collective_larger_message_never_faster():
+    """Measured points 10 us at 1 kB, 8 us at 2 kB (a protocol switch), 20 us at 64 kB: 2 kB is priced
+    at least 10 us and the curve never falls."""
+    table = {"all_reduce": {"2": {"alpha_s": 5e-6, "bus_bandwidth_bytes_per_s": 1e11,
+                                  "bytes": [1024.0, 2048.0, 65536.0], "latency_s": [10e-6, 8e-6, 20e-6]}}}
+    sizes = np.geomspace(256, 1 << 20, 200)
+    t = collective_time_s(table, 2, sizes)
+    assert np.all(np.diff(t) >= 0)
+    assert float(collective_time_s(table, 2, 2048.0)) == pytest.approx(10e-6)
