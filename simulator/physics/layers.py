@@ -94,7 +94,8 @@ def attention_op(model: ModelSpec, dep: Deployment, batch, queries, context_len:
         # a grouped kernel everywhere (every engine but TensorRT-LLM <= 0.10): no array work here
         reads, blocks = (1.0, 1.0) if per_head is False else (kv_reads(dep, group, per_head),
                                                                np.where(per_head, group, 1.0))
-        flops, kv_read, q_io = attention_decode_terms(batch, queries, keys, hq, hkv, d, kv, a, reads)
+        flops, kv_read, q_io = attention_decode_terms(batch, queries, keys, hq, hkv, d, kv, a)
+        kv_read = kv_read * reads  # per-query-head kernels re-read each KV head (kv_reads)
         # surface axes as the q = 1 decode tables measured them: group = hq / hkv. A verify pass packs
         # its q g query rows per KV head into tensor-core tiles and stays bound by the same KV read;
         # the tables' slow large-group decode kernels (g >= 48, ~3x at equal bytes) are a q = 1

@@ -8,8 +8,8 @@ L cached keys, T tokens); w, a, kv bytes per weight, activation and KV element.
 
 * GEMM Y[m, n] = X[m, k] W[k, n]:  F = 2 m n k,  M = n k w + m (n + k) a
 * decode attention (GQA), hq / hkv heads, head dim d:  F = 4 B q (L + (q+1)/2) hq d,
-  M = B (L + q) 2 hkv d kv r + 2 B q hq d a   (r: HBM-equivalent reads of each KV byte, 1 for a
-  grouped kernel)
+  M = B (L + q) 2 hkv d kv + 2 B q hq d a   (a kernel that re-reads KV per query head multiplies the
+  KV term by its reads: physics/layers.kv_reads)
 * absorbed MLA, latent = kv_lora + rope:  F = 2 B q (L + (q+1)/2) hq (2 kv_lora + rope),
   M = B (L + q) latent kv + 2 B q hq latent a
 * routed experts on the busiest GPU, P token-expert pairs and X experts touched there, hidden D,
@@ -27,10 +27,10 @@ def gemm_terms(m, n, k, w, a):
     return 2.0 * m * n * k, n * k * w + m * (n + k) * a
 
 
-def attention_decode_terms(batch, queries, keys, hq, hkv, d, kv, a, reads=1.0):
-    """(F, KV bytes read, Q/O bytes) of decode attention over ``keys`` cached keys plus the q new ones."""
+def attention_decode_terms(batch, queries, keys, hq, hkv, d, kv, a):
+    """(F, KV bytes read once, Q/O bytes) of decode attention over ``keys`` cached keys plus the q new ones."""
     flops = 4.0 * batch * queries * (keys + (queries + 1) / 2) * hq * d
-    kv_read = batch * (keys + queries) * 2 * hkv * d * kv * reads
+    kv_read = batch * (keys + queries) * 2 * hkv * d * kv
     q_io = 2.0 * batch * queries * hq * d * a
     return flops, kv_read, q_io
 
