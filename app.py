@@ -106,8 +106,9 @@ def provenance_line(p) -> None:
 
 def tab_kstar(pg: Page) -> None:
     pg.chart("k_star")
-    st.caption("K* = argmax over K of goodput(B, K) = AL(K) / ITL(B, K), among the K whose memory fits; "
-               "K = 0 is plain decoding.")
+    st.caption("K* is the schedule with the fewest ranges of constant K whose goodput AL(K) / ITL(B, K) is within"
+               f" {pg.p.scenario.schedule_tolerance:.0%} of the best K at every batch size, among the K whose memory"
+               f" fits; K = 0 is plain decoding. {pg.p.schedule_note().split('; --schedule')[0]}.")
     t, sc = pg.p.table, pg.p.scenario
     needs = t.break_even_acceptance_length.dropna()
     if not needs.empty:
@@ -116,11 +117,11 @@ def tab_kstar(pg: Page) -> None:
                    f"plain decoding where the acceptance length reaches step time (K) / step time (plain): "
                    f"{needs.iloc[0]:.2f} at B = {int(t.batch_size.iloc[needs.index[0]])}, "
                    f"{worst.break_even_acceptance_length:.2f} at B = {int(worst.batch_size)} "
-                   "(column break_even_acceptance_length).")
+                   "(column 'fixed K needs AL').")
     dependence = pg.p.acceptance_dependence_text()
     if dependence:
         st.caption(dependence)
-    st.dataframe(t, hide_index=True, width="stretch", height=260)
+    st.dataframe(compute.kstar_view(t), hide_index=True, width="stretch", height=260)
 
 
 def tab_heatmap(pg: Page) -> None:

@@ -211,15 +211,17 @@ def roofline_chart(ops: pd.DataFrame, peak_flops_per_s: float, bandwidth_bytes_p
 
 
 def experts_touched_chart(grid: pd.DataFrame, num_experts: int, top_k: int, title: str = "") -> alt.Chart:
-    """Experts a verify step loads (per MoE layer) vs tokens in the step, T = B * (K + 1)."""
+    """Experts a verify step loads (per MoE layer) vs tokens in the step, T = B * (K + 1): one line per K
+    (with correlated routing the count depends on B and K, not on T alone, so one line would zigzag)."""
     df = grid[["batch_size", "k", "experts_touched"]].copy()
     df["tokens"] = df["batch_size"] * (df["k"] + 1)
-    df = df.groupby("tokens", as_index=False)["experts_touched"].first()
-    line = alt.Chart(df).mark_line(strokeWidth=2, color="#1f77b4").encode(
+    line = alt.Chart(df).mark_line(strokeWidth=2).encode(
         x=alt.X("tokens:Q", scale=alt.Scale(type="log"),
                 axis=alt.Axis(title="Tokens per verify step T = B·(K+1) (log scale)", format="~s")),
         y=alt.Y("experts_touched:Q", title="Experts loaded per MoE layer", scale=alt.Scale(domain=[0, num_experts * 1.05])),
-        tooltip=[alt.Tooltip("tokens:Q", title="T"), alt.Tooltip("experts_touched:Q", title="experts", format=".1f")])
+        color=alt.Color("k:O", title="K", scale=alt.Scale(scheme="viridis")),
+        tooltip=[alt.Tooltip("k:O", title="K"), alt.Tooltip("batch_size:Q", title="B"),
+                 alt.Tooltip("tokens:Q", title="T"), alt.Tooltip("experts_touched:Q", title="experts", format=".1f")])
     refs = pd.DataFrame({"y": [float(num_experts), float(top_k)],
                          "label": [f"all {num_experts} experts", f"top-k = {top_k} (one token)"]})
     rules = alt.Chart(refs).mark_rule(strokeDash=[4, 4], color="#888").encode(y="y:Q")

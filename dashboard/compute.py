@@ -118,3 +118,27 @@ def layout_table(p: Prediction, b: int) -> pd.DataFrame:
                      "experts touched at K*": r.get("experts_touched", np.nan), "GB per GPU": r.memory_gb_per_gpu})
     return pd.DataFrame(rows)
 
+
+# the K* table as a reader sees it: column -> (name with unit, decimals); the CSV download keeps the raw columns
+KSTAR_COLUMNS = {
+    "batch_size": ("B (sequences)", 0), "k_opt": ("K*", 0), "token_latency_ms": ("ms per token", 2),
+    "plain_token_latency_ms": ("plain ms per token", 2), "itl_ms": ("step ms", 2),
+    "speedup_vs_plain": ("× vs plain", 2), "speedup_vs_fixed": ("× vs fixed K", 2),
+    "goodput_per_seq": ("tokens/s per sequence", 1), "throughput": ("tokens/s (batch)", 0),
+    "acceptance_length": ("tokens per step", 2), "bound": ("bound by", None),
+    "memory_gb_per_gpu": ("GB per GPU", 1), "experts_touched": ("experts loaded at K*", 1),
+    "break_even_acceptance_length": ("fixed K needs AL", 2), "fixed_acceptance_length": ("fixed K reaches AL", 2),
+    "k_opt_depends_on_acceptance": ("K* depends on acceptance", None),
+}
+
+
+def kstar_view(table: pd.DataFrame) -> pd.DataFrame:
+    """The K* table with human column names and units, rounded (NaN where nothing fits)."""
+    cols = [c for c in KSTAR_COLUMNS if c in table.columns]
+    view = table[cols].copy()
+    for col in cols:
+        digits = KSTAR_COLUMNS[col][1]
+        if digits is not None and col != "k_opt":
+            view[col] = view[col].astype(float).round(digits)
+    return view.rename(columns={c: KSTAR_COLUMNS[c][0] for c in cols})
+

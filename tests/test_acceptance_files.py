@@ -168,3 +168,20 @@ def test_engine_runs_write_a_profile_the_reader_takes_back(tmp_path):
     assert prof["mean_accept_length"] == pytest.approx(2.079)
     back = read_acceptance_file(out)
     assert back.conditional == pytest.approx((0.65, 0.55, 0.2)) and back.max_supported_k is None
+
+
+def test_sweep_acceptance_preset_reads_a_file_next_to_the_sweep(tmp_path):
+    from simulator.specs.scenario import build_scenario
+    from simulator.sweep import parse_sweep
+    _write(tmp_path, "speculation_profile.json", PROFILE)
+    spec_file = tmp_path / "sweep.toml"
+    spec_file.write_text('name = "s"\n[sweep]\nbase = "sizing-dense-command-a"\nhardware = ["h200"]\ntp = [4]\n'
+                         'policies = ["plain"]\n[acceptance.measured]\nfile = "speculation_profile.json"\n'
+                         '[run]\nn_requests = 20\nsearch_steps = 0\nduration_s = 2.0\nmax_requests = 60\n')
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        spec = parse_sweep(spec_file, output_dir=str(tmp_path / "out"))
+        task = spec.tasks[0]
+        sc = build_scenario(task.raw, task.origin, task.base_dir)
+    assert task.axes["acceptance"] == "measured"
+    assert sc.k_max == 3 and sc.acceptance.rates == (0.8, 0.6, 0.4, 0.3)  # the file's max_supported_k caps K

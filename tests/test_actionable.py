@@ -61,7 +61,7 @@ def test_schedule_tolerance_zero_is_the_argmax_and_json_reports_the_trade(capsys
 
 # --- warnings: once, only where they apply, on stderr, never in an output (item 6) ----------------------
 
-@pytest.mark.parametrize("fmt", [["--format", "table"], ["--format", "csv"], ["--format", "vllm"],
+@pytest.mark.parametrize("fmt", [["--format", "table"], ["--format", "vllm"],
                                  ["--format", "vllm", "--markdown"], ["--format", "trtllm"]])
 def test_warnings_go_to_stderr_once_never_into_the_output(capsys, fmt):
     rc, out, err = _run(capsys, fmt)  # the default scenario: its grid ends at B=256 with K* = 1
@@ -123,3 +123,97 @@ def test_catalog_bad_kind_exits_2(capsys):
     with pytest.raises(SystemExit) as exit_:
         catalog_main(["gpus"])
     assert exit_.value.code == 2 and capsys.readouterr().err.startswith("error: argument kind")
+
+
+# --- MoE explanations that add up (item 5) --------------------------------------------------------------
+
+MOE = ["qwen3-235b-h200", "deepseek-v3-dp-ep", "sizing-moe-qwen3-235b", "moe-synthetic-cpu"]
+
+
+@pytest.mark.parametrize("name", MOE)
+def test_growth_shares_are_non_negative_and_sum_to_one(name):
+    import numpy as np
+
+    from simulator.physics.attribution import GROUPS, growth_shares, verify_growth
+    from simulator.plan.api import predict
+    p = predict(name)
+    t = p.table.dropna(subset=["k_opt"])
+    sc = p.scenario
+    g = verify_growth(sc.model, sc.deployment, sc.hardware, t.batch_size.to_numpy(float), t.k_opt.to_numpy(float),
+                      sc.context_len, sc.profile)
+    assert np.allclose(sum(g[x] for x in GROUPS), g["verify_k_s"] - g["verify_k0_s"])
+    shares = np.array([growth_shares(g)[x] for x in GROUPS])
+    grew = np.isfinite(shares).all(axis=0)
+    assert grew.any() and (shares[:, grew] >= 0).all() and np.allclose(shares[:, grew].sum(axis=0), 1.0)
+
+
+def test_experts_loaded_hand_uniform_routing():
+    # hand: uniform top-8 of 128 experts, no reuse: E(T) = 128 (1 - (1 - 8/128)^T) per MoE layer (DESIGN.md);
+    # TP 8 experts (ep = 1): a GPU holds 1/8 of every expert; new weight bytes = (E(4) - E(1)) x P_e / 8 x 2 B
+    # x 94 layers at B=1, K=3, priced at the expert op's own time per byte
+    import numpy as np
+
+    from simulator.physics.attribution import verify_growth
+    from simulator.physics.layers import verify_cost
+    from simulator.specs.scenario import load_scenario
+    sc = load_scenario("qwen3-235b-h200", routing_reuse=0.0)
+    m, dep, B, K = sc.model, sc.deployment, np.array([1.0, 256.0]), np.array([3.0, 3.0])
+    g = verify_growth(m, dep, sc.hardware, B, K, sc.context_len, sc.profile)
+    at_k = verify_cost(m, dep, sc.hardware, B, K, sc.context_len, sc.profile)
+    at_0 = verify_cost(m, dep, sc.hardware, B, 0 * K, sc.context_len, sc.profile)
+    i = at_k.names.index("moe_experts")
+    E = lambda T: 128 * (1 - (1 - 8 / 128) ** T)  # noqa: E731
+    new = (E(4) - E(1)) * m.expert_params() / 8 * 2 * 94
+    grew = at_k.time_s[i][0] - at_0.time_s[i][0]
+    assert g["experts_loaded"][0] == pytest.approx(min(new * at_k.time_s[i][0] / at_k.nbytes[i][0], grew))
+    assert g["experts_loaded"][0] + g["expert_tokens"][0] == pytest.approx(grew)
+    # B=256: E(256) = E(1024) = 128 to within 1e-5 experts: nothing new to load; the growth is tokens through them
+    assert E(1024) - E(256) < 1e-5
+    assert g["experts_loaded"][1] < 1e-3 * g["total"][1] and g["expert_tokens"][1] > 0
+
+
+def test_why_line_once_per_batch_size_and_header_names_layout(capsys):
+    rc, out, _ = _run(capsys, ["--scenario", "qwen3-235b-h200", "--batch-sizes", "64"])
+    why = next(x for x in out.splitlines() if x.startswith("why K* moves"))
+    assert rc == 0 and why.count("B=64") == 1 and "-" not in why.split("from K=0:")[1].split("(")[0]
+    assert "layout tp, ep=1" in out and "weights bf16, activations bf16, KV bf16" in out
+
+
+def test_a_falling_per_token_time_is_explained_or_absent():
+    from simulator.plan.api import predict
+    from simulator.plan.notes import falling_token_time
+    # Qwen3-235B's measured MoE tables made the plain step 23.70 ms at B=22 and 22.49 ms at B=46; the
+    # monotone envelopes (simulator/physics/monotone.py, tests/test_monotone.py) price more tokens never
+    # faster, so the plain step no longer falls and there is nothing to explain
+    p = predict("qwen3-235b-h200", batch_sizes="16-64")
+    t = p.table.plain_token_latency_ms.to_numpy()
+    assert (t[1:] >= t[:-1] * (1 - 1e-9)).all()
+    assert falling_token_time(p) is None
+    # a dense model priced by the datasheet roofline alone never gets cheaper per step with more sequences
+    assert falling_token_time(predict(model="llama-3.1-8b", hardware="h100-sxm", calibration="none",
+                                      engine="ideal", batch_sizes="1-64")) is None
+
+
+# --- one meaning per setting: sizing's K* table is predict's on the same settings (item 1, part) -------
+
+@pytest.mark.parametrize("name", ["sizing-dense-command-a", "sizing-moe-qwen3-235b"])
+def test_sizing_k_table_equals_predict_with_the_same_flags(capsys, name):
+    import shlex
+
+    import pandas as pd
+
+    from simulator.sizing.fleet import _engine_tables, _plan_candidates, k_table_context
+    from simulator.sizing.spec import parse_sizing, traffic_lengths
+    from simulator.specs.scenario import load_scenario
+    sc = load_scenario(name)
+    spec = parse_sizing(sc)
+    prompt, out = traffic_lengths(sc)
+    _, _, _, scen = _plan_candidates(sc, spec, None, max(prompt + out, 1.0))
+    k_tables, engine, _ = _engine_tables(scen, k_table_context(sc))
+    assert any("fp8" in label for label in k_tables)  # W8A8 candidates are among them
+    for label, table in k_tables.items():
+        argv = shlex.split(engine[label]["predict"])[3:] + ["--format", "csv", "--quiet"]
+        rc, csv, _ = _run(capsys, argv)
+        assert rc == 0, (label, argv)
+        got = pd.read_csv(__import__("io").StringIO(csv))
+        assert list(got.k_opt.fillna(-1).astype(int)) == list(table.k_opt.fillna(-1).astype(int)), label

@@ -117,7 +117,7 @@ def test_moe_tab_explains_k_and_compares_layouts_and_reuse_moves_k():
     sb(at, "selectbox", "scenario").set_value("qwen3-235b-h200").run()
     set_view(at, "MoE experts")
     assert_clean(at)
-    assert any("Why K" in m.value and "expert loading" in m.value for m in at.markdown)
+    assert any("Why K" in m.value and "more experts loaded" in m.value for m in at.markdown)
     layouts = at.dataframe[0].value
     assert set(layouts.layout) == {"tp", "tp-ep", "dp-ep"}
     # dp-ep holds every weight once per 8 GPUs but a full KV copy per DP rank: more memory per GPU than tp
@@ -330,6 +330,20 @@ def test_vllm_bench_json_and_metrics_set_acceptance():
         ("metrics.txt", (FIXTURES / "metrics_k3.txt").read_bytes(), "text/plain")).run()
     assert_clean(at)
     assert "measured: vLLM /metrics metrics.txt" in provenance(at)
+
+
+def test_any_acceptance_file_sets_acceptance_and_caps_k():
+    # a Model-Optimizer profile: conditional 0.8, 0.6, 0.4, 0.3 and max_supported_k 3
+    profile = {"schema_version": "1.0", "measured": True, "method": "eagle3", "num_speculative_tokens": 4,
+               "conditional_accept_rates": [0.8, 0.6, 0.4, 0.3], "max_supported_k": 3}
+    at = new_app()
+    sb(at, "radio", "acc_mode").set_value(S.ACC_FILE).run()
+    at.sidebar.file_uploader(key="acc_any_file").set_value(
+        ("speculation_profile.json", json.dumps(profile).encode(), "application/json")).run()
+    assert_clean(at)
+    text = provenance(at)
+    assert "per-position 0.8,0.6,0.4,0.3" in text and "speculation_profile.json" in text
+    assert at.session_state["k_max"] == 3
 
 
 @pytest.mark.parametrize("mode,name,payload,reason", [

@@ -133,7 +133,7 @@ def test_hostile_acceptance_file_is_one_line(tmp_path, name, content, expect):
 
 def test_missing_acceptance_file_is_one_line(tmp_path):
     rc, err = _run("simulator.cli.predict", ["--acceptance", str(tmp_path / "nope.json"), "--batch-sizes", "1-4"])
-    assert rc == 2 and "file not found" in _one_line(err, "missing")
+    assert rc == 2 and "no such file" in _one_line(err, "missing")
 
 
 def test_scenario_file_and_rates_conflict(tmp_path):

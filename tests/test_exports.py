@@ -432,10 +432,10 @@ def test_engines_vllm_clamps_k_above_num_speculative_tokens():
 
 def test_schedule_k_index_over_a_context_axis_matches_the_per_column_rule():
     """schedule_k_index with a trailing context axis = the 1-D DP applied to each context column."""
-    from simulator.plan.schedule import schedule_k_index as settled_k_index
+    from simulator.plan.schedule import schedule_k_index
     rng = np.random.default_rng(7)
     g = 1 + 0.004 * rng.standard_normal((60, 6, 5))
     fits = rng.random(g.shape) > 0.1
-    both = settled_k_index(g, fits)
+    both = schedule_k_index(g, fits)
     for j in range(g.shape[2]):
-        assert (both[:, j] == settled_k_index(g[:, :, j], fits[:, :, j])).all()
+        assert (both[:, j] == schedule_k_index(g[:, :, j], fits[:, :, j])).all()

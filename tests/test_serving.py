@@ -88,20 +88,20 @@ def test_waves_dsd_at_least_fixed_everywhere(waves):
         assert (t["dsd"] >= 0.99 * t["fixed"]).all(), t
 
 
-def test_waves_fixed_k_edge_collapses_at_largest_batch_dsd_close(waves):
-    # scenario: fixed K=3's edge over plain collapses at B = 256 (a compute-bound verify of 1024
-    # tokens, launched eagerly above vLLM 0.11's 512-token speculative graphs), from > 2x at B = 1;
-    # DSD (K = 1 there) stays within a few percent of plain. With measured H100 kernel tables and the
-    # scenario's assumed acceptance (AL(3) = 2.7) fixed K=3 and plain are within 3% there; the
-    # datasheet roofline had fixed K=3 losing.
+def test_waves_fixed_k_loses_at_largest_batch_dsd_close(waves):
+    # published shape (Cohere's dynamic SD post, vLLM, Command A, an EAGLE head at fixed K = 3, 20 waves
+    # of each batch size): fixed K = 3 regressed below plain at B = 256 while dynamic K stayed ahead of
+    # plain by a few percent (+1.8%). The scenario's acceptance is a one-step EAGLE-1 head's, cited in
+    # scenarios/command-a-h100.toml (AL(3) = 2.29), not fitted to those figures. At B = 1 hand: AL(3) =
+    # 2.29 over a K = 3 step ~1.25x the plain one (a memory-bound step) -> ~1.8x per user
     tput, user = _pivot(waves, "throughput_tok_s"), _pivot(waves, "tokens_per_s_per_user")
-    assert tput.loc[256, "fixed"] < 1.03 * tput.loc[256, "plain"]
-    assert user.loc[256, "fixed"] < 1.03 * user.loc[256, "plain"]
-    assert user.loc[1, "fixed"] > 2 * user.loc[1, "plain"]
-    assert abs(tput.loc[256, "dsd"] / tput.loc[256, "plain"] - 1) < 0.08
+    assert tput.loc[256, "fixed"] < tput.loc[256, "plain"]
+    assert user.loc[256, "fixed"] < user.loc[256, "plain"]
+    assert 1.0 < tput.loc[256, "dsd"] / tput.loc[256, "plain"] < 1.08
     assert tput.loc[256, "dsd"] > tput.loc[256, "fixed"]
     # while at small batch both speculative policies are far ahead of plain
-    assert user.loc[1, "dsd"] > 2 * user.loc[1, "plain"]
+    assert user.loc[1, "fixed"] > 1.7 * user.loc[1, "plain"]
+    assert user.loc[1, "dsd"] > 1.7 * user.loc[1, "plain"]
 
 
 # --- RL long tail -------------------------------------------------------------------------------

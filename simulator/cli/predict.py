@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -20,12 +21,13 @@ import pandas as pd
 from simulator.plan import exports
 from simulator.plan.api import Prediction, predict
 from simulator.plan.fit import shortfall_text
+from simulator.plan.notes import falling_token_time
 from simulator.cli.common import OneLineParser, command, write_atomically
 from simulator.files import check_output_file
-from simulator.errors import PlannerError
+from simulator.errors import PlannerError, PlannerWarning
 from simulator.cli.catalog import KINDS as CATALOG_KINDS, catalog_text
 from simulator.specs.drafts import draft_syntax_list
-from simulator.specs.hardware import KV_DTYPES, WEIGHT_DTYPES
+from simulator.specs.hardware import ACT_DTYPES, KV_DTYPES, WEIGHT_DTYPES
 from simulator.specs.scenario import DEFAULT_SCENARIO
 
 EXPORT_FORMATS = exports.FORMATS  # vllm, vllm-ctx, trtllm, sglang, sglang-sps: engine files
@@ -41,7 +43,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tp", type=int, help="tensor-parallel degree")
     p.add_argument("--ep", type=int, help="expert-parallel groups (MoE; must divide tp)")
     p.add_argument("--draft", help=f"draft method: {draft_syntax_list()} (--list drafts: what each prices)")
-    p.add_argument("--acceptance", help="i.i.d. rate (0.8) or per-position rates (0.7,0.5,0.3)")
+    p.add_argument("--draft-model", metavar="PATH", help="the draft checkpoint (path or Hugging Face id) the engine"
+                   " loads for eagle / eagle3 / model drafts; written into the vLLM file as \"model\"")
+    p.add_argument("--acceptance", help="i.i.d. rate (0.8), per-position rates (0.7,0.5,0.3), or a measured file:"
+                   " speculation_profile.json, vllm bench serve JSON, vLLM per-request metrics JSON, /metrics dump,"
+                   " runs CSV (recognised by content; max_supported_k caps K)")
     p.add_argument("--temperature", type=float, help="sampling temperature (0 = greedy, the default): prices the"
                    " engine's sampling and rejection passes over the logits")
     p.add_argument("--top-p", type=float, help="top-p of sampled requests (1 = off, the default)")
@@ -55,7 +61,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="goodput share of the per-batch best the K* schedule may give up at any batch size to use"
                    " fewer ranges of K (default 0.01 = 1%%; 0 = the raw per-batch argmax); also 1%%")
     p.add_argument("--fixed-k", type=int, help="the fixed-K policy compared against (default 3)")
-    p.add_argument("--dtype", help=f"weight dtype: {', '.join(WEIGHT_DTYPES)}")
+    p.add_argument("--dtype", help=f"weight dtype: {', '.join(WEIGHT_DTYPES)} (weights only; sizing's fp8 is W8A8:"
+                   " --dtype fp8 --act-dtype fp8)")
+    p.add_argument("--act-dtype", help=f"activation dtype: {', '.join(ACT_DTYPES)} (fp8 with fp8 weights runs fp8"
+                   " tensor cores)")
     p.add_argument("--kv-dtype", help=f"KV-cache dtype: {', '.join(KV_DTYPES)}")
     p.add_argument("--calibration", help="calibration profile JSON (python -m calibration.fit, or a measured-table"
                    " profile under simulator/data/profiles/; 'none': datasheet only)")
@@ -125,8 +134,8 @@ def render_table(pred: Prediction) -> str:
     sc = pred.scenario
     lines = [f"K* schedule: {pred.schedule_text()}",
              f"# schedule: {pred.schedule_note()}",
-             f"# {sc.name}: {sc.model.name} on {sc.deployment.tp} x {sc.hardware.name}, draft {sc.draft.label},"
-             f" context {sc.context_len}",
+             f"# {sc.name}: {sc.model.name} on {sc.deployment.tp} x {sc.hardware.name}{_layout(sc)}, draft"
+             f" {sc.draft.label}, context {sc.context_len}; {_dtypes(sc)}",
              f"# step times: {pred.provenance['step_time_source']}",
              f"# how far to trust them: {pred.provenance['uncertainty']}",
              f"# acceptance: {pred.provenance['acceptance']}; {sc.acceptance.rule}",
@@ -174,17 +183,32 @@ def render_table(pred: Prediction) -> str:
     why = pred.k_rise_attribution()
     if why:
         lines.append(f"why K* moves (MoE): {why}")
+    falls = falling_token_time(pred)
+    if falls:
+        lines.append(f"note: {falls}")
     return "\n".join(lines) + "\n"
 
 
 def warn_notes(pred: Prediction) -> None:
     """The K* table's caveats (:meth:`Prediction.notes`) as PlannerWarning: one 'warning:' line each on
     stderr, once, never in the output (--quiet: none)."""
-    import warnings
-
-    from simulator.errors import PlannerWarning
     for note in pred.notes():
         warnings.warn(note, PlannerWarning, stacklevel=2)
+
+
+def _layout(sc) -> str:
+    """MoE: the parallel layout and expert parallelism (', layout tp-ep, ep=8'); '' for dense models."""
+    dep = sc.deployment
+    if not sc.model.is_moe:
+        return ""
+    return f", layout {dep.layout}, ep={dep.ep}" + (f", dp={dep.dp}" if dep.dp_attention else "")
+
+
+def _dtypes(sc) -> str:
+    dep = sc.deployment
+    experts = dep.expert_dtype_for(sc.model) if sc.model.is_moe else None
+    return (f"weights {dep.weight_dtype}" + (f" (experts {experts})" if experts and experts != dep.weight_dtype else "")
+            + f", activations {dep.act_dtype}, KV {dep.kv_dtype}")
 
 
 def render(pred: Prediction, fmt: str) -> str:
@@ -223,12 +247,11 @@ def render_kmap(pred: Prediction, context_lens=None) -> str:
 def render_export(pred: Prediction, fmt: str, version: str | None = None, markdown: bool = False,
                   cuda_graph_bs=None, sglang_candidates: str = "kstar") -> str:
     """An engine file (or its Markdown table); its warnings go to stderr as 'warning:' lines."""
-    import warnings
-
-    from simulator.errors import PlannerWarning
     exp = pred.export(fmt, version, cuda_graph_bs=cuda_graph_bs, sglang_candidates=sglang_candidates)
     for w in exp.warnings:
         warnings.warn(w, PlannerWarning, stacklevel=2)
+    if exp.how_to_use and not markdown:
+        print(f"use: {exp.how_to_use}", file=sys.stderr)
     return exp.markdown() if markdown else exp.json()
 
 
@@ -293,8 +316,10 @@ def _run(args) -> int:
         sys.stdout.write(catalog_text(args.list))
         return 0
     overrides = dict(model=args.model, hardware=args.hardware, tp=args.tp, ep=args.ep, draft=args.draft,
+                     draft_checkpoint=args.draft_model,
                      acceptance=args.acceptance, context_len=args.context_len, batch_sizes=args.batch_sizes,
-                     k_max=args.k_max, fixed_k=args.fixed_k, dtype=args.dtype, kv_dtype=args.kv_dtype,
+                     k_max=args.k_max, fixed_k=args.fixed_k, dtype=args.dtype, act_dtype=args.act_dtype,
+                     kv_dtype=args.kv_dtype,
                      calibration=args.calibration, engine=args.engine, engine_version=args.engine_version,
                      context_lens=args.context_lens, layout=args.layout, dp=args.dp, routing_reuse=args.routing_reuse,
                      allreduce_busbw=_busbw(args.allreduce_busbw), acceptance_band=args.acceptance_band,
@@ -317,23 +342,32 @@ def _run(args) -> int:
     if not args.breakdown and not pred.table.fits_memory.any():
         b = pred.table.batch_size.to_numpy()
         raise PlannerError(f"nothing fits memory at batch sizes {b.min()}-{b.max()}: {shortfall_text(pred.scenario, int(b.min()))}")
-    if args.breakdown:
-        b, k = _int_pair(args.breakdown)
-        df = pred.breakdown(b, k)
-        text = (f"# per-operator breakdown at B={b}, K={k} ({pred.provenance['step_time_source']})\n"
-                + df.to_string(index=False, float_format=lambda v: f"{v:.4g}") + "\n"
-                + f"total {df.time_ms.sum():.3f} ms\n")
-    elif args.format in EXPORT_FORMATS:
-        text = render_export(pred, args.format, args.export_version, args.markdown, _cuda_graph_bs(args.cuda_graph_bs),
-                             args.sglang_candidates)
-    else:
-        text = render(pred, args.format)
-        warn_notes(pred)
+    with warnings.catch_warnings(record=True) as caught:  # caveats print after the output is written
+        warnings.simplefilter("always", PlannerWarning)
+        text = _render_answer(pred, args)
     if args.output:
         write_atomically(args.output, text)
     else:
         sys.stdout.write(text)
+    for w in caught:
+        warnings.warn(w.message, w.category, stacklevel=1)
     return 0
+
+
+def _render_answer(pred: Prediction, args) -> str:
+    """The text the command prints: a breakdown, an engine file or a K* format (its caveats as warnings)."""
+    if args.breakdown:
+        b, k = _int_pair(args.breakdown)
+        df = pred.breakdown(b, k)
+        return (f"# per-operator breakdown at B={b}, K={k} ({pred.provenance['step_time_source']})\n"
+                + df.to_string(index=False, float_format=lambda v: f"{v:.4g}") + "\n"
+                + f"total {df.time_ms.sum():.3f} ms\n")
+    if args.format in EXPORT_FORMATS:
+        return render_export(pred, args.format, args.export_version, args.markdown, _cuda_graph_bs(args.cuda_graph_bs),
+                             args.sglang_candidates)
+    if args.format == "table":  # the table's reader gets its caveats (json carries them as "notes")
+        warn_notes(pred)
+    return render(pred, args.format)
 
 
 main = command(build_parser, _run)

@@ -16,7 +16,7 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
-from simulator.plan import exports
+from simulator.plan import exports, paste
 from simulator.errors import PlannerError
 from simulator.plan.acceptance_risk import break_even_acceptance_length
 from simulator.plan.grid import ContextGrid, Grid, compute_context_grid, compute_grid
@@ -53,7 +53,8 @@ class Prediction:
 
     def k_rise_attribution(self) -> str | None:
         """MoE: where K* rises from B = 1 to its peak, what the verify pass's growth from K = 0 to K* is
-        made of at both (expert loading vs attention vs communication vs overhead); None for dense."""
+        made of at both (more experts loaded vs more tokens through loaded experts vs attention vs
+        communication vs overhead: non-negative shares of what grew, summing to 100%); None for dense."""
         sc = self.scenario
         if not sc.model.is_moe:
             return None
@@ -62,7 +63,7 @@ class Prediction:
             return None
         k = t.k_opt.to_numpy(dtype=int)
         first, peak = 0, int(np.argmax(k))
-        rows = t.iloc[[first, peak]]
+        rows = t.iloc[sorted({first, peak})]  # one batch size (or K* peaking at the first): said once
         growth = verify_growth(sc.model, sc.deployment, sc.hardware, rows.batch_size.to_numpy(float),
                                rows.k_opt.to_numpy(float), sc.context_len, sc.profile)
         return "; ".join(f"B={int(b)} (K*={int(kk)}): {describe_growth(growth, i)}"
@@ -302,12 +303,8 @@ class Prediction:
                               g.fits_memory, g.itl_s, j)
 
     def vllm_method(self) -> dict:
-        """vLLM's speculative_config method (and draft model) for the scenario's draft."""
-        d = self.scenario.draft
-        cfg = {"method": d.method if d.method != "model" else "draft_model"}
-        if d.method == "model":
-            cfg["model"] = d.model.name
-        return cfg
+        """vLLM's speculative_config method and draft checkpoint (simulator/plan/paste.py)."""
+        return paste.vllm_method(self.scenario)[0]
 
     def cuda_graph_bs(self) -> list[int] | None:
         """Captured batch sizes SGLang pads to before routing (the scenario's SGLang engine profile): an
@@ -326,9 +323,23 @@ class Prediction:
                             else self.default_context_lens())
         if cuda_graph_bs is None:
             cuda_graph_bs = self.cuda_graph_bs()
-        return exports.export(fmt, table, version, method_cfg=self.vllm_method(), cuda_graph_bs=cuda_graph_bs,
-                              sglang_candidates=sglang_candidates, planned_batch_size=planned_batch_size,
-                              draft_method=self.scenario.draft.method)
+        method_cfg, draft_warnings = paste.vllm_method(self.scenario)
+        exp = exports.export(fmt, table, version, method_cfg=method_cfg, cuda_graph_bs=cuda_graph_bs,
+                             sglang_candidates=sglang_candidates, planned_batch_size=planned_batch_size,
+                             draft_method=self.scenario.draft.method)
+        if fmt in ("vllm", "vllm-ctx"):
+            exp.warnings += draft_warnings
+            exp.notes += paste.serve_notes(self)
+            exp.how_to_use = paste.vllm_serve_command(self, exp.payload) + (
+                "  (a build of PR #48944 only)" if fmt == "vllm-ctx" else "")
+        elif fmt == "trtllm":
+            entry, warns = paste.trtllm_draft_entry(self.scenario)
+            exp.payload = entry | exp.payload
+            exp.warnings += warns
+        elif fmt == "sglang":
+            exp.how_to_use, warns = paste.sglang_serve_command(self)
+            exp.warnings += warns
+        return exp
 
     def engine_payload(self, fmt: str) -> dict:
         """The engine file of the newest checked release, warnings silenced (TensorRT-LLM: with its

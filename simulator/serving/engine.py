@@ -36,7 +36,7 @@ from simulator.physics.draft_cost import draft_extend_cost, draft_pass_cost
 from simulator.physics.layers import attention_op, forward_ops, sampling_op
 from simulator.physics.memory import kv_budget_bytes, kv_bytes_per_sequence
 from simulator.physics.operators import evaluate
-from simulator.physics.engine_time import host_exposed_scalar_s
+from simulator.physics.engine_time import draft_extend_in_graph, host_exposed_scalar_s
 from simulator.plan.grid import step_overhead_s
 from simulator.plan.policies import PolicySettings
 from simulator.specs.scenario import NUM, Scenario, check_table
@@ -188,10 +188,10 @@ class StepPricer:
         if cost is None:
             self.extend = None
             return
-        eng = sc.engine
-        captured = eng.draft_captured if eng.draft_extend_captured is None else eng.draft_extend_captured
+        # in a graph by the same rule as the planner's grid (the engine profile's capture limits)
+        in_graph = draft_extend_in_graph(sc.engine, Bb, Kb)
         gpu = cost.total_s
-        self.extend = gpu if captured else np.maximum(gpu - cost.launch_s.sum(axis=0), cost.n_kernels * self.eager_s)
+        self.extend = np.where(in_graph, gpu, np.maximum(gpu - cost.launch_s.sum(axis=0), cost.n_kernels * self.eager_s))
 
     def _lin(self, tokens: int) -> float:
         if tokens <= self.t_top:

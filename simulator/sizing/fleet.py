@@ -34,7 +34,8 @@ from simulator.errors import PlannerError
 from simulator.plan.api import predict_scenario
 from simulator.sizing.ranking import EVIDENCE, SIMPLICITY, evidence_margin, rank  # noqa: F401 (re-exported)
 from simulator.sizing.search import Search, Task, run_all
-from simulator.sizing.spec import Candidate, SizingSpec, candidate_scenario, memory_fit, parse_sizing, traffic_lengths
+from simulator.sizing.spec import (Candidate, SizingSpec, candidate_scenario, k_table_context, memory_fit,
+                                   parse_sizing, predict_command, traffic_lengths)
 from simulator.sizing.uncertainty import candidate_band, prediction_basis, uncertainty
 from simulator.specs.scenario import SCENARIO_DIR, Scenario, load_scenario
 
@@ -209,7 +210,8 @@ def _engine_tables(scen: dict, k_context: int) -> tuple[dict, dict, dict]:
     for cand, (csc, _) in scen.items():
         pred = predict_scenario(csc.with_overrides(context_len=k_context))
         k_tables[cand.label] = pred.table
-        engine[cand.label] = {"vllm": pred.engine_payload("vllm"), "trtllm": pred.engine_payload("trtllm")}
+        engine[cand.label] = {"vllm": pred.engine_payload("vllm"), "trtllm": pred.engine_payload("trtllm"),
+                              "predict": predict_command(csc, cand, k_context)}
         stops[cand.label] = spec_stops_paying(pred.table, pred.grid)
     return k_tables, engine, stops
 
@@ -248,7 +250,7 @@ def size(scenario: str | Scenario, candidates=None, tp=None, target_load=None, p
     capacity = pd.DataFrame(rows)
     ranked = rank(capacity)
     # K* tables at the mean context a running sequence holds: prompt + half its output
-    k_tables, engine, stops = _engine_tables(scen, max(1, int(round(prompt_len + out_len / 2))))
+    k_tables, engine, stops = _engine_tables(scen, k_table_context(sc))
     recommendation = None
     if len(ranked):
         recommendation = {k: _plain(v) for k, v in ranked.iloc[0].to_dict().items()}

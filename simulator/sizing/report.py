@@ -317,6 +317,7 @@ def _k_sections(res: SizingResult, rec: dict | None) -> list:
                                                                       kt["k_opt"].fillna(-1).astype(int).to_numpy()) + "."),
                    ("p", res.spec_stops[label] + "."), ("p", _break_even_sentence(kt, res.scenario.fixed_k)),
                    ("table", k_star_table(kt)),
+                   ("p", "The same table from predict:"), ("code", eng.get("predict", "")),
                    ("p", "vLLM `speculative_config`:"), ("code", compact_json(eng["vllm"])),
                    ("p", "TensorRT-LLM:"), ("code", compact_json(eng["trtllm"]))]
     if len(order) > 3:

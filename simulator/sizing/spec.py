@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -29,7 +30,7 @@ from simulator import serving
 from simulator.errors import PlannerError, did_you_mean
 from simulator.physics.memory import draft_weight_bytes, kv_budget_bytes, kv_bytes_per_sequence, weight_bytes_per_gpu
 from simulator.specs.hardware import list_hardware, load_hardware
-from simulator.specs.scenario import ACCEPTANCE_GIVEN, NUM, Scenario, build_scenario, check_table
+from simulator.specs.scenario import ACCEPTANCE_GIVEN, NUM, SCENARIO_DIR, Scenario, build_scenario, check_table
 
 GB = 1e9
 SLO_KEYS = ("ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_p50_s", "tpot_p90_s", "tpot_p99_s",
@@ -348,3 +349,20 @@ def memory_fit(sc: Scenario, context_tokens: float) -> dict:
                        "reason": f"{label}: KV cache of one {tokens:.0f}-token sequence ({kv_seq / GB:.1f} GB/GPU)"
                                  f" exceeds the {(usable - weights - draft_w) / GB:.1f} GB left after weights"}
     return info | {"fits": True, "max_seqs": max_seqs, "reason": ""}
+
+
+def k_table_context(sc: Scenario) -> int:
+    """The context the K* tables are read at: the mean a running sequence holds, prompt + half its output."""
+    prompt_len, out_len = traffic_lengths(sc)
+    return max(1, int(round(prompt_len + out_len / 2)))
+
+
+def predict_command(sc: Scenario, cand, context_len: int) -> str:
+    """The predict command line that prints the same K* table as sizing's for ``cand`` (same device, TP,
+    dtypes and context): sizing's fp8 is W8A8, i.e. --dtype fp8 --act-dtype fp8."""
+    dep = sc.deployment
+    origin = Path(sc.origin)
+    where = origin.stem if origin.parent.resolve() == SCENARIO_DIR.resolve() else sc.origin  # a bundled name
+    return (f"python -m simulator.predict --scenario {where} --hardware {cand.hardware} --tp {cand.tp}"
+            f" --dtype {dep.weight_dtype} --act-dtype {dep.act_dtype} --kv-dtype {dep.kv_dtype}"
+            f" --context-len {context_len}")

@@ -156,7 +156,7 @@ def read_acceptance_file(path: str | Path, flag: str = "--acceptance") -> Accept
     try:
         data = p.read_bytes()
     except FileNotFoundError:
-        raise PlannerError(f"{flag} {p}: file not found; give a rate like 0.8, per-position rates like"
+        raise PlannerError(f"{flag} {p}: no such file; expected a rate like 0.8, per-position rates like"
                            f" 0.7,0.5,0.3, or an acceptance file ({_expected()})") from None
     except IsADirectoryError:
         raise PlannerError(f"{flag} {p}: is a directory; give an acceptance file") from None

@@ -41,7 +41,7 @@ SCHEMA: dict[str, dict[str, type | tuple]] = {
                  "hbm_bandwidth_bytes_per_s": NUM, "memory_bytes": NUM, "price_per_gpu_hour_usd": NUM,
                  "interconnect_bandwidth_bytes_per_s": NUM},
     "precision": {"weights": str, "activations": str, "kv_cache": str, "experts": str},
-    "draft": {"method": str, "model": str},
+    "draft": {"method": str, "model": str, "checkpoint": str},  # checkpoint: path / HF id the engine loads
     "acceptance": {"rate": NUM, "rates": list, "source": str, "preset": str, "band": NUM, "file": str,
                    "context_points": list, "context_factors": list, "context_source": str},
     "workload": {"context_len": int, "batch_sizes": STR_OR_LIST, "k_max": int, "fixed_k": int,
@@ -427,6 +427,7 @@ OVERRIDE_KEYS = {
     "context_lens": ("workload", "context_lens"), "schedule_tolerance": ("workload", "schedule_tolerance"),
     "acceptance_preset": ("acceptance", "preset"), "acceptance_band": ("acceptance", "band"),
     "temperature": ("workload", "temperature"), "top_p": ("workload", "top_p"),
+    "draft_checkpoint": ("draft", "checkpoint"),
     "peak_bf16_flops_per_s": ("hardware", "peak_bf16_flops_per_s"),
     "allow_long_context": ("workload", "allow_context_beyond_model"),
     "hbm_bandwidth_bytes_per_s": ("hardware", "hbm_bandwidth_bytes_per_s"),
@@ -461,6 +462,8 @@ def apply_overrides(raw: dict, overrides: dict) -> dict:
             text = str(value)
             before = _draft_method_of(table)
             table.pop("model", None)
+            if overrides.get("draft_checkpoint") is None:
+                table.pop("checkpoint", None)  # a new draft method's checkpoint is not the old one's
             if text.startswith("model:"):
                 table["method"], table["model"] = "model", text.split(":", 1)[1]
             else:

@@ -57,6 +57,7 @@ from simulator.errors import PlannerError, did_you_mean
 from simulator.files import read_toml_file
 from simulator.sizing.spec import POLICIES, memory_fit, parse_sizing, traffic_lengths
 from simulator.specs.acceptance import parse_acceptance
+from simulator.specs.acceptance_files import read_acceptance_file
 from simulator.specs.drafts import parse_draft
 from simulator.specs.hardware import DTYPE_BYTES, list_hardware
 from simulator.specs.models import list_models
@@ -172,10 +173,17 @@ def _presets(raw: dict, section: str, origin: str) -> dict:
 def _check_presets(spec_origin: str, base_raw: dict, base_origin: str, base_dir, traffic: dict, acceptance: dict):
     """Each preset on the base scenario: acceptance parses; traffic gives a load and a valid workload."""
     for name, body in acceptance.items():
-        check_table(body, {"rate": (int, float), "rates": list, "source": str}, spec_origin, f"acceptance.{name}")
-        if ("rate" in body) == ("rates" in body):
-            raise _err(spec_origin, f"[acceptance.{name}] give exactly one of 'rate' or 'rates'")
+        check_table(body, {"rate": (int, float), "rates": list, "source": str, "file": str}, spec_origin,
+                    f"acceptance.{name}")
+        if sum(k in body for k in ("rate", "rates", "file")) != 1:
+            raise _err(spec_origin, f"[acceptance.{name}] give exactly one of 'rate', 'rates' or 'file'")
         try:
+            if "file" in body:  # a measured file, relative to the sweep file; read now to refuse it early
+                given = Path(body["file"])
+                if not given.is_absolute() and (Path(spec_origin).parent / given).exists():
+                    body["file"] = str(Path(spec_origin).parent / given)
+                read_acceptance_file(body["file"], flag=f"[acceptance.{name}] file")
+                continue
             parse_acceptance(body.get("rates", body.get("rate")), body.get("source", "assumed"))
         except PlannerError as err:
             raise _err(spec_origin, f"[acceptance.{name}]: {err}") from None

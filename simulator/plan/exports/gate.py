@@ -28,15 +28,10 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
+from simulator.plan.acceptance_risk import break_even_acceptance_length  # noqa: F401 (AL* = ITL(B,K)/ITL(B,0))
 
 WINDOW_MIN, WINDOW_MAX = 16, 10_000
 SIGMAS = 4.0
-
-
-def break_even_acceptance_length(itl_k_s, itl_plain_s) -> np.ndarray:
-    """AL* = ITL(B, K) / ITL(B, 0): the acceptance length at which K drafts only match plain decoding."""
-    return np.asarray(itl_k_s, dtype=float) / np.asarray(itl_plain_s, dtype=float)
 
 
 def gate_window(mean_accepted: float, threshold_accepted: float, k: int, batch_size: int, per_iteration: bool) -> int:
