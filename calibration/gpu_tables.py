@@ -197,9 +197,3 @@ def table_status(meta: dict, table: str) -> str:
     st = ((meta.get("tables") or {}).get(table) or {}).get("status", "unknown")
     return f"{meta.get('provenance', 'unspecified')}/{st}"
 
-
-def system_spec(src: TableSource, system: str) -> dict:
-    """The wheel's system yaml (``systems/<system>.yaml``): its own datasheet numbers."""
-    import yaml
-
-    return yaml.safe_load(src.read_bytes(f"{system}.yaml")) or {}

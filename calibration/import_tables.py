@@ -6,19 +6,13 @@
 Per (GPU, engine, version) it writes ``<hardware>.<engine>-<version>.profile.json`` with
 efficiency surfaces (efficiency = roofline time / measured time) for GEMM, decode attention
 (GQA and MLA) and routed MoE, plus all-reduce / NCCL collective tables, and reports held-out
-error. The roofline terms follow the planner's physics exactly (per GPU; P = dtype peak of the
-catalog entry, fp8 peak only when weights AND activations are fp8; BW = HBM bandwidth):
-
-* GEMM Y[m,n] = X[m,k] W[k,n]:  F = 2 m n k,  M = n k w + m (n + k) a
-* decode attention (GQA), B sequences of q query tokens, L cached keys, per-GPU heads hq / hkv,
-  head dim d:  F = 4 B q (L + (q+1)/2) hq d,  M = B (L+q) 2 hkv d kv + 2 B q hq d a
-* MLA absorbed, latent = kv_lora + rope:  F = 2 B q (L + (q+1)/2) hq (2 kv_lora + rope),
-  M = B (L+q) latent kv + 2 B q hq latent a
-* MoE (T tokens, E experts, top-k, hidden D, expert inter I, expert TP tp_e, EP ep):
-  touched = (E/ep)(1 - (1 - k/E)^T); pairs = T k / ep (+ sqrt(2 ln ep) sqrt(T k (1/ep)(1-1/ep)) if ep > 1);
-  params_slice = 3 D I / tp_e;  F = 2 pairs params_slice;  M = touched params_slice w + pairs (2D + 3 I/tp_e) a
-* roofline t0 = max(F / P, M / BW)
-* all-reduce of S bytes over g GPUs: t = alpha_g + 2 (g-1)/g S / busBW_g
+error. The roofline is the planner's own: the FLOP and byte terms of simulator/physics/terms.py
+(GEMM, decode attention, absorbed MLA, routed experts), the busiest-GPU expert load of
+simulator/physics/experts.py (uniform routing p = k/E, the tables' "balanced" distribution), and the
+peaks of the hardware catalog entry (simulator.specs.hardware.load_hardware: the dtype peak the
+planner uses, fp8 only when weights AND activations are fp8; HBM bandwidth; link bandwidth and
+latency). All-reduce of S bytes over g GPUs: t = alpha_g + collective_factor * S / busBW_g
+(simulator/specs/wire.py: 2 (g-1)/g).
 
 Held-out protocol: every distinct shape gets a bucket sha1(shape) mod 5; bucket 0 is held out,
 buckets 1..4 are fitted. The split never looks at latencies.
@@ -30,7 +24,6 @@ import datetime as _dt
 import hashlib
 import json
 import sys
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,98 +32,66 @@ import pandas as pd
 
 from calibration import gpu_tables as gt
 from calibration.surface_fit import fit_surface, smooth_knots
+from simulator.cli.common import (OneLineParser, check_output_dir, command, write_atomically,
+                                  write_files_atomically)
+from simulator.physics.experts import busiest_group_load, experts_touched
+from simulator.physics.terms import (attention_decode_terms, expert_params_slice, gemm_terms, mla_decode_terms,
+                                     moe_expert_terms, roofline_s)
+from simulator.specs.hardware import DTYPE_BYTES, Hardware, load_hardware
 from simulator.specs.surfaces import ShapeCorrection, Surface, collective_time_s
 from simulator.specs.wire import collective_factor
 
 REPO = Path(__file__).resolve().parents[1]
-HARDWARE_DIRS = [REPO / "simulator" / "data" / "hardware", REPO / "simulator" / "specs" / "hardware"]
 DEFAULT_OUT = REPO / "simulator" / "data" / "profiles"  # the simulator picks them up by device
 HELDOUT_BUCKETS = 5
 FAMILIES = ("gemm", "attention_decode", "mla_decode", "moe", "all_reduce")
 MLA_KV_LORA, MLA_ROPE = 512, 64  # DeepSeek-V3/R1 (the model the MLA tables were collected for)
 
 
-# ---------------------------------------------------------------- hardware catalog
-@dataclass(frozen=True)
-class Peaks:
-    """Datasheet peaks of one catalog entry (per GPU)."""
-
-    name: str
-    bf16: float
-    fp8: float | None
-    bw: float
-    link_bw: float
-    link_latency_s: float
-
-
-def load_peaks(hardware: str) -> Peaks:
-    """Read ``<hardware>.toml`` from the planner's hardware catalog."""
-    for d in HARDWARE_DIRS:
-        p = d / f"{hardware}.toml"
-        if p.is_file():
-            t = tomllib.loads(p.read_text())
-            return Peaks(hardware, float(t["peak_bf16_flops_per_s"]),
-                         float(t["peak_fp8_flops_per_s"]) if "peak_fp8_flops_per_s" in t else None,
-                         float(t["hbm_bandwidth_bytes_per_s"]), float(t["interconnect_bandwidth_bytes_per_s"]),
-                         float((t.get("assumed") or {}).get("interconnect_latency_s", 3e-6)))
-    raise gt.PlannerError(f"unknown hardware {hardware!r}: no {hardware}.toml in the catalog")
-
-
-# (weight bytes, activation bytes, uses fp8 peak) per table dtype
-DTYPES = {"bfloat16": ("bf16", 2.0, 2.0, False), "fp8": ("fp8", 1.0, 1.0, True),
-          "fp8_block": ("fp8_block", 1.0, 1.0, True),
+# (surface suffix, planner weight dtype, planner activation dtype) per table dtype
+DTYPES = {"bfloat16": ("bf16", "bf16", "bf16"), "fp8": ("fp8", "fp8", "fp8"), "fp8_block": ("fp8_block", "fp8", "fp8"),
           # weight-only quantization: int8 / int4 weights dequantized into bf16 math (A100 TensorRT-LLM tables)
-          "int8_wo": ("int8_wo", 1.0, 2.0, False), "int4_wo": ("int4_wo", 0.5, 2.0, False)}
+          "int8_wo": ("int8_wo", "int8", "bf16"), "int4_wo": ("int4_wo", "int4", "bf16")}
 KV_BYTES = {"bfloat16": 2.0, "fp8": 1.0}
+ATTENTION_ACT_BYTES = DTYPE_BYTES["bf16"]  # the attention tables run bf16 queries and outputs
 
 
-# ---------------------------------------------------------------- physics (planner formulas)
-def roofline_s(F, M, P, BW):
-    """t0 = max(F/P, M/BW)."""
-    return np.maximum(np.asarray(F, float) / P, np.asarray(M, float) / BW)
+def dtype_terms(table_dtypes: pd.Series, hw: Hardware):
+    """Surface suffixes, weight bytes, activation bytes and the planner's peak FLOP/s per row."""
+    spec = table_dtypes.map(DTYPES)
+    w = spec.map(lambda s: DTYPE_BYTES[s[1]]).to_numpy()
+    a = spec.map(lambda s: DTYPE_BYTES[s[2]]).to_numpy()
+    peak = spec.map(lambda s: hw.peak_flops_per_s(s[1], s[2])).to_numpy(float)
+    return spec.map(lambda s: s[0]), w, a, peak
 
 
-def gemm_terms(m, n, k, w, a):
-    """F = 2 m n k; M = n k w + m (n + k) a."""
-    m, n, k = (np.asarray(x, float) for x in (m, n, k))
-    return 2 * m * n * k, n * k * w + m * (n + k) * a
+def measurable_dtypes(hw: Hardware) -> list[str]:
+    """Table dtypes the device can run: fp8 ones only with an fp8 peak in the catalog."""
+    return [d for d, s in DTYPES.items() if s[2] != "fp8" or hw.peak_fp8_flops_per_s]
 
 
-def attention_decode_terms(B, q, L, hq, hkv, d, kv, a=2.0):
-    """F = 4 B q (L + (q+1)/2) hq d; M = B (L+q) 2 hkv d kv + 2 B q hq d a."""
-    B, q, L, hq, hkv, d = (np.asarray(x, float) for x in (B, q, L, hq, hkv, d))
-    F = 4 * B * q * (L + (q + 1) / 2) * hq * d
-    M = B * (L + q) * 2 * hkv * d * kv + 2 * B * q * hq * d * a
-    return F, M
+# The busiest expert-parallel GPU's token-expert pairs. The planner prices E[max] over the ep groups
+# (physics/experts.busiest_group_load); the shipped profiles were fitted with its asymptotic form
+# mean + sqrt(2 ln ep) std, up to 4.3% more roofline time on ep > 1 rows. Set True when re-importing
+# the profiles (held-out MoE predictions of the shipped surfaces then move by up to 2.4%).
+BUSIEST_LOAD_FROM_PLANNER = False
 
 
-def mla_decode_terms(B, q, L, hq, kv, a=2.0, kv_lora=MLA_KV_LORA, rope=MLA_ROPE):
-    """latent = kv_lora + rope; F = 2 B q (L + (q+1)/2) hq (2 kv_lora + rope);
-    M = B (L+q) latent kv + 2 B q hq latent a."""
-    B, q, L, hq = (np.asarray(x, float) for x in (B, q, L, hq))
-    latent = kv_lora + rope
-    F = 2 * B * q * (L + (q + 1) / 2) * hq * (2 * kv_lora + rope)
-    M = B * (L + q) * latent * kv + 2 * B * q * hq * latent * a
-    return F, M
-
-
-def moe_terms(T, E, k, D, I, tp_e, ep, w, a):
-    """Routed-expert MoE on the busiest GPU (uniform routing p = k/E).
-
-    Returns F, M, touched experts on the GPU, token-expert pairs, params per expert slice,
-    and the efficiency-axis value tokens per touched expert = T k / (E (1 - (1 - k/E)^T)).
-    """
-    T, E, k, D, I, tp_e, ep = (np.asarray(x, float) for x in (T, E, k, D, I, tp_e, ep))
-    miss = (1 - k / E) ** T
-    touched = (E / ep) * (1 - miss)
-    n = T * k
-    std = np.sqrt(n * (1 / ep) * (1 - 1 / ep))
-    pairs = n / ep + np.where(ep > 1, np.sqrt(2 * np.log(np.maximum(ep, 1))) * std, 0.0)
-    params = 3 * D * I / tp_e
-    F = 2 * pairs * params
-    M = touched * params * w + pairs * (2 * D + 3 * I / tp_e) * a
-    tpe = n / (E * (1 - miss))
-    return F, M, touched, pairs, params, tpe
+def uniform_moe_load(tokens, experts, topk, ep):
+    """(experts touched on the busiest GPU, its token-expert pairs, experts touched in all) for table
+    rows under uniform routing p = k/E: the planner's busiest_group_load, per distinct layer."""
+    tokens, experts, topk, ep = (np.asarray(x, dtype=float) for x in (tokens, experts, topk, ep))
+    touched, pairs, total = (np.empty(tokens.shape) for _ in range(3))
+    layers = np.unique(np.column_stack([experts, topk, ep]), axis=0)
+    for e, k, g in layers:
+        rows = (experts == e) & (topk == k) & (ep == g)
+        p = np.full(int(e), k / e)
+        touched[rows], pairs[rows] = busiest_group_load(tokens[rows], p, int(g))
+        total[rows] = experts_touched(tokens[rows], p)
+        if g > 1 and not BUSIEST_LOAD_FROM_PLANNER:
+            n = tokens[rows] * k
+            pairs[rows] = n / g + np.sqrt(2 * np.log(g)) * np.sqrt(n * (1 / g) * (1 - 1 / g))
+    return touched, pairs, total
 
 
 # ---------------------------------------------------------------- table rows -> roofline rows
@@ -172,23 +133,20 @@ def primary_kernel(df: pd.DataFrame) -> pd.DataFrame:
 GEMM_KEYS = ["gemm_dtype", "m", "n", "k"]
 
 
-def prepare_gemm(df: pd.DataFrame, pk: Peaks) -> pd.DataFrame:
+def prepare_gemm(df: pd.DataFrame, hw: Hardware) -> pd.DataFrame:
     """GEMM rows -> surface, axes (m, n, k, nk), roofline and measured seconds."""
-    df = df[df.gemm_dtype.isin([d for d, v in DTYPES.items() if not v[3] or pk.fp8])]
+    df = df[df.gemm_dtype.isin(measurable_dtypes(hw))]
     df = _dedupe(df, GEMM_KEYS)
-    spec = df.gemm_dtype.map(DTYPES)
-    w = spec.map(lambda s: s[1]).to_numpy()
-    a = spec.map(lambda s: s[2]).to_numpy()
-    P = np.where(spec.map(lambda s: s[3]).to_numpy(), pk.fp8 or np.nan, pk.bf16)
-    F, M = gemm_terms(df.m, df.n, df.k, w, a)
+    suffix, w, a, P = dtype_terms(df.gemm_dtype, hw)
+    F, M = gemm_terms(*(df[c].to_numpy(float) for c in ("m", "n", "k")), w, a)
     out = df.copy()
     out["family"] = "gemm"
-    out["surface"] = "gemm." + spec.map(lambda s: s[0])
+    out["surface"] = "gemm." + suffix
     out["ax_m"] = df.m.astype(float)
     out["ax_n"] = df.n.astype(float)
     out["ax_k"] = df.k.astype(float)
     out["ax_nk"] = df.n.astype(float) * df.k.astype(float)
-    out["t0"] = roofline_s(F, M, P, pk.bw)
+    out["t0"] = roofline_s(F, M, P, hw.hbm_bandwidth_bytes_per_s)
     out["meas_s"] = df.latency.to_numpy() * 1e-3
     out["bucket"] = shape_bucket(df[GEMM_KEYS])
     return out
@@ -197,7 +155,7 @@ def prepare_gemm(df: pd.DataFrame, pk: Peaks) -> pd.DataFrame:
 ATTN_KEYS = ["kv_cache_dtype", "batch_size", "step", "num_heads", "num_key_value_heads", "head_dim"]
 
 
-def prepare_attention_decode(df: pd.DataFrame, pk: Peaks) -> pd.DataFrame:
+def prepare_attention_decode(df: pd.DataFrame, hw: Hardware) -> pd.DataFrame:
     """generation_attention rows (full attention only: window_size 0) -> roofline rows.
 
     The table's decode step reads ``step`` cached keys plus the new token: L = step, q = 1
@@ -212,7 +170,9 @@ def prepare_attention_decode(df: pd.DataFrame, pk: Peaks) -> pd.DataFrame:
     df = _dedupe(primary_kernel(df), ATTN_KEYS)
     kv = df.kv_cache_dtype.map(KV_BYTES).to_numpy()
     B, L = df.batch_size.to_numpy(float), df.step.to_numpy(float)
-    F, M = attention_decode_terms(B, 1, L, df.num_heads, df.num_key_value_heads, df.head_dim, kv)
+    hq, hkv, d = (df[c].to_numpy(float) for c in ("num_heads", "num_key_value_heads", "head_dim"))
+    F, kv_read, q_io = attention_decode_terms(B, 1.0, L, hq, hkv, d, kv, ATTENTION_ACT_BYTES)
+    M = kv_read + q_io
     out = df.copy()
     out["family"] = "attention_decode"
     out["surface"] = "attention_decode." + df.kv_cache_dtype.map({"bfloat16": "bf16", "fp8": "fp8"})
@@ -224,7 +184,7 @@ def prepare_attention_decode(df: pd.DataFrame, pk: Peaks) -> pd.DataFrame:
     out["ax_batch_heads"] = B * df.num_key_value_heads.to_numpy(float)
     out["ax_head_dim"] = df.head_dim.to_numpy(float)
     out["ax_group"] = df.num_heads.to_numpy(float) / df.num_key_value_heads.to_numpy(float)
-    out["t0"] = roofline_s(F, M, pk.bf16, pk.bw)
+    out["t0"] = roofline_s(F, M, hw.peak_bf16_flops_per_s, hw.hbm_bandwidth_bytes_per_s)
     out["meas_s"] = df.latency.to_numpy() * 1e-3
     out["bucket"] = shape_bucket(df[ATTN_KEYS])
     return out
@@ -233,7 +193,7 @@ def prepare_attention_decode(df: pd.DataFrame, pk: Peaks) -> pd.DataFrame:
 MLA_KEYS = ["kv_cache_dtype", "batch_size", "step", "num_heads"]
 
 
-def prepare_mla_decode(df: pd.DataFrame, pk: Peaks) -> pd.DataFrame:
+def prepare_mla_decode(df: pd.DataFrame, hw: Hardware) -> pd.DataFrame:
     """generation_mla rows (DeepSeek absorbed MLA; num_heads is per GPU) -> roofline rows."""
     df = df[(df.isl == 1) & df.kv_cache_dtype.isin(KV_BYTES)]
     if "mla_dtype" in df:
@@ -241,7 +201,9 @@ def prepare_mla_decode(df: pd.DataFrame, pk: Peaks) -> pd.DataFrame:
     df = _dedupe(df, MLA_KEYS)
     kv = df.kv_cache_dtype.map(KV_BYTES).to_numpy()
     B, L = df.batch_size.to_numpy(float), df.step.to_numpy(float)
-    F, M = mla_decode_terms(B, 1, L, df.num_heads, kv)
+    F, kv_read, q_io = mla_decode_terms(B, 1.0, L, df.num_heads.to_numpy(float), MLA_KV_LORA, MLA_ROPE, kv,
+                                        ATTENTION_ACT_BYTES)
+    M = kv_read + q_io
     out = df.copy()
     out["family"] = "mla_decode"
     out["surface"] = "mla_decode." + df.kv_cache_dtype.map({"bfloat16": "bf16", "fp8": "fp8"})
@@ -251,7 +213,7 @@ def prepare_mla_decode(df: pd.DataFrame, pk: Peaks) -> pd.DataFrame:
     out["ax_kv_bytes"] = B * (L + 1) * (MLA_KV_LORA + MLA_ROPE) * kv
     out["ax_bytes"] = M
     out["ax_n"] = df.num_heads.astype(float)
-    out["t0"] = roofline_s(F, M, pk.bf16, pk.bw)
+    out["t0"] = roofline_s(F, M, hw.peak_bf16_flops_per_s, hw.hbm_bandwidth_bytes_per_s)
     out["meas_s"] = df.latency.to_numpy() * 1e-3
     out["bucket"] = shape_bucket(df[MLA_KEYS])
     return out
@@ -278,22 +240,24 @@ MOE_SHAPE_KEY = ("num_experts", "topk", "hidden", "inter", "moe_tp", "moe_ep")
 CORRECTED_FAMILIES = {"moe": (MOE_SHAPE_KEY, "tokens")}
 
 
-def prepare_moe(df: pd.DataFrame, pk: Peaks) -> pd.DataFrame:
-    """moe rows (gated experts; one routing distribution) -> roofline rows."""
-    df = df[df.moe_dtype.isin([d for d, v in DTYPES.items() if not v[3] or pk.fp8])]
+def prepare_moe(df: pd.DataFrame, hw: Hardware) -> pd.DataFrame:
+    """moe rows (gated experts; one routing distribution) -> roofline rows, on the planner's busiest
+    GPU (expert-parallel rows: the expected maximum load over the ep groups, as the planner prices it)."""
+    df = df[df.moe_dtype.isin(measurable_dtypes(hw))]
     df = df[~df.kernel_source.str.contains("nongated|min_latency")]
     df = df[df.distribution == moe_distribution(df)]
     df = df[(df.num_experts % df.moe_ep_size == 0) & (df.inter_size % df.moe_tp_size == 0)]
     df = _dedupe(df, MOE_KEYS)
-    spec = df.moe_dtype.map(DTYPES)
-    w = spec.map(lambda s: s[1]).to_numpy()
-    a = spec.map(lambda s: s[2]).to_numpy()
-    P = np.where(spec.map(lambda s: s[3]).to_numpy(), pk.fp8 or np.nan, pk.bf16)
-    F, M, touched, pairs, params, tpe = moe_terms(df.num_tokens, df.num_experts, df.topk, df.hidden_size,
-                                                  df.inter_size, df.moe_tp_size, df.moe_ep_size, w, a)
+    suffix, w, a, P = dtype_terms(df.moe_dtype, hw)
+    T, E, k, D, I, tp_e, ep = (df[c].to_numpy(float) for c in ("num_tokens", "num_experts", "topk", "hidden_size",
+                                                               "inter_size", "moe_tp_size", "moe_ep_size"))
+    touched, pairs, touched_all = uniform_moe_load(T, E, k, ep)
+    F, M = moe_expert_terms(pairs, touched, D, I, tp_e, w, a)
+    params = expert_params_slice(D, I, tp_e)
+    tpe = T * k / np.maximum(touched_all, 1.0)  # the planner's efficiency axis (layers.moe_ops)
     out = df.copy()
     out["family"] = "moe"
-    out["surface"] = "moe." + spec.map(lambda s: s[0])
+    out["surface"] = "moe." + suffix
     out["ax_tokens_per_expert"] = tpe
     out["ax_expert_bytes"] = touched * params * w
     out["ax_tokens"] = df.num_tokens.astype(float)
@@ -302,7 +266,7 @@ def prepare_moe(df: pd.DataFrame, pk: Peaks) -> pd.DataFrame:
     out["ax_k"] = df.hidden_size.astype(float)
     for ax, col in zip(MOE_SHAPE_KEY, ("num_experts", "topk", "hidden_size", "inter_size", "moe_tp_size", "moe_ep_size")):
         out[f"ax_{ax}"] = df[col].astype(float)
-    out["t0"] = roofline_s(F, M, P, pk.bw)
+    out["t0"] = roofline_s(F, M, P, hw.hbm_bandwidth_bytes_per_s)
     out["meas_s"] = df.latency.to_numpy() * 1e-3
     out["bucket"] = shape_bucket(df[MOE_KEYS])
     return out
@@ -311,7 +275,7 @@ def prepare_moe(df: pd.DataFrame, pk: Peaks) -> pd.DataFrame:
 AR_KEYS = ["num_gpus", "message_size"]
 
 
-def prepare_all_reduce(df: pd.DataFrame, pk: Peaks) -> pd.DataFrame:
+def prepare_all_reduce(df: pd.DataFrame, hw: Hardware) -> pd.DataFrame:
     """custom_allreduce rows -> bytes (message_size counts bf16 elements) and seconds.
 
     Prefers the CUDA-graph variant when the table has graph and eager rows; for tables with
@@ -326,7 +290,8 @@ def prepare_all_reduce(df: pd.DataFrame, pk: Peaks) -> pd.DataFrame:
     out["surface"] = "all_reduce"
     out["bytes"] = df.message_size.astype(float) * 2
     g = df.num_gpus.to_numpy(float)
-    out["t0"] = pk.link_latency_s + collective_factor("all_reduce", g) * out["bytes"].to_numpy() / pk.link_bw
+    out["t0"] = hw.interconnect_latency_s + collective_factor("all_reduce", g) * out["bytes"].to_numpy() \
+        / hw.interconnect_bandwidth_bytes_per_s
     out["meas_s"] = df.latency.to_numpy() * 1e-3
     out["bucket"] = shape_bucket(df[AR_KEYS])
     return out
@@ -475,7 +440,7 @@ def build_profile(src: gt.TableSource, system: str, engine: str, version: str,
                   families=FAMILIES, log=print) -> Imported | None:
     """Fit one (system, engine, version) profile on fit buckets and score it on held-out rows."""
     hw = gt.SYSTEM_TO_CATALOG[system]
-    pk = load_peaks(hw)
+    device_hw = load_hardware(hw)
     tables = gt.list_tables(src)
     surfaces, heldout, used, statuses, held_parts, corrections = {}, {}, {}, {}, [], {}
     device = None
@@ -486,7 +451,7 @@ def build_profile(src: gt.TableSource, system: str, engine: str, version: str,
         if rel is None:
             continue
         raw = gt.read_table(src, rel)
-        rows = PREPARE[fam](raw, pk)
+        rows = PREPARE[fam](raw, device_hw)
         rows = rows[np.isfinite(rows.t0) & (rows.meas_s > 0)]
         if rows.empty:
             continue
@@ -621,8 +586,8 @@ def heldout_markdown(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m calibration.import_tables", description=__doc__.split("\n")[0])
+def _parser() -> argparse.ArgumentParser:
+    ap = OneLineParser(prog="python -m calibration.import_tables", description=__doc__.split("\n")[0])
     ap.add_argument("--gpu", nargs="*", help="catalog names (default: every catalog GPU the tables have)")
     ap.add_argument("--engine", nargs="*", choices=gt.ENGINES, help="default: all engines")
     ap.add_argument("--version", help="engine version (default: the wheel's 'current' slot per system/engine)")
@@ -630,49 +595,52 @@ def main(argv=None) -> int:
     ap.add_argument("--output-dir", type=Path, default=DEFAULT_OUT)
     ap.add_argument("--list", action="store_true", help="list (system, engine, version) combos and exit")
     ap.add_argument("--no-summary", action="store_true", help="skip heldout.md / heldout_rows.csv")
-    args = ap.parse_args(argv)
-    try:
-        src = gt.locate_tables()
-        combos = gt.list_combos(src)
-        if args.list:
-            print(combos.to_string(index=False))
-            return 0
-        current = gt.current_versions(src)
-        systems = [s for s in sorted(combos.system.unique()) if s in gt.SYSTEM_TO_CATALOG]
-        if args.gpu:
-            bad = [g for g in args.gpu if g not in gt.CATALOG_TO_SYSTEM or gt.CATALOG_TO_SYSTEM[g] not in systems]
-            if bad:
-                have = sorted(gt.SYSTEM_TO_CATALOG[s] for s in systems)
-                raise gt.PlannerError(f"no measured tables for {', '.join(bad)} (have: {', '.join(have)})")
-            systems = [gt.CATALOG_TO_SYSTEM[g] for g in args.gpu]
-        engines = args.engine or list(gt.ENGINES)
-        args.output_dir.mkdir(parents=True, exist_ok=True)
-        print(f"tables: {src.describe()}")
-        summary, held_all = [], []
-        for system in systems:
-            for engine in engines:
-                version = args.version or current.get((system, engine))
-                if version is None:
-                    continue
-                imp = build_profile(src, system, engine, version, tuple(args.family))
-                if imp is None:
-                    continue
-                hw = gt.SYSTEM_TO_CATALOG[system]
-                path = args.output_dir / profile_filename(hw, engine, version)
-                path.write_text(dump_profile(imp.profile))
-                print(f"wrote {path} ({path.stat().st_size // 1024} KiB)")
-                for fam, e in imp.profile["heldout_error"].items():
-                    summary.append({"hardware": hw, "engine": engine, "version": version, "family": fam, **e})
-                held_all.append(imp.heldout_rows)
-        if summary and not args.no_summary:
-            (args.output_dir / "heldout.md").write_text(heldout_markdown(summary))
-            sample = sample_heldout(pd.concat(held_all, ignore_index=True))
-            sample.to_csv(args.output_dir / "heldout_rows.csv", index=False)
-            print(f"wrote {args.output_dir / 'heldout.md'} and heldout_rows.csv ({len(sample)} rows)")
-    except gt.PlannerError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    return ap
+
+
+def _run(args: argparse.Namespace) -> int:
+    src = gt.locate_tables()
+    combos = gt.list_combos(src)
+    if args.list:
+        print(combos.to_string(index=False))
+        return 0
+    current = gt.current_versions(src)
+    systems = [s for s in sorted(combos.system.unique()) if s in gt.SYSTEM_TO_CATALOG]
+    if args.gpu:
+        bad = [g for g in args.gpu if g not in gt.CATALOG_TO_SYSTEM or gt.CATALOG_TO_SYSTEM[g] not in systems]
+        if bad:
+            have = sorted(gt.SYSTEM_TO_CATALOG[s] for s in systems)
+            raise gt.PlannerError(f"no measured tables for {', '.join(bad)} (have: {', '.join(have)})")
+        systems = [gt.CATALOG_TO_SYSTEM[g] for g in args.gpu]
+    engines = args.engine or list(gt.ENGINES)
+    check_output_dir(args.output_dir, "--output-dir").mkdir(parents=True, exist_ok=True)
+    print(f"tables: {src.describe()}")
+    summary, held_all = [], []
+    for system in systems:
+        for engine in engines:
+            version = args.version or current.get((system, engine))
+            if version is None:
+                continue
+            imp = build_profile(src, system, engine, version, tuple(args.family))
+            if imp is None:
+                continue
+            hw = gt.SYSTEM_TO_CATALOG[system]
+            path = args.output_dir / profile_filename(hw, engine, version)
+            write_atomically(path, dump_profile(imp.profile), "--output-dir")
+            print(f"wrote {path} ({path.stat().st_size // 1024} KiB)")
+            for fam, e in imp.profile["heldout_error"].items():
+                summary.append({"hardware": hw, "engine": engine, "version": version, "family": fam, **e})
+            held_all.append(imp.heldout_rows)
+    if summary and not args.no_summary:
+        sample = sample_heldout(pd.concat(held_all, ignore_index=True))
+        write_files_atomically(args.output_dir, {"heldout.md": heldout_markdown(summary),
+                                                 "heldout_rows.csv": sample.to_csv(index=False)})
+        print(f"wrote {args.output_dir / 'heldout.md'} and heldout_rows.csv ({len(sample)} rows)")
     return 0
+
+
+# usage errors and bad input: one line, exit 2 (simulator.cli.common, the planner's CLI boundary)
+main = command(_parser, _run)
 
 
 if __name__ == "__main__":

@@ -32,7 +32,7 @@ reason.
 Measured here (PyPI mirror at ~100-150 MB/s): vllm 0.33.0 wheel 336 MB,
 ~4 s download; sglang 0.5.23 wheel 39 MB, ~2 s; msgspec 0.23.0 wheel 0.2 MB.
 Extracting one member and exec'ing it takes well under a second once the
-wheel is cached.  See /work/notes/engine-formats.md for the formats.
+wheel is cached.  docs/engine-schedules.md describes the formats.
 """
 
 from __future__ import annotations

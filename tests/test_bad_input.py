@@ -518,6 +518,13 @@ def _cli_cases():
     ]
     if not HAS_CUDA:
         cases.append(("engine-device-cuda-on-cpu", E, sweep + ["--device", "cuda"]))
+    IT = "calibration.import_tables"
+    cases += [
+        ("import-engine-bogus", IT, ["--engine", "tgi"]),
+        ("import-family-bogus", IT, ["--family", "conv"]),
+        ("import-gpu-unknown", IT, ["--gpu", "h100", "--output-dir", "{fx}/out-tables"]),
+        ("import-output-dir-is-file", IT, ["--gpu", "h200", "--output-dir", "{fx}/a-file.txt"]),
+    ]
     V = "calibration.validate"
     val = ["--scenario", "smollm2-cpu"]
     for name, _, _ in MEASURED:

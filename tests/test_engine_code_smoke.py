@@ -1,5 +1,5 @@
 """Smoke tests: the engines' own schedule code (tests/engine_code.py) gives the
-answers documented in /work/notes/engine-formats.md.
+answers documented in docs/engine-schedules.md (each engine's section).
 
 Needs the released wheels (downloaded once into ~/.cache/dsd-planner) and, for
 TensorRT-LLM, the cached source excerpts; every test skips with the reason when

@@ -223,3 +223,25 @@ def test_pareto_front_per_model_and_traffic_mix():
                        "tpot_p50_s": [0.01, 0.02, 0.015, 0.03], "usd_per_m_output_tokens": [2.0, 1.0, 5.0, 4.0]})
     assert list(pareto_flags(df)) == [True, True, True, True]
     assert list(pareto_flags(df, by="model")) == [True, True, False, False]
+
+
+def test_a_search_is_not_run_twice_for_another_target():
+    """Sizing the same candidates for another target load reuses the searches (the capacity per replica
+    does not depend on the target); replicas and GPUs follow the new target."""
+    from simulator.sizing import search, size
+
+    calls = []
+
+    def counting(sc, policy, workload, seed=0):
+        calls.append(workload.rate_per_s)
+        return {"tpot_p50_s": 0.01 if workload.rate_per_s <= 3.0 else 1.0, "ttft_p99_s": 0.1,
+                "throughput_tok_s": 100.0, "n_requests": workload.n_requests, "output_tokens": 300 * workload.n_requests}
+    search._SEARCHES.clear()
+    kw = dict(candidates=["h200"], tp=[8], policies=["plain"], dtypes=[""], workers=1, sensitivity=False,
+              simulate=counting, search_steps=1)
+    a = size("sizing-dense-command-a", target_load=10.0, **kw)
+    n = len(calls)
+    b = size("sizing-dense-command-a", target_load=40.0, **kw)
+    assert len(calls) == n > 0
+    assert a.capacity.max_load_per_replica.iloc[0] == b.capacity.max_load_per_replica.iloc[0] <= 3.0
+    assert b.capacity.replicas.iloc[0] > a.capacity.replicas.iloc[0]

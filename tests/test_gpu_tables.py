@@ -14,6 +14,7 @@ import pytest
 
 from calibration import gpu_tables as gt
 from calibration import import_tables as it
+from simulator.specs.hardware import load_hardware
 from simulator.specs.surfaces import ShapeCorrection, Surface, collective_time_s
 
 PROFILES = Path(__file__).resolve().parents[1] / "simulator" / "data" / "profiles"
@@ -103,9 +104,8 @@ def test_profile_format(path: Path):
 
 
 def _predict(row_df: pd.DataFrame, family: str, profile: dict) -> np.ndarray:
-    pk = it.load_peaks(profile["hardware"])
     raw = row_df.rename(columns={"measured_ms": "latency"})
-    rows = it.PREPARE[family](raw, pk)
+    rows = it.PREPARE[family](raw, load_hardware(profile["hardware"]))
     assert len(rows) == len(raw), "a shipped held-out row was filtered out by its preparer"
     assert (rows.bucket == 0).all(), "heldout_rows.csv must only hold held-out shapes"
     if family == "all_reduce":
@@ -163,20 +163,29 @@ def test_missing_tables_message(monkeypatch, tmp_path):
     assert "pip install 'dsd-planner[gpu-tables]'" in msg and "\n" not in msg
 
 
-def test_physics_formulas_by_hand():
-    F, M = it.gemm_terms(2, 3, 4, w=2, a=2)
+def test_physics_formulas_by_hand(monkeypatch):
+    from simulator.physics.terms import attention_decode_terms, gemm_terms, moe_expert_terms
+    F, M = gemm_terms(2, 3, 4, w=2, a=2)
     assert (F, M) == (2 * 2 * 3 * 4, 3 * 4 * 2 + 2 * (3 + 4) * 2)
-    F, M = it.attention_decode_terms(B=2, q=3, L=10, hq=8, hkv=2, d=64, kv=1, a=2)
+    F, kv_read, q_io = attention_decode_terms(2, 3, 10, hq=8, hkv=2, d=64, kv=1, a=2)
     assert F == pytest.approx(4 * 2 * 3 * (10 + 2) * 8 * 64)
-    assert M == pytest.approx(2 * 13 * 2 * 2 * 64 * 1 + 2 * 2 * 3 * 8 * 64 * 2)
-    F, M, touched, pairs, params, tpe = it.moe_terms(T=4, E=8, k=2, D=16, I=32, tp_e=2, ep=1, w=2, a=2)
-    assert touched == pytest.approx(8 * (1 - (1 - 2 / 8) ** 4))
-    assert pairs == pytest.approx(8) and params == pytest.approx(3 * 16 * 32 / 2)
+    assert kv_read + q_io == pytest.approx(2 * 13 * 2 * 2 * 64 * 1 + 2 * 2 * 3 * 8 * 64 * 2)
+    # T = 4 tokens, E = 8 experts, top-2, D = 16, I = 32 sliced over expert TP 2, one EP group
+    touched, pairs, total = it.uniform_moe_load([4.0], [8.0], [2.0], [1.0])
+    assert touched == pytest.approx(8 * (1 - (1 - 2 / 8) ** 4)) and total == pytest.approx(touched)
+    assert pairs == pytest.approx(8)
+    params = 3 * 16 * 32 / 2
+    F, M = moe_expert_terms(pairs, touched, 16, 32, 2, w=2, a=2)
     assert F == pytest.approx(2 * 8 * params)
     assert M == pytest.approx(touched * params * 2 + 8 * (2 * 16 + 3 * 32 / 2) * 2)
-    assert tpe == pytest.approx(8 / (8 * (1 - (1 - 2 / 8) ** 4)))
-    _, _, _, pairs_ep, _, _ = it.moe_terms(T=4, E=8, k=2, D=16, I=32, tp_e=1, ep=4, w=2, a=2)
-    assert pairs_ep == pytest.approx(2 + np.sqrt(2 * np.log(4)) * np.sqrt(8 * 0.25 * 0.75))
+    # four EP groups of 2 experts: the busiest touches <= 2 experts; the shipped profiles' pair count is
+    # mean + sqrt(2 ln 4) std, the planner's E[max] of four normals lies between that and the mean 2
+    touched_ep, pairs_ep, _ = it.uniform_moe_load([4.0], [8.0], [2.0], [4.0])
+    asymptotic = 2 + np.sqrt(2 * np.log(4)) * np.sqrt(8 * 0.25 * 0.75)
+    assert pairs_ep == pytest.approx(asymptotic) and touched_ep == pytest.approx(2 * (1 - (1 - 2 / 8) ** 4))
+    monkeypatch.setattr(it, "BUSIEST_LOAD_FROM_PLANNER", True)
+    _, planner_pairs, _ = it.uniform_moe_load([4.0], [8.0], [2.0], [4.0])
+    assert 2 < planner_pairs < asymptotic
 
 
 def test_split_is_deterministic_and_about_one_fifth():
@@ -205,7 +214,7 @@ def test_all_reduce_profile_matches_raw_table():
     src = gt.locate_tables()
     prof = next(load(p) for p in SHIPPED if p.name.startswith("h100-sxm.trtllm-"))
     rel = prof["provenance"]["tables"]["all_reduce"].split("systems/data/", 1)[1]
-    rows = it.prepare_all_reduce(gt.read_table(src, rel), it.load_peaks("h100-sxm"))
+    rows = it.prepare_all_reduce(gt.read_table(src, rel), load_hardware("h100-sxm"))
     fit = rows[rows.bucket != 0]
     table = prof["collectives"]["all_reduce"]
     for g, b, t in zip(fit.num_gpus, fit["bytes"], fit.meas_s):
@@ -277,7 +286,7 @@ def test_planner_moe_layer_matches_the_measured_table_rows():
     prof = load_shipped_profile(path)
     src = gt.locate_tables()
     rel = load(path)["provenance"]["tables"]["moe"].split("systems/data/", 1)[1]
-    rows = it.prepare_moe(gt.read_table(src, rel), it.load_peaks("h200"))
+    rows = it.prepare_moe(gt.read_table(src, rel), load_hardware("h200"))
     m = load_model("qwen3-30b-a3b")
     rows = rows[(rows.num_experts == m.num_experts) & (rows.topk == m.experts_per_token)
                 & (rows.hidden_size == m.hidden_size) & (rows.inter_size == m.expert_intermediate_size)

@@ -45,3 +45,25 @@ def test_floors_import_only_downward():
                 if parts[0] == "simulator" and len(parts) > 1 and parts[1] in FLOORS and FLOORS.index(parts[1]) > i:
                     bad.append(f"{path.relative_to(ROOT)} imports {mod}")
     assert not bad, bad
+
+
+# The reference engine's core: what produces the measurements the planner is validated against. It
+# shares no code with the planner (a planner bug must not appear on both sides of a comparison); its
+# CLIs (__main__, synthetic) may use the planner's parsers, error boundary and model catalog.
+ENGINE_CORE = ("engine.py", "model.py", "sweep.py", "tokenizer.py", "weights.py", "__init__.py")
+
+
+def test_calibration_sits_between_simulator_and_dashboard():
+    # hand: README 'Layout': simulator below calibration below the dashboard and app; simulator never
+    # imports calibration (test above)
+    bad = []
+    for path in (ROOT / "calibration").rglob("*.py"):
+        rel = path.relative_to(ROOT)
+        for mod in _imports(path):
+            top = mod.split(".")[0]
+            if top in ("dashboard", "app", "pages"):
+                bad.append(f"{rel} imports {mod}")
+            if path.parent.name == "engine" and path.name in ENGINE_CORE and top == "simulator":
+                bad.append(f"{rel} (reference engine core) imports {mod}")
+    assert not bad, bad
+    assert all((ROOT / "calibration" / "engine" / name).is_file() for name in ENGINE_CORE)

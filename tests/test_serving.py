@@ -240,18 +240,6 @@ def test_bad_workloads_raise_planner_errors(llama):
         sv.simulate(llama, "plain", workload=sv.Workload(n_requests=1, prompt_len=10_000_000, output_len=1))
 
 
-def test_charts_are_altair(llama):
-    import altair as alt
-    from simulator.serving import charts as ch
-    wl = sv.Workload(arrival="poisson", rate_per_s=30, n_requests=20, max_num_seqs=8, prompt_len=100, output_len=40)
-    runs = [sv.simulate(llama, p, workload=wl) for p in ("plain", "dsd")]
-    summaries = pd.DataFrame([r.summary for r in runs])
-    for chart in (ch.k_over_time(runs), ch.kv_occupancy_over_time(runs), ch.batch_size_over_time(runs[1]),
-                  ch.latency_percentiles(summaries), ch.wave_sweep_chart(summaries.assign(batch_size=[1, 2]))):
-        assert isinstance(chart, alt.Chart)
-        assert chart.to_dict()["mark"]
-
-
 # --- CLI ----------------------------------------------------------------------------------------
 
 def _cli(*args):

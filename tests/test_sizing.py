@@ -151,7 +151,9 @@ def test_uncertainty_band_from_validation_error():
 def test_parallel_workers_match_serial():
     kw = dict(candidates=["h200"], tp=[8], policies=["plain", "dsd"], sensitivity=False, n_requests=50,
               search_steps=2, simulate=standin_simulate)
+    from simulator.sizing import search
     serial = size(MOE, workers=1, **kw).capacity
+    search._SEARCHES.clear()  # run them again, in the pool (not from this process' memo of searches)
     parallel = size(MOE, workers=2, **kw).capacity
     assert serial.max_load_per_replica.tolist() == parallel.max_load_per_replica.tolist()
 
@@ -202,13 +204,13 @@ def test_cli_unknown_flag_one_line():
 
 # --- the report in a real browser ---------------------------------------------------------------
 
-def _report_html(tmp_path) -> Path:
+def _report_html(tmp_path):
     from simulator.sizing.report import render_html
     res = size(MOE, candidates=["h200", "b200"], tp=[8], policies=["plain", "fixed", "dsd"], workers=2,
                simulate=SIM, **SMALL)
     path = tmp_path / "report.html"
     path.write_text(render_html(res))
-    return path
+    return path, res
 
 
 @pytest.mark.browser
@@ -218,7 +220,7 @@ def test_report_renders_in_chromium(tmp_path):
             pytest.fail(f"{CHROMIUM} missing on CI")
         pytest.skip(f"{CHROMIUM} missing")
     from playwright.sync_api import sync_playwright
-    path = _report_html(tmp_path)
+    path, res = _report_html(tmp_path)
     text = path.read_text()
     assert not re.search(r"<(script|link|img)[^>]+(src|href)=[\"']?https?:", text, re.I)
     assert "http" not in text  # nothing to fetch, not even a namespace URL
@@ -238,8 +240,20 @@ def test_report_renders_in_chromium(tmp_path):
                 ".chart svg", "els => els.map(e => [e.getBoundingClientRect().width, e.getBoundingClientRect().height])")
             marks = page.eval_on_selector_all("#chart-pareto svg path, #chart-pareto svg .mark-symbol path",
                                               "els => els.length")
+            bars = page.eval_on_selector_all(
+                "#chart-capacity svg .mark-rect path",
+                "els => els.map(e => [e.getAttribute('aria-label') || '', e.getBoundingClientRect().height])")
         finally:
             browser.close()
+    # one bar per candidate, dtype and policy, never stacked: as many bars as capacity rows, each bar's value
+    # a row's capacity, and every height that value on one shared scale
+    bars = [(label, h) for label, h in bars if "max load per replica" in label]  # not the error bars' ticks
+    values = sorted(float(re.search(r"max load per replica[^:]*: ([\d.]+)", label).group(1)) for label, _ in bars)
+    table = sorted(round(v, 2) for v in res.capacity.max_load_per_replica)
+    assert len(values) == len(table) >= 4 and values == pytest.approx(table, abs=0.006)
+    per_unit = [h / float(re.search(r": ([\d.]+)$", label).group(1)) for label, h in bars
+                if float(re.search(r": ([\d.]+)$", label).group(1)) > 0.5]
+    assert max(per_unit) <= 1.03 * min(per_unit), per_unit
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(sizes) == 2 and all(w > 100 and h > 100 for w, h in sizes)
     assert marks > 5

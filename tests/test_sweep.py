@@ -76,7 +76,7 @@ def test_sweep_writes_tidy_table_with_provenance_and_uncertainty(reference):
     assert df.uncertainty.str.len().gt(0).all() and df.prov_hardware.str.len().gt(0).all()
     csv = pd.read_csv(out / "results.csv")
     assert list(csv.columns) == list(df.columns) and len(csv) == len(df)
-    assert np.allclose(csv.usd_per_m_output_tokens, df.usd_per_m_output_tokens, rtol=1e-12)
+    assert np.allclose(csv.usd_per_m_output_tokens, df.usd_per_m_output_tokens, rtol=1e-12, equal_nan=True)
     filtered = pd.read_csv(out / "filtered.csv")
     assert list(filtered["filter"]) == ["memory"] and "exceed" in filtered.reason[0]
     md = (out / "summary.md").read_text()

@@ -2,20 +2,14 @@
 
 from __future__ import annotations
 
-import argparse
 import math
 import re
 import sys
 
 # the planner's batch-size syntax: '1-64' is every integer, '1-64:pow2' the powers of two inside plus
 # both ends (what '1-64' meant in this CLI before), '1,2,4,8' those
+from simulator.cli.common import OneLineParser, run_cli
 from simulator.specs.values import parse_batch_sizes
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        print(f"error: {message}", file=sys.stderr)
-        raise SystemExit(2)
 
 
 _LIMIT = 65536  # largest batch size or K a sweep may ask for (checked before a range is expanded)
@@ -81,8 +75,14 @@ def _profile(a) -> int:
 
 
 def main(argv=None) -> int:
-    p = _Parser(prog="python -m calibration.engine", description=__doc__)
-    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+    """The sweep CLI inside the planner's error boundary (simulator.cli.common.run_cli): bad input
+    raised anywhere below is one line and exit 2; warnings print once."""
+    return run_cli(lambda: _main(argv))
+
+
+def _main(argv=None) -> int:
+    p = OneLineParser(prog="python -m calibration.engine", description=__doc__)
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=OneLineParser)
     s = sub.add_parser("sweep", help="measure ITL and acceptance over (batch size, K)")
     s.add_argument("--target", default="smollm2-135m", help="smollm2-135m | moe-synthetic")
     s.add_argument("--draft", default="ngram", help="ngram | early-exit:N | model:N")

@@ -12,6 +12,7 @@ from dataclasses import replace
 from simulator.physics.experts import busiest_group_load, experts_touched_correlated
 from simulator.physics.fabric import allgather_s, allreduce_fabric_s, alltoall_s, node_split
 from simulator.physics.operators import Op, StepCost, evaluate
+from simulator.physics.terms import attention_decode_terms, gemm_terms, mla_decode_terms, moe_expert_terms
 from simulator.specs.deployment import Deployment, kv_heads_per_gpu, sliding_layers
 from simulator.specs.hardware import DTYPE_BYTES, Hardware
 from simulator.specs.models import ModelSpec
@@ -23,7 +24,7 @@ from simulator.specs.wire import collective_factor
 def gemm(name: str, tokens, n: float, k: float, w_bytes: float, a_bytes: float, count: float,
          family: str = "gemm") -> Op:
     """Y[T, n] = X[T, k] @ W[k, n]:  F = 2 T n k,  M = n k w + T (n + k) a."""
-    return Op(name, family, 2.0 * tokens * n * k, n * k * w_bytes + tokens * (n + k) * a_bytes,
+    return Op(name, family, *gemm_terms(tokens, n, k, w_bytes, a_bytes),
               kernels=1, count=count, eff_tokens=tokens, surface="gemm",
               shape={"m": tokens, "n": n, "k": k, "nk": n * k, "w_bytes": w_bytes, "a_bytes": a_bytes},
               dtype=gemm_kernel_dtype(w_bytes, a_bytes))
@@ -82,9 +83,7 @@ def attention_op(model: ModelSpec, dep: Deployment, batch, queries, context_len:
     if model.attention == "mla":
         # absorbed MLA: every head scores against the shared latent (kv_lora + rope) and reads it once
         latent = model.kv_lora_rank + model.qk_rope_head_dim
-        flops = 2.0 * batch * queries * (keys + (queries + 1) / 2) * hq * (2 * model.kv_lora_rank + model.qk_rope_head_dim)
-        kv_read = batch * (keys + queries) * latent * kv
-        q_io = 2.0 * batch * queries * hq * latent * a
+        flops, kv_read, q_io = mla_decode_terms(batch, queries, keys, hq, model.kv_lora_rank, model.qk_rope_head_dim, kv, a)
         shape = {"q_heads": hq, "kv_elem_bytes": kv, "a_bytes": a, "keys": keys, "queries": queries, "sequences": batch,
                  "latent": latent, "score_width": 2 * model.kv_lora_rank + model.qk_rope_head_dim}
     else:
@@ -95,9 +94,8 @@ def attention_op(model: ModelSpec, dep: Deployment, batch, queries, context_len:
         # a grouped kernel everywhere (every engine but TensorRT-LLM <= 0.10): no array work here
         reads, blocks = (1.0, 1.0) if per_head is False else (kv_reads(dep, group, per_head),
                                                                np.where(per_head, group, 1.0))
-        flops = 4.0 * batch * queries * (keys + (queries + 1) / 2) * hq * d
-        kv_read = batch * (keys + queries) * 2 * hkv * d * kv * reads
-        q_io = 2.0 * batch * queries * hq * d * a
+        flops, kv_read, q_io = attention_decode_terms(batch, queries, keys, hq, hkv, d, kv, a)
+        kv_read = kv_read * reads  # per-query-head kernels re-read each KV head (kv_reads)
         # surface axes as the q = 1 decode tables measured them: group = hq / hkv. A verify pass packs
         # its q g query rows per KV head into tensor-core tiles and stays bound by the same KV read;
         # the tables' slow large-group decode kernels (g >= 48, ~3x at equal bytes) are a q = 1
@@ -201,8 +199,7 @@ def moe_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, count: int,
     ops = [
         gemm(prefix + "moe_router", local, model.num_experts, D, w, a, count),
         Op(prefix + "moe_experts", "moe",
-           flops=2.0 * pairs_gpu * params_slice,
-           nbytes=touched_gpu * params_slice * w_e + pairs_gpu * (2 * D + 3 * model.expert_intermediate_size / expert_tp) * a,
+           *moe_expert_terms(pairs_gpu, touched_gpu, D, model.expert_intermediate_size, expert_tp, w_e, a),
            kernels=5, count=count,
            eff_tokens=tokens * model.experts_per_token / np.maximum(touched_all, 1.0), surface="moe",
            shape={"tokens_per_expert": tokens * model.experts_per_token / np.maximum(touched_all, 1.0),

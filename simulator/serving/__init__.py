@@ -4,7 +4,6 @@
     engine.py    engine settings ([serving]), step-time tables, KV block budget, CUDA graphs
     loop.py      the step loop (simulate) and wave sweeps
     results.py   result tables, summary row, tail analysis
-    charts.py    Altair charts of results
 The K policies themselves live one floor down, in simulator.plan.policies.
 """
 from simulator.plan.policies import (POLICIES, Policy, PolicySettings, PolicyTables, make_policy, parse_policy,

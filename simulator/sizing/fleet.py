@@ -302,6 +302,9 @@ def _recommend_text(best, capacity: pd.DataFrame, spec: SizingSpec, ranked: pd.D
     why = evidence_margin(ranked) if ranked is not None else ""
     if why:
         text += f"; recommended although {why}"
+    first = str(best.get("rank_reason", ""))
+    if first.startswith("placed above cheaper"):  # the evidence rule moved it up: say over what
+        text += f"; {first}"
     return text + "."
 
 

@@ -88,14 +88,11 @@ def charts(res: SizingResult) -> dict[str, str]:
     cap = res.capacity
     if len(cap):
         d = cap.copy()
-        # one bar per candidate, dtype and policy: bf16 and fp8 of one device are separate facets, never stacked
-        d["config"] = d.hardware + " tp=" + d.tp.astype(str) + " " + d["dtype"].astype(str)
+        d["config"] = d.hardware + " tp=" + d.tp.astype(str) + " " + d["dtype"].astype(str)  # bars never stacked
         d["lo"] = d.load_band_low.fillna(d.max_load_per_replica)
         d["hi"] = d.load_band_high.fillna(d.max_load_per_replica)
-        bars = alt.Chart(d).mark_bar().encode(
-            x=alt.X("policy:N", title=None),
-            y=alt.Y("max_load_per_replica:Q", title=f"max load per replica [{res.spec.load_unit}]", stack=None),
-            color="policy:N")
+        bars = alt.Chart(d).mark_bar().encode(x=alt.X("policy:N", title=None), color="policy:N", y=alt.Y(
+            "max_load_per_replica:Q", title=f"max load per replica [{res.spec.load_unit}]", stack=None))
         err = alt.Chart(d).mark_errorbar(ticks=True, color="black").encode(
             x="policy:N", y=alt.Y("lo:Q", title=""), y2="hi:Q")
         chart = alt.layer(bars, err, data=d).properties(width=90, height=220).facet(
@@ -234,11 +231,10 @@ def _provenance(res: SizingResult) -> pd.DataFrame:
         {"quantity": "capacity, TTFT, TPOT", "source": "simulated: serving simulation (simulator.serving) over the"
          f" step times; {'Poisson arrivals' if spec.load_kind == 'rate' else 'closed loop'}, seed {spec.seed};"
          f" each run spans {'%g s' % spec.duration_s if spec.duration_s else '4 request lifetimes (>= 30 s)'} of"
-         f" arrivals, {spec.n_requests}-{spec.max_requests} requests; the search starts at the steady-state"
-         f" capacity (Little's law on the engine's step-time tables) and runs the simulation near it until a"
-         f" passing and a failing load are within the search resolution x{2 ** (1 / 2 ** spec.search_steps):.3f}"
-         f" (+{2 ** (1 / 2 ** spec.search_steps) - 1:.1%}: the capacity is the passing load, the boundary lies"
-         f" below the failing one); run-to-run noise: see the seed rows of Sensitivity"},
+         f" arrivals, {spec.n_requests}-{spec.max_requests} requests; the search starts at the steady-state capacity"
+         f" (Little's law on the engine's step-time tables) and simulates near it until a passing and a failing load"
+         f" are within the search resolution x{2 ** (1 / 2 ** spec.search_steps):.3f} (the capacity is the passing"
+         f" load); run-to-run noise: the seed rows of Sensitivity"},
         {"quantity": "prices", "source": "; ".join(sorted(set(res.capacity.get("price_source", pd.Series(dtype=str)))))
          or "-"},
         {"quantity": "energy per token", "source": "estimate: TDP x GPUs x time / tokens (GPUs at TDP)"},
@@ -278,7 +274,7 @@ def _sections(res: SizingResult) -> list[tuple[str, list]]:
             recs.append(("p", "**Flag:** this candidate rests on datasheet figures only; its GPU range is wide."
                               " Calibrate it (python -m calibration.run) or validate it before a purchase."))
     secs.append(("Recommendation", recs))
-    secs.append(("Ranked configurations (meet the target within max_replicas; cheapest fleet first)",
+    secs.append(("Ranked configurations (meet the target within max_replicas; cost at the target, then evidence)",
                  [("p", f"GPUs are whole nodes of {spec.gpus_per_node}, sized for the target x"
                         f" {1 + spec.headroom:g} (headroom) plus {spec.spare_replicas} spare replica(s) (N+1);"
                         " GPUs (band) repeats that with the capacity at the ends of its band. basis: measured (kernel"
@@ -286,14 +282,12 @@ def _sections(res: SizingResult) -> list[tuple[str, list]]:
                         " wide band). Ranked by cost at the target load, then strength of evidence; a row on weaker"
                         " evidence never ranks above one on stronger evidence that meets the target with no more GPUs"
                         " than the weaker one's band allows."),
-                  ("table", _cols(res.ranked, RANKED_COLUMNS)),
-                  ("p", "Why each place:"), ("wtable", _cols(res.ranked, REASON_COLUMNS))]))
+                  ("table", _cols(res.ranked, RANKED_COLUMNS)), ("p", "Why each place:"),
+                  ("wtable", _cols(res.ranked, REASON_COLUMNS))]))
     secs.append(("Throughput per GPU vs TPOT (Pareto)", [("chart", "pareto")]))
     secs.append(("Capacity per replica, all candidates and policies",
                  [("chart", "capacity"), ("table", _cols(res.capacity, CAPACITY_COLUMNS)),
-                  ("p", "Candidates that do not meet the target, and why:"),
-                  ("wtable", _cols(res.capacity[~res.capacity.meets_target.astype(bool)] if len(res.capacity)
-                                   else res.capacity, ["hardware", "tp", "dtype", "policy", "reason"]))]))
+                  ("p", "Candidates that do not meet the target, and why:"), ("wtable", _misses(res.capacity))]))
     mem = _cols(res.memory, ["hardware", "tp", "dtype", "usable_gb", "weights_gb", "draft_gb", "kv_gb_per_seq",
                              "context_tokens", "max_seqs", "fits"])
     secs.append(("Memory fit and rejected configurations",
@@ -303,6 +297,10 @@ def _sections(res: SizingResult) -> list[tuple[str, list]]:
     secs.append(("Optimal K per batch size and engine settings", _k_sections(res, rec)))
     secs += _closing_sections(res)
     return secs
+
+
+def _misses(cap: pd.DataFrame) -> pd.DataFrame:
+    return _cols(cap[~cap.meets_target.astype(bool)] if len(cap) else cap, ["hardware", "tp", "dtype", "policy", "reason"])
 
 
 def _k_sections(res: SizingResult, rec: dict | None) -> list:
@@ -334,13 +332,11 @@ def _closing_sections(res: SizingResult) -> list:
     secs = []
     if len(res.sensitivity):
         secs.append(("Sensitivity (recommended configuration)",
-                     [("p", "Capacity rerun, at a finer search resolution than the ranking (baseline rerun at the"
-                            " same resolution), with every kernel's time moved by 10% (the calibration profile's"
-                            " kernel times scaled, or the datasheet bandwidth and FLOP/s where there is no profile;"
-                            " communication and host time per step not varied) and the per-position acceptance rates"
-                            " moved by 10%; the seed rows rerun the baseline with other random draws: their spread is"
-                            " the serving simulation's run-to-run noise. The traffic rows move the target load by"
-                            " 20% at the baseline capacity."),
+                     [("p", "Capacity rerun at a finer search resolution (the baseline too) with every kernel's time"
+                            " moved by 10% (the profile's kernel times, else the datasheet bandwidth and FLOP/s;"
+                            " communication and host time not varied) and the acceptance rates by 10%; the seed rows"
+                            " rerun the baseline with other random draws: their spread is the serving simulation's"
+                            " run-to-run noise. The traffic rows move the target load by 20% at the baseline capacity."),
                       ("table", res.sensitivity)]))
     else:
         secs.append(("Sensitivity", [("p", "not run (no recommended configuration or sensitivity = false).")]))

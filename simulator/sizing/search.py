@@ -11,6 +11,7 @@ factor 2^(1/2^search_steps) apart.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -164,8 +165,8 @@ FLOOR_MARGIN = 1.5  # steady-state TPOT at batch 1 this far above the limit: no 
 def first_load(sc: Scenario, policy: str, spec: SizingSpec, max_seqs: int) -> tuple[float, str]:
     """Where the search starts: the steady-state capacity of :mod:`simulator.serving.steady` (Little's law on
     the engine's own step-time tables), else (when that cannot be built) :func:`analytic_guess`. Start
-    "floor" (at the load that keeps one sequence decoding): even batch 1 misses the TPOT limit by
-    FLOOR_MARGIN, so one simulation there confirms that no load meets the SLOs."""
+    "floor" (half the load that keeps one sequence decoding) when even batch 1 misses the TPOT limit: one
+    simulation there confirms that no load meets the SLOs (two when the miss is within FLOOR_MARGIN)."""
     try:
         workload = build_workload(sc, spec.load_kind, 1.0, spec.n_requests, None)
         st = steady_state(sc, policy, workload, spec.seed)
@@ -173,8 +174,10 @@ def first_load(sc: Scenario, policy: str, spec: SizingSpec, max_seqs: int) -> tu
         x = st.max_concurrency(limit) if spec.load_kind == "concurrency" else st.max_rate(limit)
         if x > 0:
             return float(x), "steady state"
-        if limit and st.tpot_s[0] > FLOOR_MARGIN * limit and np.isfinite(st.rate[0]):
-            return (1.0 if spec.load_kind == "concurrency" else float(st.rate[0])), "floor"
+        if limit and np.isfinite(st.rate[0]):  # even batch 1 misses the TPOT limit: confirm at low load
+            clear = st.tpot_s[0] > FLOOR_MARGIN * limit
+            return (1.0 if spec.load_kind == "concurrency" else float(st.rate[0]) / 2), \
+                ("floor" if clear else "floor, marginal")
     except PlannerError:
         pass
     return analytic_guess(sc, policy, spec, max_seqs), "goodput table"
@@ -235,12 +238,19 @@ def search_capacity(sc: Scenario, policy: str, spec: SizingSpec, max_seqs: int, 
     x, start = first_load(sc, policy, spec, max_seqs)
     if integer:
         x = float(min(max(1, int(x)), max_seqs))
-    if start == "floor":
-        ok, _, bad = trial(x)
-        if not ok:
+    if start.startswith("floor"):
+        # below the load that keeps one sequence decoding, TPOT is at its floor: a miss there is a miss at
+        # every load (a marginal one is tried once more, 4x lower, where sequences almost never overlap)
+        tries = (x,) if start == "floor" or integer else (x, x / 4)
+        for x_try in tries:
+            ok, _, bad = trial(x_try)
+            if ok:
+                x = x_try
+                break
+        else:
             return Search(cand, policy, 0.0, None, trial.points, True,
-                          f"misses the SLOs even at {_fmt(x)} {spec.load_unit} (one sequence decoding at a time):"
-                          f" {'; '.join(bad)}", sc.cost_source, rho, start)
+                          f"misses the SLOs even at {_fmt(x_try)} {spec.load_unit} (batch 1 misses the TPOT limit"
+                          f" in the steady state): {'; '.join(bad)}", sc.cost_source, rho, start)
     lo, lo_sum, hi, last_bad = _bracket(trial, x, rho, integer, max_seqs)
     if lo is None:
         return Search(cand, policy, 0.0, None, trial.points, True,
@@ -274,9 +284,37 @@ def _run_task(task: Task) -> tuple[str, Search]:
     return task.variant, s
 
 
+_SEARCHES: dict = {}  # search key -> Search: a search depends on none of the fleet settings (target, prices)
+_SEARCH_SLOTS = 512
+SEARCH_FIELDS = ("slo", "load_kind", "n_requests", "duration_s", "max_requests", "search_steps", "seed", "ttft_guard")
+
+
+def search_key(task: Task) -> str:
+    """What a search's answer depends on: the candidate's scenario (its TOML and the kernel-time scale a
+    sensitivity run sets on its profile), the policy, the memory limit, the search settings, the simulation."""
+    sc = task.scenario
+    sim = task.simulate or serving.simulate
+    body = {"raw": {k: v for k, v in sc.raw.items() if not k.startswith("_")},
+            "scale": sc.profile.engine_scale if sc.profile is not None else None, "policy": task.policy,
+            "max_seqs": task.max_seqs, "spec": {f: getattr(task.spec, f) for f in SEARCH_FIELDS},
+            "sim": f"{getattr(sim, '__module__', '')}.{getattr(sim, '__qualname__', repr(sim))}"}
+    return json.dumps(body, sort_keys=True, default=str)
+
+
 def run_all(tasks: list[Task], workers: int) -> list[tuple[str, Search]]:
-    """Run the searches, in a process pool of ``workers`` when there is more than one task."""
-    if workers <= 1 or len(tasks) <= 1:
-        return [_run_task(t) for t in tasks]
-    with ProcessPoolExecutor(max_workers=min(workers, len(tasks))) as pool:
-        return list(pool.map(_run_task, tasks))
+    """Run the searches, in a process pool of ``workers`` when there is more than one task. A search this
+    process already ran (same :func:`search_key`: sizing the same candidates for another target load,
+    say) is not run again."""
+    keys = [search_key(t) for t in tasks]
+    todo = [(k, t) for k, t in zip(keys, tasks) if k not in _SEARCHES]
+    todo = list({k: t for k, t in todo}.items())
+    if workers <= 1 or len(todo) <= 1:
+        found = [_run_task(t)[1] for _, t in todo]
+    else:
+        with ProcessPoolExecutor(max_workers=min(workers, len(todo))) as pool:
+            found = [s for _, s in pool.map(_run_task, [t for _, t in todo])]
+    for (k, _), s in zip(todo, found):
+        if len(_SEARCHES) >= _SEARCH_SLOTS:
+            _SEARCHES.pop(next(iter(_SEARCHES)))
+        _SEARCHES[k] = s
+    return [(t.variant, dataclasses.replace(_SEARCHES[k], candidate=t.candidate)) for k, t in zip(keys, tasks)]

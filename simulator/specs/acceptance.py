@@ -124,44 +124,6 @@ def parse_acceptance(value, source: str = "assumed") -> Acceptance:
     raise PlannerError(f"acceptance {value!r}: expected a rate like 0.8 or a list like 0.7,0.5,0.3")
 
 
-# --- reference acceptance rule ------------------------------------------------------------------
-
-def residual_distribution(p: np.ndarray, q: np.ndarray) -> np.ndarray:
-    """normalize(max(0, p - q)): where to resample after a rejection (p target, q draft)."""
-    r = np.maximum(p - q, 0.0)
-    total = r.sum(axis=-1, keepdims=True)
-    # p == q leaves nothing to correct; any rejection then has probability 0, fall back to p
-    return np.where(total > 0, r / np.where(total > 0, total, 1.0), p)
-
-
-def speculative_step(p: np.ndarray, q: np.ndarray, drafts: np.ndarray, rng: np.random.Generator,
-                     greedy: bool = False) -> list[int]:
-    """Tokens one verification step commits for one sequence.
-
-    p: [K+1, V] target distributions at the K draft positions and the bonus position;
-    q: [K, V] draft distributions; drafts: [K] draft tokens (sampled from q).
-    Sampling: accept x_i with probability min(1, p(x_i) / q(x_i)); at the first rejection sample
-    from normalize(max(0, p - q)) and stop; if all K are accepted, sample a bonus token from p_{K+1}.
-    Greedy: accept iff x_i == argmax p_i; the correction / bonus token is argmax p.
-    """
-    out: list[int] = []
-    for i, x in enumerate(drafts):
-        if greedy:
-            best = int(np.argmax(p[i]))
-            out.append(best)
-            if best != x:
-                return out
-            continue
-        if rng.random() < min(1.0, p[i, x] / q[i, x]):
-            out.append(int(x))
-            continue
-        out.append(int(rng.choice(p.shape[1], p=residual_distribution(p[i], q[i]))))
-        return out
-    k = len(drafts)
-    out.append(int(np.argmax(p[k])) if greedy else int(rng.choice(p.shape[1], p=p[k])))
-    return out
-
-
 @dataclass(frozen=True)
 class ContextAcceptance:
     """Acceptance by context length: every per-position rate is multiplied by f(L), read off a table

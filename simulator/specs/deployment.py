@@ -71,11 +71,6 @@ class Deployment:
         """Attention replicas: each holds B / attention_dp sequences."""
         return self.dp if self.dp_attention else 1
 
-    @property
-    def expert_groups(self) -> int:
-        """Expert-parallel groups (each holds num_experts / groups whole experts)."""
-        return self.ep
-
 
 LAYOUTS = ("tp", "tp-ep", "dp-ep")
 

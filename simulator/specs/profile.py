@@ -18,12 +18,16 @@ Format 1 (microbenchmarks of this machine, ``calibration.run``)::
       "heldout_error": {...}                # optional, reported by `calibration.show`
     }
 
-Format 2 (measured GPU kernel tables, ``calibration.import_tables``) adds, per operator family,
-efficiency surfaces over two log axes (``surfaces``: "gemm.bf16" over (m, n*k), "attention_decode.bf16"
-over (tokens, KV bytes), "mla_decode.bf16", "moe.bf16" over (tokens per expert, expert bytes)) and
-measured collectives (``collectives``: all-reduce latency by bytes per GPU count), with
-``basis`` = "measured kernel tables" and ``heldout_error`` per family. An op with a surface is priced
-t = roofline / surface(shape); one without it streams at ``streaming_efficiency`` of datasheet bandwidth.
+Format 2 (measured GPU kernel tables, ``calibration.import_tables``) adds, per operator family and
+dtype, efficiency surfaces over log axes (``surfaces``, axes named in each surface: "gemm.<dtype>" over
+(m, n, k), "attention_decode.<kv dtype>" over (batch_heads, context, head_dim, group), "mla_decode.<kv
+dtype>" over (batch, context, bytes), "moe.<dtype>" over (tokens_per_expert, expert_bytes, n)), per-shape
+corrections of a surface along one axis (``shape_corrections``: MoE per exact layer shape, along tokens)
+and measured collectives (``collectives``: latency by bytes per GPU count for all_reduce,
+all_reduce_nccl, all_gather, reduce_scatter, all_to_all), with ``basis`` = "measured kernel tables" and
+``heldout_error`` per family. An op with a surface is priced t = roofline / surface(shape) (the roofline
+of simulator/physics/terms.py, the one the importer divided by); one without it streams at
+``streaming_efficiency`` of datasheet bandwidth.
 
 Curves are interpolated linearly in log(size) between measured points and held at their end
 values outside them (a jump to the bare roofline just past the last sample would be unphysical).

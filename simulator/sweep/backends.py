@@ -6,7 +6,6 @@ when asked for.
 """
 from __future__ import annotations
 
-import os
 import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -151,6 +150,3 @@ def _clock(seconds: float) -> str:
     s = int(round(seconds))
     return f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}"
 
-
-def default_workers() -> int:
-    return max(1, min(os.cpu_count() or 1, 2))

@@ -329,9 +329,11 @@ def _apply(spec: SweepSpec, combo: dict) -> dict:
         # device figures and calibration profiles of the base's device do not carry over
         raw["hardware"] = {k: v for k, v in raw["hardware"].items() if k in ("name", "tp", "ep")}
         raw.pop("calibration", None)
-    if "sizing" in raw:  # the sweep's [run] settings drive the search; the base's own candidates do not apply
+    if "sizing" in raw:  # the base's search settings stay (a [run] setting overrides one); its candidates do not
         raw["sizing"] = {k: v for k, v in raw["sizing"].items()
-                         if k in ("prices", "target_rate_per_s", "target_concurrency", "description")}
+                         if k in ("prices", "target_rate_per_s", "target_concurrency", "description", "n_requests",
+                                  "search_steps", "duration_s", "max_requests", "max_replicas", "seed", "headroom",
+                                  "spare_replicas", "gpus_per_node", "policies")}
     return raw
 
 
