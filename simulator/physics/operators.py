@@ -210,7 +210,7 @@ def _collective_s(op: Op, profile: Profile | None):
         kind = next((k for k in (kind, "all_reduce", "all_reduce_nccl") if profile.collectives.get(k)), None)
     if kind is None or not profile.collectives.get(kind):
         return None
-    return collective_time_s(profile.collectives, gpus, op.shape["bytes"], op=kind)
+    return collective_time_s(profile.collectives, gpus, op.shape["bytes"], op=kind, monotone=True)
 
 
 def evaluate(ops: list[Op], hw: Hardware, dep: Deployment, profile: Profile | None, shape) -> StepCost:

@@ -207,12 +207,13 @@ def ring_factor(g) -> np.ndarray:
     return 2.0 * (g - 1.0) / g
 
 
-def collective_time_s(table: Mapping, g: int, nbytes, *, op: str = "all_reduce") -> np.ndarray:
+def collective_time_s(table: Mapping, g: int, nbytes, *, op: str = "all_reduce", monotone: bool = False) -> np.ndarray:
     """Time of one collective of ``nbytes`` (per GPU message) over ``g`` GPUs, from a profile.
 
     ``table`` is ``profile["collectives"]`` (or its ``[op]`` sub-dict). Inside the measured
-    byte range: log-log linear interpolation of latency vs bytes (of the running maximum of the
-    measured latencies: a larger message is never priced faster). Outside it: the fitted
+    byte range: log-log linear interpolation of latency vs bytes (``monotone``: of the running maximum
+    of the measured latencies, so that a larger message is never priced faster, as the planner prices
+    a step; the table's own points otherwise). Outside it: the fitted
     alpha-beta model ``alpha_g + f(g) S / busBW_g`` with f = 2 (g-1)/g for all-reduce
     (the planner's formula) and (g-1)/g for all-gather / reduce-scatter / all-to-all,
     joined continuously to the nearest measured point (the model is scaled to match it).
@@ -234,9 +235,11 @@ def collective_time_s(table: Mapping, g: int, nbytes, *, op: str = "all_reduce")
     b = np.asarray(ent["bytes"], dtype=float)
     t = np.asarray(ent["latency_s"], dtype=float)
     order = np.argsort(b)
-    # a larger message is not faster: the running maximum of the measured latencies (a table's
-    # point-to-point noise and protocol switches otherwise make some message sizes cheaper than smaller ones)
-    b, t = b[order], np.maximum.accumulate(t[order])
+    # monotone: a larger message is not faster; a table's point-to-point noise at small messages
+    # (2-4% at 8-64 kB) would otherwise make a larger step's all-reduce cheaper than a smaller one's
+    b, t = b[order], t[order]
+    if monotone:
+        t = np.maximum.accumulate(t)
 
     def model(s):
         return alpha + factor * s / bw
