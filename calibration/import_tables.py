@@ -38,6 +38,7 @@ import numpy as np
 import pandas as pd
 
 from calibration import gpu_tables as gt
+from calibration.planner_rows import monotone_rows_s
 from calibration.surface_fit import fit_surface, smooth_knots
 from simulator.specs.surfaces import ShapeCorrection, Surface, collective_time_s
 
@@ -499,6 +500,8 @@ def build_profile(src: gt.TableSource, system: str, engine: str, version: str,
             collectives["all_reduce"] = ent
             held = held[held.num_gpus.astype(str).isin(ent)]
             held["pred_s"] = [float(collective_time_s(ent, int(g), b)) for g, b in zip(held.num_gpus, held["bytes"])]
+            held["monotone_s"] = [float(collective_time_s(ent, int(g), b, monotone=True))
+                                  for g, b in zip(held.num_gpus, held["bytes"])]
         else:
             for name, sub in fit.groupby("surface"):
                 if len(sub) < 8:
@@ -511,9 +514,13 @@ def build_profile(src: gt.TableSource, system: str, engine: str, version: str,
                 corrections.update(shape_corrections(fit, fam_surfaces, *CORRECTED_FAMILIES[fam]))
                 held["surface_only_s"] = predict_rows(held, surfaces)
             held["pred_s"] = predict_rows(held, surfaces, corrections)
+            held["monotone_s"] = monotone_rows_s(held, surfaces, corrections, DTYPES, KV_BYTES, pk)
         held = held[np.isfinite(held.pred_s)]
         heldout[fam] = {"n": int(len(held)), "roofline": error_stats(held.t0, held.meas_s),
                         "fitted": error_stats(held.pred_s, held.meas_s)}
+        mono = held[np.isfinite(held.monotone_s)]
+        if len(mono):  # as the planner prices a step: the envelope over less work (simulator/physics/monotone.py)
+            heldout[fam]["monotone"] = error_stats(mono.monotone_s, mono.meas_s) | {"n": int(len(mono))}
         if "surface_only_s" in held:  # what a shape the table never measured can expect
             heldout[fam]["surface_only"] = error_stats(held.surface_only_s, held.meas_s)
         held["system"], held["hardware"], held["engine"], held["version"] = system, hw, engine, version
@@ -611,13 +618,18 @@ def heldout_markdown(rows: list[dict]) -> str:
              "roofline = catalog datasheet peaks, no efficiency; fitted = the profile's surfaces / collective tables "
              "(MoE: with the per-layer-shape correction, the held-out rows being other token counts of shapes the "
              "table measured); surface only = MoE without that correction, what a layer shape the table never "
-             "measured can expect.",
-             "", "| GPU | engine | family | n | roofline MAPE | fitted MAPE | fitted median | fitted max | surface only MAPE |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+             "measured can expect; monotone = the fitted time as the planner prices a step, the envelope max over "
+             "less work (simulator/physics/monotone.py: a larger GEMM, attention or MoE step, or all-reduce "
+             "message, is never priced faster).",
+             "", "| GPU | engine | family | n | roofline MAPE | fitted MAPE | fitted median | fitted max | surface only MAPE "
+             "| monotone MAPE | monotone max |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
+        mono = r.get("monotone", {})
         lines.append(f"| {r['hardware']} | {r['engine']}-{r['version']} | {r['family']} | {r['n']} | "
                      f"{r['roofline']['mape_pct']} | {r['fitted']['mape_pct']} | {r['fitted']['median_pct']} | "
-                     f"{r['fitted']['max_pct']} | {r.get('surface_only', {}).get('mape_pct', '-')} |")
+                     f"{r['fitted']['max_pct']} | {r.get('surface_only', {}).get('mape_pct', '-')} | "
+                     f"{mono.get('mape_pct', '-')} | {mono.get('max_pct', '-')} |")
     return "\n".join(lines) + "\n"
 
 
