@@ -13,8 +13,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from simulator.physics.monotone import (affine_envelope_s, attention_lattice_s, attention_time_s,
-                                        lattice_interp, log_lattice_interp, moe_lattice_s)
+from simulator.physics.monotone import (MAX_LATTICE_TOKENS, MIN_BATCH_OCTAVES, MIN_KEY_OCTAVES, MIN_TOKEN_OCTAVES,
+                                        affine_envelope_s, attention_lattice_s, attention_time_s,
+                                        log_lattice_interp, moe_lattice_s, moe_time_s)
 from simulator.specs.surfaces import ShapeCorrection, Surface
 
 MLA_LATENT, MLA_SCORE_WIDTH = 512 + 64, 2 * 512 + 64  # DeepSeek-V3/R1 kv_lora + rope; 2 kv_lora + rope
@@ -29,8 +30,7 @@ def _gemm_s(sub: pd.DataFrame, surf: Surface, w: float, a: float, peak: float, b
     out = np.full(len(sub), np.nan)
     m = sub.ax_m.to_numpy(float)
     for (n, k), pos in sub.groupby(["ax_n", "ax_k"]).indices.items():
-        top = int(m[pos].max())
-        size = max(1024, 1 << int(np.ceil(np.log2(top + 1))))
+        size = MAX_LATTICE_TOKENS + 1
         env = affine_envelope_s(surf.sliced((None, float(n), float(k))).integer_values(size - 1)[:size],
                                 2.0 * n * k, 0.0, (n + k) * a, n * k * w, peak, bw)
         out[pos] = env[m[pos].astype(np.intp)]
@@ -54,7 +54,8 @@ def _attention_s(sub: pd.DataFrame, surf: Surface, family: str, kv: np.ndarray, 
             flops = 2.0 * B[pos] * (L[pos] + 1) * hq * MLA_SCORE_WIDTH
         if L[pos].min() < 1:
             continue
-        log_b, log_l, log_t = attention_lattice_s(surf, shape, float(B[pos].max()), float(L[pos].max()), peak, bw)
+        log_b, log_l, log_t = attention_lattice_s(surf, shape, max(float(B[pos].max()), 2.0 ** MIN_BATCH_OCTAVES),
+                                                  max(float(L[pos].max()), 2.0 ** MIN_KEY_OCTAVES), peak, bw)
         out[pos] = attention_time_s(log_lattice_interp(log_t, log_b, log_l, B[pos], L[pos]), shape, flops, peak, bw)
     return out
 
@@ -68,9 +69,9 @@ def _moe_s(sub: pd.DataFrame, surf: Surface, fix, w: float, a: float, peak: floa
         shape = {"probabilities": np.full(int(E), k / E), "topk": k, "moe_ep": int(ep), "params_slice": 3 * D * inter / tp,
                  "w_bytes": w, "pair_bytes": (2 * D + 3 * inter / tp) * a, "n": inter / tp, "num_experts": E,
                  "hidden": D, "inter": inter, "moe_tp": tp}
-        log_t, e_nodes, t = moe_lattice_s(surf, fix, shape, float(T[pos].max()), 1.0, peak, bw)
+        lattice = moe_lattice_s(surf, fix, shape, max(float(T[pos].max()), 2.0 ** MIN_TOKEN_OCTAVES), 1.0, peak, bw)
         touched = E * -np.expm1(T[pos] * np.log1p(-k / E))
-        out[pos] = lattice_interp(t, log_t, e_nodes, T[pos], touched)
+        out[pos] = moe_time_s(lattice, T[pos], touched, shape["probabilities"])
     return out
 
 

@@ -18,7 +18,7 @@ import pytest
 
 from simulator.physics.layers import verify_cost
 from simulator.physics.memory import weight_bytes_per_gpu
-from simulator.physics.monotone import affine_envelope_s, lattice_interp, surface_time_s
+from simulator.physics.monotone import affine_envelope_s, lattice_interp, monotone_lattice, surface_time_s
 from simulator.plan.api import predict
 from simulator.specs.profile import SHIPPED_DIR
 from simulator.specs.surfaces import Surface, collective_time_s
@@ -89,11 +89,16 @@ def test_issue_case_qwen3_30b_h100_vllm_k0_to_k1():
 
 def test_affine_envelope_by_hand():
     """F = 2 x, M = 100 + x, P = 1, BW = 1 (memory-bound: t = (100 + x) / eta), eta 0.5, 0.5, 1, 0.4 at
-    x = 0..3: t = 0, 101 / 0.5 = 202, 102 / 1 = 102, 103 / 0.4 = 257.5 -> envelope 0, 202, 202, 257.5
-    (the table's dip at x = 2 is lifted to x = 1's time)."""
+    x = 0..3: t = 0, 101 / 0.5 = 202, 102 / 1 = 102, 103 / 0.4 = 257.5. The least-squares non-decreasing
+    fit of log t with weights 1 / x (each octave of work weighs the same) pools x = 1, 2:
+    exp((ln 202 + ln 102 / 2) / 1.5) = (202^2 * 102)^(1/3) = 160.86; x = 3 stands."""
     eta = np.array([0.5, 0.5, 1.0, 0.4])
     env = affine_envelope_s(eta, 2.0, 0.0, 1.0, 100.0, 1.0, 1.0)
-    np.testing.assert_allclose(env, [0.0, 202.0, 202.0, 257.5])
+    pooled = (202.0 ** 2 * 102.0) ** (1 / 3)
+    np.testing.assert_allclose(env, [0.0, pooled, pooled, 257.5], rtol=1e-12)
+    t = np.array([[202.0], [102.0], [257.5]])
+    np.testing.assert_allclose(monotone_lattice(t, mode="max")[:, 0], [202.0, 202.0, 257.5])  # less work
+    np.testing.assert_allclose(monotone_lattice(t, mode="min")[:, 0], [102.0, 102.0, 257.5])  # padded up
 
 
 def test_envelope_equals_surface_time_where_it_already_grows():

@@ -29,9 +29,10 @@ import numpy as np
 from simulator.specs.deployment import Deployment
 from simulator.specs.hardware import Hardware
 from simulator.specs.profile import Profile
-from simulator.physics.monotone import (CACHE_RESIDENT_BYTES, MAX_LATTICE_TOKENS, affine_envelope_s,
-                                        attention_lattice_s, attention_time_s, lattice_interp, log_lattice_interp,
-                                        moe_lattice_s)
+from simulator.physics.monotone import (CACHE_RESIDENT_BYTES, MAX_LATTICE_TOKENS, MIN_BATCH_OCTAVES, MIN_KEY_OCTAVES,
+                                        MIN_QUERIES, MIN_TOKEN_OCTAVES, affine_envelope_s,
+                                        attention_lattice_s, attention_time_s, log_lattice_interp, moe_lattice_s,
+                                        moe_time_s)
 from simulator.specs.surfaces import collective_time_s
 
 
@@ -141,9 +142,10 @@ def _envelope_s(op: Op, surf, fix, peak: float, bw: float):
     if op.surface == "moe" and "probabilities" in shape:
         tokens = np.asarray(shape["tokens"], dtype=float)
         top = float(tokens.max()) if tokens.size else 1.0
-        octaves = max(int(np.ceil(np.log2(max(top, 2.0)))), 1)
+        octaves = max(int(np.ceil(np.log2(max(top, 2.0)))), MIN_TOKEN_OCTAVES)
         queries = tokens / np.maximum(np.asarray(shape["sequences"], dtype=float), 1.0)
-        q_top = float(2 ** int(np.ceil(np.log2(max(float(queries.max()) if queries.size else 1.0, 1.0)))))
+        q_top = float(max(2 ** int(np.ceil(np.log2(max(float(queries.max()) if queries.size else 1.0, 1.0)))),
+                          MIN_QUERIES))
         entry = fix.key_of([shape[a] for a in fix.key_axes]) if fix is not None else ""
         p = np.asarray(shape["probabilities"], dtype=float)
         key = ("moe", entry, octaves, q_top, peak, bw, p.tobytes()) + tuple(
@@ -153,8 +155,7 @@ def _envelope_s(op: Op, surf, fix, peak: float, bw: float):
             hit = moe_lattice_s(surf, fix, shape, float(2 ** octaves), q_top, peak, bw)
             if len(surf.envelopes) < 4096:
                 surf.envelopes[key] = hit
-        log_t, e_nodes, t = hit
-        return lattice_interp(t, log_t, e_nodes, tokens, shape["touched"])
+        return moe_time_s(hit, tokens, shape["touched"], p)
     if op.surface in ("attention_decode", "mla_decode") and "q_heads" in shape:
         return _attention_envelope_s(op, surf, peak, bw)
     if op.surface != "gemm" or "w_bytes" not in shape or tuple(surf.axes) != ("m", "n", "k"):
@@ -166,11 +167,10 @@ def _envelope_s(op: Op, surf, fix, peak: float, bw: float):
         return None
     n, k, w, a = float(n.ravel()[0]), float(k.ravel()[0]), float(shape["w_bytes"]), float(shape["a_bytes"])
     sub = surf.sliced((None, n, k))
-    top = int(m.max())
     key = ("gemm", peak, bw, w, a)
     table = sub.envelopes.get(key)
-    if table is None or table.size <= top:
-        size = max(1024, 1 << int(np.ceil(np.log2(top + 1))))
+    if table is None:
+        size = MAX_LATTICE_TOKENS + 1
         table = affine_envelope_s(sub.integer_values(size - 1)[:size], 2.0 * n * k, 0.0, (n + k) * a, n * k * w,
                                   peak, bw)
         sub.envelopes[key] = table
@@ -186,8 +186,8 @@ def _attention_envelope_s(op: Op, surf, peak: float, bw: float):
     batch, keys = np.broadcast_arrays(*(np.asarray(shape[a], dtype=float) for a in ("sequences", "keys")))
     if not batch.size or batch.min() < 1 or keys.min() < 1:
         return None
-    b_oct = max(int(np.ceil(np.log2(max(float(batch.max()), 2.0)))), 1)
-    l_oct = max(int(np.ceil(np.log2(max(float(keys.max()), 2.0)))), 1)
+    b_oct = max(int(np.ceil(np.log2(max(float(batch.max()), 2.0)))), MIN_BATCH_OCTAVES)
+    l_oct = max(int(np.ceil(np.log2(max(float(keys.max()), 2.0)))), MIN_KEY_OCTAVES)
     static = tuple(float(shape.get(a, 0.0)) for a in ("q_heads", "kv_heads", "head_dim", "kv_elem_bytes", "a_bytes",
                                                        "group", "latent", "score_width"))
     key = ("attention", b_oct, l_oct, peak, bw) + static
