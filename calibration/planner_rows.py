@@ -13,9 +13,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from simulator.physics.monotone import (MAX_LATTICE_TOKENS, MIN_BATCH_OCTAVES, MIN_KEY_OCTAVES, MIN_TOKEN_OCTAVES,
-                                        affine_envelope_s, attention_lattice_s, attention_time_s,
-                                        log_lattice_interp, moe_lattice_s, moe_time_s)
+from simulator.physics.monotone import (MIN_BATCH_OCTAVES, MIN_KEY_OCTAVES, MIN_TOKEN_OCTAVES, attention_lattice_s,
+                                        attention_time_s, gemm_lattice_s, lattice_time_s, log_lattice_interp,
+                                        moe_lattice_s, moe_time_s)
 from simulator.specs.surfaces import ShapeCorrection, Surface
 
 MLA_LATENT, MLA_SCORE_WIDTH = 512 + 64, 2 * 512 + 64  # DeepSeek-V3/R1 kv_lora + rope; 2 kv_lora + rope
@@ -30,10 +30,8 @@ def _gemm_s(sub: pd.DataFrame, surf: Surface, w: float, a: float, peak: float, b
     out = np.full(len(sub), np.nan)
     m = sub.ax_m.to_numpy(float)
     for (n, k), pos in sub.groupby(["ax_n", "ax_k"]).indices.items():
-        size = MAX_LATTICE_TOKENS + 1
-        env = affine_envelope_s(surf.sliced((None, float(n), float(k))).integer_values(size - 1)[:size],
-                                2.0 * n * k, 0.0, (n + k) * a, n * k * w, peak, bw)
-        out[pos] = env[m[pos].astype(np.intp)]
+        lattice = gemm_lattice_s(surf.sliced((None, float(n), float(k))), float(n), float(k), w, a, peak, bw)
+        out[pos] = lattice_time_s(lattice, m[pos])
     return out
 
 

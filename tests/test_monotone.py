@@ -88,14 +88,13 @@ def test_issue_case_qwen3_30b_h100_vllm_k0_to_k1():
 
 
 def test_affine_envelope_by_hand():
-    """F = 2 x, M = 100 + x, P = 1, BW = 1 (memory-bound: t = (100 + x) / eta), eta 0.5, 0.5, 1, 0.4 at
-    x = 0..3: t = 0, 101 / 0.5 = 202, 102 / 1 = 102, 103 / 0.4 = 257.5. The least-squares non-decreasing
-    fit of log t with weights 1 / x (each octave of work weighs the same) pools x = 1, 2:
-    exp((ln 202 + ln 102 / 2) / 1.5) = (202^2 * 102)^(1/3) = 160.86; x = 3 stands."""
-    eta = np.array([0.5, 0.5, 1.0, 0.4])
-    env = affine_envelope_s(eta, 2.0, 0.0, 1.0, 100.0, 1.0, 1.0)
-    pooled = (202.0 ** 2 * 102.0) ** (1 / 3)
-    np.testing.assert_allclose(env, [0.0, pooled, pooled, 257.5], rtol=1e-12)
+    """F = 2 x, M = 100 + x, P = 1, BW = 1 (memory-bound: t = (100 + x) / eta), eta 0.5, 1, 0.4 at
+    x = 1, 2, 3: t = 101 / 0.5 = 202, 102 / 1 = 102, 103 / 0.4 = 257.5. The least-squares non-decreasing
+    fit of log t (one weight per node) pools x = 1, 2 at their geometric mean sqrt(202 * 102) = 143.54;
+    x = 3 stands."""
+    env = affine_envelope_s(np.array([1.0, 2.0, 3.0]), np.array([0.5, 1.0, 0.4]), 2.0, 0.0, 1.0, 100.0, 1.0, 1.0)
+    pooled = np.sqrt(202.0 * 102.0)
+    np.testing.assert_allclose(env, [pooled, pooled, 257.5], rtol=1e-12)
     t = np.array([[202.0], [102.0], [257.5]])
     np.testing.assert_allclose(monotone_lattice(t, mode="max")[:, 0], [202.0, 202.0, 257.5])  # less work
     np.testing.assert_allclose(monotone_lattice(t, mode="min")[:, 0], [102.0, 102.0, 257.5])  # padded up
@@ -111,8 +110,8 @@ def test_envelope_equals_surface_time_where_it_already_grows():
     peak, bw = 989e12, 3.35e12
     t = surface_time_s(2 * m * n * k, n * k * 2 + m * (n + k) * 2, surf(m=m.astype(float)), peak, bw)
     assert np.all(np.diff(t) >= 0)
-    env = affine_envelope_s(surf.integer_values(4096)[:4097], 2 * n * k, 0.0, (n + k) * 2, n * k * 2, peak, bw)
-    np.testing.assert_allclose(env[1:], t, rtol=1e-12)
+    env = affine_envelope_s(m.astype(float), surf(m=m.astype(float)), 2 * n * k, 0.0, (n + k) * 2, n * k * 2, peak, bw)
+    np.testing.assert_allclose(env, t, rtol=1e-12)
 
 
 def test_lattice_interpolation_is_monotone_in_both_axes():

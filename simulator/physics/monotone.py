@@ -75,16 +75,32 @@ def surface_time_s(flops, nbytes, eta, peak: float, bw: float) -> np.ndarray:
     return np.maximum(flops / (eta * peak), nbytes / (eta * bw))
 
 
-def affine_envelope_s(eta_by_integer: np.ndarray, f1: float, f0: float, m1: float, m0: float,
+def affine_envelope_s(x: np.ndarray, eta: np.ndarray, f1: float, f0: float, m1: float, m0: float,
                       peak: float, bw: float) -> np.ndarray:
-    """Envelope time at x = 0, 1, 2, ... of an op with F = f1 x + f0, M = m1 x + m0 (a GEMM at its
-    weight shape: F = 2 n k m, M = n k w + (n + k) a m) and efficiency ``eta_by_integer[x]``:
-    the running maximum of :func:`surface_time_s` over x' <= x (x = 0 costs nothing)."""
-    x = np.arange(eta_by_integer.size, dtype=float)
-    t = surface_time_s(f1 * x + f0, m1 * x + m0, np.maximum(eta_by_integer, 1e-12), peak, bw)
-    t[0] = 0.0
-    t[1:] = monotone_lattice(t[1:, None], weights=1.0 / x[1:, None])[:, 0]
-    return t
+    """Monotone time at the work nodes ``x`` (increasing; log-spaced in use, so that each octave of work
+    weighs the same in the fit) of an op with F = f1 x + f0, M = m1 x + m0 (a GEMM at its weight shape:
+    F = 2 n k m, M = n k w + (n + k) a m) and efficiency ``eta`` at those nodes: :func:`surface_time_s`
+    made non-decreasing in x (:func:`monotone_lattice`)."""
+    x = np.asarray(x, dtype=float)
+    t = surface_time_s(f1 * x + f0, m1 * x + m0, np.maximum(np.asarray(eta, dtype=float), 1e-12), peak, bw)
+    return monotone_lattice(t[:, None])[:, 0]
+
+
+def gemm_lattice_s(sub, n: float, k: float, w: float, a: float, peak: float, bw: float):
+    """(log2 m nodes, log monotone time) of a GEMM at weight shape (n, k) over m tokens, from the
+    one-axis surface ``sub`` (the GEMM surface sliced at n, k): nodes 1/16 octave apart up to
+    2^MIN_TOKEN_OCTAVES tokens; :func:`lattice_time_s` reads it."""
+    log_m = np.arange(MIN_TOKEN_OCTAVES * MOE_TOKEN_NODES_PER_OCTAVE + 1) / MOE_TOKEN_NODES_PER_OCTAVE
+    m = np.exp2(log_m)
+    t = affine_envelope_s(m, sub(m=m), 2.0 * n * k, 0.0, (n + k) * a, n * k * w, peak, bw)
+    return log_m, np.log(t)
+
+
+def lattice_time_s(lattice, x) -> np.ndarray:
+    """exp of the linear interpolation of a 1-D (log2 x nodes, log t) lattice at x (clamped): monotone
+    where the lattice is, exact for power laws."""
+    log_x, log_t = lattice
+    return np.exp(np.interp(np.log2(np.maximum(np.asarray(x, dtype=float), 1e-300)), log_x, log_t))
 
 
 def lattice_interp(t: np.ndarray, log_x: np.ndarray, y: np.ndarray, qx, qy) -> np.ndarray:

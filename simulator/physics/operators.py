@@ -30,7 +30,7 @@ from simulator.specs.deployment import Deployment
 from simulator.specs.hardware import Hardware
 from simulator.specs.profile import Profile
 from simulator.physics.monotone import (CACHE_RESIDENT_BYTES, MAX_LATTICE_TOKENS, MIN_BATCH_OCTAVES, MIN_KEY_OCTAVES,
-                                        MIN_QUERIES, MIN_TOKEN_OCTAVES, affine_envelope_s,
+                                        MIN_QUERIES, MIN_TOKEN_OCTAVES, gemm_lattice_s, lattice_time_s,
                                         attention_lattice_s, attention_time_s, log_lattice_interp, moe_lattice_s,
                                         moe_time_s)
 from simulator.specs.surfaces import collective_time_s
@@ -162,19 +162,16 @@ def _envelope_s(op: Op, surf, fix, peak: float, bw: float):
         return None
     m = np.asarray(shape["m"], dtype=float)
     n, k = np.asarray(shape["n"], dtype=float), np.asarray(shape["k"], dtype=float)
-    if n.size != 1 or k.size != 1 or not m.size or m.min() < 1 or m.max() > MAX_LATTICE_TOKENS \
-            or not np.array_equal(m, np.round(m)):
+    if n.size != 1 or k.size != 1 or not m.size or m.min() < 1 or m.max() > MAX_LATTICE_TOKENS:
         return None
     n, k, w, a = float(n.ravel()[0]), float(k.ravel()[0]), float(shape["w_bytes"]), float(shape["a_bytes"])
     sub = surf.sliced((None, n, k))
     key = ("gemm", peak, bw, w, a)
-    table = sub.envelopes.get(key)
-    if table is None:
-        size = MAX_LATTICE_TOKENS + 1
-        table = affine_envelope_s(sub.integer_values(size - 1)[:size], 2.0 * n * k, 0.0, (n + k) * a, n * k * w,
-                                  peak, bw)
-        sub.envelopes[key] = table
-    return table[m.astype(np.intp)]
+    hit = sub.envelopes.get(key)
+    if hit is None:
+        hit = gemm_lattice_s(sub, n, k, w, a, peak, bw)
+        sub.envelopes[key] = hit
+    return lattice_time_s(hit, m)
 
 
 def _attention_envelope_s(op: Op, surf, peak: float, bw: float):

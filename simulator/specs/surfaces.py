@@ -77,12 +77,6 @@ class Surface:
             self._by_integer = np.interp(lx, g, self.values) if g.size > 1 else np.full(n, float(self.values[0]))
         return self._by_integer
 
-    def integer_values(self, top: int) -> np.ndarray:
-        """A one-axis surface's values at x = 0, 1, ..., >= top (x = 0 reads x = 1)."""
-        if len(self.axes) != 1:
-            raise ValueError("integer_values: one-axis surfaces only (slice the others away first)")
-        return self._integer_table(int(top))
-
     def sliced(self, values: tuple) -> "Surface":
         """The surface with the axes whose value is given (not None) interpolated away; cached, since an
         operator asks at the same weight shape (n, k) for every batch size."""
