@@ -31,7 +31,7 @@ import hashlib
 import json
 import sys
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -470,6 +470,7 @@ def error_stats(pred: np.ndarray, meas: np.ndarray) -> dict:
 class Imported:
     profile: dict
     heldout_rows: pd.DataFrame  # prepared held-out rows with predictions
+    monotone: dict = field(default_factory=dict)  # held-out error per family as the planner prices a step
 
 
 def build_profile(src: gt.TableSource, system: str, engine: str, version: str,
@@ -478,7 +479,7 @@ def build_profile(src: gt.TableSource, system: str, engine: str, version: str,
     hw = gt.SYSTEM_TO_CATALOG[system]
     pk = load_peaks(hw)
     tables = gt.list_tables(src)
-    surfaces, heldout, used, statuses, held_parts, corrections = {}, {}, {}, {}, [], {}
+    surfaces, heldout, used, statuses, held_parts, corrections, monotone = {}, {}, {}, {}, [], {}, {}
     device = None
     collectives = {}
     for fam in families:
@@ -519,14 +520,15 @@ def build_profile(src: gt.TableSource, system: str, engine: str, version: str,
         heldout[fam] = {"n": int(len(held)), "roofline": error_stats(held.t0, held.meas_s),
                         "fitted": error_stats(held.pred_s, held.meas_s)}
         mono = held[np.isfinite(held.monotone_s)]
-        if len(mono):  # as the planner prices a step: the envelope over less work (simulator/physics/monotone.py)
-            heldout[fam]["monotone"] = error_stats(mono.monotone_s, mono.meas_s) | {"n": int(len(mono))}
+        if len(mono):  # as the planner prices a step: the monotone fit (simulator/physics/monotone.py)
+            monotone[fam] = error_stats(mono.monotone_s, mono.meas_s) | {"n": int(len(mono))}
         if "surface_only_s" in held:  # what a shape the table never measured can expect
             heldout[fam]["surface_only"] = error_stats(held.surface_only_s, held.meas_s)
         held["system"], held["hardware"], held["engine"], held["version"] = system, hw, engine, version
         held_parts.append(held)
         log(f"  {hw} {engine}-{version} {fam:17s} n_fit={len(fit):6d} n_held={len(held):5d} "
-            f"roofline MAPE {heldout[fam]['roofline']['mape_pct']}%  fitted MAPE {heldout[fam]['fitted']['mape_pct']}%")
+            f"roofline MAPE {heldout[fam]['roofline']['mape_pct']}%  fitted MAPE {heldout[fam]['fitted']['mape_pct']}%"
+            f"  monotone MAPE {monotone.get(fam, {}).get('mape_pct', '-')}%")
     if not surfaces and not collectives:
         return None
     nccl_rel = gt.newest_table(tables, system, "comm", "nccl", "nccl_perf")
@@ -560,7 +562,7 @@ def build_profile(src: gt.TableSource, system: str, engine: str, version: str,
         "compute_efficiency": {}, "memory_efficiency": {},
         "heldout_error": heldout,
     }
-    return Imported(profile, pd.concat(held_parts, ignore_index=True) if held_parts else pd.DataFrame())
+    return Imported(profile, pd.concat(held_parts, ignore_index=True) if held_parts else pd.DataFrame(), monotone)
 
 
 def dump_profile(profile: dict) -> str:
@@ -674,7 +676,8 @@ def main(argv=None) -> int:
                 path.write_text(dump_profile(imp.profile))
                 print(f"wrote {path} ({path.stat().st_size // 1024} KiB)")
                 for fam, e in imp.profile["heldout_error"].items():
-                    summary.append({"hardware": hw, "engine": engine, "version": version, "family": fam, **e})
+                    summary.append({"hardware": hw, "engine": engine, "version": version, "family": fam, **e}
+                                   | ({"monotone": imp.monotone[fam]} if fam in imp.monotone else {}))
                 held_all.append(imp.heldout_rows)
         if summary and not args.no_summary:
             (args.output_dir / "heldout.md").write_text(heldout_markdown(summary))

@@ -258,13 +258,14 @@ def test_moe_op_takes_the_shape_correction_of_its_exact_layer():
     base_eta, _ = _surface_eta(op[0], replace(prof, shape_corrections={}), "trtllm")
     fixed_eta, _ = _surface_eta(op[0], replace(prof, shape_corrections=fix), "trtllm")
     np.testing.assert_allclose(base_eta / fixed_eta, [2.0, 3.0], rtol=1e-9)
-    # as a step is priced (the envelope over less work, simulator/physics/monotone.py): one token has no
-    # smaller work, so its factor stands; 64 tokens cost at least the corrected surface time
+    # as a step is priced (the monotone fit over the work, simulator/physics/monotone.py): where the corrected
+    # time already grows with the tokens the factors stand (one token exactly; 64 tokens within 1%, pooled
+    # with the table's larger token counts)
     base = evaluate(op, hw, dep, replace(prof, shape_corrections={}), tokens.shape).time_s[0]
     fixed = evaluate(op, hw, dep, replace(prof, shape_corrections=fix), tokens.shape).time_s[0]
     peak, bw = hw.peak_flops_per_s(dep.weight_dtype, dep.act_dtype), hw.hbm_bandwidth_bytes_per_s
     assert fixed[0] / base[0] == pytest.approx(2.0, rel=1e-9)
-    assert fixed[1] >= float(surface_time_s(op[0].flops, op[0].nbytes, fixed_eta, peak, bw)[1]) * (1 - 1e-9)
+    assert fixed[1] == pytest.approx(float(surface_time_s(op[0].flops, op[0].nbytes, fixed_eta, peak, bw)[1]), rel=0.01)
     # another layer shape (TP 2 slices the experts) is left to the surface
     dep2 = Deployment(tp=2, engine="trtllm")
     op2 = [o for o in moe_ops(m, dep2, hw, tokens, 1) if o.surface == "moe"]

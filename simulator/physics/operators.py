@@ -147,6 +147,8 @@ def _envelope_s(op: Op, surf, fix, peak: float, bw: float):
         q_top = float(max(2 ** int(np.ceil(np.log2(max(float(queries.max()) if queries.size else 1.0, 1.0)))),
                           MIN_QUERIES))
         entry = fix.key_of([shape[a] for a in fix.key_axes]) if fix is not None else ""
+        if fix is not None and entry in fix.entries:  # the factors themselves: profiles may share a surface
+            entry += "|" + b"".join(x.tobytes() for x in fix.entries[entry]).hex()
         p = np.asarray(shape["probabilities"], dtype=float)
         key = ("moe", entry, octaves, q_top, peak, bw, p.tobytes()) + tuple(
             float(shape[a]) for a in ("topk", "moe_ep", "params_slice", "w_bytes", "pair_bytes", "n"))
