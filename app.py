@@ -108,7 +108,19 @@ def tab_kstar(pg: Page) -> None:
     pg.chart("k_star")
     st.caption("K* = argmax over K of goodput(B, K) = AL(K) / ITL(B, K), among the K whose memory fits; "
                "K = 0 is plain decoding.")
-    st.dataframe(pg.p.table, hide_index=True, width="stretch", height=260)
+    t, sc = pg.p.table, pg.p.scenario
+    needs = t.break_even_acceptance_length.dropna()
+    if not needs.empty:
+        worst = t.loc[needs.idxmax()]
+        st.caption(f"Fixed K = {sc.fixed_k} reaches acceptance length {t.fixed_acceptance_length.iloc[0]:.2f}; it ties "
+                   f"plain decoding where the acceptance length reaches step time (K) / step time (plain): "
+                   f"{needs.iloc[0]:.2f} at B = {int(t.batch_size.iloc[needs.index[0]])}, "
+                   f"{worst.break_even_acceptance_length:.2f} at B = {int(worst.batch_size)} "
+                   "(column break_even_acceptance_length).")
+    dependence = pg.p.acceptance_dependence_text()
+    if dependence:
+        st.caption(dependence)
+    st.dataframe(t, hide_index=True, width="stretch", height=260)
 
 
 def tab_heatmap(pg: Page) -> None:

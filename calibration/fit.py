@@ -32,6 +32,7 @@ import pandas as pd
 from calibration.rawio import CalibrationError, read_meta, read_raw
 from simulator.specs.hardware import Hardware, load_hardware
 from simulator.specs.profile import PROFILE_FORMAT, Profile, profile_from_dict
+from simulator.specs.wire import collective_factor
 
 REPO = Path(__file__).resolve().parent.parent
 ETA_MIN, ETA_MAX = 1e-6, 1.5
@@ -311,7 +312,7 @@ def collectives_from_rows(rows: list[dict]) -> dict:
         return {}
     df = pd.DataFrame({"num_gpus": [int(r["experts"]) for r in ar], "bytes": [float(r["bytes"]) for r in ar],
                        "meas_s": [float(r["median_s"]) for r in ar]})
-    entries = collective_entries(df, lambda g: 2.0 * (g - 1) / g)
+    entries = collective_entries(df, lambda g: collective_factor("all_reduce", g))
     return {"all_reduce_nccl": entries} if entries else {}
 
 

@@ -16,18 +16,14 @@ from __future__ import annotations
 import importlib.util
 import io
 import os
-import re
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
-try:  # the simulator package is being restructured; keep this module importable regardless
-    from simulator.errors import PlannerError
-except Exception:  # pragma: no cover
-    class PlannerError(ValueError):
-        """Bad input from the user: one clear line."""
+from simulator.errors import PlannerError
+from simulator.specs.versions import version_key  # the planner's version order (PEP 440)
 
 PACKAGE = "aiconfigurator_core"
 PACKAGE_VERSION = "0.12.0"
@@ -114,15 +110,6 @@ def tables_available() -> bool:
 
 
 # ---------------------------------------------------------------- versions and listing
-def version_key(v: str) -> tuple:
-    """Sort key for engine versions like 1.3.0rc20, 0.5.6.post2, 0.1.dev19262 (PEP 440)."""
-    try:
-        from packaging.version import Version
-        return (0, Version(v))
-    except Exception:  # pragma: no cover - unparsable: sort by digits
-        return (1, tuple(int(x) for x in re.findall(r"\d+", v)))
-
-
 def list_tables(src: TableSource) -> pd.DataFrame:
     """One row per data file: system, family (gemm, attention, moe, comm, mla, ...), engine, version, table, path."""
     rows = []

@@ -41,6 +41,7 @@ from calibration import gpu_tables as gt
 from calibration.planner_rows import monotone_rows_s
 from calibration.surface_fit import fit_surface, smooth_knots
 from simulator.specs.surfaces import ShapeCorrection, Surface, collective_time_s
+from simulator.specs.wire import collective_factor
 
 REPO = Path(__file__).resolve().parents[1]
 HARDWARE_DIRS = [REPO / "simulator" / "data" / "hardware", REPO / "simulator" / "specs" / "hardware"]
@@ -326,7 +327,7 @@ def prepare_all_reduce(df: pd.DataFrame, pk: Peaks) -> pd.DataFrame:
     out["surface"] = "all_reduce"
     out["bytes"] = df.message_size.astype(float) * 2
     g = df.num_gpus.to_numpy(float)
-    out["t0"] = pk.link_latency_s + 2 * (g - 1) / g * out["bytes"].to_numpy() / pk.link_bw
+    out["t0"] = pk.link_latency_s + collective_factor("all_reduce", g) * out["bytes"].to_numpy() / pk.link_bw
     out["meas_s"] = df.latency.to_numpy() * 1e-3
     out["bucket"] = shape_bucket(df[AR_KEYS])
     return out
@@ -440,7 +441,7 @@ NCCL_OPS = {"all_gather": "all_gather", "alltoall": "all_to_all", "reduce_scatte
 def nccl_collectives(df: pd.DataFrame) -> dict:
     """NCCL tables (message_size counts fp16 elements of the whole buffer) -> collective entries.
 
-    all_gather / reduce_scatter / all_to_all use factor (g-1)/g, all_reduce 2 (g-1)/g."""
+    Each op is fitted with its collective_factor: (g-1)/g, or 2 (g-1)/g for all_reduce."""
     df = df[df.nccl_dtype == "half"].copy()
     df["bytes"] = df.message_size.astype(float) * 2
     df["meas_s"] = df.latency * 1e-3
@@ -449,8 +450,7 @@ def nccl_collectives(df: pd.DataFrame) -> dict:
         sub = df[df.op_name == op]
         if sub.empty:
             continue
-        f = (lambda g: 2 * (g - 1) / g) if op == "all_reduce" else (lambda g: (g - 1) / g)
-        out[name] = collective_entries(sub, f)
+        out[name] = collective_entries(sub, lambda g, name=name: collective_factor(name, g))
     return out
 
 
@@ -497,7 +497,7 @@ def build_profile(src: gt.TableSource, system: str, engine: str, version: str,
         statuses[fam] = gt.table_status(gt.read_meta(src, rel), tname)
         fit, held = rows[rows.bucket != 0], rows[rows.bucket == 0].copy()
         if fam == "all_reduce":
-            ent = collective_entries(fit, lambda g: 2 * (g - 1) / g)
+            ent = collective_entries(fit, lambda g: collective_factor("all_reduce", g))
             collectives["all_reduce"] = ent
             held = held[held.num_gpus.astype(str).isin(ent)]
             held["pred_s"] = [float(collective_time_s(ent, int(g), b)) for g, b in zip(held.num_gpus, held["bytes"])]

@@ -50,6 +50,7 @@ from simulator.plan.grid import compute_grid
 from simulator.specs.engines import engine_versions
 from simulator.specs.models import list_models
 from simulator.specs.scenario import Scenario, build_scenario
+from simulator.specs.versions import version_key
 
 REPO = Path(__file__).resolve().parent.parent
 CORPUS = REPO / "calibration" / "data" / "published" / "corpus.csv"
@@ -139,12 +140,6 @@ def _draft(method: str) -> str | None:
     return None  # self-speculation with a compressed KV cache, or a draft outside the catalog
 
 
-def _version_key(v: str) -> tuple:
-    """'0.12' and '0.12.0' compare equal (padded to four fields); 'rc'/'a' mark pre-releases."""
-    key = [int(x) if x.isdigit() else -1 for x in v.replace("rc", ".-1.").replace("a", ".-1.").split(".")[:4]]
-    return tuple(key + [0] * (4 - len(key)))
-
-
 def engine_for(row) -> dict:
     """The engine profile a row ran on: its engine, and the newest profile version not newer than the
     version it states (or its source's release line); the oldest profile when all are newer."""
@@ -157,7 +152,7 @@ def engine_for(row) -> dict:
         return {"name": name}
     if version is None:
         return {"name": name, "version": versions[-1]}
-    older = [v for v in versions if _version_key(v) <= _version_key(version)]
+    older = [v for v in versions if version_key(v) <= version_key(version)]
     return {"name": name, "version": (older or versions)[-1] if older else versions[0]}
 
 
@@ -464,7 +459,9 @@ def _pct(x: float) -> str:
 
 
 def markdown(summary: dict, rows: pd.DataFrame, skipped: pd.DataFrame, corpus_path: str) -> str:
+    from calibration.transfer_twoshot import markdown_note, markdown_rows  # it imports this module
     s = summary
+    two = s.get("two_shot") or {}
     st, sp, dc = s["step_time"], s["speedup"], s["decision"]
     lines = [
         "# Transfer validation: predictions against published GPU measurements", "",
@@ -483,13 +480,15 @@ def markdown(summary: dict, rows: pd.DataFrame, skipped: pd.DataFrame, corpus_pa
         f" {_pct(s['run_only']['planner']['worst'])} |",
         f"| speculative speedup ({sp['curves']} curves, {sp['moe_curves']} MoE; anchor rows excluded) | {sp['planner']['n']} |"
         f" {_pct(sp['datasheet']['mape'])} | {_pct(sp['planner']['mape'])} | {_pct(sp['planner']['worst'])} |",
-        f"| speculate-or-not decision right | {dc['n']} | {_pct(dc['datasheet'])} | {_pct(dc['planner'])} | |", "",
+        f"| speculate-or-not decision right | {dc['n']} | {_pct(dc['datasheet'])} | {_pct(dc['planner'])} | |",
+        *markdown_rows(two), "",
         f"Step-time rows come from {len(st['sources'])} sources ({', '.join(st['sources'])}) on {len(st['gpus'])} GPU"
         f" types ({', '.join(st['gpus'])}), TP {st['tp']}, batch sizes {st['batch_sizes']}.", "",
         f"Plain step-time rows: {len(s['plain_only']['sources'])} sources ({', '.join(s['plain_only']['sources'])}) on"
         f" {len(s['plain_only']['gpus'])} GPU types ({', '.join(s['plain_only']['gpus'])}), TP {s['plain_only']['tp']},"
         f" batch sizes {s['plain_only']['batch_sizes']}.", "",
-        "Targets (issue 11): step-time MAPE <= 12%, worst <= 25%; speedup MAPE <= 12%; decision right >= 95%.", ""]
+        "Targets (issue 11): step-time MAPE <= 12%, worst <= 25%; speedup MAPE <= 12%; decision right >= 95%.", "",
+        *markdown_note(two)]
     if "peer" in s:
         p = s["peer"]
         lines += [f"Peer (aiconfigurator-core 0.12.0, its own TPOT estimate) on the {p['n']} plain and ITL rows it can"
@@ -538,6 +537,16 @@ def bands(summary: dict) -> dict:
     return json.loads(json.dumps(out, default=float).replace("NaN", "null"))
 
 
+def two_shot(corpus: pd.DataFrame, rows: pd.DataFrame, summary: dict) -> pd.DataFrame:
+    """Two-shot rows of the speedup curves (calibration/transfer_twoshot.py); their summary goes into
+    ``summary["two_shot"]`` beside the zero-shot planner on the same rows."""
+    from calibration.transfer_twoshot import score_two_shot, summarize_two_shot
+    cases = [c for c in (case_for(r) for _, r in corpus.iterrows()) if isinstance(c, Case)]
+    two = score_two_shot(cases)
+    summary["two_shot"] = summarize_two_shot(two, rows)
+    return two
+
+
 def main(argv: list[str] | None = None) -> int:
     p = OneLineParser(prog="python -m calibration.transfer", description=__doc__.split("\n\n")[0])
     p.add_argument("--corpus", default=str(CORPUS), help="published corpus CSV")
@@ -553,10 +562,12 @@ def main(argv: list[str] | None = None) -> int:
         corpus = pd.read_csv(path)
         rows, skipped = score(corpus, peer=args.peer)
         summary = summarize(rows)
+        two = two_shot(corpus, rows, summary)
         text = markdown(summary, rows, skipped, str(path.relative_to(REPO) if path.is_relative_to(REPO) else path))
         write_files_atomically(args.output_dir, {
             "transfer.md": text, "transfer.json": json.dumps(summary, indent=1, default=float) + "\n",
-            "transfer_rows.csv": rows.to_csv(index=False), "not_expressible.csv": skipped.to_csv(index=False)})
+            "transfer_rows.csv": rows.to_csv(index=False), "not_expressible.csv": skipped.to_csv(index=False),
+            "transfer_twoshot_rows.csv": two.to_csv(index=False)})
         if not args.no_bands:
             write_atomically(BAND_FILE, json.dumps(bands(summary), indent=1) + "\n", flag="bands")
         print(text.split("\n## By GPU")[0])

@@ -23,6 +23,7 @@ import re
 from pathlib import Path
 
 from simulator.errors import PlannerError
+from simulator.specs import prometheus_text
 
 SOURCE_BENCH = "vllm-bench-serve"
 SOURCE_METRICS = "vllm-metrics"
@@ -33,80 +34,19 @@ class VllmFormatError(PlannerError):
 
 
 # ------------------------------------------------------------------------------------------------
-# Prometheus text format
+# Prometheus text format: prometheus_client's parser (simulator/specs/prometheus_text.py)
 # ------------------------------------------------------------------------------------------------
-_SAMPLE = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>.*)\})?\s+(?P<value>\S+)(?:\s+\S+)?\s*$")
-_LABEL = re.compile(r'\s*([a-zA-Z_][a-zA-Z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
-
 
 def parse_prometheus(text: str, where: str = "<metrics>") -> list[tuple[str, dict[str, str], float]]:
-    """Samples (name, labels, value) of a Prometheus text exposition; comments and blank lines skipped."""
-    out = []
-    for lineno, raw in enumerate(text.splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        m = _SAMPLE.match(line)
-        if not m:
-            raise VllmFormatError(f"{where}:{lineno}: not a Prometheus sample line: {line[:80]!r}")
-        labels: dict[str, str] = {}
-        body = m["labels"] or ""
-        pos = 0
-        while pos < len(body):
-            lm = _LABEL.match(body, pos)
-            if not lm:
-                raise VllmFormatError(f"{where}:{lineno}: bad label set {{{body[:80]}}}")
-            labels[lm[1]] = _unescape(lm[2])
-            pos = lm.end()
-        try:
-            value = float(m["value"])  # handles NaN, +Inf
-        except ValueError:
-            raise VllmFormatError(f"{where}:{lineno}: bad value {m['value']!r}") from None
-        out.append((m["name"], labels, value))
-    return out
-
-
-def _unescape(value: str) -> str:
-    """Prometheus label escapes: only \\\\, \\" and \\n; any other backslash stays as written
-    (non-ASCII text is kept as it is, not re-decoded)."""
-    return re.sub(r'\\(.)', lambda m: {"\\": "\\", '"': '"', "n": "\n"}.get(m[1], m[0]), value)
+    """Samples (name, labels, value) of a Prometheus text exposition; comments and blank lines skipped.
+    A label value with an escape other than \\\\, \\" or \\n is refused."""
+    return prometheus_text.parse_prometheus(text, where, error=VllmFormatError)
 
 
 def spec_decode_counters(text: str, where: str = "metrics.txt", model_name: str | None = None) -> dict:
     """Sum the spec-decode counters over label sets (engines). Returns
-    {num_drafts, num_draft_tokens, num_accepted_tokens, accepted_per_pos: {pos: n}}."""
-    c = {"num_drafts": 0.0, "num_draft_tokens": 0.0, "num_accepted_tokens": 0.0, "accepted_per_pos": {}}
-    seen = set()
-    for name, labels, value in parse_prometheus(text, where):
-        if not name.startswith("vllm:spec_decode_") or not name.endswith("_total"):
-            continue  # _created samples, gauges, other metrics
-        if model_name is not None and labels.get("model_name", model_name) != model_name:
-            continue
-        key = name[len("vllm:spec_decode_"):-len("_total")]
-        if key not in ("num_accepted_tokens_per_pos", "num_drafts", "num_draft_tokens", "num_accepted_tokens"):
-            continue
-        if not (value >= 0 and value != float("inf")):
-            raise VllmFormatError(f"{where}: counter {name} is {value!r}; counters are finite and >= 0"
-                                  " (is this a complete /metrics scrape?)")
-        if key == "num_accepted_tokens_per_pos":
-            if "position" not in labels:
-                raise VllmFormatError(f"{where}: {name} sample without a position label")
-            if not re.fullmatch(r"\d{1,4}", labels["position"].strip()):
-                raise VllmFormatError(f"{where}: {name} has position label {labels['position']!r};"
-                                      " expected a draft position 0, 1, 2, ...")
-            p = int(labels["position"])
-            c["accepted_per_pos"][p] = c["accepted_per_pos"].get(p, 0.0) + value
-        elif key in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"):
-            c[key] += value
-        else:
-            continue
-        seen.add(key)
-    if not seen:
-        raise VllmFormatError(f"{where}: no spec-decode counters (vllm:spec_decode_*) — was speculative decoding enabled?")
-    for key in ("num_drafts", "num_draft_tokens", "num_accepted_tokens"):
-        if key not in seen:
-            raise VllmFormatError(f"{where}: missing counter 'vllm:spec_decode_{key}_total'")
-    return c
+    {num_drafts, num_draft_tokens, num_accepted_tokens, accepted_per_pos: {pos: n}, models, engines}."""
+    return prometheus_text.spec_decode_counters(text, where, model_name, error=VllmFormatError)
 
 
 def diff_counters(after: dict, before: dict | None) -> dict:
@@ -121,44 +61,14 @@ def diff_counters(after: dict, before: dict | None) -> dict:
 def acceptance_from_counters(c: dict, where: str = "metrics.txt") -> dict:
     """-> acceptance_length, acceptance_rate (accepted / draft tokens, fraction), k (draft tokens per
     draft), per_position_unconditional [r_i], per_position_acceptance [a_i conditional]."""
-    nd = c["num_drafts"]
-    if nd <= 0:
-        raise VllmFormatError(f"{where}: vllm:spec_decode_num_drafts_total is 0 — no speculative steps were run")
-    if c["num_accepted_tokens"] > c["num_draft_tokens"] or c["num_draft_tokens"] < nd:
-        raise VllmFormatError(f"{where}: counters disagree (accepted {c['num_accepted_tokens']:g} > draft tokens"
-                              f" {c['num_draft_tokens']:g}, or fewer draft tokens than drafts {nd:g}); are both"
-                              " scrapes from the same server, the later one given as 'after'?")
-    k = c["num_draft_tokens"] / nd
-    r = [c["accepted_per_pos"][p] / nd for p in sorted(c["accepted_per_pos"])]
-    _check_unconditional(r, where)
-    return {
-        "acceptance_length": 1.0 + c["num_accepted_tokens"] / nd,
-        "acceptance_rate": c["num_accepted_tokens"] / c["num_draft_tokens"] if c["num_draft_tokens"] else float("nan"),
-        "k": int(round(k)),
-        "per_position_unconditional": r,
-        "per_position_acceptance": conditional_rates(r),
-    }
+    return prometheus_text.acceptance_from_counters(c, where, error=VllmFormatError)
 
 
-def _check_unconditional(r: list[float], where: str, tol: float = 1e-6) -> None:
-    """Unconditional rates r_i = P(positions 1..i accepted): in [0, 1] and non-increasing. A rate
-    above 1 (or rising) means a broken dump: refused, never clipped."""
-    for i, x in enumerate(r):
-        if not 0 <= x <= 1 + tol:
-            raise VllmFormatError(f"{where}: acceptance rate at position {i} is {x:.6g}, outside [0, 1]; the"
-                                  " file is not a consistent vLLM record")
-        if i and x > r[i - 1] + tol:
-            raise VllmFormatError(f"{where}: acceptance rate rises from {r[i - 1]:.6g} at position {i - 1} to"
-                                  f" {x:.6g} at {i}; vLLM's per-position rates cannot rise")
+def _check_unconditional(r: list[float], where: str) -> None:
+    prometheus_text.check_unconditional(r, where, error=VllmFormatError)
 
 
-def conditional_rates(r: list[float]) -> list[float | None]:
-    """Unconditional r_i = P(positions 1..i accepted) -> conditional a_i = r_i / r_{i-1} (r_0 = 1)."""
-    out, prev = [], 1.0
-    for x in r:
-        out.append(round(x / prev, 6) if prev > 0 else None)
-        prev = x
-    return out
+conditional_rates = prometheus_text.conditional_rates
 
 
 def read_metrics(path, before=None, model_name: str | None = None) -> dict:

@@ -96,6 +96,11 @@ def _metrics_rates(data: bytes, name: str) -> list[float]:
     return S.acceptance_from_metrics(data, name)
 
 
+@st.cache_data(max_entries=32, show_spinner=False)
+def _file_acceptance(data: bytes, name: str):
+    return S.acceptance_file(data, name)
+
+
 def sidebar() -> Inputs:
     """Draw the sidebar; return the scenario dict the controls describe."""
     _init_state()
@@ -181,6 +186,21 @@ def sidebar() -> Inputs:
                   else "per-position rates entered in the dashboard")
         if preset and ss["acc_list"].strip() == S.rates_text(preset["rates"]).strip():
             source = preset["source"]
+    elif mode == S.ACC_FILE:
+        up = sb.file_uploader("speculation_profile.json, vLLM bench / per-request JSON, /metrics or runs CSV",
+                              type=["json", "jsonl", "txt", "prom", "metrics", "csv"], key="acc_any_file")
+        if up is None:
+            sb.info("No file uploaded yet: using the scenario's acceptance rates.")
+        else:
+            try:
+                got = _file_acceptance(up.getvalue(), up.name)
+                rates, source = [min(r, S.MAX_RATE) for r in got.conditional], got.source
+                if got.max_supported_k and int(ss.get("k_max", 1)) > got.max_supported_k:
+                    ss["k_max"] = got.max_supported_k
+                sb.caption(source)
+            except PlannerError as err:
+                st.error(f"Acceptance file rejected: {err}")
+                ok = False
     else:
         bench = mode == S.ACC_BENCH
         up = sb.file_uploader("vLLM bench serve JSON" if bench else "vLLM /metrics text",
@@ -199,6 +219,10 @@ def sidebar() -> Inputs:
     if rates is None:
         rates = S.parse_rates_text(base_controls["acc_list"])
         source = base_raw.get("acceptance", {}).get("source", "scenario file")
+
+    sb.slider("Acceptance uncertainty +- (per rate)", 0.0, 0.3, step=0.01, key="acc_band",
+              help="How far each rate may be off. K* becomes the K nearest the best across the band, and the "
+                   "K* tab says where K* depends on acceptance.")
 
     sb.subheader("Workload and precision")
     sb.number_input("Context length L (tokens)", min_value=1, max_value=1_048_576, step=512, key="context_len")

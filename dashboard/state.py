@@ -18,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 from calibration.measured import read_measured
-from calibration.vllm_io import acceptance_from_counters, bench_acceptance, spec_decode_counters
+from simulator.specs.acceptance_files import AcceptanceFile, parse_acceptance_bytes
 from simulator.errors import PlannerError
 from simulator.specs.models import list_models, model_from_hf_config
 from simulator.specs.scenario import REPO_ROOT, SCENARIO_DIR, read_scenario_file
@@ -29,9 +29,9 @@ AUTO_PROFILE = "best shipped for this device (measured tables, else published pr
 TP_CHOICES = [1, 2, 4, 8, 16]
 EP_CHOICES = [1, 2, 4, 8]
 DRAFT_CHOICES = ["eagle", "eagle3", "mtp", "ngram", "model"]
-ACC_IID, ACC_LIST, ACC_BENCH, ACC_METRICS = ("i.i.d. rate", "per-position list", "vLLM bench JSON",
-                                             "vLLM /metrics dump")
-ACC_MODES = [ACC_IID, ACC_LIST, ACC_BENCH, ACC_METRICS]
+ACC_IID, ACC_LIST, ACC_BENCH, ACC_METRICS, ACC_FILE = ("i.i.d. rate", "per-position list", "vLLM bench JSON",
+                                                       "vLLM /metrics dump", "acceptance file (any format)")
+ACC_MODES = [ACC_IID, ACC_LIST, ACC_BENCH, ACC_METRICS, ACC_FILE]
 BATCH_MAX = 1024
 K_MAX_LIMIT = 16
 MAX_RATE = 0.99  # Acceptance needs rates < 1
@@ -122,6 +122,7 @@ def controls_from_scenario(raw: dict) -> dict:
         "acc_mode": ACC_IID if len(rates) == 1 else ACC_LIST,
         "acc_rate": float(min(rates[0], MAX_RATE)),
         "acc_list": rates_text(rates),
+        "acc_band": float(acc.get("band", 0.0)),
         "context_len": int(wl.get("context_len", 2048)),
         "w_dtype": prec.get("weights", "bf16"),
         "a_dtype": prec.get("activations", "bf16"),
@@ -171,6 +172,8 @@ def scenario_raw(base: dict, c: dict, *, acceptance: list[float], acceptance_sou
     raw["draft"] = ({"method": "model", "model": c["draft_model"]} if c["draft_method"] == "model"
                     else {"method": c["draft_method"]})
     raw["acceptance"] = {"rates": [float(r) for r in acceptance], "source": acceptance_source}
+    if float(c.get("acc_band", 0.0)) > 0:
+        raw["acceptance"]["band"] = float(c["acc_band"])
     wl = raw.setdefault("workload", {})
     lo, hi = c["bs_range"]
     wl.update(context_len=int(c["context_len"]), batch_sizes=f"{int(lo)}-{int(hi)}", k_max=int(c["k_max"]),
@@ -251,22 +254,31 @@ def _clean_rates(rates: list, filename: str) -> list[float]:
     return out
 
 
+def acceptance_file(data: bytes, filename: str) -> AcceptanceFile:
+    """Any acceptance file the planner reads (simulator.specs.acceptance_files), recognised by content:
+    speculation_profile.json, vLLM bench JSON, per-request metrics, /metrics, measured-rows CSV."""
+    _check_upload(data, filename)
+    return parse_acceptance_bytes(bytes(data), filename)
+
+
+def _expect_kind(got: AcceptanceFile, filename: str, kind: str) -> list[float]:
+    if not got.kind.startswith(kind):
+        raise PlannerError(f"{filename}: this is a {got.kind}, not a {kind}; choose 'acceptance file (any format)'")
+    return _clean_rates(list(got.conditional), filename)
+
+
 def acceptance_from_bench_json(data: bytes, filename: str) -> list[float]:
     """Conditional per-position acceptance from `vllm bench serve --save-result` JSON."""
-    return _clean_rates(bench_acceptance(_json_object(data, filename), filename), filename)
+    obj = _json_object(data, filename)
+    if "spec_decode_per_position_acceptance_rates" not in obj:
+        raise PlannerError(f"{filename}: no 'spec_decode_per_position_acceptance_rates' field; was the server running"
+                           " speculative decoding (and vLLM new enough to record it)?")
+    return _expect_kind(acceptance_file(data, filename), filename, "vllm bench serve")
 
 
 def acceptance_from_metrics(data: bytes, filename: str) -> list[float]:
     """Conditional per-position acceptance from a Prometheus /metrics scrape of a vLLM server."""
-    _check_upload(data, filename)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise PlannerError(f"{filename}: not a text file") from None
-    acc = acceptance_from_counters(spec_decode_counters(text, filename), filename)
-    if not acc["per_position_acceptance"]:
-        raise PlannerError(f"{filename}: no vllm:spec_decode_num_accepted_tokens_per_pos_total samples")
-    return _clean_rates(acc["per_position_acceptance"], filename)
+    return _expect_kind(acceptance_file(data, filename), filename, "Prometheus")
 
 
 # --- validation against measured runs -----------------------------------------------------------

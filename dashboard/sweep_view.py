@@ -70,7 +70,9 @@ def pareto_frame(df: pd.DataFrame, latency: str = "tpot_p50_s") -> pd.DataFrame:
 def pareto_chart(df: pd.DataFrame, latency: str = "tpot_p50_s") -> alt.Chart:
     """$/M output tokens vs latency: every configuration meeting the target, the front per model as a line."""
     data = pareto_frame(df, latency)
-    cols = ["model", "config", latency, COST, "pareto", "gpus", "max_load_per_replica"]
+    data = data.assign(front=data["model"].astype(str) + (" / " + data["traffic"].astype(str) if "traffic" in data
+                                                         else ""))
+    cols = ["model", "traffic", "front", "config", latency, COST, "pareto", "gpus", "max_load_per_replica"]
     data = data[[c for c in cols if c in data.columns]]
     x = alt.X(f"{latency}:Q", title=LATENCIES.get(latency, latency), scale=alt.Scale(zero=False))
     y = alt.Y(f"{COST}:Q", title="$ per M output tokens", scale=alt.Scale(type="log"))
@@ -82,8 +84,10 @@ def pareto_chart(df: pd.DataFrame, latency: str = "tpot_p50_s") -> alt.Chart:
     points = alt.Chart().mark_circle(size=50).encode(
         x=x, y=y, color=color, tooltip=tooltip,
         opacity=alt.condition("datum.pareto", alt.value(1.0), alt.value(0.25)))
+    # one front per model and traffic mix: a chat row and a RAG row serve different demands
     front = alt.Chart().transform_filter("datum.pareto").mark_line(point=False, strokeWidth=2).encode(
-        x=x, y=y, color=color, order=alt.Order(f"{latency}:Q"))
+        x=x, y=y, color=color, detail="front:N", order=alt.Order(f"{latency}:Q"),
+        **({"strokeDash": alt.StrokeDash("traffic:N", title="Traffic")} if "traffic" in data else {}))
     return alt.layer(points, front, data=data, height=420, title=alt.TitleParams(
-        "Pareto front: $ per M output tokens vs latency, per model",
+        "Pareto front: $ per M output tokens vs latency, per model and traffic mix",
         subtitle="configurations meeting the target load; faded: dominated"))

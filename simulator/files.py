@@ -84,11 +84,16 @@ def write_atomically(path: str | Path, text: str, flag: str = "--output") -> Non
         raise
 
 
-def check_output_dir(out_dir: str | Path, flag: str = "--output-dir") -> Path:
-    """Refuse an output directory that cannot be written before any work is done (creates nothing)."""
+def check_output_dir(out_dir: str | Path, flag: str = "--output-dir", names=()) -> Path:
+    """Refuse an output directory that cannot be written before any work is done (creates nothing).
+
+    ``names``: the files that will be written into it; one that exists there as a directory is refused too."""
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
         raise PlannerError(f"{flag} {out}: exists and is not a directory")
+    for name in names:
+        if (out / name).is_dir():
+            raise PlannerError(f"{flag} {out}: {name} is a directory; remove it or choose another directory")
     probe = out
     while not probe.exists():
         if probe.parent == probe:

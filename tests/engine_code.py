@@ -53,6 +53,8 @@ import zipfile
 from pathlib import Path
 from typing import Any, Iterable
 
+from simulator.specs.versions import parse_version
+
 __all__ = [
     "EngineCodeUnavailable",
     "cache_dir",
@@ -63,12 +65,14 @@ __all__ = [
     "vllm_dense_lookup",
     "vllm_k_for",
     "trtllm_validate",
+    "trtllm_code_source",
     "trtllm_k_for",
     "sglang_load_adaptive_config",
     "sglang_adaptive_params",
     "sglang_candidate_steps_for",
     "sglang_steps_for",
     "sglang_steps_table",
+    "sglang_decode_capture_sizes",
     "sglang_load_sps_table",
     "sglang_sps_lookup",
     "sglang_sps_runtime_lookup",
@@ -79,9 +83,9 @@ DEFAULT_SGLANG_VERSION = "0.5.23"
 DEFAULT_TRTLLM_VERSION = "1.2.1"
 
 # First released versions that carry each format (verified against the wheels).
-VLLM_FIRST_DYNAMIC_SD = (0, 24, 0)
-SGLANG_FIRST_PER_BS_ADAPTIVE = (0, 5, 13)
-SGLANG_FIRST_DSPARK_SPS = (0, 5, 16)
+VLLM_FIRST_DYNAMIC_SD = parse_version("0.24.0")
+SGLANG_FIRST_PER_BS_ADAPTIVE = parse_version("0.5.13")
+SGLANG_FIRST_DSPARK_SPS = parse_version("0.5.16")
 
 _log = logging.getLogger(__name__)
 
@@ -113,16 +117,6 @@ def _norm(name: str) -> str:
     return re.sub(r"[-_.]+", "_", name).lower()
 
 
-def _vtuple(version: str) -> tuple[int, ...]:
-    nums = []
-    for part in version.split("."):
-        m = re.match(r"\d+", part)
-        if not m:
-            break
-        nums.append(int(m.group()))
-    return tuple(nums)
-
-
 def _find_wheel(name: str, version: str | None) -> Path | None:
     d = _wheels_dir()
     if not d.is_dir():
@@ -130,7 +124,7 @@ def _find_wheel(name: str, version: str | None) -> Path | None:
     pat = f"{_norm(name)}-{version}-*.whl" if version else f"{_norm(name)}-*.whl"
     hits = sorted(p for p in d.glob(pat) if zipfile.is_zipfile(p))
     if version is None:
-        hits.sort(key=lambda p: _vtuple(p.name.split("-")[1]))
+        hits.sort(key=lambda p: parse_version(p.name.split("-")[1]))
     return hits[-1] if hits else None
 
 
@@ -269,7 +263,7 @@ _VLLM_UTILS = "vllm/v1/spec_decode/dynamic/utils.py"
 
 @functools.lru_cache(maxsize=None)
 def _vllm_dynamic_utils(version: str) -> types.ModuleType:
-    if _vtuple(version) < VLLM_FIRST_DYNAMIC_SD:
+    if parse_version(version) < VLLM_FIRST_DYNAMIC_SD:
         raise EngineCodeUnavailable(
             f"vllm {version} has no num_speculative_tokens_per_batch_size "
             f"(first released in 0.24.0)")
@@ -332,10 +326,10 @@ _TRT_UTILS = "tensorrt_llm/_torch/speculative/utils.py"
 def _trt_generation(version: str) -> str:
     """'1.2' = keys are lower bounds (release/1.2 line: 1.2.0rc*, 1.2.0, 1.2.1);
     '1.3' = key means "up to this batch size" (main after PR #10860, 1.3.0rc line)."""
-    v = _vtuple(version)
-    if v[:2] == (1, 2):
+    v = parse_version(version).head(2)
+    if v == (1, 2):
         return "1.2"
-    if v[:2] >= (1, 3):
+    if v >= (1, 3):
         return "1.3"
     raise EngineCodeUnavailable(
         f"tensorrt_llm {version}: draft_len_schedule does not exist before the 1.2 line")
@@ -426,12 +420,26 @@ def _coerce_int_keys(schedule: dict) -> dict:
     return {int(k): int(v) for k, v in schedule.items()}
 
 
+def trtllm_code_source(version: str = DEFAULT_TRTLLM_VERSION) -> str:
+    """'engine' when TensorRT-LLM's own functions are cached for ``version``, else 'rule': the
+    documented rule restated in tests/trtllm_rule.py (no wheel on PyPI to download)."""
+    try:
+        _trt_functions(version)
+        return "engine"
+    except EngineCodeUnavailable:
+        return "rule"
+
+
 def trtllm_validate(schedule: dict, max_draft_len: int | None,
                     version: str = DEFAULT_TRTLLM_VERSION) -> dict[int, int]:
     """TensorRT-LLM's ``DecodingBaseConfig.validate_draft_len_schedule_and_sort``.
 
-    Raises ``ValueError`` exactly as the engine does (pydantic wraps it into a
-    ``ValidationError`` at config construction).  Returns the sorted dict."""
+    Raises ``ValueError`` as the engine does (pydantic wraps it into a ``ValidationError`` at config
+    construction).  Returns the sorted dict.  Where the engine's source is not cached, the
+    documented rule of tests/trtllm_rule.py (cited line by line) stands in."""
+    if trtllm_code_source(version) == "rule":
+        import trtllm_rule
+        return trtllm_rule.validate(_coerce_int_keys(schedule), max_draft_len, version)
     validator, _ = _trt_functions(version)
     info = types.SimpleNamespace(data={"max_draft_len": max_draft_len})
     return validator(None, _coerce_int_keys(schedule), info)
@@ -444,6 +452,9 @@ def trtllm_k_for(schedule: dict, batch_size: int, version: str = DEFAULT_TRTLLM_
     The schedule is validated/sorted first (as the config validator does
     before the runtime sees it).  ``max_draft_len`` defaults to the value the
     validator requires (schedule[1] for 1.2, schedule[min key] for 1.3)."""
+    if trtllm_code_source(version) == "rule":
+        import trtllm_rule
+        return trtllm_rule.k_for(_coerce_int_keys(schedule), batch_size, version, max_draft_len)
     _, lookup = _trt_functions(version)
     sched = _coerce_int_keys(schedule)
     if max_draft_len is None and sched:
@@ -462,7 +473,7 @@ _SG_SPS = "sglang/srt/speculative/dspark_components/dspark_sps.py"
 
 @functools.lru_cache(maxsize=None)
 def _sglang_adaptive(version: str) -> types.ModuleType:
-    if _vtuple(version) < SGLANG_FIRST_PER_BS_ADAPTIVE:
+    if parse_version(version) < SGLANG_FIRST_PER_BS_ADAPTIVE:
         raise EngineCodeUnavailable(
             f"sglang {version}: the per-batch-size adaptive config ({{\"1\": {{...}}, \"8\": {{...}}}}) "
             f"first appears in 0.5.13 (0.5.11/0.5.12 read one flat config)")
@@ -501,7 +512,7 @@ def _ensure_msgspec() -> None:
 
 @functools.lru_cache(maxsize=None)
 def _sglang_sps(version: str) -> types.ModuleType:
-    if _vtuple(version) < SGLANG_FIRST_DSPARK_SPS:
+    if parse_version(version) < SGLANG_FIRST_DSPARK_SPS:
         raise EngineCodeUnavailable(
             f"sglang {version}: DSpark SPS table (--speculative-dspark-sps-table-path) first "
             f"appears in 0.5.16")
@@ -580,6 +591,22 @@ def sglang_steps_table(config: dict | str | os.PathLike, batch_sizes: Iterable[i
     ``get_steps_for_batch``, CUDA-graph padding included when ``cuda_graph_bs`` is given)."""
     params = sglang_adaptive_params(config, version, initial_steps, cuda_graph_bs)
     return [int(params.get_steps_for_batch(int(b))) for b in batch_sizes]
+
+
+_SG_GRAPHS = "sglang/srt/arg_groups/cuda_graph_hook.py"
+
+
+def sglang_decode_capture_sizes(max_bs: int, speculative: bool, version: str = DEFAULT_SGLANG_VERSION,
+                                disable_padding: bool = False) -> list[int]:
+    """SGLang's ``generate_decode_cuda_graph_batch_sizes``: the decode batch sizes it captures (and
+    pads to) at ``cuda_graph_max_bs = max_bs``, with or without a speculative algorithm set.
+    The function is cut out of the wheel's cuda_graph_hook.py and run as is; its
+    ``resolving_view(server_args)`` is given the arguments themselves."""
+    fn = _extract_function(_extract_member("sglang", version, _SG_GRAPHS),
+                           "generate_decode_cuda_graph_batch_sizes", {"resolving_view": lambda a: a, "Any": Any})
+    args = types.SimpleNamespace(disable_cuda_graph_padding=disable_padding,
+                                 speculative_algorithm="EAGLE3" if speculative else None)
+    return list(fn(args, max_bs))
 
 
 def sglang_load_sps_table(table: dict | str | os.PathLike,

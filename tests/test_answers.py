@@ -76,9 +76,9 @@ def test_extrapolation_rule_and_warning():
     assert "beyond 2 repeat a_2 = 0.8" in acc.rule
     out = _cli("--scenario", "command-a-h100", "--acceptance", "0.9,0.85", "--batch-sizes", "1-16")
     assert out.returncode == 0, out.stderr
-    assert "warning: K* = " in out.stdout and "beyond the 2 given" in out.stdout
+    assert "warning: K* = " in out.stderr and "beyond the 2 given" in out.stderr  # caveats on stderr
     full = _cli("--scenario", "command-a-h100", "--batch-sizes", "1-16")
-    assert "beyond the" not in full.stdout  # eight rates cover K* <= 8
+    assert "beyond the" not in full.stderr  # eight rates cover K* <= 8
 
 
 # --- the schedule in words -----------------------------------------------------------------------
@@ -97,8 +97,8 @@ def test_cli_headline_is_the_schedule_and_sparse_sizes_are_shown_as_given():
     assert first == f"K* schedule: {pred.schedule_text()}"
     rows = [ln.split()[0] for ln in out.stdout.splitlines() if re.match(r"^\s*\d+\s+\d", ln)]
     assert rows == ["1", "2", "4", "8", "64", "200"]
-    assert "given sparsely" in out.stdout
-    assert "TensorRT-LLM turns speculation off" in out.stdout
+    assert "given sparsely" in out.stderr
+    assert "TensorRT-LLM turns speculation off" in out.stderr
 
 
 def test_per_token_latency_is_step_time_over_acceptance_length():

@@ -9,6 +9,7 @@ import sys
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from simulator.specs.collectives import median_server, pcie_generation, published_pcie_servers
@@ -93,3 +94,15 @@ def test_allreduce_busbw_flag():
     bad = run("--allreduce-busbw", "0")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--allreduce-busbw" in bad.stderr
     assert "Traceback" not in bad.stderr
+
+
+def test_collective_factor_is_the_ring_factor_by_hand():
+    """nccl-tests' bus-bandwidth factors (NVIDIA/nccl-tests docs/PERFORMANCE.md): all-reduce 2 (n-1)/n,
+    all-gather / reduce-scatter (n-1)/n; an all-to-all keeps the 1/n addressed to itself."""
+    from simulator.specs.wire import collective_factor
+    assert collective_factor("all_reduce", 8) == 1.75 and collective_factor("all_reduce_nccl", 2) == 1.0
+    assert collective_factor("all_gather", 8) == 0.875 and collective_factor("reduce_scatter", 4) == 0.75
+    assert collective_factor("all_to_all", 4) == 0.75 and collective_factor("all_reduce", 1) == 0.0
+    assert list(collective_factor("all_reduce", np.array([2, 4]))) == [1.0, 1.5]
+    with pytest.raises(ValueError, match="unknown collective 'broadcast'"):
+        collective_factor("broadcast", 8)

@@ -59,7 +59,9 @@ def test_vllm_all_zero_sets_num_speculative_tokens_1_and_warns():
 
 def test_trtllm_12_lower_bound_keys():
     e = E.export("trtllm", table(K10), "1.2.1")
-    assert e.payload == {"max_draft_len": 5, "draft_len_schedule": {"1": 5, "3": 4, "6": 2, "8": 0}}
+    # no step-time grid behind this table: the acceptance gate is written switched off (window 0 disables it)
+    assert e.payload == {"max_draft_len": 5, "draft_len_schedule": {"1": 5, "3": 4, "6": 2, "8": 0},
+                         "acceptance_window": 0, "acceptance_length_threshold": 0.0}
     assert [E.engine_k(e, b) for b in range(1, 12)] == list(K10) + [0]
 
 
@@ -88,7 +90,8 @@ def test_trtllm_caps_k_above_the_batch_1_value_with_the_runner_up():
     assert list(k) == [3, 3, 4, 4]
     t = E.KTable(np.arange(1, 5), np.array([2048]), k[:, None], ks, good)
     e = E.export("trtllm", t, "1.2.1")
-    assert e.payload == {"max_draft_len": 3, "draft_len_schedule": {"1": 3}}  # runner-up K <= 3 is 3
+    assert {k: e.payload[k] for k in ("max_draft_len", "draft_len_schedule")} == \
+        {"max_draft_len": 3, "draft_len_schedule": {"1": 3}}  # runner-up K <= 3 is 3
     assert any("max_draft_len" in w and "3, 4" in w for w in e.warnings)
 
 
@@ -427,9 +430,9 @@ def test_engines_vllm_clamps_k_above_num_speculative_tokens():
     assert [dense[x] for x in t.batch_sizes] == [min(int(v), 2) for v in k]
 
 
-def test_settled_k_index_over_a_context_axis_matches_the_per_column_rule():
-    """settled_k_index with a trailing context axis = the 1-D rule applied to each context column."""
-    from simulator.plan.grid import settled_k_index
+def test_schedule_k_index_over_a_context_axis_matches_the_per_column_rule():
+    """schedule_k_index with a trailing context axis = the 1-D DP applied to each context column."""
+    from simulator.plan.schedule import schedule_k_index as settled_k_index
     rng = np.random.default_rng(7)
     g = 1 + 0.004 * rng.standard_normal((60, 6, 5))
     fits = rng.random(g.shape) > 0.1

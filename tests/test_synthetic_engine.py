@@ -189,7 +189,7 @@ def test_cli_real_shapes_scenario_and_validate(tmp_path):
     """The CLI at a real model's shapes (SmolLM2-135M, 1 layer), with a scenario validate accepts."""
     out, sc = tmp_path / "r.csv", tmp_path / "sc.toml"
     rc = syn.main(["--model", "smollm2-135m", "--layers", "1", "--draft", "eagle", "--acceptance", "0.7",
-                   "--batch-sizes", "1-4", "--k", "0-2", "--device", "cpu", "--dtype", "fp32", "--steps", "2",
+                   "--batch-sizes", "1-4:pow2", "--k", "0-2", "--device", "cpu", "--dtype", "fp32", "--steps", "2",
                    "--warmup-steps", "0", "--context-len", "16", "--output", str(out), "--scenario-out", str(sc),
                    "--hardware", "cpu-xeon-2c", "--clock", "cpu"])
     assert rc == 0

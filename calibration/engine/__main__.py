@@ -7,6 +7,10 @@ import math
 import re
 import sys
 
+# the planner's batch-size syntax: '1-64' is every integer, '1-64:pow2' the powers of two inside plus
+# both ends (what '1-64' meant in this CLI before), '1,2,4,8' those
+from simulator.specs.values import parse_batch_sizes
+
 
 class _Parser(argparse.ArgumentParser):
     def error(self, message):
@@ -47,19 +51,6 @@ def parse_int_list(s: str) -> list[int]:
     return sorted(set(out))
 
 
-def parse_batch_sizes(s: str) -> list[int]:
-    """'1,2,4,8' or a range 'a-b' = powers of two inside [a, b] plus both ends ('1-64' -> 1,2,4,...,64)."""
-    out: list[int] = []
-    for a, b in _parts(s):
-        if b is None:
-            out.append(a)
-            continue
-        out += [a, b] + [2 ** i for i in range(0, 31) if a <= 2 ** i <= b]
-    if not out:
-        raise ValueError("empty list")
-    return sorted(set(out))
-
-
 def _reuses(text):
     if text is None:
         return None
@@ -72,13 +63,30 @@ def _reuses(text):
     return values
 
 
+# columns a sweep reads back from an existing --output to skip finished points (sweep._existing_points)
+_RESUME_COLUMNS = ("target", "draft", "dtype", "context_len", "batch_size", "k")
+
+
+def _profile(a) -> int:
+    from simulator.errors import PlannerError
+
+    from .profile import write_profile
+    try:
+        path = write_profile(a.runs, a.output)
+    except PlannerError as e:
+        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
+        return 2
+    print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
 def main(argv=None) -> int:
     p = _Parser(prog="python -m calibration.engine", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
     s = sub.add_parser("sweep", help="measure ITL and acceptance over (batch size, K)")
     s.add_argument("--target", default="smollm2-135m", help="smollm2-135m | moe-synthetic")
     s.add_argument("--draft", default="ngram", help="ngram | early-exit:N | model:N")
-    s.add_argument("--batch-sizes", default="1,2,4,8", help="e.g. 1,2,4,8 or 1-64 (powers of two)")
+    s.add_argument("--batch-sizes", default="1,2,4,8", help="e.g. 1,2,4,8, 1-64:pow2 (powers of two and both ends) or 1-8 (every integer)")
     s.add_argument("--k", default="0-6", help="e.g. 0-6 or 0,2,4")
     s.add_argument("--context-len", type=int, default=128)
     s.add_argument("--gen-tokens", type=int, default=16)
@@ -107,12 +115,17 @@ def main(argv=None) -> int:
     s.add_argument("--router-skew", type=float, default=0.0, help="Zipf exponent of the sampled router")
     s.add_argument("--clock", default="wall", choices=["wall", "cpu"],
                    help="cpu: time phases by the thread's CPU time (CPU, --threads 1; robust to a busy machine)")
+    pr = sub.add_parser("profile", help="write speculation_profile.json (Model-Optimizer schema 1.0) from sweep runs")
+    pr.add_argument("--runs", required=True, help="measured-runs CSV of one target/draft pair (sweep --output)")
+    pr.add_argument("--output", required=True, help="speculation_profile.json to write")
     a = p.parse_args(argv)
+    if a.cmd == "profile":
+        return _profile(a)
 
     from .weights import TARGETS
 
     try:
-        bs = parse_batch_sizes(a.batch_sizes)
+        bs = [int(b) for b in parse_batch_sizes(a.batch_sizes)]
         ks = parse_int_list(a.k)
     except ValueError as e:
         print(f"error: bad --batch-sizes/--k: {e}", file=sys.stderr)
@@ -167,7 +180,12 @@ def main(argv=None) -> int:
         if out.exists():
             import pandas as pd
             if out.stat().st_size:
-                pd.read_csv(out, nrows=1)
+                head = pd.read_csv(out, nrows=1)
+                missing = [c for c in _RESUME_COLUMNS if c not in head.columns]
+                if missing:
+                    print(f"error: --output {a.output}: not a runs CSV of this sweep (no column"
+                          f" {', '.join(missing)}); give a new file or one an earlier sweep wrote", file=sys.stderr)
+                    return 2
         else:
             out.parent.mkdir(parents=True, exist_ok=True)
             with open(out, "a"):

@@ -1,7 +1,7 @@
 """Synthetic-acceptance sweeps of the reference engine at real model shapes (random weights).
 
     python -m calibration.engine.synthetic --model llama-3.1-8b --draft eagle --acceptance 0.8 \\
-        --batch-sizes 1-64 --k 0-6 --device cuda --dtype bf16 --output runs.csv
+        --batch-sizes 1-64:pow2 --k 0-6 --device cuda --dtype bf16 --output runs.csv
 
 What is real and what is synthetic:
 * the target is the engine's own ``Transformer`` (model.py) at the shapes of a catalog model
@@ -354,7 +354,8 @@ def main(argv=None) -> int:
     p.add_argument("--layers", type=int, default=None, help="keep the first N layers (CPU smoke runs; default all)")
     p.add_argument("--draft", default="eagle", help="eagle | model:NAME")
     p.add_argument("--acceptance", default="0.8", help="per-position acceptance: 0.8 or 0.85,0.8,0.76 (last repeats)")
-    p.add_argument("--batch-sizes", default="1-64", help="1,2,4 or a-b (powers of two inside, plus both ends)")
+    p.add_argument("--batch-sizes", default="1-64:pow2",
+                   help="1,2,4, a-b:pow2 (powers of two inside, plus both ends) or a-b (every integer)")
     p.add_argument("--k", default="0-6", help="0-6 or 0,2,4")
     p.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     p.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
@@ -377,10 +378,12 @@ def main(argv=None) -> int:
 
 
 def _run(a) -> int:
-    from .__main__ import parse_batch_sizes, parse_int_list
+    from simulator.specs.values import parse_batch_sizes
+
+    from .__main__ import parse_int_list
 
     try:
-        bs, ks = parse_batch_sizes(a.batch_sizes), parse_int_list(a.k)
+        bs, ks = [int(b) for b in parse_batch_sizes(a.batch_sizes)], parse_int_list(a.k)
     except ValueError as e:
         raise PlannerError(f"--batch-sizes/--k: {e}") from None
     if min(bs) < 1 or min(ks) < 0 or max(ks) > 32:

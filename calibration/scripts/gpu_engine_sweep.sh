@@ -53,8 +53,8 @@ else
   fi
   # 8 timed steps (+2 warm-up) per point at 512-token contexts; the MoE's eager expert loop is ~10x
   # slower per step, so it times 5 steps (+1)
-  GRID=(--dtype bf16 --batch-sizes 1-64 --k 0-6 --steps 8 --warmup-steps 2 --context-len 512)
-  MOE_GRID=(--dtype bf16 --batch-sizes 1-64 --k 0-6 --steps 5 --warmup-steps 1 --context-len 512)
+  GRID=(--dtype bf16 --batch-sizes 1-64:pow2 --k 0-6 --steps 8 --warmup-steps 2 --context-len 512)
+  MOE_GRID=(--dtype bf16 --batch-sizes 1-64:pow2 --k 0-6 --steps 5 --warmup-steps 1 --context-len 512)
   DENSE_LIMIT_S="${DENSE_LIMIT_S:-100}"; MOE_LIMIT_S="${MOE_LIMIT_S:-170}"
 fi
 echo "device $DEVICE, hardware catalog entry '${HW:-none}', profile '${PROF:-none}', acceptance $ACC"

@@ -31,9 +31,10 @@ def one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
-def _warning_printer():
-    """showwarning for one command: each PlannerWarning once, as one 'warning: ...' line (a sizing
-    run builds the same scenario for many candidates and would repeat its caveats)."""
+def _warning_printer(quiet: bool = False):
+    """showwarning for one command: each PlannerWarning once, as one 'warning: ...' line on stderr (a
+    sizing run builds the same scenario for many candidates and would repeat its caveats); none with
+    ``quiet`` (--quiet)."""
     seen: set[str] = set()
 
     def show(message, category, filename, lineno, file=None, line=None):
@@ -41,7 +42,7 @@ def _warning_printer():
             _ORIGINAL_SHOWWARNING(message, category, filename, lineno, file, line)
             return
         text = one_line(message)
-        if text not in seen:
+        if text not in seen and not quiet:
             seen.add(text)
             print(f"warning: {text}", file=sys.stderr)
     return show
@@ -50,14 +51,15 @@ def _warning_printer():
 _ORIGINAL_SHOWWARNING = warnings.showwarning
 
 
-def run_cli(body: Callable[[], int | None]) -> int:
+def run_cli(body: Callable[[], int | None], quiet: bool = False) -> int:
     """Run a command's body: PlannerError -> one line on stderr, exit 2; a closed pipe is not an error.
 
-    Inputs accepted with a caveat (PlannerWarning) print as one 'warning: ...' line each, once.
+    Inputs accepted with a caveat (PlannerWarning) print as one 'warning: ...' line each, once, on
+    stderr (never into the command's output); ``quiet``: not at all (errors still print).
     """
     with warnings.catch_warnings():
         warnings.simplefilter("always", PlannerWarning)
-        warnings.showwarning = _warning_printer()
+        warnings.showwarning = _warning_printer(quiet)
         try:
             return body() or 0
         except PlannerError as err:
@@ -69,10 +71,14 @@ def run_cli(body: Callable[[], int | None]) -> int:
 
 def command(build_parser: Callable[[], argparse.ArgumentParser], body: Callable[[argparse.Namespace], int | None]):
     """A CLI's ``main(argv)``: parse (a usage error is one line, exit 2), then run ``body`` inside the
-    error boundary of :func:`run_cli`."""
+    error boundary of :func:`run_cli`. Every command gets ``--quiet`` (no 'warning:' lines)."""
     def main(argv: list[str] | None = None) -> int:
-        args = build_parser().parse_args(argv)
-        return run_cli(lambda: body(args))
+        parser = build_parser()
+        if not any("--quiet" in action.option_strings for action in parser._actions):  # sweep has its own
+            parser.add_argument("--quiet", action="store_true",
+                                help="print no 'warning:' lines on stderr (errors still print)")
+        args = parser.parse_args(argv)
+        return run_cli(lambda: body(args), quiet=args.quiet)
     return main
 
 

@@ -19,8 +19,13 @@ import pandas as pd
 
 from simulator.plan import exports
 from simulator.plan.api import Prediction, predict
+from simulator.plan.fit import shortfall_text
 from simulator.cli.common import OneLineParser, command, write_atomically
+from simulator.files import check_output_file
 from simulator.errors import PlannerError
+from simulator.cli.catalog import KINDS as CATALOG_KINDS, catalog_text
+from simulator.specs.drafts import draft_syntax_list
+from simulator.specs.hardware import KV_DTYPES, WEIGHT_DTYPES
 from simulator.specs.scenario import DEFAULT_SCENARIO
 
 EXPORT_FORMATS = exports.FORMATS  # vllm, vllm-ctx, trtllm, sglang, sglang-sps: engine files
@@ -35,16 +40,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hardware", help="catalog hardware name (e.g. h100-sxm, h200, mi300x)")
     p.add_argument("--tp", type=int, help="tensor-parallel degree")
     p.add_argument("--ep", type=int, help="expert-parallel groups (MoE; must divide tp)")
-    p.add_argument("--draft", help="eagle | eagle3 | mtp | ngram | model:NAME")
+    p.add_argument("--draft", help=f"draft method: {draft_syntax_list()} (--list drafts: what each prices)")
     p.add_argument("--acceptance", help="i.i.d. rate (0.8) or per-position rates (0.7,0.5,0.3)")
+    p.add_argument("--temperature", type=float, help="sampling temperature (0 = greedy, the default): prices the"
+                   " engine's sampling and rejection passes over the logits")
+    p.add_argument("--top-p", type=float, help="top-p of sampled requests (1 = off, the default)")
+    p.add_argument("--acceptance-band", type=float, metavar="D",
+                   help="uncertainty +-D on every per-position rate (e.g. 0.1): K* is the K nearest the best across"
+                        " the band, and the schedule says where K* depends on acceptance")
     p.add_argument("--context-len", type=int, help="tokens already in each sequence's KV cache")
     p.add_argument("--batch-sizes", help="e.g. 1-256 or 1,2,4,8")
     p.add_argument("--k-max", type=int, help="largest K considered")
+    p.add_argument("--schedule-tolerance", metavar="SHARE",
+                   help="goodput share of the per-batch best the K* schedule may give up at any batch size to use"
+                   " fewer ranges of K (default 0.01 = 1%%; 0 = the raw per-batch argmax); also 1%%")
     p.add_argument("--fixed-k", type=int, help="the fixed-K policy compared against (default 3)")
-    p.add_argument("--dtype", help="weight dtype: bf16, fp8, int4, mxfp4")
-    p.add_argument("--kv-dtype", help="KV-cache dtype: bf16, fp8")
+    p.add_argument("--dtype", help=f"weight dtype: {', '.join(WEIGHT_DTYPES)}")
+    p.add_argument("--kv-dtype", help=f"KV-cache dtype: {', '.join(KV_DTYPES)}")
     p.add_argument("--calibration", help="calibration profile JSON (python -m calibration.fit, or a measured-table"
                    " profile under simulator/data/profiles/; 'none': datasheet only)")
+    p.add_argument("--deployment", metavar="FIT.json", help="deployment calibration (python -m calibration.fit_deployment):"
+                   " engine terms and acceptance fitted on a few measurements of this deployment")
     p.add_argument("--layout", choices=("tp", "tp-ep", "dp-ep"),
                    help="MoE parallel layout: TP attention + TP experts, TP attention + EP, or DP attention + EP")
     p.add_argument("--dp", type=int, help="attention data-parallel groups (layout dp-ep; default = tp)")
@@ -73,6 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="SGLang slots: kstar = one candidate (fixed K*), neighbors = K*-1, K*, K*+1 where both"
                    " neighbours are within 2%% of the best goodput (room for SGLang's own adaptation)")
     p.add_argument("--output", help="write to this file instead of stdout")
+    p.add_argument("--list", choices=CATALOG_KINDS, help="list the catalog's models, hardware, engines, drafts or"
+                   " dtypes with what each rests on, and exit (also: python -m simulator.catalog)")
     p.add_argument("--breakdown", metavar="B,K", help="print the per-operator breakdown at batch size B and draft length K")
     return p
 
@@ -99,21 +117,25 @@ def condensed(table: pd.DataFrame) -> pd.DataFrame:
 
 def render_table(pred: Prediction) -> str:
     """Schedule in words first, then the condensed K* table (all rows when the batch sizes were given
-    sparsely), then one-line warnings. "step ms" is one verification step; "ms/token" is what a
+    sparsely), then one-line facts (the caveats go to stderr: :func:`warn_notes`). "step ms" is one verification step; "ms/token" is what a
     sequence waits per committed token (step time / acceptance length)."""
     b = pred.table.batch_size.to_numpy()
     sparse = b.size > 1 and b[-1] - b[0] + 1 != b.size
     t = pred.table if sparse else condensed(pred.table)
     sc = pred.scenario
     lines = [f"K* schedule: {pred.schedule_text()}",
+             f"# schedule: {pred.schedule_note()}",
              f"# {sc.name}: {sc.model.name} on {sc.deployment.tp} x {sc.hardware.name}, draft {sc.draft.label},"
              f" context {sc.context_len}",
              f"# step times: {pred.provenance['step_time_source']}",
              f"# how far to trust them: {pred.provenance['uncertainty']}",
-             f"# acceptance: {pred.provenance['acceptance']}; {sc.acceptance.rule}", ""]
+             f"# acceptance: {pred.provenance['acceptance']}; {sc.acceptance.rule}",
+             f"# fixed K={sc.fixed_k} reaches acceptance length {pred.table.fixed_acceptance_length.iloc[0]:.2f};"
+             f" 'K={sc.fixed_k} needs AL' is the length at which it ties plain decoding (step time K / step time plain)",
+             ""]
     cols = ["batch_size", "k_opt", "goodput_per_seq", "throughput", "itl_ms", "token_latency_ms",
-            "plain_token_latency_ms", "speedup_vs_plain", "speedup_vs_fixed", "fixed_vs_plain", "bound",
-            "memory_gb_per_gpu"]
+            "plain_token_latency_ms", "speedup_vs_plain", "speedup_vs_fixed", "fixed_vs_plain",
+            "break_even_acceptance_length", "bound", "memory_gb_per_gpu"]
     if "experts_touched" in t:
         cols += ["experts_touched", "experts_touched_plain", "expert_load_share"]
     view = t[cols].copy()
@@ -121,12 +143,14 @@ def render_table(pred: Prediction) -> str:
     headers = {"batch_size": "B", "k_opt": "K*", "goodput_per_seq": "tok/s/seq", "throughput": "tok/s",
                "itl_ms": "step ms", "token_latency_ms": "ms/token", "plain_token_latency_ms": "plain ms/token",
                "speedup_vs_plain": "vs plain", "speedup_vs_fixed": f"vs K={sc.fixed_k}",
-               "fixed_vs_plain": f"K={sc.fixed_k}/plain", "bound": "bound", "memory_gb_per_gpu": "GB/GPU",
+               "fixed_vs_plain": f"K={sc.fixed_k}/plain", "break_even_acceptance_length": f"K={sc.fixed_k} needs AL",
+               "bound": "bound", "memory_gb_per_gpu": "GB/GPU",
                "experts_touched": "experts@K*", "experts_touched_plain": "experts@K=0",
                "expert_load_share": "expert share"}
     formats = {"goodput_per_seq": "{:.1f}", "throughput": "{:,.0f}", "itl_ms": "{:.2f}", "token_latency_ms": "{:.2f}",
                "plain_token_latency_ms": "{:.2f}", "speedup_vs_plain": "{:.2f}x",
                "speedup_vs_fixed": "{:.2f}x", "fixed_vs_plain": "{:.2f}x", "memory_gb_per_gpu": "{:.1f}",
+               "break_even_acceptance_length": "{:.2f}",
                "experts_touched": "{:.1f}", "experts_touched_plain": "{:.1f}", "expert_load_share": "{:.0%}"}
     for col, fmt in formats.items():
         if col in view:
@@ -140,8 +164,8 @@ def render_table(pred: Prediction) -> str:
                      f" ({len(losing)} of {len(pred.table)} batch sizes)")
     none_fit = pred.table[~pred.table.fits_memory]
     if len(none_fit):
-        lines.append(f"batch sizes >= {none_fit.batch_size.min()} do not fit in memory"
-                     f" ({sc.hardware.memory_bytes / 1e9:.0f} GB x {sc.deployment.memory_utilization:.0%} per GPU)")
+        first = int(none_fit.batch_size.min())
+        lines.append(f"batch sizes >= {first} do not fit in memory: {shortfall_text(sc, first)}")
     lines.append("vLLM num_speculative_tokens_per_batch_size: "
                  + json.dumps(pred.vllm()["num_speculative_tokens_per_batch_size"]))
     if len(t) < len(pred.table):
@@ -150,8 +174,17 @@ def render_table(pred: Prediction) -> str:
     why = pred.k_rise_attribution()
     if why:
         lines.append(f"why K* moves (MoE): {why}")
-    lines += [f"warning: {note}" for note in pred.notes()]
     return "\n".join(lines) + "\n"
+
+
+def warn_notes(pred: Prediction) -> None:
+    """The K* table's caveats (:meth:`Prediction.notes`) as PlannerWarning: one 'warning:' line each on
+    stderr, once, never in the output (--quiet: none)."""
+    import warnings
+
+    from simulator.errors import PlannerWarning
+    for note in pred.notes():
+        warnings.warn(note, PlannerWarning, stacklevel=2)
 
 
 def render(pred: Prediction, fmt: str) -> str:
@@ -241,13 +274,33 @@ def _busbw(gbps: float | None) -> float | None:
     return gbps * 1e9
 
 
+def _share(text: str | None, flag: str) -> float | None:
+    """A share given as 0.01 or 1% (refused unless a finite number in [0, 0.5))."""
+    if text is None:
+        return None
+    t = text.strip()
+    try:
+        value = float(t[:-1]) / 100 if t.endswith("%") else float(t)
+    except ValueError:
+        value = float("nan")
+    if not (np.isfinite(value) and 0 <= value < 0.5):
+        raise PlannerError(f"{flag} '{text}': give a share in [0, 0.5) such as 0.01 or 1% (0: the per-batch argmax)")
+    return value
+
+
 def _run(args) -> int:
+    if args.list:
+        sys.stdout.write(catalog_text(args.list))
+        return 0
     overrides = dict(model=args.model, hardware=args.hardware, tp=args.tp, ep=args.ep, draft=args.draft,
                      acceptance=args.acceptance, context_len=args.context_len, batch_sizes=args.batch_sizes,
                      k_max=args.k_max, fixed_k=args.fixed_k, dtype=args.dtype, kv_dtype=args.kv_dtype,
                      calibration=args.calibration, engine=args.engine, engine_version=args.engine_version,
                      context_lens=args.context_lens, layout=args.layout, dp=args.dp, routing_reuse=args.routing_reuse,
-                     allreduce_busbw=_busbw(args.allreduce_busbw))
+                     allreduce_busbw=_busbw(args.allreduce_busbw), acceptance_band=args.acceptance_band,
+                     temperature=args.temperature, top_p=args.top_p,
+                     schedule_tolerance=_share(args.schedule_tolerance, "--schedule-tolerance"),
+                     deployment=args.deployment)
     export_only = [flag for flag, given in (("--export-version", args.export_version), ("--markdown", args.markdown),
                                             ("--cuda-graph-bs", args.cuda_graph_bs)) if given]
     if export_only and args.format not in EXPORT_FORMATS:
@@ -255,10 +308,15 @@ def _run(args) -> int:
                            f" not --format {args.format}")
     if args.format in EXPORT_FORMATS:
         exports.check_version(args.format, args.export_version)  # refuse a wrong version before any work
+    if args.output:
+        check_output_file(args.output)  # and an output that cannot be written
     scenario = args.scenario
     if scenario is None and not (args.model and args.hardware):
         scenario = str(DEFAULT_SCENARIO)
     pred = predict(scenario, **overrides)
+    if not args.breakdown and not pred.table.fits_memory.any():
+        b = pred.table.batch_size.to_numpy()
+        raise PlannerError(f"nothing fits memory at batch sizes {b.min()}-{b.max()}: {shortfall_text(pred.scenario, int(b.min()))}")
     if args.breakdown:
         b, k = _int_pair(args.breakdown)
         df = pred.breakdown(b, k)
@@ -270,6 +328,7 @@ def _run(args) -> int:
                              args.sglang_candidates)
     else:
         text = render(pred, args.format)
+        warn_notes(pred)
     if args.output:
         write_atomically(args.output, text)
     else:

@@ -43,7 +43,11 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument("--rate", type=float, help="Poisson arrivals at this rate [requests/s]")
     load.add_argument("--concurrency", type=int, help="closed loop with this many users")
     load.add_argument("--waves", help="B,MULT: MULT x B prompts at once, at most B in flight")
+    p.add_argument("--deployment", metavar="FIT.json", help="deployment calibration (python -m calibration.fit_deployment)"
+                   " whose fitted terms and acceptance every step uses")
     p.add_argument("--max-num-seqs", type=int, help="engine limit on running sequences")
+    p.add_argument("--acceptance", help="acceptance: a rate (0.8), per-position rates (0.7,0.5,0.3) or a measured file"
+                   " (speculation_profile.json, vLLM bench / per-request JSON, /metrics dump, runs CSV)")
     p.add_argument("--graphs", action="store_true", help="also list the (tokens, K) CUDA graphs each policy's K table needs"
                    " (decode-only steps; the adaptive policies start from dsd's table)")
     return p
@@ -162,7 +166,7 @@ def _run(args) -> int:
     check_flags(args)
     from simulator import serving
     policies = _policies(args.policy)
-    sc = load_scenario(args.scenario)
+    sc = load_scenario(args.scenario, acceptance=args.acceptance, deployment=args.deployment)
     engine = serving.engine_from_scenario(sc)
     workload = _workload(sc, args)
     results = [serving.simulate(sc, p, workload=workload, seed=args.seed, engine=engine) for p in policies]
@@ -179,6 +183,8 @@ def _run(args) -> int:
                                "graphs": json.loads(graphs.to_json(orient="records"))}, indent=2) + "\n"
         else:
             text += ("\n" if args.format == "table" else "") + render(graphs, args.format)
+    if sc.deployment_fit is not None and args.format == "table":
+        text += f"# step times: {sc.deployment_fit.label}\n"
     sys.stdout.write(text)
     return 0
 

@@ -33,6 +33,10 @@ def build_parser():
     p.add_argument("--n-requests", type=int, help="requests per serving simulation")
     p.add_argument("--search-steps", type=int, help="bisection steps after bracketing")
     p.add_argument("--no-sensitivity", action="store_true", help="skip the acceptance / bandwidth reruns")
+    p.add_argument("--acceptance", help="acceptance: a rate (0.8), per-position rates (0.7,0.5,0.3) or a measured file"
+                   " (speculation_profile.json, vLLM bench / per-request JSON, /metrics dump, runs CSV)")
+    p.add_argument("--deployment", metavar="FIT.json", help="deployment calibration (python -m calibration.fit_deployment)"
+                   " for the scenario's own deployment; candidates on other hardware or TP are sized without it")
     return p
 
 
@@ -43,24 +47,48 @@ def _ints(text: str, flag: str) -> list[int]:
         raise PlannerError(f"{flag} '{text}': expected integers such as 4,8") from None
 
 
+def _names(scenarios) -> list[str]:
+    """The scenario names the output files are named after (a scenario that does not load is refused by
+    the search itself, with its own message)."""
+    from simulator.specs.scenario import load_scenario
+
+    out = []
+    for scenario in scenarios:
+        try:
+            out.append(load_scenario(str(scenario)).name)
+        except PlannerError:
+            pass
+    return out
+
+
 def run(args) -> int:
     from simulator.sizing import bundled_sizing_scenarios, size
     from simulator.sizing.report import render_html, render_json, render_markdown
+    from simulator.specs.scenario import Scenario, load_scenario
 
     if args.workers is not None and args.workers < 1:
         raise PlannerError(f"--workers must be >= 1, got {args.workers}")
     if args.rate is not None and not args.rate > 0:
         raise PlannerError(f"--rate must be > 0, got {args.rate}")
-    # checked before the (long) search; written at the end, all files or none
+    # checked before the (long) search, the files it will write included; written at the end, all or none
     out_dir = check_output_dir(args.output_dir) if args.output_dir else None
     formats = args.format or (["html", "markdown"] if out_dir else ["markdown"])
+    if args.deployment and args.all_bundled:
+        raise PlannerError("--deployment applies to one --scenario (the deployment it was fitted on), not --all-bundled")
     scenarios = bundled_sizing_scenarios() if args.all_bundled else [args.scenario]
+    if args.deployment:
+        scenarios = [load_scenario(args.scenario, deployment=args.deployment, acceptance=args.acceptance)]
     if not scenarios:
         raise PlannerError("no bundled sizing scenarios (scenarios/sizing-*.toml)")
+    if out_dir is not None:
+        check_output_dir(out_dir, names=[f"{n}{SUFFIX[f]}" for n in _names(scenarios) for f in formats])
     renderers = {"html": render_html, "markdown": render_markdown, "json": render_json}
     files: dict[str, str] = {}
     for scenario in scenarios:
-        res = size(str(scenario), candidates=args.candidates.split(",") if args.candidates else None,
+        if args.acceptance and not args.deployment:
+            scenario = load_scenario(str(scenario), acceptance=args.acceptance)
+        res = size(scenario if isinstance(scenario, Scenario) else str(scenario),
+                   candidates=args.candidates.split(",") if args.candidates else None,
                    tp=_ints(args.tp, "--tp") if args.tp else None, target_load=args.rate, workers=args.workers,
                    n_requests=args.n_requests, search_steps=args.search_steps,
                    sensitivity=False if args.no_sensitivity else None)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from simulator.cli.common import OneLineParser, command, say_written
+from simulator.cli.common import OneLineParser, check_output_dir, command, say_written
 from simulator.errors import PlannerError
 
 
@@ -24,7 +24,7 @@ def build_parser():
     p.add_argument("--ray-address", help="run on Ray: auto | HOST[:PORT] | ray://HOST:10001 | local")
     p.add_argument("--max-tasks", type=int, help="stop after computing this many tasks (rerun to continue)")
     p.add_argument("--dry-run", action="store_true", help="print the expansion and the filtered combinations; run nothing")
-    p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.add_argument("--quiet", action="store_true", help="no progress line and no 'warning:' lines")
     return p
 
 
@@ -35,6 +35,8 @@ def run(args) -> int:
         raise PlannerError(f"--workers must be >= 1, got {args.workers}")
     if args.max_tasks is not None and args.max_tasks < 0:
         raise PlannerError(f"--max-tasks must be >= 0, got {args.max_tasks}")
+    if args.output_dir and not args.dry_run:  # before the expansion; the file names once it is read
+        check_output_dir(args.output_dir)
     spec = parse_sweep(args.spec, output_dir=args.output_dir, workers=args.workers)
     if args.dry_run:
         print(f"{spec.name}: {spec.n_combinations} combinations, {len(spec.tasks)} tasks"

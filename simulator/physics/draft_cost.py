@@ -2,6 +2,18 @@
 
 See :mod:`simulator.specs.drafts` for the methods. Draft passes process one token per sequence
 whatever K is, so one pass is priced per batch size and multiplied by the number of passes.
+
+A step of an EAGLE / EAGLE-3 / MTP head or of a separate draft model runs K draft passes, and the
+first of them is an *extend* pass: the draft re-runs over every position the target just verified
+(B (K + 1) tokens) to write its own KV and hidden states for them, and takes logits only at the
+last position of each sequence (B rows). Released code: vLLM 0.11 ``v1/spec_decode/eagle.py::
+EagleProposer.propose`` (pass 1 over all scheduled tokens, LM head at ``last_token_indices``, then
+K - 1 passes over B tokens); vLLM 0.33's two-stage speculator (a draft "prefill" over B (K + 1)
+tokens, then K - 1 decode passes); SGLang 0.4.4 ``speculative/eagle_worker.py`` (S - 1 draft
+decode passes before verify, ``forward_draft_extend_after_decode`` over the accepted tokens after
+it, run eagerly). So a step prices K - 1 one-token passes and one extend pass:
+
+    draft(B, K) = (K - 1) x pass(B) + extend(B, K)      extend: layers at B (K + 1) tokens, head at B
 """
 from __future__ import annotations
 
@@ -30,6 +42,44 @@ def _head_layer_ops(target: ModelSpec, dep: Deployment, hw: Hardware, batch, con
     ops += decoder_layers_ops(target, dep, hw, batch, 1.0, context_len, "draft.", layer_counts=layers)
     ops += head_ops(target, adep, hw, local, vocab, "draft.", sampling=True)
     return ops
+
+
+# Methods whose first draft pass of a step is the extend pass over the verified positions (above).
+EXTEND_METHODS = ("eagle", "eagle3", "mtp", "model")
+
+
+def has_extend_pass(draft: DraftSpec) -> bool:
+    return draft.method in EXTEND_METHODS
+
+
+def draft_extend_cost(draft: DraftSpec, target: ModelSpec, dep: Deployment, hw: Hardware, batch, k,
+                      context_len, profile: Profile | None) -> StepCost | None:
+    """The extend pass over the (B, K) grid: the draft's layers over B (K + 1) verified tokens (their
+    attention: K + 1 queries per sequence over the context), its LM head and sampling at B rows;
+    None for methods without one (n-gram, early-exit, self-speculation)."""
+    if not has_extend_pass(draft):
+        return None
+    batch, k = np.broadcast_arrays(np.asarray(batch, dtype=float), np.asarray(k, dtype=float))
+    queries = k + 1.0
+    shape = np.broadcast_shapes(batch.shape, np.shape(context_len))
+    if draft.method == "model":
+        m = draft.model
+        ddep = Deployment(tp=draft_tp(m, dep.tp), weight_dtype=dep.weight_dtype, act_dtype=dep.act_dtype,
+                          kv_dtype=dep.kv_dtype, memory_utilization=dep.memory_utilization)
+        ops = decoder_layers_ops(m, ddep, hw, batch, queries, context_len, "draft_extend.")
+        ops += head_ops(m, attention_deployment(ddep), hw, rank_tokens(ddep, batch, 1.0), m.vocab_size,
+                        "draft_extend.")
+        return evaluate(ops, hw, ddep, profile, shape)
+    cfg = draft_defaults()[draft.method]
+    vocab = min(cfg.get("draft_vocab") or target.vocab_size, target.vocab_size)
+    w, a = DTYPE_BYTES[dep.weight_dtype], DTYPE_BYTES[dep.act_dtype]
+    D = target.hidden_size
+    moe_layer = draft.method == "mtp" and target.is_moe
+    ops = [gemm("draft_extend.fusion", rank_tokens(dep, batch, queries), D, cfg["fusion_inputs"] * D, w, a, 1)]
+    ops += decoder_layers_ops(target, dep, hw, batch, queries, context_len, "draft_extend.",
+                              layer_counts=(0, 1) if moe_layer else (1, 0))
+    ops += head_ops(target, attention_deployment(dep), hw, rank_tokens(dep, batch, 1.0), vocab, "draft_extend.")
+    return evaluate(ops, hw, dep, profile, shape)
 
 
 def draft_pass_cost(draft: DraftSpec, target: ModelSpec, dep: Deployment, hw: Hardware, batch, k,

@@ -4,7 +4,8 @@ For batch size B and K drafts (K = 0: plain decoding):
 
     verify   = kernels of the target pass over B (K + 1) tokens; outside a CUDA graph the host must
                launch every kernel, so the pass takes max(GPU time, kernels x eager launch time)
-    draft    = passes x the same for one draft pass
+    draft    = passes x the same for one draft pass (+ the extend pass over the B (K + 1) verified
+               tokens for EAGLE / MTP heads and draft models: simulator/physics/draft_cost.py)
     host     = fixed + per_sequence x B  (+ the speculative terms when K > 0)
     exposed  = host                                   without overlap scheduling
              = max(min_exposed, host - window)        with it; window = the GPU time the host work
@@ -61,6 +62,16 @@ def draft_in_graph(engine: EngineProfile, batch) -> np.ndarray:
     return ok & (batch <= engine.spec_capture_max_batch) if engine.spec_capture_max_batch else ok
 
 
+def draft_extend_in_graph(engine: EngineProfile, batch, k) -> np.ndarray:
+    """Whether the draft's extend pass (B (K + 1) tokens, the verify pass's size) replays a graph: the
+    engine's own rule for it where its profile states one, else that of the draft passes, within
+    the verify pass's capture range either way."""
+    captured = engine.draft_captured if engine.draft_extend_captured is None else engine.draft_extend_captured
+    if not captured:
+        return np.zeros(np.broadcast(np.asarray(batch), np.asarray(k)).shape, dtype=bool)
+    return verify_in_graph(engine, batch, k) & draft_in_graph(engine, batch)
+
+
 def pass_time_s(gpu_s, launch_s, kernels, in_graph, eager_per_kernel_s: float) -> np.ndarray:
     """A pass in a graph pays its graph-replay launches; outside one, the host launches each kernel
     while the GPU runs the previous ones, so the slower of the two sets the pass time."""
@@ -77,3 +88,17 @@ def host_exposed_s(engine: EngineProfile, batch, k, step_gpu_s, draft_gpu_s, tp:
     window = np.where(spec, windows[engine.spec_overlap_window], windows[engine.overlap_window])
     overlap = np.where(spec, engine.spec_overlap_window != "none", engine.overlap_window != "none")
     return np.where(overlap, np.maximum(engine.min_exposed_s, host - window), host)
+
+
+def host_exposed_scalar_s(engine: EngineProfile, batch: int, k: int, step_gpu_s: float, draft_gpu_s: float,
+                          tp: int = 1) -> float:
+    """:func:`host_exposed_s` for one step (Python floats: the serving simulation calls it once per step)."""
+    spec = k > 0
+    host = engine.host_fixed_s + engine.host_per_sequence_s * batch + (engine.tp_broadcast_per_step_s if tp > 1 else 0.0)
+    if spec:
+        host += engine.spec_fixed_s + engine.spec_per_sequence_s * batch
+    name = engine.spec_overlap_window if spec else engine.overlap_window
+    if name == "none":
+        return float(host)
+    window = step_gpu_s if name == "step" else draft_gpu_s
+    return float(max(engine.min_exposed_s, host - window))

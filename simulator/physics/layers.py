@@ -10,12 +10,14 @@ import numpy as np
 from dataclasses import replace
 
 from simulator.physics.experts import busiest_group_load, experts_touched_correlated
+from simulator.physics.fabric import allgather_s, allreduce_fabric_s, alltoall_s, node_split
 from simulator.physics.operators import Op, StepCost, evaluate
 from simulator.specs.deployment import Deployment, kv_heads_per_gpu, sliding_layers
 from simulator.specs.hardware import DTYPE_BYTES, Hardware
 from simulator.specs.models import ModelSpec
 from simulator.specs.profile import Profile
 from simulator.specs.routing import expert_probabilities
+from simulator.specs.wire import collective_factor
 
 
 def gemm(name: str, tokens, n: float, k: float, w_bytes: float, a_bytes: float, count: float,
@@ -39,7 +41,7 @@ def gemm_kernel_dtype(w_bytes: float, a_bytes: float) -> str:
 
 def allreduce_s(nbytes, gpus: int, hw: Hardware):
     """Ring all-reduce: latency + 2 (t-1)/t * bytes / link bandwidth (one direction)."""
-    return hw.interconnect_latency_s + 2.0 * (gpus - 1) / gpus * nbytes / hw.interconnect_bandwidth_bytes_per_s
+    return hw.interconnect_latency_s + collective_factor("all_reduce", gpus) * nbytes / hw.interconnect_bandwidth_bytes_per_s
 
 
 # Largest queries per sequence priced by the decode-attention surfaces: verify passes (K + 1 <= 17)
@@ -218,10 +220,11 @@ def moe_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, count: int,
         ops += dense_mlp_ops(model, adep, local, count, model.shared_expert_intermediate_size, prefix, "shared_expert")
     if dep.dp_attention and dep.tp > 1:
         sent = local * model.experts_per_token * D * a * expert_tp  # per-rank buffer of one all-to-all
-        one_way = hw.interconnect_latency_s + (dep.tp - 1) / dep.tp * sent / hw.interconnect_bandwidth_bytes_per_s
+        node_s, net_s = alltoall_s(sent, dep.tp, hw)  # beyond one NVLink domain: + the inter-node share
         for phase in ("dispatch", "combine"):
-            ops.append(Op(prefix + f"moe_{phase}", "comm", 0.0, (dep.tp - 1) / dep.tp * sent, kernels=1, count=count,
-                          comm_s=one_way, collective=("all_to_all", dep.tp), shape={"bytes": sent}))
+            ops.append(Op(prefix + f"moe_{phase}", "comm", 0.0, collective_factor("all_to_all", dep.tp) * sent, kernels=1, count=count,
+                          comm_s=node_s, collective=("all_to_all", node_split(hw, dep.tp)[1]), shape={"bytes": sent},
+                          fabric_s=net_s))
     return ops
 
 
@@ -279,15 +282,25 @@ def decoder_layers_ops(model: ModelSpec, dep: Deployment, hw: Hardware, batch, q
     if adep.tp > 1:
         n_allreduce = 2 * n_layers - (n_moe if dep.dp_attention and not model.shared_expert_intermediate_size else 0)
         nbytes = rtokens * model.hidden_size * a
+        g_node = node_split(hw, adep.tp)[1]  # the node's part: a measured table or the link model at g GPUs
         ops.append(Op(prefix + "allreduce", "comm", 0.0, 2 * nbytes, kernels=1, count=n_allreduce,
-                      comm_s=allreduce_s(nbytes, adep.tp, hw), collective=(adep.allreduce, adep.tp),
-                      shape={"bytes": nbytes}))
+                      comm_s=allreduce_s(nbytes, g_node, hw), collective=(adep.allreduce, g_node),
+                      shape={"bytes": nbytes}, fabric_s=allreduce_fabric_s(nbytes, adep.tp, hw)))
     return ops
 
 
+def sampling_op(name: str, tokens, vocab: float, bytes_per_logit) -> Op:
+    """Sampling and acceptance over the [tokens, vocab] logits: the engine's passes over them (fp32
+    cast, argmax, temperature, softmax, top-k / top-p, the rejection sampler's reads) as bytes per
+    logit element (engine profile [sampling]); ~5 FLOPs per element, always memory-bound."""
+    elements = np.asarray(tokens, dtype=float) * vocab
+    return Op(name, "elementwise", 5.0 * elements, elements * bytes_per_logit, kernels=3, count=1, eff_tokens=tokens)
+
+
 def head_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, vocab: int, prefix: str = "",
-             sampling: bool = True) -> list[Op]:
-    """Embedding gather, LM head (vocab split over TP), logits gather and sampling/acceptance."""
+             sampling: bool = True, logit_bytes=None) -> list[Op]:
+    """Embedding gather, LM head (vocab split over TP), logits gather and sampling/acceptance
+    (``logit_bytes`` per logit element; default: the deployment's plain-decoding figure)."""
     w = DTYPE_BYTES[dep.weight_dtype]
     a = DTYPE_BYTES[dep.act_dtype]
     D = model.hidden_size
@@ -295,25 +308,30 @@ def head_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, vocab: int
            gemm(prefix + "lm_head", tokens, vocab / dep.tp, D, w, a, 1, family="lm_head")]
     if dep.tp > 1:
         gathered = tokens * vocab / dep.tp * a
-        ops.append(Op(prefix + "logits_gather", "comm", 0.0, gathered * (dep.tp - 1), kernels=1, count=1,
-                      comm_s=hw.interconnect_latency_s + gathered * (dep.tp - 1) / hw.interconnect_bandwidth_bytes_per_s))
+        ops.append(Op(prefix + "logits_gather", "comm", 0.0, collective_factor("all_gather", dep.tp) * gathered * dep.tp, kernels=1, count=1,
+                      comm_s=allgather_s(gathered, dep.tp, hw)))
     if sampling:
-        # softmax / argmax and the acceptance test read the fp32 logits of every token once more
-        ops.append(Op(prefix + "sampling", "elementwise", 5.0 * tokens * vocab, 2 * tokens * vocab * 4.0,
-                      kernels=3, count=1, eff_tokens=tokens))
+        ops.append(sampling_op(prefix + "sampling", tokens, vocab,
+                               dep.logit_bytes_plain if logit_bytes is None else logit_bytes))
     return ops
 
 
 def forward_ops(model: ModelSpec, dep: Deployment, hw: Hardware, batch, queries, context_len: float,
-                prefix: str = "") -> list[Op]:
+                prefix: str = "", logit_bytes=None) -> list[Op]:
     """Ops of one full forward pass of ``model`` over q new tokens for each of B sequences."""
     return decoder_layers_ops(model, dep, hw, batch, queries, context_len, prefix) + \
-        head_ops(model, attention_deployment(dep), hw, rank_tokens(dep, batch, queries), model.vocab_size, prefix)
+        head_ops(model, attention_deployment(dep), hw, rank_tokens(dep, batch, queries), model.vocab_size, prefix,
+                 logit_bytes=logit_bytes)
+
+
+def verify_logit_bytes(dep: Deployment, k):
+    """Sampling bytes per logit element of a pass verifying K drafts (K = 0: plain decoding)."""
+    return np.where(np.asarray(k) > 0, dep.logit_bytes_verify, dep.logit_bytes_plain)
 
 
 def verify_cost(model: ModelSpec, dep: Deployment, hw: Hardware, batch, k, context_len: float,
                 profile: Profile | None) -> StepCost:
     """Target pass that scores K drafts (+1 bonus position) for each of B sequences."""
     batch, k = np.broadcast_arrays(np.asarray(batch, dtype=float), np.asarray(k, dtype=float))
-    ops = forward_ops(model, dep, hw, batch, k + 1.0, context_len)
+    ops = forward_ops(model, dep, hw, batch, k + 1.0, context_len, logit_bytes=verify_logit_bytes(dep, k))
     return evaluate(ops, hw, dep, profile, batch.shape)

@@ -52,6 +52,7 @@ class Op:
     shape: dict | None = None  # the op's size on that surface's axes (and m, n, k for GEMMs)
     dtype: str = "bf16"  # which dtype's surface prices it
     collective: tuple[str, int] | None = None  # (kind, GPUs) of a communication op; shape["bytes"] = message
+    fabric_s: np.ndarray | float = 0.0  # inter-node stage added to the node's collective (physics/fabric.py)
 
 
 @dataclass
@@ -233,7 +234,7 @@ def evaluate(ops: list[Op], hw: Hardware, dep: Deployment, profile: Profile | No
             is_comm[i] = True
             table_s = _collective_s(op, profile)
             measured[i] = table_s is not None
-            np.multiply(op.comm_s if table_s is None else table_s, op.count, out=memory_s[i, ...])
+            np.multiply(np.add(op.comm_s if table_s is None else table_s, op.fabric_s), op.count, out=memory_s[i, ...])
             continue
         priced = _surface_eta(op, profile, dep.engine, peak, bw)
         if priced is not None:

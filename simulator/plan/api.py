@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -17,9 +18,11 @@ import pandas as pd
 
 from simulator.plan import exports
 from simulator.errors import PlannerError
+from simulator.plan.acceptance_risk import break_even_acceptance_length
 from simulator.plan.grid import ContextGrid, Grid, compute_context_grid, compute_grid
+from simulator.plan.schedule import schedule_loss, schedule_ranges
 from simulator.physics.attribution import describe_growth, verify_growth
-from simulator.specs.uncertainty import step_time_band
+from simulator.specs.uncertainty import Band, step_time_band
 from simulator.specs.scenario import DEFAULT_SCENARIO, Scenario, apply_overrides, build_scenario, load_scenario
 
 MS = 1e3
@@ -46,7 +49,7 @@ class Prediction:
                           f" routing={sc.deployment.routing.describe()}",
             "draft": sc.draft.label, "context_len": sc.context_len,
             "uncertainty": self.uncertainty.describe(),
-        }
+        } | ({"deployment_fit": sc.deployment_fit.label} if sc.deployment_fit else {})
 
     def k_rise_attribution(self) -> str | None:
         """MoE: where K* rises from B = 1 to its peak, what the verify pass's growth from K = 0 to K* is
@@ -69,6 +72,10 @@ class Prediction:
     def uncertainty(self):
         """Step-time band of this basis and device (see :mod:`simulator.specs.uncertainty`)."""
         sc = self.scenario
+        fit = sc.deployment_fit
+        if fit is not None:  # the deployment's own measurements: the fit's residual-based interval
+            return Band(fit.step_time_rel, None, 0, f"deployment fit {Path(fit.path).name} on {len(fit.points)} measured"
+                        f" points; goodput at K* +-{fit.goodput_rel:.0%}", "90% bootstrap interval of the")
         basis = sc.profile.basis if sc.profile else "datasheet only"
         if sc.profile and sc.profile.surfaces:
             basis = "measured kernel tables"
@@ -140,6 +147,15 @@ class Prediction:
                 "memory_gb_per_gpu": at(g.memory_per_gpu_bytes, safe) / 1e9,
             })
         df.loc[~feasible, "k_opt"] = pd.NA
+        # the acceptance length the fixed K needs to tie plain decoding here, and what it reaches
+        df["break_even_acceptance_length"] = np.where(fits[:, i_fix] & fits[:, i0], break_even_acceptance_length(
+            g.itl_s[:, i_fix], g.itl_s[:, i0]), nan)
+        df["fixed_acceptance_length"] = float(g.acceptance_length[i_fix])
+        df["kopt_break_even_acceptance_length"] = np.where(
+            feasible & fits[:, i0], break_even_acceptance_length(at(g.itl_s, safe), g.itl_s[:, i0]), nan)
+        sensitive = g.acceptance_sensitive()
+        if sensitive is not None:
+            df["k_opt_depends_on_acceptance"] = sensitive & feasible
         if g.experts_touched is not None:
             expert = g.op_time_s("moe_experts")
             df["experts_touched"] = at(g.experts_touched, safe)
@@ -184,8 +200,51 @@ class Prediction:
         return exports.vllm_config(*self.k_table())
 
     def schedule_text(self) -> str:
-        """The K* schedule in words, e.g. "K=4 for B 1-43, K=3 for 44-84, no speculation from 196"."""
-        return schedule_text(*self.k_table())
+        """The K* schedule in words, e.g. "K=4 for B 1-43, K=3 for 44-84, no speculation from 196";
+        with an acceptance band, where K* depends on the rates inside it."""
+        text = schedule_text(*self.k_table())
+        dependence = self.acceptance_dependence_text()
+        return f"{text} ({dependence})" if dependence else text
+
+    def acceptance_dependence_text(self) -> str | None:
+        """With an acceptance band: the batch sizes whose K* differs between the band's low and high
+        rates, in words; None without a band."""
+        band = self.scenario.acceptance_band
+        if not band:
+            return None
+        t = self.table
+        hit = t.batch_size[t.k_opt_depends_on_acceptance.to_numpy(bool)].to_numpy()
+        if not hit.size:
+            return f"acceptance band +-{band:g}: K* holds across it at every batch size"
+        runs = np.split(hit, np.flatnonzero(np.diff(hit) > 1) + 1) if t.batch_size.diff().max() == 1 else [hit]
+        where = ", ".join(_span(r, t.batch_size.diff().max() == 1) for r in runs)
+        return (f"acceptance band +-{band:g}: K* depends on acceptance at B {where};"
+                " the K shown is the one nearest the best across the band")
+
+    def schedule_summary(self) -> dict:
+        """What the K* schedule trades: its ranges vs the per-batch argmax's, and the goodput it gives
+        up at each batch size (share of the per-batch optimum; :mod:`simulator.plan.schedule`)."""
+        g = self.arrays
+        chosen, raw = g.optimal_k_index(), g.argmax_k_index()
+        loss = schedule_loss(g.goodput_per_seq, g.fits_memory, chosen)
+        worst = int(np.argmax(loss)) if loss.size else 0
+        return {"tolerance": float(g.schedule_tolerance), "ranges": schedule_ranges(chosen),
+                "argmax_ranges": schedule_ranges(raw), "max_loss": float(loss.max(initial=0.0)),
+                "max_loss_batch_size": int(g.batch_sizes[worst]) if loss.size else None,
+                "mean_loss": float(loss[chosen >= 0].mean()) if (chosen >= 0).any() else 0.0}
+
+    def schedule_note(self) -> str:
+        """The schedule's trade in one line (printed under the schedule)."""
+        s = self.schedule_summary()
+        if s["tolerance"] <= 0:
+            return f"{s['ranges']} ranges: the per-batch argmax (schedule tolerance 0)"
+        saved = s["argmax_ranges"] - s["ranges"]
+        text = (f"{s['ranges']} ranges, the fewest within {s['tolerance']:.1%} of the best goodput at every batch size"
+                f" (per-batch argmax: {s['argmax_ranges']} ranges, {saved} saved)")
+        if s["max_loss"] > 0:
+            text += (f"; gives up at most {s['max_loss']:.2%} (B={s['max_loss_batch_size']}),"
+                     f" {s['mean_loss']:.2%} on average")
+        return text + "; --schedule-tolerance 0 gives the argmax"
 
     def notes(self) -> list[str]:
         """Warnings a reader of the K* table needs: extrapolated acceptance, sparse batch sizes, engines
@@ -251,15 +310,16 @@ class Prediction:
         return cfg
 
     def cuda_graph_bs(self) -> list[int] | None:
-        """Captured batch sizes SGLang pads to before routing (the scenario's SGLang engine profile)."""
+        """Captured batch sizes SGLang pads to before routing (the scenario's SGLang engine profile): an
+        adaptive config runs with a speculative algorithm set, so the speculative capture list."""
         eng = self.scenario.engine
         if eng is None or eng.name != "sglang" or not eng.padding:
             return None
-        sizes = getattr(eng, "spec_capture_sizes", None) or eng.capture_sizes
+        sizes = eng.spec_capture_sizes or eng.capture_sizes
         return [int(x) for x in sizes] or None
 
     def export(self, fmt: str, version: str | None = None, context_lens=None, cuda_graph_bs=None,
-               sglang_candidates: str = "kstar") -> exports.Export:
+               sglang_candidates: str = "kstar", planned_batch_size: int | None = None) -> exports.Export:
         """The engine file for ``fmt`` (vllm, vllm-ctx, trtllm, sglang, sglang-sps) targeting
         ``version`` (default: the newest release checked); ``.json()`` / ``.markdown()`` render it."""
         table = self.ktable(context_lens if context_lens is not None or fmt != "vllm-ctx"
@@ -267,11 +327,27 @@ class Prediction:
         if cuda_graph_bs is None:
             cuda_graph_bs = self.cuda_graph_bs()
         return exports.export(fmt, table, version, method_cfg=self.vllm_method(), cuda_graph_bs=cuda_graph_bs,
-                              sglang_candidates=sglang_candidates)
+                              sglang_candidates=sglang_candidates, planned_batch_size=planned_batch_size,
+                              draft_method=self.scenario.draft.method)
+
+    def engine_payload(self, fmt: str) -> dict:
+        """The engine file of the newest checked release, warnings silenced (TensorRT-LLM: with its
+        acceptance gate); where the engine cannot take the schedule (TensorRT-LLM with K* = 0 at batch
+        size 1) the bare table."""
+        import warnings
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                return self.export(fmt).payload
+        except PlannerError:
+            if fmt == "vllm":
+                return self.vllm_method() | self.vllm()
+            return {"draft_len_schedule": {str(k): v for k, v in self.trtllm().items()}}
 
     def to_dict(self) -> dict:
         rows = json.loads(self.table.to_json(orient="records"))
-        return {"provenance": self.provenance, "schedule": self.schedule_text(), "notes": self.notes(),
+        return {"provenance": self.provenance, "schedule": self.schedule_text(),
+                "schedule_trade": self.schedule_summary(), "notes": self.notes(),
                 "fixed_k": self.scenario.fixed_k,
                 "vllm": self.vllm(), "trtllm": {"draft_len_schedule": self.trtllm()}, "rows": rows}
 
@@ -335,7 +411,9 @@ def answer_notes(pred: "Prediction") -> list[str]:
         out.append(f"batch sizes evaluated only at {_span(b_all, False) if b_all.size <= 12 else f'{b_all.size} sizes between {b_all[0]} and {b_all[-1]}'}"
                    " (given sparsely): the engine ranges hold each evaluated K* until the next evaluated batch size")
     ranges = exports.k_ranges(*pred.k_table())
-    if ranges and ranges[-1][2] > 0:
+    # only where batch sizes above the table exist to plan: not for one batch size asked about, and
+    # not where the table already ends at the memory limit (nothing larger fits)
+    if ranges and ranges[-1][2] > 0 and b_all.size > 1 and bool(t["fits_memory"].iloc[-1]):
         last_b, last_k = ranges[-1][1], ranges[-1][2]
         out.append(f"above B={last_b} (the last batch size exported) vLLM keeps K={last_k} and TensorRT-LLM turns"
                    " speculation off; extend the batch sizes to the engine's max_num_seqs to plan that range")

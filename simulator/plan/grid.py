@@ -4,7 +4,8 @@
                     (verify and draft as the engine runs them: in a CUDA graph or launched eagerly;
                     overhead = the engine's exposed host time + a profile's fitted step terms)
     goodput(B, K) = AL(K) / ITL(B, K)        tokens/s per sequence (x B for the whole batch)
-    K*(B)         = argmax_K goodput(B, K) over the K whose memory fits;  K = 0 is plain decoding
+    K*(B)         = the fewest-range schedule within 1% of argmax_K goodput(B, K) at every B, over the K
+                    whose memory fits (simulator/plan/schedule.py; tolerance 0: the argmax); K = 0 is plain decoding
 
 With a context-length axis L (:func:`compute_context_grid`) every term is evaluated over (B, K, L) and
 K*(B, L) is read per cell; only attention (and the KV memory) depends on L, and a slice at one L equals
@@ -18,11 +19,14 @@ from functools import cached_property
 import numpy as np
 
 from simulator.physics.layers import verify_cost
+from simulator.plan.acceptance_risk import banded_acceptance_lengths, k_at_each_rate_set, robust_score
 from simulator.physics.memory import step_memory_bytes
 from simulator.physics.operators import StepCost
-from simulator.physics.draft_cost import draft_pass_cost
-from simulator.physics.engine_time import draft_in_graph, host_exposed_s, pass_time_s, verify_in_graph
+from simulator.physics.draft_cost import draft_extend_cost, draft_pass_cost
+from simulator.physics.engine_time import (draft_extend_in_graph, draft_in_graph, host_exposed_s, pass_time_s,
+                                           verify_in_graph)
 from simulator.physics.experts import experts_touched_correlated
+from simulator.plan.schedule import SCHEDULE_TOLERANCE, argmax_k_index, schedule_k_index
 from simulator.specs.routing import expert_probabilities
 
 
@@ -45,6 +49,11 @@ class Grid:
     memory_per_gpu_bytes: np.ndarray
     memory_capacity_bytes: float
     experts_touched: np.ndarray | None  # per MoE layer, verify step
+    schedule_tolerance: float = SCHEDULE_TOLERANCE  # goodput share K* may give up for fewer ranges
+    # (3, n_k) AL(K) at the acceptance band's low, given and high rates; None without a band
+    banded_acceptance_length: np.ndarray | None = None
+    # the draft's extend pass over the verified tokens, (n_ops, n_batch, n_k); replaces one of the passes
+    draft_extend: StepCost | None = None
 
     @property
     def fits_memory(self) -> np.ndarray:
@@ -54,10 +63,21 @@ class Grid:
     def throughput(self) -> np.ndarray:
         return self.goodput_per_seq * self.batch_sizes[:, None]
 
+    @property
+    def one_token_passes(self) -> np.ndarray:
+        """Draft passes of one token per sequence: all of them, or all but the extend pass at K > 0."""
+        if self.draft_extend is None:
+            return self.draft_passes
+        return np.maximum(self.draft_passes - 1.0, 0.0)
+
+    def _extend_at_k(self) -> StepCost:
+        return self.draft_extend.scaled((self.ks > 0).astype(float)[None, :])
+
     @cached_property
     def draft(self) -> StepCost:
         """Draft cost of the whole step over the grid (materialized on first use)."""
-        return self.draft_pass.scaled(self.draft_passes)
+        passes = self.draft_pass.scaled(self.one_token_passes)
+        return passes if self.draft_extend is None else StepCost.concat([passes, self._extend_at_k()])
 
     @property
     def draft_s(self) -> np.ndarray:
@@ -68,17 +88,48 @@ class Grid:
         return int(hits[0]) if hits.size else -1
 
     def optimal_k_index(self) -> np.ndarray:
-        """Index into ks of K* per batch size; -1 where no K fits in memory."""
-        return settled_k_index(self.goodput_per_seq, self.fits_memory)
+        """Index into ks of K* per batch size: the fewest-range schedule within ``schedule_tolerance``
+        of the per-batch optimum (:mod:`simulator.plan.schedule`); -1 where no K fits in memory. With
+        an acceptance band the schedule runs on the robust score (the K's worst share of the best
+        goodput across the band) instead of the goodput itself."""
+        return self._schedule.copy()
+
+    @cached_property
+    def _schedule(self) -> np.ndarray:
+        return schedule_k_index(self._selection_score, self.fits_memory, self.schedule_tolerance)
+
+    @property
+    def _selection_score(self) -> np.ndarray:
+        if self.banded_acceptance_length is None:
+            return self.goodput_per_seq
+        return robust_score(self.itl_s, self.banded_acceptance_length, self.fits_memory)
+
+    def argmax_k_index(self) -> np.ndarray:
+        """Index into ks of the raw per-batch argmax (of goodput, or of the robust score with a band);
+        -1 where no K fits in memory."""
+        return argmax_k_index(self._selection_score, self.fits_memory)
+
+    def acceptance_sensitive(self) -> np.ndarray | None:
+        """Per batch size: whether K* at the band's low rates differs from K* at its high rates."""
+        if self.banded_acceptance_length is None:
+            return None
+        low, _, high = k_at_each_rate_set(self.itl_s, self.banded_acceptance_length, self.fits_memory)
+        return low != high
 
     def regime(self) -> np.ndarray:
         """Which term dominates the step: compute, memory, comm, launch (incl. eager launches) or
         overhead (host time), per cell."""
+        passes = self.one_token_passes
         parts = [self.verify.time_by_regime(), self.draft_pass.time_by_regime()]
         names = ("compute", "memory", "comm", "launch")
-        kernel_s = self.verify.total_s + self.draft_pass.total_s * self.draft_passes
+        kernel_s = self.verify.total_s + self.draft_pass.total_s * passes
+        extend = self._extend_at_k() if self.draft_extend is not None else None
+        if extend is not None:
+            kernel_s = kernel_s + extend.total_s
+            parts.append(extend.time_by_regime())
         eager = np.maximum(self.verify_s + self.draft_step_s - kernel_s, 0.0)
-        stacked = np.stack([np.broadcast_to(parts[0][n] + parts[1][n] * self.draft_passes
+        stacked = np.stack([np.broadcast_to(parts[0][n] + parts[1][n] * passes
+                                            + (parts[2][n] if extend is not None else 0.0)
                                             + (eager if n == "launch" else 0.0), self.itl_s.shape)
                             for n in names] + [np.broadcast_to(self.overhead_s, self.itl_s.shape)])
         return np.array(names + ("overhead",))[np.argmax(stacked, axis=0)]
@@ -89,31 +140,6 @@ class Grid:
         return self.verify.time_s[self.verify.names.index(name)]
 
 
-# K whose goodput is within this share of the best count as ties: far inside any prediction's band
-K_TIE_TOLERANCE = 0.005
-
-
-def settled_k_index(goodput: np.ndarray, fits: np.ndarray, tolerance: float = K_TIE_TOLERANCE) -> np.ndarray:
-    """K* index per batch size (axis 0; K on axis 1, any further axes, e.g. context, kept): the argmax
-    of goodput over the K that fit, except that a K within ``tolerance`` of the best which the previous
-    batch size chose is kept. Measured kernel tables carry real tile-size steps of ~1% that would
-    otherwise flip K* back and forth between neighbouring batch sizes; each flip costs the engine
-    another set of CUDA graphs and the user a longer schedule, for at most ``tolerance`` of goodput."""
-    masked = np.where(fits, goodput, -np.inf)
-    best = masked.max(axis=1)
-    idx = np.argmax(masked, axis=1)
-    near = masked >= (best * (1.0 - tolerance))[:, None]
-    # trailing axes (context) flattened: one row of cells per batch size, indexed directly
-    flat_idx = idx.reshape(idx.shape[0], -1)
-    flat_near = near.reshape(near.shape[0], near.shape[1], -1)
-    cells = np.arange(flat_idx.shape[1])
-    for i in range(1, flat_idx.shape[0]):
-        prev = flat_idx[i - 1]
-        keep = flat_near[i, prev, cells]  # prev >= 0 always here: argmax of a row, or a kept argmax
-        flat_idx[i] = np.where(keep, prev, flat_idx[i])
-    return np.where(np.isfinite(best), flat_idx.reshape(idx.shape), -1)
-
-
 def step_overhead_s(profile, batch, k) -> np.ndarray:
     """Scheduler, sampling bookkeeping and host work per step: fitted terms of a profile, else 0."""
     if profile is None:
@@ -122,8 +148,18 @@ def step_overhead_s(profile, batch, k) -> np.ndarray:
             + profile.step_overhead_per_token_s * batch * (k + 1))
 
 
-def engine_pass_times(sc, B, K, verify: StepCost, draft_pass: StepCost, passes):
-    """(verify s, draft s of the step, verify in a graph, exposed host s) as the scenario's engine runs them."""
+def with_deployment_fit(fit, verify_s, draft_step_s, overhead_s, B, K):
+    """(verify, draft, overhead) with a deployment fit's terms (simulator/specs/deployment_fit.py):
+    kernel time x s, host time + c_step + c_seq B + c_spec B (K + 1) [K > 0]; unchanged without one."""
+    if fit is None:
+        return verify_s, draft_step_s, overhead_s
+    s = fit.kernel_scale
+    return verify_s * s, draft_step_s * s, overhead_s + fit.added_s(B, K)
+
+
+def engine_pass_times(sc, B, K, verify: StepCost, draft_pass: StepCost, passes, extend: StepCost | None = None):
+    """(verify s, draft s of the step, verify in a graph, exposed host s) as the scenario's engine runs
+    them; with an extend pass, ``passes`` - 1 one-token passes and the extend pass at K > 0."""
     eng = sc.engine
     in_graph = verify_in_graph(eng, B, K)
     verify_s = pass_time_s(verify.total_s, verify.launch_s.sum(axis=0), verify.n_kernels, in_graph,
@@ -132,7 +168,12 @@ def engine_pass_times(sc, B, K, verify: StepCost, draft_pass: StepCost, passes):
     draft_one = draft_pass.total_s if host_draft else pass_time_s(
         draft_pass.total_s, draft_pass.launch_s.sum(axis=0), draft_pass.n_kernels, draft_in_graph(eng, B),
         eng.eager_launch_per_kernel_s)
-    draft_step_s = draft_one * passes
+    if extend is None:
+        draft_step_s = draft_one * passes
+    else:
+        extend_s = pass_time_s(extend.total_s, extend.launch_s.sum(axis=0), extend.n_kernels,
+                               draft_extend_in_graph(eng, B, K), eng.eager_launch_per_kernel_s)
+        draft_step_s = np.where(K > 0, draft_one * (passes - 1) + extend_s, 0.0)
     host_s = host_exposed_s(eng, B, K, verify_s + draft_step_s, draft_step_s, sc.deployment.tp)
     if not host_draft:
         host_s = host_s + passes * eng.per_draft_pass_s
@@ -148,8 +189,10 @@ def compute_grid(scenario, batch_sizes=None, ks=None) -> Grid:
     verify = verify_cost(sc.model, sc.deployment, sc.hardware, B, K, sc.context_len, sc.profile)
     draft_pass, passes = draft_pass_cost(sc.draft, sc.model, sc.deployment, sc.hardware, B, K, sc.context_len,
                                          sc.profile)
-    verify_s, draft_step_s, in_graph, host_s = engine_pass_times(sc, B, K, verify, draft_pass, passes)
-    overhead = step_overhead_s(sc.profile, B, K) + host_s
+    extend = draft_extend_cost(sc.draft, sc.model, sc.deployment, sc.hardware, B, K, sc.context_len, sc.profile)
+    verify_s, draft_step_s, in_graph, host_s = engine_pass_times(sc, B, K, verify, draft_pass, passes, extend)
+    verify_s, draft_step_s, overhead = with_deployment_fit(
+        getattr(sc, "deployment_fit", None), verify_s, draft_step_s, step_overhead_s(sc.profile, B, K) + host_s, B, K)
     itl = verify_s + draft_step_s + overhead
     al = sc.acceptance.acceptance_length(k.astype(int))
     if getattr(sc, "acceptance_context", None) is not None:  # acceptance falls with context (scenario table)
@@ -161,10 +204,13 @@ def compute_grid(scenario, batch_sizes=None, ks=None) -> Grid:
         p = expert_probabilities(sc.deployment.routing, sc.model.num_experts, sc.model.experts_per_token)
         # the count the cost model prices: B sequences x (K + 1) positions that route alike (reuse)
         touched = experts_touched_correlated(B, K + 1, p, sc.deployment.routing.reuse)
+    band = getattr(sc, "acceptance_band", 0.0)
+    banded = banded_acceptance_lengths(sc.acceptance.rates_upto(max(int(k.max()), 1)), k.astype(int), band) \
+        if band else None
     return Grid(b, k.astype(int), verify, draft_pass, np.asarray(passes, dtype=float), verify_s, draft_step_s,
                 in_graph, overhead, itl, al, al[None, :] / itl,
                 np.broadcast_to(memory, itl.shape), sc.hardware.memory_bytes * sc.deployment.memory_utilization,
-                touched)
+                touched, sc.schedule_tolerance, banded, extend)
 
 
 # --- the context-length axis --------------------------------------------------------------------
@@ -190,6 +236,7 @@ class ContextGrid:
     goodput_per_seq: np.ndarray
     memory_per_gpu_bytes: np.ndarray
     memory_capacity_bytes: float
+    schedule_tolerance: float = SCHEDULE_TOLERANCE
 
     @property
     def fits_memory(self) -> np.ndarray:
@@ -200,8 +247,13 @@ class ContextGrid:
         return self.goodput_per_seq * self.batch_sizes[:, None, None]
 
     def optimal_k_index(self) -> np.ndarray:
-        """(n_batch, n_ctx) index into ks of K*; -1 where no K fits in memory."""
-        return settled_k_index(self.goodput_per_seq, self.fits_memory)
+        """(n_batch, n_ctx) index into ks of K*: the fewest-range schedule along batch per context
+        column (:mod:`simulator.plan.schedule`); -1 where no K fits in memory."""
+        return self._schedule.copy()
+
+    @cached_property
+    def _schedule(self) -> np.ndarray:
+        return schedule_k_index(self.goodput_per_seq, self.fits_memory, self.schedule_tolerance)
 
     def k_opt(self) -> np.ndarray:
         """(n_batch, n_ctx) K*; -1 where nothing fits."""
@@ -239,12 +291,13 @@ def _verify_total(sc, B, K, C) -> StepCost:
 
         t(B, K, L) = sum_{o context-free} t_o(B, K) + sum_{o attention} t_o(B, K, L)
     """
-    from simulator.physics.layers import forward_ops
+    from simulator.physics.layers import forward_ops, verify_logit_bytes
     from simulator.physics.operators import evaluate
 
     Bb, Kb = np.broadcast_arrays(B, K)  # (nb, nk, 1)
     n_ctx = C.shape[-1]
-    ops = forward_ops(sc.model, sc.deployment, sc.hardware, Bb, Kb + 1.0, C)
+    ops = forward_ops(sc.model, sc.deployment, sc.hardware, Bb, Kb + 1.0, C,
+                      logit_bytes=verify_logit_bytes(sc.deployment, Kb))
     ctx_ops = [o for o in ops if n_ctx > 1 and _has_ctx_axis(o, n_ctx)]
     free_ops = [o for o in ops if not (n_ctx > 1 and _has_ctx_axis(o, n_ctx))]
     parts = [evaluate(free_ops, sc.hardware, sc.deployment, sc.profile, Bb.shape)]
@@ -285,12 +338,15 @@ def compute_context_grid(scenario, batch_sizes=None, ks=None, context_lens=None,
     verify = _verify_total(sc, B, K, C)
     draft_pass, passes = draft_pass_cost(sc.draft, sc.model, sc.deployment, sc.hardware,
                                          np.broadcast_to(B, (b.size, 1, c.size)), K, C, sc.profile)
-    verify_s, draft_step_s, in_graph, host_s = engine_pass_times(sc, B, K, verify, draft_pass, passes)
-    overhead = step_overhead_s(sc.profile, B, K) + host_s
+    extend = draft_extend_cost(sc.draft, sc.model, sc.deployment, sc.hardware, *np.broadcast_arrays(B, K, C)[:2], C,
+                               sc.profile)
+    verify_s, draft_step_s, in_graph, host_s = engine_pass_times(sc, B, K, verify, draft_pass, passes, extend)
+    verify_s, draft_step_s, overhead = with_deployment_fit(
+        getattr(sc, "deployment_fit", None), verify_s, draft_step_s, step_overhead_s(sc.profile, B, K) + host_s, B, K)
     itl = verify_s + draft_step_s + overhead
     al = acceptance_lengths(sc.acceptance, k.astype(int), np.ones(c.size) if acceptance_scale is None
                             else acceptance_scale)
     memory = step_memory_bytes(sc.draft, sc.model, sc.deployment, B, K, C + K + 1)
     return ContextGrid(b, k.astype(int), c.astype(int), verify_s, draft_step_s, in_graph[..., :1], overhead, itl,
                        al, al[None, :, :] / itl, np.broadcast_to(memory, itl.shape),
-                       sc.hardware.memory_bytes * sc.deployment.memory_utilization)
+                       sc.hardware.memory_bytes * sc.deployment.memory_utilization, sc.schedule_tolerance)

@@ -2,7 +2,7 @@
 
 The step time is a table lookup, never a cost-model call:
 
-    step(B, K, L, T) = lin(pad(T)) + attn(B, K+1, L) + K * draft_pass(pad(B), L)
+    step(B, K, L, T) = lin(pad(T)) + attn(B, K+1, L) + (K - 1) * draft_pass(pad(B), L) + extend(B, K, L)
                        + attn_prefill(chunks) + overhead(B) [+ eager launches] [+ DSD-at-K=0 cost]
 
 - lin(T): every operator of the target pass except attention (GEMMs, norms, all-reduce, LM head,
@@ -10,7 +10,9 @@ The step time is a table lookup, never a cost-model call:
 - attn(B, q, L): decode attention of B sequences with q queries over L cached keys, precomputed on
   a grid of context buckets and interpolated linearly in L (its FLOPs and bytes are linear in L,
   so the mean context of the batch prices the whole batch).
-- draft_pass(B, L): one draft pass (EAGLE/MTP head, draft model, n-gram host cost), same table.
+- draft_pass(B, L): one draft pass (EAGLE/MTP head, draft model, n-gram host cost), same table;
+  extend(B, K, L): the draft's first pass of the step over the B (K + 1) verified tokens (EAGLE / MTP
+  heads, draft models; simulator/physics/draft_cost.py), whose place it takes (n-gram: K x pass).
 - pad(T): the smallest captured CUDA-graph size >= T (vLLM default capture sizes 1, 2, 4, 8, ...,
   512); above the largest size the pass runs eager and pays ``eager_overhead_per_kernel_s`` per
   kernel of the target pass.
@@ -30,11 +32,11 @@ import numpy as np
 import pandas as pd
 
 from simulator.errors import PlannerError
-from simulator.physics.draft_cost import draft_pass_cost
-from simulator.physics.layers import attention_op, forward_ops
+from simulator.physics.draft_cost import draft_extend_cost, draft_pass_cost
+from simulator.physics.layers import attention_op, forward_ops, sampling_op
 from simulator.physics.memory import kv_budget_bytes, kv_bytes_per_sequence
 from simulator.physics.operators import evaluate
-from simulator.physics.engine_time import host_exposed_s
+from simulator.physics.engine_time import host_exposed_scalar_s
 from simulator.plan.grid import step_overhead_s
 from simulator.plan.policies import PolicySettings
 from simulator.specs.scenario import NUM, Scenario, check_table
@@ -157,13 +159,39 @@ class StepPricer:
             # passes per step by K (K for heads and draft models; one host lookup for n-gram)
             _, passes = draft_pass_cost(sc.draft, m, dep, hw, np.ones(1), np.arange(k_max + 1.0), 0.0, prof)
             self.passes = np.broadcast_to(passes, (k_max + 1,)).astype(float).tolist()
+            self._extend_table(b_top, k_max)
         else:
             self.draft = np.zeros((b_top, len(self.ctx)))
             self.passes = [0.0] * (k_max + 1)
+            self.extend = None
+        # lin(T) samples every token as plain decoding does; a verify pass's rejection path reads its
+        # B (K + 1) rows differently (engine profile [sampling]): the difference per verified token
+        delta = dep.logit_bytes_verify - dep.logit_bytes_plain
+        self.verify_sampling_s_per_token = 0.0 if delta == 0 else float(evaluate(
+            [sampling_op("verify_sampling_delta", 1.0, m.vocab_size / 1.0, abs(delta))], hw, dep, prof, ()).total_s
+            - evaluate([sampling_op("none", 1.0, m.vocab_size, 0.0)], hw, dep, prof, ()).total_s) * np.sign(delta)
         self.overhead_prof = step_overhead_s(prof, np.arange(b_top + 1, dtype=float)[:, None],
                                              np.arange(k_max + 1, dtype=float)[None, :])
         self.overhead_prof = np.broadcast_to(self.overhead_prof, (b_top + 1, k_max + 1))
         self._lin_extra: dict[int, float] = {}
+        self._prefill_memo: dict[tuple[int, int], float] = {}
+
+    def _extend_table(self, b_top: int, k_max: int) -> None:
+        """The draft's extend pass over B (K + 1) verified tokens, [B-1, K, iL] (None without one); as
+        the engine runs it (eager: the slower of GPU time and kernel launches)."""
+        sc = self.sc
+        B = np.arange(1, b_top + 1, dtype=float)[:, None, None]
+        K = np.arange(k_max + 1, dtype=float)[None, :, None]
+        Bb, Kb = np.broadcast_arrays(B, K)
+        cost = draft_extend_cost(sc.draft, sc.model, sc.deployment, sc.hardware, Bb, Kb, self.ctx[None, None, :],
+                                 sc.profile)
+        if cost is None:
+            self.extend = None
+            return
+        eng = sc.engine
+        captured = eng.draft_captured if eng.draft_extend_captured is None else eng.draft_extend_captured
+        gpu = cost.total_s
+        self.extend = gpu if captured else np.maximum(gpu - cost.launch_s.sum(axis=0), cost.n_kernels * self.eager_s)
 
     def _lin(self, tokens: int) -> float:
         if tokens <= self.t_top:
@@ -185,16 +213,28 @@ class StepPricer:
         return j - 1, (L - lo) / (hi - lo)
 
     def prefill_attention_s(self, chunks: np.ndarray, cached: np.ndarray) -> float:
-        """Attention of prompt chunks (q = chunk tokens over the cached ones), launch folded into decode's."""
+        """Attention of prompt chunks (q = chunk tokens over the cached ones), launch folded into decode's.
+
+        Each (chunk, cached) pair is priced on its own (the cost model is elementwise), once per pricer:
+        a run's steps repeat the same pairs (a prompt length, its chunk split), so most are lookups."""
+        memo = self._prefill_memo
+        keys = list(zip(chunks.tolist(), cached.tolist()))
+        new = [k for k in dict.fromkeys(keys) if k not in memo]
+        if new:
+            c = np.array([k[0] for k in new], dtype=float)
+            p = np.array([k[1] for k in new], dtype=float)
+            memo.update(zip(new, self._prefill_pairs_s(c, p).tolist()))
+        return float(sum(memo[k] for k in keys))
+
+    def _prefill_pairs_s(self, chunks: np.ndarray, cached: np.ndarray) -> np.ndarray:
         sc = self.sc
         m = sc.model
         ops = []
         for name, count in self._attn_ops_layers:
             window = m.sliding_window if name.endswith("sliding") else None
-            ops.append(attention_op(m, sc.deployment, 1.0, chunks.astype(float), cached.astype(float), count,
-                                    window, name))
+            ops.append(attention_op(m, sc.deployment, 1.0, chunks, cached, count, window, name))
         cost = evaluate(ops, sc.hardware, sc.deployment, sc.profile, chunks.shape)
-        return float((cost.time_s - cost.launch_s).sum())
+        return (cost.time_s - cost.launch_s).sum(axis=0)
 
     def step_s(self, n_dec: int, k_step: int, tokens: int, mean_ctx: float, spec_mode: bool,
                prefill_attn_s: float) -> tuple[float, int, bool]:
@@ -208,14 +248,23 @@ class StepPricer:
             row = self.attn[n_dec - 1, k_step]
             kernels += row[j] + w * (row[j + 1] - row[j])
             if k_step:
+                kernels += self.verify_sampling_s_per_token * n_dec * (k_step + 1)
                 b_pad = min(eng.pad_tokens(n_dec)[0], self.b_top)
                 d = self.draft[b_pad - 1]
-                draft = self.passes[k_step] * (d[j] + w * (d[j + 1] - d[j]))
+                if self.extend is None:
+                    draft = self.passes[k_step] * (d[j] + w * (d[j + 1] - d[j]))
+                else:  # K - 1 one-token passes and the extend pass over the verified tokens
+                    e = self.extend[min(n_dec, self.b_top) - 1, k_step]
+                    draft = (self.passes[k_step] - 1) * (d[j] + w * (d[j + 1] - d[j])) + e[j] + w * (e[j + 1] - e[j])
         if not graph:  # the host launches every kernel; the GPU waits when launches are the slower
             kernels = max(kernels, self.n_kernels * self.eager_s)
-        host = float(host_exposed_s(self.sc.engine, n_dec, k_step, kernels + draft, draft, self.sc.deployment.tp))
+        host = host_exposed_scalar_s(self.sc.engine, n_dec, k_step, kernels + draft, draft, self.sc.deployment.tp)
         if k_step and self.sc.draft.method != "ngram":
             host += self.passes[k_step] * self.sc.engine.per_draft_pass_s
+        fit = getattr(self.sc, "deployment_fit", None)  # terms fitted on this deployment (plan.grid does the same)
+        if fit is not None:
+            kernels, draft = kernels * fit.kernel_scale, draft * fit.kernel_scale
+            host += float(fit.added_s(n_dec, k_step))
         time = kernels + draft + host + eng.schedule_overhead_s + eng.schedule_overhead_per_seq_s * n_dec \
             + self.overhead_prof[min(n_dec, self.b_top), k_step]
         if spec_mode and k_step == 0:

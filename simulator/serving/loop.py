@@ -233,10 +233,11 @@ def _accept(ctx: Run, st: LoopState, step: Step) -> tuple[int, list]:
     if not len(dec):
         return 0, []
     gen = st.gen
-    remaining = r.out_len[dec] - gen[dec]
+    g, out_len = gen[dec], r.out_len[dec]  # read once: fancy indexing is most of a step's array work
+    remaining = out_len - g
     if k_step:
         cols = np.arange(k_step)[None, :]
-        pos = r.offsets[dec][:, None] + gen[dec][:, None] + cols
+        pos = (r.offsets[dec] + g)[:, None] + cols
         ok = r.uniforms[pos] < r.rates[r.cat[dec], :k_step]
         if k_seq is not None:
             ok &= cols < k_seq[:, None]
@@ -246,9 +247,9 @@ def _accept(ctx: Run, st: LoopState, step: Step) -> tuple[int, list]:
     else:
         n_acc = np.zeros(len(dec), dtype=np.int64)
     new = np.minimum(n_acc + 1, remaining)
-    gen[dec] += new
+    gen[dec] = g + new
     st.cached[dec] += new
-    return int(new.sum()), [int(i) for i in dec[gen[dec] >= r.out_len[dec]]]
+    return int(new.sum()), dec[new >= remaining].tolist()
 
 
 def _commit_prefill(ctx: Run, st: LoopState, step: Step, t_end: float, finished: list) -> int:
@@ -320,6 +321,25 @@ def _kv_blocks(sc: Scenario, engine: EngineConfig, speculative: bool, max_seqs: 
     return cap
 
 
+_PRICERS: dict = {}  # (id(scenario), settings) -> (scenario, StepPricer): the last few built
+_PRICER_SLOTS = 16
+
+
+def pricer_for(sc: Scenario, engine: EngineConfig, k_max: int, max_seqs: int, max_context: int,
+               speculative: bool) -> StepPricer:
+    """The step-time tables for these settings, built once per scenario object: a load search runs the
+    same scenario at several loads, and the tables depend on none of them (only on the longest request)."""
+    key = (id(sc), engine, k_max, max_seqs, max_context, speculative)
+    hit = _PRICERS.get(key)
+    if hit is not None and hit[0] is sc:
+        return hit[1]
+    pricer = StepPricer(sc, engine, k_max, max_seqs, max_context, speculative)
+    if len(_PRICERS) >= _PRICER_SLOTS:
+        _PRICERS.pop(next(iter(_PRICERS)))
+    _PRICERS[key] = (sc, pricer)
+    return pricer
+
+
 def simulate(scenario: Scenario, policy: str = "dsd", workload: Workload | None = None, seed: int = 0,
              engine: EngineConfig | None = None) -> ServingResult:
     """Run the workload through the engine under ``policy``; see the module docstring.
@@ -339,7 +359,7 @@ def simulate(scenario: Scenario, policy: str = "dsd", workload: Workload | None 
     reqs = draw_requests(sc, workload, seed, pol.k_max)
     max_context = int((reqs.prompt + reqs.out_len).max())
     cap = _kv_blocks(sc, engine, pol.speculative, max_seqs, pol.k_max, max_context)
-    pricer = StepPricer(sc, engine, pol.k_max, max_seqs, max_context, pol.speculative)
+    pricer = pricer_for(sc, engine, pol.k_max, max_seqs, max_context, pol.speculative)
     n = int(workload.n_requests)
     pol.start(n)
     ctx = Run(engine, pol, pricer, reqs, cap, max_seqs, pol.speculative)

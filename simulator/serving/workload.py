@@ -117,10 +117,13 @@ def _read_column(path: str, column: str | None, where: str, base_dir: str | None
     if not p.is_absolute() and base_dir and (Path(base_dir) / p).exists():
         p = Path(base_dir) / p
     try:
-        with open(p, newline="") as fh:
+        with open(p, newline="", encoding="utf-8-sig") as fh:
             rows = list(csv.DictReader(fh))
     except OSError:
         raise PlannerError(f"{where}: cannot read CSV file '{path}'") from None
+    except (UnicodeDecodeError, csv.Error):
+        raise PlannerError(f"{where}: '{path}' is not a UTF-8 CSV text file (binary?); give a CSV with a column of"
+                           " token counts") from None
     if not rows:
         raise PlannerError(f"{where}: CSV file '{path}' has no rows")
     column = column or next(iter(rows[0]))
@@ -128,8 +131,8 @@ def _read_column(path: str, column: str | None, where: str, base_dir: str | None
         raise PlannerError(f"{where}: CSV file '{path}' has no column '{column}' (has: {', '.join(rows[0])})")
     try:
         return [int(float(r[column])) for r in rows if r[column] not in ("", None)]
-    except ValueError:
-        raise PlannerError(f"{where}: column '{column}' of '{path}' holds non-numeric values") from None
+    except (ValueError, OverflowError):
+        raise PlannerError(f"{where}: column '{column}' of '{path}' holds non-numeric or non-finite values") from None
 
 
 @dataclass(frozen=True)

@@ -12,12 +12,14 @@ finds the highest load one replica carries within the SLOs. Then
     energy per token  = TDP * tp / (output tokens per second at max load)      [J, an estimate: GPUs at TDP]
 
 The capacity band comes from :mod:`simulator.sizing.uncertainty` (measured where a held-out,
-validation or transfer error exists; else the wide datasheet band, flagged). A candidate is never
-ranked above one resting on stronger evidence (measured tables > published prior > datasheet) whose
-fleet-cost band overlaps its own.
+validation or transfer error exists; else the wide datasheet band, flagged). Ranking
+(:mod:`simulator.sizing.ranking`): cost at the target, then strength of evidence; a candidate is never
+ranked above one on stronger evidence (measured tables > published prior > datasheet) that meets the
+target with no more GPUs than its own band allows.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -30,12 +32,12 @@ import pandas as pd
 from simulator import serving
 from simulator.errors import PlannerError
 from simulator.plan.api import predict_scenario
+from simulator.sizing.ranking import EVIDENCE, SIMPLICITY, evidence_margin, rank  # noqa: F401 (re-exported)
 from simulator.sizing.search import Search, Task, run_all
 from simulator.sizing.spec import Candidate, SizingSpec, candidate_scenario, memory_fit, parse_sizing, traffic_lengths
 from simulator.sizing.uncertainty import candidate_band, prediction_basis, uncertainty
 from simulator.specs.scenario import SCENARIO_DIR, Scenario, load_scenario
 
-SIMPLICITY = ("plain", "fixed", "dsd")  # tie-break: the simpler engine setting first
 
 
 @dataclass
@@ -162,7 +164,10 @@ def _capacity_row(sc: Scenario, s: Search, spec: SizingSpec, err: float | None, 
         "mean_k": summ.get("mean_k", np.nan),
         "replicas": replicas if replicas else np.nan, "nodes": nodes if nodes else np.nan,
         "gpus": gpus if gpus else np.nan, "node_layout": layout,
-        "gpus_range": (f"{g_lo}" if g_lo == g_hi else f"{g_lo}-{g_hi}") if err is not None and cap > 0 else "unknown",
+        "gpus_range": (gpus_band := (f"{g_lo}" if g_lo == g_hi else f"{g_lo}-{g_hi}") if err is not None and cap > 0
+                       else "unknown"),
+        "gpus_band": gpus_band,
+        "search_resolution": s.resolution or np.nan,  # a failing load lies at most this factor above the capacity
         "gpus_low": g_lo, "gpus_high": g_hi, "basis": basis,
         "price_per_gpu_hour_usd": price, "fleet_usd_per_hour": gpus * price if gpus else np.nan,
         "usd_per_m_output_tokens": cost_mtok,
@@ -173,43 +178,6 @@ def _capacity_row(sc: Scenario, s: Search, spec: SizingSpec, err: float | None, 
         "step_time_source": "calibrated" if sc.profile else "datasheet",
         "price_source": price_src, "reason": reason,
     }
-
-
-# How much a candidate's step times rest on: its own device's measured kernel tables beat figures
-# others published for it (matmul and bandwidth maxima: the transfer corpus finds them 2-3x less
-# faithful, calibration/data/transfer/transfer.md), which beat the datasheet.
-EVIDENCE = {"datasheet": 0, "published prior": 1, "measured": 2}
-
-
-def overlapped_by_measured(ranked: pd.DataFrame) -> np.ndarray:
-    """For each row: whether its fleet-cost band [gpus_low, gpus_high] x price overlaps the band of a
-    row resting on stronger evidence (EVIDENCE); then that row is the safer buy."""
-    if "basis" not in ranked or not len(ranked):
-        return np.zeros(len(ranked), dtype=bool)
-    price = ranked.price_per_gpu_hour_usd.to_numpy(float)
-    lo = ranked.gpus_low.to_numpy(float) * price
-    hi = ranked.gpus_high.to_numpy(float) * price
-    strength = ranked.basis.map(EVIDENCE).fillna(0).to_numpy()
-    out = np.zeros(len(ranked), dtype=bool)
-    for i in np.flatnonzero(strength < strength.max()):
-        out[i] = bool(np.any((strength > strength[i]) & (lo <= hi[i]) & (hi >= lo[i])))
-    return out
-
-
-def rank(capacity: pd.DataFrame) -> pd.DataFrame:
-    """Rows meeting the target, cheapest fleet first; a row whose cost band overlaps the band of a row on
-    stronger evidence (datasheet < published prior < measured tables) goes below the others; on a tie
-    more headroom, then the simpler policy."""
-    ranked = capacity[capacity["meets_target"]] if len(capacity) else capacity
-    if len(ranked):
-        order = {p: i for i, p in enumerate(SIMPLICITY)}
-        ranked = ranked.assign(_simple=ranked.policy.map(order).fillna(9), _head=-ranked.max_load_per_replica,
-                               _after=overlapped_by_measured(ranked))
-        ranked = ranked.sort_values(["_after", "fleet_usd_per_hour", "gpus", "usd_per_m_output_tokens", "_head",
-                                     "_simple"], na_position="last")
-        ranked = ranked.drop(columns=["_simple", "_head", "_after"]).reset_index(drop=True)
-        ranked.insert(0, "rank", np.arange(1, len(ranked) + 1))
-    return ranked
 
 
 # --- size() -------------------------------------------------------------------------------------
@@ -241,8 +209,7 @@ def _engine_tables(scen: dict, k_context: int) -> tuple[dict, dict, dict]:
     for cand, (csc, _) in scen.items():
         pred = predict_scenario(csc.with_overrides(context_len=k_context))
         k_tables[cand.label] = pred.table
-        engine[cand.label] = {"vllm": {"method": csc.draft.label} | pred.vllm(),
-                              "trtllm": {"draft_len_schedule": {str(k): v for k, v in pred.trtllm().items()}}}
+        engine[cand.label] = {"vllm": pred.engine_payload("vllm"), "trtllm": pred.engine_payload("trtllm")}
         stops[cand.label] = spec_stops_paying(pred.table, pred.grid)
     return k_tables, engine, stops
 
@@ -285,7 +252,7 @@ def size(scenario: str | Scenario, candidates=None, tp=None, target_load=None, p
     recommendation = None
     if len(ranked):
         recommendation = {k: _plain(v) for k, v in ranked.iloc[0].to_dict().items()}
-        message = _recommend_text(ranked.iloc[0], capacity, spec)
+        message = _recommend_text(ranked.iloc[0], capacity, spec, ranked)
     else:
         message = _no_config_text(capacity, rejected, spec)
     sens = pd.DataFrame()
@@ -306,7 +273,7 @@ def _plain(v):
     return None if isinstance(v, float) and not math.isfinite(v) else v
 
 
-def _recommend_text(best, capacity: pd.DataFrame, spec: SizingSpec) -> str:
+def _recommend_text(best, capacity: pd.DataFrame, spec: SizingSpec, ranked: pd.DataFrame | None = None) -> str:
     label = f"{best.hardware} tp={int(best.tp)} {best['dtype']}"
     text = (f"{label} with {best.policy}: buy {int(best.nodes)} node(s) of {spec.gpus_per_node} GPUs ="
             f" {int(best.gpus)} GPUs ({best.node_layout}; {int(best.replicas)} replicas including"
@@ -330,6 +297,9 @@ def _recommend_text(best, capacity: pd.DataFrame, spec: SizingSpec) -> str:
             others.append(f"{r.policy} cannot meet the SLOs")
     if others:
         text += "; on the same hardware " + ", ".join(others)
+    why = evidence_margin(ranked) if ranked is not None else ""
+    if why:
+        text += f"; recommended although {why}"
     return text + "."
 
 
@@ -347,45 +317,69 @@ def _no_config_text(capacity: pd.DataFrame, rejected: list, spec: SizingSpec) ->
     return text
 
 
-SENSITIVITY = (  # (name, acceptance scale, efficiency scale: HBM bandwidth and peak FLOP/s together)
-    ("kernel efficiency -10% (bandwidth and FLOP/s x0.9)", 1.0, 0.9),
-    ("kernel efficiency +10% (bandwidth and FLOP/s x1.1)", 1.0, 1.1),
+SENSITIVITY = (  # (name, acceptance scale, kernel speed: every kernel's time divided by it)
+    ("kernel speed -10% (every kernel's time /0.9)", 1.0, 0.9),
+    ("kernel speed +10% (every kernel's time /1.1)", 1.0, 1.1),
     ("acceptance -10% (every per-position rate x0.9)", 0.9, 1.0),
     ("acceptance +10% (x1.1, capped at 0.99)", 1.1, 1.0),
 )
+NOISE_SEEDS = (1, 2)  # the baseline rerun with these seeds: the serving simulation's run-to-run spread
+SENSITIVITY_EXTRA_STEPS = 2  # the sensitivity searches resolve 4x finer than the ranking's
 TRAFFIC_STEPS = (-0.2, 0.2)  # target load moved by these fractions (no rerun: replicas scale with the load)
 
 
+def kernel_speed_scenario(sc: Scenario, cand: Candidate, speed: float, acceptance_scale: float = 1.0) -> Scenario:
+    """The candidate with every kernel ``speed`` times faster. A calibration profile's kernel times are
+    scaled (its engine_scale; scaling the datasheet peaks would move nothing, as the measured tables and
+    the published prior's attained fractions are what price the kernels); without a profile, the datasheet
+    bandwidth and FLOP/s. Communication is not scaled either way."""
+    if speed == 1.0:
+        return candidate_scenario(sc, cand, acceptance_scale=acceptance_scale)
+    base = candidate_scenario(sc, cand, acceptance_scale=acceptance_scale)
+    if base.profile is None:
+        return candidate_scenario(sc, cand, acceptance_scale=acceptance_scale, bandwidth_scale=speed,
+                                  flops_scale=speed)
+    base.profile = dataclasses.replace(base.profile, engine_scale=base.profile.engine_scale / speed)
+    return base
+
+
 def _sensitivity(sc: Scenario, rec: dict, spec: SizingSpec, scen: dict, simulate) -> pd.DataFrame:
-    """The recommended configuration rerun with kernel efficiency and acceptance moved by +-10%, plus
-    the traffic target moved by +-20%; each row: capacity, change, GPUs bought, $/h."""
+    """The recommended configuration rerun (at a finer resolution, the baseline too) with kernel speed and
+    acceptance moved by +-10% and with other seeds, plus the traffic target moved by +-20%; each row:
+    capacity, change against the fine baseline, GPUs bought, $/h."""
     cand = next(c for c in scen if c.label == rec["candidate"])
-    tasks = []
-    for name, acc, eff in SENSITIVITY:
-        vsc = candidate_scenario(sc, cand, acceptance_scale=acc, bandwidth_scale=eff, flops_scale=eff)
-        tasks.append(Task(vsc, cand, rec["policy"], spec, scen[cand][1], simulate, name))
+    fine = dataclasses.replace(spec, search_steps=spec.search_steps + SENSITIVITY_EXTRA_STEPS)
+    tasks = [Task(scen[cand][0], cand, rec["policy"], fine, scen[cand][1], simulate, "baseline (finer search)")]
+    for name, acc, speed in SENSITIVITY:
+        tasks.append(Task(kernel_speed_scenario(sc, cand, speed, acc), cand, rec["policy"], fine, scen[cand][1],
+                          simulate, name))
+    for seed in NOISE_SEEDS:
+        tasks.append(Task(scen[cand][0], cand, rec["policy"], dataclasses.replace(fine, seed=seed), scen[cand][1],
+                          simulate, f"seed {seed} (noise)"))
     results = run_all(tasks, spec.workers)
-    base = rec["max_load_per_replica"]
+    base = results[0][1].capacity
+    res_txt = f"x{2 ** (1 / 2 ** fine.search_steps):.4f}"
 
     def row(name, cap, r):
         return {"variant": name, "fleet_usd_per_hour": r["fleet_usd_per_hour"], "gpus": r["gpus"],
                 "nodes": r["nodes"], "max_load_per_replica": cap,
-                "change": f"{cap / base - 1:+.1%}" if base and cap == cap else "-",
-                "usd_per_m_output_tokens": r["usd_per_m_output_tokens"]}
-    rows = [{"variant": "baseline", "fleet_usd_per_hour": rec["fleet_usd_per_hour"], "gpus": rec["gpus"],
-             "nodes": rec["nodes"], "max_load_per_replica": base, "change": "-",
+                "change": f"{cap / base - 1:+.1%}" if base and cap == cap and name != tasks[0].variant else "-",
+                "resolution": res_txt, "usd_per_m_output_tokens": r["usd_per_m_output_tokens"]}
+    rows = [{"variant": "baseline (ranking search)", "fleet_usd_per_hour": rec["fleet_usd_per_hour"],
+             "gpus": rec["gpus"], "nodes": rec["nodes"], "max_load_per_replica": rec["max_load_per_replica"],
+             "change": "-", "resolution": f"x{2 ** (1 / 2 ** spec.search_steps):.4f}",
              "usd_per_m_output_tokens": rec["usd_per_m_output_tokens"]}]
     for (name, s), t in zip(results, tasks):
         rows.append(row(name, s.capacity, _capacity_row(t.scenario, s, spec, None)))
     price = rec["price_per_gpu_hour_usd"] or np.nan
     for step in TRAFFIC_STEPS:
-        moved = SizingSpec(**{**spec.__dict__, "target_load": spec.target_load * (1 + step)})
-        reps = replicas_for(moved, base)
+        moved = dataclasses.replace(spec, target_load=spec.target_load * (1 + step))
+        reps = replicas_for(moved, rec["max_load_per_replica"])
         nodes = nodes_for(reps, int(rec["tp"]), spec.gpus_per_node) if reps else np.nan
         gpus = nodes * spec.gpus_per_node if reps else np.nan
         rows.append({"variant": f"traffic {step:+.0%} ({moved.target_load:g} {spec.load_unit})",
                      "fleet_usd_per_hour": gpus * price, "gpus": gpus, "nodes": nodes,
-                     "max_load_per_replica": base, "change": "-",
+                     "max_load_per_replica": rec["max_load_per_replica"], "change": "-", "resolution": "-",
                      "usd_per_m_output_tokens": rec["usd_per_m_output_tokens"]})
     df = pd.DataFrame(rows)
     df.insert(0, "config", f"{cand.label} {rec['policy']}")

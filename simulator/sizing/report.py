@@ -22,6 +22,7 @@ from simulator.sizing.fleet import SizingResult
 RANKED_COLUMNS = ["rank", "fleet_usd_per_hour", "usd_per_m_output_tokens", "price_per_gpu_hour_usd", "hardware",
                   "tp", "dtype", "policy", "nodes", "gpus", "gpus_range", "basis", "node_layout",
                   "max_load_per_replica", "tpot_p50_s", "ttft_p99_s", "mean_k"]
+REASON_COLUMNS = ["rank", "hardware", "tp", "dtype", "policy", "basis", "gpus_range", "rank_reason"]
 CAPACITY_COLUMNS = ["hardware", "tp", "dtype", "policy", "max_load_per_replica", "load_band_low", "load_band_high",
                     "basis", "tok_s_per_gpu", "tpot_p50_s", "ttft_p99_s", "mean_batch_size", "mean_k", "replicas",
                     "gpus", "meets_target", "reason"]
@@ -34,7 +35,7 @@ HEADERS = {"fleet_usd_per_hour": "fleet $/h", "usd_per_m_output_tokens": "$/M ou
            "draft_gb": "draft GB", "kv_gb_per_seq": "KV GB/seq", "context_tokens": "context tok",
            "max_seqs": "max seqs", "meets_target": "meets target", "usd_per_m_tokens_at_target": "$/M tok at target",
            "energy_j_per_token_est": "J/token (est.)", "speedup_vs_plain": "vs plain", "speedup_vs_fixed": "vs fixed",
-           "batch_sizes": "B", "k_opt": "K*"}
+           "batch_sizes": "B", "k_opt": "K*", "break_even_acceptance_length": "fixed K needs AL"}
 MS_COLUMNS = ("tpot_p50_s", "ttft_p99_s")
 
 
@@ -87,16 +88,19 @@ def charts(res: SizingResult) -> dict[str, str]:
     cap = res.capacity
     if len(cap):
         d = cap.copy()
-        d["config"] = d.hardware + " tp=" + d.tp.astype(str)
+        # one bar per candidate, dtype and policy: bf16 and fp8 of one device are separate facets, never stacked
+        d["config"] = d.hardware + " tp=" + d.tp.astype(str) + " " + d["dtype"].astype(str)
         d["lo"] = d.load_band_low.fillna(d.max_load_per_replica)
         d["hi"] = d.load_band_high.fillna(d.max_load_per_replica)
         bars = alt.Chart(d).mark_bar().encode(
-            x=alt.X("policy:N", title=None), y=alt.Y("max_load_per_replica:Q", title=f"max load per replica [{res.spec.load_unit}]"),
+            x=alt.X("policy:N", title=None),
+            y=alt.Y("max_load_per_replica:Q", title=f"max load per replica [{res.spec.load_unit}]", stack=None),
             color="policy:N")
         err = alt.Chart(d).mark_errorbar(ticks=True, color="black").encode(
             x="policy:N", y=alt.Y("lo:Q", title=""), y2="hi:Q")
         chart = alt.layer(bars, err, data=d).properties(width=90, height=220).facet(
-            column=alt.Column("config:N", title=None)).properties(
+            column=alt.Column("config:N", title=None, header=alt.Header(labelAngle=-30, labelAlign="right")),
+            columns=6).properties(
             title="Highest load one replica carries within the SLOs (error bar: calibration/validation band where known)")
         out["capacity"] = _inline_svg(vlc.vegalite_to_svg(chart.to_dict()))
     return out
@@ -187,9 +191,24 @@ def k_star_table(table: pd.DataFrame) -> pd.DataFrame:
         rows.append({"batch_sizes": f"{int(a.batch_size)}-{int(b.batch_size)}",
                      "k_opt": "none fits memory" if key[i] < 0 else int(key[i]),
                      "speedup_vs_plain": span("speedup_vs_plain"), "speedup_vs_fixed": span("speedup_vs_fixed"),
+                     "break_even_acceptance_length": (span("break_even_acceptance_length")
+                                                      if "break_even_acceptance_length" in t else "-"),
                      "bound": b.bound})
         start = i + 1
     return pd.DataFrame(rows)
+
+
+def _break_even_sentence(table: pd.DataFrame, fixed_k: int) -> str:
+    """What acceptance fixed K needs to tie plain decoding, against what the given rates reach."""
+    needs = table["break_even_acceptance_length"].dropna() if "break_even_acceptance_length" in table else None
+    if needs is None or needs.empty:
+        return f"Fixed K={fixed_k}: no batch size where both it and plain decoding fit memory."
+    reach = float(table["fixed_acceptance_length"].iloc[0])
+    short = table.batch_size[table["break_even_acceptance_length"] > reach]
+    tail = (f"; above that from B={int(short.min())} the given rates fall short" if len(short)
+            else "; the given rates reach it at every batch size")
+    return (f"Fixed K={fixed_k} reaches acceptance length {reach:.2f}; it needs {needs.min():.2f}-{needs.max():.2f}"
+            f" (step time at K={fixed_k} / plain step time) to tie plain decoding{tail}.")
 
 
 def compact_json(obj) -> str:
@@ -215,8 +234,11 @@ def _provenance(res: SizingResult) -> pd.DataFrame:
         {"quantity": "capacity, TTFT, TPOT", "source": "simulated: serving simulation (simulator.serving) over the"
          f" step times; {'Poisson arrivals' if spec.load_kind == 'rate' else 'closed loop'}, seed {spec.seed};"
          f" each run spans {'%g s' % spec.duration_s if spec.duration_s else '4 request lifetimes (>= 30 s)'} of"
-         f" arrivals, {spec.n_requests}-{spec.max_requests} requests; load bracketed by doubling/halving from the"
-         f" goodput-table estimate, then {spec.search_steps} bisection steps"},
+         f" arrivals, {spec.n_requests}-{spec.max_requests} requests; the search starts at the steady-state"
+         f" capacity (Little's law on the engine's step-time tables) and runs the simulation near it until a"
+         f" passing and a failing load are within the search resolution x{2 ** (1 / 2 ** spec.search_steps):.3f}"
+         f" (+{2 ** (1 / 2 ** spec.search_steps) - 1:.1%}: the capacity is the passing load, the boundary lies"
+         f" below the failing one); run-to-run noise: see the seed rows of Sensitivity"},
         {"quantity": "prices", "source": "; ".join(sorted(set(res.capacity.get("price_source", pd.Series(dtype=str)))))
          or "-"},
         {"quantity": "energy per token", "source": "estimate: TDP x GPUs x time / tokens (GPUs at TDP)"},
@@ -261,12 +283,18 @@ def _sections(res: SizingResult) -> list[tuple[str, list]]:
                         f" {1 + spec.headroom:g} (headroom) plus {spec.spare_replicas} spare replica(s) (N+1);"
                         " GPUs (band) repeats that with the capacity at the ends of its band. basis: measured (kernel"
                         " tables of the device), published prior (published measurements) or datasheet (flagged,"
-                        " wide band); a datasheet row never ranks above a measured row whose cost band overlaps it."),
-                  ("table", _cols(res.ranked, RANKED_COLUMNS))]))
+                        " wide band). Ranked by cost at the target load, then strength of evidence; a row on weaker"
+                        " evidence never ranks above one on stronger evidence that meets the target with no more GPUs"
+                        " than the weaker one's band allows."),
+                  ("table", _cols(res.ranked, RANKED_COLUMNS)),
+                  ("p", "Why each place:"), ("wtable", _cols(res.ranked, REASON_COLUMNS))]))
     secs.append(("Throughput per GPU vs TPOT (Pareto)", [("chart", "pareto")]))
     secs.append(("Capacity per replica, all candidates and policies",
-                 [("chart", "capacity"), ("table", _cols(res.capacity, CAPACITY_COLUMNS))]))
-    mem = _cols(res.memory, ["hardware", "tp", "usable_gb", "weights_gb", "draft_gb", "kv_gb_per_seq",
+                 [("chart", "capacity"), ("table", _cols(res.capacity, CAPACITY_COLUMNS)),
+                  ("p", "Candidates that do not meet the target, and why:"),
+                  ("wtable", _cols(res.capacity[~res.capacity.meets_target.astype(bool)] if len(res.capacity)
+                                   else res.capacity, ["hardware", "tp", "dtype", "policy", "reason"]))]))
+    mem = _cols(res.memory, ["hardware", "tp", "dtype", "usable_gb", "weights_gb", "draft_gb", "kv_gb_per_seq",
                              "context_tokens", "max_seqs", "fits"])
     secs.append(("Memory fit and rejected configurations",
                  [("p", "Usable = memory x memory_utilization; a sequence holds prompt + output tokens plus"
@@ -287,7 +315,8 @@ def _k_sections(res: SizingResult, rec: dict | None) -> list:
         kt = res.k_tables[label]
         kparts += [("h3", label), ("p", "Schedule: " + schedule_text(kt["batch_size"].to_numpy(),
                                                                       kt["k_opt"].fillna(-1).astype(int).to_numpy()) + "."),
-                   ("p", res.spec_stops[label] + "."), ("table", k_star_table(kt)),
+                   ("p", res.spec_stops[label] + "."), ("p", _break_even_sentence(kt, res.scenario.fixed_k)),
+                   ("table", k_star_table(kt)),
                    ("p", "vLLM `speculative_config`:"), ("code", compact_json(eng["vllm"])),
                    ("p", "TensorRT-LLM:"), ("code", compact_json(eng["trtllm"]))]
     if len(order) > 3:
@@ -304,9 +333,13 @@ def _closing_sections(res: SizingResult) -> list:
     secs = []
     if len(res.sensitivity):
         secs.append(("Sensitivity (recommended configuration)",
-                     [("p", "Capacity rerun with kernel efficiency (HBM bandwidth and peak FLOP/s together) and the"
-                            " per-position acceptance rates moved by 10%; the traffic rows move the target load by"
-                            " 20% at the baseline capacity. Engine overheads (host time per step) are not varied."),
+                     [("p", "Capacity rerun, at a finer search resolution than the ranking (baseline rerun at the"
+                            " same resolution), with every kernel's time moved by 10% (the calibration profile's"
+                            " kernel times scaled, or the datasheet bandwidth and FLOP/s where there is no profile;"
+                            " communication and host time per step not varied) and the per-position acceptance rates"
+                            " moved by 10%; the seed rows rerun the baseline with other random draws: their spread is"
+                            " the serving simulation's run-to-run noise. The traffic rows move the target load by"
+                            " 20% at the baseline capacity."),
                       ("table", res.sensitivity)]))
     else:
         secs.append(("Sensitivity", [("p", "not run (no recommended configuration or sensitivity = false).")]))

@@ -2,8 +2,11 @@
 
 For one candidate (hardware x tensor-parallel degree) and one policy the search finds the highest
 load one replica carries while meeting every SLO, by running the serving simulation
-(``simulator.serving.simulate``) at a fixed seed and bisecting on the Poisson request rate (or on
-the closed-loop concurrency when ``[traffic]`` gives a concurrency).
+(``simulator.serving.simulate``) at a fixed seed on the Poisson request rate (or on the closed-loop
+concurrency when ``[traffic]`` gives a concurrency). It starts from the steady-state capacity
+(:mod:`simulator.serving.steady`: Little's law on the engine's step-time tables, milliseconds), so the
+simulation runs only near the boundary: typically two runs, one passing and one failing a resolution
+factor 2^(1/2^search_steps) apart.
 """
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ import numpy as np
 from simulator import serving
 from simulator.errors import PlannerError
 from simulator.plan.api import predict_scenario
+from simulator.serving.steady import steady_state
 from simulator.sizing.spec import Candidate, SizingSpec, _fmt, traffic_lengths
 from simulator.specs.scenario import Scenario
 
@@ -125,6 +129,8 @@ class Search:
     bounded: bool  # a failing load above the capacity was found
     reason: str = ""
     step_time_source: str = ""
+    resolution: float = 0.0  # a failing load lies at most this factor above the capacity
+    start: str = ""  # where the search started: "steady state" or "goodput table"
 
 
 class _Trials:
@@ -146,66 +152,108 @@ class _Trials:
         return self.cache[load]
 
 
-def _bracket(trial: _Trials, x: float, integer: bool, max_seqs: int):
-    """Double while the SLOs hold, halve while they fail: (lo, lo summary, hi, violations at hi)."""
-    lo = hi = None
-    lo_sum, last_bad = None, []
-    for _ in range(MAX_EXPANSIONS + 1):
+def resolution(spec: SizingSpec) -> float:
+    """The load search's resolution: the capacity is the highest load that passed, with a failing load at
+    most this factor above it (a factor-2 bracket halved ``search_steps`` times on a log scale)."""
+    return 2.0 ** (1.0 / 2 ** spec.search_steps)
+
+
+FLOOR_MARGIN = 1.5  # steady-state TPOT at batch 1 this far above the limit: no load can meet it
+
+
+def first_load(sc: Scenario, policy: str, spec: SizingSpec, max_seqs: int) -> tuple[float, str]:
+    """Where the search starts: the steady-state capacity of :mod:`simulator.serving.steady` (Little's law on
+    the engine's own step-time tables), else (when that cannot be built) :func:`analytic_guess`. Start
+    "floor" (at the load that keeps one sequence decoding): even batch 1 misses the TPOT limit by
+    FLOOR_MARGIN, so one simulation there confirms that no load meets the SLOs."""
+    try:
+        workload = build_workload(sc, spec.load_kind, 1.0, spec.n_requests, None)
+        st = steady_state(sc, policy, workload, spec.seed)
+        limit = spec.slo.tpot_limit_s
+        x = st.max_concurrency(limit) if spec.load_kind == "concurrency" else st.max_rate(limit)
+        if x > 0:
+            return float(x), "steady state"
+        if limit and st.tpot_s[0] > FLOOR_MARGIN * limit and np.isfinite(st.rate[0]):
+            return (1.0 if spec.load_kind == "concurrency" else float(st.rate[0])), "floor"
+    except PlannerError:
+        pass
+    return analytic_guess(sc, policy, spec, max_seqs), "goodput table"
+
+
+def _next(x: float, factor: float, up: bool, integer: bool, max_seqs: int) -> float | None:
+    """The next load to try, ``factor`` above or below ``x`` (integers move by at least 1); None: no room."""
+    if not integer:
+        return x * factor if up else x / factor
+    nxt = max(x + 1, round(x * factor)) if up else min(x - 1, round(x / factor))
+    nxt = float(min(nxt, max_seqs))
+    return None if nxt < 1 or nxt == x else nxt
+
+
+def _narrow(lo: float, hi: float, rho: float, integer: bool) -> bool:
+    """Whether the bracket is at the search resolution (for integers: adjacent loads)."""
+    return hi - lo <= 1 if integer else hi <= lo * rho * (1 + 1e-9)
+
+
+def _bracket(trial: _Trials, x: float, rho: float, integer: bool, max_seqs: int):
+    """From the first load, step up while the SLOs hold and down while they fail, by the resolution factor
+    first and then by factors that square (rho, rho^2, rho^4, ... at most 2), until a pass and a fail are
+    found or the load is 2^MAX_EXPANSIONS away from the first: (lo, lo summary, hi, violations at hi)."""
+    lo = hi = lo_sum = None
+    last_bad: list = []
+    factor, x0 = rho, x
+    while True:
         ok, summary, bad = trial(x)
         if ok:
             lo, lo_sum = x, summary
-            if hi is not None:
-                break
-            nxt = x * 2
-            if integer:
-                nxt = float(min(nxt, max_seqs))
-                if nxt == x:
-                    break
-            x = nxt
         else:
             hi, last_bad = x, bad
-            if lo is not None:
-                break
-            nxt = math.floor(x / 2) if integer else x / 2
-            if integer and nxt < 1:
-                break
-            x = float(nxt)
+        if lo is not None and hi is not None:
+            break
+        nxt = _next(x, factor, ok, integer, max_seqs)
+        # the old doubling / halving range: at most 2^MAX_EXPANSIONS away from the first load
+        if nxt is None or max(nxt / x0, x0 / nxt) > 2.0 ** MAX_EXPANSIONS * (1 + 1e-9):
+            break
+        x, factor = nxt, min(factor * factor, 2.0)
     return lo, lo_sum, hi, last_bad
 
 
 def search_capacity(sc: Scenario, policy: str, spec: SizingSpec, max_seqs: int, simulate=None,
                     cand: Candidate | None = None) -> Search:
-    """Bracket then bisect the load (geometric midpoints for rates, integers for concurrency).
+    """The highest load meeting every SLO, to the search resolution (:func:`resolution`).
 
-    Starts from :func:`analytic_guess`; doubles while the SLOs hold and halves while they fail
-    (at most MAX_EXPANSIONS times), then runs ``spec.search_steps`` bisection steps. The capacity is
-    the highest load that passed, with a failing load above it (``bounded``).
+    Starts at the steady-state capacity (:func:`first_load`), which lands within a few percent of the
+    simulated boundary, so the serving simulation runs only near it: step by the resolution factor until
+    a passing and a failing load are found (widening the step when the estimate is off), then bisect on
+    a log scale (integers for concurrency) until they are within the resolution. The capacity is the
+    highest load that passed, with a failing load above it (``bounded``).
     """
     simulate = simulate or serving.simulate
     cand = cand or Candidate(sc.hardware.name, sc.deployment.tp)
     integer = spec.load_kind == "concurrency"
+    rho = resolution(spec)
     trial = _Trials(sc, policy, spec, simulate)
-    x = analytic_guess(sc, policy, spec, max_seqs)
+    x, start = first_load(sc, policy, spec, max_seqs)
     if integer:
         x = float(min(max(1, int(x)), max_seqs))
-    lo, lo_sum, hi, last_bad = _bracket(trial, x, integer, max_seqs)
+    if start == "floor":
+        ok, _, bad = trial(x)
+        if not ok:
+            return Search(cand, policy, 0.0, None, trial.points, True,
+                          f"misses the SLOs even at {_fmt(x)} {spec.load_unit} (one sequence decoding at a time):"
+                          f" {'; '.join(bad)}", sc.cost_source, rho, start)
+    lo, lo_sum, hi, last_bad = _bracket(trial, x, rho, integer, max_seqs)
     if lo is None:
         return Search(cand, policy, 0.0, None, trial.points, True,
-                      f"misses the SLOs even at {_fmt(hi)} {spec.load_unit}: {'; '.join(last_bad)}", sc.cost_source)
-    if hi is not None:
-        for _ in range(spec.search_steps):
-            if integer:
-                if hi - lo <= 1:
-                    break
-                mid = float((lo + hi) // 2)
-            else:
-                mid = math.sqrt(lo * hi)
-            ok, summary, _ = trial(mid)
-            if ok:
-                lo, lo_sum = mid, summary
-            else:
-                hi = mid
-    return Search(cand, policy, lo, lo_sum, trial.points, hi is not None, "", sc.cost_source)
+                      f"misses the SLOs even at {_fmt(hi)} {spec.load_unit}: {'; '.join(last_bad)}", sc.cost_source,
+                      rho, start)
+    while hi is not None and not _narrow(lo, hi, rho, integer):
+        mid = float((lo + hi) // 2) if integer else math.sqrt(lo * hi)
+        ok, summary, _ = trial(mid)
+        if ok:
+            lo, lo_sum = mid, summary
+        else:
+            hi = mid
+    return Search(cand, policy, lo, lo_sum, trial.points, hi is not None, "", sc.cost_source, rho, start)
 
 
 # --- the worker pool ----------------------------------------------------------------------------

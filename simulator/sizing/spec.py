@@ -29,7 +29,7 @@ from simulator import serving
 from simulator.errors import PlannerError, did_you_mean
 from simulator.physics.memory import draft_weight_bytes, kv_budget_bytes, kv_bytes_per_sequence, weight_bytes_per_gpu
 from simulator.specs.hardware import list_hardware, load_hardware
-from simulator.specs.scenario import NUM, Scenario, build_scenario, check_table
+from simulator.specs.scenario import ACCEPTANCE_GIVEN, NUM, Scenario, build_scenario, check_table
 
 GB = 1e9
 SLO_KEYS = ("ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "tpot_p50_s", "tpot_p90_s", "tpot_p99_s",
@@ -80,7 +80,9 @@ class SLO:
         for key, limit in self.targets.items():
             value = summary.get(key)
             if value is None or not np.isfinite(value) or value > limit:
-                out.append(f"{key} {_fmt(value)} s > {limit:g} s")
+                # enough digits that the value and the limit differ in print (0.03024 s > 0.03 s)
+                shown = _fmt(value) if value is None or not np.isfinite(value) else f"{value:.4g}"
+                out.append(f"{key} {shown} s > {limit:g} s")
         return out
 
     @property
@@ -275,9 +277,14 @@ def candidate_scenario(sc: Scenario, cand: Candidate, acceptance_scale: float = 
     raw["hardware"] = hw
     if sc.profile is not None and sc.profile.hardware != cand.hardware:
         raw.pop("calibration", None)
+    fit = sc.deployment_fit  # a deployment fit holds only for the deployment it was measured on
+    if fit is not None and (fit.identity["hardware"], int(fit.identity["tp"])) != (cand.hardware, cand.tp) \
+            or fit is not None and cand.dtype == FP8 and sc.deployment.weight_dtype != FP8:
+        raw.get("calibration", {}).pop("deployment", None)
     if acceptance_scale != 1.0:
         rates = [min(0.99, r * acceptance_scale) for r in sc.acceptance.rates]
         raw["acceptance"] = {"rates": rates, "source": f"{sc.acceptance.source}, scaled x{acceptance_scale:g}"}
+        raw[ACCEPTANCE_GIVEN] = True  # outranks a deployment fit's measured rates (they were scaled here)
     return build_scenario(raw, sc.origin, raw.get("_base_dir"))
 
 

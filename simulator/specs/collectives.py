@@ -21,7 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-from simulator.specs.surfaces import collective_time_s, ring_factor
+from simulator.specs.surfaces import collective_time_s
+from simulator.specs.wire import collective_factor
 
 PCIE_SERVERS_FILE = Path(__file__).resolve().parent.parent / "data" / "pcie_allreduce.toml"
 ALL_REDUCE_KINDS = ("all_reduce", "all_reduce_nccl")
@@ -33,7 +34,7 @@ def published_pcie_servers() -> tuple[dict, ...]:
     servers = []
     for s in tomllib.loads(PCIE_SERVERS_FILE.read_text())["server"]:
         b, t = np.asarray(s["bytes"], float), np.asarray(s["time_us"], float) * 1e-6
-        servers.append(s | {"latency_s": t, "bus_bandwidth": float(ring_factor(s["gpus"]) * b[-1] / t[-1])})
+        servers.append(s | {"latency_s": t, "bus_bandwidth": float(collective_factor("all_reduce", s["gpus"]) * b[-1] / t[-1])})
     return tuple(servers)
 
 
@@ -46,8 +47,8 @@ def pcie_generation(interconnect: str) -> int | None:
 def server_entry(server: dict) -> dict:
     """A published run as a collective entry (alpha-beta fitted through its two largest messages)."""
     b, t, g = np.asarray(server["bytes"], float), server["latency_s"], server["gpus"]
-    inv_bw = (t[-1] - t[-2]) / (ring_factor(g) * (b[-1] - b[-2]))
-    alpha = max(float(t[-1] - ring_factor(g) * b[-1] * inv_bw), 0.0)
+    inv_bw = (t[-1] - t[-2]) / (collective_factor("all_reduce", g) * (b[-1] - b[-2]))
+    alpha = max(float(t[-1] - collective_factor("all_reduce", g) * b[-1] * inv_bw), 0.0)
     return {"alpha_s": alpha, "bus_bandwidth_bytes_per_s": float(1.0 / inv_bw),
             "bytes": [int(x) for x in b], "latency_s": [float(x) for x in t]}
 

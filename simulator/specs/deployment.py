@@ -48,6 +48,11 @@ class Deployment:
     grouped_decode_groups: tuple[int, ...] = ()
     grouped_decode_min_batch_heads: float = 0.0
     l2_reread_cost: float = 1.0  # the device's cost of a KV re-read served by L2, relative to HBM
+    # HBM bytes the engine's sampling reads and writes per element of the [positions, vocab] logits,
+    # beyond the LM head's own output: plain decoding (B positions) and verification (B (K + 1)
+    # positions, rejection sampler included), at the workload's temperature (simulator/physics/layers.py)
+    logit_bytes_plain: float = 8.0
+    logit_bytes_verify: float = 8.0
 
     def expert_dtype_for(self, model: ModelSpec) -> str:
         return self.expert_dtype or model.expert_weight_dtype or self.weight_dtype

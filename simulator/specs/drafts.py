@@ -33,6 +33,17 @@ from simulator.specs.models import ModelSpec, load_model
 
 DRAFTS_FILE = Path(__file__).resolve().parent.parent / "data" / "drafts.toml"
 DRAFT_METHODS = ("eagle", "eagle3", "mtp", "ngram", "model", "early-exit", "self")
+# How each method is written on a command line and what it prices (one source: --help, the catalog,
+# the parse error)
+DRAFT_SYNTAX = {
+    "eagle": ("eagle", "EAGLE-1/2 head: one decoder layer + the target's LM head (arXiv:2401.15077)"),
+    "eagle3": ("eagle3", "EAGLE-3 head: 3-feature fusion, 32k draft vocabulary (arXiv:2503.01840)"),
+    "mtp": ("mtp or mtp:D", "multi-token prediction modules of the target (DeepSeek-V3), D of them"),
+    "ngram": ("ngram", "prompt lookup on the host, no GPU work"),
+    "model": ("model:NAME", "a separate draft model (catalog name or config.json), K sequential passes"),
+    "early-exit": ("early-exit:N", "the target's first N layers as the draft (own KV for them)"),
+    "self": ("self:W", "self-speculation over a compressed KV of W tokens"),
+}
 
 
 
@@ -98,9 +109,13 @@ def parse_draft(text: str) -> DraftSpec:
             raise PlannerError("draft 'model:' needs a model name, e.g. model:llama-3.2-1b")
         return DraftSpec("model", load_model(name))
     if text not in DRAFT_METHODS or text in ("model", "self"):
-        raise PlannerError(f"unknown draft method '{text}' (use eagle, eagle3, mtp, mtp:D, ngram, early-exit:N,"
-                           f" self:W or model:NAME)")
+        raise PlannerError(f"unknown draft method '{text}' (use {draft_syntax_list()})")
     return DraftSpec(text)
+
+
+def draft_syntax_list() -> str:
+    """'eagle, eagle3, mtp or mtp:D, ngram, model:NAME, early-exit:N, self:W'."""
+    return ", ".join(DRAFT_SYNTAX[m][0] for m in DRAFT_METHODS)
 
 
 def check_draft(draft: DraftSpec, target: ModelSpec, dep: Deployment) -> None:

@@ -6,23 +6,27 @@ and KV bookkeeping) and how much of it overlaps with GPU work; which passes repl
 up to which size (the capture limit with speculation on can sit far below plain decoding's); the
 per-kernel cost of passes that run eagerly; the host cost of each sequential draft pass.
 Values a source gives sit in their section; values that had to be assumed sit under
-``[assumed.<section>]`` and the profile's label says so.
+``[assumed.<section>]`` and the profile's label says so. A key the planner does not read is refused
+(a typo would otherwise fall back to a default silently): descriptive facts go under ``[notes]``,
+citations under ``[sources]``.
 """
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 from simulator.errors import PlannerError, did_you_mean
 from simulator.files import read_toml_file
+from simulator.specs.versions import same_release, version_key
 
 ENGINES_DIR = Path(__file__).resolve().parent.parent / "data" / "engines"
 DEFAULT_GPU_ENGINE = "vllm"
 # The reference torch engine's host terms are fitted into its CPU profile, so CPUs default to "ideal".
 DEFAULT_CPU_ENGINE = "ideal"
 OVERLAP_WINDOWS = ("none", "step", "draft")
+TOP_KEYS = ("name", "version", "display_name", "source")
+FREE_TABLES = ("notes", "sources")  # descriptive facts and citations: read by no code
 
 
 @dataclass(frozen=True)
@@ -61,6 +65,21 @@ class EngineProfile:
     # once per query head (TensorRT-LLM <= 0.10: XQA for 8 only, else MMHA)
     grouped_decode_groups: tuple[int, ...] = ()
     grouped_decode_min_blocks_per_sm: float = 0.0  # the grouped kernel only when KV heads x B >= this x SMs
+    # SGLang: the denser list captured (and padded to) when a speculative algorithm is set; () = capture_sizes
+    spec_capture_sizes: tuple[int, ...] = ()
+    # the draft's extend pass over the B (K + 1) verified tokens in a CUDA graph; None: as the draft passes
+    draft_extend_captured: bool | None = None
+    # [sampling]: HBM bytes read + written per logit element by the sampler (plain) and by the
+    # verification path (rejection sampler), greedy or at temperature > 0, plus what top-p adds
+    sampling_bytes: tuple[float, ...] = (8.0, 8.0, 0.0, 8.0, 8.0, 0.0)
+
+    def logit_bytes(self, temperature: float, top_p: float) -> tuple[float, float]:
+        """(plain, verify) bytes per logit element at this temperature and top-p."""
+        plain_g, plain_s, plain_top_p, verify_g, verify_s, verify_top_p = self.sampling_bytes
+        if temperature <= 0:
+            return plain_g, verify_g
+        nucleus = top_p < 1
+        return plain_s + nucleus * plain_top_p, verify_s + nucleus * verify_top_p
 
     @property
     def allreduce_table(self) -> str:
@@ -86,15 +105,11 @@ def _split(key: str) -> tuple[str, str]:
     return name, version
 
 
-def _natural(version: str) -> tuple:
-    return tuple(int(x) if x.isdigit() else x for x in re.split(r"[.\-]|(?<=\d)(?=[a-z])", version))
-
-
 @lru_cache(maxsize=None)
 def list_engines() -> tuple[str, ...]:
     """Catalog keys, ``name-version``, oldest to newest per engine."""
     keys = [p.stem for p in ENGINES_DIR.glob("*.toml")]
-    return tuple(sorted(keys, key=lambda k: (_split(k)[0], _natural(_split(k)[1]))))
+    return tuple(sorted(keys, key=lambda k: (_split(k)[0], version_key(_split(k)[1]))))
 
 
 def engine_names() -> tuple[str, ...]:
@@ -119,6 +134,7 @@ def load_engine(name: str, version: str | None = None) -> EngineProfile:
     versions = engine_versions(name)
     if version is None:
         version = versions[-1]
+    version = next((v for v in versions if same_release(v, version)), version)  # 0.11 is 0.11.0
     if version not in versions:
         raise PlannerError(f"engine {name} has no profile for version '{version}' (profiles: {', '.join(versions)});"
                            f" pick one of those with --engine-version")
@@ -128,8 +144,10 @@ def load_engine(name: str, version: str | None = None) -> EngineProfile:
 
 def engine_from_dict(data: dict, origin: str) -> EngineProfile:
     assumed_keys: list[str] = []
+    read: set[tuple[str, str]] = set()
 
     def get(section: str, key: str, kind, default=None):
+        read.add((section, key))
         table = data.get(section, {})
         assumed = data.get("assumed", {}).get(section, {})
         if key in table:
@@ -152,13 +170,12 @@ def engine_from_dict(data: dict, origin: str) -> EngineProfile:
     for w in windows:
         if w not in OVERLAP_WINDOWS:
             raise PlannerError(f"{origin}: overlap_window must be one of {', '.join(OVERLAP_WINDOWS)}, got '{w}'")
-    sizes = get("cuda_graphs", "capture_sizes", list, [])
-    if not all(isinstance(s, int) and s >= 1 for s in sizes):
-        raise PlannerError(f"{origin}: [cuda_graphs] capture_sizes must be integers >= 1")
-    return EngineProfile(
+    sizes, spec_sizes = (_sizes(get("cuda_graphs", key, list, []), key, origin)
+                         for key in ("capture_sizes", "spec_capture_sizes"))
+    profile = EngineProfile(
         name=str(data.get("name", Path(origin).stem)), version=str(data.get("version", "")),
         display_name=str(data.get("display_name", data.get("name", ""))), source=str(data.get("source", origin)),
-        size_unit=get("cuda_graphs", "size_unit", str, "tokens"), capture_sizes=tuple(sorted(sizes)),
+        size_unit=get("cuda_graphs", "size_unit", str, "tokens"), capture_sizes=sizes,
         max_capture_size=get("cuda_graphs", "max_capture_size", int, 0),
         unlimited=bool(get("cuda_graphs", "unlimited", bool, False)),
         padding=get("cuda_graphs", "padding", bool, True),
@@ -174,11 +191,66 @@ def engine_from_dict(data: dict, origin: str) -> EngineProfile:
         per_draft_pass_s=get("speculative", "per_draft_pass_s", float, 0.0), spec_overlap_window=windows[1],
         supports_dynamic_k=get("speculative", "supports_dynamic_k", bool, False),
         dynamic_k_option=get("speculative", "dynamic_k_option", str, ""),
-        assumed=tuple(assumed_keys), path=origin, allreduce=_allreduce(data, origin),
+        assumed=tuple(assumed_keys), path=origin,
+        allreduce=_allreduce(get("collectives", "allreduce", str, "custom"), origin),
         graphs_enabled=get("cuda_graphs", "enabled_by_default", bool, True),
         tp_broadcast_per_step_s=get("host", "tp_broadcast_per_step_s", float, 0.0),
         grouped_decode_groups=_groups(get("attention", "grouped_decode_groups", list, []), origin),
-        grouped_decode_min_blocks_per_sm=get("attention", "grouped_decode_min_blocks_per_sm", float, 0.0))
+        grouped_decode_min_blocks_per_sm=get("attention", "grouped_decode_min_blocks_per_sm", float, 0.0),
+        draft_extend_captured=_optional_bool(get, "cuda_graphs", "draft_extend_captured"),
+        sampling_bytes=tuple(get("sampling", key, float, 0.0 if "top_p" in key else 8.0) for key in SAMPLING_KEYS),
+        spec_capture_sizes=spec_sizes)
+    _refuse_unknown(data, read, origin)
+    return profile
+
+
+# [sampling] keys, in EngineProfile.sampling_bytes order (absent: 8 bytes per logit, one fp32 read and
+# write, and nothing more for top-p)
+SAMPLING_KEYS = ("plain_greedy_bytes_per_logit", "plain_sampled_bytes_per_logit", "plain_top_p_extra_bytes_per_logit",
+                 "verify_greedy_bytes_per_logit", "verify_sampled_bytes_per_logit",
+                 "verify_top_p_extra_bytes_per_logit")
+_UNSET = object()
+
+
+def _optional_bool(get, section: str, key: str) -> bool | None:
+    """A true / false key that may be absent (None), read through ``get`` so it counts as known."""
+    value = get(section, key, object, _UNSET)
+    if value is _UNSET:
+        return None
+    if not isinstance(value, bool):
+        raise PlannerError(f"[{section}] {key} must be true or false, got {value!r}")
+    return value
+
+
+def _sizes(sizes: list, key: str, origin: str) -> tuple[int, ...]:
+    if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in sizes):
+        raise PlannerError(f"{origin}: [cuda_graphs] {key} must be integers >= 1")
+    return tuple(sorted(sizes))
+
+
+def _refuse_unknown(data: dict, read: set[tuple[str, str]], origin: str) -> None:
+    """Every key is one the planner reads (``read``: the (section, key) pairs asked for), a top-level
+    label, or sits under [notes] / [sources]."""
+    known = {s: sorted(k for t, k in read if t == s) for s, _ in read}
+    tables = []
+    for key, value in data.items():
+        if key in TOP_KEYS or key in FREE_TABLES:
+            continue
+        if key == "assumed" and isinstance(value, dict):
+            tables += [(f"assumed.{s}", s, t) for s, t in value.items()]
+        elif isinstance(value, dict):
+            tables.append((key, key, value))
+        else:
+            raise PlannerError(f"{origin}: unknown top-level key '{key}'{did_you_mean(key, TOP_KEYS)};"
+                               " descriptive facts go under [notes]")
+    for label, section, table in tables:
+        if section not in known or not isinstance(table, dict):
+            raise PlannerError(f"{origin}: unknown table [{label}]{did_you_mean(section, list(known))};"
+                               " descriptive facts go under [notes]")
+        for key in table:
+            if key not in known[section]:
+                raise PlannerError(f"{origin}: unknown key [{label}] {key}{did_you_mean(key, known[section])};"
+                                   " descriptive facts go under [notes]")
 
 
 def _groups(groups: list, origin: str) -> tuple[int, ...]:
@@ -187,8 +259,7 @@ def _groups(groups: list, origin: str) -> tuple[int, ...]:
     return tuple(sorted(groups))
 
 
-def _allreduce(data: dict, origin: str) -> str:
-    kind = (data.get("collectives") or {}).get("allreduce", "custom")
+def _allreduce(kind: str, origin: str) -> str:
     if kind not in ("custom", "nccl"):
         raise PlannerError(f"{origin}: [collectives] allreduce must be 'custom' or 'nccl', got {kind!r}")
     return kind

@@ -48,6 +48,11 @@ class Hardware:
     # [published]: figures others measured on this device (attained matmul FLOP/s, streaming bandwidth,
     # all-reduce bus bandwidth and latency), each with its source; the "published prior" basis reads them
     published: dict = field(default_factory=dict, compare=False, hash=False)
+    # GPUs one NVLink / xGMI domain joins (one HGX / OAM board); a TP or EP group beyond it crosses nodes
+    scale_up_domain_gpus: int | None = None
+    # [scale_out]: the fabric between nodes (fabric, bandwidth_bytes_per_s per GPU one direction,
+    # latency_s per network step, source); empty: a group beyond one domain is refused
+    scale_out: dict = field(default_factory=dict, compare=False, hash=False)
 
     @property
     def ridge_point(self) -> float:
@@ -149,7 +154,69 @@ def hardware_from_dict(data: dict, origin: str) -> Hardware:
         source=data.get("source", origin),
         compute_units=int(data["compute_units"]) if isinstance(data.get("compute_units"), int) else None,
         published=_published(data.get("published", {}), origin),
+        scale_up_domain_gpus=_positive_int(data, "scale_up_domain_gpus", origin),
+        scale_out=_scale_out(data.get("scale_out", {}), origin),
     )
+
+
+def _positive_int(data: dict, key: str, origin: str) -> int | None:
+    value = data.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise PlannerError(f"{origin}: '{key}' must be a positive integer, got {value!r}")
+    return value
+
+
+SCALE_OUT_KEYS = {"fabric": str, "bandwidth_bytes_per_s": float, "latency_s": float, "source": str}
+
+
+def _scale_out(table, origin: str) -> dict:
+    """[scale_out]: all four keys (numbers finite, bandwidth > 0, latency >= 0), or none."""
+    if not isinstance(table, dict):
+        raise PlannerError(f"{origin}: [scale_out] must be a table")
+    if not table:
+        return {}
+    unknown = set(table) - set(SCALE_OUT_KEYS)
+    missing = set(SCALE_OUT_KEYS) - set(table)
+    if unknown or missing:
+        raise PlannerError(f"{origin}: [scale_out] needs exactly {', '.join(SCALE_OUT_KEYS)}"
+                           + (f"; unknown: {', '.join(sorted(unknown))}" if unknown else "")
+                           + (f"; missing: {', '.join(sorted(missing))}" if missing else ""))
+    out = {}
+    for key, kind in SCALE_OUT_KEYS.items():
+        value = table[key]
+        if kind is str:
+            if not isinstance(value, str):
+                raise PlannerError(f"{origin}: [scale_out] {key} must be a string, got {value!r}")
+            out[key] = value
+            continue
+        if not _is_number(value) or not np.isfinite(value) or value < 0 or (key.startswith("band") and value == 0):
+            raise PlannerError(f"{origin}: [scale_out] {key} must be a finite number"
+                               f" {'> 0' if key.startswith('band') else '>= 0'}, got {value!r}")
+        out[key] = float(value)
+    return out
+
+
+def check_group_fits(hw: Hardware, gpus: int, what: str) -> str | None:
+    """A group of ``gpus`` beyond one scale-up domain: refused (PlannerError) where the hardware file
+    gives no inter-node fabric or the group does not split evenly over nodes; else a one-line caveat
+    saying what it is priced with (None when it fits one domain)."""
+    dom = hw.scale_up_domain_gpus
+    if not dom or gpus <= dom:
+        return None
+    nodes = -(-gpus // dom)
+    if gpus % dom:
+        raise PlannerError(f"{what} = {gpus} on {hw.name} does not split evenly over {dom}-GPU NVLink domains;"
+                           f" use a multiple of {dom} or at most {dom}")
+    if not hw.scale_out:
+        raise PlannerError(f"{what} = {gpus} on {hw.name} spans {nodes} nodes of {dom} GPUs (one {hw.interconnect}"
+                           f" domain each) and the hardware file gives no inter-node fabric: add a [scale_out] table"
+                           f" (fabric, bandwidth_bytes_per_s, latency_s, source) or use {what} <= {dom}")
+    so = hw.scale_out
+    return (f"{what} = {gpus} on {hw.name} spans {nodes} nodes of {dom} GPUs: collectives pay the inter-node"
+            f" fabric ({so['fabric']}: {so['bandwidth_bytes_per_s'] / 1e9:.0f} GB/s per GPU,"
+            f" {so['latency_s'] * 1e6:.0f} us per network step; hardware file [scale_out])")
 
 
 def _published(table, origin: str) -> dict:

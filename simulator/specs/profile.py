@@ -45,6 +45,7 @@ import numpy as np
 from simulator.errors import PlannerError
 from simulator.files import read_json_file
 from simulator.specs.surfaces import ShapeCorrection, Surface
+from simulator.specs.versions import version_key
 
 PROFILE_FORMAT = "dsd-planner-profile"
 # Profiles shipped with the planner: measured GPU kernel tables, <hardware>.<engine>-<version>.profile.json
@@ -277,11 +278,11 @@ def shipped_profile_path(hardware: str, engine: str | None = None) -> Path | Non
     paths = sorted(SHIPPED_DIR.glob(f"{hardware}.*.profile.json"))
     if not paths:
         return None
-    def version_key(p: Path):
+    def rank(p: Path):
         tag = p.name[len(hardware) + 1:-len(".profile.json")]
         name, _, version = tag.partition("-")
-        return (name == engine, name == "vllm", tuple(int(x) if x.isdigit() else -1 for x in version.replace("rc", ".").split(".")))
-    return max(paths, key=version_key)
+        return (name == engine, name == "vllm", version_key(version))
+    return max(paths, key=rank)
 
 
 # Kernel families that only some engines' tables measure; another engine's profile of the same device

@@ -14,12 +14,14 @@ import numpy as np
 
 from simulator.specs.collectives import server_collectives
 from simulator.specs.acceptance import Acceptance, ContextAcceptance, context_acceptance, parse_acceptance, preset_for
+from simulator.specs.acceptance_files import AcceptanceFile, is_acceptance_path, read_acceptance_file
 from simulator.specs.deployment import LAYOUTS, Deployment, check_deployment, make_deployment
 from simulator.specs.engines import EngineProfile, default_engine, load_engine
 from simulator.specs.drafts import DraftSpec, check_draft, parse_draft
+from simulator.specs.deployment_fit import DeploymentFit, load_deployment_fit, scenario_identity
 from simulator.errors import PlannerError
 from simulator.files import read_toml_file
-from simulator.specs.hardware import Hardware, custom_hardware, load_hardware
+from simulator.specs.hardware import Hardware, check_group_fits, custom_hardware, load_hardware
 from simulator.specs.models import ModelSpec, load_model
 from simulator.specs.routing import Routing, check_reuse
 from simulator.specs.values import (NUM, STR_OR_LIST, check_table, parse_batch_sizes,  # noqa: F401 (API)
@@ -40,16 +42,24 @@ SCHEMA: dict[str, dict[str, type | tuple]] = {
                  "interconnect_bandwidth_bytes_per_s": NUM},
     "precision": {"weights": str, "activations": str, "kv_cache": str, "experts": str},
     "draft": {"method": str, "model": str},
-    "acceptance": {"rate": NUM, "rates": list, "source": str, "preset": str,
+    "acceptance": {"rate": NUM, "rates": list, "source": str, "preset": str, "band": NUM, "file": str,
                    "context_points": list, "context_factors": list, "context_source": str},
     "workload": {"context_len": int, "batch_sizes": STR_OR_LIST, "k_max": int, "fixed_k": int,
-                 "memory_utilization": NUM, "allow_context_beyond_model": bool, "context_lens": STR_OR_LIST},
+                 "temperature": NUM, "top_p": NUM,
+                 "memory_utilization": NUM, "allow_context_beyond_model": bool, "context_lens": STR_OR_LIST,
+                 "schedule_tolerance": NUM},
     "routing": {"kind": str, "skew": NUM, "probabilities": list, "reuse": NUM},
-    "calibration": {"profile": str},
+    "calibration": {"profile": str, "deployment": str},
     "engine": {"name": str, "version": str},
 }
 OPEN_SECTIONS = ("serving", "traffic", "slo", "sizing", "validation")
+# raw-dict marker: acceptance was given as an override, so a deployment fit's measured rates do not replace it
+ACCEPTANCE_GIVEN = "_acceptance_given"
 
+
+# Default share of the per-batch optimum a K* schedule may give up at any batch size for fewer ranges
+# (simulator/plan/schedule.py): inside every prediction's step-time band (+-5-25%, specs/uncertainty.py)
+SCHEDULE_TOLERANCE = 0.01
 
 # Beyond this exponent a Zipf router sends every token to the same top-k experts to within 1e-9
 # (2^-30 < 1e-9), and i^skew overflows float64 for i = 256 experts at skew ~ 128.
@@ -79,15 +89,20 @@ class Scenario:
     warnings: list = field(default_factory=list)  # one-line notes on inputs accepted with a caveat
     context_lens: np.ndarray | None = None  # [workload] context_lens: the context axis of the (B, L) K* map
     acceptance_context: "ContextAcceptance | None" = None  # acceptance factor by context length
+    deployment_fit: DeploymentFit | None = None  # [calibration] deployment: terms fitted on this deployment
+    acceptance_band: float = 0.0  # +- on every per-position rate: K* chosen to stay near-best across it
+    schedule_tolerance: float = SCHEDULE_TOLERANCE  # [workload] schedule_tolerance: goodput K* may give up for fewer ranges
+    acceptance_file: "AcceptanceFile | None" = None  # [acceptance] file / --acceptance PATH: what was read
 
     @property
     def cost_source(self) -> str:
         """What the step times rest on: kernels (datasheet, calibration profile or measured tables)
         and the engine profile that adds host time and graph capture."""
         kernels = self.profile.label if self.profile else "datasheet only (uncalibrated roofline)"
+        fit = f"; {self.deployment_fit.label}" if self.deployment_fit else ""
         if self.engine is None or self.engine.name == "ideal":
-            return kernels
-        return f"{kernels}; {self.engine.label}"
+            return kernels + fit
+        return f"{kernels}; {self.engine.label}{fit}"
 
     def with_overrides(self, **overrides) -> "Scenario":
         """A new scenario with flat overrides applied (same keys as :func:`apply_overrides`)."""
@@ -195,7 +210,12 @@ def _workload(get, origin: str, model: ModelSpec) -> dict:
             raise PlannerError(f"{origin}: context_lens up to {context_lens.max()} exceed {model.name}'s"
                                f" max_position_embeddings={max_pos}; shorten them, or set [workload]"
                                " allow_context_beyond_model = true for a model served with RoPE scaling")
-    return {"context_len": int(context_len), "k_max": int(k_max), "fixed_k": int(fixed_k),
+    tol = float(get("workload", "schedule_tolerance", SCHEDULE_TOLERANCE))
+    if not 0 <= tol < 0.5:
+        raise PlannerError(f"{origin}: schedule_tolerance={tol:g} is outside [0, 0.5): the share of the best goodput"
+                           " a K* schedule may give up at any batch size for fewer ranges (0.01 = 1%; 0 = per-batch"
+                           " argmax)")
+    return {"context_len": int(context_len), "k_max": int(k_max), "fixed_k": int(fixed_k), "schedule_tolerance": tol,
             "batch_sizes": parse_batch_sizes(get("workload", "batch_sizes", "1-512")),
             "context_lens": context_lens, "warnings": warnings_}
 
@@ -206,13 +226,21 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
     times rest on (:func:`resolve_profile`)."""
     raw = copy.deepcopy(raw)
     raw.pop("_base_dir", None)
+    acceptance_given = raw.pop(ACCEPTANCE_GIVEN, False)  # by a flag or the API: it outranks a deployment fit's
     _check_sections(raw, origin)
     get = lambda section, key, default=None: raw.get(section, {}).get(key, default)  # noqa: E731
     model, hardware = _model_and_hardware(raw, get, origin, base_dir)
     deployment = _deployment(raw, get, origin, model)
+    try:
+        multi_node = check_group_fits(hardware, deployment.tp, "tp")
+    except PlannerError as err:
+        raise PlannerError(f"{origin}: {err}") from None
     draft = _draft(get, origin, base_dir, model, deployment)
-    acceptance = _scenario_acceptance(raw.get("acceptance", {}), draft.method, origin)
+    acceptance, acc_file = _scenario_acceptance(raw.get("acceptance", {}), draft.method, origin, base_dir)
     wl = _workload(get, origin, model)
+    if acc_file is not None:
+        wl["k_max"], wl["fixed_k"], notes = acc_file.cap(wl["k_max"], wl["fixed_k"])
+        wl["warnings"] = list(wl["warnings"]) + notes
     acceptance_context = context_acceptance(raw.get("acceptance", {}), acceptance, origin)
     engine_tbl = raw.get("engine", {})
     engine = load_engine(engine_tbl.get("name") or default_engine(hardware.kind), engine_tbl.get("version"))
@@ -221,16 +249,46 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
     deployment = replace(deployment, allreduce=engine.allreduce_table, engine=engine.name,
                          grouped_decode_groups=engine.grouped_decode_groups,
                          grouped_decode_min_batch_heads=engine.grouped_decode_min_blocks_per_sm * (hardware.compute_units or 0),
-                         l2_reread_cost=hardware.l2_reread_cost)
+                         l2_reread_cost=hardware.l2_reread_cost,
+                         **_logit_bytes(engine, get("workload", "temperature", 0.0), get("workload", "top_p", 1.0), origin))
+    fit_path = get("calibration", "deployment")
+    fit = load_deployment_fit(_resolve_path(fit_path, base_dir), origin,
+                              scenario_identity(model, hardware, deployment, engine, draft)) if fit_path else None
+    if fit is not None and fit.acceptance_rates and not acceptance_given:
+        acceptance = Acceptance(fit.acceptance_rates, f"measured on this deployment ({Path(fit.path).name})")
     raw["_base_dir"] = base_dir
+    if acceptance_given:
+        raw[ACCEPTANCE_GIVEN] = True
     return Scenario(
         name=raw.get("name", Path(origin).stem if origin != "flags" else "custom"),
         description=raw.get("description", ""), model=model, hardware=hardware, deployment=deployment,
         draft=draft, acceptance=acceptance, context_len=wl["context_len"], batch_sizes=wl["batch_sizes"],
         k_max=wl["k_max"], fixed_k=wl["fixed_k"], profile=profile, engine=engine, origin=origin,
         extra={s: raw[s] for s in OPEN_SECTIONS if s in raw}, raw=raw,
-        warnings=_warn(wl["warnings"] + pcie_collective_caveat(hardware, deployment, profile)),
-        context_lens=wl["context_lens"], acceptance_context=acceptance_context)
+        warnings=_warn(wl["warnings"] + ([multi_node] if multi_node else [])
+                       + pcie_collective_caveat(hardware, deployment, profile)),
+        context_lens=wl["context_lens"], acceptance_context=acceptance_context,
+        acceptance_band=_acceptance_band(get("acceptance", "band", 0.0), origin),
+        schedule_tolerance=wl["schedule_tolerance"], acceptance_file=acc_file, deployment_fit=fit)
+
+
+def _logit_bytes(engine, temperature, top_p, origin: str) -> dict:
+    """The deployment's sampling bytes per logit element at the workload's temperature and top-p."""
+    temperature, top_p = float(temperature), float(top_p)
+    if temperature < 0 or not (0 < top_p <= 1):
+        raise PlannerError(f"{origin}: [workload] temperature = {temperature:g} must be >= 0 (0 = greedy) and"
+                           f" top_p = {top_p:g} in (0, 1]")
+    plain, verify = engine.logit_bytes(temperature, top_p)
+    return {"logit_bytes_plain": plain, "logit_bytes_verify": verify}
+
+
+def _acceptance_band(value, origin: str) -> float:
+    """[acceptance] band: how far each per-position rate may be off, absolute, in [0, 0.5]."""
+    band = float(value)
+    if not (0.0 <= band <= 0.5):
+        raise PlannerError(f"{origin}: [acceptance] band = {band:g} must be in [0, 0.5] (an absolute +- on each"
+                           " per-position rate, e.g. 0.1)")
+    return band
 
 
 def fit_to_server(profile: Profile | None, hardware: Hardware, given_bus_bandwidth) -> Profile | None:
@@ -295,12 +353,24 @@ def resolve_profile(given: str | None, hardware: Hardware, engine: str, base_dir
 FALLBACK_RATE = 0.7  # used only where no preset exists (early-exit) and the scenario gives none
 
 
-def _scenario_acceptance(acc_tbl: dict, method: str, origin: str) -> Acceptance:
-    """[acceptance]: explicit rate / rates win; else the named preset; else the draft method's preset.
+def _scenario_acceptance(acc_tbl: dict, method: str, origin: str,
+                         base_dir: str | None = None) -> tuple[Acceptance, AcceptanceFile | None]:
+    """[acceptance]: a measured file, or explicit rate / rates; else the named preset; else the draft
+    method's preset. Returns the acceptance and the file it was read from (None otherwise).
 
     Presets (simulator/data/acceptance.toml) carry their own source; a method without one (early-exit)
     falls back to an i.i.d. FALLBACK_RATE labelled as an assumption.
     """
+    if "file" in acc_tbl:
+        clash = [k for k in ("rate", "rates", "preset") if k in acc_tbl]
+        if clash:
+            raise PlannerError(f"{origin}: [acceptance] give either 'file' or '{clash[0]}', not both")
+        got = read_acceptance_file(_resolve_path(acc_tbl["file"], base_dir), flag="[acceptance] file")
+        return got.acceptance(), got
+    return _table_acceptance(acc_tbl, method, origin), None
+
+
+def _table_acceptance(acc_tbl: dict, method: str, origin: str) -> Acceptance:
     if "rate" in acc_tbl and "rates" in acc_tbl:
         raise PlannerError(f"{origin}: [acceptance] give either 'rate' or 'rates', not both")
     explicit = "rate" in acc_tbl or "rates" in acc_tbl
@@ -354,12 +424,14 @@ OVERRIDE_KEYS = {
     "routing_skew": ("routing", "skew"), "acceptance_source": ("acceptance", "source"),
     "layout": ("hardware", "layout"), "dp": ("hardware", "dp"), "routing_reuse": ("routing", "reuse"),
     "engine": ("engine", "name"), "engine_version": ("engine", "version"),
-    "context_lens": ("workload", "context_lens"),
-    "acceptance_preset": ("acceptance", "preset"),
+    "context_lens": ("workload", "context_lens"), "schedule_tolerance": ("workload", "schedule_tolerance"),
+    "acceptance_preset": ("acceptance", "preset"), "acceptance_band": ("acceptance", "band"),
+    "temperature": ("workload", "temperature"), "top_p": ("workload", "top_p"),
     "peak_bf16_flops_per_s": ("hardware", "peak_bf16_flops_per_s"),
     "allow_long_context": ("workload", "allow_context_beyond_model"),
     "hbm_bandwidth_bytes_per_s": ("hardware", "hbm_bandwidth_bytes_per_s"),
     "allreduce_busbw": ("hardware", "interconnect_bandwidth_bytes_per_s"),  # your nccl-tests busbw, bytes/s
+    "deployment": ("calibration", "deployment"),  # python -m calibration.fit_deployment's file
 }
 
 
@@ -373,10 +445,15 @@ def apply_overrides(raw: dict, overrides: dict) -> dict:
             raise PlannerError(f"unknown setting '{name}' (known: {', '.join(sorted(OVERRIDE_KEYS))})")
         section, key = OVERRIDE_KEYS[name]
         table = raw.setdefault(section, {})
+        if name in ("acceptance", "acceptance_preset"):
+            raw[ACCEPTANCE_GIVEN] = True
         if name == "acceptance":
-            table.pop("rate", None)
-            table.pop("rates", None)
-            table.pop("preset", None)
+            for old in ("rate", "rates", "preset", "file"):
+                table.pop(old, None)
+            if is_acceptance_path(value):
+                table["file"] = str(value)
+                table.pop("source", None)
+                continue
             acc = parse_acceptance(value)
             table["rates"] = list(acc.rates)
             table["source"] = overrides.get("acceptance_source") or "given as an override"
@@ -392,10 +469,10 @@ def apply_overrides(raw: dict, overrides: dict) -> dict:
             if _draft_method_of(table) != before and overrides.get("acceptance") is None \
                     and overrides.get("acceptance_preset") is None:
                 acc = raw.setdefault("acceptance", {})
-                for key in ("rate", "rates", "source", "preset"):
+                for key in ("rate", "rates", "source", "preset", "file"):
                     acc.pop(key, None)
         elif name == "acceptance_preset":
-            for key in ("rate", "rates"):
+            for key in ("rate", "rates", "file"):
                 table.pop(key, None)
             table["preset"] = str(value)
             if overrides.get("acceptance_source") is None:

@@ -24,7 +24,9 @@ from typing import Mapping, Sequence
 
 import numpy as np
 
-__all__ = ["Surface", "ShapeCorrection", "collective_time_s", "ring_factor"]
+from simulator.specs.wire import collective_factor
+
+__all__ = ["Surface", "ShapeCorrection", "collective_time_s"]
 
 
 class Surface:
@@ -195,12 +197,6 @@ class ShapeCorrection:
         return np.interp(x, lx, fs) if lx.size > 1 else np.full(x.shape, float(fs[0]))
 
 
-def ring_factor(g) -> np.ndarray:
-    """Bytes on the wire per byte of message for a ring all-reduce: 2 (g-1)/g."""
-    g = np.asarray(g, dtype=float)
-    return 2.0 * (g - 1.0) / g
-
-
 def collective_time_s(table: Mapping, g: int, nbytes, *, op: str = "all_reduce", monotone: bool = False) -> np.ndarray:
     """Time of one collective of ``nbytes`` (per GPU message) over ``g`` GPUs, from a profile.
 
@@ -222,7 +218,7 @@ def collective_time_s(table: Mapping, g: int, nbytes, *, op: str = "all_reduce",
         raise KeyError(f"no {op} table")
     gk = min(keys, key=lambda k: (abs(np.log2(k) - np.log2(int(g))), k))
     ent = sub[str(gk)]
-    factor = ring_factor(g) if op.startswith("all_reduce") else (float(g) - 1.0) / float(g)
+    factor = collective_factor(op, g)
     alpha, bw = float(ent["alpha_s"]), float(ent["bus_bandwidth_bytes_per_s"])
     if not len(ent["bytes"]):  # alpha-beta only (a published prior, no measured points)
         return alpha + factor * nbytes / bw

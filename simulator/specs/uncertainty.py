@@ -23,13 +23,14 @@ class Band:
     worst: float | None
     n: int
     where: str  # what the figure rests on
+    measure: str = "MAPE over"  # what the figure is: residuals of that basis, or a fit's own interval
 
     def describe(self) -> str:
         if self.mape is None:
             return f"unknown ({self.where})"
         worst = f", worst {self.worst:.0%}" if self.worst is not None else ""
         count = f"{self.n} " if self.n else ""
-        return f"+-{self.mape:.0%} step time (MAPE over {count}{self.where}{worst})"
+        return f"+-{self.mape:.0%} step time ({self.measure} {count}{self.where}{worst})"
 
 
 @lru_cache(maxsize=1)

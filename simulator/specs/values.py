@@ -49,7 +49,8 @@ BATCH_SIZE_MAX = 65536
 
 
 def parse_batch_sizes(value) -> np.ndarray:
-    """'1-512', '1,2,4,8', '1-8,16,32' or a list of ints -> sorted unique array (each >= 1)."""
+    """'1-512' (every integer), '1,2,4,8', '1-8,16,32', '1-64:pow2' (the powers of two inside the range
+    plus both ends: 1,2,4,...,64) or a list of ints -> sorted unique array (each >= 1)."""
     if isinstance(value, (list, tuple, np.ndarray)):
         items = list(value)
         if not all(isinstance(x, (int, np.integer)) and not isinstance(x, bool) for x in items):
@@ -61,7 +62,7 @@ def parse_batch_sizes(value) -> np.ndarray:
             part = part.strip()
             if not part:
                 continue
-            match = re.fullmatch(r"(-?\d{1,12})\s*-\s*(-?\d{1,12})", part)
+            match = re.fullmatch(r"(-?\d{1,12})\s*-\s*(-?\d{1,12})(\s*:\s*pow2)?", part)
             if match:
                 lo, hi = int(match.group(1)), int(match.group(2))
                 if hi < lo:
@@ -70,14 +71,15 @@ def parse_batch_sizes(value) -> np.ndarray:
                     raise PlannerError(f"batch size {lo} < 1: batch sizes count sequences, the smallest is 1")
                 if hi > BATCH_SIZE_MAX:
                     raise PlannerError(f"batch sizes '{part}': batch size {hi} > {BATCH_SIZE_MAX}: out of range")
-                sizes += list(range(lo, hi + 1))
+                sizes += ([lo, hi] + [2 ** i for i in range(hi.bit_length()) if lo <= 2 ** i <= hi]
+                          if match.group(3) else list(range(lo, hi + 1)))
             elif re.fullmatch(r"-?\d{1,12}", part):
                 sizes.append(int(part))
             elif re.fullmatch(r"-?\d+(\s*-\s*-?\d+)?", part):
                 raise PlannerError(f"batch sizes '{part}': a number with more than 12 digits; each batch size"
                                    f" must lie in 1-{BATCH_SIZE_MAX}")
             else:
-                raise PlannerError(f"batch sizes '{value}': expected '1-256' or '1,2,4,8'")
+                raise PlannerError(f"batch sizes '{value}': expected '1-256', '1,2,4,8' or '1-256:pow2'")
     if not sizes:
         raise PlannerError("batch sizes: none given")
     if min(sizes) < 1:

@@ -19,7 +19,7 @@ from simulator.errors import PlannerError
 from simulator.sweep.backends import Progress, import_ray, run_inline, run_local, run_ray
 from simulator.sweep.journal import JOURNAL, Journal, read_journal, roundtrip
 from simulator.sweep.spec import SweepSpec, SweepTask, parse_sweep, task_key
-from simulator.files import write_files_atomically
+from simulator.files import check_output_dir, write_files_atomically
 from simulator.sweep.tables import pareto_flags, results_table, summary_html, summary_markdown, table_bytes
 
 OUTPUT_NAMES = {"parquet": "results.parquet", "csv": "results.csv", "markdown": "summary.md", "html": "summary.html"}
@@ -40,10 +40,19 @@ class SweepOutcome:
     backend: str = "local"
 
 
-def check_outputs(spec: SweepSpec) -> None:
+def output_names(spec: SweepSpec) -> list[str]:
+    """Every file a sweep writes into its output directory."""
+    return [JOURNAL, "filtered.csv"] + [OUTPUT_NAMES[f] for f in spec.output["formats"]]
+
+
+def check_outputs(spec: SweepSpec, output_dir=None) -> Path:
+    """Refuse, before any task runs, outputs that cannot be written: pyarrow missing for Parquet, an output
+    directory that is a file, lies under one or is not writable, an output file name taken by a directory."""
     if "parquet" in spec.output["formats"] and importlib.util.find_spec("pyarrow") is None:
         raise PlannerError("Parquet output needs pyarrow: pip install 'dsd-planner[sweep]'"
                            " (or set [output] formats without \"parquet\")")
+    out = Path(output_dir or spec.output["dir"])
+    return check_output_dir(out, names=output_names(spec))
 
 
 def run_sweep(spec: str | Path | SweepSpec, output_dir=None, workers=None, ray_address=None, max_tasks=None,
@@ -62,14 +71,13 @@ def run_sweep(spec: str | Path | SweepSpec, output_dir=None, workers=None, ray_a
         spec.run["workers"] = workers
     if max_tasks is not None and max_tasks < 0:
         raise PlannerError(f"--max-tasks must be >= 0, got {max_tasks}")
-    if write:
-        check_outputs(spec)
+    out = check_outputs(spec, output_dir) if write else check_output_dir(Path(output_dir or spec.output["dir"]))
     if ray_address is not None:
         import_ray()  # refuse before anything runs when Ray is missing
-    out = Path(output_dir or spec.output["dir"])
-    if out.exists() and not out.is_dir():
-        raise PlannerError(f"--output-dir {out}: exists and is not a directory")
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise PlannerError(f"--output-dir {out}: cannot create it ({err.strerror or err})") from None
     records = read_journal(out / JOURNAL)
     todo = [t for t in spec.tasks if t.key not in records]
     resumed = len(spec.tasks) - len(todo)
@@ -127,5 +135,5 @@ def write_outputs(spec: SweepSpec, out: Path, table: pd.DataFrame, filtered: pd.
     return write_files_atomically(out, files)
 
 
-__all__ = ["OUTPUT_NAMES", "SweepOutcome", "SweepSpec", "SweepTask", "check_outputs", "parse_sweep",
+__all__ = ["OUTPUT_NAMES", "SweepOutcome", "SweepSpec", "SweepTask", "check_outputs", "output_names", "parse_sweep",
            "pareto_flags", "read_journal", "results_table", "run_sweep", "task_key", "write_outputs"]

@@ -26,8 +26,9 @@ A sweep file (TOML) names a base scenario and the axes to cross::
     rates = [0.8, 0.7, 0.63]
 
     [run]                                 # per task: the grid prediction, then (size = true) the SLO search
-    size = true
-    n_requests = 20   search_steps = 1   duration_s = 5.0   max_requests = 400   max_replicas = 64   seed = 0
+    size = true                           # the search of `simulator.size`; each setting below defaults to the
+    n_requests = 200   search_steps = 3   # base scenario's [sizing] value, so a row agrees with `size` on the
+    duration_s = 44.0  max_requests = 4000   max_replicas = 64   seed = 0    # same configuration
     workers = 2
 
     [output]
@@ -72,8 +73,9 @@ RUN_SCHEMA = {"size": bool, "n_requests": int, "search_steps": int, "duration_s"
 OUTPUT_SCHEMA = {"dir": str, "formats": list, "latency": str}
 FORMATS = ("parquet", "csv", "markdown", "html")
 LATENCY_COLUMNS = ("tpot_p50_s", "tpot_p99_s", "ttft_p99_s")
-RUN_DEFAULTS = {"size": True, "n_requests": 40, "search_steps": 2, "duration_s": 10.0, "max_requests": 800,
-                "max_replicas": 64, "seed": 0, "workers": 2}
+# None: the base scenario's [sizing] setting (else the sizing default), so a row is what `size` finds
+RUN_DEFAULTS = {"size": True, "n_requests": None, "search_steps": None, "duration_s": None, "max_requests": None,
+                "max_replicas": None, "seed": None, "workers": 2}
 # axis -> the flat scenario override it sets (simulator.specs.scenario.OVERRIDE_KEYS)
 OVERRIDE = {"models": "model", "hardware": "hardware", "tp": "tp", "ep": "ep", "dtype": "weight_dtype",
             "kv_dtype": "kv_dtype", "draft": "draft", "context_len": "context_len", "engine": "engine"}
@@ -261,12 +263,15 @@ def parse_sweep(path: str | Path, output_dir: str | None = None, workers: int | 
 def _check_run(origin: str, run: dict, workers: int | None) -> dict:
     """[run]: simulation sizes and the worker count (--workers overrides it)."""
     for key in ("n_requests", "max_requests", "max_replicas", "workers"):
-        if run[key] < 1:
+        if run[key] is not None and run[key] < 1:
             raise _err(origin, f"[run] {key} must be >= 1, got {run[key]}")
-    if run["n_requests"] < 20:
+    if run["n_requests"] is not None and run["n_requests"] < 20:
         raise _err(origin, f"[run] n_requests must be >= 20 for stable percentiles, got {run['n_requests']}")
-    if run["search_steps"] < 0 or not run["duration_s"] > 0:
+    if (run["search_steps"] is not None and run["search_steps"] < 0) or (
+            run["duration_s"] is not None and not run["duration_s"] > 0):
         raise _err(origin, "[run] search_steps must be >= 0 and duration_s > 0")
+    if run["duration_s"] is not None:
+        run["duration_s"] = float(run["duration_s"])
     if workers is not None:
         if workers < 1:
             raise PlannerError(f"--workers must be >= 1, got {workers}")

@@ -31,9 +31,10 @@ def results_table(tasks: list, records: dict, latency: str = "tpot_p50_s") -> pd
     return df.reset_index(drop=True)
 
 
-def pareto_flags(df: pd.DataFrame, latency: str = "tpot_p50_s", cost: str = COST, by: str = "model") -> np.ndarray:
-    """True where no other row of the same model meeting its target is at least as cheap and as fast
-    (and strictly better in one): the $/Mtok vs latency front per model."""
+def pareto_flags(df: pd.DataFrame, latency: str = "tpot_p50_s", cost: str = COST, by=("model", "traffic")) -> np.ndarray:
+    """True where no other row of the same model and traffic mix meeting its target is at least as cheap and
+    as fast (and strictly better in one): the $/Mtok vs latency front per model and traffic mix (a chat row
+    and a RAG row serve different demands, so neither dominates the other)."""
     flags = np.zeros(len(df), dtype=bool)
     if latency not in df.columns or cost not in df.columns:
         return flags
@@ -41,7 +42,10 @@ def pareto_flags(df: pd.DataFrame, latency: str = "tpot_p50_s", cost: str = COST
     x = pd.to_numeric(df[latency], errors="coerce").to_numpy(dtype=float)
     y = pd.to_numeric(df[cost], errors="coerce").to_numpy(dtype=float)
     valid = ok.to_numpy() & np.isfinite(x) & np.isfinite(y)
-    for _, idx in df.groupby(by, sort=False).indices.items():
+    keys = [c for c in ([by] if isinstance(by, str) else list(by)) if c in df.columns]
+    if not keys:
+        return flags
+    for _, idx in df.groupby(keys, sort=False).indices.items():
         idx = np.asarray([i for i in idx if valid[i]])
         if not len(idx):
             continue
@@ -63,8 +67,8 @@ def table_bytes(df: pd.DataFrame, fmt: str) -> bytes:
 
 
 PARETO_COLS = ["hardware", "tp", "ep", "dtype", "draft", "engine", "context_len", "traffic", "acceptance", "policy",
-               "gpus", "gpus_band", "max_load_per_replica", "ttft_p99_s", "tpot_p50_s", COST, "fleet_usd_per_hour",
-               "rel_error"]
+               "gpus", "gpus_band", "max_load_per_replica", "search_resolution", "ttft_p99_s", "tpot_p50_s", COST,
+               "fleet_usd_per_hour", "rel_error"]
 
 
 def _md_table(df: pd.DataFrame) -> str:
@@ -88,17 +92,26 @@ def _sections(spec, df: pd.DataFrame, filtered: pd.DataFrame, stats: dict):
              f" {spec.n_combinations} combinations: {len(spec.tasks)} tasks ran ({stats.get('computed', 0)} computed"
              f" now, {stats.get('resumed', 0)} from the journal), {len(filtered)} filtered"
              f" (memory or layout). {len(df)} result rows, {meets} meet the target load within"
-             f" max_replicas={spec.run['max_replicas']}.")
+             f" max_replicas={spec.run['max_replicas'] or 'of the base scenario'}.")
     run = spec.run
     if run["size"]:
-        intro += (f" Sizing per task: n_requests={run['n_requests']}, search_steps={run['search_steps']},"
-                  f" duration_s={run['duration_s']}, seed={run['seed']} (small runs: capacities are coarse).")
+        same = all(run.get(k) is None for k in ("n_requests", "search_steps", "duration_s", "max_requests"))
+        intro += (" Sizing per task: the capacity search of `simulator.size` (one search, one end-to-end band),"
+                  + (" with the base scenario's [sizing] settings, so a row agrees with `size` on the same"
+                     " configuration within the printed search_resolution" if same else
+                     f" with [run] n_requests={run['n_requests']}, search_steps={run['search_steps']},"
+                     f" duration_s={run['duration_s']}, max_requests={run['max_requests']} (shorter runs than"
+                     " `size`: coarser, and optimistic where the queue has no time to build)")
+                  + f"; seed={run['seed']}.")
     blocks = [("", intro, None)]
     cols = [c for c in PARETO_COLS if c in df.columns]
-    for model, sub in df[df.pareto].groupby("model", sort=False):
+    front_keys = [c for c in ("model", "traffic") if c in df.columns]
+    for key, sub in df[df.pareto].groupby(front_keys, sort=False):
         sub = sub.sort_values(lat)
-        blocks.append((f"Pareto front: {model} ($/M output tokens vs {lat})",
-                       "Cheapest configuration at each latency among those meeting the target.", sub[cols]))
+        name = " / ".join(map(str, key if isinstance(key, tuple) else (key,)))
+        blocks.append((f"Pareto front: {name} ($/M output tokens vs {lat})",
+                       "Cheapest configuration at each latency among those meeting the target (one front per"
+                       " model and traffic mix).", sub[cols]))
     no_front = [m for m in df.model.unique() if not df[(df.model == m) & df.pareto].shape[0]]
     if no_front:
         blocks.append(("No configuration meets the target", ", ".join(map(str, no_front)), None))

@@ -19,7 +19,7 @@ from simulator.specs.scenario import build_scenario
 CAPACITY_COLUMNS = (
     "policy", "meets_target", "max_load_per_replica", "load_band_low", "load_band_high", "bounded",
     "throughput_tok_s", "tok_s_per_gpu", "ttft_p99_s", "tpot_p50_s", "tpot_p99_s", "mean_batch_size", "mean_k",
-    "replicas", "gpus", "gpus_band", "price_per_gpu_hour_usd", "fleet_usd_per_hour", "usd_per_m_output_tokens",
+    "replicas", "gpus", "gpus_band", "gpus_low", "gpus_high", "basis", "search_resolution", "price_per_gpu_hour_usd", "fleet_usd_per_hour", "usd_per_m_output_tokens",
     "usd_per_m_tokens_at_target", "energy_j_per_token_est", "price_source", "reason",
 )
 
@@ -65,10 +65,12 @@ def run_task(task) -> dict:
     else:
         r = task.run
         try:
+            # the same search as `size` (None: the base scenario's [sizing] setting), the scenario as its own
+            # candidate (dtype "" keeps its precision)
             res = size(sc, candidates=[sc.hardware.name], tp=[sc.deployment.tp], policies=list(task.policies),
                        workers=1, n_requests=r["n_requests"], search_steps=r["search_steps"], seed=r["seed"],
-                       sensitivity=False, max_replicas=r["max_replicas"], duration_s=float(r["duration_s"]),
-                       max_requests=r["max_requests"])
+                       sensitivity=False, max_replicas=r["max_replicas"], duration_s=r["duration_s"],
+                       max_requests=r["max_requests"], dtypes=[""])
         except PlannerError as e:
             status = "error: " + " ".join(str(e).split())
             rows += [base | {"policy": p, "status": status} | grid | unc for p in task.policies]
@@ -82,8 +84,12 @@ def run_task(task) -> dict:
                     rows.append(base | {"policy": p, "status": "rejected: " + reason} | grid | unc)
                     continue
                 cols = {c: _plain(row.get(c)) for c in CAPACITY_COLUMNS}
+                cap_, low = row.get("max_load_per_replica"), row.get("load_band_low")
+                # the end-to-end band of the capacity row (size's candidate band), not the scenario's own
+                band = {"rel_error": 1.0 - low / cap_ if cap_ and low == low else unc["rel_error"],  # noqa: PLR0124
+                        "uncertainty": res.band_note}
                 rows.append(base | {"status": "ok"} | cols | {"target_load": res.spec.target_load,
                                                               "load_unit": res.spec.load_unit,
-                                                              "slo": res.spec.slo.describe()} | grid | unc)
+                                                              "slo": res.spec.slo.describe()} | grid | band)
     return {"key": task.key, "index": task.index, "rows": rows, "elapsed_s": time.perf_counter() - t0,
             "cpu_s": time.process_time() - c0}

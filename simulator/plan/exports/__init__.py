@@ -43,7 +43,8 @@ __all__ = ["DEFAULT_VERSION", "ENGINE_OF", "FORMATS", "NEWEST_CHECKED", "PROPOSA
 # --- dispatcher ----------------------------------------------------------------------------------
 
 def export(fmt: str, table: KTable, version: str | None = None, *, method_cfg: dict | None = None,
-           cuda_graph_bs=None, sglang_candidates: str = "kstar") -> Export:
+           cuda_graph_bs=None, sglang_candidates: str = "kstar", planned_batch_size: int | None = None,
+           draft_method: str | None = None) -> Export:
     """The engine file for ``fmt`` targeting ``version`` (default: the newest release checked)."""
     version, notes = check_version(fmt, version)
     if fmt == "vllm":
@@ -52,7 +53,7 @@ def export(fmt: str, table: KTable, version: str | None = None, *, method_cfg: d
         out = _vllm_ctx(table, version, method_cfg)
         notes = []
     elif fmt == "trtllm":
-        out = _trtllm(table, version)
+        out = _trtllm(table, version, planned_batch_size, draft_method)
     elif fmt == "sglang":
         out = _sglang(table, version, cuda_graph_bs, sglang_candidates)
     else:

@@ -5,13 +5,14 @@ See the package docstring (simulator/plan/exports/__init__.py) for the formats a
 """
 from __future__ import annotations
 
+import functools
 import json
-import re
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from simulator.errors import PlannerError
+from simulator.specs import versions
 
 
 # --- 1-D helpers (kept for callers that hold a plain K* list) ---------------------------------------
@@ -63,33 +64,23 @@ DEFAULT_VERSION = {"vllm": "0.33.0", "vllm-ctx": "pr48944", "trtllm": "1.2.1", "
 NEWEST_CHECKED = {"vllm": "0.33.0", "trtllm": "1.4.0rc4", "sglang": "0.5.23", "sglang-sps": "0.5.23"}
 PROPOSAL_VERSIONS = ("pr48944", "pr-48944", "proposal")
 
-_VERSION = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?:\.?(rc|post|dev)(\d+))?")
-_PRE = {"dev": -2, "rc": -1, "": 0, "post": 1}
-
-
-def parse_version(text: str) -> tuple[int, int, int, int, int]:
-    """'1.3.0rc8' -> (1, 3, 0, -1, 8); '0.5.13.post1' -> (0, 5, 13, 1, 1); '0.33.0' -> (0, 33, 0, 0, 0).
-    Ordered so that dev < rc < release < post."""
-    m = _VERSION.fullmatch(str(text).strip())
-    if not m:
-        raise PlannerError(f"--export-version '{text}': expected a version such as 0.33.0, 1.2.1 or 1.3.0rc8")
-    major, minor, patch, tag, num = m.groups()
-    return int(major), int(minor), int(patch or 0), _PRE[tag or ""], int(num or 0)
+# the one version order (PEP 440), with errors naming the flag the version came from
+parse_version = functools.partial(versions.parse_version, what="--export-version")
 
 
 def trtllm_generation(version: str) -> str:
     """'lower' (1.2 line: keys are lower bounds) or 'upto' (1.3.0rc8 and later: "up to" keys)."""
     v = parse_version(version)
-    if v[:2] < (1, 2):
+    if v.head(2) < (1, 2):
         raise PlannerError(f"--export-version {version}: TensorRT-LLM before 1.2 has no draft_len_schedule"
                            " (first in the 1.2 line); target 1.2.1 or later")
-    if v[:2] == (1, 2):
+    if v.head(2) == (1, 2):
         return "lower"
-    if v[:3] == (1, 3, 0) and v[3] == _PRE["rc"] and v[4] < 8:
+    if v.head(3) == (1, 3, 0) and v.is_rc and v.pre[1] < 8:
         raise PlannerError(f"--export-version {version}: the draft_len_schedule meaning changed from lower-bound"
                            " to 'up to' keys around 1.3.0rc8 (PR #10860, merged 2026-03-13) and this rc was not"
                            " verified; target 1.2.1 or 1.3.0rc8 or later")
-    if v[:3] == (1, 3, 0) and v[3] == _PRE["dev"]:
+    if v.head(3) == (1, 3, 0) and v.is_dev:
         raise PlannerError(f"--export-version {version}: dev builds are not targets; use 1.2.1 or 1.3.0rc8+")
     return "upto"
 
@@ -201,6 +192,8 @@ class Export:
         return json.dumps(self.payload, indent=2) + "\n"
 
     def markdown(self) -> str:
+        """The schedule as a Markdown table with its notes; the warnings stay in ``.warnings`` (the CLI
+        prints them on stderr, never into the table)."""
         lines = [f"**{self.engine} {self.version}** (`--format {self.fmt}`)", ""]
         if self.rows:
             cols = list(self.rows[0])
@@ -208,8 +201,6 @@ class Export:
             lines += ["| " + " | ".join(str(r[c]) for c in cols) + " |" for r in self.rows]
         for note in self.notes:
             lines += ["", f"Note: {note}"]
-        for warn in self.warnings:
-            lines += ["", f"Warning: {warn}"]
         if self.how_to_use:
             lines += ["", f"Use: {self.how_to_use}"]
         return "\n".join(lines) + "\n"

@@ -1,0 +1,302 @@
+"""Few-shot deployment calibration: a few measured steps of your deployment correct the planner.
+
+    python -m calibration.fit_deployment --scenario S --measured runs.csv [bench.json ...] --output fit.json
+    python -m simulator.predict --scenario S --deployment fit.json
+
+Each FILE is a measured-rows CSV (``batch_size, k, itl_ms``; optional ``context_len``,
+``acceptance_length``, ``per_position_acceptance``, ``n_steps``) or a ``vllm bench serve --save-result``
+JSON (one row: its max_concurrency, K and acceptance from the spec_decode_* fields, median ITL). The
+terms of ``simulator/specs/deployment_fit.py`` (kernel-time scale, host time per step, per sequence,
+per speculative token) are fitted to the log step times, only as many as the points identify
+(``calibration/fewshot.py``); the acceptance rates, when the rows carry them, are measured directly.
+Intervals (90%) come from a parametric bootstrap and are carried to goodput over the scenario's grid.
+The output names the scenario it is valid for; it ends with the one or two (B, K) cells whose
+measurement would settle K* where it is least certain.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from calibration import fewshot
+from calibration import measured as measured_io
+from calibration.vllm_io import bench_to_row
+from simulator.cli.common import OneLineParser, run_cli, write_atomically
+from simulator.errors import PlannerError
+from simulator.files import check_output_file
+from simulator.plan.grid import compute_grid
+from simulator.specs.deployment_fit import DEPLOYMENT_FORMAT, DEPLOYMENT_VERSION, TERMS, scenario_identity
+from simulator.specs.scenario import Scenario, load_scenario
+
+N_BOOT = 200
+MIN_POINTS = 2
+
+
+def read_rows(paths: list[str]) -> pd.DataFrame:
+    """Every measured row of every file (a 'file' column says which); a .json file is a vLLM bench result."""
+    frames = []
+    for path in paths:
+        if str(path).lower().endswith(".json"):
+            row = bench_to_row(path)
+            df = measured_io.read_measured(pd.DataFrame([row]).to_csv(index=False).encode(), Path(path).name)
+            df = df.drop(columns=["target", "draft"])  # vLLM names the served checkpoint, not a catalog model
+        else:
+            df = measured_io.read_measured(path, Path(path).name)
+        frames.append(df.assign(file=Path(path).name))
+    return pd.concat(frames, ignore_index=True)
+
+
+def check_rows(rows: pd.DataFrame, sc: Scenario) -> None:
+    """Refuse rows of another target, or too few distinct points to fit anything."""
+    if "target" in rows and rows.target.notna().any():
+        targets = {str(t) for t in rows.target.dropna() if str(t)}
+        if targets and targets != {sc.model.name}:
+            raise PlannerError(f"--measured: rows of target {sorted(targets)} but the scenario models"
+                               f" '{sc.model.name}'; give the scenario of that deployment")
+    n = len(cells(rows, sc))
+    if n < MIN_POINTS:
+        raise PlannerError(f"--measured: {n} distinct (batch_size, k, context_len) point(s); measure at least"
+                           f" {MIN_POINTS} (e.g. the smallest and a mid batch size) to fit the deployment")
+
+
+def cells(rows: pd.DataFrame, sc: Scenario) -> pd.DataFrame:
+    """Median step time per measured (B, K, context) cell (context: the row's, else the scenario's)."""
+    df = rows.assign(context_len=rows["context_len"].fillna(sc.context_len) if "context_len" in rows
+                     else float(sc.context_len))
+    df["context_len"] = df.context_len.round().astype(int)
+    return (df.groupby(["batch_size", "k", "context_len"], as_index=False)
+            .agg(itl_ms=("itl_ms", "median"), rows=("itl_ms", "size"), file=("file", lambda f: ",".join(sorted(set(f))))))
+
+
+def planner_parts(sc: Scenario, batch, ks, context_len: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(kernel s, overhead s) of the planner without any deployment fit over batch x ks."""
+    base = replace(sc, deployment_fit=None) if context_len is None else replace(
+        sc, deployment_fit=None, context_len=int(context_len))
+    g = compute_grid(base, batch_sizes=np.asarray(batch, dtype=float), ks=np.asarray(ks, dtype=float))
+    shape = g.itl_s.shape
+    kernel = np.broadcast_to(g.verify_s, shape) + np.broadcast_to(g.draft_step_s, shape)
+    return kernel, np.broadcast_to(g.overhead_s, shape)
+
+
+def points_for(sc: Scenario, pts: pd.DataFrame) -> fewshot.Points:
+    """The planner's components at each measured cell (and at K = 0 of the same B)."""
+    kern, over, kern0, over0 = (np.empty(len(pts)) for _ in range(4))
+    for ctx, grp in pts.groupby("context_len"):
+        b = np.unique(grp.batch_size)
+        ks = np.unique(np.concatenate([[0], grp.k]))
+        kernel, overhead = planner_parts(sc, b, ks, ctx)
+        for i, r in grp.iterrows():
+            bi, ki = int(np.searchsorted(b, r.batch_size)), int(np.searchsorted(ks, r.k))
+            pos = pts.index.get_loc(i)
+            kern[pos], over[pos], kern0[pos], over0[pos] = kernel[bi, ki], overhead[bi, ki], kernel[bi, 0], overhead[bi, 0]
+    k = pts.k.to_numpy(dtype=float)
+    rates = np.tile(sc.acceptance.rates_upto(max(int(k.max()), 1)), (len(pts), 1))
+    return fewshot.Points(pts.batch_size.to_numpy(dtype=float), k, kern, over, kern0, over0, rates)
+
+
+def _rate_lists(rows: pd.DataFrame) -> list[list]:
+    if "per_position_acceptance" not in rows:
+        return []
+    spec = rows[rows.k > 0]
+    out = []
+    for cell in spec.per_position_acceptance:
+        rates = json.loads(cell) if isinstance(cell, str) and cell.strip() else []
+        if rates and any(r is not None for r in rates):
+            out.append([np.nan if r is None else float(r) for r in rates])
+    return out
+
+
+def fit_acceptance(rows: pd.DataFrame, sc: Scenario, k_max: int, n_boot: int = N_BOOT, seed: int = 0) -> dict | None:
+    """Per-position rates a_1..a_k_max measured on the deployment, with bootstrap samples (n_boot, k_max):
+    pooled per_position_acceptance when the rows carry it (each position's mean, redrawn with its binomial
+    scatter over the rows' steps, at least NOISE_FLOOR of the rate), else a scale s_a on the scenario's
+    rates fitted to the rows' acceptance_length; None when no row with K > 0 says either."""
+    rng = np.random.default_rng(seed)
+    lists = _rate_lists(rows)
+    if lists:
+        width = max(len(r) for r in lists)
+        mat = np.array([r + [np.nan] * (width - len(r)) for r in lists])
+        seen = ~np.isnan(mat).all(axis=0)
+        if not seen.any():
+            return None
+        # a position no row reached takes the rate of the last position reached before it (as Acceptance does)
+        rates = np.nanmean(np.where(np.isnan(mat), 0.0, mat), axis=0) / np.maximum(np.mean(~np.isnan(mat), axis=0), 1e-12)
+        rates = pd.Series(np.where(seen, rates, np.nan)).ffill().bfill().to_numpy()
+        rates = np.concatenate([rates, np.full(max(k_max - width, 0), rates[-1])])[:k_max]
+        steps = float(rows.n_steps.fillna(0).sum()) if "n_steps" in rows else 0.0
+        sd = np.maximum(np.sqrt(rates * (1 - rates) / steps) if steps > 0 else 0.0, fewshot.NOISE_FLOOR * rates)
+        samples = np.clip(rates + rng.normal(0, 1, (n_boot, 1)) * sd, 0.0, 0.999)  # positions move together
+        return {"rates": np.minimum(rates, 0.999), "samples": samples,
+                "source": f"per_position_acceptance of {len(lists)} row(s) with K > 0"}
+    if "acceptance_length" not in rows or not rows[(rows.k > 0)].acceptance_length.notna().any():
+        return None
+    spec = rows[(rows.k > 0) & rows.acceptance_length.notna()]
+    base = sc.acceptance.rates_upto(k_max)
+    k = spec.k.to_numpy()
+    pts = fewshot.Points(np.ones(len(k)), k.astype(float), *(np.ones(len(k)),) * 4,
+                         np.tile(sc.acceptance.rates_upto(int(k.max())), (len(k), 1)))
+    y = np.log(spec.acceptance_length.to_numpy(dtype=float))
+
+    def scale_for(target):
+        from scipy.optimize import least_squares
+        f = lambda s: np.log(fewshot.acceptance_length(s, pts.rates, pts.k)[0]) - target  # noqa: E731
+        return float(least_squares(f, [1.0], bounds=([0.02], [1.0 / max(base.max(), 1e-3)])).x[0])
+
+    s_hat = scale_for(y)
+    fitted = np.log(fewshot.acceptance_length(s_hat, pts.rates, pts.k)[0])
+    sigma = fewshot.scatter(fitted - y, 1)
+    scales = np.array([scale_for(fitted + rng.normal(0, sigma, y.size)) for _ in range(n_boot)])
+    return {"rates": np.minimum(base * s_hat, 0.999), "samples": np.minimum(scales[:, None] * base, 0.999),
+            "source": f"acceptance_length of {len(spec)} row(s): scenario rates x {s_hat:.3g}"}
+
+
+def al_by_k(rate_samples: np.ndarray, ks: np.ndarray) -> np.ndarray:
+    """AL(K) = 1 + sum_{j <= K} prod_{i <= j} a_i for each row of rates: (m, n_k)."""
+    prefix = np.concatenate([np.ones((rate_samples.shape[0], 1)),
+                             1.0 + np.cumsum(np.cumprod(rate_samples, axis=1), axis=1)], axis=1)
+    return prefix[:, np.asarray(ks, dtype=int)]
+
+
+def fit(sc: Scenario, rows: pd.DataFrame, n_boot: int = N_BOOT, seed: int = 0) -> dict:
+    """The whole fit: cells, terms, acceptance, goodput intervals over the grid, next measurements."""
+    pts_df = cells(rows, sc)
+    pts = points_for(sc, pts_df)
+    y = np.log(pts_df.itl_ms.to_numpy() / 1e3)
+    res = fewshot.fit_with_intervals("step", pts, y, fewshot.STEP_PRIORITY, n_boot, seed)
+    ks = np.arange(sc.k_max + 1)
+    acc = fit_acceptance(rows, sc, max(sc.k_max, 1), n_boot, seed)
+    al = al_by_k(acc["samples"], ks) if acc else sc.acceptance.acceptance_length(ks)[None, :]
+    kernel, overhead = planner_parts(sc, sc.batch_sizes, ks)
+    good = fewshot.goodput_samples(res["samples"], kernel, overhead, sc.batch_sizes, ks, al)
+    steps = fewshot.step_time_s(res["samples"], np.repeat(sc.batch_sizes, ks.size), np.tile(ks, sc.batch_sizes.size),
+                                kernel.ravel(), overhead.ravel())
+    measured = {(int(b), int(k)) for b, k in zip(pts_df.batch_size, pts_df.k)}
+    return {"cells": pts_df, "points": pts, "fit": res, "acceptance": acc, "goodput": good,
+            "step_rel": _rel(steps, res["sigma"]), "goodput_rel": _rel_kstar(good, res["sigma"]),
+            "next": fewshot.next_measurements(good, sc.batch_sizes, ks, measured)}
+
+
+def _rel(samples: np.ndarray, sigma: float) -> float:
+    """Median half-width of the 90% interval relative to the median, with one point's scatter added in
+    quadrature (the interval of a new measurement, not of the mean)."""
+    lo, hi = fewshot.interval(samples)
+    half = np.median((hi - lo) / 2 / np.median(samples, axis=0))
+    return float(np.hypot(half, 1.645 * sigma))
+
+
+def _rel_kstar(good: np.ndarray, sigma: float) -> float:
+    mid = np.median(good, axis=0)
+    best = np.argmax(mid, axis=1)
+    at = good[:, np.arange(good.shape[1]), best]
+    return _rel(at, sigma)
+
+
+def _clean(x: float) -> float:
+    """A fitted value rounded to 6 significant digits; solver dust at a zero bound (below 1 ns) is 0."""
+    x = float(x)
+    return 0.0 if abs(x) < 1e-9 else float(f"{x:.6g}")
+
+
+def document(sc: Scenario, result: dict, files: list[str]) -> dict:
+    """The deployment calibration file (simulator/specs/deployment_fit.py reads it)."""
+    res = result["fit"]
+    lo, hi = fewshot.interval(res["samples"])
+    terms = {}
+    for i, name in enumerate(TERMS):
+        fitted = name in res["terms"]
+        v = _clean(res["theta"][i])
+        iv = [min(_clean(lo[i]), v), max(_clean(hi[i]), v)] if fitted else [v, v]
+        terms[name] = {"value": v, "interval": iv, "fitted": fitted}
+    acc = result["acceptance"]
+    acc_doc = None
+    if acc:
+        alo, ahi = fewshot.interval(acc["samples"])
+        acc_doc = {"rates": [round(float(r), 6) for r in acc["rates"]],
+                   "interval": [[round(float(a), 6), round(float(b), 6)] for a, b in zip(alo, ahi)], "source": acc["source"]}
+    pts = result["cells"]
+    predicted = np.exp(fewshot.predict_log("step", res["theta"], result["points"])[0]) * 1e3
+    return {
+        "format": DEPLOYMENT_FORMAT, "format_version": DEPLOYMENT_VERSION,
+        "scenario": scenario_identity(sc.model, sc.hardware, sc.deployment, sc.engine, sc.draft) | {"name": sc.name},
+        "terms": terms, "acceptance": acc_doc,
+        "uncertainty": {"step_time_rel": round(result["step_rel"], 5), "goodput_rel": round(result["goodput_rel"], 5),
+                        "interval": "90% parametric bootstrap", "log_scatter": round(res["sigma"], 5),
+                        "noise_floor": fewshot.NOISE_FLOOR},
+        "points": [{"batch_size": int(r.batch_size), "k": int(r.k), "context_len": int(r.context_len),
+                    "itl_ms": round(float(r.itl_ms), 5), "fitted_itl_ms": round(float(p), 5), "rows": int(r.rows),
+                    "file": r.file} for r, p in zip(pts.itertuples(), predicted)],
+        "next_measurements": result["next"],
+        "provenance": {"files": [Path(f).name for f in files], "scenario_origin": str(sc.origin),
+                       "step_time_basis": sc.cost_source, "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+                       "method": "bounded least squares on log step time (calibration/fewshot.py); terms chosen by"
+                                 " a rank test in the order " + ", ".join(fewshot.STEP_PRIORITY)},
+    }
+
+
+def report(doc: dict) -> str:
+    """What was fitted, how well it reproduces the points, and what to measure next."""
+    lines = [f"deployment fit for {doc['scenario']['model']} on {doc['scenario']['tp']} x {doc['scenario']['hardware']},"
+             f" {doc['scenario']['engine']} {doc['scenario']['engine_version']}, draft {doc['scenario']['draft']}"
+             f" ({len(doc['points'])} points)"]
+    for name, t in doc["terms"].items():
+        unit = (lambda v: f"{v:.3f}") if name == "kernel_scale" else (lambda v: f"{v * 1e6:.2f} us")
+        state = f"{unit(t['value'])}  90% [{unit(t['interval'][0])}, {unit(t['interval'][1])}]" if t["fitted"] \
+            else f"{unit(t['value'])}  (not identified by these points)"
+        lines.append(f"  {name:<18} {state}")
+    if doc["acceptance"]:
+        lines.append(f"  acceptance rates   {', '.join(f'{r:.3f}' for r in doc['acceptance']['rates'])}"
+                     f"  ({doc['acceptance']['source']})")
+    for p in doc["points"]:
+        lines.append(f"  B={p['batch_size']:<5} K={p['k']:<2} ctx={p['context_len']:<6} measured {p['itl_ms']:.3f} ms,"
+                     f" fitted {p['fitted_itl_ms']:.3f} ms ({p['fitted_itl_ms'] / p['itl_ms'] - 1:+.1%})")
+    for name, t in doc["terms"].items():
+        lo, hi = TERMS[name][1:]
+        if t["fitted"] and (t["value"] >= hi or (name == "kernel_scale" and t["value"] <= lo)):
+            lines.append(f"warning: {name} sits at its bound ({t['value']:g}): the planner's step is far from these"
+                         " measurements; check the scenario's model, TP, dtypes and context against the deployment")
+    u = doc["uncertainty"]
+    lines.append(f"uncertainty (90%): step time +-{u['step_time_rel']:.1%}, goodput at K* +-{u['goodput_rel']:.1%}")
+    for n in doc["next_measurements"]:
+        lines.append(f"next: measure B={n['batch_size']} at K={n['k']}: its goodput interval overlaps K*={n['k_star']}'s"
+                     f" by {n['overlap']:.0%} (K={n['k']} wins in {n['rival_wins']:.0%} of the resamples)")
+    if not doc["next_measurements"]:
+        lines.append("next: no two K overlap at any batch size; more points would not change K*")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = OneLineParser(prog="python -m calibration.fit_deployment", description=__doc__.split("\n\n")[0])
+    p.add_argument("--scenario", required=True, help="scenario TOML (path or bundled name) of the deployment measured")
+    p.add_argument("--measured", nargs="+", required=True, metavar="FILE",
+                   help="measured-rows CSV(s) (batch_size, k, itl_ms, ...) or vllm bench serve --save-result JSON(s)")
+    p.add_argument("--output", required=True, help="deployment calibration JSON to write")
+    p.add_argument("--bootstrap", type=int, default=N_BOOT, help=f"bootstrap resamples (default {N_BOOT})")
+    args = p.parse_args(argv)
+
+    def body() -> int:
+        check_output_file(args.output)
+        if not 20 <= args.bootstrap <= 10000:
+            raise PlannerError(f"--bootstrap {args.bootstrap}: give 20-10000 resamples")
+        sc = load_scenario(args.scenario)
+        if sc.deployment_fit is not None:
+            raise PlannerError(f"--scenario {args.scenario}: names a deployment fit already ([calibration] deployment);"
+                               " fit from the scenario without it")
+        rows = read_rows(args.measured)
+        check_rows(rows, sc)
+        doc = document(sc, fit(sc, rows, args.bootstrap), args.measured)
+        write_atomically(args.output, json.dumps(doc, indent=1) + "\n")
+        sys.stdout.write(report(doc))
+        print(f"wrote {args.output}", file=sys.stderr)
+        return 0
+
+    return run_cli(body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,113 @@
+"""K* schedules an engine can run: the fewest ranges of constant K within a goodput tolerance.
+
+The raw per-batch argmax K*(b) = argmax_K goodput(b, K) jitters between near-equal K where the
+alternatives are a fraction of a percent apart (measured kernel tables carry ~1% tile-size steps).
+Every distinct K is another set of CUDA-graph captures in the engine, and a range that returns to an
+earlier K costs the user trust, so the default schedule is the solution of
+
+    minimise   #ranges = 1 + #{i : K_i != K_{i-1}}          over K_1..K_n (one K per batch size b_i)
+    subject to goodput(b_i, K_i) >= (1 - tol) * max_K goodput(b_i, K)   at every b_i (K that fit memory)
+    tie-break  the largest sum_i goodput(b_i, K_i) / max_K goodput(b_i, K)  (each batch size weighs alike)
+
+solved exactly by a dynamic programme along the batch axis with state K (one column per context
+length when there is a context axis): with C_i(K) the best (ranges, -relative goodput) ending at b_i
+with K_i = K,
+
+    C_i(K) = min( C_{i-1}(K),  min_J C_{i-1}(J) + (1 range) ) + (0, -g_i(K) / g*_i)   if K allowed at b_i
+
+A schedule that returns to an earlier K (A, then B, then A) is therefore one where A falls outside
+the tolerance somewhere in the B range: staying on A would save two ranges. ``tol = 0`` gives the
+raw argmax (ties to the smaller K). Batch sizes where no K fits memory take the state "none" (-1).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from simulator.specs.scenario import SCHEDULE_TOLERANCE  # noqa: F401 (the default, re-exported)
+
+
+def argmax_k_index(goodput: np.ndarray, fits: np.ndarray) -> np.ndarray:
+    """Per-batch argmax of goodput over the K that fit (axis 1); -1 where none fits. Shape: axis 1 dropped."""
+    masked = np.where(fits, goodput, -np.inf)
+    idx = np.argmax(masked, axis=1)
+    return np.where(np.isfinite(masked.max(axis=1)), idx, -1)
+
+
+def schedule_k_index(goodput: np.ndarray, fits: np.ndarray, tolerance: float = SCHEDULE_TOLERANCE) -> np.ndarray:
+    """K index per batch size of the fewest-range schedule within ``tolerance`` (module docstring).
+
+    ``goodput``, ``fits``: (n_batch, n_k, *cells) with batch sizes ascending on axis 0; trailing axes
+    (e.g. context length) are solved independently. Returns (n_batch, *cells) indices into axis 1,
+    -1 where no K fits."""
+    goodput = np.asarray(goodput, dtype=float)
+    if tolerance <= 0:
+        return argmax_k_index(goodput, fits)
+    nb, nk = goodput.shape[:2]
+    cells = goodput.shape[2:]
+    g = np.where(fits, goodput, -np.inf).reshape(nb, nk, -1)
+    best = g.max(axis=1)  # (nb, nc)
+    none = ~np.isfinite(best)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rel = np.where(none[:, None, :], 0.0, g / np.where(none, 1.0, best)[:, None, :])
+    # states 0..nk-1 are the K; state nk is "nothing fits", the only state where no K fits
+    allowed = np.concatenate([rel >= 1.0 - tolerance, none[:, None, :]], axis=1) & np.concatenate(
+        [~none[:, None, :].repeat(nk, axis=1), none[:, None, :]], axis=1)
+    gain = np.concatenate([np.where(np.isfinite(rel), rel, 0.0), np.zeros((nb, 1, rel.shape[2]))], axis=1)
+    idx = _backtrack(*_forward(allowed, gain))
+    return np.where(idx == nk, -1, idx).reshape((nb,) + cells)
+
+
+# one sortable number per DP state: ranges * RANGE_WEIGHT - (sum of relative goodput); the score
+# sum is at most n_batch (< RANGE_WEIGHT), so fewer ranges always win and goodput breaks ties
+RANGE_WEIGHT = 1e6
+
+
+def _forward(allowed: np.ndarray, gain: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Forward pass of the DP over (i, state, cell), C_i = min(C_{i-1}, min_J C_{i-1}(J) + W) - g_i
+    (inf where a state is not allowed): whether each state at i stayed on its K (else it switched from
+    the best state at i-1), that best state, and the best state at the end."""
+    penalty = np.where(allowed, -gain, np.inf)
+    keys = np.empty_like(penalty)
+    keys[0] = penalty[0] + RANGE_WEIGHT
+    for i in range(1, len(keys)):
+        np.minimum(keys[i - 1], keys[i - 1].min(axis=0) + RANGE_WEIGHT, out=keys[i])
+        keys[i] += penalty[i]
+    prev = keys[:-1]
+    stayed = np.concatenate([np.zeros_like(keys[:1], dtype=bool),
+                             prev <= prev.min(axis=1, keepdims=True) + RANGE_WEIGHT])
+    source = np.concatenate([np.zeros_like(keys[:1, 0], dtype=np.int64), prev.argmin(axis=1)])
+    return stayed, source, keys[-1].argmin(axis=0)
+
+
+def _backtrack(stayed: np.ndarray, source: np.ndarray, last: np.ndarray) -> np.ndarray:
+    """States along the batch axis, read back from the last one a range at a time: a state that
+    stayed on its K since row r (its last switch) holds rows r..i, and row r - 1 is ``source[r]``."""
+    nb, ns, nc = stayed.shape
+    rows = np.arange(nb)[:, None, None]
+    last_switch = np.maximum.accumulate(np.where(stayed, 0, rows), axis=0)  # row 0 never "stayed"
+    idx = np.empty((nb, nc), dtype=np.int64)
+    for c in range(nc):
+        i, k = nb - 1, int(last[c])
+        while True:
+            r = int(last_switch[i, k, c])
+            idx[r:i + 1, c] = k
+            if r == 0:
+                break
+            i, k = r - 1, int(source[r, c])
+    return idx
+
+
+def schedule_ranges(k_index: np.ndarray) -> int:
+    """Number of ranges of constant K along axis 0 of a 1-D index array (the 'none fits' tail included)."""
+    k = np.asarray(k_index)
+    return int(k.size and 1 + np.count_nonzero(np.diff(k)))
+
+
+def schedule_loss(goodput: np.ndarray, fits: np.ndarray, k_index: np.ndarray) -> np.ndarray:
+    """Share of the per-batch optimum a schedule gives up at each batch size: 1 - g(b, K_b) / max_K g(b, K);
+    0 where nothing fits."""
+    masked = np.where(fits, goodput, -np.inf)
+    best = masked.max(axis=1)
+    chosen = np.take_along_axis(masked, np.maximum(k_index, 0)[:, None], axis=1)[:, 0]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(k_index >= 0, 1.0 - chosen / best, 0.0)

@@ -1,0 +1,118 @@
+"""Ranking the candidates that meet the target, with the reason for every place.
+
+Order: cost at the target load (the fleet's $ per hour, which at a fixed target is also its $ per
+million tokens served there), then strength of evidence (EVIDENCE: measured kernel tables > published
+prior > datasheet), then fewer GPUs, cheaper tokens at full load, more headroom, the simpler policy.
+
+One rule overrides cost: a candidate on weaker evidence is never placed above one on stronger evidence
+that meets the target with no more GPUs than the weaker one's band allows (``gpus <= gpus_high``: the
+weaker estimate could need that many). When the weaker one still leads (every stronger candidate needs
+more GPUs than the top of its band), :func:`evidence_margin` says so, with both bands.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+SIMPLICITY = ("plain", "fixed", "dsd")  # tie-break: the simpler engine setting first
+# How much a candidate's step times rest on: its own device's measured kernel tables beat figures
+# others published for it (matmul and bandwidth maxima: the transfer corpus finds them 2-3x less
+# faithful, calibration/data/transfer/transfer.md), which beat the datasheet.
+EVIDENCE = {"datasheet": 0, "published prior": 1, "measured": 2}
+
+
+def _label(r) -> str:
+    dtype = r.get("dtype", "")
+    return f"{r['hardware']} tp={int(r['tp'])}" + (f" {dtype}" if dtype else "") + f" {r['policy']}"
+
+
+def _band(r) -> str:
+    lo, hi = r.get("gpus_low", np.nan), r.get("gpus_high", np.nan)
+    if not (lo == lo and hi == hi):  # noqa: PLR0124 (NaN)
+        return f"{int(r['gpus'])}"
+    return f"{int(lo)}" if lo == hi else f"{int(lo)}-{int(hi)}"
+
+
+def _high(r) -> float:
+    hi = r.get("gpus_high", np.nan)
+    return float(hi) if hi == hi else float(r["gpus"])  # noqa: PLR0124
+
+
+def _cost_order(rows: pd.DataFrame) -> pd.DataFrame:
+    order = {p: i for i, p in enumerate(SIMPLICITY)}
+    keyed = rows.assign(_ev=-rows["basis"].map(EVIDENCE).fillna(0) if "basis" in rows else 0,
+                        _simple=rows.policy.map(order).fillna(9), _head=-rows.max_load_per_replica)
+    keys = ["fleet_usd_per_hour", "_ev", "gpus", "usd_per_m_output_tokens", "_head", "_simple"]
+    return keyed.sort_values(keys, na_position="last", kind="stable").drop(columns=["_ev", "_simple", "_head"])
+
+
+def _stronger_within(pool: list, r: dict) -> dict | None:
+    """The cheapest row of ``pool`` on stronger evidence than ``r`` that needs no more GPUs than r's band allows."""
+    ev = EVIDENCE.get(r.get("basis"), 0)
+    for m in pool:
+        if EVIDENCE.get(m.get("basis"), 0) > ev and m["gpus"] <= _high(r):
+            return m
+    return None
+
+
+def rank(capacity: pd.DataFrame) -> pd.DataFrame:
+    """Rows meeting the target in the order of the module docstring, numbered, with ``rank_reason``."""
+    ranked = capacity[capacity["meets_target"]] if len(capacity) else capacity
+    if not len(ranked):
+        return ranked
+    pool = _cost_order(ranked).to_dict("records")
+    out = []
+    while pool:
+        pick = pool[0]
+        passed = []  # cheaper rows this pick was placed above, and why
+        while (better := _stronger_within(pool, pick)) is not None:
+            passed.append(pick)
+            pick = better
+        pool.remove(pick)
+        pick["rank_reason"] = _reason(pick, out, passed)
+        out.append(pick)
+    df = pd.DataFrame(out, columns=list(ranked.columns) + ["rank_reason"]).reset_index(drop=True)
+    df.insert(0, "rank", np.arange(1, len(df) + 1))
+    return df
+
+
+def _reason(r: dict, above: list, passed: list) -> str:
+    text = ""
+    if passed:
+        w = passed[0]
+        text = (f"placed above cheaper {_label(w)} (${w['fleet_usd_per_hour']:,.2f}/h, {w.get('basis')}): on"
+                f" {r.get('basis')} evidence it meets the target with {int(r['gpus'])} GPUs, within that one's"
+                f" band of {_band(w)} GPUs")
+    if not above:
+        return text or "cheapest at the target load"
+    best = above[0]
+    extra = r["fleet_usd_per_hour"] - best["fleet_usd_per_hour"]
+    if text:
+        return text
+    ev = EVIDENCE.get(r.get("basis"), 0)
+    for m in above:  # placed below a dearer row: one on stronger evidence needs no more GPUs than r's band
+        if m["fleet_usd_per_hour"] > r["fleet_usd_per_hour"] and EVIDENCE.get(m.get("basis"), 0) > ev \
+                and m["gpus"] <= _high(r):
+            return (f"cheaper, but rests on {r.get('basis')} evidence: {_label(m)} ({m.get('basis')}) meets the"
+                    f" target with {int(m['gpus'])} GPUs, within this one's band of {_band(r)} GPUs")
+    if extra > 1e-9:
+        return f"${extra:,.2f}/h more than #1 {_label(best)} at the target load"
+    if EVIDENCE.get(r.get("basis"), 0) < EVIDENCE.get(best.get("basis"), 0):
+        return f"same cost as #1 {_label(best)}, on weaker evidence ({r.get('basis')} vs {best.get('basis')})"
+    return f"same cost as #1 {_label(best)}; tie broken by GPUs, $/M tokens at full load, headroom, simplicity"
+
+
+def evidence_margin(ranked: pd.DataFrame) -> str:
+    """When #1 rests on weaker evidence than another ranked row: why it still leads (both bands, the margin)."""
+    if not len(ranked) or "basis" not in ranked:
+        return ""
+    best = ranked.iloc[0].to_dict()
+    ev = EVIDENCE.get(best.get("basis"), 0)
+    stronger = ranked[ranked.basis.map(EVIDENCE).fillna(0) > ev]
+    if not len(stronger):
+        return ""
+    m = stronger.iloc[0].to_dict()
+    return (f"it rests on a {best.get('basis')} while {_label(m)} rests on {m.get('basis')} evidence, but that one needs"
+            f" {int(m['gpus'])} GPUs (band {_band(m)}), {int(m['gpus'] - _high(best))} more than the top of this"
+            f" one's band ({_band(best)} GPUs), at ${m['fleet_usd_per_hour']:,.2f}/h vs"
+            f" ${best['fleet_usd_per_hour']:,.2f}/h")

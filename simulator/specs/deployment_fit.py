@@ -1,0 +1,167 @@
+"""Deployment calibration files: engine terms fitted from a few measurements of one deployment.
+
+``python -m calibration.fit_deployment`` writes them; the simulator only reads them (it never imports
+``calibration``). The terms correct the step time the planner predicts for that deployment::
+
+    ITL(B, K) = s * (verify(B, K) + draft(B, K))          kernel time as the engine runs it, scaled
+              + overhead(B, K)                             the engine profile's host time
+              + c_step + c_seq * B                         host time per step and per sequence
+              + c_spec * B * (K + 1) * [K > 0]             per speculative token (sampling, rejection)
+
+with s in [0.5, 2] and every c >= 0 (seconds). Terms the points could not identify stay at their
+neutral value (s = 1, c = 0) and are listed as not fitted. When the rows carried acceptance, the fitted
+per-position rates replace the scenario's. Format::
+
+    {"format": "dsd-planner-deployment-fit", "format_version": 1,
+     "scenario": {"model": ..., "hardware": ..., "tp": ..., "engine": ..., "engine_version": ..., "draft": ...},
+     "terms": {"kernel_scale": {"value": 1.1, "interval": [1.0, 1.2], "fitted": true}, ...},
+     "acceptance": {"rates": [...], "interval": [[lo, hi], ...], "source": "..."} | null,
+     "uncertainty": {"step_time_rel": 0.03, "goodput_rel": 0.05, "interval": "90% bootstrap"},
+     "points": [{"batch_size": 8, "k": 0, "context_len": 2048, "itl_ms": 9.1, "file": "runs.csv"}, ...],
+     "provenance": {...}}
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from simulator.errors import PlannerError
+from simulator.files import read_json_file
+
+DEPLOYMENT_FORMAT = "dsd-planner-deployment-fit"
+DEPLOYMENT_VERSION = 1
+# name -> (neutral value, lower bound, upper bound); seconds unless a scale
+TERMS = {
+    "kernel_scale": (1.0, 0.5, 2.0),
+    "host_per_step_s": (0.0, 0.0, 0.1),
+    "host_per_seq_s": (0.0, 0.0, 1e-3),
+    "spec_per_token_s": (0.0, 0.0, 1e-3),
+}
+IDENTITY = ("model", "hardware", "tp", "engine", "engine_version", "draft")
+
+
+def added_step_s(c_step, c_seq, c_spec, batch, k) -> np.ndarray:
+    """Host time the fit adds to one step [s]: c_step + c_seq B + c_spec B (K + 1) [K > 0]."""
+    batch, k = np.asarray(batch, dtype=float), np.asarray(k, dtype=float)
+    return c_step + c_seq * batch + c_spec * batch * (k + 1.0) * (k > 0)
+
+
+def scenario_identity(model, hardware, deployment, engine, draft) -> dict:
+    """What a deployment fit is valid for: the same target, GPU, TP, engine release and draft."""
+    return {"model": model.name, "hardware": hardware.name, "tp": int(deployment.tp),
+            "engine": engine.name if engine else "ideal", "engine_version": engine.version if engine else "",
+            "draft": draft.label}
+
+
+@dataclass(frozen=True)
+class DeploymentFit:
+    """A loaded deployment calibration file."""
+
+    path: str
+    identity: dict
+    terms: dict  # name -> value
+    intervals: dict  # name -> (lo, hi)
+    fitted: tuple  # names of the terms the points identified
+    acceptance_rates: tuple | None
+    step_time_rel: float
+    goodput_rel: float
+    points: tuple
+    provenance: dict = field(default_factory=dict)
+
+    @property
+    def kernel_scale(self) -> float:
+        return self.terms["kernel_scale"]
+
+    def added_s(self, batch, k) -> np.ndarray:
+        t = self.terms
+        return added_step_s(t["host_per_step_s"], t["host_per_seq_s"], t["spec_per_token_s"], batch, k)
+
+    @property
+    def points_text(self) -> str:
+        return ", ".join(f"B={p['batch_size']} K={p['k']}" for p in self.points)
+
+    @property
+    def label(self) -> str:
+        """One line for provenance: the file, the points, the fitted terms with their intervals."""
+        parts = [f"{n}={_fmt(n, self.terms[n])} [{_fmt(n, self.intervals[n][0])}, {_fmt(n, self.intervals[n][1])}]"
+                 for n in self.fitted]
+        acc = "; acceptance measured" if self.acceptance_rates else ""
+        return (f"deployment fit {Path(self.path).name} ({len(self.points)} points: {self.points_text};"
+                f" {', '.join(parts) or 'no term identified'}{acc})")
+
+
+def _fmt(name: str, value: float) -> str:
+    return f"{value:.3g}" if name == "kernel_scale" else f"{value * 1e6:.3g} us"
+
+
+def _number(value, where: str, lo: float = -np.inf, hi: float = np.inf) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not np.isfinite(value) or not lo <= value <= hi:
+        raise PlannerError(f"{where}: expected a finite number in [{lo:g}, {hi:g}], got {value!r}; refit it with"
+                           " python -m calibration.fit_deployment")
+    return float(value)
+
+
+def _terms(data: dict, path: str) -> tuple[dict, dict, tuple]:
+    table = data.get("terms")
+    if not isinstance(table, dict):
+        raise PlannerError(f"{path}: no 'terms' table; refit it with python -m calibration.fit_deployment")
+    values, intervals, fitted = {}, {}, []
+    for name, (neutral, lo, hi) in TERMS.items():
+        entry = table.get(name, {"value": neutral, "interval": [neutral, neutral], "fitted": False})
+        if not isinstance(entry, dict):
+            raise PlannerError(f"{path}: terms.{name} is not a table")
+        values[name] = _number(entry.get("value"), f"{path}: terms.{name}.value", lo, hi)
+        iv = entry.get("interval")
+        if not (isinstance(iv, list) and len(iv) == 2):
+            raise PlannerError(f"{path}: terms.{name}.interval must be [lo, hi]")
+        intervals[name] = tuple(_number(x, f"{path}: terms.{name}.interval", lo, hi) for x in iv)
+        if entry.get("fitted"):
+            fitted.append(name)
+    return values, intervals, tuple(fitted)
+
+
+def load_deployment_fit(path: str | Path, origin: str | None = None, identity: dict | None = None) -> DeploymentFit:
+    """Read and check a deployment calibration file (PlannerError naming the file when it is not one);
+    with ``identity`` (:func:`scenario_identity`), refuse a fit made for another deployment."""
+    path = str(path)
+    data = read_json_file(path, "deployment calibration")
+    if not isinstance(data, dict) or data.get("format") != DEPLOYMENT_FORMAT:
+        raise PlannerError(f"{path}: not a deployment calibration file (format '{DEPLOYMENT_FORMAT}'); write one with"
+                           " python -m calibration.fit_deployment")
+    if data.get("format_version") != DEPLOYMENT_VERSION:
+        raise PlannerError(f"{path}: format_version {data.get('format_version')!r}; this planner reads"
+                           f" {DEPLOYMENT_VERSION} (refit it)")
+    ident = data.get("scenario")
+    if not isinstance(ident, dict) or any(k not in ident for k in IDENTITY):
+        raise PlannerError(f"{path}: 'scenario' must name {', '.join(IDENTITY)}")
+    values, intervals, fitted = _terms(data, path)
+    acc = data.get("acceptance")
+    rates = None
+    if acc is not None:
+        r = acc.get("rates") if isinstance(acc, dict) else None
+        if not isinstance(r, list) or not r:
+            raise PlannerError(f"{path}: acceptance.rates must be a non-empty list of rates in [0, 1)")
+        rates = tuple(_number(x, f"{path}: acceptance.rates", 0.0, 0.999) for x in r)
+    unc = data.get("uncertainty") if isinstance(data.get("uncertainty"), dict) else {}
+    points = data.get("points")
+    if not isinstance(points, list) or not points or not all(isinstance(p, dict) and "batch_size" in p and "k" in p
+                                                             for p in points):
+        raise PlannerError(f"{path}: 'points' must list the measured points the terms were fitted on")
+    fit = DeploymentFit(path, dict(ident), values, intervals, fitted, rates,
+                        _number(unc.get("step_time_rel", 0.0), f"{path}: uncertainty.step_time_rel", 0, 10),
+                        _number(unc.get("goodput_rel", 0.0), f"{path}: uncertainty.goodput_rel", 0, 10),
+                        tuple(points), dict(data.get("provenance") or {}))
+    if identity is not None:
+        check_fit_matches(fit, identity, origin or "the scenario")
+    return fit
+
+
+def check_fit_matches(fit: DeploymentFit, identity: dict, origin: str) -> None:
+    """Refuse a fit made for another model, GPU, TP, engine release or draft (its terms would not apply)."""
+    diff = [f"{k} {fit.identity.get(k)!r} (scenario: {identity[k]!r})" for k in IDENTITY
+            if str(fit.identity.get(k)) != str(identity[k])]
+    if diff:
+        raise PlannerError(f"{fit.path}: fitted for another deployment than {origin}: {'; '.join(diff)}; refit it"
+                           " for this scenario with python -m calibration.fit_deployment")
