@@ -127,11 +127,25 @@ def test_lattice_interpolation_is_monotone_in_both_axes():
 
 def test_collective_larger_message_never_faster():
     """Measured points 10 us at 1 kB, 8 us at 2 kB (a protocol switch), 20 us at 64 kB: as the planner
-    prices a step (monotone) 2 kB costs at least 10 us and the curve never falls."""
+    prices a step (monotone) 1 kB and 2 kB pool at their geometric mean sqrt(10 * 8) = 8.94 us and the
+    curve never falls."""
     table = {"all_reduce": {"2": {"alpha_s": 5e-6, "bus_bandwidth_bytes_per_s": 1e11,
                                   "bytes": [1024.0, 2048.0, 65536.0], "latency_s": [10e-6, 8e-6, 20e-6]}}}
     sizes = np.geomspace(256, 1 << 20, 200)
     t = collective_time_s(table, 2, sizes, monotone=True)
     assert np.all(np.diff(t) >= 0)
-    assert float(collective_time_s(table, 2, 2048.0, monotone=True)) == pytest.approx(10e-6)
+    assert float(collective_time_s(table, 2, 2048.0, monotone=True)) == pytest.approx(np.sqrt(80) * 1e-6)
+    assert float(collective_time_s(table, 2, 1024.0, monotone=True)) == pytest.approx(np.sqrt(80) * 1e-6)
     assert float(collective_time_s(table, 2, 2048.0)) == pytest.approx(8e-6)  # the table's own point
+
+
+def test_collective_pool_adjacent_violators_matches_scipy():
+    """The all-reduce fit's pool-adjacent-violators against SciPy's isotonic_regression (>= 1.12)."""
+    from scipy.optimize import isotonic_regression
+
+    from simulator.specs.surfaces import isotonic_increasing
+
+    rng = np.random.default_rng(1)
+    for _ in range(100):
+        y = rng.normal(size=int(rng.integers(1, 30)))
+        np.testing.assert_allclose(isotonic_increasing(y), isotonic_regression(y).x, rtol=1e-12, atol=1e-12)

@@ -197,13 +197,24 @@ class ShapeCorrection:
         return np.interp(x, lx, fs) if lx.size > 1 else np.full(x.shape, float(fs[0]))
 
 
+def isotonic_increasing(y) -> np.ndarray:
+    """The least-squares non-decreasing fit of ``y`` (pool adjacent violators, equal weights)."""
+    blocks: list[list[float]] = []  # [mean, count] per pooled block
+    for v in np.asarray(y, dtype=float):
+        blocks.append([float(v), 1.0])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            (m2, n2), (m1, n1) = blocks.pop(), blocks.pop()
+            blocks.append([(m1 * n1 + m2 * n2) / (n1 + n2), n1 + n2])
+    return np.concatenate([np.full(int(n), m) for m, n in blocks]) if blocks else np.empty(0)
+
+
 def collective_time_s(table: Mapping, g: int, nbytes, *, op: str = "all_reduce", monotone: bool = False) -> np.ndarray:
     """Time of one collective of ``nbytes`` (per GPU message) over ``g`` GPUs, from a profile.
 
     ``table`` is ``profile["collectives"]`` (or its ``[op]`` sub-dict). Inside the measured
-    byte range: log-log linear interpolation of latency vs bytes (``monotone``: of the running maximum
-    of the measured latencies, so that a larger message is never priced faster, as the planner prices
-    a step; the table's own points otherwise). Outside it: the fitted
+    byte range: log-log linear interpolation of latency vs bytes (``monotone``: of the least-squares
+    non-decreasing fit of the measured log latencies, so that a larger message is never priced faster,
+    as the planner prices a step; the table's own points otherwise). Outside it: the fitted
     alpha-beta model ``alpha_g + f(g) S / busBW_g`` with f = 2 (g-1)/g for all-reduce
     (the planner's formula) and (g-1)/g for all-gather / reduce-scatter / all-to-all,
     joined continuously to the nearest measured point (the model is scaled to match it).
@@ -226,10 +237,10 @@ def collective_time_s(table: Mapping, g: int, nbytes, *, op: str = "all_reduce",
     t = np.asarray(ent["latency_s"], dtype=float)
     order = np.argsort(b)
     # monotone: a larger message is not faster; a table's point-to-point noise at small messages
-    # (2-4% at 8-64 kB) would otherwise make a larger step's all-reduce cheaper than a smaller one's
+    # (2-4% at 8-64 kB) and kernel switches would otherwise make a larger step's all-reduce cheaper
     b, t = b[order], t[order]
     if monotone:
-        t = np.maximum.accumulate(t)
+        t = np.exp(isotonic_increasing(np.log(t)))
 
     def model(s):
         return alpha + factor * s / bw
