@@ -24,13 +24,14 @@ import datetime as _dt
 import hashlib
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from calibration import gpu_tables as gt
+from calibration.planner_rows import monotone_rows_s
 from calibration.surface_fit import fit_surface, smooth_knots
 from simulator.cli.common import (OneLineParser, check_output_dir, command, write_atomically,
                                   write_files_atomically)
@@ -75,6 +76,19 @@ def measurable_dtypes(hw: Hardware) -> list[str]:
 # mean + sqrt(2 ln ep) std, up to 4.3% more roofline time on ep > 1 rows. Set True when re-importing
 # the profiles (held-out MoE predictions of the shipped surfaces then move by up to 2.4%).
 BUSIEST_LOAD_FROM_PLANNER = False
+
+
+@dataclass(frozen=True)
+class DevicePeaks:
+    """The catalog device's datasheet peaks as the planner reads them (bf16 and fp8 math, HBM)."""
+
+    bf16: float
+    fp8: float | None
+    bw: float
+
+
+def device_peaks(hw) -> DevicePeaks:
+    return DevicePeaks(hw.peak_bf16_flops_per_s, hw.peak_fp8_flops_per_s, hw.hbm_bandwidth_bytes_per_s)
 
 
 def uniform_moe_load(tokens, experts, topk, ep):
@@ -434,6 +448,7 @@ def error_stats(pred: np.ndarray, meas: np.ndarray) -> dict:
 class Imported:
     profile: dict
     heldout_rows: pd.DataFrame  # prepared held-out rows with predictions
+    monotone: dict = field(default_factory=dict)  # held-out error per family as the planner prices a step
 
 
 def build_profile(src: gt.TableSource, system: str, engine: str, version: str,
@@ -442,7 +457,7 @@ def build_profile(src: gt.TableSource, system: str, engine: str, version: str,
     hw = gt.SYSTEM_TO_CATALOG[system]
     device_hw = load_hardware(hw)
     tables = gt.list_tables(src)
-    surfaces, heldout, used, statuses, held_parts, corrections = {}, {}, {}, {}, [], {}
+    surfaces, heldout, used, statuses, held_parts, corrections, monotone = {}, {}, {}, {}, [], {}, {}
     device = None
     collectives = {}
     for fam in families:
@@ -464,6 +479,8 @@ def build_profile(src: gt.TableSource, system: str, engine: str, version: str,
             collectives["all_reduce"] = ent
             held = held[held.num_gpus.astype(str).isin(ent)]
             held["pred_s"] = [float(collective_time_s(ent, int(g), b)) for g, b in zip(held.num_gpus, held["bytes"])]
+            held["monotone_s"] = [float(collective_time_s(ent, int(g), b, monotone=True))
+                                  for g, b in zip(held.num_gpus, held["bytes"])]
         else:
             for name, sub in fit.groupby("surface"):
                 if len(sub) < 8:
@@ -476,15 +493,20 @@ def build_profile(src: gt.TableSource, system: str, engine: str, version: str,
                 corrections.update(shape_corrections(fit, fam_surfaces, *CORRECTED_FAMILIES[fam]))
                 held["surface_only_s"] = predict_rows(held, surfaces)
             held["pred_s"] = predict_rows(held, surfaces, corrections)
+            held["monotone_s"] = monotone_rows_s(held, surfaces, corrections, DTYPES, KV_BYTES, device_peaks(device_hw))
         held = held[np.isfinite(held.pred_s)]
         heldout[fam] = {"n": int(len(held)), "roofline": error_stats(held.t0, held.meas_s),
                         "fitted": error_stats(held.pred_s, held.meas_s)}
+        mono = held[np.isfinite(held.monotone_s)]
+        if len(mono):  # as the planner prices a step: the monotone fit (simulator/physics/monotone.py)
+            monotone[fam] = error_stats(mono.monotone_s, mono.meas_s) | {"n": int(len(mono))}
         if "surface_only_s" in held:  # what a shape the table never measured can expect
             heldout[fam]["surface_only"] = error_stats(held.surface_only_s, held.meas_s)
         held["system"], held["hardware"], held["engine"], held["version"] = system, hw, engine, version
         held_parts.append(held)
         log(f"  {hw} {engine}-{version} {fam:17s} n_fit={len(fit):6d} n_held={len(held):5d} "
-            f"roofline MAPE {heldout[fam]['roofline']['mape_pct']}%  fitted MAPE {heldout[fam]['fitted']['mape_pct']}%")
+            f"roofline MAPE {heldout[fam]['roofline']['mape_pct']}%  fitted MAPE {heldout[fam]['fitted']['mape_pct']}%"
+            f"  monotone MAPE {monotone.get(fam, {}).get('mape_pct', '-')}%")
     if not surfaces and not collectives:
         return None
     nccl_rel = gt.newest_table(tables, system, "comm", "nccl", "nccl_perf")
@@ -518,7 +540,7 @@ def build_profile(src: gt.TableSource, system: str, engine: str, version: str,
         "compute_efficiency": {}, "memory_efficiency": {},
         "heldout_error": heldout,
     }
-    return Imported(profile, pd.concat(held_parts, ignore_index=True) if held_parts else pd.DataFrame())
+    return Imported(profile, pd.concat(held_parts, ignore_index=True) if held_parts else pd.DataFrame(), monotone)
 
 
 def dump_profile(profile: dict) -> str:
@@ -576,13 +598,18 @@ def heldout_markdown(rows: list[dict]) -> str:
              "roofline = catalog datasheet peaks, no efficiency; fitted = the profile's surfaces / collective tables "
              "(MoE: with the per-layer-shape correction, the held-out rows being other token counts of shapes the "
              "table measured); surface only = MoE without that correction, what a layer shape the table never "
-             "measured can expect.",
-             "", "| GPU | engine | family | n | roofline MAPE | fitted MAPE | fitted median | fitted max | surface only MAPE |",
-             "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+             "measured can expect; monotone = the fitted time as the planner prices a step, the envelope max over "
+             "less work (simulator/physics/monotone.py: a larger GEMM, attention or MoE step, or all-reduce "
+             "message, is never priced faster).",
+             "", "| GPU | engine | family | n | roofline MAPE | fitted MAPE | fitted median | fitted max | surface only MAPE "
+             "| monotone MAPE | monotone max |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
+        mono = r.get("monotone", {})
         lines.append(f"| {r['hardware']} | {r['engine']}-{r['version']} | {r['family']} | {r['n']} | "
                      f"{r['roofline']['mape_pct']} | {r['fitted']['mape_pct']} | {r['fitted']['median_pct']} | "
-                     f"{r['fitted']['max_pct']} | {r.get('surface_only', {}).get('mape_pct', '-')} |")
+                     f"{r['fitted']['max_pct']} | {r.get('surface_only', {}).get('mape_pct', '-')} | "
+                     f"{mono.get('mape_pct', '-')} | {mono.get('max_pct', '-')} |")
     return "\n".join(lines) + "\n"
 
 
@@ -629,7 +656,8 @@ def _run(args: argparse.Namespace) -> int:
             write_atomically(path, dump_profile(imp.profile), "--output-dir")
             print(f"wrote {path} ({path.stat().st_size // 1024} KiB)")
             for fam, e in imp.profile["heldout_error"].items():
-                summary.append({"hardware": hw, "engine": engine, "version": version, "family": fam, **e})
+                summary.append({"hardware": hw, "engine": engine, "version": version, "family": fam, **e}
+                               | ({"monotone": imp.monotone[fam]} if fam in imp.monotone else {}))
             held_all.append(imp.heldout_rows)
     if summary and not args.no_summary:
         sample = sample_heldout(pd.concat(held_all, ignore_index=True))

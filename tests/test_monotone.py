@@ -18,7 +18,7 @@ import pytest
 
 from simulator.physics.layers import verify_cost
 from simulator.physics.memory import weight_bytes_per_gpu
-from simulator.physics.monotone import affine_envelope_s, lattice_interp, surface_time_s
+from simulator.physics.monotone import affine_envelope_s, lattice_interp, monotone_lattice, surface_time_s
 from simulator.plan.api import predict
 from simulator.specs.profile import SHIPPED_DIR
 from simulator.specs.surfaces import Surface, collective_time_s
@@ -88,12 +88,16 @@ def test_issue_case_qwen3_30b_h100_vllm_k0_to_k1():
 
 
 def test_affine_envelope_by_hand():
-    """F = 2 x, M = 100 + x, P = 1, BW = 1 (memory-bound: t = (100 + x) / eta), eta 0.5, 0.5, 1, 0.4 at
-    x = 0..3: t = 0, 101 / 0.5 = 202, 102 / 1 = 102, 103 / 0.4 = 257.5 -> envelope 0, 202, 202, 257.5
-    (the table's dip at x = 2 is lifted to x = 1's time)."""
-    eta = np.array([0.5, 0.5, 1.0, 0.4])
-    env = affine_envelope_s(eta, 2.0, 0.0, 1.0, 100.0, 1.0, 1.0)
-    np.testing.assert_allclose(env, [0.0, 202.0, 202.0, 257.5])
+    """F = 2 x, M = 100 + x, P = 1, BW = 1 (memory-bound: t = (100 + x) / eta), eta 0.5, 1, 0.4 at
+    x = 1, 2, 3: t = 101 / 0.5 = 202, 102 / 1 = 102, 103 / 0.4 = 257.5. The least-squares non-decreasing
+    fit of log t (one weight per node) pools x = 1, 2 at their geometric mean sqrt(202 * 102) = 143.54;
+    x = 3 stands."""
+    env = affine_envelope_s(np.array([1.0, 2.0, 3.0]), np.array([0.5, 1.0, 0.4]), 2.0, 0.0, 1.0, 100.0, 1.0, 1.0)
+    pooled = np.sqrt(202.0 * 102.0)
+    np.testing.assert_allclose(env, [pooled, pooled, 257.5], rtol=1e-12)
+    t = np.array([[202.0], [102.0], [257.5]])
+    np.testing.assert_allclose(monotone_lattice(t, mode="max")[:, 0], [202.0, 202.0, 257.5])  # less work
+    np.testing.assert_allclose(monotone_lattice(t, mode="min")[:, 0], [102.0, 102.0, 257.5])  # padded up
 
 
 def test_envelope_equals_surface_time_where_it_already_grows():
@@ -106,8 +110,8 @@ def test_envelope_equals_surface_time_where_it_already_grows():
     peak, bw = 989e12, 3.35e12
     t = surface_time_s(2 * m * n * k, n * k * 2 + m * (n + k) * 2, surf(m=m.astype(float)), peak, bw)
     assert np.all(np.diff(t) >= 0)
-    env = affine_envelope_s(surf.integer_values(4096)[:4097], 2 * n * k, 0.0, (n + k) * 2, n * k * 2, peak, bw)
-    np.testing.assert_allclose(env[1:], t, rtol=1e-12)
+    env = affine_envelope_s(m.astype(float), surf(m=m.astype(float)), 2 * n * k, 0.0, (n + k) * 2, n * k * 2, peak, bw)
+    np.testing.assert_allclose(env, t, rtol=1e-12)
 
 
 def test_lattice_interpolation_is_monotone_in_both_axes():
@@ -122,11 +126,48 @@ def test_lattice_interpolation_is_monotone_in_both_axes():
 
 
 def test_collective_larger_message_never_faster():
-    """Measured points 10 us at 1 kB, 8 us at 2 kB (a protocol switch), 20 us at 64 kB: 2 kB is priced
-    at least 10 us and the curve never falls."""
+    """Measured points 10 us at 1 kB, 8 us at 2 kB (a protocol switch), 20 us at 64 kB: as the planner
+    prices a step (monotone) 1 kB and 2 kB pool at their geometric mean sqrt(10 * 8) = 8.94 us and the
+    curve never falls."""
     table = {"all_reduce": {"2": {"alpha_s": 5e-6, "bus_bandwidth_bytes_per_s": 1e11,
                                   "bytes": [1024.0, 2048.0, 65536.0], "latency_s": [10e-6, 8e-6, 20e-6]}}}
     sizes = np.geomspace(256, 1 << 20, 200)
-    t = collective_time_s(table, 2, sizes)
+    t = collective_time_s(table, 2, sizes, monotone=True)
     assert np.all(np.diff(t) >= 0)
-    assert float(collective_time_s(table, 2, 2048.0)) == pytest.approx(10e-6)
+    assert float(collective_time_s(table, 2, 2048.0, monotone=True)) == pytest.approx(np.sqrt(80) * 1e-6)
+    assert float(collective_time_s(table, 2, 1024.0, monotone=True)) == pytest.approx(np.sqrt(80) * 1e-6)
+    assert float(collective_time_s(table, 2, 2048.0)) == pytest.approx(8e-6)  # the table's own point
+
+
+def test_collective_pool_adjacent_violators_matches_scipy():
+    """The all-reduce fit's pool-adjacent-violators against SciPy's isotonic_regression (>= 1.12)."""
+    from scipy.optimize import isotonic_regression
+
+    from simulator.specs.surfaces import isotonic_increasing
+
+    rng = np.random.default_rng(1)
+    for _ in range(100):
+        y = rng.normal(size=int(rng.integers(1, 30)))
+        np.testing.assert_allclose(isotonic_increasing(y), isotonic_regression(y).x, rtol=1e-12, atol=1e-12)
+
+
+def test_a_cells_price_does_not_depend_on_the_other_cells_evaluated():
+    # an envelope is a property of the op at its own shape: evaluating it beside cells the lattice does
+    # not cover (no cached key, a GEMM beyond the integer lattice) must not change it
+    import numpy as np
+
+    from simulator.physics.layers import forward_ops
+    from simulator.physics.operators import evaluate
+    from simulator.specs.scenario import load_scenario
+
+    sc = load_scenario("scenarios/command-a-h100.toml")
+    m, dep, hw, prof = sc.model, sc.deployment, sc.hardware, sc.profile
+
+    def attention_s(B, L):
+        B, q, L = np.broadcast_arrays(np.asarray(B, float), 1.0, np.asarray(L, float))
+        ops = [o for o in forward_ops(m, dep, hw, B, q, L) if o.family == "attention"]
+        return evaluate(ops, hw, dep, prof, B.shape).total_s
+
+    alone = attention_s([[1.0]], [[1960.0]])[0, 0]
+    beside = attention_s(np.array([[1.0], [2.0]]), np.array([[0.0, 1960.0, 4000.0]]))
+    assert beside[0, 1] == alone

@@ -32,7 +32,37 @@ CACHE_RESIDENT_BYTES = 64e6
 MAX_LATTICE_TOKENS = 1 << 17
 # MoE lattice: nodes per octave of tokens, nodes over the distinct-expert range
 MOE_TOKEN_NODES_PER_OCTAVE = 16
-MOE_EXPERT_NODES = 65
+MOE_EXPERT_NODES = 97  # geometric from k to all experts: 3.7% apart for 256 experts, top-8
+# Every lattice spans at least these many octaves (tokens, sequences, cached keys) whatever a grid asks
+# for, so that an op's price does not depend on which other sizes were evaluated with it
+MIN_TOKEN_OCTAVES, MIN_BATCH_OCTAVES, MIN_KEY_OCTAVES = 17, 12, 20
+# ... and the MoE lattice's expert range covers steps of up to this many positions per sequence (K <= 31)
+MIN_QUERIES = 32
+
+
+# How a lattice of op times is made non-decreasing along every axis: "max" the running maximum over
+# less work, "min" the running minimum over more work (a smaller job padded to a larger one's kernel),
+# "isotonic" the least-squares non-decreasing fit of log t (pool adjacent violators)
+MONOTONE_MODE = "isotonic"
+
+
+def monotone_lattice(t: np.ndarray, weights: np.ndarray | None = None, mode: str | None = None) -> np.ndarray:
+    """``t`` [n, m] made non-decreasing along both axes (:data:`MONOTONE_MODE`)."""
+    mode = mode or MONOTONE_MODE
+    if mode == "max":
+        return np.maximum.accumulate(np.maximum.accumulate(t, axis=0), axis=1)
+    if mode == "min":
+        t = np.minimum.accumulate(t[::-1], axis=0)[::-1]
+        return np.minimum.accumulate(t[:, ::-1], axis=1)[:, ::-1]
+    from scipy.optimize import isotonic_regression
+
+    w = np.ones(t.shape) if weights is None else np.broadcast_to(weights, t.shape)
+    y = np.log(t)
+    for _ in range(3):  # alternating projections on the two axes, then a guard
+        y = np.stack([isotonic_regression(y[:, j], weights=w[:, j]).x for j in range(y.shape[1])], axis=1)
+        if y.shape[1] > 1:
+            y = np.stack([isotonic_regression(y[i], weights=w[i]).x for i in range(y.shape[0])])
+    return np.maximum.accumulate(np.maximum.accumulate(np.exp(y), axis=0), axis=1)
 
 
 def surface_time_s(flops, nbytes, eta, peak: float, bw: float) -> np.ndarray:
@@ -45,15 +75,32 @@ def surface_time_s(flops, nbytes, eta, peak: float, bw: float) -> np.ndarray:
     return np.maximum(flops / (eta * peak), nbytes / (eta * bw))
 
 
-def affine_envelope_s(eta_by_integer: np.ndarray, f1: float, f0: float, m1: float, m0: float,
+def affine_envelope_s(x: np.ndarray, eta: np.ndarray, f1: float, f0: float, m1: float, m0: float,
                       peak: float, bw: float) -> np.ndarray:
-    """Envelope time at x = 0, 1, 2, ... of an op with F = f1 x + f0, M = m1 x + m0 (a GEMM at its
-    weight shape: F = 2 n k m, M = n k w + (n + k) a m) and efficiency ``eta_by_integer[x]``:
-    the running maximum of :func:`surface_time_s` over x' <= x (x = 0 costs nothing)."""
-    x = np.arange(eta_by_integer.size, dtype=float)
-    t = surface_time_s(f1 * x + f0, m1 * x + m0, np.maximum(eta_by_integer, 1e-12), peak, bw)
-    t[0] = 0.0
-    return np.maximum.accumulate(t)
+    """Monotone time at the work nodes ``x`` (increasing; log-spaced in use, so that each octave of work
+    weighs the same in the fit) of an op with F = f1 x + f0, M = m1 x + m0 (a GEMM at its weight shape:
+    F = 2 n k m, M = n k w + (n + k) a m) and efficiency ``eta`` at those nodes: :func:`surface_time_s`
+    made non-decreasing in x (:func:`monotone_lattice`)."""
+    x = np.asarray(x, dtype=float)
+    t = surface_time_s(f1 * x + f0, m1 * x + m0, np.maximum(np.asarray(eta, dtype=float), 1e-12), peak, bw)
+    return monotone_lattice(t[:, None])[:, 0]
+
+
+def gemm_lattice_s(sub, n: float, k: float, w: float, a: float, peak: float, bw: float):
+    """(log2 m nodes, log monotone time) of a GEMM at weight shape (n, k) over m tokens, from the
+    one-axis surface ``sub`` (the GEMM surface sliced at n, k): nodes 1/16 octave apart up to
+    2^MIN_TOKEN_OCTAVES tokens; :func:`lattice_time_s` reads it."""
+    log_m = np.arange(MIN_TOKEN_OCTAVES * MOE_TOKEN_NODES_PER_OCTAVE + 1) / MOE_TOKEN_NODES_PER_OCTAVE
+    m = np.exp2(log_m)
+    t = affine_envelope_s(m, sub(m=m), 2.0 * n * k, 0.0, (n + k) * a, n * k * w, peak, bw)
+    return log_m, np.log(t)
+
+
+def lattice_time_s(lattice, x) -> np.ndarray:
+    """exp of the linear interpolation of a 1-D (log2 x nodes, log t) lattice at x (clamped): monotone
+    where the lattice is, exact for power laws."""
+    log_x, log_t = lattice
+    return np.exp(np.interp(np.log2(np.maximum(np.asarray(x, dtype=float), 1e-300)), log_x, log_t))
 
 
 def lattice_interp(t: np.ndarray, log_x: np.ndarray, y: np.ndarray, qx, qy) -> np.ndarray:
@@ -70,7 +117,8 @@ def lattice_interp(t: np.ndarray, log_x: np.ndarray, y: np.ndarray, qx, qy) -> n
 
 
 def moe_lattice_s(surface, correction, shape: dict, top_tokens: float, top_queries: float, peak: float, bw: float):
-    """(log2 T nodes, E nodes, envelope time [T, E]) of one MoE layer's routed experts per instance.
+    """(log2 T nodes, log2 E nodes, envelope time [T, E], the monotone time along the tables' relation [T])
+    of one MoE layer's routed experts per instance.
 
     At T tokens touching E distinct experts in all (E between what T / q_max tokens and what T
     independent tokens touch, ``experts_touched``: B = T / q sequences of q <= ``top_queries`` positions
@@ -78,7 +126,10 @@ def moe_lattice_s(surface, correction, shape: dict, top_tokens: float, top_queri
     pairs (:func:`busiest_group_load` at independent tokens; c_E = 1/ep for uniform routing):
     F = 2 p_g s, M = c_E E s w + p_g b_pair, efficiency read at T k / E tokens per expert and
     c_E E s w expert bytes (the axes of the MoE surface), times the table's per-shape correction
-    at T. The running maximum along T and E makes it the envelope of :mod:`this module <.monotone>`.
+    at T. Along the tables' own relation E = e_0(T) (independent tokens) the times are made monotone
+    in T (:data:`MONOTONE_MODE`); fewer experts at the same T (a routing reuse) are capped at that
+    and then take the running maximum over less work along T and E, so the relation's values stand
+    and the surface is never read, off the relation the tables measured, as making more work cheaper.
     """
     p = np.asarray(shape["probabilities"], dtype=float)
     k, ep = float(shape["topk"]), int(shape["moe_ep"])
@@ -89,19 +140,39 @@ def moe_lattice_s(surface, correction, shape: dict, top_tokens: float, top_queri
     e_all0 = experts_touched(T, p)
     touched_g0, pairs_g = busiest_group_load(T, p, ep)
     c_e = touched_g0 / np.maximum(e_all0, 1e-12)
-    E_nodes = np.linspace(k, float(len(p)), MOE_EXPERT_NODES)
+    E_nodes = np.geomspace(k, float(len(p)), MOE_EXPERT_NODES)
     e_lo = experts_touched(np.maximum(T / max(top_queries, 1.0), 1.0), p)
-    E = np.clip(E_nodes[None, :], e_lo[:, None], e_all0[:, None])  # the counts a step of T tokens can touch
-    expert_bytes = c_e[:, None] * E * s * w
-    eta = surface(tokens_per_expert=T[:, None] * k / E, expert_bytes=expert_bytes, n=np.full(E.shape, n))
-    if correction is not None:
-        factor = correction.factor({**{a: shape[a] for a in correction.key_axes}, correction.along: T})
-        if factor is not None:
-            eta = eta / factor[:, None]
-    pairs = pairs_g[:, None] * np.ones_like(E)
-    t = surface_time_s(2.0 * pairs * s, expert_bytes + pairs * b_pair, eta, peak, bw)
-    t = np.maximum.accumulate(np.maximum.accumulate(t, axis=0), axis=1)
-    return log_t, E_nodes, t
+    E_nodes = np.geomspace(k, float(len(p)), MOE_EXPERT_NODES)
+
+    def time_s(E):  # [T, n] expert counts -> seconds per instance
+        expert_bytes = c_e[:, None] * E * s * w
+        eta = surface(tokens_per_expert=T[:, None] * k / E, expert_bytes=expert_bytes, n=n)
+        if correction is not None:
+            factor = correction.factor({**{a: shape[a] for a in correction.key_axes}, correction.along: T})
+            if factor is not None:
+                eta = eta / factor[:, None]
+        pairs = pairs_g[:, None] * np.ones_like(E)
+        return surface_time_s(2.0 * pairs * s, expert_bytes + pairs * b_pair, eta, peak, bw)
+
+    # independent tokens (the tables' own routing, rho = 0): the monotone fit along T
+    t_rel = monotone_lattice(time_s(e_all0[:, None]))
+    # fewer experts than independent tokens touch (reuse): never costlier than the same tokens at rho = 0,
+    # and not cheaper than less work (running maximum); e_all0(T) itself keeps t_rel
+    t = np.minimum(time_s(np.clip(E_nodes[None, :], e_lo[:, None], e_all0[:, None])), t_rel)
+    t = np.where(E_nodes[None, :] >= e_all0[:, None], t_rel, t)
+    return log_t, np.log2(E_nodes), monotone_lattice(t, mode="max"), t_rel[:, 0]
+
+
+def moe_time_s(lattice, tokens, touched, probabilities) -> np.ndarray:
+    """An MoE layer's time per instance at T ``tokens`` touching E = ``touched`` experts, from
+    :func:`moe_lattice_s`: on the tables' relation (E = e_0(T), independent tokens) the 1-D monotone fit
+    exactly, elsewhere the lattice (never above that fit at the same T: a convex combination of nodes
+    that are not)."""
+    log_t, log_e, t, t_rel = lattice
+    tokens, touched = np.broadcast_arrays(np.asarray(tokens, dtype=float), np.asarray(touched, dtype=float))
+    lx = np.log2(np.maximum(tokens, 1e-300))
+    on = touched >= experts_touched(tokens, probabilities) * (1.0 - 1e-9)
+    return np.where(on, np.interp(lx, log_t, t_rel), lattice_interp(t, log_t, log_e, tokens, np.log2(touched)))
 
 
 # Decode-attention lattice: nodes per octave of sequences and of cached keys
@@ -138,8 +209,7 @@ def attention_lattice_s(surface, shape: dict, top_batch: float, top_keys: float,
         hkv, d, g = (float(shape[x]) for x in ("kv_heads", "head_dim", "group"))
         eta = surface(batch_heads=B * hkv, context=L + 1.0, head_dim=d, group=g)
     t = surface_time_s(B * (L + 1) * per_score, m_1, eta, peak, bw)
-    t = np.maximum.accumulate(np.maximum.accumulate(t, axis=0), axis=1)
-    return log_b, log_l, np.log(t)
+    return log_b, log_l, np.log(monotone_lattice(t))
 
 
 def _attention_unit_work(shape: dict) -> tuple[float, float, float]:

@@ -29,9 +29,10 @@ import numpy as np
 from simulator.specs.deployment import Deployment
 from simulator.specs.hardware import Hardware
 from simulator.specs.profile import Profile
-from simulator.physics.monotone import (CACHE_RESIDENT_BYTES, MAX_LATTICE_TOKENS, affine_envelope_s,
-                                        attention_lattice_s, attention_time_s, lattice_interp, log_lattice_interp,
-                                        moe_lattice_s)
+from simulator.physics.monotone import (CACHE_RESIDENT_BYTES, MAX_LATTICE_TOKENS, MIN_BATCH_OCTAVES, MIN_KEY_OCTAVES,
+                                        MIN_QUERIES, MIN_TOKEN_OCTAVES, gemm_lattice_s, lattice_time_s,
+                                        attention_lattice_s, attention_time_s, log_lattice_interp, moe_lattice_s,
+                                        moe_time_s)
 from simulator.specs.surfaces import collective_time_s
 
 
@@ -128,10 +129,21 @@ def _surface_eta(op: Op, profile: Profile | None, engine: str = "", peak: float 
     t_env = _envelope_s(op, surf, fix, peak, bw) if peak and bw else None
     if t_env is not None:
         roof = np.maximum(np.asarray(op.flops, dtype=float) / peak, np.asarray(op.nbytes, dtype=float) / bw)
-        return roof / np.maximum(t_env, 1e-300), True
+        eta_env = roof / np.maximum(t_env, 1e-300)
+        if not np.isnan(t_env).any():
+            return eta_env, True
+        # cells the envelope does not cover: the surface's own efficiency, capped as evaluate caps it
+        raw = _raw_eta(op, surf, fix)
+        in_cache = (np.asarray(op.nbytes) < CACHE_RESIDENT_BYTES) & (
+            np.asarray(op.flops) / peak < np.asarray(op.nbytes) / bw)
+        return np.where(np.isnan(t_env), np.where(in_cache, raw, np.minimum(raw, 1.0)), eta_env), True
+    return _raw_eta(op, surf, fix), False
+
+
+def _raw_eta(op: Op, surf, fix):
     eta = surf(**{axis: op.shape[axis] for axis in surf.axes})
     factor = fix.factor(op.shape) if fix is not None else None
-    return (eta if factor is None else eta / factor), False  # a shape the table measured: its own time
+    return eta if factor is None else eta / factor  # a shape the table measured: its own time
 
 
 def _envelope_s(op: Op, surf, fix, peak: float, bw: float):
@@ -142,10 +154,13 @@ def _envelope_s(op: Op, surf, fix, peak: float, bw: float):
     if op.surface == "moe" and "probabilities" in shape:
         tokens = np.asarray(shape["tokens"], dtype=float)
         top = float(tokens.max()) if tokens.size else 1.0
-        octaves = max(int(np.ceil(np.log2(max(top, 2.0)))), 1)
+        octaves = max(int(np.ceil(np.log2(max(top, 2.0)))), MIN_TOKEN_OCTAVES)
         queries = tokens / np.maximum(np.asarray(shape["sequences"], dtype=float), 1.0)
-        q_top = float(2 ** int(np.ceil(np.log2(max(float(queries.max()) if queries.size else 1.0, 1.0)))))
+        q_top = float(max(2 ** int(np.ceil(np.log2(max(float(queries.max()) if queries.size else 1.0, 1.0)))),
+                          MIN_QUERIES))
         entry = fix.key_of([shape[a] for a in fix.key_axes]) if fix is not None else ""
+        if fix is not None and entry in fix.entries:  # the factors themselves: profiles may share a surface
+            entry += "|" + b"".join(x.tobytes() for x in fix.entries[entry]).hex()
         p = np.asarray(shape["probabilities"], dtype=float)
         key = ("moe", entry, octaves, q_top, peak, bw, p.tobytes()) + tuple(
             float(shape[a]) for a in ("topk", "moe_ep", "params_slice", "w_bytes", "pair_bytes", "n"))
@@ -154,28 +169,25 @@ def _envelope_s(op: Op, surf, fix, peak: float, bw: float):
             hit = moe_lattice_s(surf, fix, shape, float(2 ** octaves), q_top, peak, bw)
             if len(surf.envelopes) < 4096:
                 surf.envelopes[key] = hit
-        log_t, e_nodes, t = hit
-        return lattice_interp(t, log_t, e_nodes, tokens, shape["touched"])
+        return moe_time_s(hit, tokens, shape["touched"], p)
     if op.surface in ("attention_decode", "mla_decode") and "q_heads" in shape:
         return _attention_envelope_s(op, surf, peak, bw)
     if op.surface != "gemm" or "w_bytes" not in shape or tuple(surf.axes) != ("m", "n", "k"):
         return None
     m = np.asarray(shape["m"], dtype=float)
     n, k = np.asarray(shape["n"], dtype=float), np.asarray(shape["k"], dtype=float)
-    if n.size != 1 or k.size != 1 or not m.size or m.min() < 1 or m.max() > MAX_LATTICE_TOKENS \
-            or not np.array_equal(m, np.round(m)):
+    covered = (m >= 1) & (m <= MAX_LATTICE_TOKENS)
+    if n.size != 1 or k.size != 1 or not m.size or not covered.any():
         return None
     n, k, w, a = float(n.ravel()[0]), float(k.ravel()[0]), float(shape["w_bytes"]), float(shape["a_bytes"])
     sub = surf.sliced((None, n, k))
-    top = int(m.max())
     key = ("gemm", peak, bw, w, a)
-    table = sub.envelopes.get(key)
-    if table is None or table.size <= top:
-        size = max(1024, 1 << int(np.ceil(np.log2(top + 1))))
-        table = affine_envelope_s(sub.integer_values(size - 1)[:size], 2.0 * n * k, 0.0, (n + k) * a, n * k * w,
-                                  peak, bw)
-        sub.envelopes[key] = table
-    return table[m.astype(np.intp)]
+    hit = sub.envelopes.get(key)
+    if hit is None:
+        hit = gemm_lattice_s(sub, n, k, w, a, peak, bw)
+        sub.envelopes[key] = hit
+    t = lattice_time_s(hit, np.clip(m, 1.0, MAX_LATTICE_TOKENS))
+    return t if covered.all() else np.where(covered, t, np.nan)
 
 
 def _attention_envelope_s(op: Op, surf, peak: float, bw: float):
@@ -185,10 +197,14 @@ def _attention_envelope_s(op: Op, surf, peak: float, bw: float):
     if tuple(surf.axes) not in (("batch_heads", "context", "head_dim", "group"), ("batch", "context", "bytes")):
         return None
     batch, keys = np.broadcast_arrays(*(np.asarray(shape[a], dtype=float) for a in ("sequences", "keys")))
-    if not batch.size or batch.min() < 1 or keys.min() < 1:
+    # cells outside the lattice (no sequence or no key) keep the surface's own time (NaN here), so a
+    # cell's price never depends on which other cells a grid evaluates
+    covered = (batch >= 1) & (keys >= 1)
+    if not batch.size or not covered.any():
         return None
-    b_oct = max(int(np.ceil(np.log2(max(float(batch.max()), 2.0)))), 1)
-    l_oct = max(int(np.ceil(np.log2(max(float(keys.max()), 2.0)))), 1)
+    batch, keys = np.maximum(batch, 1.0), np.maximum(keys, 1.0)
+    b_oct = max(int(np.ceil(np.log2(max(float(batch.max()), 2.0)))), MIN_BATCH_OCTAVES)
+    l_oct = max(int(np.ceil(np.log2(max(float(keys.max()), 2.0)))), MIN_KEY_OCTAVES)
     static = tuple(float(shape.get(a, 0.0)) for a in ("q_heads", "kv_heads", "head_dim", "kv_elem_bytes", "a_bytes",
                                                        "group", "latent", "score_width"))
     key = ("attention", b_oct, l_oct, peak, bw) + static
@@ -198,7 +214,8 @@ def _attention_envelope_s(op: Op, surf, peak: float, bw: float):
         if len(surf.envelopes) < 4096:
             surf.envelopes[key] = hit
     t_1 = log_lattice_interp(hit[2], hit[0], hit[1], batch, keys)
-    return attention_time_s(t_1, shape, op.flops, peak, bw)
+    t = attention_time_s(t_1, shape, op.flops, peak, bw)
+    return t if covered.all() else np.where(np.broadcast_to(covered, np.shape(t)), t, np.nan)
 
 
 def _collective_s(op: Op, profile: Profile | None):
@@ -211,7 +228,7 @@ def _collective_s(op: Op, profile: Profile | None):
         kind = next((k for k in (kind, "all_reduce", "all_reduce_nccl") if profile.collectives.get(k)), None)
     if kind is None or not profile.collectives.get(kind):
         return None
-    return collective_time_s(profile.collectives, gpus, op.shape["bytes"], op=kind)
+    return collective_time_s(profile.collectives, gpus, op.shape["bytes"], op=kind, monotone=True)
 
 
 def evaluate(ops: list[Op], hw: Hardware, dep: Deployment, profile: Profile | None, shape) -> StepCost:

@@ -79,12 +79,6 @@ class Surface:
             self._by_integer = np.interp(lx, g, self.values) if g.size > 1 else np.full(n, float(self.values[0]))
         return self._by_integer
 
-    def integer_values(self, top: int) -> np.ndarray:
-        """A one-axis surface's values at x = 0, 1, ..., >= top (x = 0 reads x = 1)."""
-        if len(self.axes) != 1:
-            raise ValueError("integer_values: one-axis surfaces only (slice the others away first)")
-        return self._integer_table(int(top))
-
     def sliced(self, values: tuple) -> "Surface":
         """The surface with the axes whose value is given (not None) interpolated away; cached, since an
         operator asks at the same weight shape (n, k) for every batch size."""
@@ -203,12 +197,24 @@ class ShapeCorrection:
         return np.interp(x, lx, fs) if lx.size > 1 else np.full(x.shape, float(fs[0]))
 
 
-def collective_time_s(table: Mapping, g: int, nbytes, *, op: str = "all_reduce") -> np.ndarray:
+def isotonic_increasing(y) -> np.ndarray:
+    """The least-squares non-decreasing fit of ``y`` (pool adjacent violators, equal weights)."""
+    blocks: list[list[float]] = []  # [mean, count] per pooled block
+    for v in np.asarray(y, dtype=float):
+        blocks.append([float(v), 1.0])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            (m2, n2), (m1, n1) = blocks.pop(), blocks.pop()
+            blocks.append([(m1 * n1 + m2 * n2) / (n1 + n2), n1 + n2])
+    return np.concatenate([np.full(int(n), m) for m, n in blocks]) if blocks else np.empty(0)
+
+
+def collective_time_s(table: Mapping, g: int, nbytes, *, op: str = "all_reduce", monotone: bool = False) -> np.ndarray:
     """Time of one collective of ``nbytes`` (per GPU message) over ``g`` GPUs, from a profile.
 
     ``table`` is ``profile["collectives"]`` (or its ``[op]`` sub-dict). Inside the measured
-    byte range: log-log linear interpolation of latency vs bytes (of the running maximum of the
-    measured latencies: a larger message is never priced faster). Outside it: the fitted
+    byte range: log-log linear interpolation of latency vs bytes (``monotone``: of the least-squares
+    non-decreasing fit of the measured log latencies, so that a larger message is never priced faster,
+    as the planner prices a step; the table's own points otherwise). Outside it: the fitted
     alpha-beta model ``alpha_g + f(g) S / busBW_g`` with f = 2 (g-1)/g for all-reduce
     (the planner's formula) and (g-1)/g for all-gather / reduce-scatter / all-to-all,
     joined continuously to the nearest measured point (the model is scaled to match it).
@@ -230,9 +236,11 @@ def collective_time_s(table: Mapping, g: int, nbytes, *, op: str = "all_reduce")
     b = np.asarray(ent["bytes"], dtype=float)
     t = np.asarray(ent["latency_s"], dtype=float)
     order = np.argsort(b)
-    # a larger message is not faster: the running maximum of the measured latencies (a table's
-    # point-to-point noise and protocol switches otherwise make some message sizes cheaper than smaller ones)
-    b, t = b[order], np.maximum.accumulate(t[order])
+    # monotone: a larger message is not faster; a table's point-to-point noise at small messages
+    # (2-4% at 8-64 kB) and kernel switches would otherwise make a larger step's all-reduce cheaper
+    b, t = b[order], t[order]
+    if monotone:
+        t = np.exp(isotonic_increasing(np.log(t)))
 
     def model(s):
         return alpha + factor * s / bw
