@@ -35,7 +35,7 @@ tables-wheel:
 	  echo "aiconfigurator-core wheel not downloadable: its table tests will skip"
 
 test: setup chromium tables-wheel
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile
 
 test-fast: setup
 	$(PY) -m pytest -q -m "not browser and not slow"
