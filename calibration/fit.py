@@ -117,14 +117,15 @@ def fit_family(s: pd.DataFrame, P: float, BW: float, tau: float, pooled_key: str
     mem_t = s.bytes.to_numpy() / (BW * _interp(mem_knots, s.bytes))
     memory = {s.mem_family.iloc[0]: mem_knots}
     compute = {}
-    keys = [(k, s.op.to_numpy() == k) for k in s.op.unique()]
+    ops, tokens, flops = s.op.to_numpy(), s.tokens.to_numpy(), s.flops.to_numpy()  # columns read once
+    keys = [(k, ops == k) for k in s.op.unique()]
     if pooled_key:
         keys.append((pooled_key, np.ones(len(s), bool)))
     for key, sel in keys:
         xs, etas = [], []
-        for x in np.unique(s.tokens.to_numpy()[sel]):
-            at = sel & (s.tokens.to_numpy() == x)
-            F, m, t = s.flops.to_numpy()[at], mem_t[at], tp[at]
+        for x in np.unique(tokens[sel]):
+            at = sel & (tokens == x)
+            F, m, t = flops[at], mem_t[at], tp[at]
             cands = np.clip(F / (P * t), ETA_MIN, ETA_MAX)
             errs = [np.abs(np.log(np.maximum(F / (P * c), m) / t)).sum() for c in cands]
             xs.append(np.log(float(x)))
