@@ -31,6 +31,7 @@ from simulator.cli.common import OneLineParser, run_cli, write_atomically
 from simulator.errors import PlannerError
 from simulator.files import check_output_file
 from simulator.plan.grid import compute_grid
+from simulator.specs.acceptance import acceptance_length_prefix
 from simulator.specs.deployment_fit import DEPLOYMENT_FORMAT, DEPLOYMENT_VERSION, TERMS, scenario_identity
 from simulator.specs.scenario import Scenario, load_scenario
 
@@ -158,9 +159,7 @@ def fit_acceptance(rows: pd.DataFrame, sc: Scenario, k_max: int, n_boot: int = N
 
 def al_by_k(rate_samples: np.ndarray, ks: np.ndarray) -> np.ndarray:
     """AL(K) = 1 + sum_{j <= K} prod_{i <= j} a_i for each row of rates: (m, n_k)."""
-    prefix = np.concatenate([np.ones((rate_samples.shape[0], 1)),
-                             1.0 + np.cumsum(np.cumprod(rate_samples, axis=1), axis=1)], axis=1)
-    return prefix[:, np.asarray(ks, dtype=int)]
+    return acceptance_length_prefix(rate_samples, axis=1)[:, np.asarray(ks, dtype=int)]
 
 
 def fit(sc: Scenario, rows: pd.DataFrame, n_boot: int = N_BOOT, seed: int = 0) -> dict:

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from simulator.specs.acceptance import acceptance_length_prefix
+
 RATE_CEILING = 0.999
 
 
@@ -59,9 +61,7 @@ def banded_acceptance_lengths(rates: np.ndarray, ks, band: float) -> np.ndarray:
     k_max = int(ks.max(initial=0))
     if k_max > rates.size:
         rates = np.concatenate([rates, np.full(k_max - rates.size, rates[-1])])
-    r = banded_rates(rates, band)
-    prefix = np.concatenate([np.ones((3, 1)), 1.0 + np.cumsum(np.cumprod(r, axis=1), axis=1)], axis=1)
-    return prefix[:, ks]
+    return acceptance_length_prefix(banded_rates(rates, band), axis=1)[:, ks]
 
 
 def robust_score(itl_s: np.ndarray, banded_al: np.ndarray, fits: np.ndarray) -> np.ndarray:

@@ -27,6 +27,7 @@ from simulator.physics.engine_time import (draft_extend_in_graph, draft_in_graph
                                            verify_in_graph)
 from simulator.physics.experts import experts_touched_correlated
 from simulator.plan.schedule import SCHEDULE_TOLERANCE, argmax_k_index, schedule_k_index
+from simulator.specs.acceptance import acceptance_length_prefix
 from simulator.specs.routing import expert_probabilities
 
 
@@ -273,8 +274,7 @@ def acceptance_lengths(acceptance, ks, scale=None) -> np.ndarray:
     s = np.asarray(scale, dtype=float)
     k_max = int(ks.max()) if ks.size else 0
     rates = np.minimum(acceptance.rates_upto(k_max)[:, None] * s[None, :], 0.999)
-    prefix = np.concatenate([np.ones((1, s.size)), 1.0 + np.cumsum(np.cumprod(rates, axis=0), axis=0)])
-    return prefix[ks]
+    return acceptance_length_prefix(rates, axis=0)[ks]
 
 
 def _has_ctx_axis(op, n_ctx: int) -> bool:
@@ -338,8 +338,7 @@ def compute_context_grid(scenario, batch_sizes=None, ks=None, context_lens=None,
     verify = _verify_total(sc, B, K, C)
     draft_pass, passes = draft_pass_cost(sc.draft, sc.model, sc.deployment, sc.hardware,
                                          np.broadcast_to(B, (b.size, 1, c.size)), K, C, sc.profile)
-    extend = draft_extend_cost(sc.draft, sc.model, sc.deployment, sc.hardware, *np.broadcast_arrays(B, K, C)[:2], C,
-                               sc.profile)
+    extend = draft_extend_cost(sc.draft, sc.model, sc.deployment, sc.hardware, B, K, C, sc.profile)
     verify_s, draft_step_s, in_graph, host_s = engine_pass_times(sc, B, K, verify, draft_pass, passes, extend)
     verify_s, draft_step_s, overhead = with_deployment_fit(
         getattr(sc, "deployment_fit", None), verify_s, draft_step_s, step_overhead_s(sc.profile, B, K) + host_s, B, K)

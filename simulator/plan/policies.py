@@ -19,6 +19,7 @@ from functools import cached_property
 import numpy as np
 
 from simulator.errors import PlannerError, did_you_mean
+from simulator.specs.acceptance import acceptance_length_prefix
 from simulator.plan.grid import compute_grid
 from simulator.specs.scenario import Scenario
 
@@ -180,7 +181,7 @@ class DsdAdaptive(Dsd):
 
     def choose_k(self, dec):
         n_dec, t = len(dec), self.tables
-        al = np.concatenate([[1.0], 1.0 + np.cumsum(np.cumprod(self.rate_hat[:self.k_max]))])
+        al = acceptance_length_prefix(self.rate_hat[:self.k_max])
         good = np.where(t.fits[n_dec], al / t.itl[n_dec], -np.inf)
         return int(self.ks_axis[np.argmax(good)]), None
 

@@ -76,8 +76,25 @@ class Acceptance:
         if np.any(k < 0):
             raise PlannerError("K must be >= 0")
         k_max = int(k.max()) if k.size else 0
-        prefix = np.concatenate([[1.0], 1.0 + np.cumsum(np.cumprod(self.rates_upto(k_max)))])
-        return prefix[k.astype(int)]
+        return acceptance_length_prefix(self.rates_upto(k_max))[k.astype(int)]
+
+
+def acceptance_length_prefix(rates, axis: int = -1) -> np.ndarray:
+    """AL(0), AL(1), ..., AL(n) from per-position rates a_1..a_n along ``axis``:
+    1, 1 + a_1, 1 + a_1 + a_1 a_2, ... (other axes: independent rate sets)."""
+    r = np.asarray(rates, dtype=float)
+    ones = list(r.shape)
+    ones[axis] = 1
+    return np.concatenate([np.ones(ones), 1.0 + np.cumsum(np.cumprod(r, axis=axis), axis=axis)], axis=axis)
+
+
+def parse_band(value, origin: str) -> float:
+    """[acceptance] band: how far each per-position rate may be off, absolute, in [0, 0.5]."""
+    band = float(value)
+    if not (0.0 <= band <= 0.5):
+        raise PlannerError(f"{origin}: [acceptance] band = {band:g} must be in [0, 0.5] (an absolute +- on each"
+                           " per-position rate, e.g. 0.1)")
+    return band
 
 
 PRESET_FILE = Path(__file__).resolve().parent.parent / "data" / "acceptance.toml"

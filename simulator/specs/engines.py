@@ -263,3 +263,14 @@ def _allreduce(kind: str, origin: str) -> str:
     if kind not in ("custom", "nccl"):
         raise PlannerError(f"{origin}: [collectives] allreduce must be 'custom' or 'nccl', got {kind!r}")
     return kind
+
+
+def sampling_logit_bytes(engine: EngineProfile, temperature, top_p, origin: str) -> dict:
+    """The deployment's sampling bytes per logit element (plain, verify) at the workload's temperature
+    and top-p, as Deployment fields; a temperature below 0 or a top-p outside (0, 1] is refused."""
+    temperature, top_p = float(temperature), float(top_p)
+    if temperature < 0 or not (0 < top_p <= 1):
+        raise PlannerError(f"{origin}: [workload] temperature = {temperature:g} must be >= 0 (0 = greedy) and"
+                           f" top_p = {top_p:g} in (0, 1]")
+    plain, verify = engine.logit_bytes(temperature, top_p)
+    return {"logit_bytes_plain": plain, "logit_bytes_verify": verify}

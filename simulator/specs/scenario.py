@@ -13,10 +13,11 @@ from pathlib import Path
 import numpy as np
 
 from simulator.specs.collectives import server_collectives
-from simulator.specs.acceptance import Acceptance, ContextAcceptance, context_acceptance, parse_acceptance, preset_for
+from simulator.specs.acceptance import (Acceptance, ContextAcceptance, context_acceptance, parse_acceptance, parse_band,
+                                        preset_for)
 from simulator.specs.acceptance_files import AcceptanceFile, is_acceptance_path, read_acceptance_file
 from simulator.specs.deployment import LAYOUTS, Deployment, check_deployment, make_deployment
-from simulator.specs.engines import EngineProfile, default_engine, load_engine
+from simulator.specs.engines import EngineProfile, default_engine, load_engine, sampling_logit_bytes
 from simulator.specs.drafts import DraftSpec, check_draft, parse_draft
 from simulator.specs.deployment_fit import DeploymentFit, load_deployment_fit, scenario_identity
 from simulator.errors import PlannerError
@@ -250,7 +251,7 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
                          grouped_decode_groups=engine.grouped_decode_groups,
                          grouped_decode_min_batch_heads=engine.grouped_decode_min_blocks_per_sm * (hardware.compute_units or 0),
                          l2_reread_cost=hardware.l2_reread_cost,
-                         **_logit_bytes(engine, get("workload", "temperature", 0.0), get("workload", "top_p", 1.0), origin))
+                         **sampling_logit_bytes(engine, get("workload", "temperature", 0.0), get("workload", "top_p", 1.0), origin))
     fit_path = get("calibration", "deployment")
     fit = load_deployment_fit(_resolve_path(fit_path, base_dir), origin,
                               scenario_identity(model, hardware, deployment, engine, draft)) if fit_path else None
@@ -268,27 +269,8 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
         warnings=_warn(wl["warnings"] + ([multi_node] if multi_node else [])
                        + pcie_collective_caveat(hardware, deployment, profile)),
         context_lens=wl["context_lens"], acceptance_context=acceptance_context,
-        acceptance_band=_acceptance_band(get("acceptance", "band", 0.0), origin),
+        acceptance_band=parse_band(get("acceptance", "band", 0.0), origin),
         schedule_tolerance=wl["schedule_tolerance"], acceptance_file=acc_file, deployment_fit=fit)
-
-
-def _logit_bytes(engine, temperature, top_p, origin: str) -> dict:
-    """The deployment's sampling bytes per logit element at the workload's temperature and top-p."""
-    temperature, top_p = float(temperature), float(top_p)
-    if temperature < 0 or not (0 < top_p <= 1):
-        raise PlannerError(f"{origin}: [workload] temperature = {temperature:g} must be >= 0 (0 = greedy) and"
-                           f" top_p = {top_p:g} in (0, 1]")
-    plain, verify = engine.logit_bytes(temperature, top_p)
-    return {"logit_bytes_plain": plain, "logit_bytes_verify": verify}
-
-
-def _acceptance_band(value, origin: str) -> float:
-    """[acceptance] band: how far each per-position rate may be off, absolute, in [0, 0.5]."""
-    band = float(value)
-    if not (0.0 <= band <= 0.5):
-        raise PlannerError(f"{origin}: [acceptance] band = {band:g} must be in [0, 0.5] (an absolute +- on each"
-                           " per-position rate, e.g. 0.1)")
-    return band
 
 
 def fit_to_server(profile: Profile | None, hardware: Hardware, given_bus_bandwidth) -> Profile | None:
