@@ -20,6 +20,7 @@ from dashboard import charts as C  # noqa: E402
 from dashboard import compute, state as S  # noqa: E402
 from dashboard.sidebar import sidebar  # noqa: E402
 from simulator.errors import PlannerError  # noqa: E402
+from simulator.plan.advice import advice_lines  # noqa: E402
 
 log = logging.getLogger("dsd.dashboard")
 TABS = ["K* vs batch size", "Goodput heatmap", "Plain vs fixed K vs DSD", "Roofline", "MoE experts",
@@ -122,6 +123,11 @@ def tab_kstar(pg: Page) -> None:
     if dependence:
         st.caption(dependence)
     st.dataframe(compute.kstar_view(t), hide_index=True, width="stretch", height=260)
+    advice = advice_lines(pg.p.engine_advice())  # nothing (no heading) when no setting costs goodput
+    if advice:
+        st.markdown("**Engine settings:** " + advice[0].split(" (")[0])
+        for line in advice[1:]:
+            st.markdown(f"- {line.strip()}")
 
 
 def tab_heatmap(pg: Page) -> None:

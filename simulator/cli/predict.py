@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.plan import exports
+from simulator.plan.advice import advice_lines
 from simulator.plan.api import Prediction, predict
 from simulator.plan.fit import shortfall_text
 from simulator.plan.notes import falling_token_time
@@ -78,6 +79,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--engine", help="serving engine whose host time and CUDA-graph capture to model: vllm, sglang,"
                    " trtllm or ideal (kernels only); default vllm on GPUs")
     p.add_argument("--engine-version", help="engine version of the profile (default the newest profile)")
+    p.add_argument("--max-capture-size", type=int, metavar="N", help="the engine's CUDA-graph capture limit for the"
+                   " verify pass, in the unit its setting counts (vLLM --cuda-graph-sizes / --max-cudagraph-capture-size:"
+                   " tokens; SGLang --cuda-graph-max-bs: sequences); default the engine profile's")
+    p.add_argument("--max-num-seqs", type=int, metavar="N", help="the engine's running-batch cap (vLLM --max-num-seqs,"
+                   " SGLang --max-running-requests); default [serving] max_num_seqs, else the engine's default")
+    p.add_argument("--max-num-batched-tokens", type=int, metavar="N", help="vLLM's token budget per step"
+                   " (--max-num-batched-tokens); default [serving] max_num_batched_tokens, else vLLM's default")
     p.add_argument("--allreduce-busbw", type=float, metavar="GB/s",
                    help="your server's all-reduce bus bandwidth (nccl-tests all_reduce_perf busbw at large messages);"
                    " prices every all-reduce's bandwidth term (PCIe servers differ by up to 10x)")
@@ -180,6 +188,7 @@ def render_table(pred: Prediction) -> str:
     if len(t) < len(pred.table):
         lines.append(f"({len(t)} of {len(pred.table)} batch sizes shown: powers of two and every change of K*;"
                      " --format csv prints all)")
+    lines += advice_lines(pred.engine_advice())
     why = pred.k_rise_attribution()
     if why:
         lines.append(f"why K* moves (MoE): {why}")
@@ -311,6 +320,14 @@ def _share(text: str | None, flag: str) -> float | None:
     return value
 
 
+def _engine_setting(value: int | None, flag: str, example: str) -> int | None:
+    """An engine setting given on the command line: a whole number >= 1, else one line naming the flag."""
+    if value is not None and value < 1:
+        raise PlannerError(f"{flag} {value}: give a whole number >= 1 (e.g. {flag} {example}), or leave it out for"
+                           " the engine's default")
+    return value
+
+
 def _run(args) -> int:
     if args.list:
         sys.stdout.write(catalog_text(args.list))
@@ -325,7 +342,11 @@ def _run(args) -> int:
                      allreduce_busbw=_busbw(args.allreduce_busbw), acceptance_band=args.acceptance_band,
                      temperature=args.temperature, top_p=args.top_p,
                      schedule_tolerance=_share(args.schedule_tolerance, "--schedule-tolerance"),
-                     deployment=args.deployment)
+                     deployment=args.deployment,
+                     max_capture_size=_engine_setting(args.max_capture_size, "--max-capture-size", "1024"),
+                     max_num_seqs=_engine_setting(args.max_num_seqs, "--max-num-seqs", "256"),
+                     max_num_batched_tokens=_engine_setting(args.max_num_batched_tokens, "--max-num-batched-tokens",
+                                                            "8192"))
     export_only = [flag for flag, given in (("--export-version", args.export_version), ("--markdown", args.markdown),
                                             ("--cuda-graph-bs", args.cuda_graph_bs)) if given]
     if export_only and args.format not in EXPORT_FORMATS:

@@ -255,6 +255,14 @@ class Prediction:
     def trtllm(self) -> dict:
         return exports.trtllm_schedule(*self.k_table())
 
+    def engine_advice(self) -> list:
+        """Engine settings that cost goodput at the planned load, with the gain of changing each
+        (:mod:`simulator.plan.advice`); empty when none does."""
+        if "_advice" not in self.__dict__:
+            from simulator.plan.advice import engine_advice  # advice reruns grids through this module
+            self.__dict__["_advice"] = engine_advice(self)
+        return self.__dict__["_advice"]
+
     # --- the context-length axis and engine-exact exports ----------------------------------------
     def context_lens(self, context_lens=None) -> np.ndarray:
         """The context axis: given, else the scenario's context_lens; the scenario's context_len is
@@ -360,6 +368,7 @@ class Prediction:
         return {"provenance": self.provenance, "schedule": self.schedule_text(),
                 "schedule_trade": self.schedule_summary(), "notes": self.notes(),
                 "fixed_k": self.scenario.fixed_k,
+                "engine_advice": [a.to_dict() for a in self.engine_advice()],
                 "vllm": self.vllm(), "trtllm": {"draft_len_schedule": self.trtllm()}, "rows": rows}
 
 

@@ -211,7 +211,8 @@ def _engine_tables(scen: dict, k_context: int) -> tuple[dict, dict, dict]:
         pred = predict_scenario(csc.with_overrides(context_len=k_context))
         k_tables[cand.label] = pred.table
         engine[cand.label] = {"vllm": pred.engine_payload("vllm"), "trtllm": pred.engine_payload("trtllm"),
-                              "predict": predict_command(csc, cand, k_context)}
+                              "predict": predict_command(csc, cand, k_context),
+                              "advice": [a.to_dict() for a in pred.engine_advice()]}
         stops[cand.label] = spec_stops_paying(pred.table, pred.grid)
     return k_tables, engine, stops
 

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from simulator.plan.advice import advice_lines
 from simulator.plan.api import schedule_text
 from simulator.specs.scenario import REPO_ROOT
 from simulator.sizing.fleet import SizingResult
@@ -308,7 +309,7 @@ def _k_sections(res: SizingResult, rec: dict | None) -> list:
     kparts = []
     order = [rec.get("candidate") or f"{rec['hardware']} tp={int(rec['tp'])}"] if rec else []
     order += [k for k in res.k_tables if k not in order]
-    for label in order[:3]:
+    for n, label in enumerate(order[:3]):
         eng = res.engine[label]
         kt = res.k_tables[label]
         kparts += [("h3", label), ("p", "Schedule: " + schedule_text(kt["batch_size"].to_numpy(),
@@ -318,6 +319,8 @@ def _k_sections(res: SizingResult, rec: dict | None) -> list:
                    ("p", "The same table from predict:"), ("code", eng.get("predict", "")),
                    ("p", "vLLM `speculative_config`:"), ("code", compact_json(eng["vllm"])),
                    ("p", "TensorRT-LLM:"), ("code", compact_json(eng["trtllm"]))]
+        if rec and n == 0:  # the recommended candidate: the engine settings that cost it goodput, if any
+            kparts += [("p", line.strip()) for line in advice_lines(eng.get("advice", []))]
     if len(order) > 3:
         kparts.append(("p", f"K* tables of the other {len(order) - 3} candidates: see the JSON output."))
     kparts.insert(0, ("p", "K* per batch size from the goodput model at the mean context of a running sequence"

@@ -274,3 +274,31 @@ def sampling_logit_bytes(engine: EngineProfile, temperature, top_p, origin: str)
                            f" top_p = {top_p:g} in (0, 1]")
     plain, verify = engine.logit_bytes(temperature, top_p)
     return {"logit_bytes_plain": plain, "logit_bytes_verify": verify}
+
+
+def with_capture_limit(engine: EngineProfile, limit: int) -> EngineProfile:
+    """The profile with its verify-pass CUDA-graph capture limit set to ``limit``, in the unit the
+    engine's setting counts (tokens where the speculative ceiling is in tokens, else the profile's
+    size unit): what `--cuda-graph-sizes` / `--max-cudagraph-capture-size` (vLLM) or
+    `--cuda-graph-max-bs` (SGLang) set. The captured lists are extended on their own stride so the
+    serving simulation's padding sees the same ceiling."""
+    from dataclasses import replace
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise PlannerError(f"CUDA-graph capture limit must be a whole number >= 1, got {limit!r}")
+    tokens_cap = engine.spec_capture_max_tokens > 0
+    batch_cap = engine.spec_capture_max_batch > 0 and engine.size_unit == "sequences"
+    return replace(engine, max_capture_size=limit, unlimited=False,
+                   spec_capture_max_tokens=limit if tokens_cap else engine.spec_capture_max_tokens,
+                   spec_capture_max_batch=limit if batch_cap else engine.spec_capture_max_batch,
+                   capture_sizes=_sizes_up_to(engine.capture_sizes, limit),
+                   spec_capture_sizes=_sizes_up_to(engine.spec_capture_sizes, limit))
+
+
+def _sizes_up_to(sizes: tuple[int, ...], limit: int) -> tuple[int, ...]:
+    """Captured sizes cut at ``limit`` or continued past their largest on their last stride, ending at it."""
+    if not sizes:
+        return sizes
+    kept = [s for s in sizes if s <= limit]
+    stride = sizes[-1] - sizes[-2] if len(sizes) > 1 else 8
+    kept += list(range(sizes[-1] + stride, limit + 1, stride))
+    return tuple(sorted(set(kept) | {limit}))

@@ -17,7 +17,7 @@ from simulator.specs.acceptance import (Acceptance, ContextAcceptance, context_a
                                         preset_for)
 from simulator.specs.acceptance_files import AcceptanceFile, is_acceptance_path, read_acceptance_file
 from simulator.specs.deployment import LAYOUTS, Deployment, check_deployment, make_deployment
-from simulator.specs.engines import EngineProfile, default_engine, load_engine, sampling_logit_bytes
+from simulator.specs.engines import EngineProfile, default_engine, load_engine, sampling_logit_bytes, with_capture_limit
 from simulator.specs.drafts import DraftSpec, check_draft, parse_draft
 from simulator.specs.deployment_fit import DeploymentFit, load_deployment_fit, scenario_identity
 from simulator.errors import PlannerError
@@ -51,7 +51,7 @@ SCHEMA: dict[str, dict[str, type | tuple]] = {
                  "schedule_tolerance": NUM},
     "routing": {"kind": str, "skew": NUM, "probabilities": list, "reuse": NUM},
     "calibration": {"profile": str, "deployment": str},
-    "engine": {"name": str, "version": str},
+    "engine": {"name": str, "version": str, "max_capture_size": int},  # capture limit: with_capture_limit
 }
 OPEN_SECTIONS = ("serving", "traffic", "slo", "sizing", "validation")
 # raw-dict marker: acceptance was given as an override, so a deployment fit's measured rates do not replace it
@@ -245,6 +245,8 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
     acceptance_context = context_acceptance(raw.get("acceptance", {}), acceptance, origin)
     engine_tbl = raw.get("engine", {})
     engine = load_engine(engine_tbl.get("name") or default_engine(hardware.kind), engine_tbl.get("version"))
+    if engine_tbl.get("max_capture_size") is not None:
+        engine = _capture_limit(engine, engine_tbl["max_capture_size"], origin)
     profile = resolve_profile(get("calibration", "profile"), hardware, engine.name, base_dir)
     profile = fit_to_server(profile, hardware, get("hardware", "interconnect_bandwidth_bytes_per_s"))
     deployment = replace(deployment, allreduce=engine.allreduce_table, engine=engine.name,
@@ -271,6 +273,13 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
         context_lens=wl["context_lens"], acceptance_context=acceptance_context,
         acceptance_band=parse_band(get("acceptance", "band", 0.0), origin),
         schedule_tolerance=wl["schedule_tolerance"], acceptance_file=acc_file, deployment_fit=fit)
+
+
+def _capture_limit(engine: EngineProfile, limit, origin: str) -> EngineProfile:
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise PlannerError(f"{origin}: [engine] max_capture_size = {limit!r}: give the CUDA-graph capture limit as a"
+                           " whole number >= 1 (tokens for vLLM, sequences for SGLang), e.g. 1024")
+    return with_capture_limit(engine, limit)
 
 
 def fit_to_server(profile: Profile | None, hardware: Hardware, given_bus_bandwidth) -> Profile | None:
@@ -406,6 +415,8 @@ OVERRIDE_KEYS = {
     "routing_skew": ("routing", "skew"), "acceptance_source": ("acceptance", "source"),
     "layout": ("hardware", "layout"), "dp": ("hardware", "dp"), "routing_reuse": ("routing", "reuse"),
     "engine": ("engine", "name"), "engine_version": ("engine", "version"),
+    "max_capture_size": ("engine", "max_capture_size"),
+    "max_num_seqs": ("serving", "max_num_seqs"), "max_num_batched_tokens": ("serving", "max_num_batched_tokens"),
     "context_lens": ("workload", "context_lens"), "schedule_tolerance": ("workload", "schedule_tolerance"),
     "acceptance_preset": ("acceptance", "preset"), "acceptance_band": ("acceptance", "band"),
     "temperature": ("workload", "temperature"), "top_p": ("workload", "top_p"),

@@ -1,0 +1,346 @@
+"""Engine-setting advice: which setting of the serving engine costs goodput at the planned load, what
+to set it to, and what that gains, per engine release, with where the engine's code applies the rule.
+
+The rules' data (setting names, release ranges, defaults, code locations) live in
+``simulator/data/engine_settings.toml``; the functions here are the arithmetic. Every gain is the
+planner's own: the goodput table rerun with the setting changed, compared at the batch sizes where the
+setting binds. "Planned load": the batch sizes of the K* table that fit in memory.
+
+- capture: the verify pass of B (K + 1) tokens (vLLM) or B sequences (SGLang) above the capture limit
+  runs eagerly; suggested = the smallest limit on the engine's stride that covers K* of the grid rerun
+  with every size captured; gain = goodput at K* with that limit / goodput now.
+- max_num_seqs: a running-batch cap M below the largest planned batch size B_max: the engine never runs
+  more than M sequences; gain = throughput(B_max) / throughput(M).
+- max_num_batched_tokens: a step's token budget T below B (K* + 1): only T // (K + 1) sequences verify
+  per step; gain = throughput(B, K*) / max_K throughput(min(B, T // (K + 1)), K).
+- dsd_k0: vLLM's drafter still runs its first pass over the B verified tokens at a K = 0 entry, so K = 0
+  is not plain decoding there; where K >= 1 beats that, the entry should say so.
+- dp_dsd_off: vLLM turns the per-batch-size table off at data_parallel_size > 1 and runs
+  num_speculative_tokens (the table's largest K) at every batch size; suggested = the single K best
+  over the planned load.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from simulator.errors import PlannerError
+from simulator.files import read_toml_file
+from simulator.specs.engines import EngineProfile, with_capture_limit
+from simulator.specs.versions import version_key
+
+SETTINGS_FILE = Path(__file__).resolve().parent.parent / "data" / "engine_settings.toml"
+MIN_GAIN = 0.001  # below 0.1% of goodput a setting is not worth a line
+ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
+
+
+@dataclass(frozen=True)
+class Advice:
+    setting: str
+    current: object
+    suggested: object
+    goodput_gain_share: float  # the largest gain over at_batch_sizes (0.05 = +5% tokens/s)
+    at_batch_sizes: tuple[int, ...]  # planned batch sizes where the setting binds and the change gains
+    engine_version: str
+    rule_source: str
+    why: str  # one clause: what the engine does at the current value
+
+    def line(self) -> str:
+        return advice_text(self.to_dict())
+
+    def to_dict(self) -> dict:
+        return {"setting": self.setting, "current": self.current, "suggested": self.suggested,
+                "goodput_gain_share": round(float(self.goodput_gain_share), 6),
+                "at_batch_sizes": [int(b) for b in self.at_batch_sizes], "engine_version": self.engine_version,
+                "rule_source": self.rule_source, "why": self.why}
+
+
+def advice_text(a: dict) -> str:
+    """One advice (as :meth:`Advice.to_dict` writes it) in one line."""
+    return (f"{a['setting']} {a['current']} -> {a['suggested']}: up to +{a['goodput_gain_share']:.1%} goodput at B"
+            f" {batch_span(a['at_batch_sizes'])} ({a['why']}; engine profile {a['engine_version']}; code:"
+            f" {a['rule_source']})")
+
+
+# --- the rules' data -------------------------------------------------------------------------------
+
+@lru_cache(maxsize=None)
+def load_rules(path: str = str(SETTINGS_FILE)) -> tuple[dict, ...]:
+    return tuple(read_toml_file(Path(path), "engine settings").get("rule", []))
+
+
+def rule_for(kind: str, engine: EngineProfile | None, rules=None) -> dict | None:
+    """The rule of this kind whose release range holds the engine profile's version; None if none does."""
+    if engine is None or not engine.version:
+        return None
+    v = version_key(engine.version)
+    for r in load_rules() if rules is None else rules:
+        if r["kind"] == kind and r["engine"] == engine.name and version_key(r["first"]) <= v \
+                and (not r["before"] or v < version_key(r["before"])):
+            return r
+    return None
+
+
+def engine_label(engine: EngineProfile) -> str:
+    return f"{ENGINE_NAMES.get(engine.name, engine.name)} {engine.version}"
+
+
+def gpu_default(rule: dict, memory_bytes: float, hardware_name: str) -> int:
+    """The engine's default for this GPU: the large-GPU value at >= large_gpu_min_gib unless the GPU is
+    one the engine keeps on the small tier (vLLM: A100, PR #17885)."""
+    small = any(n in hardware_name.lower() for n in rule["small_gpu_names"])
+    large = memory_bytes >= rule["large_gpu_min_gib"] * 2 ** 30 and not small
+    return int(rule["default_large_gpu"] if large else rule["default_small_gpu"])
+
+
+# --- pure arithmetic -------------------------------------------------------------------------------
+
+def verify_size(batch, k, unit: str) -> np.ndarray:
+    """What the engine's capture limit counts for the verify pass: B (K + 1) tokens or B sequences."""
+    batch, k = np.broadcast_arrays(np.asarray(batch, dtype=np.int64), np.asarray(k, dtype=np.int64))
+    return batch * (k + 1) if unit == "tokens" else batch.copy()
+
+
+def round_up(value: int, step: int) -> int:
+    """The next multiple of ``step`` at or above ``value``: the engine captures sizes on that stride."""
+    return int(math.ceil(value / step) * step)
+
+
+def gain_share(new, old) -> np.ndarray:
+    """new / old - 1 where both are positive numbers, else 0 (nothing to compare)."""
+    new, old = np.asarray(new, dtype=float), np.asarray(old, dtype=float)
+    ok = np.isfinite(new) & np.isfinite(old) & (old > 0)
+    return np.where(ok, new / np.where(ok, old, 1.0) - 1.0, 0.0)
+
+
+def sequences_within_budget(batch, k, budget: int) -> np.ndarray:
+    """Sequences that verify in one step when each needs K + 1 tokens of a ``budget``-token step."""
+    batch, k = np.broadcast_arrays(np.asarray(batch, dtype=np.int64), np.asarray(k, dtype=np.int64))
+    return np.minimum(batch, budget // (k + 1))
+
+
+def batch_span(sizes) -> str:
+    """'1-40' for a run, '1-40, 60-64' for runs, a list otherwise."""
+    b = np.asarray(sorted(int(x) for x in sizes))
+    if not b.size:
+        return "-"
+    runs = np.split(b, np.flatnonzero(np.diff(b) > 1) + 1)
+    return ", ".join(f"{r[0]}" if r[0] == r[-1] else f"{r[0]}-{r[-1]}" for r in runs)
+
+
+# --- the rules ---------------------------------------------------------------------------------------
+
+def planned(pred) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(batch sizes, K*, goodput per sequence at K*) of the planned load: the table's rows that fit."""
+    t = pred.table[pred.table.fits_memory.to_numpy(bool)]
+    return (t.batch_size.to_numpy(np.int64), t.k_opt.astype(int).to_numpy(np.int64),
+            t.goodput_per_seq.to_numpy(float))
+
+
+def capture_advice(pred, rule: dict, predict_scenario) -> Advice | None:
+    """Raise the capture limit where the verify pass at the planned K* runs eagerly."""
+    sc, eng = pred.scenario, pred.scenario.engine
+    if not eng.graphs_enabled or eng.unlimited:
+        return None
+    b, _, good_now = planned(pred)
+    if not b.size:
+        return None
+    unit = rule["unit"]
+    current = current_capture_limit(eng, unit)
+    # K* with every planned cell captured: the sizes the plan would use if nothing ran eagerly
+    everything = round_up(int(verify_size(b.max(), sc.k_max, unit)), rule["round_to"])
+    if everything <= current:
+        return None
+    b_all, k_free, _ = planned(rerun(pred, eng, everything, predict_scenario, b))
+    need = verify_size(b_all, k_free, unit)
+    over = need > current
+    if not over.any():
+        return None
+    suggested = round_up(int(need[over].max()), rule["round_to"])
+    _, _, good_raised = planned(rerun(pred, eng, suggested, predict_scenario, b))
+    gain = gain_share(good_raised, good_now)
+    hit = over & (gain > MIN_GAIN)
+    if not hit.any():
+        return None
+    what = "B (K + 1) tokens" if unit == "tokens" else "B sequences"
+    return Advice(rule["setting"], current, suggested, float(gain[hit].max()), tuple(int(x) for x in b_all[hit]),
+                  engine_label(eng), rule["source"],
+                  f"the verify pass of {what} above {current} runs without a CUDA graph")
+
+
+def current_capture_limit(eng: EngineProfile, unit: str) -> int:
+    """The verify pass's capture limit in the rule's unit, as the engine profile states it."""
+    if unit == "tokens" and eng.spec_capture_max_tokens:
+        return int(eng.spec_capture_max_tokens)
+    if unit == "sequences" and eng.spec_capture_max_batch:
+        return int(eng.spec_capture_max_batch)
+    return int(eng.max_capture_size)
+
+
+def rerun(pred, eng: EngineProfile, limit: int, predict_scenario, batch_sizes):
+    """The prediction over the planned batch sizes with the engine's capture limit at ``limit``."""
+    sc = replace(pred.scenario, engine=with_capture_limit(eng, int(limit)))
+    return predict_scenario(sc, batch_sizes=batch_sizes, ks=pred.arrays.ks)
+
+
+def serving_value(sc, key: str) -> int | None:
+    """[serving] max_num_seqs / max_num_batched_tokens as the scenario (or its flag) gives it."""
+    value = (sc.extra.get("serving") or {}).get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise PlannerError(f"{sc.origin}: [serving] {key} = {value!r}: give a whole number >= 1"
+                           f" (or --{key.replace('_', '-')} N)")
+    return value
+
+
+def max_num_seqs_advice(pred, rule: dict, predict_scenario) -> Advice | None:
+    """Raise the running-batch cap where it sits below the largest planned batch size."""
+    sc = pred.scenario
+    cap = serving_value(sc, "max_num_seqs") or gpu_default(rule, sc.hardware.memory_bytes, sc.hardware.name)
+    b, _, good = planned(pred)
+    if not cap or not b.size or cap >= b.max():
+        return None
+    capped = predict_scenario(sc, batch_sizes=[cap], ks=pred.arrays.ks).table
+    if not bool(capped.fits_memory.iloc[0]):
+        return None
+    throughput_capped = float(capped.throughput.iloc[0])
+    above = b > cap
+    gain = gain_share(good[above] * b[above], throughput_capped)
+    hit = gain > MIN_GAIN
+    if not hit.any():
+        return None
+    return Advice(rule["setting"], int(cap), int(b.max()), float(gain[hit].max()), tuple(int(x) for x in b[above][hit]),
+                  engine_label(sc.engine), rule["source"], f"the engine runs at most {cap} sequences at once")
+
+
+def token_budget_advice(pred, rule: dict, predict_scenario) -> Advice | None:
+    """Raise the step's token budget where B (K* + 1) verify tokens do not fit it."""
+    sc = pred.scenario
+    budget = serving_value(sc, "max_num_batched_tokens") or gpu_default(rule, sc.hardware.memory_bytes, sc.hardware.name)
+    b, k, good = planned(pred)
+    need = verify_size(b, k, "tokens")
+    over = need > budget
+    if not over.any():
+        return None
+    ks = pred.arrays.ks.astype(np.int64)
+    fitting = sequences_within_budget(b[over][:, None], ks[None, :], budget)  # (n_over, n_k)
+    sizes = np.unique(fitting[fitting >= 1])
+    if not sizes.size:
+        return None
+    small = predict_scenario(sc, batch_sizes=sizes, ks=ks).arrays
+    rows = np.searchsorted(sizes, np.maximum(fitting, 1))
+    per_seq = np.where(small.fits_memory, small.goodput_per_seq, 0.0)[rows, np.arange(ks.size)[None, :]]
+    throughput_budgeted = np.where(fitting >= 1, per_seq * fitting, 0.0).max(axis=1)
+    gain = gain_share(good[over] * b[over], throughput_budgeted)
+    hit = gain > MIN_GAIN
+    if not hit.any():
+        return None
+    return Advice(rule["setting"], int(budget), int(need[over].max()), float(gain[hit].max()),
+                  tuple(int(x) for x in b[over][hit]), engine_label(sc.engine), rule["source"],
+                  f"B (K* + 1) verify tokens above {budget} do not fit one step; later sequences wait")
+
+
+def k0_step_s(grid) -> np.ndarray | None:
+    """Step time of a K = 0 entry where the engine still runs the drafter's first pass over the B
+    verified tokens: plain step + that pass (None: the draft has no such pass, e.g. n-gram)."""
+    if grid.draft_extend is None:
+        return None
+    i0 = grid.k_index(0)
+    return grid.itl_s[:, i0] + grid.draft_extend.total_s[:, i0]
+
+
+def dsd_k0_advice(pred, rule: dict) -> Advice | None:
+    """Where K* = 0 and K >= 1 beats K = 0 as the engine runs it, write that K instead."""
+    sc, g = pred.scenario, pred.arrays
+    if not sc.engine.supports_dynamic_k:
+        return None
+    step = k0_step_s(g)
+    if step is None:
+        return None
+    b_all = g.batch_sizes.astype(np.int64)
+    t = pred.table
+    k_opt = t.k_opt.fillna(-1).astype(int).to_numpy()
+    zero = (k_opt == 0) & t.fits_memory.to_numpy(bool)
+    if not zero.any():
+        return None
+    k0_goodput = 1.0 / step  # one committed token per step
+    spec = np.where(g.fits_memory & (g.ks[None, :] > 0), g.goodput_per_seq, -np.inf)
+    best_k = g.ks[np.argmax(spec, axis=1)].astype(int)
+    gain = gain_share(spec.max(axis=1), k0_goodput)
+    hit = zero & (gain > MIN_GAIN)
+    if not hit.any():
+        return None
+    ks = sorted(set(best_k[hit].tolist()))
+    suggested = f"K={ks[0]}" if len(ks) == 1 else "K=" + "/".join(map(str, ks)) + " by batch size"
+    return Advice(rule["setting"], "K=0", suggested, float(gain[hit].max()), tuple(int(x) for x in b_all[hit]),
+                  engine_label(sc.engine), rule["source"],
+                  "at K=0 the drafter still runs its first pass over the B verified tokens, so K=0 is slower than"
+                  " plain decoding there")
+
+
+def dp_dsd_advice(pred, rule: dict) -> Advice | None:
+    """At data_parallel_size > 1 the engine runs num_speculative_tokens at every batch size: name the
+    single K best over the planned load where it beats the table's largest K."""
+    sc, g = pred.scenario, pred.arrays
+    dep = sc.deployment
+    if not (sc.engine.supports_dynamic_k and dep.dp_attention and dep.dp > 1):
+        return None
+    t = pred.table
+    fits = t.fits_memory.to_numpy(bool)
+    k_opt = t.k_opt.fillna(-1).astype(int).to_numpy()[fits]
+    if not k_opt.size or k_opt.min() == k_opt.max():
+        return None  # one K everywhere: nothing is lost when the table is off
+    static = int(k_opt.max())  # what the vLLM file writes as num_speculative_tokens
+    good = np.where(g.fits_memory, g.goodput_per_seq, np.nan)[fits]
+    best = np.nanmax(good, axis=1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        mean_log_share = np.nanmean(np.log(good / best), axis=0)  # geometric-mean share per K
+    mean_log_share = np.where(np.isfinite(mean_log_share), mean_log_share, -np.inf)
+    k_best = int(g.ks[int(np.argmax(mean_log_share))])
+    if k_best == static:
+        return None
+    gain = gain_share(good[:, g.k_index(k_best)], good[:, g.k_index(static)])
+    hit = gain > MIN_GAIN
+    if not hit.any():
+        return None
+    b = g.batch_sizes.astype(np.int64)[fits]
+    return Advice(rule["setting"], static, k_best, float(gain[hit].max()), tuple(int(x) for x in b[hit]),
+                  engine_label(sc.engine), rule["source"],
+                  f"data_parallel_size {dep.dp} turns num_speculative_tokens_per_batch_size off, so K={static} runs"
+                  " at every batch size")
+
+
+def engine_advice(pred) -> list[Advice]:
+    """Every engine setting that costs goodput at the planned load of ``pred`` (empty: none does)."""
+    from simulator.plan.api import predict_scenario  # api imports this module lazily, too
+    eng = pred.scenario.engine
+    if eng is None:
+        return []
+    found = []
+    for kind, make in (("capture", lambda r: capture_advice(pred, r, predict_scenario)),
+                       ("max_num_seqs", lambda r: max_num_seqs_advice(pred, r, predict_scenario)),
+                       ("max_num_batched_tokens", lambda r: token_budget_advice(pred, r, predict_scenario)),
+                       ("dsd_k0", lambda r: dsd_k0_advice(pred, r)),
+                       ("dp_dsd_off", lambda r: dp_dsd_advice(pred, r))):
+        rule = rule_for(kind, eng)
+        if rule is not None:
+            advice = make(rule)
+            if advice is not None:
+                found.append(advice)
+    return found
+
+
+ADVICE_HEADING = "engine settings that cost goodput at this load (the planner's step times with and without the change):"
+
+
+def advice_lines(advice) -> list[str]:
+    """The advice (Advice objects or their dicts) as lines under a K* table; no lines, no heading either,
+    when nothing costs goodput."""
+    if not advice:
+        return []
+    return [ADVICE_HEADING] + [f"  {advice_text(a if isinstance(a, dict) else a.to_dict())}" for a in advice]

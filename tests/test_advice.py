@@ -1,0 +1,235 @@
+"""Engine-setting advice (simulator/plan/advice.py): each rule's arithmetic against a hand computation,
+each rule's code location against the released wheel's own source lines (where the wheel is cached),
+the CLI's bad input, and no section when nothing binds."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from simulator import predict
+from simulator.physics.engine_time import verify_in_graph
+from simulator.plan import advice as A
+from simulator.specs.engines import load_engine, with_capture_limit
+
+ROOT = Path(__file__).resolve().parent.parent
+WHEELS = Path.home() / ".cache" / "dsd-planner" / "wheels"
+
+
+def wheel_lines(wheel_glob: str, member: str) -> list[str]:
+    found = sorted(WHEELS.glob(wheel_glob))
+    if not found:
+        pytest.skip(f"{wheel_glob} not cached in {WHEELS}")
+    with zipfile.ZipFile(found[0]) as z:
+        return z.read(member).decode().splitlines()
+
+
+def run_predict(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "simulator.predict", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+
+
+# --- pure arithmetic, by hand ----------------------------------------------------------------------
+
+def test_verify_size_against_the_vllm_0110_ceiling():
+    # vLLM 0.11.0 capture ceiling 512 tokens (min(2 * 256, 512)): B=160, K=3 -> 640 tokens > 512 -> eager;
+    # B=128, K=3 -> 512 tokens, captured. SGLang counts sequences: B=160 whatever K.
+    assert A.verify_size(160, 3, "tokens") == 640
+    assert A.verify_size(128, 3, "tokens") == 512
+    assert A.verify_size(160, 3, "sequences") == 160
+    eng = load_engine("vllm", "0.11.0")
+    assert eng.spec_capture_max_tokens == 512
+    assert not verify_in_graph(eng, 160, 3) and verify_in_graph(eng, 128, 3)
+
+
+def test_round_up_to_the_capture_stride():
+    assert A.round_up(640, 8) == 640  # range(8, N + 1, 8) holds 640
+    assert A.round_up(641, 8) == 648
+    assert A.round_up(1176, 16) == 1184  # 74 x 16
+
+
+def test_sequences_within_a_token_budget():
+    # budget 512 tokens, K = 2: each sequence needs 3 tokens -> 512 // 3 = 170 of 392 verify in a step
+    assert A.sequences_within_budget(392, 2, 512) == 170
+    assert A.sequences_within_budget(100, 2, 512) == 100  # 300 tokens fit
+    assert A.sequences_within_budget(600, 0, 512) == 512  # plain decoding: one token each
+
+
+def test_gain_share_and_span():
+    assert A.gain_share(110.0, 100.0) == pytest.approx(0.10)
+    assert A.gain_share(5.0, 0.0) == 0.0  # nothing to compare against
+    assert A.batch_span([1, 2, 3, 7, 9, 10]) == "1-3, 7, 9-10"
+
+
+def test_gpu_default_tiers():
+    # vllm/engine/arg_utils.py (0.11.0:1605-1624): >= 70 GiB and not A100 -> max_num_seqs 1024, else 256;
+    # max_num_batched_tokens 8192 / 2048 for the API server
+    seqs = A.rule_for("max_num_seqs", load_engine("vllm", "0.11.0"))
+    tokens = A.rule_for("max_num_batched_tokens", load_engine("vllm", "0.11.0"))
+    assert A.gpu_default(seqs, 80e9, "h100-sxm") == 1024  # 80e9 B = 74.5 GiB
+    assert A.gpu_default(seqs, 80e9, "a100-sxm-80gb") == 256
+    assert A.gpu_default(seqs, 48e9, "l40s") == 256  # 44.7 GiB
+    assert A.gpu_default(tokens, 80e9, "h100-sxm") == 8192
+    assert A.gpu_default(tokens, 48e9, "l40s") == 2048
+
+
+def test_rules_by_engine_version():
+    assert A.rule_for("capture", load_engine("vllm", "0.11.0"))["setting"] == "--cuda-graph-sizes"
+    assert A.rule_for("capture", load_engine("vllm", "0.14.0"))["setting"] == "--max-cudagraph-capture-size"
+    assert A.rule_for("capture", load_engine("sglang", "0.5.19"))["setting"] == "--cuda-graph-max-bs"
+    assert A.rule_for("capture", load_engine("sglang", "0.4.4")) is None  # spec list hard-coded 1..32 there
+    assert A.rule_for("dp_dsd_off", load_engine("vllm", "0.11.0")) is None  # no dynamic SD before PR #32374
+    assert A.rule_for("dp_dsd_off", load_engine("vllm", "0.29.0")) is not None
+
+
+def test_with_capture_limit_moves_the_ceiling():
+    eng = with_capture_limit(load_engine("vllm", "0.11.0"), 1024)
+    assert eng.spec_capture_max_tokens == 1024 and eng.capture_sizes[-1] == 1024
+    assert np.all(np.diff(eng.capture_sizes[-10:]) == 8)  # continued on the 8-token stride
+    assert verify_in_graph(eng, 160, 3)  # 640 <= 1024
+    assert not verify_in_graph(eng, 300, 3)  # 1200 > 1024
+    sgl = with_capture_limit(load_engine("sglang", "0.5.19"), 64)
+    assert sgl.spec_capture_max_batch == 64 and not verify_in_graph(sgl, 65, 3)
+
+
+# --- the rules on bundled scenarios ----------------------------------------------------------------
+
+def test_max_num_seqs_below_the_planned_load():
+    # llama-3.1-8b-h100 plans B 1-512; --max-num-seqs 128 caps it: the engine never runs more than 128
+    p = predict("scenarios/llama-3.1-8b-h100.toml", max_num_seqs=128)
+    (a,) = [x for x in p.engine_advice() if x.setting == "--max-num-seqs"]
+    fits = p.table[p.table.fits_memory]
+    assert a.current == 128 and a.suggested == int(fits.batch_size.max())
+    assert min(a.at_batch_sizes) > 128
+    # the gain is throughput at B over throughput at the cap: the two rows of the same table
+    at = {int(r.batch_size): r.throughput for r in fits.itertuples()}
+    best = max(at[b] / at[128] - 1 for b in a.at_batch_sizes)
+    assert a.goodput_gain_share == pytest.approx(best, rel=1e-9)
+
+
+def test_token_budget_below_b_times_k_plus_one():
+    p = predict("scenarios/llama-3.1-8b-h100.toml", max_num_batched_tokens=512)
+    (a,) = [x for x in p.engine_advice() if x.setting == "--max-num-batched-tokens"]
+    t = p.table.set_index("batch_size")
+    need = {b: b * (int(t.k_opt[b]) + 1) for b in a.at_batch_sizes}
+    assert all(n > 512 for n in need.values())  # every named batch size needs more than the budget
+    assert a.current == 512
+    planned = t.index[t.fits_memory]
+    assert a.suggested == max(b * (int(t.k_opt[b]) + 1) for b in planned)  # the budget B (K* + 1) needs at most
+    # hand check at B = 392: K* + 1 tokens each, 512 // (K* + 1) sequences fit a step, so throughput
+    # under the budget is at most that many sequences' goodput: the gain must be > 0 there
+    b = 392
+    if b in a.at_batch_sizes:
+        k = int(t.k_opt[b])
+        assert A.sequences_within_budget(b, k, 512) == 512 // (k + 1) < b
+
+
+def test_dp_turns_dynamic_sd_off_in_vllm():
+    # deepseek-v3-dp-ep: layout dp-ep with dp = 8 on vLLM 0.29.0: the per-batch-size table is dropped
+    # (vllm/config/vllm.py:1110-1127 of 0.33.0) and num_speculative_tokens = the table's largest K runs
+    p = predict("scenarios/deepseek-v3-dp-ep.toml")
+    assert p.scenario.deployment.dp > 1
+    (a,) = [x for x in p.engine_advice() if x.setting == "num_speculative_tokens"]
+    assert a.current == p.vllm()["num_speculative_tokens"]
+    g = p.grid.set_index(["batch_size", "k"]).goodput_per_seq
+    b = a.at_batch_sizes[0]
+    assert g[(b, a.suggested)] > g[(b, a.current)]  # the suggested static K beats the one that runs there
+    assert "vllm/config/vllm.py:1110" in a.rule_source
+
+
+def test_dsd_k0_costs_the_drafter_first_pass():
+    # default scenario (draft model) at B up to 1024: K* = 0 from some B on; vLLM still runs the drafter's
+    # first pass there, so K = 0 costs plain + that pass and K = 1 can beat it
+    p = predict("scenarios/default.toml", batch_sizes="1-1024")
+    (a,) = [x for x in p.engine_advice() if x.setting == "num_speculative_tokens_per_batch_size"]
+    g = p.arrays
+    step = A.k0_step_s(g)
+    i0 = g.k_index(0)
+    assert np.all(step > g.itl_s[:, i0])  # the extra pass is never free
+    t = p.table.set_index("batch_size")
+    assert all(int(t.k_opt[b]) == 0 for b in a.at_batch_sizes)
+    b = a.at_batch_sizes[0]
+    row = list(g.batch_sizes.astype(int)).index(b)
+    k = int(a.suggested.split("=")[1].split()[0].split("/")[0])
+    assert g.goodput_per_seq[row, g.k_index(k)] > 1.0 / step[row]
+
+
+def test_nothing_binds_nothing_said():
+    # command-a-h100 as shipped: B <= 256 = max_num_seqs, 2 x 256 tokens <= 8192, verify within 512 requests
+    p = predict("scenarios/command-a-h100.toml")
+    assert p.engine_advice() == []
+    assert A.advice_lines([]) == []
+
+
+# --- code locations against the wheels' own lines ---------------------------------------------------
+
+def test_vllm_0330_source_lines():
+    cfg = wheel_lines("vllm-0.33.0-*.whl", "vllm/config/vllm.py")
+    assert cfg[1110 - 1].strip() == "def _maybe_disable_dynamic_sd_for_data_parallel(self) -> None:"
+    assert "data_parallel_size <= 1" in "\n".join(cfg[1110:1117])
+    assert "num_speculative_tokens_per_batch_size = None" in cfg[1127 - 1]
+    assert cfg[1862 - 1].strip() == "self._maybe_disable_dynamic_sd_for_data_parallel()"
+    prop = wheel_lines("vllm-0.33.0-*.whl", "vllm/v1/spec_decode/llm_base_proposer.py")
+    assert "Dynamic SD decided K=0" in prop[616 - 1] and prop[619 - 1].strip() == "if self.num_speculative_tokens == 0:"
+    args = wheel_lines("vllm-0.33.0-*.whl", "vllm/engine/arg_utils.py")
+    assert '"--max-cudagraph-capture-size"' in args[1827 - 1]
+
+
+def test_vllm_0110_source_lines():
+    sched = wheel_lines("vllm-0.11.0-*.whl", "vllm/config/scheduler.py")
+    assert sched[227 - 1].strip() == "self.cuda_graph_sizes = [min(self.max_num_seqs * 2, 512)]"
+    cfg = wheel_lines("vllm-0.11.0-*.whl", "vllm/config/__init__.py")
+    assert cfg[551 - 1].strip() == "def _set_cudagraph_sizes(self):"
+    run = wheel_lines("vllm-0.11.0-*.whl", "vllm/v1/core/sched/scheduler.py")
+    assert run[220 - 1].strip() == "num_new_tokens = min(num_new_tokens, token_budget)"
+    args = wheel_lines("vllm-0.11.0-*.whl", "vllm/engine/arg_utils.py")
+    assert "UsageContext.OPENAI_API_SERVER: 1024," in "\n".join(args[1610:1614])
+
+
+def test_sglang_0513_source_lines():
+    sa = wheel_lines("sglang-0.5.13-*.whl", "sglang/srt/server_args.py")
+    assert sa[735 - 1].strip() == "cuda_graph_max_bs: Optional[int] = None"
+    assert sa[425 - 1].strip() == "max_running_requests: Optional[int] = None"
+    assert sa[1444 - 1].strip().startswith("def _handle_gpu_memory_settings")
+
+
+# --- the CLI ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("flag", ["--max-capture-size", "--max-num-seqs", "--max-num-batched-tokens"])
+def test_cli_refuses_a_bad_setting(flag):
+    r = run_predict("--scenario", "scenarios/command-a-h100.toml", flag, "-4")
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr
+    lines = [x for x in r.stderr.splitlines() if x.strip()]
+    assert len(lines) == 1 and flag in lines[0] and ">= 1" in lines[0]
+
+
+def test_cli_table_and_json_carry_the_advice():
+    r = run_predict("--scenario", "scenarios/llama-3.1-8b-h100.toml", "--max-num-seqs", "128", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    (a,) = [x for x in json.loads(r.stdout)["engine_advice"] if x["setting"] == "--max-num-seqs"]
+    assert set(a) >= {"setting", "current", "suggested", "goodput_gain_share", "at_batch_sizes", "engine_version",
+                      "rule_source"}
+    assert a["current"] == 128 and a["engine_version"] == "vLLM 0.29.0"
+    r = run_predict("--scenario", "scenarios/command-a-h100.toml")
+    assert r.returncode == 0 and "engine settings" not in r.stdout  # nothing binds: no empty section
+
+
+def test_sizing_report_shows_the_recommended_candidates_advice():
+    from simulator.sizing import size
+    from simulator.sizing.report import render_markdown
+    from simulator.specs.scenario import load_scenario
+    # a running-batch cap of 64 below the report's K* table (B 1-256): the recommended candidate's
+    # section says so, with the setting and its current value
+    sc = load_scenario(ROOT / "scenarios" / "sizing-dense-command-a.toml", max_num_seqs=64)
+    res = size(sc, candidates=["h100-sxm"], tp=[8], policies=["dsd"], workers=1, sensitivity=False,
+               n_requests=40, duration_s=15.0, max_requests=400, search_steps=1)
+    if res.recommendation is None:
+        pytest.skip("no recommended configuration at this small search")
+    text = render_markdown(res)
+    assert "--max-num-seqs 64 ->" in text
