@@ -97,3 +97,17 @@ def test_context_axis_runs_the_dp_per_column():
     for j in range(3):
         one = schedule_k_index(cg.goodput_per_seq[:, :, j], cg.fits_memory[:, :, j], TOL)
         assert (both[:, j] == one).all()
+
+
+def test_served_dsd_runs_the_exported_schedule():
+    """The serving simulation's dsd policy runs the K table the engine is given (the fewest-range
+    schedule), not the raw argmax: issue 24's qwen3-32b case has 8 argmax ranges and fewer exported."""
+    from simulator.plan.policies import make_policy
+    from simulator.serving import EngineConfig
+
+    p = predict(model="qwen3-32b", hardware="h100-sxm", tp=4, batch_sizes="1-256")
+    b, k = p.k_table()
+    served = make_policy(p.scenario, "dsd", 256, EngineConfig()).k_table()
+    fits = k >= 0  # the served table ignores the grid's memory check (the KV block budget governs)
+    assert (served[:256][fits] == k[fits]).all()
+    assert schedule_ranges(served[fits]) == p.schedule_summary()["ranges"] < p.schedule_summary()["argmax_ranges"]

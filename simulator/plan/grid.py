@@ -97,10 +97,10 @@ class Grid:
 
     @cached_property
     def _schedule(self) -> np.ndarray:
-        return schedule_k_index(self._selection_score, self.fits_memory, self.schedule_tolerance)
+        return schedule_k_index(self.selection_score, self.fits_memory, self.schedule_tolerance)
 
     @property
-    def _selection_score(self) -> np.ndarray:
+    def selection_score(self) -> np.ndarray:
         if self.banded_acceptance_length is None:
             return self.goodput_per_seq
         return robust_score(self.itl_s, self.banded_acceptance_length, self.fits_memory)
@@ -108,7 +108,7 @@ class Grid:
     def argmax_k_index(self) -> np.ndarray:
         """Index into ks of the raw per-batch argmax (of goodput, or of the robust score with a band);
         -1 where no K fits in memory."""
-        return argmax_k_index(self._selection_score, self.fits_memory)
+        return argmax_k_index(self.selection_score, self.fits_memory)
 
     def acceptance_sensitive(self) -> np.ndarray | None:
         """Per batch size: whether K* at the band's low rates differs from K* at its high rates."""

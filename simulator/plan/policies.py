@@ -1,6 +1,6 @@
 """K policies of speculative decoding: which draft length K a step uses, given its batch.
 
-plain (K = 0, no draft loaded); fixed (K = fixed_k); dsd (K*(B) of the predicted table);
+plain (K = 0, no draft loaded); fixed (K = fixed_k); dsd (K*(B) of the predicted schedule, as exported);
 dsd-adaptive (EWMA of per-position rates from observed accepts, K* re-solved over the ITL grid);
 per-request (K*(B) capped per sequence by its own EWMA acceptance: K_i = largest k with
 a_i^k >= per_request_min_prob, at least 1); cutoff (fixed_k while B <= cutoff_batch_size, else 0).
@@ -21,6 +21,7 @@ import numpy as np
 from simulator.errors import PlannerError, did_you_mean
 from simulator.specs.acceptance import acceptance_length_prefix
 from simulator.plan.grid import compute_grid
+from simulator.plan.schedule import schedule_k_index
 from simulator.specs.scenario import Scenario
 
 POLICIES = ("plain", "fixed", "dsd", "dsd-adaptive", "per-request", "cutoff")
@@ -64,8 +65,11 @@ def policy_tables(sc: Scenario, max_seqs: int, k_max: int) -> PolicyTables:
     b = np.arange(1, max_seqs + 1)
     g = compute_grid(sc, batch_sizes=b, ks=np.arange(k_max + 1))
     # The grid's memory check assumes every sequence at the scenario's context_len; in serving the
-    # KV block budget is the memory limit, so K* is the goodput argmax over all K.
-    kstar = np.concatenate([[0], g.ks[np.argmax(g.goodput_per_seq, axis=1)]])
+    # KV block budget is the memory limit, so every K is allowed. K* is the schedule the engine is
+    # given (the fewest-range schedule within the tolerance, on the band's robust score when the
+    # scenario has one: plan.schedule), not the raw per-batch argmax.
+    every_k = np.ones(g.goodput_per_seq.shape, dtype=bool)
+    kstar = np.concatenate([[0], g.ks[schedule_k_index(g.selection_score, every_k, g.schedule_tolerance)]])
     itl = np.vstack([np.full(k_max + 1, np.inf), g.itl_s])
     fits = np.ones_like(itl, dtype=bool)
     fk = min(sc.fixed_k, k_max)
