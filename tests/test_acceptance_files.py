@@ -8,14 +8,13 @@ histogram keys = accepted + 1; vLLM serve.py: per-position rate = accepted at i 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
 import pytest
 
 from simulator.specs.acceptance_files import parse_acceptance_bytes, read_acceptance_file
+from cli_inprocess import run_main
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = ROOT / "tests" / "fixtures" / "vllm"
@@ -141,8 +140,8 @@ def test_max_supported_k_caps_the_table_and_every_export(tmp_path):
 
 def test_predict_cli_reads_the_file(tmp_path):
     path = _write(tmp_path, "speculation_profile.json", PROFILE)
-    out = subprocess.run([sys.executable, "-m", "simulator.predict", "--draft", "eagle3", "--batch-sizes", "1-16",
-                          "--acceptance", str(path), "--format", "vllm"], cwd=ROOT, capture_output=True, text=True)
+    out = run_main("simulator.predict", "--draft", "eagle3", "--batch-sizes", "1-16",
+                   "--acceptance", str(path), "--format", "vllm", cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["num_speculative_tokens"] <= 3
     assert "K capped at 3" in out.stderr

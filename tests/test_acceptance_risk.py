@@ -13,6 +13,7 @@ import pytest
 from simulator import predict
 from simulator.plan.acceptance_risk import (banded_acceptance_lengths, break_even_acceptance_length,
                                             break_even_rate, robust_score)
+from cli_inprocess import run_main
 
 
 def test_break_even_rate_inverts_the_acceptance_length_by_hand():
@@ -64,10 +65,10 @@ def test_prediction_rows_carry_break_even_and_it_decides_fixed_k_against_plain()
 def test_cli_json_and_table_show_break_even_and_the_band():
     cmd = [sys.executable, "-m", "simulator.predict", "--scenario", "command-a-h100", "--batch-sizes", "1-64",
            "--acceptance-band", "0.15"]
-    out = subprocess.run(cmd + ["--format", "json"], capture_output=True, text=True, check=True).stdout
+    out = run_main(*cmd[2:], "--format", "json").stdout
     rows = json.loads(out)["rows"]
     assert {"break_even_acceptance_length", "fixed_acceptance_length", "k_opt_depends_on_acceptance"} <= set(rows[0])
-    table = subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+    table = run_main(*cmd[2:]).stdout
     assert "K=3 needs AL" in table and "acceptance band +-0.15" in table.splitlines()[0]
 
 

@@ -4,8 +4,6 @@ the CLI's bad input, and no section when nothing binds."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
@@ -16,6 +14,7 @@ from simulator import predict
 from simulator.physics.engine_time import verify_in_graph
 from simulator.plan import advice as A
 from simulator.specs.engines import load_engine, with_capture_limit
+from cli_inprocess import run_main
 
 ROOT = Path(__file__).resolve().parent.parent
 WHEELS = Path.home() / ".cache" / "dsd-planner" / "wheels"
@@ -29,9 +28,8 @@ def wheel_lines(wheel_glob: str, member: str) -> list[str]:
         return z.read(member).decode().splitlines()
 
 
-def run_predict(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "simulator.predict", *args], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
+def run_predict(*args):
+    return run_main("simulator.predict", *args, cwd=ROOT)
 
 
 # --- pure arithmetic, by hand ----------------------------------------------------------------------

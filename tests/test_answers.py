@@ -10,7 +10,6 @@ behaviour (switching the draft method replaces the rates and their source).
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -20,14 +19,14 @@ import pytest
 
 from simulator.plan.api import predict, schedule_text
 from simulator.specs.acceptance import Acceptance, load_presets, preset_for
+from cli_inprocess import run_main
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def _cli(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "simulator.predict", *args], capture_output=True, text=True,
-                          cwd=ROOT, timeout=120)
+def _cli(*args):
+    return run_main("simulator.predict", *args, cwd=ROOT)
 
 
 # --- acceptance presets --------------------------------------------------------------------------

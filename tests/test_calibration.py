@@ -6,7 +6,6 @@ behavioural (resume, error messages).
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -21,6 +20,7 @@ from calibration.rawio import read_raw
 from simulator.specs.hardware import load_hardware
 from simulator.specs.models import load_model
 from simulator.specs.profile import load_profile, profile_from_dict
+from cli_inprocess import run_main
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = REPO / "calibration" / "data"
@@ -29,8 +29,8 @@ PROFILE = DATA / "cpu-xeon-2c.profile.json"
 PY = sys.executable
 
 
-def _cli(*args, cwd=REPO):
-    return subprocess.run([PY, "-m", *args], cwd=cwd, capture_output=True, text=True, timeout=120)
+def _cli(module, *args, cwd=REPO):
+    return run_main(module, *args, cwd=cwd)
 
 
 # --- device discovery ------------------------------------------------------------------------

@@ -4,8 +4,6 @@ and the shipped L40S / H100 tables, by hand."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
@@ -15,6 +13,7 @@ import pytest
 from simulator.specs.collectives import median_server, pcie_generation, published_pcie_servers
 from simulator.specs.scenario import build_scenario
 from simulator.specs.surfaces import collective_time_s
+from cli_inprocess import run_main
 
 ROOT = Path(__file__).resolve().parents[1]
 L40S_TABLE = json.loads((ROOT / "simulator/data/profiles/l40s.trtllm-1.3.0rc20.profile.json").read_text())
@@ -86,9 +85,8 @@ def test_given_bus_bandwidth_prices_every_all_reduce():
 
 
 def test_allreduce_busbw_flag():
-    run = lambda *a: subprocess.run([sys.executable, "-m", "simulator.predict", "--model", "llama-2-70b",  # noqa: E731
-                                     "--hardware", "l40s", "--tp", "8", "--batch-sizes", "1", *a],
-                                    capture_output=True, text=True, cwd=ROOT)
+    run = lambda *a: run_main("simulator.predict", "--model", "llama-2-70b",  # noqa: E731
+                              "--hardware", "l40s", "--tp", "8", "--batch-sizes", "1", *a, cwd=ROOT)
     ok = run("--allreduce-busbw", "10")
     assert ok.returncode == 0 and "given 10.0 GB/s bus bandwidth" in ok.stdout
     bad = run("--allreduce-busbw", "0")

@@ -27,6 +27,7 @@ from simulator.specs.models import list_models, load_model, model_from_hf_config
 from simulator.physics.experts import busiest_group_load, experts_touched
 from simulator.specs.routing import Routing, expert_probabilities
 from simulator.specs.scenario import SCENARIO_DIR, load_scenario, parse_batch_sizes
+from cli_inprocess import run_main
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -358,6 +359,11 @@ def test_scenario_unknown_key_and_wrong_type(tmp_path):
 
 
 def run_cli(*args, cwd=REPO):
+    return run_main("simulator.predict", *args, cwd=cwd)
+
+
+def run_process(*args, cwd=REPO):
+    """The real ``python -m simulator.predict`` process (interpreter start, atomic file writes)."""
     return subprocess.run([sys.executable, "-m", "simulator.predict", *args], capture_output=True, text=True, cwd=cwd)
 
 
@@ -392,7 +398,7 @@ def test_cli_malformed_inputs(tmp_path):
 
 
 def test_cli_formats_and_atomic_output(tmp_path):
-    r = run_cli("--scenario", "llama-3.1-8b-h100", "--format", "json")
+    r = run_process("--scenario", "llama-3.1-8b-h100", "--format", "json")
     data = json.loads(r.stdout)
     row = data["rows"][0]
     for key in ("batch_size", "k_opt", "goodput_per_seq", "throughput", "speedup_vs_plain", "speedup_vs_fixed",
@@ -402,9 +408,9 @@ def test_cli_formats_and_atomic_output(tmp_path):
     assert data["provenance"]["uncertainty"]
     out = tmp_path / "vllm.json"
     out.write_text("keep me")
-    r = run_cli("--scenario", "llama-3.1-8b-h100", "--acceptance", "2", "--format", "vllm", "--output", str(out))
+    r = run_process("--scenario", "llama-3.1-8b-h100", "--acceptance", "2", "--format", "vllm", "--output", str(out))
     assert r.returncode == 2 and out.read_text() == "keep me"  # a failed run leaves the old file
-    r = run_cli("--scenario", "llama-3.1-8b-h100", "--format", "vllm", "--output", str(out))
+    r = run_process("--scenario", "llama-3.1-8b-h100", "--format", "vllm", "--output", str(out))
     cfg = json.loads(out.read_text())
     assert cfg["num_speculative_tokens_per_batch_size"][0][0] == 1
     r = run_cli("--scenario", "qwen3-235b-h200", "--breakdown", "4,3")

@@ -24,6 +24,7 @@ from simulator.specs.hardware import DTYPE_BYTES, load_hardware
 from simulator.specs.models import load_model
 from simulator.specs.routing import Routing, expert_probabilities
 from simulator.specs.scenario import SCENARIO_DIR, load_scenario
+from cli_inprocess import run_main
 
 ROOT = Path(__file__).resolve().parent.parent
 GB = 1e9
@@ -344,10 +345,7 @@ def test_synthetic_router_reuse_composes_with_its_own_correlation():
 
 def test_cli_says_why_moe_k_star_moves():
     # the must-show: the output says how much of the rise comes from expert loading
-    import subprocess
-    import sys
-    out = subprocess.run([sys.executable, "-m", "simulator.predict", "--scenario", "qwen3-235b-h200"],
-                         capture_output=True, text=True, cwd=Path(__file__).resolve().parent.parent)
+    out = run_main("simulator.predict", "--scenario", "qwen3-235b-h200", cwd=Path(__file__).resolve().parent.parent)
     assert out.returncode == 0, out.stderr
     line = next(ln for ln in out.stdout.splitlines() if ln.startswith("why K* moves (MoE):"))
     assert "B=1" in line and "more experts loaded" in line

@@ -20,6 +20,7 @@ from simulator import serving as sv
 from simulator.errors import PlannerError
 from simulator.plan.grid import compute_grid
 from simulator.specs.scenario import load_scenario
+from cli_inprocess import run_main
 
 REPO = Path(__file__).resolve().parent.parent
 WAVE_BATCHES = (1, 4, 16, 64, 128, 256)
@@ -243,6 +244,10 @@ def test_bad_workloads_raise_planner_errors(llama):
 # --- CLI ----------------------------------------------------------------------------------------
 
 def _cli(*args):
+    return run_main("simulator.serve", *args, cwd=REPO)
+
+
+def _process(*args):
     return subprocess.run([sys.executable, "-m", "simulator.serve", *args], capture_output=True, text=True,
                           cwd=REPO, timeout=120)
 
@@ -269,7 +274,7 @@ def test_cli_malformed_section_key(tmp_path):
 
 
 def test_cli_runs_and_formats():
-    r = _cli("--scenario", "llama-3.1-8b-h100", "--policy", "plain,dsd", "--rate", "20", "--requests", "30",
+    r = _process("--scenario", "llama-3.1-8b-h100", "--policy", "plain,dsd", "--rate", "20", "--requests", "30",
              "--format", "csv")
     assert r.returncode == 0, r.stderr
     lines = r.stdout.strip().splitlines()

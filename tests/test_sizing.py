@@ -18,6 +18,7 @@ from simulator.plan.api import predict_scenario
 from simulator.errors import PlannerError
 from simulator.specs.scenario import load_scenario
 from simulator.sizing import Candidate, candidate_scenario, memory_fit, parse_sizing, search_capacity, size
+from cli_inprocess import run_main
 
 ROOT = Path(__file__).resolve().parent.parent
 DENSE = ROOT / "scenarios" / "sizing-dense-command-a.toml"
@@ -175,6 +176,10 @@ def test_parse_errors(table, message):
 
 
 def _cli(*args):
+    return run_main("simulator.size", *args, cwd=ROOT)
+
+
+def _process(*args):
     return subprocess.run([sys.executable, "-m", "simulator.size", *args], capture_output=True, text=True,
                           cwd=ROOT, timeout=60)
 
@@ -198,7 +203,7 @@ def test_cli_bad_input_one_line_exit_2(tmp_path, body, expect):
 
 
 def test_cli_unknown_flag_one_line():
-    r = _cli("--scenario", str(DENSE), "--bogus")
+    r = _process("--scenario", str(DENSE), "--bogus")
     assert r.returncode == 2 and r.stderr.count("\n") == 1
 
 

@@ -18,6 +18,7 @@ import pytest
 from simulator.errors import PlannerError
 from simulator.sweep import parse_sweep, pareto_flags, read_journal, run_sweep
 from simulator.sweep.backends import Progress
+from cli_inprocess import run_main
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -141,8 +142,7 @@ def test_bad_axis_value_is_refused_before_anything_runs(tmp_path, edit, message)
     old, (new, expected) = edit, message
     spec = _spec(tmp_path, SPEC.replace(old, new))
     out = tmp_path / "out"
-    r = subprocess.run([sys.executable, "-m", "simulator.sweep", str(spec), "--output-dir", str(out)],
-                       cwd=ROOT, capture_output=True, text=True, timeout=60)
+    r = run_main("simulator.sweep", str(spec), "--output-dir", str(out), cwd=ROOT)
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error:") and expected in lines[0], r.stderr

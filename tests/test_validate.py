@@ -7,8 +7,6 @@ against the planner's own output.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -17,6 +15,7 @@ import pytest
 
 from calibration.validate import ValidationError, read_measured, validate
 from simulator.specs.scenario import load_scenario
+from cli_inprocess import run_main
 
 REPO = Path(__file__).resolve().parent.parent
 RUNS = REPO / "calibration" / "data" / "runs"
@@ -25,8 +24,7 @@ MOE_RUNS = RUNS / "moe-synthetic-cpu.csv"
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "calibration.validate", *args], capture_output=True, text=True,
-                          cwd=REPO)
+    return run_main("calibration.validate", *args, cwd=REPO)
 
 
 @pytest.mark.skipif(not DENSE_RUNS.exists(), reason="measured dataset not generated")
