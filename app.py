@@ -16,13 +16,20 @@ import streamlit as st
 st.set_page_config(page_title="DSD capacity planner", page_icon="⚡", layout="wide")
 
 from calibration.measured import mape, match  # noqa: E402
-from dashboard import charts as C  # noqa: E402
 from dashboard import compute, state as S  # noqa: E402
 from dashboard.sidebar import sidebar  # noqa: E402
 from simulator.errors import PlannerError  # noqa: E402
 from simulator.plan.advice import advice_lines  # noqa: E402
 
 log = logging.getLogger("dsd.dashboard")
+
+
+def _charts():
+    """dashboard.charts, imported on first use: Altair takes ~0.5 s to import on a small CPU, and the
+    first headline does not need it."""
+    from dashboard import charts
+
+    return charts
 TABS = ["K* vs batch size", "Goodput heatmap", "Plain vs fixed K vs DSD", "Roofline", "MoE experts",
         "Operator breakdown", "Validation", "K* by context", "Downloads"]
 
@@ -54,7 +61,7 @@ def cached_validation(key: str, origin: str, digest: str, data: bytes, name: str
 def png_button(label: str, p, name: str, b: int, k: int, file_name: str) -> None:
     """A download button that builds and renders the chart to PNG only when clicked."""
     def render() -> bytes:
-        return C.to_png(compute.build_chart(p, name, b, k))
+        return _charts().to_png(compute.build_chart(p, name, b, k))
     st.download_button(label, render, file_name=file_name, mime="image/png", key=f"dl_png_{name}", width="stretch")
 
 
@@ -217,10 +224,10 @@ def tab_validation(pg: Page) -> None:
     c[2].metric("Goodput error (MAPE)", "n/a" if gp != gp else f"{gp:.1%}")
     left, right = st.columns(2)
     with left:
-        st.altair_chart(C.parity_chart(m, "itl_ms", "ITL (ms per step)"), width="stretch", key="chart_val_itl")
+        st.altair_chart(_charts().parity_chart(m, "itl_ms", "ITL (ms per step)"), width="stretch", key="chart_val_itl")
     with right:
         if m["goodput_per_seq_meas"].notna().any():
-            st.altair_chart(C.parity_chart(m, "goodput_per_seq", "goodput (tokens/s per seq)"), width="stretch",
+            st.altair_chart(_charts().parity_chart(m, "goodput_per_seq", "goodput (tokens/s per seq)"), width="stretch",
                             key="chart_val_goodput")
         else:
             st.info("The CSV has no goodput_per_seq column: only ITL is compared.")
@@ -269,7 +276,7 @@ def tab_context(pg: Page) -> None:
         sub += f"; {p.scenario.acceptance_context.label}"
     else:
         sub += "; acceptance assumed not to depend on context"
-    st.altair_chart(C.kstar_context_heatmap(k2d, sub), width="stretch", key="chart_kmap")
+    st.altair_chart(_charts().kstar_context_heatmap(k2d, sub), width="stretch", key="chart_kmap")
     st.caption("K*(B, L) = argmax over K of goodput at batch size B and context length L: longer contexts make the"
                " verify pass attention-bound. Only the proposal format vLLM PR #48944 (Downloads: vLLM 5-item) can"
                " hold a context axis; the released formats encode the scenario's context length.")

@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import json
 import threading
+from typing import TYPE_CHECKING
 
-import altair as alt
 import numpy as np
 import pandas as pd
 
-from dashboard import charts as C
 from simulator.plan.api import Prediction, predict_scenario
 from simulator.specs.scenario import build_scenario
+
+if TYPE_CHECKING:
+    import altair as alt
 
 _ALTAIR_LOCK = threading.Lock()  # data transformers and themes are process-global in Altair
 
@@ -53,6 +55,8 @@ def is_moe(p: Prediction) -> bool:
 
 def build_chart(p: Prediction, name: str, b: int = 1, k: int = 0) -> alt.TopLevelMixin:
     """One named chart of a prediction (b, k: the operating point of the roofline and breakdown)."""
+    from dashboard import charts as C  # Altair (~0.5 s to import) loads after the headline is on screen
+
     sub = subtitle(p)
     t, g, sc = p.table, p.grid, p.scenario
     if name == "k_star":
@@ -78,6 +82,8 @@ def build_chart(p: Prediction, name: str, b: int = 1, k: int = 0) -> alt.TopLeve
 
 def chart_spec(chart: alt.TopLevelMixin) -> dict:
     """Vega-Lite dict with its data as named DataFrames under ``datasets`` (what st.vega_lite_chart reads)."""
+    import altair as alt
+
     datasets: dict[str, pd.DataFrame] = {}
 
     def named(data):
