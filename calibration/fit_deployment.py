@@ -34,6 +34,7 @@ from simulator.plan.grid import compute_grid
 from simulator.specs.acceptance import acceptance_length_prefix
 from simulator.specs.deployment_fit import DEPLOYMENT_FORMAT, DEPLOYMENT_VERSION, TERMS, scenario_identity
 from simulator.specs.scenario import Scenario, load_scenario
+from simulator.specs.uncertainty import two_shot_model_error
 
 N_BOOT = 200
 MIN_POINTS = 2
@@ -176,8 +177,14 @@ def fit(sc: Scenario, rows: pd.DataFrame, n_boot: int = N_BOOT, seed: int = 0) -
     steps = fewshot.step_time_s(res["samples"], np.repeat(sc.batch_sizes, ks.size), np.tile(ks, sc.batch_sizes.size),
                                 kernel.ravel(), overhead.ravel())
     measured = {(int(b), int(k)) for b, k in zip(pts_df.batch_size, pts_df.k)}
+    # a few points (two, with up to two terms) fit exactly: the bootstrap sees no misfit, so the interval
+    # of a prediction away from them also carries how far such fits miss on held-out published points
+    model = two_shot_model_error()
+    extra = float(np.expm1(model[0])) if model else 0.0
     return {"cells": pts_df, "points": pts, "fit": res, "acceptance": acc, "goodput": good,
-            "step_rel": _rel(steps, res["sigma"]), "goodput_rel": _rel_kstar(good, res["sigma"]),
+            "step_rel": float(np.hypot(_rel(steps, res["sigma"]), extra)),
+            "goodput_rel": float(np.hypot(_rel_kstar(good, res["sigma"]), extra)),
+            "model_error_rel": extra, "model_error_source": model[1] if model else "none written yet",
             "next": fewshot.next_measurements(good, sc.batch_sizes, ks, measured)}
 
 
@@ -225,8 +232,10 @@ def document(sc: Scenario, result: dict, files: list[str]) -> dict:
         "scenario": scenario_identity(sc.model, sc.hardware, sc.deployment, sc.engine, sc.draft) | {"name": sc.name},
         "terms": terms, "acceptance": acc_doc,
         "uncertainty": {"step_time_rel": round(result["step_rel"], 5), "goodput_rel": round(result["goodput_rel"], 5),
-                        "interval": "90% parametric bootstrap", "log_scatter": round(res["sigma"], 5),
-                        "noise_floor": fewshot.NOISE_FLOOR},
+                        "interval": "90% parametric bootstrap, with the extrapolation error of few-point fits"
+                                    " in quadrature", "log_scatter": round(res["sigma"], 5),
+                        "noise_floor": fewshot.NOISE_FLOOR, "model_error_rel": round(result["model_error_rel"], 5),
+                        "model_error_source": result["model_error_source"]},
         "points": [{"batch_size": int(r.batch_size), "k": int(r.k), "context_len": int(r.context_len),
                     "itl_ms": round(float(r.itl_ms), 5), "fitted_itl_ms": round(float(p), 5), "rows": int(r.rows),
                     "file": r.file} for r, p in zip(pts.itertuples(), predicted)],
@@ -260,7 +269,8 @@ def report(doc: dict) -> str:
             lines.append(f"warning: {name} sits at its bound ({t['value']:g}): the planner's step is far from these"
                          " measurements; check the scenario's model, TP, dtypes and context against the deployment")
     u = doc["uncertainty"]
-    lines.append(f"uncertainty (90%): step time +-{u['step_time_rel']:.1%}, goodput at K* +-{u['goodput_rel']:.1%}")
+    lines.append(f"uncertainty (90%): step time +-{u['step_time_rel']:.1%}, goodput at K* +-{u['goodput_rel']:.1%}"
+                 f" (of which +-{u.get('model_error_rel', 0.0):.1%}: {u.get('model_error_source', 'none')})")
     for n in doc["next_measurements"]:
         lines.append(f"next: measure B={n['batch_size']} at K={n['k']}: its goodput interval overlaps K*={n['k_star']}'s"
                      f" by {n['overlap']:.0%} (K={n['k']} wins in {n['rival_wins']:.0%} of the resamples)")

@@ -531,6 +531,11 @@ def bands(summary: dict) -> dict:
                     "speedup_mape": summary["speedup"]["planner"]["mape"]},
            "_datasheet": {"step_time_mape": summary["step_time"]["datasheet"]["mape"],
                           "n": summary["step_time"]["datasheet"]["n"]}}
+    two = summary.get("two_shot") or {}
+    if two.get("n"):
+        out["_two_shot"] = {"model_error_log_p90": two["model_error_log_p90"], "n": two["n"], "curves": two["curves"],
+                            "what": "90th percentile of |log(predicted / measured)| of two-point fits on held-out"
+                                    " points of published speedup curves (calibration/transfer_twoshot.py)"}
     for hw, g in summary["by_gpu"].items():
         out[hw] = {"step_time_mape": g["step_time"]["mape"], "step_time_worst": g["step_time"]["worst"],
                    "n": g["step_time"]["n"], "speedup_mape": g["speedup"]["mape"], "basis": g["basis"].split(";")[0]}

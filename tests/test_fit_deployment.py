@@ -321,3 +321,25 @@ def test_size_refuses_a_fit_of_another_deployment(tmp_path, capsys):
     line = _refused(capsys, ["--scenario", "sizing-dense-command-a", "--deployment", str(path), "--output-dir",
                              str(out)], out / "x", size_cli.main)
     assert "fitted for another deployment" in line and not out.exists()
+
+
+# --- the interval of a few-point fit: bootstrap plus the extrapolation error of such fits ---------
+
+def test_two_shot_interval_takes_the_other_curves_error_by_hand():
+    """Three curves, held-out misses |log err| A: 0.10, 0.30; B: 0.20; C: 0.05, 0.15. A row of curve A is
+    sized by B and C only: 90th percentile of [0.20, 0.05, 0.15] (linear interpolation) = 0.19; its
+    bootstrap half-width log(1.1 / 0.9) / 2 adds in quadrature."""
+    from calibration.transfer_twoshot import with_model_error
+
+    err = {"A": [0.10, 0.30], "B": [0.20], "C": [0.05, 0.15]}
+    rows = [{"source_id": c, "hardware": "h100-sxm", "model": "m", "draft": "eagle", "context_len": 1024,
+             "predicted": 1.0, "measured": float(np.exp(e)), "lo": 0.9, "hi": 1.1} for c, es in err.items() for e in es]
+    df = with_model_error(pd.DataFrame(rows))
+    q_a = np.quantile([0.20, 0.05, 0.15], 0.9)
+    assert q_a == pytest.approx(0.19)
+    assert df.model_error_log.iloc[0] == pytest.approx(q_a)
+    half = np.hypot(np.log(1.1 / 0.9) / 2, q_a)
+    assert df.hi.iloc[0] == pytest.approx(np.exp(half)) and df.lo.iloc[0] == pytest.approx(np.exp(-half))
+    # curve B's row is sized by A and C: quantile of [0.10, 0.30, 0.05, 0.15] = 0.255
+    assert df.model_error_log.iloc[2] == pytest.approx(0.255)
+
