@@ -252,23 +252,23 @@ def _continue_prefills(ctx: Run, st: LoopState, step: Step, budget: int) -> int:
 
 
 def _admit_waiting(ctx: Run, st: LoopState, step: Step, budget: int) -> None:
-    eng, waiting, running, prompt, gen = ctx.engine, st.waiting, st.running, ctx.prompt, st.gen
-    whole, bs = eng.prefill == "whole", eng.block_size
-    pre_idx, pre_chunk, used = step.pre_idx, step.pre_chunk, step.used
-    while waiting and len(running) < ctx.max_seqs and (budget > 0 or (whole and not pre_idx)):
+    eng, waiting, running, prompt, gen, target = ctx.engine, st.waiting, st.running, ctx.prompt, st.gen, st.target
+    whole, bs, cap, max_seqs = eng.prefill == "whole", eng.block_size, ctx.cap, ctx.max_seqs
+    pre_idx, pre_chunk, used, prefilling = step.pre_idx, step.pre_chunk, step.used, st.prefilling
+    while waiting and len(running) < max_seqs and (budget > 0 or (whole and not pre_idx)):
         i = waiting[0]
         tgt = prompt[i] + gen.item(i)
         c = tgt if whole else min(tgt, budget)
         if whole and c > budget and pre_idx:
             break
         extra = -(-c // bs)
-        if used + extra > ctx.cap:
+        if used + extra > cap:
             break
         waiting.popleft()
         used += extra
-        st.target[i] = tgt
+        target[i] = tgt
         running.append(i)
-        st.prefilling.append(i)
+        prefilling.append(i)
         pre_idx.append(i)
         pre_chunk.append(c)
         budget -= c
@@ -320,6 +320,7 @@ def _commit_prefill(ctx: Run, st: LoopState, step: Step, t_end: float, finished:
     """Add the prompt chunks to the cache; a finished prompt samples its next token."""
     committed = 0
     cached, gen, out_len, target, first_tok = st.cached, st.gen, ctx.out_len, st.target, st.first_tok
+    decoding, prefilling, joined = st.decoding, st.prefilling, st.joined
     for i, c in zip(step.pre_idx, step.pre_chunk):
         ci = cached.item(i) + c
         cached[i] = ci
@@ -329,12 +330,12 @@ def _commit_prefill(ctx: Run, st: LoopState, step: Step, t_end: float, finished:
             committed += 1
             if first_tok[i] != first_tok[i]:  # NaN: the first time
                 first_tok[i] = t_end
-            st.decoding[i] = True
-            st.prefilling.remove(i)
+            decoding[i] = True
+            prefilling.remove(i)
             if g >= out_len[i]:
                 finished.append(i)
             else:
-                st.joined.append(i)
+                joined.append(i)
     return committed
 
 
