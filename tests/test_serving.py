@@ -279,3 +279,24 @@ def test_cli_runs_and_formats():
     assert r.returncode == 0, r.stderr
     lines = r.stdout.strip().splitlines()
     assert lines[0].startswith("policy,") and len(lines) == 3
+
+
+def test_fast_paths_match_their_references(llama):
+    # the loop's scalar dsd-adaptive choose_k and the up-front accept runs equal the vectorized forms
+    from simulator.serving.loop import accept_runs
+    from simulator.serving.workload import draw_requests
+    pol = sv.make_policy(llama, "dsd-adaptive", 16)
+    pol.start(4)
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        pol.rate_hat[:] = rng.uniform(0.0, 0.99, len(pol.rate_hat))
+        for b in (1, 5, 16):
+            assert pol.choose_k(np.arange(b)) == pol.choose_k_vectorized(np.arange(b))
+    wl = sv.Workload(n_requests=30, output_len={"dist": "uniform", "low": 1, "high": 40},
+                     categories=({"name": "a", "rate_scale": 1.1}, {"name": "b", "rates": [0.3, 0.2]}))
+    r = draw_requests(llama, wl, 1, 6)
+    runs = accept_runs(r)
+    for i in range(30):
+        for g in range(int(r.out_len[i])):
+            ok = r.uniforms[r.offsets[i] + g + np.arange(6)] < r.rates[r.cat[i], :6]
+            assert runs[r.offsets[i] + g] == np.logical_and.accumulate(ok).sum()

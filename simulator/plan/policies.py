@@ -88,6 +88,7 @@ class Policy:
     """Base: holds the resolved fixed K, the K range the run prices, and (lazily) the K* tables."""
 
     name = ""
+    needs_run_ok = False  # observe() reads run_ok (else the loop passes None: it only builds it when read)
 
     def __init__(self, sc: Scenario, max_seqs: int, arg: int | None, settings):
         self.sc, self.max_seqs, self.arg, self.settings = sc, int(max_seqs), arg, settings
@@ -116,8 +117,9 @@ class Policy:
         """(K of the step, per-sequence K or None) for the decoding sequences ``dec`` (non-empty)."""
         raise NotImplementedError
 
-    def observe(self, dec: np.ndarray, k_step: int, k_seq, run_ok: np.ndarray, n_acc: np.ndarray) -> None:
-        """Accepts of a step with K > 0: run_ok[s, j] = draft j of sequence s accepted (and all before)."""
+    def observe(self, dec: np.ndarray, k_step: int, k_seq, run_ok: np.ndarray | None, n_acc: np.ndarray) -> None:
+        """Accepts of a step with K > 0: n_acc[s] drafts of sequence s accepted; run_ok[s, j] = draft j
+        accepted (and all before), None unless the policy sets ``needs_run_ok``."""
 
     def k_table(self) -> np.ndarray:
         """K for B = 1..max_seqs (the adaptive policies start from dsd's)."""
@@ -151,8 +153,13 @@ class Fixed(Policy):
 class Dsd(Policy):
     name = "dsd"
 
+    @cached_property
+    def kstar(self) -> list:
+        """K*(B) as Python ints (read every step)."""
+        return self.tables.kstar.tolist()
+
     def choose_k(self, dec):
-        return int(self.tables.kstar[len(dec)]), None
+        return int(self.kstar[len(dec)]), None
 
 
 class Cutoff(Policy):
@@ -178,12 +185,36 @@ class DsdAdaptive(Dsd):
     """K* re-solved each step from an EWMA of the per-position acceptance rates the run observes."""
 
     name = "dsd-adaptive"
+    needs_run_ok = True
 
     def start(self, n_requests):
         self.rate_hat = self.sc.acceptance.rates_upto(max(self.k_max, 1)).copy()
         self.ks_axis = np.arange(self.k_max + 1)
+        self._rows: dict = {}  # B -> its (fits, itl) rows as Python lists
 
     def choose_k(self, dec):
+        # scalar Python over the K + 1 entries: the same operations in the same order as
+        # argmax(where(fits, acceptance_length_prefix(rate_hat) / itl, -inf)), at a fraction of the cost
+        n_dec = len(dec)
+        rows = self._rows.get(n_dec)
+        if rows is None:
+            t = self.tables
+            rows = self._rows[n_dec] = (t.fits[n_dec].tolist(), t.itl[n_dec].tolist())
+        fits, itl = rows
+        best_i, best = 0, (1.0 / itl[0] if fits[0] else -np.inf)
+        prod = total = 0.0
+        for i, a in enumerate(self.rate_hat[:self.k_max].tolist(), start=1):
+            prod = a if i == 1 else prod * a  # cumprod
+            total = prod if i == 1 else total + prod  # cumsum
+            if best != best:  # NaN wins (argmax picks the first NaN)
+                break
+            good = (1.0 + total) / itl[i] if fits[i] else -np.inf
+            if good > best or good != good:
+                best_i, best = i, good
+        return int(self.ks_axis[best_i]), None
+
+    def choose_k_vectorized(self, dec):
+        """The reference of choose_k (tests compare them)."""
         n_dec, t = len(dec), self.tables
         al = acceptance_length_prefix(self.rate_hat[:self.k_max])
         good = np.where(t.fits[n_dec], al / t.itl[n_dec], -np.inf)

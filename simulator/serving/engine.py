@@ -175,6 +175,11 @@ class StepPricer:
         self.overhead_prof = np.broadcast_to(self.overhead_prof, (b_top + 1, k_max + 1))
         self._lin_extra: dict[int, float] = {}
         self._prefill_memo: dict[tuple[int, int], float] = {}
+        # step_s reads these as Python scalars (see _rows)
+        self._lin_list = self.lin.tolist()
+        self._overhead0 = self.overhead_prof[0].tolist()
+        self._pad_memo: dict[int, tuple[int, bool]] = {}
+        self._rows_memo: dict[tuple[int, int], tuple] = {}
 
     def _extend_table(self, b_top: int, k_max: int) -> None:
         """The draft's extend pass over B (K + 1) verified tokens, [B-1, K, iL] (None without one); as
@@ -217,8 +222,16 @@ class StepPricer:
 
         Each (chunk, cached) pair is priced on its own (the cost model is elementwise), once per pricer:
         a run's steps repeat the same pairs (a prompt length, its chunk split), so most are lookups."""
+        return self.prefill_attention_pairs_s(chunks.tolist(), cached.tolist())
+
+    def prefill_attention_pairs_s(self, chunks: list, cached: list) -> float:
+        """:meth:`prefill_attention_s` of Python int lists (what the serving loop holds)."""
         memo = self._prefill_memo
-        keys = list(zip(chunks.tolist(), cached.tolist()))
+        try:  # the common case: every pair seen before
+            return float(sum([memo[k] for k in zip(chunks, cached)]))
+        except KeyError:
+            pass
+        keys = list(zip(chunks, cached))
         new = [k for k in dict.fromkeys(keys) if k not in memo]
         if new:
             c = np.array([k[0] for k in new], dtype=float)
@@ -236,26 +249,46 @@ class StepPricer:
         cost = evaluate(ops, sc.hardware, sc.deployment, sc.profile, chunks.shape)
         return (cost.time_s - cost.launch_s).sum(axis=0)
 
+    def _pad(self, tokens: int) -> tuple[int, bool]:
+        hit = self._pad_memo.get(tokens)
+        if hit is None:
+            hit = self._pad_memo[tokens] = self.engine.pad_tokens(tokens)
+        return hit
+
+    def _rows(self, n_dec: int, k_step: int) -> tuple:
+        """Per (B, K): the table rows over the context buckets as Python lists, and the B-only terms
+        (numpy scalar indexing costs more than the arithmetic of a step)."""
+        key = (n_dec, k_step)
+        hit = self._rows_memo.get(key)
+        if hit is None:
+            attn = self.attn[n_dec - 1, k_step].tolist()
+            d = e = None
+            if k_step:
+                d = self.draft[min(self._pad(n_dec)[0], self.b_top) - 1].tolist()
+                if self.extend is not None:
+                    e = self.extend[min(n_dec, self.b_top) - 1, k_step].tolist()
+            hit = self._rows_memo[key] = (attn, d, e, float(self.overhead_prof[min(n_dec, self.b_top), k_step]))
+        return hit
+
     def step_s(self, n_dec: int, k_step: int, tokens: int, mean_ctx: float, spec_mode: bool,
                prefill_attn_s: float) -> tuple[float, int, bool]:
         """Seconds of one step, the tokens the target pass runs at, and whether it ran as a graph."""
         eng = self.engine
-        padded, graph = eng.pad_tokens(tokens)
-        kernels = self._lin(padded) + prefill_attn_s
+        padded, graph = self._pad(tokens)
+        kernels = (self._lin_list[padded] if padded <= self.t_top else self._lin(padded)) + prefill_attn_s
         draft = 0.0
         if n_dec:
+            row, d, e, overhead = self._rows(n_dec, k_step)
             j, w = self._ctx_weight(mean_ctx)
-            row = self.attn[n_dec - 1, k_step]
             kernels += row[j] + w * (row[j + 1] - row[j])
             if k_step:
                 kernels += self.verify_sampling_s_per_token * n_dec * (k_step + 1)
-                b_pad = min(eng.pad_tokens(n_dec)[0], self.b_top)
-                d = self.draft[b_pad - 1]
-                if self.extend is None:
+                if e is None:
                     draft = self.passes[k_step] * (d[j] + w * (d[j + 1] - d[j]))
                 else:  # K - 1 one-token passes and the extend pass over the verified tokens
-                    e = self.extend[min(n_dec, self.b_top) - 1, k_step]
                     draft = (self.passes[k_step] - 1) * (d[j] + w * (d[j + 1] - d[j])) + e[j] + w * (e[j + 1] - e[j])
+        else:
+            overhead = self._overhead0[k_step]
         if not graph:  # the host launches every kernel; the GPU waits when launches are the slower
             kernels = max(kernels, self.n_kernels * self.eager_s)
         host = host_exposed_scalar_s(self.sc.engine, n_dec, k_step, kernels + draft, draft, self.sc.deployment.tp)
@@ -265,8 +298,7 @@ class StepPricer:
         if fit is not None:
             kernels, draft = kernels * fit.kernel_scale, draft * fit.kernel_scale
             host += float(fit.added_s(n_dec, k_step))
-        time = kernels + draft + host + eng.schedule_overhead_s + eng.schedule_overhead_per_seq_s * n_dec \
-            + self.overhead_prof[min(n_dec, self.b_top), k_step]
+        time = kernels + draft + host + eng.schedule_overhead_s + eng.schedule_overhead_per_seq_s * n_dec + overhead
         if spec_mode and k_step == 0:
             time = time * (1.0 + eng.spec_k0_overhead_frac) + eng.spec_k0_overhead_s
         return time, padded, graph
