@@ -16,7 +16,7 @@ from simulator.errors import PlannerError, PlannerWarning
 from simulator.files import check_output_dir, check_output_file, write_atomically, write_files_atomically
 
 __all__ = ["OneLineParser", "run_cli", "command", "say_written", "one_line", "check_output_dir", "check_output_file", "write_atomically",
-           "write_files_atomically"]
+           "write_files_atomically", "add_dtype_args", "dtype_overrides", "dtypes_text"]
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -87,3 +87,27 @@ def say_written(paths) -> None:
     for path in paths:
         print(f"wrote {path}", file=sys.stderr)
 
+
+
+def add_dtype_args(p: argparse.ArgumentParser) -> None:
+    """The three precision flags, named and meant the same in every command (predict, serve, size):
+    weights, activations, KV cache; each overrides the scenario's [precision] key."""
+    from simulator.specs.hardware import ACT_DTYPES, KV_DTYPES, WEIGHT_DTYPES
+    p.add_argument("--dtype", help=f"weight dtype: {', '.join(WEIGHT_DTYPES)} (weights only; sizing's fp8 is W8A8:"
+                   " --dtype fp8 --act-dtype fp8)")
+    p.add_argument("--act-dtype", help=f"activation dtype: {', '.join(ACT_DTYPES)} (fp8 with fp8 weights runs fp8"
+                   " tensor cores)")
+    p.add_argument("--kv-dtype", help=f"KV-cache dtype: {', '.join(KV_DTYPES)}")
+
+
+def dtype_overrides(args: argparse.Namespace) -> dict:
+    """The scenario overrides of :func:`add_dtype_args` (None: keep the scenario's)."""
+    return {"dtype": args.dtype, "act_dtype": args.act_dtype, "kv_dtype": args.kv_dtype}
+
+
+def dtypes_text(sc) -> str:
+    """'weights bf16 (experts mxfp4), activations bf16, KV fp8': what every header prints."""
+    dep = sc.deployment
+    experts = dep.expert_dtype_for(sc.model) if sc.model.is_moe else None
+    return (f"weights {dep.weight_dtype}" + (f" (experts {experts})" if experts and experts != dep.weight_dtype else "")
+            + f", activations {dep.act_dtype}, KV {dep.kv_dtype}")

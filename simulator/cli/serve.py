@@ -20,7 +20,7 @@ import sys
 import pandas as pd
 
 from simulator.errors import PlannerError
-from simulator.cli.common import OneLineParser, command
+from simulator.cli.common import OneLineParser, add_dtype_args, command, dtype_overrides, dtypes_text
 from simulator.specs.scenario import DEFAULT_SCENARIO, load_scenario
 
 FORMATS = ("table", "json", "csv")
@@ -46,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--deployment", metavar="FIT.json", help="deployment calibration (python -m calibration.fit_deployment)"
                    " whose fitted terms and acceptance every step uses")
     p.add_argument("--max-num-seqs", type=int, help="engine limit on running sequences")
+    add_dtype_args(p)
     p.add_argument("--acceptance", help="acceptance: a rate (0.8), per-position rates (0.7,0.5,0.3) or a measured file"
                    " (speculation_profile.json, vLLM bench / per-request JSON, /metrics dump, runs CSV)")
     p.add_argument("--graphs", action="store_true", help="also list the (tokens, K) CUDA graphs each policy's K table needs"
@@ -166,7 +167,7 @@ def _run(args) -> int:
     check_flags(args)
     from simulator import serving
     policies = _policies(args.policy)
-    sc = load_scenario(args.scenario, acceptance=args.acceptance, deployment=args.deployment)
+    sc = load_scenario(args.scenario, acceptance=args.acceptance, deployment=args.deployment, **dtype_overrides(args))
     engine = serving.engine_from_scenario(sc)
     workload = _workload(sc, args)
     results = [serving.simulate(sc, p, workload=workload, seed=args.seed, engine=engine) for p in policies]
@@ -183,6 +184,9 @@ def _run(args) -> int:
                                "graphs": json.loads(graphs.to_json(orient="records"))}, indent=2) + "\n"
         else:
             text += ("\n" if args.format == "table" else "") + render(graphs, args.format)
+    if args.format == "table":
+        text += (f"# {sc.model.name} on {sc.deployment.tp} x {sc.hardware.name}, draft {sc.draft.label};"
+                 f" {dtypes_text(sc)}\n")
     if sc.deployment_fit is not None and args.format == "table":
         text += f"# step times: {sc.deployment_fit.label}\n"
     sys.stdout.write(text)
