@@ -195,17 +195,18 @@ def _main(argv=None) -> int:
         print(f"error: cannot use --output {a.output}: {e.__class__.__name__}: {e}", file=sys.stderr)
         return 2
 
-    from .sweep import run_sweep
+    from .sweep import SweepSettings, run_sweep
     from .weights import TargetUnavailable
 
     try:
-        run_sweep(target=a.target, draft=a.draft, batch_sizes=bs, ks=ks, context_len=a.context_len,
-                  gen_tokens=a.gen_tokens, temperature=a.temperature, output=str(out), seed=a.seed,
-                  warmup_steps=a.warmup_steps, max_steps=a.max_steps, min_steps=a.min_steps,
-                  warmup_tokens=a.warmup_tokens, rounds=a.rounds, min_sequences=a.min_sequences, forced_acceptance=a.forced_acceptance,
-                  dtype=a.dtype, device=a.device, threads=a.threads, router_reuse=_reuses(a.router_reuse),
-                  trace_output=a.trace_output, clock=a.clock,
-                  router_mode=a.router_mode, router_skew=a.router_skew)
+        settings = SweepSettings(
+            target=a.target, draft=a.draft, batch_sizes=bs, ks=ks, context_len=a.context_len,
+            gen_tokens=a.gen_tokens, temperature=a.temperature, seed=a.seed,
+            warmup_steps=a.warmup_steps, max_steps=a.max_steps, min_steps=a.min_steps,
+            warmup_tokens=a.warmup_tokens, rounds=a.rounds, min_sequences=a.min_sequences,
+            forced_acceptance=a.forced_acceptance, dtype=a.dtype, device=a.device, threads=a.threads,
+            router_reuse=_reuses(a.router_reuse), clock=a.clock, router_mode=a.router_mode, router_skew=a.router_skew)
+        run_sweep(settings, output=str(out), trace_output=a.trace_output)
     except (ValueError, TargetUnavailable) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
