@@ -139,9 +139,10 @@ def main() -> int:
                 print("+", " ".join(bench), file=sys.stderr)
                 subprocess.run(bench, check=True)
                 after = scrape(url, work / f"metrics_{tag}_after.txt")
-                row = vllm_io.bench_to_row(work / f"bench_{tag}.json", k=k, draft=draft_name if k else "none",
-                                           batch_size=b, metrics_after=after if k else None,
-                                           metrics_before=before if k else None, device=device, dtype=a.dtype)
+                run = vllm_io.BenchRun(k=k, draft=draft_name if k else "none", batch_size=b, device=device,
+                                       dtype=a.dtype)
+                row = vllm_io.bench_to_row(work / f"bench_{tag}.json", run, metrics_after=after if k else None,
+                                           metrics_before=before if k else None)
                 pd.DataFrame([row], columns=list(vllm_io.ROW_COLUMNS)).to_csv(
                     out, mode="a", header=not (out.exists() and out.stat().st_size), index=False)
                 print(f"[vllm-sweep] K={k} B={b}: itl {row['itl_ms']:.2f} ms, AL {row['acceptance_length']:.2f}",
