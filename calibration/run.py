@@ -15,6 +15,8 @@ import datetime as dt
 import re
 import sys
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from calibration.device import catalog_name, discover
@@ -46,69 +48,98 @@ def device_stem(info) -> str:
     return slug
 
 
-def calibrate(mode: str = "quick", model: str = "smollm2-135m", moe_model: str | None = "qwen3-30b-a3b",
-              extra_m=(), output_dir: str | Path = DEFAULT_DIR, name: str | None = None,
-              hardware: str | None = None, device: str = "auto", dtype: str | None = None,
-              progress: bool = True, fit: bool = True, stop_after: int | None = None,
-              threads: int | None = None) -> dict:
+@dataclass(frozen=True)
+class CalibrationRun:
+    """What to measure: the microbenchmark mode, the models whose shapes are measured (and extra GEMM M
+    values), where the files go and their stem, the catalog hardware, device, dtype, CPU threads, and
+    at most how many new points (None: all)."""
+
+    mode: str = "quick"
+    model: str = "smollm2-135m"
+    moe_model: str | None = "qwen3-30b-a3b"
+    extra_m: Sequence[int] = ()
+    output_dir: str | Path = DEFAULT_DIR
+    name: str | None = None
+    hardware: str | None = None
+    device: str = "auto"
+    dtype: str | None = None
+    threads: int | None = None
+    stop_after: int | None = None
+
+
+def calibrate(run: CalibrationRun = CalibrationRun(), progress: bool = True, fit: bool = True) -> dict:
     """Measure (resuming) and fit; returns paths and the fitted profile dict (None if not fitted)."""
-    if mode not in MODES:
-        raise CalibrationError(f"unknown mode '{mode}' (known: {', '.join(MODES)})")
-    m = MODES[mode]
-    spec = load_model(model)
-    moe_spec = load_model(moe_model) if moe_model else None
+    spec, moe_spec = _checked_models(run)
+    info, hw, dtype, threads = _device(run)
+    out = Path(run.output_dir)
+    if out.exists() and not out.is_dir():
+        raise CalibrationError(f"--output-dir {out}: exists and is not a directory")
+    # GPUs: the catalog entry is the device; CPUs all divide by one catalog entry's peaks, so the file
+    # is named after this CPU (another machine never resumes, or collides with, the shipped CPU's samples)
+    stem = run.name or (device_stem(info) if info.kind == "cpu" else hw.name)
+    raw = out / f"{stem}.raw.csv"
+    meta = {"device_name": info.name, "device_kind": info.kind, "dtype": dtype, "hardware": hw.name,
+            "torch": info.torch, "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "mode": run.mode, "threads": threads if info.kind == "cpu" else None, "model": spec.name,
+            "moe_model": moe_spec.name if moe_spec else "",
+            "cold_weights": "L2 flush before each call" if info.kind == "cuda"
+            else "rotating weight copies over >= 2x L3",
+            "gemm_shapes": {k: list(v) for k, v in gemm_shapes(spec).items()}, "device": info.to_dict()}
+    m = MODES[run.mode]
+    plan = build_plan(m, spec, moe_spec, dtype, run.extra_m, device_count=info.count if info.kind == "cuda" else 1,
+                      peak_flops=hw.peak_flops_per_s(dtype, dtype))
+    t0 = time.perf_counter()
+    n = run_plan(plan, raw, meta, m, info.kind, info.cache_bytes, progress=progress, stop_after=run.stop_after)
+    result = {"raw": raw, "measured_points": n, "planned_points": len(plan), "bench_s": time.perf_counter() - t0,
+              "profile": None, "profile_path": None}
+    if fit:
+        prof = fit_raw(raw, hw.name, run.mode)
+        result["profile_path"] = write_profile(prof, out / f"{stem}.profile.json")
+        result["profile"] = prof
+    return result
+
+
+def _checked_models(run: CalibrationRun):
+    """(model spec, MoE model spec or None) after the checks of the run's options."""
+    if run.mode not in MODES:
+        raise CalibrationError(f"unknown mode '{run.mode}' (known: {', '.join(MODES)})")
+    spec = load_model(run.model)
+    moe_spec = load_model(run.moe_model) if run.moe_model else None
     if moe_spec is not None and not moe_spec.is_moe:
-        raise CalibrationError(f"--moe-model '{moe_model}' is not a mixture-of-experts model")
-    if device not in ("auto", "cuda", "cpu"):
-        raise CalibrationError(f"--device {device!r}: use auto, cuda or cpu")
-    if threads is not None and not 1 <= threads <= 4096:
-        raise CalibrationError(f"--threads must be a positive number of CPU threads, got {threads}")
-    if stop_after is not None and stop_after < 0:
-        raise CalibrationError(f"--stop-after must be >= 0, got {stop_after}")
-    if name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name):
-        raise CalibrationError(f"--name {name!r}: use letters, digits, '.', '_' or '-' (a file stem, no directories)")
-    info = discover(device)
-    if device == "cpu" and info.kind != "cpu":
+        raise CalibrationError(f"--moe-model '{run.moe_model}' is not a mixture-of-experts model")
+    if run.device not in ("auto", "cuda", "cpu"):
+        raise CalibrationError(f"--device {run.device!r}: use auto, cuda or cpu")
+    if run.threads is not None and not 1 <= run.threads <= 4096:
+        raise CalibrationError(f"--threads must be a positive number of CPU threads, got {run.threads}")
+    if run.stop_after is not None and run.stop_after < 0:
+        raise CalibrationError(f"--stop-after must be >= 0, got {run.stop_after}")
+    if run.name is not None and not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", run.name):
+        raise CalibrationError(f"--name {run.name!r}: use letters, digits, '.', '_' or '-' (a file stem, no directories)")
+    return spec, moe_spec
+
+
+def _device(run: CalibrationRun):
+    """(device info, catalog hardware, dtype, CPU threads) of this machine; on a CPU torch's thread count is set."""
+    info = discover(run.device)
+    if run.device == "cpu" and info.kind != "cpu":
         info = discover("cpu")
-    if device == "cuda" and info.kind != "cuda":
+    if run.device == "cuda" and info.kind != "cuda":
         raise CalibrationError(f"--device cuda: no usable CUDA device here (torch {info.torch});"
                                " use --device cpu or auto")
-    hw_name = hardware or catalog_name(info)
+    hw_name = run.hardware or catalog_name(info)
     if hw_name is None:
         raise CalibrationError(f"no hardware catalog entry matches '{info.name}'; pass --hardware NAME")
     hw = load_hardware(hw_name)
-    dtype = dtype or ("fp32" if info.kind == "cpu" else "bf16")
+    dtype = run.dtype or ("fp32" if info.kind == "cpu" else "bf16")
     if dtype not in ("fp32", "bf16", "fp16"):
         raise CalibrationError(f"--dtype must be fp32, bf16 or fp16, got {dtype!r}")
+    threads = run.threads
     if info.kind == "cpu":
         import torch
         # the engine runs measured against this profile must use the same thread count
         threads = threads or max(info.compute_units, 1)
         torch.set_num_threads(threads)
-    out = Path(output_dir)
-    if out.exists() and not out.is_dir():
-        raise CalibrationError(f"--output-dir {out}: exists and is not a directory")
-    # GPUs: the catalog entry is the device; CPUs all divide by one catalog entry's peaks, so the file
-    # is named after this CPU (another machine never resumes, or collides with, the shipped CPU's samples)
-    stem = name or (device_stem(info) if info.kind == "cpu" else hw.name)
-    raw = out / f"{stem}.raw.csv"
-    meta = {"device_name": info.name, "device_kind": info.kind, "dtype": dtype, "hardware": hw.name,
-            "torch": info.torch, "created": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            "mode": mode, "threads": threads if info.kind == "cpu" else None, "model": spec.name, "moe_model": moe_spec.name if moe_spec else "",
-            "cold_weights": "L2 flush before each call" if info.kind == "cuda"
-            else "rotating weight copies over >= 2x L3",
-            "gemm_shapes": {k: list(v) for k, v in gemm_shapes(spec).items()}, "device": info.to_dict()}
-    plan = build_plan(m, spec, moe_spec, dtype, extra_m, device_count=info.count if info.kind == "cuda" else 1,
-                      peak_flops=hw.peak_flops_per_s(dtype, dtype))
-    t0 = time.perf_counter()
-    n = run_plan(plan, raw, meta, m, info.kind, info.cache_bytes, progress=progress, stop_after=stop_after)
-    result = {"raw": raw, "measured_points": n, "planned_points": len(plan), "bench_s": time.perf_counter() - t0,
-              "profile": None, "profile_path": None}
-    if fit:
-        prof = fit_raw(raw, hw.name, mode)
-        result["profile_path"] = write_profile(prof, out / f"{stem}.profile.json")
-        result["profile"] = prof
-    return result
+    return info, hw, dtype, threads
 
 
 def main(argv=None) -> int:
@@ -136,10 +167,10 @@ def main(argv=None) -> int:
 def _run(args) -> int:
     t0 = time.perf_counter()
     try:
-        res = calibrate(args.mode or "quick", args.model, args.moe_model or None, parse_ints(args.extra_m),
-                        args.output_dir, args.name, args.hardware, args.device, args.dtype,
-                        progress=not args.no_progress, fit=not args.no_fit, stop_after=args.stop_after,
-                        threads=args.threads)
+        run = CalibrationRun(args.mode or "quick", args.model, args.moe_model or None, parse_ints(args.extra_m),
+                             args.output_dir, args.name, args.hardware, args.device, args.dtype,
+                             threads=args.threads, stop_after=args.stop_after)
+        res = calibrate(run, progress=not args.no_progress, fit=not args.no_fit)
     except KeyboardInterrupt:
         print("interrupted: the samples taken so far are kept; rerun the same command to resume", file=sys.stderr)
         return 130

@@ -8,6 +8,8 @@ curves the MoE corrections store.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 
@@ -101,53 +103,71 @@ def fit_surface(X: np.ndarray, eff: np.ndarray, axes: tuple[str, ...], max_nodes
     y = np.log(np.maximum(eff, 1e-6))
     lam = smooth * A.shape[0] / max(R.shape[0], 1)
     RtR = lam * (R.T @ R) + 1e-8 * _eye(A.shape[1])
-
-    def huber_w(r):
-        a = np.abs(r)
-        return np.where(a <= huber, 1.0, huber / np.maximum(a, 1e-12))
-
-    # 1) log-linear start (robust IRLS)
-    solve = _ReusedFactorSolver()
-    w = np.ones_like(y)
-    u = np.zeros(A.shape[1])
-    for _ in range(4):
-        Aw = A.multiply(w[:, None]).tocsr()
-        u = solve((A.T @ Aw + RtR).tocsc(), Aw.T @ y)
-        w = huber_w(A @ u - y)
-    e = np.exp(u)
-    # 2) Gauss-Newton on r = log(A e) - y, parametrised by log e (stays positive); halve the
-    #    step while the robust objective does not decrease
-    def objective(e_):
-        r_ = np.log(np.maximum(A @ e_, 1e-12)) - y
-        a_ = np.abs(r_)
-        rho = np.where(a_ <= huber, 0.5 * r_ ** 2, huber * (a_ - 0.5 * huber))
-        lu_ = np.log(e_)
-        return rho.sum() + 0.5 * lu_ @ (RtR @ lu_)
-
-    best = objective(e)
-    for _ in range(iters):
-        pe = np.maximum(A @ e, 1e-12)
-        r = np.log(pe) - y
-        w = huber_w(r)
-        J = A.multiply((1.0 / pe)[:, None]).multiply(e[None, :]).tocsr()  # d r / d log e
-        Jw = J.multiply(w[:, None]).tocsr()
-        lu = np.log(e)
-        step = solve((J.T @ Jw + RtR).tocsc(), -(Jw.T @ r) - RtR @ lu)
-        step = np.clip(step, -2, 2)
-        for _h in range(6):
-            cand = np.exp(lu + step)
-            val = objective(cand)
-            if val < best:
-                e, best = cand, val
-                break
-            step = step / 2
-        else:
-            break
+    fit = _RobustFit(A, y, RtR, huber, _ReusedFactorSolver())
+    e = fit.gauss_newton(fit.log_linear_start(), iters)
     e = _fill_unsupported(e, A, shape)
     e = np.clip(e, 1e-5, max(1.0, 1.2 * float(np.max(eff))))
     vals = np.array([float(f"{v:.3g}") for v in e]).reshape(shape)
     return {"axes": list(axes), "grid": [[float(f"{v:.6g}") for v in g] for g in grids],
             "efficiency": vals.tolist()}
+
+
+@dataclass
+class _RobustFit:
+    """The Huber-robust problem of fit_surface: basis A, log targets y, smoothness RtR, threshold huber."""
+
+    A: object  # scipy.sparse rows x nodes
+    y: np.ndarray
+    RtR: object  # scipy.sparse nodes x nodes
+    huber: float
+    solve: _ReusedFactorSolver
+
+    def huber_w(self, r):
+        a = np.abs(r)
+        return np.where(a <= self.huber, 1.0, self.huber / np.maximum(a, 1e-12))
+
+    def log_linear_start(self) -> np.ndarray:
+        # 1) log-linear start (robust IRLS)
+        A, y = self.A, self.y
+        w = np.ones_like(y)
+        u = np.zeros(A.shape[1])
+        for _ in range(4):
+            Aw = A.multiply(w[:, None]).tocsr()
+            u = self.solve((A.T @ Aw + self.RtR).tocsc(), Aw.T @ y)
+            w = self.huber_w(A @ u - y)
+        return np.exp(u)
+
+    def objective(self, e_):
+        r_ = np.log(np.maximum(self.A @ e_, 1e-12)) - self.y
+        a_ = np.abs(r_)
+        rho = np.where(a_ <= self.huber, 0.5 * r_ ** 2, self.huber * (a_ - 0.5 * self.huber))
+        lu_ = np.log(e_)
+        return rho.sum() + 0.5 * lu_ @ (self.RtR @ lu_)
+
+    def gauss_newton(self, e: np.ndarray, iters: int) -> np.ndarray:
+        # 2) Gauss-Newton on r = log(A e) - y, parametrised by log e (stays positive); halve the
+        #    step while the robust objective does not decrease
+        A, y, RtR = self.A, self.y, self.RtR
+        best = self.objective(e)
+        for _ in range(iters):
+            pe = np.maximum(A @ e, 1e-12)
+            r = np.log(pe) - y
+            w = self.huber_w(r)
+            J = A.multiply((1.0 / pe)[:, None]).multiply(e[None, :]).tocsr()  # d r / d log e
+            Jw = J.multiply(w[:, None]).tocsr()
+            lu = np.log(e)
+            step = self.solve((J.T @ Jw + RtR).tocsc(), -(Jw.T @ r) - RtR @ lu)
+            step = np.clip(step, -2, 2)
+            for _h in range(6):
+                cand = np.exp(lu + step)
+                val = self.objective(cand)
+                if val < best:
+                    e, best = cand, val
+                    break
+                step = step / 2
+            else:
+                break
+        return e
 
 
 class _ReusedFactorSolver:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from simulator.errors import PlannerError
@@ -136,20 +137,60 @@ _BENCH_NUMBERS = ("median_itl_ms", "p90_itl_ms", "output_throughput", "completed
                   "spec_decode_num_drafts", "spec_decode_draft_tokens", "spec_decode_accepted_tokens")
 
 
-def bench_to_row(path, *, k: int | None = None, draft: str = "", batch_size: int | None = None,
-                 metrics_after=None, metrics_before=None, device: str = "", dtype: str = "",
-                 context_len: float | None = None, code_version: str = "unknown") -> dict:
-    """One row in the engine-run schema from a bench JSON (and optionally /metrics scrapes, used when
-    the JSON lacks spec_decode_* fields, e.g. older vLLM).
+@dataclass(frozen=True)
+class BenchRun:
+    """What the caller knows of a bench run that its JSON may not say: draft tokens per step (from
+    the counters if None; 0 when spec decoding is off), the draft's name, the batch size
+    (``max_concurrency`` from the JSON if None), device and dtype labels, the context length (from the
+    JSON's token counts if None) and the code version."""
 
-    k: draft tokens per step (from the counters if not given; 0 when spec decoding is off).
-    batch_size: `max_concurrency` from the JSON if not given.
-    """
+    k: int | None = None
+    draft: str = ""
+    batch_size: int | None = None
+    device: str = ""
+    dtype: str = ""
+    context_len: float | None = None
+    code_version: str = "unknown"
+
+
+def bench_to_row(path, run: BenchRun = BenchRun(), metrics_after=None, metrics_before=None) -> dict:
+    """One row in the engine-run schema from a bench JSON (and optionally /metrics scrapes, used when
+    the JSON lacks spec_decode_* fields, e.g. older vLLM)."""
     path = Path(path)
     d = read_bench_json(path)
-    B = batch_size if batch_size is not None else d.get("max_concurrency")
+    B = run.batch_size if run.batch_size is not None else d.get("max_concurrency")
     if B is None:
         raise VllmFormatError(f"{path.name}: missing 'max_concurrency' (run with --max-concurrency B, or pass batch_size)")
+    spec = _bench_spec(d, path, run.k, metrics_after, metrics_before)
+    kk = run.k if run.k is not None else (spec["k"] if spec else 0)
+    al = spec["acceptance_length"] if spec and kk > 0 else 1.0
+    ppa = spec["per_position_acceptance"][:kk] if spec and kk > 0 else []
+    itl = float(d["median_itl_ms"])
+    if not itl > 0:
+        raise VllmFormatError(f"{path.name}: 'median_itl_ms' is {itl!r} (no streamed tokens?)")
+    p90 = d.get("p90_itl_ms")  # present with --metric-percentiles including 90
+    gp = al / (itl / 1e3)
+    ctx = run.context_len
+    if ctx is None and d.get("total_input_tokens") and d.get("completed"):
+        ctx = d["total_input_tokens"] / d["completed"] + 0.5 * d.get("total_output_tokens", 0) / d["completed"]
+    return {
+        "source": SOURCE_BENCH, "target": d.get("model_id", ""), "draft": run.draft, "device": run.device,
+        "dtype": run.dtype,
+        "batch_size": int(B), "k": int(kk), "context_len": round(ctx, 2) if ctx is not None else None,
+        "n_steps": int(d["spec_decode_num_drafts"]) if "spec_decode_num_drafts" in d else None,
+        "draft_ms": None, "verify_ms": None, "overhead_ms": None,
+        "itl_ms": itl, "itl_ms_p90": float(p90) if p90 is not None else None,
+        "acceptance_length": round(al, 6), "per_position_acceptance": json.dumps(ppa),
+        "goodput_per_seq": round(gp, 4), "throughput": round(float(d["output_throughput"]), 4),
+        "experts_touched": None, "torch_version": "", "date": _iso_date(d.get("date")),
+        "code_version": run.code_version,
+        "router_reuse": None,  # a synthetic-router setting of the reference engine; not a vLLM quantity
+    }
+
+
+def _bench_spec(d: dict, path: Path, k: int | None, metrics_after, metrics_before) -> dict | None:
+    """Acceptance length, K and conditional per-position acceptance of a bench run: from its
+    spec_decode_* fields, else from the /metrics scrapes; None for plain decoding."""
     spec = None
     if "spec_decode_acceptance_length" in d:
         for f in ("spec_decode_num_drafts", "spec_decode_draft_tokens", "spec_decode_accepted_tokens"):
@@ -168,28 +209,7 @@ def bench_to_row(path, *, k: int | None = None, draft: str = "", batch_size: int
     if spec is None and k:
         raise VllmFormatError(f"{path.name}: no spec_decode_* fields for K={k} and no /metrics scrape given — "
                               "was speculative decoding enabled (and is vLLM new enough to record it)?")
-    kk = k if k is not None else (spec["k"] if spec else 0)
-    al = spec["acceptance_length"] if spec and kk > 0 else 1.0
-    ppa = spec["per_position_acceptance"][:kk] if spec and kk > 0 else []
-    itl = float(d["median_itl_ms"])
-    if not itl > 0:
-        raise VllmFormatError(f"{path.name}: 'median_itl_ms' is {itl!r} (no streamed tokens?)")
-    p90 = d.get("p90_itl_ms")  # present with --metric-percentiles including 90
-    gp = al / (itl / 1e3)
-    ctx = context_len
-    if ctx is None and d.get("total_input_tokens") and d.get("completed"):
-        ctx = d["total_input_tokens"] / d["completed"] + 0.5 * d.get("total_output_tokens", 0) / d["completed"]
-    return {
-        "source": SOURCE_BENCH, "target": d.get("model_id", ""), "draft": draft, "device": device, "dtype": dtype,
-        "batch_size": int(B), "k": int(kk), "context_len": round(ctx, 2) if ctx is not None else None,
-        "n_steps": int(d["spec_decode_num_drafts"]) if "spec_decode_num_drafts" in d else None,
-        "draft_ms": None, "verify_ms": None, "overhead_ms": None,
-        "itl_ms": itl, "itl_ms_p90": float(p90) if p90 is not None else None,
-        "acceptance_length": round(al, 6), "per_position_acceptance": json.dumps(ppa),
-        "goodput_per_seq": round(gp, 4), "throughput": round(float(d["output_throughput"]), 4),
-        "experts_touched": None, "torch_version": "", "date": _iso_date(d.get("date")), "code_version": code_version,
-        "router_reuse": None,  # a synthetic-router setting of the reference engine; not a vLLM quantity
-    }
+    return spec
 
 
 def _iso_date(s) -> str:

@@ -12,7 +12,7 @@ import torch
 from scipy import stats
 
 from calibration.engine import (COLUMNS, ModelConfig, SpecDecoder, Transformer, accept_sampling, load_target,
-                                make_draft, random_weights, run_sweep)
+                                SweepSettings, make_draft, random_weights, run_sweep)
 from calibration.engine.__main__ import main as cli_main
 from calibration.engine.weights import TargetUnavailable, gguf_path
 
@@ -153,9 +153,9 @@ def test_moe_touches_more_experts_with_more_tokens():
 
 def test_sweep_writes_rows_and_resumes(tmp_path):
     out = tmp_path / "runs.csv"
-    kw = dict(target="moe-synthetic", draft="ngram", batch_sizes=[1, 2], ks=[0, 2], context_len=24, gen_tokens=2,
-              output=str(out), warmup_steps=1, min_steps=2, max_steps=3, forced_acceptance=0.6, progress=False)
-    df = run_sweep(**kw)
+    settings = SweepSettings(target="moe-synthetic", draft="ngram", batch_sizes=[1, 2], ks=[0, 2], context_len=24,
+                             gen_tokens=2, warmup_steps=1, min_steps=2, max_steps=3, forced_acceptance=0.6)
+    df = run_sweep(settings, output=str(out), progress=False)
     assert len(df) == 4
     disk = __import__("pandas").read_csv(out)
     assert list(disk.columns) == COLUMNS and len(disk) == 4
@@ -166,7 +166,7 @@ def test_sweep_writes_rows_and_resumes(tmp_path):
     assert len(ppa) == 2 and all(0 <= a <= 1 for a in ppa)
     assert abs(r.itl_ms - 0) > 0 and r.throughput == pytest.approx(r.goodput_per_seq * 2, rel=1e-3)
     assert json.loads(disk[disk.k == 0].iloc[0].per_position_acceptance) == []
-    assert run_sweep(**kw).empty  # rerun: every point already in the file
+    assert run_sweep(settings, output=str(out), progress=False).empty  # rerun: every point already in the file
     assert len(__import__("pandas").read_csv(out)) == 4
 
 

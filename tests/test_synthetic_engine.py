@@ -74,8 +74,9 @@ def test_expected_acceptance_length_by_hand():
 def sweep(tmp_path_factory):
     out = tmp_path_factory.mktemp("syn") / "runs.csv"
     target = _target()
-    df = syn.run_synthetic(target, "eagle", batch_sizes=[8, 32], ks=[0, 2, 4], acceptance=[0.8, 0.6],
-                           context_len=24, steps=8, warmup_steps=1, output=out, clock="cpu", progress=False)
+    run = syn.SyntheticRun("eagle", batch_sizes=[8, 32], ks=[0, 2, 4], acceptance=[0.8, 0.6], context_len=24,
+                           steps=8, warmup_steps=1, clock="cpu")
+    df = syn.run_synthetic(target, run, output=out, progress=False)
     return out, df
 
 
@@ -171,8 +172,9 @@ def test_the_engine_clock_hook_accepts_event_stamps():
 
 def test_moe_rows_count_experts(tmp_path):
     target = _target(moe=True)
-    df = syn.run_synthetic(target, "eagle", batch_sizes=[4], ks=[0, 3], acceptance=0.5, context_len=16, steps=3,
-                           warmup_steps=0, output=tmp_path / "moe.csv", progress=False)
+    run = syn.SyntheticRun("eagle", batch_sizes=[4], ks=[0, 3], acceptance=0.5, context_len=16, steps=3,
+                           warmup_steps=0)
+    df = syn.run_synthetic(target, run, output=tmp_path / "moe.csv", progress=False)
     # 4 tokens (K=0) on 8 experts, top-2: at most 8, at least 2 distinct; K=3 verifies 16 tokens
     e0, e3 = df.sort_values("k").experts_touched.to_list()
     assert 2 <= e0 <= 8 and e0 <= e3 <= 8 and df.router_reuse.notna().all()
@@ -180,8 +182,9 @@ def test_moe_rows_count_experts(tmp_path):
 
 def test_resume_skips_measured_points(sweep, tmp_path):
     out, _ = sweep
-    again = syn.run_synthetic(_target(), "eagle", batch_sizes=[8], ks=[0, 2], acceptance=[0.8, 0.6], context_len=24,
-                              steps=2, warmup_steps=0, output=out, progress=False)
+    run = syn.SyntheticRun("eagle", batch_sizes=[8], ks=[0, 2], acceptance=[0.8, 0.6], context_len=24, steps=2,
+                           warmup_steps=0)
+    again = syn.run_synthetic(_target(), run, output=out, progress=False)
     assert again.empty and len(pd.read_csv(out)) == 6
 
 

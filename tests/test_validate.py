@@ -79,10 +79,11 @@ def test_moe_sweep_shows_expert_loading_the_model_predicts():
 
 def test_small_real_sweep_validates_end_to_end(tmp_path):
     # measured here and now: a tiny real sweep of the reference engine, then the validation on it
-    from calibration.engine import run_sweep
+    from calibration.engine import SweepSettings, run_sweep
     out = tmp_path / "runs.csv"
-    run_sweep(target="smollm2-135m", draft="ngram", batch_sizes=[1, 4], ks=[0, 2], context_len=64, gen_tokens=4,
-              output=str(out), warmup_steps=1, min_steps=2, max_steps=3, threads=1, progress=False)
+    run_sweep(SweepSettings(target="smollm2-135m", draft="ngram", batch_sizes=[1, 4], ks=[0, 2], context_len=64,
+                            gen_tokens=4, warmup_steps=1, min_steps=2, max_steps=3, threads=1),
+              output=str(out), progress=False)
     df = read_measured(out)
     assert len(df) == 4 and (df.itl_ms > 0).all()
     result = validate(df, load_scenario(REPO / "scenarios" / "smollm2-cpu.toml"), origin=str(out))

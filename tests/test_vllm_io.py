@@ -13,7 +13,7 @@ FIX = Path(__file__).parent / "fixtures" / "vllm"
 
 
 def test_bench_json_with_spec_decode():
-    r = v.bench_to_row(FIX / "bench_k3_c8.json", draft="eagle")
+    r = v.bench_to_row(FIX / "bench_k3_c8.json", v.BenchRun(draft="eagle"))
     assert list(r) == list(v.ROW_COLUMNS)
     assert r["source"] == "vllm-bench-serve" and r["target"] == "meta-llama/Llama-3.1-8B-Instruct"
     assert r["batch_size"] == 8 and r["k"] == 3 and r["itl_ms"] == 26.74
@@ -29,9 +29,9 @@ def test_bench_json_plain_decoding():
     r = v.bench_to_row(FIX / "bench_k0_c8.json")
     assert r["k"] == 0 and r["acceptance_length"] == 1.0 and r["per_position_acceptance"] == "[]"
     with pytest.raises(v.VllmFormatError, match="bench_k0_c8.json: no spec_decode"):
-        v.bench_to_row(FIX / "bench_k0_c8.json", k=3)
+        v.bench_to_row(FIX / "bench_k0_c8.json", v.BenchRun(k=3))
     # acceptance from /metrics scrapes when the JSON lacks spec_decode_* fields
-    r = v.bench_to_row(FIX / "bench_k0_c8.json", k=3, metrics_after=FIX / "metrics_k3.txt")
+    r = v.bench_to_row(FIX / "bench_k0_c8.json", v.BenchRun(k=3), metrics_after=FIX / "metrics_k3.txt")
     assert r["k"] == 3 and r["acceptance_length"] == pytest.approx(1 + 33159 / 18040)
 
 

@@ -80,7 +80,7 @@ def main(argv=None) -> int:
     return run_cli(lambda: _main(argv))
 
 
-def _main(argv=None) -> int:
+def _parser() -> OneLineParser:
     p = OneLineParser(prog="python -m calibration.engine", description=__doc__)
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=OneLineParser)
     s = sub.add_parser("sweep", help="measure ITL and acceptance over (batch size, K)")
@@ -118,63 +118,66 @@ def _main(argv=None) -> int:
     pr = sub.add_parser("profile", help="write speculation_profile.json (Model-Optimizer schema 1.0) from sweep runs")
     pr.add_argument("--runs", required=True, help="measured-runs CSV of one target/draft pair (sweep --output)")
     pr.add_argument("--output", required=True, help="speculation_profile.json to write")
-    a = p.parse_args(argv)
+    return p
+
+
+def _main(argv=None) -> int:
+    a = _parser().parse_args(argv)
     if a.cmd == "profile":
         return _profile(a)
-
-    from .weights import TARGETS
-
     try:
         bs = [int(b) for b in parse_batch_sizes(a.batch_sizes)]
         ks = parse_int_list(a.k)
     except ValueError as e:
         print(f"error: bad --batch-sizes/--k: {e}", file=sys.stderr)
         return 2
+    problem = _sweep_arg_error(a, bs, ks) or _output_error(a)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
+        return 2
+    return _sweep(a, bs, ks)
+
+
+def _sweep_arg_error(a, bs: list[int], ks: list[int]) -> str | None:
+    """The first problem with the sweep's options (the message after 'error: '), or None."""
+    from .weights import TARGETS
+
     if a.target not in TARGETS:
-        print(f"error: unknown target {a.target!r}; choose one of {', '.join(TARGETS)}", file=sys.stderr)
-        return 2
+        return f"unknown target {a.target!r}; choose one of {', '.join(TARGETS)}"
     if any(k < 0 for k in ks):
-        print("error: --k values must be >= 0", file=sys.stderr)
-        return 2
+        return "--k values must be >= 0"
     if any(b < 1 for b in bs):
-        print("error: --batch-sizes values must be >= 1", file=sys.stderr)
-        return 2
+        return "--batch-sizes values must be >= 1"
     if a.warmup_tokens < 0 or a.rounds < 1 or a.min_steps < 1 or a.max_steps < a.min_steps:
-        print("error: --warmup-tokens must be >= 0, --rounds >= 1, 1 <= --min-steps <= --max-steps", file=sys.stderr)
-        return 2
+        return "--warmup-tokens must be >= 0, --rounds >= 1, 1 <= --min-steps <= --max-steps"
     if a.context_len < 2 or a.gen_tokens < 1:
-        print("error: --context-len must be >= 2 and --gen-tokens >= 1", file=sys.stderr)
-        return 2
+        return "--context-len must be >= 2 and --gen-tokens >= 1"
     if not (math.isfinite(a.temperature) and 0 <= a.temperature <= 100):
-        print(f"error: --temperature must be a finite number in [0, 100] (0 = greedy), got {a.temperature}",
-              file=sys.stderr)
-        return 2
+        return f"--temperature must be a finite number in [0, 100] (0 = greedy), got {a.temperature}"
     if not 0 <= a.seed < 2**63:
-        print(f"error: --seed must be an integer in [0, 2^63), got {a.seed}", file=sys.stderr)
-        return 2
+        return f"--seed must be an integer in [0, 2^63), got {a.seed}"
     if a.threads is not None and not 1 <= a.threads <= 4096:
-        print(f"error: --threads must be a positive number of CPU threads, got {a.threads}", file=sys.stderr)
-        return 2
+        return f"--threads must be a positive number of CPU threads, got {a.threads}"
     if max(ks) > 32:
-        print(f"error: --k up to {max(ks)}; the planner handles K <= 32", file=sys.stderr)
-        return 2
+        return f"--k up to {max(ks)}; the planner handles K <= 32"
     if a.device not in (None, "cpu", "cuda"):
-        print(f"error: --device {a.device!r}: use cpu or cuda", file=sys.stderr)
-        return 2
+        return f"--device {a.device!r}: use cpu or cuda"
     if a.device == "cuda":
         import torch
         if not torch.cuda.is_available():
-            print(f"error: --device cuda: no usable CUDA device (torch {torch.__version__}); use --device cpu",
-                  file=sys.stderr)
-            return 2
+            return f"--device cuda: no usable CUDA device (torch {torch.__version__}); use --device cpu"
     if a.forced_acceptance is not None and not 0 <= a.forced_acceptance <= 1:
-        print("error: --forced-acceptance must be in [0, 1]", file=sys.stderr)
-        return 2
+        return "--forced-acceptance must be in [0, 1]"
     if not re.fullmatch(r"none|ngram(:\d+)?|(early-exit|model):\d+", a.draft):
-        print(f"error: unknown draft {a.draft!r}; use ngram, early-exit:N or model:N", file=sys.stderr)
-        return 2
+        return f"unknown draft {a.draft!r}; use ngram, early-exit:N or model:N"
+    return None
+
+
+def _output_error(a) -> str | None:
+    """None when --output can be used, else the problem."""
     # the output must be writable and, if it exists, a readable CSV
     from pathlib import Path
+
     out = Path(a.output)
     try:
         if out.exists():
@@ -183,29 +186,35 @@ def _main(argv=None) -> int:
                 head = pd.read_csv(out, nrows=1)
                 missing = [c for c in _RESUME_COLUMNS if c not in head.columns]
                 if missing:
-                    print(f"error: --output {a.output}: not a runs CSV of this sweep (no column"
-                          f" {', '.join(missing)}); give a new file or one an earlier sweep wrote", file=sys.stderr)
-                    return 2
+                    return (f"--output {a.output}: not a runs CSV of this sweep (no column"
+                            f" {', '.join(missing)}); give a new file or one an earlier sweep wrote")
         else:
             out.parent.mkdir(parents=True, exist_ok=True)
             with open(out, "a"):
                 pass
             out.unlink()
     except Exception as e:
-        print(f"error: cannot use --output {a.output}: {e.__class__.__name__}: {e}", file=sys.stderr)
-        return 2
+        return f"cannot use --output {a.output}: {e.__class__.__name__}: {e}"
+    return None
 
-    from .sweep import run_sweep
+
+def _sweep(a, bs: list[int], ks: list[int]) -> int:
+    """Run the sweep the checked options describe (exit 2 on a target or draft the engine refuses)."""
+    from pathlib import Path
+
+    from .sweep import SweepSettings, run_sweep
     from .weights import TargetUnavailable
 
+    out = Path(a.output)
     try:
-        run_sweep(target=a.target, draft=a.draft, batch_sizes=bs, ks=ks, context_len=a.context_len,
-                  gen_tokens=a.gen_tokens, temperature=a.temperature, output=str(out), seed=a.seed,
-                  warmup_steps=a.warmup_steps, max_steps=a.max_steps, min_steps=a.min_steps,
-                  warmup_tokens=a.warmup_tokens, rounds=a.rounds, min_sequences=a.min_sequences, forced_acceptance=a.forced_acceptance,
-                  dtype=a.dtype, device=a.device, threads=a.threads, router_reuse=_reuses(a.router_reuse),
-                  trace_output=a.trace_output, clock=a.clock,
-                  router_mode=a.router_mode, router_skew=a.router_skew)
+        settings = SweepSettings(
+            target=a.target, draft=a.draft, batch_sizes=bs, ks=ks, context_len=a.context_len,
+            gen_tokens=a.gen_tokens, temperature=a.temperature, seed=a.seed,
+            warmup_steps=a.warmup_steps, max_steps=a.max_steps, min_steps=a.min_steps,
+            warmup_tokens=a.warmup_tokens, rounds=a.rounds, min_sequences=a.min_sequences,
+            forced_acceptance=a.forced_acceptance, dtype=a.dtype, device=a.device, threads=a.threads,
+            router_reuse=_reuses(a.router_reuse), clock=a.clock, router_mode=a.router_mode, router_skew=a.router_skew)
+        run_sweep(settings, output=str(out), trace_output=a.trace_output)
     except (ValueError, TargetUnavailable) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

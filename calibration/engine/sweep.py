@@ -10,7 +10,10 @@ import json
 import platform
 import subprocess
 import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -131,8 +134,18 @@ def measure_window(eng: SpecDecoder, k: int, warmup_steps: int, gen_tokens: int,
     return recs, eng.attempts[:k].clone(), eng.accepts[:k].clone()
 
 
-def step_row(source: str, target: str, draft: str, dev_name: str, dtype: str, batch: int, k: int, recs: list,
-             attempted: list, accepted: list, itl_s: float, router_reuse: float | None) -> dict:
+class RowLabels(NamedTuple):
+    """What a runs-CSV row says it measured (its first columns)."""
+
+    source: str
+    target: str
+    draft: str
+    device: str
+    dtype: str
+
+
+def step_row(labels: RowLabels, batch: int, k: int, recs: list, attempted: list, accepted: list, itl_s: float,
+             router_reuse: float | None) -> dict:
     """One measured (B, K) point in the runs-CSV schema (COLUMNS) from its step records: phase medians,
     the step time ``itl_s`` as the caller aggregated it, acceptance length and conditional per-position
     acceptance (accepted / attempted), goodput, experts touched, provenance."""
@@ -142,7 +155,8 @@ def step_row(source: str, target: str, draft: str, dev_name: str, dtype: str, ba
     experts = [np.mean(r.experts_touched) for r in recs if r.experts_touched]
     gp = al / itl_s
     return {
-        "source": source, "target": target, "draft": draft, "device": dev_name, "dtype": dtype,
+        "source": labels.source, "target": labels.target, "draft": labels.draft, "device": labels.device,
+        "dtype": labels.dtype,
         "batch_size": batch, "k": k, "context_len": round(float(np.mean([r.context_len for r in recs])), 2),
         "n_steps": len(recs),
         "draft_ms": round(float(np.median([r.draft_s for r in recs])) * 1e3, 4),
@@ -159,14 +173,38 @@ def step_row(source: str, target: str, draft: str, dev_name: str, dtype: str, ba
     }
 
 
-def run_sweep(target: str = "smollm2-135m", draft: str = "ngram", batch_sizes=(1, 2, 4, 8), ks=range(0, 7),
-              context_len: int = 128, gen_tokens: int = 16, temperature: float = 0.0, output: str | None = None,
-              seed: int = 0, warmup_steps: int = 2, min_steps: int = 4, max_steps: int = 12,
-              forced_acceptance: float | None = None, dtype: str = "float32", device: str | None = None,
-              threads: int | None = None, progress=True, warmup_tokens: int = 0, rounds: int = 1,
-              min_sequences: int = 1, router_reuse: float | list[float] | None = None,
-              trace_output: str | None = None, clock: str = "wall", router_mode: str = "learned",
-              router_skew: float = 0.0) -> pd.DataFrame:
+@dataclass(frozen=True)
+class SweepSettings:
+    """What run_sweep measures and how: target and draft, the (B, K) grid, the window of each point
+    (prompt length, new tokens, warm-up and step bounds), forced acceptance, dtype and device, rounds,
+    the MoE router's reuse and mode, and the clock (see run_sweep)."""
+
+    target: str = "smollm2-135m"
+    draft: str = "ngram"
+    batch_sizes: Sequence[int] = (1, 2, 4, 8)
+    ks: Sequence[int] = range(0, 7)
+    context_len: int = 128
+    gen_tokens: int = 16
+    temperature: float = 0.0
+    seed: int = 0
+    warmup_steps: int = 2
+    min_steps: int = 4
+    max_steps: int = 12
+    forced_acceptance: float | None = None
+    dtype: str = "float32"
+    device: str | None = None
+    threads: int | None = None
+    warmup_tokens: int = 0
+    rounds: int = 1
+    min_sequences: int = 1
+    router_reuse: float | list[float] | None = None
+    clock: str = "wall"
+    router_mode: str = "learned"
+    router_skew: float = 0.0
+
+
+def run_sweep(s: SweepSettings = SweepSettings(), output: str | None = None, progress=True,
+              trace_output: str | None = None) -> pd.DataFrame:
     """Measure ITL split (draft/verify/overhead) and acceptance at every (batch size, K).
 
     Per batch size: prefill, then generate ``warmup_tokens`` tokens once (plain decoding, so all
@@ -183,62 +221,91 @@ def run_sweep(target: str = "smollm2-135m", draft: str = "ngram", batch_sizes=(1
     ``clock="cpu"`` (CPU with threads=1) times each phase by the thread's CPU time: immune to other
     processes sharing the cores (the device column says which clock).
     Returns the rows measured in this call (and appends them to `output` if given)."""
-    if threads:
-        torch.set_num_threads(threads)
-    ks = sorted(set(int(k) for k in ks))
-    batch_sizes = sorted(set(int(b) for b in batch_sizes))
+    if s.threads:
+        torch.set_num_threads(s.threads)
+    ks = sorted(set(int(k) for k in s.ks))
+    batch_sizes = sorted(set(int(b) for b in s.batch_sizes))
     if any(k < 0 for k in ks):
         raise ValueError("K must be >= 0")
     if any(b < 1 for b in batch_sizes):
         raise ValueError("batch size must be >= 1")
-    tdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
-    reuses = [None] if router_reuse is None else \
-        sorted({float(x) for x in (router_reuse if isinstance(router_reuse, (list, tuple)) else [router_reuse])})
-    extra = {"router_reuse": reuses[0]} if reuses[0] is not None else {}
-    if router_mode != "learned":  # MoE: the sampled router (see ModelConfig.router_mode)
-        extra |= {"router_mode": router_mode, "router_skew": float(router_skew)}
-    tgt = load_target(target, device=device, dtype=tdtype, seed=seed, **extra)
-    drf = make_draft(draft, tgt) if max(ks) > 0 else None
-    if drf is None and draft not in ("none", ""):
-        make_draft(draft, tgt)  # validate the name even for K = 0 only
+    reuses, tgt, drf = _load_models(s, ks)
     out_path = Path(output) if output else None
-    kmax = max(ks)
-    slack = warmup_tokens + (warmup_steps + max_steps) * (kmax + 1) + 1
-    done = {(b, k, rho) for rho in reuses
-            for b, k in (_existing_points(out_path, target, draft, dtype, context_len, slack, rho) if out_path else set())}
+    slack = s.warmup_tokens + (s.warmup_steps + s.max_steps) * (max(ks) + 1) + 1
+    done = {(b, k, rho) for rho in reuses for b, k in (
+        _existing_points(out_path, s.target, s.draft, s.dtype, s.context_len, slack, rho) if out_path else set())}
     traces: dict[str, list] = {}
-    dev_name = device_name(tgt.device) + (", thread CPU-time clock" if clock == "cpu" else "") \
-        + (f", sampled router zipf {router_skew:g}" if router_mode != "learned" else "")
+    dev_name = device_name(tgt.device) + (", thread CPU-time clock" if s.clock == "cpu" else "") \
+        + (f", sampled router zipf {s.router_skew:g}" if s.router_mode != "learned" else "")
+    todo = {B: [(rho, k) for rho in reuses for k in ks if (B, k, rho) not in done] for B in batch_sizes}
+    engines = _prefill_engines(s, tgt, drf, todo, max(ks))
+    results = _measure_rounds(s, tgt, engines, todo, traces if trace_output else None, progress)
+    labels = RowLabels(SOURCE, s.target, s.draft, dev_name, s.dtype)
     rows = []
-    # Phase 1: prefill and warm up an engine per (batch size, prompt group); they stay alive.
+    for (B, rho, k), (windows, att_t, acc_t) in results.items():
+        recs = [r for w in windows for r in w]
+        # median of the windows' medians: a window caught in a slow spell is outvoted
+        itl_s = float(np.median([np.median([r.draft_s + r.verify_s + r.overhead_s for r in w]) for w in windows]))
+        rows.append(step_row(labels, B, k, recs, att_t.tolist(), acc_t.tolist(), itl_s,
+                             float(rho or 0.0) if tgt.cfg.is_moe else None))
+        if out_path:
+            _append_row(out_path, rows[-1])
+        if progress:
+            _print_point(s, rows[-1])
+    if trace_output and traces:
+        _save_traces(Path(trace_output), traces)
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _load_models(s: SweepSettings, ks: list[int]):
+    """(the router reuse values, target, draft or None when every K is 0)."""
+    tdtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[s.dtype]
+    reuses = [None] if s.router_reuse is None else \
+        sorted({float(x) for x in (s.router_reuse if isinstance(s.router_reuse, (list, tuple)) else [s.router_reuse])})
+    extra = {"router_reuse": reuses[0]} if reuses[0] is not None else {}
+    if s.router_mode != "learned":  # MoE: the sampled router (see ModelConfig.router_mode)
+        extra |= {"router_mode": s.router_mode, "router_skew": float(s.router_skew)}
+    tgt = load_target(s.target, device=s.device, dtype=tdtype, seed=s.seed, **extra)
+    drf = make_draft(s.draft, tgt) if max(ks) > 0 else None
+    if drf is None and s.draft not in ("none", ""):
+        make_draft(s.draft, tgt)  # validate the name even for K = 0 only
+    return reuses, tgt, drf
+
+
+def _prefill_engines(s: SweepSettings, tgt, drf, todo: dict, kmax: int) -> dict[int, list[SpecDecoder]]:
+    """Phase 1: prefill and warm up an engine per (batch size, prompt group); they stay alive."""
     engines: dict[int, list[SpecDecoder]] = {}
-    todo: dict[int, list[tuple[float | None, int]]] = {}
-    for B in batch_sizes:
-        todo[B] = [(rho, k) for rho in reuses for k in ks if (B, k, rho) not in done]
-        if not todo[B]:
+    for B, points in todo.items():
+        if not points:
             continue
         engines[B] = []
         # acceptance of one or two sequences is mostly luck: small batches run several groups of
         # different prompts until min_sequences sequences were seen (timing pools over them too)
-        for group in range(-(-min_sequences // B)):
-            prompts = context_prompts(B, context_len, tgt.cfg.vocab, seed + 7919 * group)
-            eng = SpecDecoder(tgt, drf, k=0, temperature=temperature, seed=seed, forced_acceptance=forced_acceptance,
-                              clock=clock)
+        for group in range(-(-s.min_sequences // B)):
+            prompts = context_prompts(B, s.context_len, tgt.cfg.vocab, s.seed + 7919 * group)
+            eng = SpecDecoder(tgt, drf, k=0, temperature=s.temperature, seed=s.seed,
+                              forced_acceptance=s.forced_acceptance, clock=s.clock)
             eng.max_k = kmax
-            cap = context_len + warmup_tokens + (warmup_steps + max_steps) * (kmax + 1) + 2
+            cap = s.context_len + s.warmup_tokens + (s.warmup_steps + s.max_steps) * (kmax + 1) + 2
             eng.prefill(prompts, cap)
-            if warmup_tokens:
+            if s.warmup_tokens:
                 with torch.inference_mode():
                     eng.reset(0)  # plain steps: every sequence advances exactly one token per step
-                    while int((eng.lengths - eng.prompt_lengths).min()) < warmup_tokens:
+                    while int((eng.lengths - eng.prompt_lengths).min()) < s.warmup_tokens:
                         eng.step()
                 eng.prompt_lengths = eng.lengths.clone()  # the snapshot: reset(k) rewinds to here
             engines[B].append(eng)
-    # Phase 2: each round visits every batch size and K, so a slow spell of the machine (memory
+    return engines
+
+
+def _measure_rounds(s: SweepSettings, tgt, engines: dict, todo: dict, traces: dict | None, progress) -> dict:
+    """Phase 2: {(B, rho, K): (step records per window, attempts, accepts)}; ``traces`` (None: not
+    recorded) collects the first round's router traces."""
+    # each round visits every batch size and K, so a slow spell of the machine (memory
     # bandwidth here drifts for minutes at a time) hits one round of a point, not all of them.
     results = {(B, rho, k): ([], torch.zeros(k, dtype=torch.long), torch.zeros(k, dtype=torch.long))
                for B in engines for rho, k in todo[B]}
-    for r in range(rounds):
+    for r in range(s.rounds):
         for B, group_engines in engines.items():
             order = todo[B] if r % 2 == 0 else todo[B][::-1]
             for eng in group_engines:
@@ -246,33 +313,26 @@ def run_sweep(target: str = "smollm2-135m", draft: str = "ngram", batch_sizes=(1
                     if rho is not None:
                         tgt.cfg.router_reuse = rho
                     tr = traces.setdefault(f"B{B}_K{k}_r{rho or 0:g}", []) \
-                        if trace_output and tgt.cfg.is_moe and r == 0 else None
-                    recs, att, acc = measure_window(eng, k, warmup_steps, gen_tokens, min_steps, max_steps, tr)
+                        if traces is not None and tgt.cfg.is_moe and r == 0 else None
+                    recs, att, acc = measure_window(eng, k, s.warmup_steps, s.gen_tokens, s.min_steps, s.max_steps, tr)
                     results[(B, rho, k)][0].append(recs)
                     results[(B, rho, k)][1].add_(att.cpu())
                     results[(B, rho, k)][2].add_(acc.cpu())
         if progress:
-            print(f"[sweep] round {r + 1}/{rounds} done", file=sys.stderr, flush=True)
-    for B in engines:
-        for rho, k in todo[B]:
-            windows, att_t, acc_t = results[(B, rho, k)]
-            recs = [r for w in windows for r in w]
-            # median of the windows' medians: a window caught in a slow spell is outvoted
-            itl_s = float(np.median([np.median([r.draft_s + r.verify_s + r.overhead_s for r in w]) for w in windows]))
-            row = step_row(SOURCE, target, draft, dev_name, dtype, B, k, recs, att_t.tolist(), acc_t.tolist(), itl_s,
-                           float(rho or 0.0) if tgt.cfg.is_moe else None)
-            itl, al, gp = row["itl_ms"], row["acceptance_length"], row["goodput_per_seq"]
-            rows.append(row)
-            if out_path:
-                _append_row(out_path, row)
-            if progress:
-                print(f"[sweep] {target} {draft} B={B} K={k}: itl {itl:.1f} ms (draft {row['draft_ms']:.1f}, "
-                      f"verify {row['verify_ms']:.1f}), AL {al:.2f}, goodput/seq {gp:.1f} tok/s"
-                      + (f", experts {row['experts_touched']}" if row['experts_touched'] is not None else ""), file=sys.stderr, flush=True)
-    if trace_output and traces:
-        path = Path(trace_output)
-        old = dict(np.load(path)) if path.exists() else {}
-        old.update({key: np.concatenate(v, axis=0) for key, v in traces.items() if v})
-        path.parent.mkdir(parents=True, exist_ok=True)
-        np.savez_compressed(path, **old)
-    return pd.DataFrame(rows, columns=COLUMNS)
+            print(f"[sweep] round {r + 1}/{s.rounds} done", file=sys.stderr, flush=True)
+    return results
+
+
+def _print_point(s: SweepSettings, row: dict) -> None:
+    itl, al, gp = row["itl_ms"], row["acceptance_length"], row["goodput_per_seq"]
+    print(f"[sweep] {s.target} {s.draft} B={row['batch_size']} K={row['k']}: itl {itl:.1f} ms (draft {row['draft_ms']:.1f}, "
+          f"verify {row['verify_ms']:.1f}), AL {al:.2f}, goodput/seq {gp:.1f} tok/s"
+          + (f", experts {row['experts_touched']}" if row['experts_touched'] is not None else ""), file=sys.stderr, flush=True)
+
+
+def _save_traces(path: Path, traces: dict[str, list]) -> None:
+    """Add this run's router traces to the .npz at ``path`` (keys of earlier runs kept)."""
+    old = dict(np.load(path)) if path.exists() else {}
+    old.update({key: np.concatenate(v, axis=0) for key, v in traces.items() if v})
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(path, **old)

@@ -36,6 +36,8 @@ import json
 import math
 import sys
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -45,103 +47,15 @@ import torch
 from simulator.errors import PlannerError
 
 from .engine import ModelDraft, SpecDecoder
-from .model import ModelConfig, Transformer, weight_layout
-from .sweep import COLUMNS, device_name, measure_window, step_row
+from .model import Transformer
+from .sweep import COLUMNS, RowLabels, device_name, measure_window, step_row
+# shapes, weights and drafts (tests use them from here too)
+from .synthetic_model import device_random_weights, engine_config, make_synthetic_draft
 
 SOURCE = "torch-reference-engine:synthetic-acceptance"
 DTYPES = {"bf16": torch.bfloat16, "bfloat16": torch.bfloat16, "fp16": torch.float16, "float16": torch.float16,
           "fp32": torch.float32, "float32": torch.float32}
 DTYPE_LABEL = {torch.bfloat16: "bfloat16", torch.float16: "float16", torch.float32: "float32"}
-
-
-# ---------------------------------------------------------------------------------------------
-# shapes and weights
-# ---------------------------------------------------------------------------------------------
-
-
-def engine_config(model: str, layers: int | None = None, router_reuse: float = 0.0) -> ModelConfig:
-    """The engine's ModelConfig at the shapes of a catalog model (or a config.json path).
-
-    Only what the engine's Transformer implements is accepted: GQA attention, full attention in every
-    layer, dense MLP or routed experts (no shared experts, no leading dense layers)."""
-    from simulator.specs.models import load_model
-
-    spec = load_model(model)
-    problems = []
-    if spec.attention != "gqa":
-        problems.append(f"{spec.attention} attention")
-    if spec.num_sliding_layers:
-        problems.append("sliding-window layers")
-    if spec.is_moe and (spec.shared_expert_intermediate_size or spec.num_dense_layers):
-        problems.append("shared experts or dense leading layers")
-    if problems:
-        raise PlannerError(f"--model {model}: the reference engine has no {', '.join(problems)};"
-                           f" pick a Llama/Qwen-style GQA model")
-    n = spec.num_layers if layers is None else int(layers)
-    if not 1 <= n <= spec.num_layers:
-        raise PlannerError(f"--layers {layers}: must be in 1..{spec.num_layers} for {spec.name}")
-    return ModelConfig(
-        name=spec.name if n == spec.num_layers else f"{spec.name}-L{n}", n_layers=n, hidden=spec.hidden_size,
-        n_heads=spec.num_heads, n_kv_heads=spec.num_kv_heads, head_dim=spec.head_dim,
-        ffn=0 if spec.is_moe else spec.intermediate_size, vocab=spec.vocab_size,
-        tied_embeddings=spec.tie_word_embeddings, n_experts=spec.num_experts, top_k=spec.experts_per_token,
-        expert_ffn=spec.expert_intermediate_size, router_reuse=float(router_reuse), rope_interleaved=False)
-
-
-def device_random_weights(cfg: ModelConfig, seed: int = 0, dtype=torch.bfloat16, device="cpu") -> dict:
-    """Random weights in the layout of ``model.random_weights``, drawn directly on ``device`` in
-    ``dtype`` (an 8B model in well under a second on a GPU, where the CPU generator of
-    ``random_weights`` would take minutes at 30B). Same scaling: W ~ N(0, 1/fan_in), norms 1,
-    embedding N(0, 1). The layout is checked against ``random_weights`` by the tests."""
-    dev = torch.device(device)
-    g = torch.Generator(device=dev).manual_seed(seed)
-
-    def rnd(*shape, fan_in):
-        return torch.empty(*shape, dtype=dtype, device=dev).normal_(0.0, fan_in ** -0.5, generator=g)
-
-    return weight_layout(cfg, rnd, lambda n: torch.ones(n, dtype=dtype, device=dev), lambda v, h: rnd(v, h, fan_in=1))
-
-
-class EagleHead(Transformer):
-    """An EAGLE-like draft head: fusion GEMM [B, T, 2D] x [2D -> D], then the engine's decoder (one
-    layer) and LM head. The fusion input is [embedding, embedding] (EAGLE: [embedding, target hidden
-    state]); its output is not fed on, which leaves the cost intact (eager torch runs every op)."""
-
-    def forward(self, tokens, cache, logits_for="all"):
-        e = self.w["embed"][tokens]
-        torch.cat([e, e], dim=-1) @ self.w["fc"].T  # noqa: B018 - the fusion GEMM's cost, result unused
-        return super().forward(tokens, cache, logits_for)
-
-
-def eagle_draft(target: Transformer, dense_ffn: int, seed: int = 1) -> ModelDraft:
-    """One dense layer with the target's attention shapes and MLP width ``dense_ffn``, sharing the
-    target's embedding, final norm and LM head; run by the engine's ModelDraft."""
-    c = target.cfg
-    cfg = ModelConfig(name=f"eagle[{c.name}]", n_layers=1, hidden=c.hidden, n_heads=c.n_heads,
-                      n_kv_heads=c.n_kv_heads, head_dim=c.head_dim, ffn=dense_ffn, vocab=c.vocab,
-                      rope_theta=c.rope_theta, norm_eps=c.norm_eps, tied_embeddings=c.tied_embeddings,
-                      rope_interleaved=c.rope_interleaved)
-    layer = device_random_weights(cfg, seed=seed, dtype=target.dtype, device=target.device)["layers"]
-    g = torch.Generator(device=target.device).manual_seed(seed + 1)
-    fc = torch.empty(c.hidden, 2 * c.hidden, dtype=target.dtype, device=target.device).normal_(
-        0.0, (2 * c.hidden) ** -0.5, generator=g)
-    w = {"embed": target.w["embed"], "norm": target.w["norm"], "lm_head": target.w["lm_head"], "layers": layer,
-         "fc": fc}
-    return ModelDraft(EagleHead(cfg, w), "eagle")
-
-
-def make_synthetic_draft(spec: str, target: Transformer, dense_ffn: int, seed: int = 1) -> ModelDraft:
-    """'eagle' | 'model:NAME' (a catalog model of random weights with the target's vocabulary)."""
-    if spec == "eagle":
-        return eagle_draft(target, dense_ffn, seed)
-    if spec.startswith("model:"):
-        cfg = engine_config(spec.split(":", 1)[1])
-        if cfg.vocab != target.cfg.vocab:
-            raise PlannerError(f"--draft {spec}: vocabulary {cfg.vocab} differs from the target's {target.cfg.vocab};"
-                               f" pick a draft of the same family")
-        w = device_random_weights(cfg, seed=seed, dtype=target.dtype, device=target.device)
-        return ModelDraft(Transformer(cfg, w), spec)
-    raise PlannerError(f"--draft {spec!r}: use eagle or model:NAME (a catalog model)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -229,74 +143,117 @@ def _append(output: Path, row: dict):
     pd.DataFrame([row], columns=COLUMNS).to_csv(output, mode="a", header=new, index=False)
 
 
-def run_synthetic(target: Transformer, draft: str = "eagle", batch_sizes=(1, 4), ks=range(0, 4),
-                  acceptance: list[float] | float = 0.8, context_len: int = 256, steps: int = 8,
-                  warmup_steps: int = 2, output: str | Path | None = None, seed: int = 0, dense_ffn: int | None = None,
-                  time_limit_s: float | None = None, clock: str | None = None, progress: bool = True,
-                  draft_model: ModelDraft | None = None) -> pd.DataFrame:
-    """Time ``steps`` engine steps (after ``warmup_steps`` discarded ones) at every (B, K); one row each.
+@dataclass(frozen=True)
+class SyntheticRun:
+    """What a synthetic sweep measures and how: the draft, the (B, K) grid, the imposed acceptance,
+    the prompt length, steps per point, seed, the EAGLE head's MLP width, a time budget and the clock."""
+
+    draft: str = "eagle"
+    batch_sizes: Sequence[int] = (1, 4)
+    ks: Sequence[int] = range(0, 4)
+    acceptance: list[float] | float | str = 0.8
+    context_len: int = 256
+    steps: int = 8
+    warmup_steps: int = 2
+    seed: int = 0
+    dense_ffn: int | None = None
+    time_limit_s: float | None = None
+    clock: str | None = None
+
+
+@dataclass
+class _Sweep:
+    """One run_synthetic call's fixed parts, shared by its batch sizes."""
+
+    target: Transformer
+    draft: ModelDraft | None
+    run: SyntheticRun
+    rates: list[float]
+    ks: list[int]
+    clock: str
+    labels: tuple[str, str, str]  # (draft, device, dtype) of the rows
+    out: Path | None
+    progress: bool
+    t_start: float
+
+    def out_of_time(self) -> bool:
+        limit = self.run.time_limit_s
+        return limit is not None and time.monotonic() - self.t_start > limit
+
+
+def run_synthetic(target: Transformer, run: SyntheticRun = SyntheticRun(), output: str | Path | None = None,
+                  progress: bool = True, draft_model: ModelDraft | None = None) -> pd.DataFrame:
+    """Time ``run.steps`` engine steps (after ``run.warmup_steps`` discarded ones) at every (B, K); one row each.
 
     Per batch size the prompts (``context_len`` seeded random token ids) are prefilled once; every K then
     starts from that snapshot (``SpecDecoder.reset``). ``clock``: "events" (CUDA; default there),
     "wall" or "cpu" (the thread's CPU time; CPU only). Batch sizes run every other one first (1, 4,
     16, 64, then 2, 8, 32), so a run cut short still spans the range; no new point starts once
     ``time_limit_s`` has passed. Returns this call's rows (also appended to ``output``)."""
-    rates = parse_acceptance(acceptance) if not isinstance(acceptance, list) else acceptance
-    ks = sorted({int(k) for k in ks})
-    batch_sizes = sorted({int(b) for b in batch_sizes})
-    if min(ks) < 0 or min(batch_sizes) < 1 or steps < 1 or warmup_steps < 0 or context_len < 2:
+    rates = parse_acceptance(run.acceptance) if not isinstance(run.acceptance, list) else run.acceptance
+    ks = sorted({int(k) for k in run.ks})
+    batch_sizes = sorted({int(b) for b in run.batch_sizes})
+    if min(ks) < 0 or min(batch_sizes) < 1 or run.steps < 1 or run.warmup_steps < 0 or run.context_len < 2:
         raise PlannerError("need K >= 0, batch sizes >= 1, --steps >= 1, warm-up >= 0, --context-len >= 2")
     dev = target.device
-    clock = clock or ("events" if dev.type == "cuda" else "wall")
+    clock = run.clock or ("events" if dev.type == "cuda" else "wall")
     if clock == "events" and dev.type != "cuda":
         raise PlannerError("--clock events needs --device cuda")
-    kmax = max(ks)
     drf = None
-    if kmax > 0:
-        drf = draft_model or make_synthetic_draft(draft, target, dense_ffn or target.cfg.ffn or 4 * target.cfg.hidden,
-                                                  seed + 1)
+    if max(ks) > 0:
+        drf = draft_model or make_synthetic_draft(
+            run.draft, target, run.dense_ffn or target.cfg.ffn or 4 * target.cfg.hidden, run.seed + 1)
     dtype = DTYPE_LABEL[target.dtype]
     out = Path(output) if output else None
-    done = _done_points(out, target.cfg.name, draft, dtype, rates) if out else set()
+    done = _done_points(out, target.cfg.name, run.draft, dtype, rates) if out else set()
     dev_name = device_name(dev) + {"events": ", CUDA-event clock", "cpu": ", thread CPU-time clock",
                                    "wall": ""}[clock]
-    t_start = time.monotonic()
+    sw = _Sweep(target, drf, run, rates, ks, clock, (run.draft, dev_name, dtype), out, progress, time.monotonic())
     rows = []
     # every other batch size first (1, 4, 16, 64, then 2, 8, 32): a run cut short still spans the range
     for B in batch_sizes[::2] + batch_sizes[1::2]:
         todo = [k for k in ks if (B, k) not in done]
         if not todo:
             continue
-        if time_limit_s is not None and time.monotonic() - t_start > time_limit_s:
+        if sw.out_of_time():
             break
-        # token ids do not matter to random weights: seeded uniform ids (routing stays near uniform)
-        prompts = np.random.default_rng([seed, B]).integers(0, target.cfg.vocab, (B, context_len)).tolist()
-        eng = synthetic_engine(target, drf, prompts, rates, kmax, context_len + (warmup_steps + steps) * (kmax + 1) + 2,
-                               seed, clock)
-        for k in todo:
-            if time_limit_s is not None and time.monotonic() - t_start > time_limit_s:
-                break
-            set_acceptance(eng, rates, k)
-            recs, att, acc = measure_window(eng, k, warmup_steps, 1, steps, steps)
-            rows.append(_row(target, draft, dev_name, dtype, B, k, recs, att.tolist(), acc.tolist())
-                        | {"source": source_label(rates)})
-            if out:
-                _append(out, rows[-1])
-            if progress:
-                r = rows[-1]
-                print(f"[synthetic] {target.cfg.name} {draft} B={B} K={k}: step {r['itl_ms']:.2f} ms (draft"
-                      f" {r['draft_ms']:.2f}, verify {r['verify_ms']:.2f}), AL {r['acceptance_length']:.2f}"
-                      f" (expected {expected_acceptance_length(rates, k):.2f})", file=sys.stderr, flush=True)
-        del eng
+        _measure_batch(sw, B, todo, rows)
         if dev.type == "cuda":
             torch.cuda.empty_cache()
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def _row(target, draft, dev_name, dtype, B, k, recs, att, acc) -> dict:
+def _measure_batch(sw: _Sweep, B: int, todo: list[int], rows: list[dict]) -> None:
+    """The points of one batch size from one prefilled engine; each row appended to ``rows`` and the output."""
+    run, target, kmax = sw.run, sw.target, max(sw.ks)
+    # token ids do not matter to random weights: seeded uniform ids (routing stays near uniform)
+    prompts = np.random.default_rng([run.seed, B]).integers(0, target.cfg.vocab, (B, run.context_len)).tolist()
+    eng = synthetic_engine(target, sw.draft, prompts, sw.rates, kmax,
+                           run.context_len + (run.warmup_steps + run.steps) * (kmax + 1) + 2, run.seed, sw.clock)
+    for k in todo:
+        if sw.out_of_time():
+            break
+        set_acceptance(eng, sw.rates, k)
+        window = measure_window(eng, k, run.warmup_steps, 1, run.steps, run.steps)
+        rows.append(_row(target, sw.labels, B, k, window) | {"source": source_label(sw.rates)})
+        if sw.out:
+            _append(sw.out, rows[-1])
+        if sw.progress:
+            r = rows[-1]
+            print(f"[synthetic] {target.cfg.name} {run.draft} B={B} K={k}: step {r['itl_ms']:.2f} ms (draft"
+                  f" {r['draft_ms']:.2f}, verify {r['verify_ms']:.2f}), AL {r['acceptance_length']:.2f}"
+                  f" (expected {expected_acceptance_length(sw.rates, k):.2f})", file=sys.stderr, flush=True)
+    del eng
+
+
+def _row(target: Transformer, labels: tuple[str, str, str], B: int, k: int, window) -> dict:
+    """A sweep row of one point: ``labels`` = (draft, device, dtype), ``window`` = measure_window's
+    (step records, attempts, accepts)."""
+    draft, dev_name, dtype = labels
+    recs, att, acc = window
     itl_s = float(np.median([r.draft_s + r.verify_s + r.overhead_s for r in recs]))
-    return step_row(SOURCE, target.cfg.name, draft, dev_name, dtype, B, k, recs, att, acc, itl_s,
-                    float(target.cfg.router_reuse) if target.cfg.is_moe else None)
+    return step_row(RowLabels(SOURCE, target.cfg.name, draft, dev_name, dtype), B, k, recs, att.tolist(),
+                    acc.tolist(), itl_s, float(target.cfg.router_reuse) if target.cfg.is_moe else None)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -304,13 +261,15 @@ def _row(target, draft, dev_name, dtype, B, k, recs, att, acc) -> dict:
 # ---------------------------------------------------------------------------------------------
 
 
-def write_scenario(path: str | Path, model: str, layers: int | None, hardware: str, draft: str,
-                   acceptance: list[float], context_len: int, batch_sizes: str, k_max: int, dtype: str,
-                   profile: str | None = None) -> Path:
+def write_scenario(path: str | Path, model: str, layers: int | None, hardware: str, run: SyntheticRun,
+                   batch_sizes: str, dtype: str, profile: str | None = None) -> Path:
     """A scenario TOML of this run for ``calibration.validate`` (engine "ideal": validation fits the
     eager engine's scale and host terms itself). With ``layers`` below the model's, a truncated
-    config.json is written next to it and named by the scenario (the rows' target is that name)."""
+    config.json is written next to it and named by the scenario (the rows' target is that name).
+    ``batch_sizes``: the run's batch sizes as the CLI gave them; ``run.acceptance``: the parsed rates."""
     from simulator.specs.models import MODELS_DIR, load_model
+
+    draft, acceptance, context_len, k_max = run.draft, run.acceptance, run.context_len, max(run.ks)
 
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -414,6 +373,8 @@ def _run(a) -> int:
     from simulator.specs.models import load_model
     spec = load_model(a.model)
     dtype = DTYPES[a.dtype]
+    run = SyntheticRun(a.draft, bs, ks, rates, a.context_len, a.steps, a.warmup_steps, a.seed,
+                       dense_ffn=spec.intermediate_size, clock=a.clock)
     t0 = time.monotonic()
     target = Transformer(cfg, device_random_weights(cfg, seed=a.seed, dtype=dtype, device=a.device))
     print(f"[synthetic] built {cfg.name} ({cfg.n_layers} layers, {a.dtype}) on {a.device} in"
@@ -423,12 +384,10 @@ def _run(a) -> int:
         if hw is None:
             from calibration.device import catalog_name, discover
             hw = catalog_name(discover(a.device)) or "cpu-xeon-2c"
-        write_scenario(a.scenario_out, a.model, a.layers, hw, a.draft, rates, a.context_len, a.batch_sizes,
-                       max(ks), a.dtype, a.profile)
+        write_scenario(a.scenario_out, a.model, a.layers, hw, run, a.batch_sizes, a.dtype, a.profile)
     limit = None if a.time_limit is None else max(a.time_limit - (time.monotonic() - t0), 0.0)
     try:
-        df = run_synthetic(target, a.draft, bs, ks, rates, a.context_len, a.steps, a.warmup_steps, out, a.seed,
-                           dense_ffn=spec.intermediate_size, time_limit_s=limit, clock=a.clock)
+        df = run_synthetic(target, replace(run, time_limit_s=limit), out)
     except KeyboardInterrupt:
         print(f"interrupted: finished points are in {out}", file=sys.stderr)
         return 130

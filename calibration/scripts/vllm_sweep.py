@@ -68,7 +68,7 @@ def scrape(url: str, path: Path) -> Path:
     return path
 
 
-def main() -> int:
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", required=True)
     ap.add_argument("--method", default="ngram", help="ngram | eagle | eagle3 | draft_model | mtp | medusa ...")
@@ -89,7 +89,36 @@ def main() -> int:
     ap.add_argument("--workdir", default="vllm_runs")
     ap.add_argument("--output", required=True, help="CSV (engine-run schema)")
     ap.add_argument("--startup-timeout", type=float, default=1200)
-    a = ap.parse_args()
+    return ap
+
+
+def bench_command(a: argparse.Namespace, b: int, work: Path, tag: str) -> list[str]:
+    """`vllm bench serve` at concurrency ``b``, its result saved as ``work/bench_{tag}.json``."""
+    bench = ["vllm", "bench", "serve", "--backend", "vllm", "--model", a.model, "--port", str(a.port),
+             "--dataset-name", a.dataset_name, "--num-prompts", str(max(32, a.prompts_per_concurrency * b)),
+             "--max-concurrency", str(b), "--temperature", str(a.temperature),
+             "--percentile-metrics", "ttft,tpot,itl", "--metric-percentiles", "50,90,99",
+             "--save-result", "--result-dir", str(work), "--result-filename", f"bench_{tag}.json",
+             "--ignore-eos"]
+    if a.dataset_name == "random":
+        bench += ["--random-input-len", str(a.input_len), "--random-output-len", str(a.output_len)]
+    else:
+        bench += ["--output-len", str(a.output_len)]
+    if a.dataset_path:
+        bench += ["--dataset-path", a.dataset_path]
+    return bench
+
+
+def _device_label() -> str:
+    try:
+        import torch
+        return f"cuda: {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ""
+    except Exception:
+        return ""
+
+
+def main() -> int:
+    a = _parser().parse_args()
 
     import pandas as pd  # noqa: E402
 
@@ -102,11 +131,7 @@ def main() -> int:
         df = pd.read_csv(out)
         done = {(int(r.batch_size), int(r.k)) for r in df[df.target == a.model].itertuples()}
     draft_name = "none" if a.method is None else (a.method if a.method == "ngram" else f"{a.method}:{a.draft_model}")
-    try:
-        import torch
-        device = f"cuda: {torch.cuda.get_device_name(0)}" if torch.cuda.is_available() else ""
-    except Exception:
-        device = ""
+    device = _device_label()
 
     for k in ints(a.k):
         todo = [b for b in ints(a.batch_sizes) if (b, k) not in done]
@@ -122,30 +147,7 @@ def main() -> int:
         try:
             wait_healthy(url, proc, a.startup_timeout)
             for b in todo:
-                tag = f"k{k}_c{b}"
-                before = scrape(url, work / f"metrics_{tag}_before.txt")
-                bench = ["vllm", "bench", "serve", "--backend", "vllm", "--model", a.model, "--port", str(a.port),
-                         "--dataset-name", a.dataset_name, "--num-prompts", str(max(32, a.prompts_per_concurrency * b)),
-                         "--max-concurrency", str(b), "--temperature", str(a.temperature),
-                         "--percentile-metrics", "ttft,tpot,itl", "--metric-percentiles", "50,90,99",
-                         "--save-result", "--result-dir", str(work), "--result-filename", f"bench_{tag}.json",
-                         "--ignore-eos"]
-                if a.dataset_name == "random":
-                    bench += ["--random-input-len", str(a.input_len), "--random-output-len", str(a.output_len)]
-                else:
-                    bench += ["--output-len", str(a.output_len)]
-                if a.dataset_path:
-                    bench += ["--dataset-path", a.dataset_path]
-                print("+", " ".join(bench), file=sys.stderr)
-                subprocess.run(bench, check=True)
-                after = scrape(url, work / f"metrics_{tag}_after.txt")
-                row = vllm_io.bench_to_row(work / f"bench_{tag}.json", k=k, draft=draft_name if k else "none",
-                                           batch_size=b, metrics_after=after if k else None,
-                                           metrics_before=before if k else None, device=device, dtype=a.dtype)
-                pd.DataFrame([row], columns=list(vllm_io.ROW_COLUMNS)).to_csv(
-                    out, mode="a", header=not (out.exists() and out.stat().st_size), index=False)
-                print(f"[vllm-sweep] K={k} B={b}: itl {row['itl_ms']:.2f} ms, AL {row['acceptance_length']:.2f}",
-                      file=sys.stderr)
+                _measure_point(a, url, work, out, k, b, draft_name, device)
         finally:
             os.killpg(proc.pid, signal.SIGTERM)  # the server we started, and its workers
             try:
@@ -154,6 +156,27 @@ def main() -> int:
                 os.killpg(proc.pid, signal.SIGKILL)
             log.close()
     return 0
+
+
+def _measure_point(a: argparse.Namespace, url: str, work: Path, out: Path, k: int, b: int, draft_name: str,
+                   device: str) -> None:
+    """One (K, B) point against the running server: /metrics, the bench, /metrics; its row appended to ``out``."""
+    import pandas as pd
+
+    tag = f"k{k}_c{b}"
+    before = scrape(url, work / f"metrics_{tag}_before.txt")
+    bench = bench_command(a, b, work, tag)
+    print("+", " ".join(bench), file=sys.stderr)
+    subprocess.run(bench, check=True)
+    after = scrape(url, work / f"metrics_{tag}_after.txt")
+    run = vllm_io.BenchRun(k=k, draft=draft_name if k else "none", batch_size=b, device=device,
+                           dtype=a.dtype)
+    row = vllm_io.bench_to_row(work / f"bench_{tag}.json", run, metrics_after=after if k else None,
+                               metrics_before=before if k else None)
+    pd.DataFrame([row], columns=list(vllm_io.ROW_COLUMNS)).to_csv(
+        out, mode="a", header=not (out.exists() and out.stat().st_size), index=False)
+    print(f"[vllm-sweep] K={k} B={b}: itl {row['itl_ms']:.2f} ms, AL {row['acceptance_length']:.2f}",
+          file=sys.stderr)
 
 
 if __name__ == "__main__":

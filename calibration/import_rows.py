@@ -1,0 +1,200 @@
+"""Measured kernel-table rows made into roofline rows (used by :mod:`calibration.import_tables`): per
+row the planner's FLOP and byte terms (simulator/physics/terms.py) at the catalog peaks, the measured
+seconds, the surface axes and the held-out bucket sha1(shape) mod 5."""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from simulator.physics.terms import attention_decode_terms, gemm_terms, mla_decode_terms, roofline_s
+from simulator.specs.hardware import DTYPE_BYTES, Hardware
+from simulator.specs.wire import collective_factor
+
+HELDOUT_BUCKETS = 5
+MLA_KV_LORA, MLA_ROPE = 512, 64  # DeepSeek-V3/R1 (the model the MLA tables were collected for)
+
+
+# (surface suffix, planner weight dtype, planner activation dtype) per table dtype
+DTYPES = {"bfloat16": ("bf16", "bf16", "bf16"), "fp8": ("fp8", "fp8", "fp8"), "fp8_block": ("fp8_block", "fp8", "fp8"),
+          # weight-only quantization: int8 / int4 weights dequantized into bf16 math (A100 TensorRT-LLM tables)
+          "int8_wo": ("int8_wo", "int8", "bf16"), "int4_wo": ("int4_wo", "int4", "bf16")}
+KV_BYTES = {"bfloat16": 2.0, "fp8": 1.0}
+ATTENTION_ACT_BYTES = DTYPE_BYTES["bf16"]  # the attention tables run bf16 queries and outputs
+
+
+def dtype_terms(table_dtypes: pd.Series, hw: Hardware):
+    """Surface suffixes, weight bytes, activation bytes and the planner's peak FLOP/s per row."""
+    spec = table_dtypes.map(DTYPES)
+    w = spec.map(lambda s: DTYPE_BYTES[s[1]]).to_numpy()
+    a = spec.map(lambda s: DTYPE_BYTES[s[2]]).to_numpy()
+    peak = spec.map(lambda s: hw.peak_flops_per_s(s[1], s[2])).to_numpy(float)
+    return spec.map(lambda s: s[0]), w, a, peak
+
+
+def measurable_dtypes(hw: Hardware) -> list[str]:
+    """Table dtypes the device can run: fp8 ones only with an fp8 peak in the catalog."""
+    return [d for d, s in DTYPES.items() if s[2] != "fp8" or hw.peak_fp8_flops_per_s]
+
+@dataclass(frozen=True)
+class DevicePeaks:
+    """The catalog device's datasheet peaks as the planner reads them (bf16 and fp8 math, HBM)."""
+
+    bf16: float
+    fp8: float | None
+    bw: float
+
+
+def device_peaks(hw) -> DevicePeaks:
+    return DevicePeaks(hw.peak_bf16_flops_per_s, hw.peak_fp8_flops_per_s, hw.hbm_bandwidth_bytes_per_s)
+
+# ---------------------------------------------------------------- table rows -> roofline rows
+def _canon(v) -> str:
+    """Canonical text of one shape value: integral numbers without a decimal point (256.0 -> '256'),
+    so a shape hashes the same from parquet (int64) and from a CSV round trip (float)."""
+    if isinstance(v, (int, np.integer)):
+        return str(int(v))
+    if isinstance(v, (float, np.floating)) and float(v).is_integer():
+        return str(int(v))
+    return str(v)
+
+
+def shape_bucket(keys: pd.DataFrame) -> np.ndarray:
+    """Deterministic bucket sha1('col=val|...') mod 5 of each row's shape (no latency involved)."""
+    cols = list(keys.columns)
+    out = np.empty(len(keys), dtype=int)
+    for i, row in enumerate(keys.itertuples(index=False, name=None)):
+        txt = "|".join(f"{c}={_canon(v)}" for c, v in zip(cols, row))
+        out[i] = int(hashlib.sha1(txt.encode()).hexdigest()[:8], 16) % HELDOUT_BUCKETS
+    return out
+
+
+def _dedupe(df: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """One row per shape: the fastest kernel measured (tables may list several kernel sources)."""
+    return df.sort_values("latency").drop_duplicates(keys, keep="first").sort_index()
+
+
+def primary_kernel(df: pd.DataFrame) -> pd.DataFrame:
+    """The rows of the table's most-measured kernel source. An engine runs one attention backend at
+    every shape, chosen at startup (SGLang 0.5.13 server_args.py _get_default_attn_backend: FA3 on
+    Hopper, trtllm_mha on SM100, FlashInfer otherwise), and in every table that backend is the kernel
+    with the most rows; the fastest kernel per shape would mix backends no engine mixes."""
+    if "kernel_source" not in df or df.kernel_source.nunique() <= 1:
+        return df
+    return df[df.kernel_source == df.kernel_source.value_counts().idxmax()]
+
+
+GEMM_KEYS = ["gemm_dtype", "m", "n", "k"]
+
+
+def prepare_gemm(df: pd.DataFrame, hw: Hardware) -> pd.DataFrame:
+    """GEMM rows -> surface, axes (m, n, k, nk), roofline and measured seconds."""
+    df = df[df.gemm_dtype.isin(measurable_dtypes(hw))]
+    df = _dedupe(df, GEMM_KEYS)
+    suffix, w, a, P = dtype_terms(df.gemm_dtype, hw)
+    F, M = gemm_terms(*(df[c].to_numpy(float) for c in ("m", "n", "k")), w, a)
+    out = df.copy()
+    out["family"] = "gemm"
+    out["surface"] = "gemm." + suffix
+    out["ax_m"] = df.m.astype(float)
+    out["ax_n"] = df.n.astype(float)
+    out["ax_k"] = df.k.astype(float)
+    out["ax_nk"] = df.n.astype(float) * df.k.astype(float)
+    out["t0"] = roofline_s(F, M, P, hw.hbm_bandwidth_bytes_per_s)
+    out["meas_s"] = df.latency.to_numpy() * 1e-3
+    out["bucket"] = shape_bucket(df[GEMM_KEYS])
+    return out
+
+
+ATTN_KEYS = ["kv_cache_dtype", "batch_size", "step", "num_heads", "num_key_value_heads", "head_dim"]
+
+
+def prepare_attention_decode(df: pd.DataFrame, hw: Hardware) -> pd.DataFrame:
+    """generation_attention rows (full attention only: window_size 0) -> roofline rows.
+
+    The table's decode step reads ``step`` cached keys plus the new token: L = step, q = 1
+    (isl is 1 in every row). Rows with more KV heads than query heads are dropped.
+    """
+    if "window_size" in df:
+        df = df[df.window_size == 0]
+    df = df[(df.isl == 1) & (df.num_key_value_heads <= df.num_heads) & df.kv_cache_dtype.isin(KV_BYTES)
+            & (df.attn_dtype == "bfloat16")]
+    if "beam_width" in df:
+        df = df[df.beam_width == 1]
+    df = _dedupe(primary_kernel(df), ATTN_KEYS)
+    kv = df.kv_cache_dtype.map(KV_BYTES).to_numpy()
+    B, L = df.batch_size.to_numpy(float), df.step.to_numpy(float)
+    hq, hkv, d = (df[c].to_numpy(float) for c in ("num_heads", "num_key_value_heads", "head_dim"))
+    F, kv_read, q_io = attention_decode_terms(B, 1.0, L, hq, hkv, d, kv, ATTENTION_ACT_BYTES)
+    M = kv_read + q_io
+    out = df.copy()
+    out["family"] = "attention_decode"
+    out["surface"] = "attention_decode." + df.kv_cache_dtype.map({"bfloat16": "bf16", "fp8": "fp8"})
+    out["ax_tokens"] = B * 1.0
+    out["ax_batch"] = B
+    out["ax_context"] = L + 1
+    out["ax_kv_bytes"] = B * (L + 1) * 2 * df.num_key_value_heads.to_numpy(float) * df.head_dim.to_numpy(float) * kv
+    out["ax_bytes"] = M
+    out["ax_batch_heads"] = B * df.num_key_value_heads.to_numpy(float)
+    out["ax_head_dim"] = df.head_dim.to_numpy(float)
+    out["ax_group"] = df.num_heads.to_numpy(float) / df.num_key_value_heads.to_numpy(float)
+    out["t0"] = roofline_s(F, M, hw.peak_bf16_flops_per_s, hw.hbm_bandwidth_bytes_per_s)
+    out["meas_s"] = df.latency.to_numpy() * 1e-3
+    out["bucket"] = shape_bucket(df[ATTN_KEYS])
+    return out
+
+
+MLA_KEYS = ["kv_cache_dtype", "batch_size", "step", "num_heads"]
+
+
+def prepare_mla_decode(df: pd.DataFrame, hw: Hardware) -> pd.DataFrame:
+    """generation_mla rows (DeepSeek absorbed MLA; num_heads is per GPU) -> roofline rows."""
+    df = df[(df.isl == 1) & df.kv_cache_dtype.isin(KV_BYTES)]
+    if "mla_dtype" in df:
+        df = df[df.mla_dtype == "bfloat16"]
+    df = _dedupe(df, MLA_KEYS)
+    kv = df.kv_cache_dtype.map(KV_BYTES).to_numpy()
+    B, L = df.batch_size.to_numpy(float), df.step.to_numpy(float)
+    F, kv_read, q_io = mla_decode_terms(B, 1.0, L, df.num_heads.to_numpy(float), MLA_KV_LORA, MLA_ROPE, kv,
+                                        ATTENTION_ACT_BYTES)
+    M = kv_read + q_io
+    out = df.copy()
+    out["family"] = "mla_decode"
+    out["surface"] = "mla_decode." + df.kv_cache_dtype.map({"bfloat16": "bf16", "fp8": "fp8"})
+    out["ax_tokens"] = B * 1.0
+    out["ax_batch"] = B
+    out["ax_context"] = L + 1
+    out["ax_kv_bytes"] = B * (L + 1) * (MLA_KV_LORA + MLA_ROPE) * kv
+    out["ax_bytes"] = M
+    out["ax_n"] = df.num_heads.astype(float)
+    out["t0"] = roofline_s(F, M, hw.peak_bf16_flops_per_s, hw.hbm_bandwidth_bytes_per_s)
+    out["meas_s"] = df.latency.to_numpy() * 1e-3
+    out["bucket"] = shape_bucket(df[MLA_KEYS])
+    return out
+
+
+AR_KEYS = ["num_gpus", "message_size"]
+
+
+def prepare_all_reduce(df: pd.DataFrame, hw: Hardware) -> pd.DataFrame:
+    """custom_allreduce rows -> bytes (message_size counts bf16 elements) and seconds.
+
+    Prefers the CUDA-graph variant when the table has graph and eager rows; for tables with
+    several implementations (MNNVL one/two-shot) the fastest per size is kept.
+    """
+    df = df[df.allreduce_dtype == "bfloat16"]
+    if df.kernel_source.str.contains("graph").any():
+        df = df[df.kernel_source.str.contains("graph")]
+    df = _dedupe(df, AR_KEYS)
+    out = df.copy()
+    out["family"] = "all_reduce"
+    out["surface"] = "all_reduce"
+    out["bytes"] = df.message_size.astype(float) * 2
+    g = df.num_gpus.to_numpy(float)
+    out["t0"] = hw.interconnect_latency_s + collective_factor("all_reduce", g) * out["bytes"].to_numpy() \
+        / hw.interconnect_bandwidth_bytes_per_s
+    out["meas_s"] = df.latency.to_numpy() * 1e-3
+    out["bucket"] = shape_bucket(df[AR_KEYS])
+    return out

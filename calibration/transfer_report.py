@@ -1,0 +1,153 @@
+"""The transfer report: error statistics of the scored corpus rows (summary), transfer.md, and the
+per-GPU uncertainty bands (simulator/data/transfer_error.json)."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pandas as pd
+
+from calibration.transfer_cases import MOE_MODELS
+
+
+def _stats(err: pd.Series) -> dict:
+    e = err.dropna().abs()
+    return {"n": int(len(e)), "mape": float(e.mean()) if len(e) else float("nan"),
+            "worst": float(e.max()) if len(e) else float("nan")}
+
+
+STEP_KINDS = ["plain", "itl", "run"]
+
+
+def _coverage(rows: pd.DataFrame) -> dict:
+    return {"sources": sorted(rows.source_id.unique()), "gpus": sorted(rows.hardware.unique()),
+            "tp": sorted(int(t) for t in rows.tp.unique()),
+            "batch_sizes": [int(rows.batch_size.min()), int(rows.batch_size.max())] if len(rows) else []}
+
+
+def summarize(rows: pd.DataFrame) -> dict:
+    step = rows[rows.kind.isin(STEP_KINDS)]
+    plain = step[step.kind == "plain"]
+    spec = rows[(rows.kind == "speedup") & ~rows.anchor]
+    out = {
+        "step_time": {"planner": _stats(step.error), "datasheet": _stats(step.error_datasheet), **_coverage(step)},
+        "plain_only": {"planner": _stats(plain.error), "datasheet": _stats(plain.error_datasheet), **_coverage(plain)},
+        "itl_only": {"planner": _stats(step[step.kind == "itl"].error),
+                     "datasheet": _stats(step[step.kind == "itl"].error_datasheet)},
+        "run_only": {"planner": _stats(step[step.kind == "run"].error),
+                     "datasheet": _stats(step[step.kind == "run"].error_datasheet)},
+        "speedup": {"planner": _stats(spec.error), "datasheet": _stats(spec.error_datasheet),
+                    # a curve: one source's speedups of one model, draft and device over batch size or K
+                    "curves": int(spec.groupby(["source_id", "hardware", "model", "draft", "context_len"]).ngroups),
+                    "moe_curves": int(spec[spec.model.isin(MOE_MODELS)].groupby(
+                        ["source_id", "hardware", "model", "draft", "context_len"]).ngroups)
+                    if len(spec) else 0},
+        "decision": {"planner": float(spec.decision_right.mean()) if len(spec) else float("nan"),
+                     "datasheet": float(spec.decision_right_datasheet.mean()) if len(spec) else float("nan"),
+                     "n": int(len(spec))},
+        "by_gpu": {hw: {"step_time": _stats(g[g.kind.isin(STEP_KINDS)].error),
+                        "speedup": _stats(g[(g.kind == "speedup") & ~g.anchor].error),
+                        "datasheet_step_time": _stats(g[g.kind.isin(STEP_KINDS)].error_datasheet),
+                        "basis": g.basis.iloc[0]}
+                   for hw, g in rows.groupby("hardware")},
+        "by_source": {s: {"planner": _stats(g[~g.anchor].error), "datasheet": _stats(g[~g.anchor].error_datasheet)}
+                      for s, g in rows.groupby("source_id")},
+    }
+    if "peer_error" in rows and rows.peer_error.notna().any():
+        both = rows[rows.peer_error.notna()]
+        out["peer"] = {"n": int(len(both)), "peer": _stats(both.peer_error), "planner": _stats(both.error)}
+    return out
+
+
+def _pct(x: float) -> str:
+    return "-" if x != x else f"{x:.1%}"
+
+
+def markdown(summary: dict, rows: pd.DataFrame, skipped: pd.DataFrame, corpus_path: str) -> str:
+    from calibration.transfer_twoshot import markdown_note, markdown_rows  # it imports this module
+    s = summary
+    two = s.get("two_shot") or {}
+    st, sp, dc = s["step_time"], s["speedup"], s["decision"]
+    lines = [
+        "# Transfer validation: predictions against published GPU measurements", "",
+        f"Corpus: `{corpus_path}` ({len(rows) + len(skipped)} rows; {len(rows)} scored, {len(skipped)} not"
+        " expressible). Nothing here was fitted to these rows. `python -m calibration.transfer` regenerates it.", "",
+        "| what | rows | datasheet (before) MAPE | planner MAPE | planner worst |", "|---|---|---|---|---|",
+        f"| decode step time (plain + serving ITL + run time / output token) | {st['planner']['n']} |"
+        f" {_pct(st['datasheet']['mape'])} | {_pct(st['planner']['mape'])} | {_pct(st['planner']['worst'])} |",
+        f"| of which plain step time only | {s['plain_only']['planner']['n']} | {_pct(s['plain_only']['datasheet']['mape'])} |"
+        f" {_pct(s['plain_only']['planner']['mape'])} | {_pct(s['plain_only']['planner']['worst'])} |",
+        f"| of which serving inter-token latency at a concurrency | {s['itl_only']['planner']['n']} |"
+        f" {_pct(s['itl_only']['datasheet']['mape'])} | {_pct(s['itl_only']['planner']['mape'])} |"
+        f" {_pct(s['itl_only']['planner']['worst'])} |",
+        f"| of which run time per output token of static batches (prefill included) | {s['run_only']['planner']['n']} |"
+        f" {_pct(s['run_only']['datasheet']['mape'])} | {_pct(s['run_only']['planner']['mape'])} |"
+        f" {_pct(s['run_only']['planner']['worst'])} |",
+        f"| speculative speedup ({sp['curves']} curves, {sp['moe_curves']} MoE; anchor rows excluded) | {sp['planner']['n']} |"
+        f" {_pct(sp['datasheet']['mape'])} | {_pct(sp['planner']['mape'])} | {_pct(sp['planner']['worst'])} |",
+        f"| speculate-or-not decision right | {dc['n']} | {_pct(dc['datasheet'])} | {_pct(dc['planner'])} | |",
+        *markdown_rows(two), "",
+        f"Step-time rows come from {len(st['sources'])} sources ({', '.join(st['sources'])}) on {len(st['gpus'])} GPU"
+        f" types ({', '.join(st['gpus'])}), TP {st['tp']}, batch sizes {st['batch_sizes']}.", "",
+        f"Plain step-time rows: {len(s['plain_only']['sources'])} sources ({', '.join(s['plain_only']['sources'])}) on"
+        f" {len(s['plain_only']['gpus'])} GPU types ({', '.join(s['plain_only']['gpus'])}), TP {s['plain_only']['tp']},"
+        f" batch sizes {s['plain_only']['batch_sizes']}.", "",
+        "Targets (issue 11): step-time MAPE <= 12%, worst <= 25%; speedup MAPE <= 12%; decision right >= 95%.", "",
+        *markdown_note(two)]
+    if "peer" in s:
+        p = s["peer"]
+        lines += [f"Peer (aiconfigurator-core 0.12.0, its own TPOT estimate) on the {p['n']} plain and ITL rows it can"
+                  f" express: MAPE {_pct(p['peer']['mape'])} (worst {_pct(p['peer']['worst'])}); the planner on the"
+                  f" same rows: {_pct(p['planner']['mape'])} (worst {_pct(p['planner']['worst'])}).", ""]
+    else:
+        lines += ["Peer estimate: not run (`--peer` with the aiconfigurator-core package importable).", ""]
+    return "\n".join(lines + _breakdown_tables(s, rows, skipped)) + "\n"
+
+
+def _breakdown_tables(s: dict, rows: pd.DataFrame, skipped: pd.DataFrame) -> list[str]:
+    """transfer.md below the headline: by GPU, by source, every scored row, and the reasons rows were not."""
+    lines = ["## By GPU", "", "| GPU | basis | step rows | datasheet MAPE | planner MAPE | worst | speedup rows | speedup MAPE |",
+              "|---|---|---|---|---|---|---|---|"]
+    for hw, g in s["by_gpu"].items():
+        lines.append(f"| {hw} | {g['basis'].split(';')[0]} | {g['step_time']['n']} | {_pct(g['datasheet_step_time']['mape'])} |"
+                     f" {_pct(g['step_time']['mape'])} | {_pct(g['step_time']['worst'])} | {g['speedup']['n']} |"
+                     f" {_pct(g['speedup']['mape'])} |")
+    lines += ["", "## By source", "", "| source | rows | datasheet MAPE | planner MAPE | worst |", "|---|---|---|---|---|"]
+    for src, g in s["by_source"].items():
+        lines.append(f"| {src} | {g['planner']['n']} | {_pct(g['datasheet']['mape'])} | {_pct(g['planner']['mape'])} |"
+                     f" {_pct(g['planner']['worst'])} |")
+    lines += ["", "## Rows", "", "| row | source | GPU | engine | model | TP | B | K | ctx | kind | measured | datasheet |"
+              " planner | error | peer |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows.itertuples():
+        unit = "x" if r.kind == "speedup" else " ms"
+        peer = getattr(r, "peer_predicted", None)
+        lines.append(f"| {r.row_id} | {r.source_id} | {r.hardware} | {r.engine} | {r.model} | {r.tp} | {r.batch_size} |"
+                     f" {r.k} | {r.context_len} | {r.kind}{' (anchor)' if r.anchor else ''} | {r.measured:.3g}{unit} |"
+                     f" {r.predicted_datasheet:.3g}{unit} | {r.predicted:.3g}{unit} | {r.error:+.1%} |"
+                     f" {'-' if peer is None or peer != peer else f'{peer:.3g} ms'} |")
+    lines += ["", "## Not expressible", "", "| reason | rows |", "|---|---|"]
+    for reason, n in skipped.groupby("reason").size().sort_values(ascending=False).items():
+        lines.append(f"| {reason} | {n} |")
+    return lines
+
+
+def bands(summary: dict) -> dict:
+    """Per GPU: the step-time and speedup MAPE on the corpus (the uncertainty every prediction quotes)."""
+    out = {"_source": "calibration/data/transfer/transfer.md (python -m calibration.transfer)",
+           "_date": dt.date.today().isoformat(),
+           "_all": {"step_time_mape": summary["step_time"]["planner"]["mape"],
+                    "step_time_worst": summary["step_time"]["planner"]["worst"],
+                    "n": summary["step_time"]["planner"]["n"],
+                    "speedup_mape": summary["speedup"]["planner"]["mape"]},
+           "_datasheet": {"step_time_mape": summary["step_time"]["datasheet"]["mape"],
+                          "n": summary["step_time"]["datasheet"]["n"]}}
+    two = summary.get("two_shot") or {}
+    if two.get("n"):
+        out["_two_shot"] = {"model_error_log_p90": two["model_error_log_p90"], "n": two["n"], "curves": two["curves"],
+                            "what": "90th percentile of |log(predicted / measured)| of two-point fits on held-out"
+                                    " points of published speedup curves (calibration/transfer_twoshot.py)"}
+    for hw, g in summary["by_gpu"].items():
+        out[hw] = {"step_time_mape": g["step_time"]["mape"], "step_time_worst": g["step_time"]["worst"],
+                   "n": g["step_time"]["n"], "speedup_mape": g["speedup"]["mape"], "basis": g["basis"].split(";")[0]}
+    return json.loads(json.dumps(out, default=float).replace("NaN", "null"))
+
