@@ -17,6 +17,7 @@ from simulator.physics.monotone import (MIN_BATCH_OCTAVES, MIN_KEY_OCTAVES, MIN_
                                         attention_time_s, gemm_lattice_s, lattice_time_s, log_lattice_interp,
                                         moe_lattice_s, moe_time_s)
 from simulator.specs.surfaces import ShapeCorrection, Surface
+from simulator.specs.hardware import DTYPE_BYTES
 
 MLA_LATENT, MLA_SCORE_WIDTH = 512 + 64, 2 * 512 + 64  # DeepSeek-V3/R1 kv_lora + rope; 2 kv_lora + rope
 
@@ -77,7 +78,7 @@ def monotone_rows_s(rows: pd.DataFrame, surfaces: dict, corrections: dict | None
                     pk) -> np.ndarray:
     """Seconds the planner prices each prepared row at (NaN where it has no envelope).
 
-    ``dtypes``: table dtype -> (surface dtype, weight bytes, activation bytes, fp8 peak);
+    ``dtypes``: table dtype -> (surface dtype, weight dtype, activation dtype) (import_rows.DTYPES);
     ``kv_bytes``: KV cache dtype -> bytes; ``pk``: the device's datasheet peaks (import_tables.DevicePeaks)."""
     out = np.full(len(rows), np.nan)
     for name, idx in rows.groupby("surface").indices.items():
@@ -87,14 +88,16 @@ def monotone_rows_s(rows: pd.DataFrame, surfaces: dict, corrections: dict | None
         sub = rows.iloc[idx]
         family = name.split(".", 1)[0]
         if family in ("gemm", "moe"):
-            spec = dtypes[sub[f"{family}_dtype"].iloc[0]]
-            peak = (pk.fp8 or np.nan) if spec[3] else pk.bf16
+            _, weights, acts = dtypes[sub[f"{family}_dtype"].iloc[0]]
+            w_bytes, a_bytes = DTYPE_BYTES[weights], DTYPE_BYTES[acts]
+            # fp8 tensor cores only with fp8 activations; weight-only int8 / int4 run bf16 math
+            peak = (pk.fp8 or np.nan) if acts == "fp8" else pk.bf16
             if family == "gemm":
-                out[idx] = _gemm_s(sub, surf, spec[1], spec[2], peak, pk.bw)
+                out[idx] = _gemm_s(sub, surf, w_bytes, a_bytes, peak, pk.bw)
             else:
                 fix = (corrections or {}).get(name)
                 fix = fix if fix is None or isinstance(fix, ShapeCorrection) else ShapeCorrection.from_dict(fix)
-                out[idx] = _moe_s(sub, surf, fix, spec[1], spec[2], peak, pk.bw)
+                out[idx] = _moe_s(sub, surf, fix, w_bytes, a_bytes, peak, pk.bw)
         elif family in ("attention_decode", "mla_decode"):
             kv = sub.kv_cache_dtype.map(kv_bytes).to_numpy(float)
             out[idx] = _attention_s(sub, surf, family, kv, pk.bf16, pk.bw)
