@@ -313,3 +313,29 @@ def test_planner_moe_layer_matches_the_measured_table_rows():
     # fit rows: the smoothed per-shape curve; held-out token counts: the profile's reported MoE error
     assert np.median(err[~held]) < 0.05 and np.mean(err) < 0.10, (np.median(err), np.mean(err))
     assert held.any() and np.mean(err[held]) < 0.10
+
+
+def test_importer_monotone_gemm_price_is_the_planners():
+    """The importer's held-out "monotone" pricing of a GEMM table row (calibration/planner_rows.py) is the
+    planner's own envelope price of the same op (physics.operators.evaluate on layers.gemm): the row
+    m = 64, n = k = 4096 bf16 of the shipped H100 / vLLM profile, in both dtypes the importer maps
+    (bfloat16 -> bf16 x bf16 on the bf16 peak, fp8 -> fp8 x fp8 on the fp8 peak). It used to crash for
+    gemm and moe (a fourth DTYPES field that is not there)."""
+    from calibration.import_rows import DTYPES, KV_BYTES
+    from calibration.planner_rows import monotone_rows_s
+    from simulator.physics.layers import gemm
+    from simulator.physics.operators import evaluate
+    from simulator.specs.deployment import make_deployment
+    from simulator.specs.profile import load_profile
+
+    path = Path(__file__).resolve().parent.parent / "simulator" / "data" / "profiles" / "h100-sxm.vllm-0.24.0.profile.json"
+    prof = load_profile(path)
+    hw = load_hardware("h100-sxm")
+    pk = it.device_peaks(hw)
+    for table_dtype, bytes_, dtype in (("bfloat16", 2.0, "bf16"), ("fp8", 1.0, "fp8")):
+        rows = pd.DataFrame({"surface": [f"gemm.{dtype}"], "gemm_dtype": [table_dtype], "ax_m": [64.0],
+                             "ax_n": [4096.0], "ax_k": [4096.0]})
+        got = monotone_rows_s(rows, prof.surfaces, prof.shape_corrections, DTYPES, KV_BYTES, pk)[0]
+        dep = make_deployment(tp=1, weight_dtype=dtype, act_dtype=dtype, engine="vllm")
+        want = evaluate([gemm("x", np.array([64.0]), 4096.0, 4096.0, bytes_, bytes_, 1.0)], hw, dep, prof, (1,)).total_s
+        assert np.isfinite(got) and got == pytest.approx(float(np.ravel(want)[0]), rel=1e-9), table_dtype
