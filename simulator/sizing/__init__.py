@@ -8,12 +8,13 @@ rows, ranking, sensitivity, :func:`size`) -> ``report`` (HTML / Markdown / JSON 
 from simulator.sizing.fleet import SizingResult, bundled_sizing_scenarios, rank, size, spec_stops_paying
 from simulator.sizing.search import (DEFAULT_TTFT_GUARD_S, MAX_EXPANSIONS, Search, Task, analytic_guess,
                                      build_workload, requests_for, run_all, run_point, search_capacity)
-from simulator.sizing.spec import (GB, POLICIES, SIZING_SCHEMA, SLO, SLO_KEYS, SLO_SCHEMA, Candidate, SizingSpec,
-                                   candidate_scenario, memory_fit, parse_slo, parse_sizing, traffic_lengths)
+from simulator.sizing.spec import (GB, POLICIES, SIZING_SCHEMA, SLO, SLO_KEYS, SLO_SCHEMA, Candidate,
+                                   SizingOverrides, SizingSpec, candidate_scenario, memory_fit, parse_slo, parse_sizing, traffic_lengths)
 from simulator.sizing.uncertainty import PredictionBasis, capacity_band, prediction_basis, uncertainty
 
 __all__ = [
-    "GB", "POLICIES", "SIZING_SCHEMA", "SLO", "SLO_KEYS", "SLO_SCHEMA", "Candidate", "SizingSpec",
+    "GB", "POLICIES", "SIZING_SCHEMA", "SLO", "SLO_KEYS", "SLO_SCHEMA", "Candidate", "SizingOverrides",
+    "SizingSpec",
     "candidate_scenario", "memory_fit", "parse_slo", "parse_sizing", "traffic_lengths",
     "DEFAULT_TTFT_GUARD_S", "MAX_EXPANSIONS", "Search", "Task", "analytic_guess", "build_workload",
     "requests_for", "run_all", "run_point", "search_capacity",
