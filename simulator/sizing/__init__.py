@@ -3,7 +3,8 @@
 Modules (each imports only the ones above it, and below the package only specs, physics, plan,
 serving and errors): ``spec`` ([slo], [sizing], candidates, memory fit) -> ``search`` (serving runs,
 the load search, the worker pool) -> ``uncertainty`` (capacity error band) -> ``fleet`` (capacity
-rows, ranking, sensitivity, :func:`size`) -> ``report`` (HTML / Markdown / JSON renderers).
+rows, ranking, sensitivity, :func:`size`) -> ``report_charts`` (inline SVG charts) -> ``report`` (HTML /
+Markdown / JSON renderers).
 """
 from simulator.sizing.fleet import SizingResult, bundled_sizing_scenarios, rank, size, spec_stops_paying
 from simulator.sizing.search import (DEFAULT_TTFT_GUARD_S, MAX_EXPANSIONS, Search, Task, analytic_guess,
