@@ -35,9 +35,8 @@ EXPORT_FORMATS = exports.FORMATS  # vllm, vllm-ctx, trtllm, sglang, sglang-sps: 
 FORMATS = ("table", "csv", "json", "markdown", "kmap") + EXPORT_FORMATS
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = OneLineParser(prog="python -m simulator.predict",
-                                description="Predict the goodput-optimal speculative draft length K per batch size.")
+def _scenario_args(p) -> None:
+    """The scenario and what it runs: model, hardware, draft, acceptance, sampling."""
     p.add_argument("--scenario", help="scenario TOML file (or the name of a bundled one); flags override it")
     p.add_argument("--model", help="catalog model name or path to a Hugging Face config.json")
     p.add_argument("--hardware", help="catalog hardware name (e.g. h100-sxm, h200, mi300x)")
@@ -55,6 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--acceptance-band", type=float, metavar="D",
                    help="uncertainty +-D on every per-position rate (e.g. 0.1): K* is the K nearest the best across"
                         " the band, and the schedule says where K* depends on acceptance")
+
+
+def _workload_args(p) -> None:
+    """The grid (context, batch sizes, K) and the precisions."""
     p.add_argument("--context-len", type=int, help="tokens already in each sequence's KV cache")
     p.add_argument("--batch-sizes", help="e.g. 1-256 or 1,2,4,8")
     p.add_argument("--k-max", type=int, help="largest K considered")
@@ -67,6 +70,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--act-dtype", help=f"activation dtype: {', '.join(ACT_DTYPES)} (fp8 with fp8 weights runs fp8"
                    " tensor cores)")
     p.add_argument("--kv-dtype", help=f"KV-cache dtype: {', '.join(KV_DTYPES)}")
+
+
+def _deployment_args(p) -> None:
+    """Calibration, parallel layout, engine and server."""
     p.add_argument("--calibration", help="calibration profile JSON (python -m calibration.fit, or a measured-table"
                    " profile under simulator/data/profiles/; 'none': datasheet only)")
     p.add_argument("--deployment", metavar="FIT.json", help="deployment calibration (python -m calibration.fit_deployment):"
@@ -89,6 +96,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--allreduce-busbw", type=float, metavar="GB/s",
                    help="your server's all-reduce bus bandwidth (nccl-tests all_reduce_perf busbw at large messages);"
                    " prices every all-reduce's bandwidth term (PCIe servers differ by up to 10x)")
+
+
+def _output_args(p) -> None:
+    """What to print and where."""
     p.add_argument("--context-lens", help="context axis of the K* map: 512,2048,8192, 512-131072 (powers of two)"
                    " or 512-131072:16 (16 log-spaced points); used by --format kmap and vllm-ctx")
     p.add_argument("--format", choices=FORMATS, default="table",
@@ -109,6 +120,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--list", choices=CATALOG_KINDS, help="list the catalog's models, hardware, engines, drafts or"
                    " dtypes with what each rests on, and exit (also: python -m simulator.catalog)")
     p.add_argument("--breakdown", metavar="B,K", help="print the per-operator breakdown at batch size B and draft length K")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = OneLineParser(prog="python -m simulator.predict",
+                      description="Predict the goodput-optimal speculative draft length K per batch size.")
+    _scenario_args(p)
+    _workload_args(p)
+    _deployment_args(p)
+    _output_args(p)
     return p
 
 
@@ -139,17 +159,27 @@ def render_table(pred: Prediction) -> str:
     b = pred.table.batch_size.to_numpy()
     sparse = b.size > 1 and b[-1] - b[0] + 1 != b.size
     t = pred.table if sparse else condensed(pred.table)
+    lines = _table_head(pred) + [_table_body(t, pred.scenario.fixed_k)] + _table_facts(pred, len(t))
+    return "\n".join(lines) + "\n"
+
+
+def _table_head(pred: Prediction) -> list[str]:
+    """The schedule and what the table rests on, as comment lines."""
     sc = pred.scenario
-    lines = [f"K* schedule: {pred.schedule_text()}",
-             f"# schedule: {pred.schedule_note()}",
-             f"# {sc.name}: {sc.model.name} on {sc.deployment.tp} x {sc.hardware.name}{_layout(sc)}, draft"
-             f" {sc.draft.label}, context {sc.context_len}; {_dtypes(sc)}",
-             f"# step times: {pred.provenance['step_time_source']}",
-             f"# how far to trust them: {pred.provenance['uncertainty']}",
-             f"# acceptance: {pred.provenance['acceptance']}; {sc.acceptance.rule}",
-             f"# fixed K={sc.fixed_k} reaches acceptance length {pred.table.fixed_acceptance_length.iloc[0]:.2f};"
-             f" 'K={sc.fixed_k} needs AL' is the length at which it ties plain decoding (step time K / step time plain)",
-             ""]
+    return [f"K* schedule: {pred.schedule_text()}",
+            f"# schedule: {pred.schedule_note()}",
+            f"# {sc.name}: {sc.model.name} on {sc.deployment.tp} x {sc.hardware.name}{_layout(sc)}, draft"
+            f" {sc.draft.label}, context {sc.context_len}; {_dtypes(sc)}",
+            f"# step times: {pred.provenance['step_time_source']}",
+            f"# how far to trust them: {pred.provenance['uncertainty']}",
+            f"# acceptance: {pred.provenance['acceptance']}; {sc.acceptance.rule}",
+            f"# fixed K={sc.fixed_k} reaches acceptance length {pred.table.fixed_acceptance_length.iloc[0]:.2f};"
+            f" 'K={sc.fixed_k} needs AL' is the length at which it ties plain decoding (step time K / step time plain)",
+            ""]
+
+
+def _table_body(t: pd.DataFrame, fixed_k: int) -> str:
+    """The K* table's rows, formatted, with short headers."""
     cols = ["batch_size", "k_opt", "goodput_per_seq", "throughput", "itl_ms", "token_latency_ms",
             "plain_token_latency_ms", "speedup_vs_plain", "speedup_vs_fixed", "fixed_vs_plain",
             "break_even_acceptance_length", "bound", "memory_gb_per_gpu"]
@@ -159,8 +189,8 @@ def render_table(pred: Prediction) -> str:
     view["k_opt"] = view.k_opt.astype(object).where(view.k_opt.notna(), "-")
     headers = {"batch_size": "B", "k_opt": "K*", "goodput_per_seq": "tok/s/seq", "throughput": "tok/s",
                "itl_ms": "step ms", "token_latency_ms": "ms/token", "plain_token_latency_ms": "plain ms/token",
-               "speedup_vs_plain": "vs plain", "speedup_vs_fixed": f"vs K={sc.fixed_k}",
-               "fixed_vs_plain": f"K={sc.fixed_k}/plain", "break_even_acceptance_length": f"K={sc.fixed_k} needs AL",
+               "speedup_vs_plain": "vs plain", "speedup_vs_fixed": f"vs K={fixed_k}",
+               "fixed_vs_plain": f"K={fixed_k}/plain", "break_even_acceptance_length": f"K={fixed_k} needs AL",
                "bound": "bound", "memory_gb_per_gpu": "GB/GPU",
                "experts_touched": "experts@K*", "experts_touched_plain": "experts@K=0",
                "expert_load_share": "expert share"}
@@ -173,9 +203,14 @@ def render_table(pred: Prediction) -> str:
         if col in view:
             view[col] = [("-" if pd.isna(v) else fmt.format(v)) for v in view[col]]
     view = view.rename(columns=headers)
-    lines.append(view.to_string(index=False))
+    return view.to_string(index=False)
+
+
+def _table_facts(pred: Prediction, shown: int) -> list[str]:
+    """One-line facts under the table (``shown``: the rows printed)."""
+    sc = pred.scenario
     losing = pred.table[pred.table.fixed_vs_plain < 1]
-    lines.append("")
+    lines = [""]
     if len(losing):
         lines.append(f"fixed K={sc.fixed_k} is slower than plain decoding from batch size {losing.batch_size.min()}"
                      f" ({len(losing)} of {len(pred.table)} batch sizes)")
@@ -185,8 +220,8 @@ def render_table(pred: Prediction) -> str:
         lines.append(f"batch sizes >= {first} do not fit in memory: {shortfall_text(sc, first)}")
     lines.append("vLLM num_speculative_tokens_per_batch_size: "
                  + json.dumps(pred.vllm()["num_speculative_tokens_per_batch_size"]))
-    if len(t) < len(pred.table):
-        lines.append(f"({len(t)} of {len(pred.table)} batch sizes shown: powers of two and every change of K*;"
+    if shown < len(pred.table):
+        lines.append(f"({shown} of {len(pred.table)} batch sizes shown: powers of two and every change of K*;"
                      " --format csv prints all)")
     lines += advice_lines(pred.engine_advice())
     why = pred.k_rise_attribution()
@@ -195,7 +230,7 @@ def render_table(pred: Prediction) -> str:
     falls = falling_token_time(pred)
     if falls:
         lines.append(f"note: {falls}")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def warn_notes(pred: Prediction) -> None:
