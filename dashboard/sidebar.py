@@ -101,19 +101,20 @@ def _file_acceptance(data: bytes, name: str):
     return S.acceptance_file(data, name)
 
 
-def sidebar() -> Inputs:
-    """Draw the sidebar; return the scenario dict the controls describe."""
-    _init_state()
-    ss = st.session_state
-    sb = st.sidebar
-    ok = True
+def _scenario_controls() -> tuple[dict, dict]:
+    """The scenario picker; returns the picked scenario's dict and the controls it fills."""
+    ss, sb = st.session_state, st.sidebar
     sb.selectbox("Scenario", S.scenario_names(), key="scenario", on_change=_scenario_picked,
                  help="A file in scenarios/; picking one fills every control below.")
     base_raw = ss.get("_base_raw") or S.read_scenario(ss["scenario"])
     base_controls = ss.get("_base_controls") or S.controls_from_scenario(base_raw)
     if base_raw.get("description"):
         sb.caption(base_raw["description"])
+    return base_raw, base_controls
 
+
+def _hardware_controls() -> None:
+    ss, sb = st.session_state, st.sidebar
     sb.subheader("Hardware")
     sb.selectbox("Accelerator", list(list_hardware()), key="hw_name", on_change=_hardware_changed)
     sb.toggle("Custom peak FLOP/s and bandwidth", key="hw_custom",
@@ -138,6 +139,11 @@ def sidebar() -> Inputs:
               help="MoE: probability that a draft position re-uses the previous position's experts (adjacent tokens"
                    " of one sequence route alike; 0 = independent tokens)")
 
+
+def _model_controls() -> tuple[str, bool]:
+    """Target model (catalog or uploaded config.json) and draft; returns (model, usable)."""
+    ss, sb = st.session_state, st.sidebar
+    ok = True
     sb.subheader("Model and draft")
     sb.radio("Target model", ["catalog", "upload config.json"], key="model_src", horizontal=True)
     model = ss["model_name"]
@@ -158,10 +164,78 @@ def sidebar() -> Inputs:
                       "ngram: prompt lookup on the host; model: a separate small draft model.")
     if ss["draft_method"] == "model":
         sb.selectbox("Draft model", list(list_models()), key="draft_model")
+    return model, ok
 
+
+# Each acceptance mode's controls return (rates or None, source text, usable).
+
+def _iid_acceptance(preset) -> tuple[list | None, str, bool]:
+    ss = st.session_state
+    st.sidebar.slider("Acceptance rate a (i.i.d.)", 0.0, S.MAX_RATE, step=0.01, key="acc_rate")
+    rates, source = [float(ss["acc_rate"])], "i.i.d. rate set in the dashboard"
+    if preset and rates == preset["rates"][:1] and len(preset["rates"]) == 1:
+        source = preset["source"]
+    return rates, source, True
+
+
+def _listed_acceptance(preset, base_raw: dict, base_controls: dict) -> tuple[list | None, str, bool]:
+    ss = st.session_state
+    rates, ok = None, True
+    st.sidebar.text_input("Per-position rates a_1, a_2, ...", key="acc_list",
+                          help="Conditional acceptance of draft position i given 1..i-1 accepted; the last repeats.")
+    try:
+        rates = S.parse_rates_text(ss["acc_list"])
+    except PlannerError as err:
+        st.error(str(err))
+        ok = False
+    same = ss["acc_list"].strip() == base_controls["acc_list"].strip()
+    source = (base_raw.get("acceptance", {}).get("source", "scenario file") if same and not preset
+              else "per-position rates entered in the dashboard")
+    if preset and ss["acc_list"].strip() == S.rates_text(preset["rates"]).strip():
+        source = preset["source"]
+    return rates, source, ok
+
+
+def _file_acceptance_controls() -> tuple[list | None, str, bool]:
+    ss, sb = st.session_state, st.sidebar
+    up = sb.file_uploader("speculation_profile.json, vLLM bench / per-request JSON, /metrics or runs CSV",
+                          type=["json", "jsonl", "txt", "prom", "metrics", "csv"], key="acc_any_file")
+    if up is None:
+        sb.info("No file uploaded yet: using the scenario's acceptance rates.")
+        return None, "", True
+    try:
+        got = _file_acceptance(up.getvalue(), up.name)
+        rates, source = [min(r, S.MAX_RATE) for r in got.conditional], got.source
+        if got.max_supported_k and int(ss.get("k_max", 1)) > got.max_supported_k:
+            ss["k_max"] = got.max_supported_k
+        sb.caption(source)
+    except PlannerError as err:
+        st.error(f"Acceptance file rejected: {err}")
+        return None, "", False
+    return rates, source, True
+
+
+def _vllm_acceptance(bench: bool) -> tuple[list | None, str, bool]:
+    """A vLLM bench serve JSON (``bench``) or a /metrics dump."""
+    sb = st.sidebar
+    up = sb.file_uploader("vLLM bench serve JSON" if bench else "vLLM /metrics text",
+                          type=["json"] if bench else ["txt", "prom", "metrics", "log"], key="acc_file")
+    if up is None:
+        sb.info("No file uploaded yet: using the scenario's acceptance rates.")
+        return None, "", True
+    try:
+        rates = (_bench_rates if bench else _metrics_rates)(up.getvalue(), up.name)
+    except PlannerError as err:
+        st.error(f"Acceptance file rejected: {err}")
+        return None, "", False
+    return rates, f"measured: {'vLLM bench JSON' if bench else 'vLLM /metrics'} {up.name}", True
+
+
+def _acceptance_controls(base_raw: dict, base_controls: dict) -> tuple[list, str, bool]:
+    """The acceptance source and its rates (else the draft method's preset, else the scenario's)."""
+    ss, sb = st.session_state, st.sidebar
     sb.subheader("Acceptance")
     sb.radio("Acceptance from", S.ACC_MODES, key="acc_mode")
-    rates, source = None, ""
     mode = ss["acc_mode"]
     preset = ss.get("_acc_preset")
     if preset and preset["method"] != ss["draft_method"]:
@@ -169,51 +243,13 @@ def sidebar() -> Inputs:
     if preset:
         sb.caption(f"Preset for {preset['method']}: {preset['source']}")
     if mode == S.ACC_IID:
-        sb.slider("Acceptance rate a (i.i.d.)", 0.0, S.MAX_RATE, step=0.01, key="acc_rate")
-        rates, source = [float(ss["acc_rate"])], "i.i.d. rate set in the dashboard"
-        if preset and rates == preset["rates"][:1] and len(preset["rates"]) == 1:
-            source = preset["source"]
+        rates, source, ok = _iid_acceptance(preset)
     elif mode == S.ACC_LIST:
-        sb.text_input("Per-position rates a_1, a_2, ...", key="acc_list",
-                      help="Conditional acceptance of draft position i given 1..i-1 accepted; the last repeats.")
-        try:
-            rates = S.parse_rates_text(ss["acc_list"])
-        except PlannerError as err:
-            st.error(str(err))
-            ok = False
-        same = ss["acc_list"].strip() == base_controls["acc_list"].strip()
-        source = (base_raw.get("acceptance", {}).get("source", "scenario file") if same and not preset
-                  else "per-position rates entered in the dashboard")
-        if preset and ss["acc_list"].strip() == S.rates_text(preset["rates"]).strip():
-            source = preset["source"]
+        rates, source, ok = _listed_acceptance(preset, base_raw, base_controls)
     elif mode == S.ACC_FILE:
-        up = sb.file_uploader("speculation_profile.json, vLLM bench / per-request JSON, /metrics or runs CSV",
-                              type=["json", "jsonl", "txt", "prom", "metrics", "csv"], key="acc_any_file")
-        if up is None:
-            sb.info("No file uploaded yet: using the scenario's acceptance rates.")
-        else:
-            try:
-                got = _file_acceptance(up.getvalue(), up.name)
-                rates, source = [min(r, S.MAX_RATE) for r in got.conditional], got.source
-                if got.max_supported_k and int(ss.get("k_max", 1)) > got.max_supported_k:
-                    ss["k_max"] = got.max_supported_k
-                sb.caption(source)
-            except PlannerError as err:
-                st.error(f"Acceptance file rejected: {err}")
-                ok = False
+        rates, source, ok = _file_acceptance_controls()
     else:
-        bench = mode == S.ACC_BENCH
-        up = sb.file_uploader("vLLM bench serve JSON" if bench else "vLLM /metrics text",
-                              type=["json"] if bench else ["txt", "prom", "metrics", "log"], key="acc_file")
-        if up is None:
-            sb.info("No file uploaded yet: using the scenario's acceptance rates.")
-        else:
-            try:
-                rates = (_bench_rates if bench else _metrics_rates)(up.getvalue(), up.name)
-                source = f"measured: {'vLLM bench JSON' if bench else 'vLLM /metrics'} {up.name}"
-            except PlannerError as err:
-                st.error(f"Acceptance file rejected: {err}")
-                ok = False
+        rates, source, ok = _vllm_acceptance(mode == S.ACC_BENCH)
     if rates is None and preset:
         rates, source = list(preset["rates"]), preset["source"]
     if rates is None:
@@ -223,7 +259,11 @@ def sidebar() -> Inputs:
     sb.slider("Acceptance uncertainty +- (per rate)", 0.0, 0.3, step=0.01, key="acc_band",
               help="How far each rate may be off. K* becomes the K nearest the best across the band, and the "
                    "K* tab says where K* depends on acceptance.")
+    return rates, source, ok
 
+
+def _workload_controls() -> None:
+    ss, sb = st.session_state, st.sidebar
     sb.subheader("Workload and precision")
     sb.number_input("Context length L (tokens)", min_value=1, max_value=1_048_576, step=512, key="context_len")
     c1, c2, c3 = sb.columns(3)
@@ -235,6 +275,10 @@ def sidebar() -> Inputs:
     ss["fixed_k"] = min(int(ss.get("fixed_k", 3)), int(ss["k_max"]))
     sb.slider("Fixed K to compare against", 0, int(ss["k_max"]), key="fixed_k")
 
+
+def _calibration_controls():
+    """The calibration profile: a path, "none" (datasheet roofline) or None (the best shipped evidence)."""
+    ss, sb = st.session_state, st.sidebar
     sb.subheader("Calibration")
     profiles = S.profile_files()
     options = [S.AUTO_PROFILE, S.NO_PROFILE] + list(profiles)
@@ -257,7 +301,11 @@ def sidebar() -> Inputs:
                            f"'{ss['hw_name']}': ignored, predictions below rest on the best shipped evidence.")
             else:
                 profile = path
+    return profile
 
+
+def _operating_point_controls() -> None:
+    ss, sb = st.session_state, st.sidebar
     sb.subheader("Operating point (roofline, breakdown)")
     lo, hi = ss["bs_range"]
     ss["insp_b"] = int(min(max(int(ss["insp_b"]), lo), hi))
@@ -267,9 +315,22 @@ def sidebar() -> Inputs:
         ss["insp_k"] = "K*"
     sb.selectbox("Draft length K", k_opts, key="insp_k", help="K* = the optimal K at this batch size.")
 
+
+def sidebar() -> Inputs:
+    """Draw the sidebar; return the scenario dict the controls describe."""
+    _init_state()
+    ss = st.session_state
+    base_raw, base_controls = _scenario_controls()
+    _hardware_controls()
+    model, model_ok = _model_controls()
+    rates, source, acceptance_ok = _acceptance_controls(base_raw, base_controls)
+    _workload_controls()
+    profile = _calibration_controls()
+    _operating_point_controls()
+
     controls = {k: ss[k] for k in base_controls}
     ss["_shadow"].update(controls, insp_b=ss["insp_b"], insp_k=ss["insp_k"])
     raw = S.scenario_raw(base_raw, controls, acceptance=rates, acceptance_source=source, model=model,
-                         profile=profile) if ok else None
+                         profile=profile) if model_ok and acceptance_ok else None
     return Inputs(raw=raw, origin=f"dashboard (from scenarios/{ss['scenario']}.toml)", inspect_b=int(ss["insp_b"]),
                   inspect_k=None if ss["insp_k"] == "K*" else int(ss["insp_k"]), acceptance_note=source)

@@ -219,14 +219,14 @@ def test_cli_table_and_json_carry_the_advice():
 
 
 def test_sizing_report_shows_the_recommended_candidates_advice():
-    from simulator.sizing import size
+    from simulator.sizing import SizingOverrides, size
     from simulator.sizing.report import render_markdown
     from simulator.specs.scenario import load_scenario
     # a running-batch cap of 64 below the report's K* table (B 1-256): the recommended candidate's
     # section says so, with the setting and its current value
     sc = load_scenario(ROOT / "scenarios" / "sizing-dense-command-a.toml", max_num_seqs=64)
-    res = size(sc, candidates=["h100-sxm"], tp=[8], policies=["dsd"], workers=1, sensitivity=False,
-               n_requests=40, duration_s=15.0, max_requests=400, search_steps=1)
+    res = size(sc, SizingOverrides(candidates=["h100-sxm"], tp=[8], policies=["dsd"], workers=1, sensitivity=False,
+                                   n_requests=40, duration_s=15.0, max_requests=400, search_steps=1))
     if res.recommendation is None:
         pytest.skip("no recommended configuration at this small search")
     text = render_markdown(res)

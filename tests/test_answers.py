@@ -166,10 +166,11 @@ def test_report_numbers_never_scientific():
 
 @pytest.mark.slow
 def test_sizing_report_states_schedule_gpu_range_and_nodes(tmp_path):
-    from simulator.sizing import size
+    from simulator.sizing import SizingOverrides, size
     from simulator.sizing.report import render_markdown
-    res = size(ROOT / "scenarios" / "sizing-moe-qwen3-235b.toml", candidates=["h200", "mi300x"], tp=[8],
-               policies=["dsd"], workers=1, n_requests=40, duration_s=15.0, max_requests=300, search_steps=1)
+    res = size(ROOT / "scenarios" / "sizing-moe-qwen3-235b.toml",
+               SizingOverrides(candidates=["h200", "mi300x"], tp=[8], policies=["dsd"], workers=1, n_requests=40,
+                               duration_s=15.0, max_requests=300, search_steps=1))
     md = render_markdown(res)
     head = md.split("## Scenario")[0]
     assert "**K schedule (" in head and "K=" in head

@@ -196,14 +196,14 @@ formats = ["csv"]
 def test_sweep_row_agrees_with_size(tmp_path, dense):
     """One search, one band: the sweep's row for Command A, h100 tp=8 bf16, dynamic K, chat 1024/300 is
     what `size` finds on that configuration (the issue: 31.2 vs 11.0 req/s; +-6.3% vs +-15%)."""
-    from simulator.sizing import size
+    from simulator.sizing import SizingOverrides, size
     from simulator.sweep import run_sweep
     spec_path = tmp_path / "agree.toml"
     spec_path.write_text(SWEEP_ONE)
     out = run_sweep(spec_path, output_dir=tmp_path / "out", progress=False)
     row = out.table.iloc[0]
-    res = size("sizing-dense-command-a", candidates=["h100-sxm"], tp=[8], policies=["dsd"], dtypes=[""], workers=1,
-               sensitivity=False)
+    res = size("sizing-dense-command-a", SizingOverrides(candidates=["h100-sxm"], tp=[8], policies=["dsd"], dtypes=[""],
+                                                         workers=1, sensitivity=False))
     cap = res.capacity.iloc[0]
     rho = row["search_resolution"]
     assert rho == pytest.approx(cap["search_resolution"]) == pytest.approx(2 ** (1 / 8))
@@ -228,7 +228,7 @@ def test_pareto_front_per_model_and_traffic_mix():
 def test_a_search_is_not_run_twice_for_another_target():
     """Sizing the same candidates for another target load reuses the searches (the capacity per replica
     does not depend on the target); replicas and GPUs follow the new target."""
-    from simulator.sizing import search, size
+    from simulator.sizing import SizingOverrides, search, size
 
     calls = []
 
@@ -238,10 +238,10 @@ def test_a_search_is_not_run_twice_for_another_target():
                 "throughput_tok_s": 100.0, "n_requests": workload.n_requests, "output_tokens": 300 * workload.n_requests}
     search._SEARCHES.clear()
     kw = dict(candidates=["h200"], tp=[8], policies=["plain"], dtypes=[""], workers=1, sensitivity=False,
-              simulate=counting, search_steps=1)
-    a = size("sizing-dense-command-a", target_load=10.0, **kw)
+              search_steps=1)
+    a = size("sizing-dense-command-a", SizingOverrides(target_load=10.0, **kw), simulate=counting)
     n = len(calls)
-    b = size("sizing-dense-command-a", target_load=40.0, **kw)
+    b = size("sizing-dense-command-a", SizingOverrides(target_load=40.0, **kw), simulate=counting)
     assert len(calls) == n > 0
     assert a.capacity.max_load_per_replica.iloc[0] == b.capacity.max_load_per_replica.iloc[0] <= 3.0
     assert b.capacity.replicas.iloc[0] > a.capacity.replicas.iloc[0]

@@ -17,7 +17,8 @@ import pytest
 from simulator.plan.api import predict_scenario
 from simulator.errors import PlannerError
 from simulator.specs.scenario import load_scenario
-from simulator.sizing import Candidate, candidate_scenario, memory_fit, parse_sizing, search_capacity, size
+from simulator.sizing import (Candidate, SizingOverrides, candidate_scenario, memory_fit, parse_sizing,
+                              search_capacity, size)
 from cli_inprocess import run_main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -82,8 +83,8 @@ def test_memory_rejects_with_reason():
 
 
 def test_rejected_candidate_listed_in_result():
-    res = size(DENSE, candidates=["h100-sxm"], tp=[2, 8], policies=["dsd"], workers=1, sensitivity=False,
-               simulate=SIM, dtypes=[""], **SMALL)
+    res = size(DENSE, SizingOverrides(candidates=["h100-sxm"], tp=[2, 8], policies=["dsd"], workers=1,
+                                      sensitivity=False, dtypes=[""], **SMALL), simulate=SIM)
     assert list(res.rejected.tp) == [2]
     assert "exceed 72 GB usable" in res.rejected.reason.iloc[0]
     assert set(res.capacity.tp) == {8}
@@ -107,7 +108,8 @@ def test_unservable_traffic_gives_clear_result():
     sc = load_scenario(DENSE)
     raw_slo = {"tpot_p50_s": 0.001}
     sc.extra["slo"] = raw_slo
-    res = size(sc, candidates=["h100-sxm"], tp=[8], workers=1, sensitivity=False, simulate=SIM, **SMALL)
+    res = size(sc, SizingOverrides(candidates=["h100-sxm"], tp=[8], workers=1, sensitivity=False, **SMALL),
+               simulate=SIM)
     assert res.recommendation is None
     assert res.message.startswith("no configuration meets tpot_p50_s <= 0.001 s")
     assert len(res.ranked) == 0
@@ -117,8 +119,9 @@ def test_more_traffic_never_needs_fewer_gpus():
     sc = load_scenario(MOE)
     gpus, cost = [], []
     for rate in (2.0, 10.0, 40.0, 120.0):
-        res = size(sc, candidates=["h200", "b200"], tp=[8], policies=["plain", "dsd"], target_load=rate,
-                   workers=2, sensitivity=False, max_replicas=1000, simulate=SIM, **SMALL)
+        res = size(sc, SizingOverrides(candidates=["h200", "b200"], tp=[8], policies=["plain", "dsd"],
+                                       target_load=rate, workers=2, sensitivity=False, max_replicas=1000, **SMALL),
+                   simulate=SIM)
         cap = res.capacity.set_index(["hardware", "policy"]).gpus
         gpus.append(cap)
         cost.append(res.ranked.fleet_usd_per_hour.iloc[0])
@@ -134,8 +137,9 @@ def test_uncertainty_band_from_validation_error():
     sc = load_scenario(MOE)
     assert candidate_band(sc)[0] < 0.6
     sc.extra["validation"] = {"itl_mape": 0.6}
-    res = size(sc, candidates=["h200", "h100-pcie"], tp=[8], policies=["dsd"], workers=1, sensitivity=False,
-               simulate=standin_simulate, n_requests=40, search_steps=1, dtypes=[""])
+    res = size(sc, SizingOverrides(candidates=["h200", "h100-pcie"], tp=[8], policies=["dsd"], workers=1,
+                                   sensitivity=False, n_requests=40, search_steps=1, dtypes=[""]),
+               simulate=standin_simulate)
     row = res.capacity.set_index("hardware")
     assert row.load_band_low["h200"] == pytest.approx(0.4 * row.max_load_per_replica["h200"])
     assert row.load_band_high["h200"] == pytest.approx(1.6 * row.max_load_per_replica["h200"])
@@ -151,11 +155,11 @@ def test_uncertainty_band_from_validation_error():
 
 def test_parallel_workers_match_serial():
     kw = dict(candidates=["h200"], tp=[8], policies=["plain", "dsd"], sensitivity=False, n_requests=50,
-              search_steps=2, simulate=standin_simulate)
+              search_steps=2)
     from simulator.sizing import search
-    serial = size(MOE, workers=1, **kw).capacity
+    serial = size(MOE, SizingOverrides(workers=1, **kw), simulate=standin_simulate).capacity
     search._SEARCHES.clear()  # run them again, in the pool (not from this process' memo of searches)
-    parallel = size(MOE, workers=2, **kw).capacity
+    parallel = size(MOE, SizingOverrides(workers=2, **kw), simulate=standin_simulate).capacity
     assert serial.max_load_per_replica.tolist() == parallel.max_load_per_replica.tolist()
 
 
@@ -211,8 +215,8 @@ def test_cli_unknown_flag_one_line():
 
 def _report_html(tmp_path):
     from simulator.sizing.report import render_html
-    res = size(MOE, candidates=["h200", "b200"], tp=[8], policies=["plain", "fixed", "dsd"], workers=2,
-               simulate=SIM, **SMALL)
+    res = size(MOE, SizingOverrides(candidates=["h200", "b200"], tp=[8], policies=["plain", "fixed", "dsd"],
+                                    workers=2, **SMALL), simulate=SIM)
     path = tmp_path / "report.html"
     path.write_text(render_html(res))
     return path, res

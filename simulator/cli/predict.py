@@ -10,7 +10,6 @@ Examples::
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import warnings
@@ -23,93 +22,12 @@ from simulator.plan.advice import advice_lines
 from simulator.plan.api import Prediction, predict
 from simulator.plan.fit import shortfall_text
 from simulator.plan.notes import falling_token_time
-from simulator.cli.common import OneLineParser, command, write_atomically
+from simulator.cli.common import command, write_atomically
+from simulator.cli.predict_args import EXPORT_FORMATS, FORMATS, build_parser  # noqa: F401 (FORMATS: API)
 from simulator.files import check_output_file
 from simulator.errors import PlannerError, PlannerWarning
-from simulator.cli.catalog import KINDS as CATALOG_KINDS, catalog_text
-from simulator.specs.drafts import draft_syntax_list
-from simulator.specs.hardware import ACT_DTYPES, KV_DTYPES, WEIGHT_DTYPES
+from simulator.cli.catalog import catalog_text
 from simulator.specs.scenario import DEFAULT_SCENARIO
-
-EXPORT_FORMATS = exports.FORMATS  # vllm, vllm-ctx, trtllm, sglang, sglang-sps: engine files
-FORMATS = ("table", "csv", "json", "markdown", "kmap") + EXPORT_FORMATS
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = OneLineParser(prog="python -m simulator.predict",
-                                description="Predict the goodput-optimal speculative draft length K per batch size.")
-    p.add_argument("--scenario", help="scenario TOML file (or the name of a bundled one); flags override it")
-    p.add_argument("--model", help="catalog model name or path to a Hugging Face config.json")
-    p.add_argument("--hardware", help="catalog hardware name (e.g. h100-sxm, h200, mi300x)")
-    p.add_argument("--tp", type=int, help="tensor-parallel degree")
-    p.add_argument("--ep", type=int, help="expert-parallel groups (MoE; must divide tp)")
-    p.add_argument("--draft", help=f"draft method: {draft_syntax_list()} (--list drafts: what each prices)")
-    p.add_argument("--draft-model", metavar="PATH", help="the draft checkpoint (path or Hugging Face id) the engine"
-                   " loads for eagle / eagle3 / model drafts; written into the vLLM file as \"model\"")
-    p.add_argument("--acceptance", help="i.i.d. rate (0.8), per-position rates (0.7,0.5,0.3), or a measured file:"
-                   " speculation_profile.json, vllm bench serve JSON, vLLM per-request metrics JSON, /metrics dump,"
-                   " runs CSV (recognised by content; max_supported_k caps K)")
-    p.add_argument("--temperature", type=float, help="sampling temperature (0 = greedy, the default): prices the"
-                   " engine's sampling and rejection passes over the logits")
-    p.add_argument("--top-p", type=float, help="top-p of sampled requests (1 = off, the default)")
-    p.add_argument("--acceptance-band", type=float, metavar="D",
-                   help="uncertainty +-D on every per-position rate (e.g. 0.1): K* is the K nearest the best across"
-                        " the band, and the schedule says where K* depends on acceptance")
-    p.add_argument("--context-len", type=int, help="tokens already in each sequence's KV cache")
-    p.add_argument("--batch-sizes", help="e.g. 1-256 or 1,2,4,8")
-    p.add_argument("--k-max", type=int, help="largest K considered")
-    p.add_argument("--schedule-tolerance", metavar="SHARE",
-                   help="goodput share of the per-batch best the K* schedule may give up at any batch size to use"
-                   " fewer ranges of K (default 0.01 = 1%%; 0 = the raw per-batch argmax); also 1%%")
-    p.add_argument("--fixed-k", type=int, help="the fixed-K policy compared against (default 3)")
-    p.add_argument("--dtype", help=f"weight dtype: {', '.join(WEIGHT_DTYPES)} (weights only; sizing's fp8 is W8A8:"
-                   " --dtype fp8 --act-dtype fp8)")
-    p.add_argument("--act-dtype", help=f"activation dtype: {', '.join(ACT_DTYPES)} (fp8 with fp8 weights runs fp8"
-                   " tensor cores)")
-    p.add_argument("--kv-dtype", help=f"KV-cache dtype: {', '.join(KV_DTYPES)}")
-    p.add_argument("--calibration", help="calibration profile JSON (python -m calibration.fit, or a measured-table"
-                   " profile under simulator/data/profiles/; 'none': datasheet only)")
-    p.add_argument("--deployment", metavar="FIT.json", help="deployment calibration (python -m calibration.fit_deployment):"
-                   " engine terms and acceptance fitted on a few measurements of this deployment")
-    p.add_argument("--layout", choices=("tp", "tp-ep", "dp-ep"),
-                   help="MoE parallel layout: TP attention + TP experts, TP attention + EP, or DP attention + EP")
-    p.add_argument("--dp", type=int, help="attention data-parallel groups (layout dp-ep; default = tp)")
-    p.add_argument("--routing-reuse", type=float,
-                   help="MoE: probability that a position re-uses the previous position's experts (0 <= rho < 1)")
-    p.add_argument("--engine", help="serving engine whose host time and CUDA-graph capture to model: vllm, sglang,"
-                   " trtllm or ideal (kernels only); default vllm on GPUs")
-    p.add_argument("--engine-version", help="engine version of the profile (default the newest profile)")
-    p.add_argument("--max-capture-size", type=int, metavar="N", help="the engine's CUDA-graph capture limit for the"
-                   " verify pass, in the unit its setting counts (vLLM --cuda-graph-sizes / --max-cudagraph-capture-size:"
-                   " tokens; SGLang --cuda-graph-max-bs: sequences); default the engine profile's")
-    p.add_argument("--max-num-seqs", type=int, metavar="N", help="the engine's running-batch cap (vLLM --max-num-seqs,"
-                   " SGLang --max-running-requests); default [serving] max_num_seqs, else the engine's default")
-    p.add_argument("--max-num-batched-tokens", type=int, metavar="N", help="vLLM's token budget per step"
-                   " (--max-num-batched-tokens); default [serving] max_num_batched_tokens, else vLLM's default")
-    p.add_argument("--allreduce-busbw", type=float, metavar="GB/s",
-                   help="your server's all-reduce bus bandwidth (nccl-tests all_reduce_perf busbw at large messages);"
-                   " prices every all-reduce's bandwidth term (PCIe servers differ by up to 10x)")
-    p.add_argument("--context-lens", help="context axis of the K* map: 512,2048,8192, 512-131072 (powers of two)"
-                   " or 512-131072:16 (16 log-spaced points); used by --format kmap and vllm-ctx")
-    p.add_argument("--format", choices=FORMATS, default="table",
-                   help="table/csv/json/markdown: the K* table; kmap: K* by batch size x context length; vllm,"
-                   " vllm-ctx (proposal PR #48944), trtllm, sglang (adaptive config), sglang-sps (DSpark step-cost"
-                   " table): the engine file")
-    p.add_argument("--export-version", help="engine version the export targets (default: the newest release"
-                   " checked: vllm 0.33.0, trtllm 1.2.1, sglang 0.5.23; vllm-ctx: pr48944). Not --engine-version,"
-                   " which picks the engine profile the step times are modelled with")
-    p.add_argument("--markdown", action="store_true", help="print an export as a Markdown table of what the engine"
-                   " will do per range, instead of the engine file")
-    p.add_argument("--cuda-graph-bs", help="SGLang: captured CUDA-graph batch sizes the engine pads to before"
-                   " routing (e.g. 1,2,4,8,16,24,32; 'none': no padding); default from an SGLang engine profile")
-    p.add_argument("--sglang-candidates", choices=("kstar", "neighbors"), default="kstar",
-                   help="SGLang slots: kstar = one candidate (fixed K*), neighbors = K*-1, K*, K*+1 where both"
-                   " neighbours are within 2%% of the best goodput (room for SGLang's own adaptation)")
-    p.add_argument("--output", help="write to this file instead of stdout")
-    p.add_argument("--list", choices=CATALOG_KINDS, help="list the catalog's models, hardware, engines, drafts or"
-                   " dtypes with what each rests on, and exit (also: python -m simulator.catalog)")
-    p.add_argument("--breakdown", metavar="B,K", help="print the per-operator breakdown at batch size B and draft length K")
-    return p
 
 
 def _int_pair(text: str) -> tuple[int, int]:
@@ -139,17 +57,27 @@ def render_table(pred: Prediction) -> str:
     b = pred.table.batch_size.to_numpy()
     sparse = b.size > 1 and b[-1] - b[0] + 1 != b.size
     t = pred.table if sparse else condensed(pred.table)
+    lines = _table_head(pred) + [_table_body(t, pred.scenario.fixed_k)] + _table_facts(pred, len(t))
+    return "\n".join(lines) + "\n"
+
+
+def _table_head(pred: Prediction) -> list[str]:
+    """The schedule and what the table rests on, as comment lines."""
     sc = pred.scenario
-    lines = [f"K* schedule: {pred.schedule_text()}",
-             f"# schedule: {pred.schedule_note()}",
-             f"# {sc.name}: {sc.model.name} on {sc.deployment.tp} x {sc.hardware.name}{_layout(sc)}, draft"
-             f" {sc.draft.label}, context {sc.context_len}; {_dtypes(sc)}",
-             f"# step times: {pred.provenance['step_time_source']}",
-             f"# how far to trust them: {pred.provenance['uncertainty']}",
-             f"# acceptance: {pred.provenance['acceptance']}; {sc.acceptance.rule}",
-             f"# fixed K={sc.fixed_k} reaches acceptance length {pred.table.fixed_acceptance_length.iloc[0]:.2f};"
-             f" 'K={sc.fixed_k} needs AL' is the length at which it ties plain decoding (step time K / step time plain)",
-             ""]
+    return [f"K* schedule: {pred.schedule_text()}",
+            f"# schedule: {pred.schedule_note()}",
+            f"# {sc.name}: {sc.model.name} on {sc.deployment.tp} x {sc.hardware.name}{_layout(sc)}, draft"
+            f" {sc.draft.label}, context {sc.context_len}; {_dtypes(sc)}",
+            f"# step times: {pred.provenance['step_time_source']}",
+            f"# how far to trust them: {pred.provenance['uncertainty']}",
+            f"# acceptance: {pred.provenance['acceptance']}; {sc.acceptance.rule}",
+            f"# fixed K={sc.fixed_k} reaches acceptance length {pred.table.fixed_acceptance_length.iloc[0]:.2f};"
+            f" 'K={sc.fixed_k} needs AL' is the length at which it ties plain decoding (step time K / step time plain)",
+            ""]
+
+
+def _table_body(t: pd.DataFrame, fixed_k: int) -> str:
+    """The K* table's rows, formatted, with short headers."""
     cols = ["batch_size", "k_opt", "goodput_per_seq", "throughput", "itl_ms", "token_latency_ms",
             "plain_token_latency_ms", "speedup_vs_plain", "speedup_vs_fixed", "fixed_vs_plain",
             "break_even_acceptance_length", "bound", "memory_gb_per_gpu"]
@@ -159,8 +87,8 @@ def render_table(pred: Prediction) -> str:
     view["k_opt"] = view.k_opt.astype(object).where(view.k_opt.notna(), "-")
     headers = {"batch_size": "B", "k_opt": "K*", "goodput_per_seq": "tok/s/seq", "throughput": "tok/s",
                "itl_ms": "step ms", "token_latency_ms": "ms/token", "plain_token_latency_ms": "plain ms/token",
-               "speedup_vs_plain": "vs plain", "speedup_vs_fixed": f"vs K={sc.fixed_k}",
-               "fixed_vs_plain": f"K={sc.fixed_k}/plain", "break_even_acceptance_length": f"K={sc.fixed_k} needs AL",
+               "speedup_vs_plain": "vs plain", "speedup_vs_fixed": f"vs K={fixed_k}",
+               "fixed_vs_plain": f"K={fixed_k}/plain", "break_even_acceptance_length": f"K={fixed_k} needs AL",
                "bound": "bound", "memory_gb_per_gpu": "GB/GPU",
                "experts_touched": "experts@K*", "experts_touched_plain": "experts@K=0",
                "expert_load_share": "expert share"}
@@ -173,9 +101,14 @@ def render_table(pred: Prediction) -> str:
         if col in view:
             view[col] = [("-" if pd.isna(v) else fmt.format(v)) for v in view[col]]
     view = view.rename(columns=headers)
-    lines.append(view.to_string(index=False))
+    return view.to_string(index=False)
+
+
+def _table_facts(pred: Prediction, shown: int) -> list[str]:
+    """One-line facts under the table (``shown``: the rows printed)."""
+    sc = pred.scenario
     losing = pred.table[pred.table.fixed_vs_plain < 1]
-    lines.append("")
+    lines = [""]
     if len(losing):
         lines.append(f"fixed K={sc.fixed_k} is slower than plain decoding from batch size {losing.batch_size.min()}"
                      f" ({len(losing)} of {len(pred.table)} batch sizes)")
@@ -185,8 +118,8 @@ def render_table(pred: Prediction) -> str:
         lines.append(f"batch sizes >= {first} do not fit in memory: {shortfall_text(sc, first)}")
     lines.append("vLLM num_speculative_tokens_per_batch_size: "
                  + json.dumps(pred.vllm()["num_speculative_tokens_per_batch_size"]))
-    if len(t) < len(pred.table):
-        lines.append(f"({len(t)} of {len(pred.table)} batch sizes shown: powers of two and every change of K*;"
+    if shown < len(pred.table):
+        lines.append(f"({shown} of {len(pred.table)} batch sizes shown: powers of two and every change of K*;"
                      " --format csv prints all)")
     lines += advice_lines(pred.engine_advice())
     why = pred.k_rise_attribution()
@@ -195,7 +128,7 @@ def render_table(pred: Prediction) -> str:
     falls = falling_token_time(pred)
     if falls:
         lines.append(f"note: {falls}")
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def warn_notes(pred: Prediction) -> None:

@@ -47,6 +47,16 @@ def _ints(text: str, flag: str) -> list[int]:
         raise PlannerError(f"{flag} '{text}': expected integers such as 4,8") from None
 
 
+def _overrides(args) -> SizingOverrides:
+    """The [sizing] settings the flags replace (None: the scenario's own)."""
+    from simulator.sizing import SizingOverrides
+
+    return SizingOverrides(candidates=args.candidates.split(",") if args.candidates else None,
+                           tp=_ints(args.tp, "--tp") if args.tp else None, target_load=args.rate,
+                           workers=args.workers, n_requests=args.n_requests, search_steps=args.search_steps,
+                           sensitivity=False if args.no_sensitivity else None)
+
+
 def _names(scenarios) -> list[str]:
     """The scenario names the output files are named after (a scenario that does not load is refused by
     the search itself, with its own message)."""
@@ -87,11 +97,7 @@ def run(args) -> int:
     for scenario in scenarios:
         if args.acceptance and not args.deployment:
             scenario = load_scenario(str(scenario), acceptance=args.acceptance)
-        res = size(scenario if isinstance(scenario, Scenario) else str(scenario),
-                   candidates=args.candidates.split(",") if args.candidates else None,
-                   tp=_ints(args.tp, "--tp") if args.tp else None, target_load=args.rate, workers=args.workers,
-                   n_requests=args.n_requests, search_steps=args.search_steps,
-                   sensitivity=False if args.no_sensitivity else None)
+        res = size(scenario if isinstance(scenario, Scenario) else str(scenario), _overrides(args))
         for fmt in dict.fromkeys(formats):
             text = renderers[fmt](res)
             if out_dir is None:

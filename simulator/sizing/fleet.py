@@ -34,8 +34,8 @@ from simulator.errors import PlannerError
 from simulator.plan.api import predict_scenario
 from simulator.sizing.ranking import EVIDENCE, SIMPLICITY, evidence_margin, rank  # noqa: F401 (re-exported)
 from simulator.sizing.search import Search, Task, run_all
-from simulator.sizing.spec import (Candidate, SizingSpec, candidate_scenario, k_table_context, memory_fit,
-                                   parse_sizing, predict_command, traffic_lengths)
+from simulator.sizing.spec import (Candidate, SizingOverrides, SizingSpec, candidate_scenario, k_table_context,
+                                   memory_fit, parse_sizing, predict_command, traffic_lengths)
 from simulator.sizing.uncertainty import candidate_band, prediction_basis, uncertainty
 from simulator.specs.scenario import SCENARIO_DIR, Scenario, load_scenario
 
@@ -217,23 +217,16 @@ def _engine_tables(scen: dict, k_context: int) -> tuple[dict, dict, dict]:
     return k_tables, engine, stops
 
 
-def size(scenario: str | Scenario, candidates=None, tp=None, target_load=None, policies=None, workers=None,
-         n_requests=None, search_steps=None, seed=None, sensitivity=None, max_replicas=None,
-         duration_s=None, max_requests=None, simulate=None, dtypes=None, prices=None, headroom=None,
-         spare_replicas=None) -> SizingResult:
+def size(scenario: str | Scenario, overrides: SizingOverrides | None = None, simulate=None) -> SizingResult:
     """Size a deployment for the scenario's traffic and SLOs.
 
     ``scenario``: a Scenario or a TOML path / bundled name with [slo], [sizing] and [traffic].
-    Keyword arguments override [sizing]. ``simulate``: the serving simulation to use (default
+    ``overrides`` replace [sizing] settings. ``simulate``: the serving simulation to use (default
     ``simulator.serving.simulate``; a picklable function with the same signature for tests).
     """
     t0 = time.perf_counter()
     sc = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
-    spec = parse_sizing(sc, candidates=candidates, tp=tp, target_load=target_load, policies=policies,
-                        workers=workers, n_requests=n_requests, search_steps=search_steps, seed=seed,
-                        sensitivity=sensitivity, max_replicas=max_replicas, duration_s=duration_s,
-                        max_requests=max_requests, dtypes=dtypes, prices=prices, headroom=headroom,
-                        spare_replicas=spare_replicas)
+    spec = parse_sizing(sc, **(overrides or SizingOverrides()).as_kwargs())
     simulate = simulate or serving.simulate
     prompt_len, out_len = traffic_lengths(sc)
     rejected, memory, tasks, scen = _plan_candidates(sc, spec, simulate, max(prompt_len + out_len, 1.0))

@@ -21,7 +21,7 @@ fit the usable memory (``memory_bytes * memory_utilization``) are rejected with 
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -119,6 +119,31 @@ class SizingSpec:
     @property
     def load_unit(self) -> str:
         return "req/s" if self.load_kind == "rate" else "concurrent seqs"
+
+
+@dataclass(frozen=True)
+class SizingOverrides:
+    """What a caller sets over the scenario's ``[sizing]`` (and its target load); None keeps the file's value."""
+    candidates: list | None = None  # hardware names
+    tp: list | None = None
+    target_load: float | None = None
+    policies: list | None = None
+    workers: int | None = None
+    n_requests: int | None = None
+    search_steps: int | None = None
+    seed: int | None = None
+    sensitivity: bool | None = None
+    max_replicas: int | None = None
+    duration_s: float | None = None
+    max_requests: int | None = None
+    dtypes: list | None = None
+    prices: dict | None = None
+    headroom: float | None = None
+    spare_replicas: int | None = None
+
+    def as_kwargs(self) -> dict:
+        """The keyword arguments of :func:`parse_sizing` (values as given, not copied)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
 # --- parsing ------------------------------------------------------------------------------------

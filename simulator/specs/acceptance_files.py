@@ -133,7 +133,7 @@ def parse_acceptance_bytes(data: bytes, name: str) -> AcceptanceFile:
     if any(ln.startswith(("vllm:", "# TYPE", "# HELP")) for ln in lines[:2000]):
         return _from_metrics(text, name)
     if "per_position_acceptance" in lines[0].split(","):
-        return _finish(name, **read_csv_rows(text, name))
+        return _finish(name, RatesRead(**read_csv_rows(text, name)))
     raise PlannerError(f"{name}: not an acceptance file this planner reads ({_expected()})")
 
 
@@ -173,15 +173,15 @@ def _from_json(docs: list, where: str) -> AcceptanceFile:
     first = docs[0]
     if len(docs) == 1 and any(k in first for k in ("conditional_accept_rates", "marginal_accept_rates",
                                                     "max_supported_k", "schema_version")):
-        return _finish(where, **read_modelopt(first, where))
+        return _finish(where, RatesRead(**read_modelopt(first, where)))
     if len(docs) == 1 and ("spec_decode_per_position_acceptance_rates" in first or "median_itl_ms" in first):
-        return _finish(where, **read_vllm_bench(first, where))
+        return _finish(where, RatesRead(**read_vllm_bench(first, where)))
     if any(_request_metrics(d) is not None for d in docs):
         found = [_request_metrics(d) for d in docs]
         if any(m is None for m in found):
             raise PlannerError(f"{where}: response {found.index(None) + 1} of {len(found)} has no speculative_decoding"
                                " metrics (was the server started with --per-request-spec-decode-metrics?)")
-        return _finish(where, **read_vllm_requests(found, where))
+        return _finish(where, RatesRead(**read_vllm_requests(found, where)))
     raise PlannerError(f"{where}: a JSON file without acceptance fields this planner knows ({_expected()})")
 
 
@@ -204,18 +204,30 @@ def _from_metrics(text: str, where: str) -> AcceptanceFile:
     models = ", ".join(sorted(m for m in c["models"] if m)) or "model not labelled"
     conditions = (f"{models}; {c['num_drafts']:.0f} drafts of K={acc['k']} over {len(c['engines'])} engine(s);"
                   f" acceptance length {acc['acceptance_length']:.4g}; counters since server start")
-    return _finish(where, kind="Prometheus /metrics scrape", conditional=acc["per_position_acceptance"],
-                   conversion="vLLM per-position rates r_i = accepted at i / drafts are unconditional:"
-                   " a_i = r_i / r_{i-1}", conditions=conditions, measured_k=acc["k"])
+    return _finish(where, RatesRead(kind="Prometheus /metrics scrape", conditional=acc["per_position_acceptance"],
+                                    conversion="vLLM per-position rates r_i = accepted at i / drafts are"
+                                    " unconditional: a_i = r_i / r_{i-1}", conditions=conditions, measured_k=acc["k"]))
 
 
-def _finish(where: str, kind: str, conditional: list, conversion: str, conditions: str = "",
-            max_supported_k: int | None = None, cap_reason: str = "", measured_k: int | None = None,
-            warnings: list[str] | None = None) -> AcceptanceFile:
+@dataclass(frozen=True)
+class RatesRead:
+    """What a reader found in a file (:mod:`simulator.specs.acceptance_readers` returns these fields)."""
+
+    kind: str
+    conditional: list  # a_1, a_2, ...; None from the first position no step reached
+    conversion: str
+    conditions: str = ""
+    max_supported_k: int | None = None
+    cap_reason: str = ""
+    measured_k: int | None = None  # the K the measurement ran (positions beyond the rates: never reached)
+    warnings: list[str] | None = None
+
+
+def _finish(where: str, read: RatesRead) -> AcceptanceFile:
     """Conditional rates up to the first position nobody reached; a rate of 1 held at RATE_CAP."""
     rates: list[float] = []
     held = False
-    for i, a in enumerate(conditional):
+    for i, a in enumerate(read.conditional):
         if a is None:
             break
         if not (isinstance(a, (int, float)) and not isinstance(a, bool) and math.isfinite(a) and -1e-9 <= a <= 1 + 1e-6):
@@ -224,11 +236,12 @@ def _finish(where: str, kind: str, conditional: list, conversion: str, condition
         rates.append(min(max(float(a), 0.0), RATE_CAP))
     if not rates:
         raise PlannerError(f"{where}: no per-position acceptance rates (no draft position was reached)")
-    notes = list(warnings or [])
+    notes = list(read.warnings or [])
+    conversion = read.conversion
     if held:
         conversion += f"; rates of 1 held at {RATE_CAP}"
-    if measured_k and len(rates) < measured_k:
-        conversion += f"; positions {len(rates) + 1}-{measured_k} never reached"
-    return AcceptanceFile(path=where, kind=kind, conditional=tuple(rates), conversion=conversion,
-                          conditions=conditions, max_supported_k=max_supported_k, cap_reason=cap_reason,
+    if read.measured_k and len(rates) < read.measured_k:
+        conversion += f"; positions {len(rates) + 1}-{read.measured_k} never reached"
+    return AcceptanceFile(path=where, kind=read.kind, conditional=tuple(rates), conversion=conversion,
+                          conditions=read.conditions, max_supported_k=read.max_supported_k, cap_reason=read.cap_reason,
                           warnings=tuple(notes))

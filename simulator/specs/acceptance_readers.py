@@ -1,6 +1,6 @@
 """One reader per acceptance-file format (see :mod:`simulator.specs.acceptance_files` for the table).
 
-Each returns the keyword arguments of ``acceptance_files._finish``: kind, conditional rates (None
+Each returns the fields of ``acceptance_files.RatesRead`` as a dict: kind, conditional rates (None
 where no step reached a position), the conversion in words, measurement conditions, and the K cap.
 Nothing is clipped: a rate outside [0, 1], a rising unconditional rate or a histogram that
 disagrees with the file's own totals is refused with the file's name and the fix.

@@ -235,6 +235,21 @@ def model_from_hf_config(cfg: dict, name: str, origin: str) -> ModelSpec:
     if not isinstance(model_type, str) or model_type not in SUPPORTED_MODEL_TYPES:
         raise PlannerError(f"{origin}: unknown model_type {model_type!r}"
                            f" (supported: {', '.join(SUPPORTED_MODEL_TYPES)})")
+    common, quant = _common_fields(cfg, name, origin, model_type)
+    if model_type in ("deepseek_v3", "deepseek_v2"):
+        spec = ModelSpec(**common, **_deepseek_fields(cfg, origin, quant))
+    elif model_type in ("mixtral", "gpt_oss"):
+        spec = ModelSpec(**common, **_mixtral_fields(cfg, origin, quant))
+    elif model_type in ("qwen2_moe", "qwen3_moe"):
+        spec = ModelSpec(**common, **_qwen_moe_fields(cfg, origin, common["num_layers"]))
+    else:  # dense: llama, mistral, qwen2, qwen3, cohere, cohere2
+        spec = ModelSpec(**common, intermediate_size=_need(cfg, "intermediate_size", origin))
+    return _check_spec(spec, origin)
+
+
+def _common_fields(cfg: dict, name: str, origin: str, model_type: str) -> tuple[dict, str | None]:
+    """The fields every family has (attention, vocabulary, sliding window, trained length) and the
+    checkpoint's quantization method."""
     D = _need(cfg, "hidden_size", origin)
     L = _need(cfg, "num_hidden_layers", origin)
     H = _need(cfg, "num_attention_heads", origin)
@@ -253,49 +268,55 @@ def model_from_hf_config(cfg: dict, name: str, origin: str) -> ModelSpec:
                   hidden_size=D, num_layers=L, num_heads=H, num_kv_heads=H_kv, head_dim=head_dim, vocab_size=vocab,
                   tie_word_embeddings=tie, sliding_window=window, num_sliding_layers=n_sliding,
                   max_position_embeddings=max_pos)
+    return common, quant
 
-    if model_type in ("deepseek_v3", "deepseek_v2"):
-        E = _need(cfg, "n_routed_experts", origin)
-        F_e = _need(cfg, "moe_intermediate_size", origin)
-        spec = ModelSpec(
-            **common, intermediate_size=_need(cfg, "intermediate_size", origin), attention="mla",
-            q_lora_rank=_opt(cfg, "q_lora_rank", origin), kv_lora_rank=_need(cfg, "kv_lora_rank", origin),
-            qk_nope_head_dim=_need(cfg, "qk_nope_head_dim", origin),
-            qk_rope_head_dim=_need(cfg, "qk_rope_head_dim", origin), v_head_dim=_need(cfg, "v_head_dim", origin),
-            num_experts=E, experts_per_token=_need(cfg, "num_experts_per_tok", origin),
-            expert_intermediate_size=F_e, shared_expert_intermediate_size=_opt(cfg, "n_shared_experts", origin) * F_e,
-            num_dense_layers=_opt(cfg, "first_k_dense_replace", origin),
-            num_mtp_layers=_opt(cfg, "num_nextn_predict_layers", origin),
-            expert_weight_dtype="fp8" if quant == "fp8" else None,
-        )
-    elif model_type in ("mixtral", "gpt_oss"):
-        E = _need(cfg, "num_local_experts", origin)
-        spec = ModelSpec(
-            **common, intermediate_size=_need(cfg, "intermediate_size", origin), num_experts=E,
-            experts_per_token=_need(cfg, "num_experts_per_tok", origin),
-            expert_intermediate_size=_need(cfg, "intermediate_size", origin),
-            expert_weight_dtype="mxfp4" if quant == "mxfp4" else None,
-        )
-    elif model_type in ("qwen2_moe", "qwen3_moe"):
-        E = _need(cfg, "num_experts", origin)
-        step = _opt(cfg, "decoder_sparse_step", origin, 1, 1)
-        mlp_only = cfg.get("mlp_only_layers") or []
-        if not isinstance(mlp_only, list) or not all(isinstance(i, int) and not isinstance(i, bool)
-                                                     and 0 <= i < L for i in mlp_only):
-            raise PlannerError(f"{origin}: field 'mlp_only_layers' must be a list of layer indices in"
-                               f" [0, {L}), got {mlp_only!r}")
-        mlp_only = set(mlp_only)
-        dense = sum(1 for i in range(L) if i in mlp_only or (i + 1) % step != 0)
-        spec = ModelSpec(
-            **common, intermediate_size=_opt(cfg, "intermediate_size", origin), num_experts=E,
-            experts_per_token=_need(cfg, "num_experts_per_tok", origin),
-            expert_intermediate_size=_need(cfg, "moe_intermediate_size", origin),
-            shared_expert_intermediate_size=_opt(cfg, "shared_expert_intermediate_size", origin),
-            num_dense_layers=dense,
-        )
-    else:  # dense: llama, mistral, qwen2, qwen3, cohere, cohere2
-        spec = ModelSpec(**common, intermediate_size=_need(cfg, "intermediate_size", origin))
-    return _check_spec(spec, origin)
+
+def _deepseek_fields(cfg: dict, origin: str, quant: str | None) -> dict:
+    """DeepSeek V2 / V3: MLA attention, routed + shared experts, dense first layers, MTP layers."""
+    E = _need(cfg, "n_routed_experts", origin)
+    F_e = _need(cfg, "moe_intermediate_size", origin)
+    return dict(
+        intermediate_size=_need(cfg, "intermediate_size", origin), attention="mla",
+        q_lora_rank=_opt(cfg, "q_lora_rank", origin), kv_lora_rank=_need(cfg, "kv_lora_rank", origin),
+        qk_nope_head_dim=_need(cfg, "qk_nope_head_dim", origin),
+        qk_rope_head_dim=_need(cfg, "qk_rope_head_dim", origin), v_head_dim=_need(cfg, "v_head_dim", origin),
+        num_experts=E, experts_per_token=_need(cfg, "num_experts_per_tok", origin),
+        expert_intermediate_size=F_e, shared_expert_intermediate_size=_opt(cfg, "n_shared_experts", origin) * F_e,
+        num_dense_layers=_opt(cfg, "first_k_dense_replace", origin),
+        num_mtp_layers=_opt(cfg, "num_nextn_predict_layers", origin),
+        expert_weight_dtype="fp8" if quant == "fp8" else None,
+    )
+
+
+def _mixtral_fields(cfg: dict, origin: str, quant: str | None) -> dict:
+    """Mixtral / gpt-oss: every layer routed, experts as wide as the dense FFN would be."""
+    E = _need(cfg, "num_local_experts", origin)
+    return dict(
+        intermediate_size=_need(cfg, "intermediate_size", origin), num_experts=E,
+        experts_per_token=_need(cfg, "num_experts_per_tok", origin),
+        expert_intermediate_size=_need(cfg, "intermediate_size", origin),
+        expert_weight_dtype="mxfp4" if quant == "mxfp4" else None,
+    )
+
+
+def _qwen_moe_fields(cfg: dict, origin: str, L: int) -> dict:
+    """Qwen2-MoE / Qwen3-MoE: dense layers from decoder_sparse_step and mlp_only_layers."""
+    E = _need(cfg, "num_experts", origin)
+    step = _opt(cfg, "decoder_sparse_step", origin, 1, 1)
+    mlp_only = cfg.get("mlp_only_layers") or []
+    if not isinstance(mlp_only, list) or not all(isinstance(i, int) and not isinstance(i, bool)
+                                                 and 0 <= i < L for i in mlp_only):
+        raise PlannerError(f"{origin}: field 'mlp_only_layers' must be a list of layer indices in"
+                           f" [0, {L}), got {mlp_only!r}")
+    mlp_only = set(mlp_only)
+    dense = sum(1 for i in range(L) if i in mlp_only or (i + 1) % step != 0)
+    return dict(
+        intermediate_size=_opt(cfg, "intermediate_size", origin), num_experts=E,
+        experts_per_token=_need(cfg, "num_experts_per_tok", origin),
+        expert_intermediate_size=_need(cfg, "moe_intermediate_size", origin),
+        shared_expert_intermediate_size=_opt(cfg, "shared_expert_intermediate_size", origin),
+        num_dense_layers=dense,
+    )
 
 
 @lru_cache(maxsize=None)

@@ -71,42 +71,15 @@ def run_sweep(spec: str | Path | SweepSpec, output_dir=None, workers=None, ray_a
         spec.run["workers"] = workers
     if max_tasks is not None and max_tasks < 0:
         raise PlannerError(f"--max-tasks must be >= 0, got {max_tasks}")
-    out = check_outputs(spec, output_dir) if write else check_output_dir(Path(output_dir or spec.output["dir"]))
-    if ray_address is not None:
-        import_ray()  # refuse before anything runs when Ray is missing
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise PlannerError(f"--output-dir {out}: cannot create it ({err.strerror or err})") from None
+    out = _output_dir(spec, output_dir, write, ray_address)
     records = read_journal(out / JOURNAL)
     todo = [t for t in spec.tasks if t.key not in records]
     resumed = len(spec.tasks) - len(todo)
     if max_tasks is not None:
         todo = todo[:max_tasks]
     bar = Progress(len(spec.tasks), resumed, enabled=progress)
-    journal = Journal(out / JOURNAL)
-    seconds, cpu = [], []
-
-    def on_result(rec: dict) -> None:
-        rec = roundtrip(rec)  # the table is built from what the journal holds, in this run as in a resumed one
-        journal.append(rec)
-        records[rec["key"]] = rec
-        seconds.append(rec.get("elapsed_s", float("nan")))
-        cpu.append(rec.get("cpu_s", float("nan")))
-        bar.update()
-
     backend = "ray" if ray_address is not None else ("local" if spec.run["workers"] > 1 else "inline")
-    try:
-        if todo:
-            bar.start()
-            if ray_address is not None:
-                run_ray(todo, ray_address, spec.run["workers"], on_result)
-            elif spec.run["workers"] > 1:
-                run_local(todo, spec.run["workers"], on_result)
-            else:
-                run_inline(todo, on_result)
-    finally:
-        journal.close()
+    seconds, cpu = _compute(todo, out, records, ray_address, spec.run["workers"], bar)
     filtered = pd.DataFrame(spec.filtered, columns=["model", "hardware", "tp", "ep", "dtype", "kv_dtype", "draft",
                                                     "engine", "context_len", "traffic", "acceptance", "filter", "reason"])
     complete = all(t.key in records for t in spec.tasks)
@@ -120,6 +93,46 @@ def run_sweep(spec: str | Path | SweepSpec, output_dir=None, workers=None, ray_a
             outcome.written = write_outputs(spec, out, table, filtered, {"computed": len(seconds), "resumed": resumed})
     outcome.elapsed_s = time.perf_counter() - t0
     return outcome
+
+
+def _output_dir(spec: SweepSpec, output_dir, write: bool, ray_address) -> Path:
+    """The output directory, checked (with the files it will get when ``write``) and created."""
+    out = check_outputs(spec, output_dir) if write else check_output_dir(Path(output_dir or spec.output["dir"]))
+    if ray_address is not None:
+        import_ray()  # refuse before anything runs when Ray is missing
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise PlannerError(f"--output-dir {out}: cannot create it ({err.strerror or err})") from None
+    return out
+
+
+def _compute(todo: list, out: Path, records: dict, ray_address, workers: int, bar: Progress) -> tuple[list, list]:
+    """Run the tasks not yet in the journal, appending each result to it (and to ``records``) as it
+    arrives; returns each computed task's seconds and CPU seconds."""
+    journal = Journal(out / JOURNAL)
+    seconds, cpu = [], []
+
+    def on_result(rec: dict) -> None:
+        rec = roundtrip(rec)  # the table is built from what the journal holds, in this run as in a resumed one
+        journal.append(rec)
+        records[rec["key"]] = rec
+        seconds.append(rec.get("elapsed_s", float("nan")))
+        cpu.append(rec.get("cpu_s", float("nan")))
+        bar.update()
+
+    try:
+        if todo:
+            bar.start()
+            if ray_address is not None:
+                run_ray(todo, ray_address, workers, on_result)
+            elif workers > 1:
+                run_local(todo, workers, on_result)
+            else:
+                run_inline(todo, on_result)
+    finally:
+        journal.close()
+    return seconds, cpu
 
 
 def write_outputs(spec: SweepSpec, out: Path, table: pd.DataFrame, filtered: pd.DataFrame, stats: dict) -> list:

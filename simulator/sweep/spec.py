@@ -49,7 +49,6 @@ import copy
 import hashlib
 import itertools
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from simulator import serving
@@ -61,61 +60,9 @@ from simulator.specs.acceptance_files import read_acceptance_file
 from simulator.specs.drafts import parse_draft
 from simulator.specs.hardware import DTYPE_BYTES, list_hardware
 from simulator.specs.models import list_models
-from simulator.specs.scenario import (OVERRIDE_KEYS, SCENARIO_DIR, apply_overrides, build_scenario, check_table,
-                                      read_scenario_file)
-
-SWEEP_DIR = SCENARIO_DIR / "sweeps"  # bundled sweep files (not scenarios/*.toml: those must all be scenarios)
-FORMAT_VERSION = 1  # part of every task key: bump when a task's rows change meaning
-AXES = ("models", "hardware", "tp", "ep", "dtype", "kv_dtype", "draft", "engine", "context_len", "traffic",
-        "acceptance")
-SWEEP_SCHEMA = {"base": str, "policies": list, **{a: list for a in AXES}}
-RUN_SCHEMA = {"size": bool, "n_requests": int, "search_steps": int, "duration_s": (int, float),
-              "max_requests": int, "max_replicas": int, "seed": int, "workers": int}
-OUTPUT_SCHEMA = {"dir": str, "formats": list, "latency": str}
-FORMATS = ("parquet", "csv", "markdown", "html")
-LATENCY_COLUMNS = ("tpot_p50_s", "tpot_p99_s", "ttft_p99_s")
-# None: the base scenario's [sizing] setting (else the sizing default), so a row is what `size` finds
-RUN_DEFAULTS = {"size": True, "n_requests": None, "search_steps": None, "duration_s": None, "max_requests": None,
-                "max_replicas": None, "seed": None, "workers": 2}
-# axis -> the flat scenario override it sets (simulator.specs.scenario.OVERRIDE_KEYS)
-OVERRIDE = {"models": "model", "hardware": "hardware", "tp": "tp", "ep": "ep", "dtype": "weight_dtype",
-            "kv_dtype": "kv_dtype", "draft": "draft", "context_len": "context_len", "engine": "engine"}
-
-
-@dataclass(frozen=True)
-class SweepTask:
-    """One scenario-sized unit of work: a resolved scenario dict plus what to run on it."""
-
-    index: int  # position in the expansion (the final table's order)
-    key: str  # stable hash of everything the result depends on
-    axes: dict  # axis name -> value (traffic / acceptance: the preset name)
-    raw: dict  # scenario in TOML layout, axes applied
-    origin: str
-    base_dir: str | None
-    policies: tuple
-    run: dict
-
-
-@dataclass
-class SweepSpec:
-    name: str
-    description: str
-    path: str
-    base: str
-    base_raw: dict
-    axes: dict  # axis -> tuple of values (every axis present; defaults from the base)
-    traffic: dict  # preset name -> [traffic] table (None: the base's own)
-    acceptance: dict  # preset name -> [acceptance] table (None: the base's own)
-    policies: tuple
-    run: dict
-    output: dict
-    tasks: list = field(default_factory=list)
-    filtered: list = field(default_factory=list)  # {axes..., reason}
-
-    @property
-    def n_combinations(self) -> int:
-        return len(self.tasks) + len(self.filtered)
-
+from simulator.specs.scenario import OVERRIDE_KEYS, apply_overrides, build_scenario, check_table, read_scenario_file
+from simulator.sweep.schema import (AXES, FORMAT_VERSION, FORMATS, LATENCY_COLUMNS, OUTPUT_SCHEMA,  # noqa: F401 (API)
+                                    OVERRIDE, RUN_DEFAULTS, RUN_SCHEMA, SWEEP_DIR, SWEEP_SCHEMA, SweepSpec, SweepTask)
 
 def _err(origin, text):
     return PlannerError(f"{origin}: {text}")
@@ -205,10 +152,8 @@ def _read(path: str | Path) -> dict:
     return read_toml_file(p, "sweep") | {"_path": str(p)}
 
 
-def parse_sweep(path: str | Path, output_dir: str | None = None, workers: int | None = None) -> SweepSpec:
-    """Read and validate a sweep file, then expand it (see :func:`expand`). Refuses bad values."""
-    raw = _read(path)
-    origin = raw.pop("_path")
+def _sections(raw: dict, origin: str) -> tuple[dict, dict, dict]:
+    """The file's sections checked against their schemas: ([sweep], [run], [output])."""
     top = {k: v for k, v in raw.items() if not isinstance(v, dict)}
     check_table(top, {"name": str, "description": str}, origin, "")
     known_sections = {"sweep", "traffic", "acceptance", "run", "output"}
@@ -225,7 +170,11 @@ def parse_sweep(path: str | Path, output_dir: str | None = None, workers: int | 
     check_table(run, RUN_SCHEMA, origin, "run")
     output = dict(raw.get("output") or {})
     check_table(output, OUTPUT_SCHEMA, origin, "output")
+    return sweep, run, output
 
+
+def _base(sweep: dict, run: dict, origin: str) -> tuple[dict, str, str | None]:
+    """The base scenario (which must itself be valid): (its dict, its path, its directory)."""
     base_path = Path(sweep["base"])
     if not base_path.is_absolute() and not base_path.exists() and (Path(origin).parent / base_path).exists():
         base_path = Path(origin).parent / base_path
@@ -235,6 +184,15 @@ def parse_sweep(path: str | Path, output_dir: str | None = None, workers: int | 
     base = build_scenario(base_raw, base_origin, base_dir)  # the base must itself be valid
     if "slo" not in base.extra and run.get("size", True):
         raise _err(origin, f"base scenario {base_origin} has no [slo]: sizing needs one (or set [run] size = false)")
+    return base_raw, base_origin, base_dir
+
+
+def parse_sweep(path: str | Path, output_dir: str | None = None, workers: int | None = None) -> SweepSpec:
+    """Read and validate a sweep file, then expand it (see :func:`expand`). Refuses bad values."""
+    raw = _read(path)
+    origin = raw.pop("_path")
+    sweep, run, output = _sections(raw, origin)
+    base_raw, base_origin, base_dir = _base(sweep, run, origin)
 
     traffic = _presets(raw, "traffic", origin)
     acceptance = _presets(raw, "acceptance", origin)

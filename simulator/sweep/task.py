@@ -13,6 +13,7 @@ import pandas as pd
 from simulator.errors import PlannerError
 from simulator.plan.api import predict_scenario
 from simulator.sizing.fleet import size, spec_stops_paying
+from simulator.sizing.spec import SizingOverrides
 from simulator.sizing.uncertainty import uncertainty
 from simulator.specs.scenario import build_scenario
 
@@ -67,10 +68,11 @@ def run_task(task) -> dict:
         try:
             # the same search as `size` (None: the base scenario's [sizing] setting), the scenario as its own
             # candidate (dtype "" keeps its precision)
-            res = size(sc, candidates=[sc.hardware.name], tp=[sc.deployment.tp], policies=list(task.policies),
-                       workers=1, n_requests=r["n_requests"], search_steps=r["search_steps"], seed=r["seed"],
-                       sensitivity=False, max_replicas=r["max_replicas"], duration_s=r["duration_s"],
-                       max_requests=r["max_requests"], dtypes=[""])
+            res = size(sc, SizingOverrides(
+                candidates=[sc.hardware.name], tp=[sc.deployment.tp], policies=list(task.policies), workers=1,
+                n_requests=r["n_requests"], search_steps=r["search_steps"], seed=r["seed"], sensitivity=False,
+                max_replicas=r["max_replicas"], duration_s=r["duration_s"], max_requests=r["max_requests"],
+                dtypes=[""]))
         except PlannerError as e:
             status = "error: " + " ".join(str(e).split())
             rows += [base | {"policy": p, "status": status} | grid | unc for p in task.policies]

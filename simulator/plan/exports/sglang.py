@@ -36,41 +36,31 @@ def sglang_lookup(payload: dict, batch_size: int, cuda_graph_bs=None) -> list[in
     return sorted(set(payload[str(key)]["candidate_steps"]))
 
 
-def _sglang(table: KTable, version: str, cuda_graph_bs=None, candidates: str = "kstar",
-            tolerance: float = 0.02) -> Export:
-    v = parse_version(version)
-    k2d = np.array(table.k_opt)
-    b, k1 = _column(table, k2d)
-    warns = _context_warning(table, k2d)
-    j = table.context_index
-    if not (k1 >= 0).any():
-        raise PlannerError(f"no batch size fits in memory at context {table.context_len}: nothing to export")
-    if v < parse_version("0.5.14") and (k1 == 0).any():
-        zeros = b[k1 == 0]
-        k1 = np.where(k1 == 0, table.best_k(table.ks >= 1)[:, j], k1)
-        warns.append(f"K* = 0 at batch sizes {_list(zeros)}, but SGLang {version} requires positive"
-                     " candidate_steps (K = 0 is accepted from 0.5.14): those get the best K >= 1; target"
-                     " 0.5.14+ to switch speculation off there")
+def _padded_ks(b: np.ndarray, k1: np.ndarray, cuda_graph_bs) -> tuple[np.ndarray, list]:
+    """K* of the padded batch size for every batch size (and the warning when padding moves any)."""
     # the engine pads B up to the next captured CUDA-graph size before routing, and the step then runs
     # at the padded size: K*(padded B) is the best K for every B that pads to it
-    if cuda_graph_bs:
-        listed = list(b)
-        padded = np.array([pad_to_capture(x, cuda_graph_bs) for x in b])
-        eff = k1.copy()
-        for i, p in enumerate(padded):
-            if k1[i] < 0:
-                continue
-            # K* at the padded size; where the grid lacks it (or it does not fit), the K* of the largest
-            # feasible batch size that pads to the same size: one K per padded size either way
-            same = np.flatnonzero((padded == p) & (b <= p) & (k1 >= 0))
-            eff[i] = k1[same[-1]]
-        k1 = eff
-        changed = [int(x) for x, p in zip(listed, padded) if p != x]
-        if changed:
-            warns.append(f"SGLang pads a batch up to the next captured CUDA-graph size ({len(cuda_graph_bs)}"
-                         f" sizes up to {max(cuda_graph_bs)}) before choosing a slot, so each batch size gets the"
-                         " K* of its padded size (the step runs at that size)")
-    ranges = k_ranges(b, k1)
+    listed = list(b)
+    padded = np.array([pad_to_capture(x, cuda_graph_bs) for x in b])
+    eff = k1.copy()
+    for i, p in enumerate(padded):
+        if k1[i] < 0:
+            continue
+        # K* at the padded size; where the grid lacks it (or it does not fit), the K* of the largest
+        # feasible batch size that pads to the same size: one K per padded size either way
+        same = np.flatnonzero((padded == p) & (b <= p) & (k1 >= 0))
+        eff[i] = k1[same[-1]]
+    changed = [int(x) for x, p in zip(listed, padded) if p != x]
+    if not changed:
+        return eff, []
+    return eff, [f"SGLang pads a batch up to the next captured CUDA-graph size ({len(cuda_graph_bs)}"
+                 f" sizes up to {max(cuda_graph_bs)}) before choosing a slot, so each batch size gets the"
+                 " K* of its padded size (the step runs at that size)"]
+
+
+def _slots(table: KTable, b: np.ndarray, ranges: list, v, candidates: str, tolerance: float) -> tuple[dict, list]:
+    """One slot per range of K*: (payload, rows); ``neighbors`` adds K*-1 and K*+1 where both are near-best."""
+    j = table.context_index
     payload: dict = {}
     rows = []
     for lo, hi, kk in ranges:
@@ -87,12 +77,11 @@ def _sglang(table: KTable, version: str, cuda_graph_bs=None, candidates: str = "
                 cand = [lo_k, kk, hi_k]
         payload[str(lo)] = {"candidate_steps": cand}
         rows.append({"batch sizes": _ranges_text((lo, hi)), "candidate_steps": cand, "K at start": kk})
-    last = ranges[-1]
-    rows.append({"batch sizes": f"> {last[1]}", "candidate_steps": payload[str(last[0])]["candidate_steps"],
-                 "K at start": f"{last[2]} (last slot carries on)"})
-    warns += _tail_warnings(table, k1, f"SGLang keeps the last slot (K={last[2]}) above batch size {last[1]}"
-                                       + ("" if last[2] == 0 else "; add a slot with candidate_steps [0] to"
-                                          " switch speculation off there (0.5.14+)"))
+    return payload, rows
+
+
+def _sglang_notes(payload: dict, cuda_graph_bs) -> list[str]:
+    """How SGLang reads the slots, and what it needs for adaptive speculation."""
     union = sorted({s for e in payload.values() for s in e["candidate_steps"]})
     notes = ["a slot with one candidate is a fixed K; with several, SGLang starts at --speculative-num-steps"
              " when it is a candidate of the slot (else the slot's middle candidate) and then moves by the EMA"
@@ -104,6 +93,36 @@ def _sglang(table: KTable, version: str, cuda_graph_bs=None, candidates: str = "
     if not cuda_graph_bs:
         notes.append("no CUDA-graph capture sizes given: routing assumed on the real batch size; with graphs"
                      " on, SGLang pads first (pass the capture sizes for an exact file)")
+    return notes
+
+
+def _sglang(table: KTable, version: str, cuda_graph_bs=None, candidates: str = "kstar",
+            tolerance: float = 0.02) -> Export:
+    v = parse_version(version)
+    k2d = np.array(table.k_opt)
+    b, k1 = _column(table, k2d)
+    warns = _context_warning(table, k2d)
+    j = table.context_index
+    if not (k1 >= 0).any():
+        raise PlannerError(f"no batch size fits in memory at context {table.context_len}: nothing to export")
+    if v < parse_version("0.5.14") and (k1 == 0).any():
+        zeros = b[k1 == 0]
+        k1 = np.where(k1 == 0, table.best_k(table.ks >= 1)[:, j], k1)
+        warns.append(f"K* = 0 at batch sizes {_list(zeros)}, but SGLang {version} requires positive"
+                     " candidate_steps (K = 0 is accepted from 0.5.14): those get the best K >= 1; target"
+                     " 0.5.14+ to switch speculation off there")
+    if cuda_graph_bs:
+        k1, pad_warns = _padded_ks(b, k1, cuda_graph_bs)
+        warns += pad_warns
+    ranges = k_ranges(b, k1)
+    payload, rows = _slots(table, b, ranges, v, candidates, tolerance)
+    last = ranges[-1]
+    rows.append({"batch sizes": f"> {last[1]}", "candidate_steps": payload[str(last[0])]["candidate_steps"],
+                 "K at start": f"{last[2]} (last slot carries on)"})
+    warns += _tail_warnings(table, k1, f"SGLang keeps the last slot (K={last[2]}) above batch size {last[1]}"
+                                       + ("" if last[2] == 0 else "; add a slot with candidate_steps [0] to"
+                                          " switch speculation off there (0.5.14+)"))
+    notes = _sglang_notes(payload, cuda_graph_bs)
     use = ("python -m sglang.launch_server --model MODEL --speculative-algorithm EAGLE3 --speculative-adaptive"
            " --speculative-adaptive-config adaptive.json")
     return Export("sglang", version, payload, rows, warns, notes, use)

@@ -90,15 +90,9 @@ def _zero_tier_warning(version: str, gen: str, k1: np.ndarray, draft_method: str
             f" include it; check {version}'s tensorrt_llm/_torch/speculative/utils.py before relying on K = 0"]
 
 
-def _trtllm(table: KTable, version: str, planned_batch_size: int | None = None,
-            draft_method: str | None = None) -> Export:
-    gen = trtllm_generation(version)
-    k2d = np.array(table.k_opt)
-    b, k1 = _column(table, k2d)
-    warns = _context_warning(table, k2d)
-    feasible = k1 >= 0
-    if not feasible.any():
-        raise PlannerError(f"no batch size fits in memory at context {table.context_len}: nothing to export")
+def _engine_ks(table: KTable, b: np.ndarray, k1: np.ndarray, gen: str, version: str) -> tuple[np.ndarray, int, list]:
+    """K* moved to what TensorRT-LLM can hold: (K per batch size, max_draft_len, warnings)."""
+    warns = []
     j = table.context_index
     # 1. every K must be <= max_draft_len = the K of the smallest key (B = 1)
     cap = int(k1[0])
@@ -124,34 +118,37 @@ def _trtllm(table: KTable, version: str, planned_batch_size: int | None = None,
                          f" {version} ('up to' keys) K = 0 is the tier above the largest key (speculation off),"
                          " and a schedule that returns from 0 is not a documented use, so those get the best"
                          " K >= 1 (runner-up)")
-    ranges = k_ranges(b, k1)
-    max_draft_len = cap
+    return k1, cap, warns
+
+
+def _schedule_keys(ranges: list, gen: str, version: str) -> tuple[dict, str, list]:
+    """draft_len_schedule's keys for the generation: (schedule, what happens above it, rows per range)."""
     if gen == "lower":
         sched = {r[0]: r[2] for r in ranges}
         last = ranges[-1]
         above = f"TensorRT-LLM {version} keeps K={last[2]} above batch size {last[1]} (the largest key's K)"
         rows = [{"batch sizes": _ranges_text(r), "K": r[2]} for r in ranges]
         rows.append({"batch sizes": f"> {last[1]}", "K": f"{last[2]} (largest key's K carries on)"})
-    else:
-        # a key at both ends of every range: the same K under 'up to' AND lower-bound lookups within
-        # the grid (some 1.3 builds' two-model drafter still looks keys up as lower bounds)
-        sched = {}
-        for lo, hi, kk in ranges:
-            sched[lo] = kk
-            sched[hi] = kk
-        if ranges[-1][2] == 0 and len(ranges) > 1:
-            lo, hi, _ = ranges[-1]
-            sched.pop(hi, None)  # the implicit tier above the last key is already 0
-        last = ranges[-1]
-        above = (f"TensorRT-LLM {version} turns speculation off (K=0) above the largest key {max(sched)}"
-                 if last[2] > 0 else f"K=0 above batch size {last[0] - 1}")
-        rows = [{"batch sizes": _ranges_text(r), "K": r[2]} for r in ranges]
-        rows.append({"batch sizes": f"> {last[1]}", "K": f"0 (above the largest key {max(sched)}: speculation off)"})
-    warns += _tail_warnings(table, k1, above + "; extend --batch-sizes to max_batch_size to plan them")
-    gate, gate_notes, gate_warns = _gate(table, b, k1, gen, planned_batch_size)
-    warns += gate_warns + _gate_path_warning(gen, draft_method) + _zero_tier_warning(version, gen, k1, draft_method)
-    payload = {"max_draft_len": max_draft_len, "draft_len_schedule": {str(key): int(v) for key, v in sorted(sched.items())}}
-    payload |= gate
+        return sched, above, rows
+    # a key at both ends of every range: the same K under 'up to' AND lower-bound lookups within
+    # the grid (some 1.3 builds' two-model drafter still looks keys up as lower bounds)
+    sched = {}
+    for lo, hi, kk in ranges:
+        sched[lo] = kk
+        sched[hi] = kk
+    if ranges[-1][2] == 0 and len(ranges) > 1:
+        lo, hi, _ = ranges[-1]
+        sched.pop(hi, None)  # the implicit tier above the last key is already 0
+    last = ranges[-1]
+    above = (f"TensorRT-LLM {version} turns speculation off (K=0) above the largest key {max(sched)}"
+             if last[2] > 0 else f"K=0 above batch size {last[0] - 1}")
+    rows = [{"batch sizes": _ranges_text(r), "K": r[2]} for r in ranges]
+    rows.append({"batch sizes": f"> {last[1]}", "K": f"0 (above the largest key {max(sched)}: speculation off)"})
+    return sched, above, rows
+
+
+def _generation_notes(gen: str, version: str) -> list[str]:
+    """What the keys mean in this generation, and where the format was checked."""
     meaning = "lower bounds (K of the largest key <= batch size)" if gen == "lower" else \
         "'up to' (K of the smallest key >= batch size; K = 0 above the largest key)"
     notes = [f"keys are {meaning} in TensorRT-LLM {version}; the same file means different K in the other"
@@ -164,7 +161,29 @@ def _trtllm(table: KTable, version: str, planned_batch_size: int | None = None,
         notes.append("acceptance_rate_* keys: PR #12905 (merged 2026-04-09) renamed acceptance_window /"
                      " acceptance_length_threshold inside the 1.3.0rc line; an rc built before it reads the 1.2.x"
                      " keys (--export-version 1.2.1 writes them)")
-    notes += gate_notes
+    return notes
+
+
+def _trtllm(table: KTable, version: str, planned_batch_size: int | None = None,
+            draft_method: str | None = None) -> Export:
+    gen = trtllm_generation(version)
+    k2d = np.array(table.k_opt)
+    b, k1 = _column(table, k2d)
+    warns = _context_warning(table, k2d)
+    feasible = k1 >= 0
+    if not feasible.any():
+        raise PlannerError(f"no batch size fits in memory at context {table.context_len}: nothing to export")
+    k1, cap, cap_warns = _engine_ks(table, b, k1, gen, version)
+    warns += cap_warns
+    ranges = k_ranges(b, k1)
+    max_draft_len = cap
+    sched, above, rows = _schedule_keys(ranges, gen, version)
+    warns += _tail_warnings(table, k1, above + "; extend --batch-sizes to max_batch_size to plan them")
+    gate, gate_notes, gate_warns = _gate(table, b, k1, gen, planned_batch_size)
+    warns += gate_warns + _gate_path_warning(gen, draft_method) + _zero_tier_warning(version, gen, k1, draft_method)
+    payload = {"max_draft_len": max_draft_len, "draft_len_schedule": {str(key): int(v) for key, v in sorted(sched.items())}}
+    payload |= gate
+    notes = _generation_notes(gen, version) + gate_notes
     extra = ", ".join(f"{key}: {v}" for key, v in gate.items())
     use = "speculative_config: {max_draft_len: %d, draft_len_schedule: %s, %s}  (trtllm-serve --extra_llm_api_options FILE.yaml)" % (
         max_draft_len, json.dumps(payload["draft_len_schedule"]), extra)

@@ -1,0 +1,73 @@
+"""The answer in words: the K* schedule as text and the one-line notes a reader of the K* table needs."""
+from __future__ import annotations
+
+import numpy as np
+
+from simulator.plan import exports
+
+
+def _span(sizes: np.ndarray, dense: bool) -> str:
+    lo, hi = int(sizes[0]), int(sizes[-1])
+    if lo == hi:
+        return f"{lo}"
+    if dense:
+        return f"{lo}-{hi}"
+    return ", ".join(str(int(b)) for b in sizes[:-1]) + f" and {hi}"
+
+
+def schedule_text(batch_sizes, k_opt) -> str:
+    """Runs of equal K* in words: "K=4 for B 1-43, K=3 for 44-58, ..., no speculation from 207".
+
+    ``k_opt`` < 0 marks batch sizes where no K fits memory. A run is written lo-hi when every batch
+    size between lo and hi was evaluated, else as the list of sizes evaluated (sparse lists stay as
+    given). A K=0 or no-fit run that reaches the end of the table reads "from B".
+    """
+    b = np.asarray(batch_sizes, dtype=int)
+    k = np.asarray(k_opt, dtype=int)
+    if not b.size:
+        return "no batch sizes evaluated"
+    order = np.argsort(b)
+    b, k = b[order], k[order]
+    cuts = np.flatnonzero(np.diff(k)) + 1
+    parts, sparse = [], False
+    for n, (sizes, ks) in enumerate(zip(np.split(b, cuts), np.split(k, cuts))):
+        dense = sizes[-1] - sizes[0] + 1 == len(sizes)
+        sparse |= not dense
+        last = n == len(cuts)
+        prefix = "B " if n == 0 else ""
+        kk = int(ks[0])
+        if kk > 0:
+            parts.append(f"K={kk} for {prefix}{_span(sizes, dense)}")
+        elif kk == 0:
+            parts.append(f"no speculation from B {sizes[0]}" if last and len(sizes) > 1 and dense
+                         else f"no speculation (K=0) for {prefix}{_span(sizes, dense)}")
+        else:
+            parts.append(f"nothing fits memory from B {sizes[0]}" if last
+                         else f"nothing fits memory at {prefix}{_span(sizes, dense)}")
+    return ("; " if sparse else ", ").join(parts)
+
+
+def answer_notes(pred) -> list[str]:
+    """One-line warnings for the K* table of ``pred``, a :class:`~simulator.plan.api.Prediction` (see
+    :meth:`~simulator.plan.api.Prediction.notes`)."""
+    sc, t = pred.scenario, pred.table
+    out = []
+    acc = sc.acceptance
+    k = t["k_opt"].dropna().astype(int).to_numpy()
+    b_all = t["batch_size"].to_numpy()
+    n = acc.given_positions
+    if n is not None and k.size and int(k.max()) > n:
+        hit = t[t["k_opt"].fillna(-1).astype(int) > n]
+        out.append(f"K* = {int(k.max())} uses acceptance positions beyond the {n} given (B {_span(hit.batch_size.to_numpy(), False) if len(hit) <= 6 else f'{hit.batch_size.min()}-{hit.batch_size.max()}'}):"
+                   f" {acc.rule}; measure per-position rates up to K={int(k.max())} before relying on it")
+    if b_all.size > 1 and b_all[-1] - b_all[0] + 1 != b_all.size:
+        out.append(f"batch sizes evaluated only at {_span(b_all, False) if b_all.size <= 12 else f'{b_all.size} sizes between {b_all[0]} and {b_all[-1]}'}"
+                   " (given sparsely): the engine ranges hold each evaluated K* until the next evaluated batch size")
+    ranges = exports.k_ranges(*pred.k_table())
+    # only where batch sizes above the table exist to plan: not for one batch size asked about, and
+    # not where the table already ends at the memory limit (nothing larger fits)
+    if ranges and ranges[-1][2] > 0 and b_all.size > 1 and bool(t["fits_memory"].iloc[-1]):
+        last_b, last_k = ranges[-1][1], ranges[-1][2]
+        out.append(f"above B={last_b} (the last batch size exported) vLLM keeps K={last_k} and TensorRT-LLM turns"
+                   " speculation off; extend the batch sizes to the engine's max_num_seqs to plan that range")
+    return out
