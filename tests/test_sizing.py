@@ -5,6 +5,7 @@ fewer GPUs), and behaviour (a rendered report shows its charts).
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -267,3 +268,16 @@ def test_report_renders_in_chromium(tmp_path):
     assert len(sizes) == 2 and all(w > 100 and h > 100 for w, h in sizes)
     assert marks > 5
     assert all(u.startswith(("file:", "data:", "about:")) for u in requests)
+
+
+def test_cli_dtype_flags_set_the_scenarios_precision():
+    """size takes --dtype / --act-dtype / --kv-dtype with predict's meaning (the scenario's [precision]; the
+    [sizing] fp8 candidates stay W8A8): the K* table's predict command carries them; a bad one is one line."""
+    args = ("--scenario", str(DENSE), "--candidates", "h200", "--tp", "8", "--n-requests", "20", "--search-steps",
+            "0", "--no-sensitivity", "--format", "json")
+    r = _cli(*args, "--kv-dtype", "fp8")
+    assert r.returncode == 0, r.stderr
+    commands = [e["predict"] for e in json.loads(r.stdout)["engine"].values()]
+    assert commands and all("--kv-dtype fp8" in c for c in commands)
+    bad = _cli(*args, "--act-dtype", "fp7")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "fp7" in bad.stderr

@@ -4,10 +4,9 @@ from __future__ import annotations
 import argparse
 
 from simulator.plan import exports
-from simulator.cli.common import OneLineParser
+from simulator.cli.common import OneLineParser, add_dtype_args
 from simulator.cli.catalog import KINDS as CATALOG_KINDS
 from simulator.specs.drafts import draft_syntax_list
-from simulator.specs.hardware import ACT_DTYPES, KV_DTYPES, WEIGHT_DTYPES
 
 EXPORT_FORMATS = exports.FORMATS  # vllm, vllm-ctx, trtllm, sglang, sglang-sps: engine files
 FORMATS = ("table", "csv", "json", "markdown", "kmap") + EXPORT_FORMATS
@@ -43,11 +42,7 @@ def _workload_args(p) -> None:
                    help="goodput share of the per-batch best the K* schedule may give up at any batch size to use"
                    " fewer ranges of K (default 0.01 = 1%%; 0 = the raw per-batch argmax); also 1%%")
     p.add_argument("--fixed-k", type=int, help="the fixed-K policy compared against (default 3)")
-    p.add_argument("--dtype", help=f"weight dtype: {', '.join(WEIGHT_DTYPES)} (weights only; sizing's fp8 is W8A8:"
-                   " --dtype fp8 --act-dtype fp8)")
-    p.add_argument("--act-dtype", help=f"activation dtype: {', '.join(ACT_DTYPES)} (fp8 with fp8 weights runs fp8"
-                   " tensor cores)")
-    p.add_argument("--kv-dtype", help=f"KV-cache dtype: {', '.join(KV_DTYPES)}")
+    add_dtype_args(p)
 
 
 def _deployment_args(p) -> None:

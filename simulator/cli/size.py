@@ -12,7 +12,8 @@ from __future__ import annotations
 import sys
 
 from simulator.errors import PlannerError
-from simulator.cli.common import OneLineParser, check_output_dir, command, say_written, write_files_atomically
+from simulator.cli.common import (OneLineParser, add_dtype_args, check_output_dir, command, dtype_overrides, say_written,
+                                 write_files_atomically)
 
 FORMATS = ("html", "markdown", "json")
 SUFFIX = {"html": ".html", "markdown": ".md", "json": ".json"}
@@ -37,6 +38,7 @@ def build_parser():
                    " (speculation_profile.json, vLLM bench / per-request JSON, /metrics dump, runs CSV)")
     p.add_argument("--deployment", metavar="FIT.json", help="deployment calibration (python -m calibration.fit_deployment)"
                    " for the scenario's own deployment; candidates on other hardware or TP are sized without it")
+    add_dtype_args(p)  # the scenario's precision (the [sizing] dtypes entry ""); fp8 candidates stay W8A8
     return p
 
 
@@ -86,8 +88,9 @@ def run(args) -> int:
     if args.deployment and args.all_bundled:
         raise PlannerError("--deployment applies to one --scenario (the deployment it was fitted on), not --all-bundled")
     scenarios = bundled_sizing_scenarios() if args.all_bundled else [args.scenario]
+    precision = dtype_overrides(args)
     if args.deployment:
-        scenarios = [load_scenario(args.scenario, deployment=args.deployment, acceptance=args.acceptance)]
+        scenarios = [load_scenario(args.scenario, deployment=args.deployment, acceptance=args.acceptance, **precision)]
     if not scenarios:
         raise PlannerError("no bundled sizing scenarios (scenarios/sizing-*.toml)")
     if out_dir is not None:
@@ -95,8 +98,8 @@ def run(args) -> int:
     renderers = {"html": render_html, "markdown": render_markdown, "json": render_json}
     files: dict[str, str] = {}
     for scenario in scenarios:
-        if args.acceptance and not args.deployment:
-            scenario = load_scenario(str(scenario), acceptance=args.acceptance)
+        if (args.acceptance or any(v is not None for v in precision.values())) and not args.deployment:
+            scenario = load_scenario(str(scenario), acceptance=args.acceptance, **precision)
         res = size(scenario if isinstance(scenario, Scenario) else str(scenario), _overrides(args))
         for fmt in dict.fromkeys(formats):
             text = renderers[fmt](res)
