@@ -216,13 +216,16 @@ def moe_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, count: int,
     if model.shared_expert_intermediate_size:
         ops += dense_mlp_ops(model, adep, local, count, model.shared_expert_intermediate_size, prefix, "shared_expert")
     if dep.dp_attention and dep.tp > 1:
-        sent = local * model.experts_per_token * D * a * expert_tp  # per-rank buffer of one all-to-all
-        node_s, net_s = alltoall_s(sent, dep.tp, hw)  # beyond one NVLink domain: + the inter-node share
-        for phase in ("dispatch", "combine"):
-            ops.append(Op(prefix + f"moe_{phase}", "comm", 0.0, collective_factor("all_to_all", dep.tp) * sent, kernels=1, count=count,
-                          comm_s=node_s, collective=("all_to_all", node_split(hw, dep.tp)[1]), shape={"bytes": sent},
-                          fabric_s=net_s))
+        ops += _dispatch_combine_ops(model, dep, hw, local * model.experts_per_token * D * a * expert_tp, count, prefix)
     return ops
+
+
+def _dispatch_combine_ops(model: ModelSpec, dep: Deployment, hw: Hardware, sent, count: int, prefix: str) -> list[Op]:
+    """The "dp-ep" all-to-alls of one MoE layer: ``sent`` bytes per rank each way (see :func:`moe_ops`)."""
+    node_s, net_s = alltoall_s(sent, dep.tp, hw)  # beyond one NVLink domain: + the inter-node share
+    return [Op(prefix + f"moe_{phase}", "comm", 0.0, collective_factor("all_to_all", dep.tp) * sent, kernels=1,
+               count=count, comm_s=node_s, collective=("all_to_all", node_split(hw, dep.tp)[1]), shape={"bytes": sent},
+               fabric_s=net_s) for phase in ("dispatch", "combine")]
 
 
 def attention_deployment(dep: Deployment) -> Deployment:

@@ -133,11 +133,15 @@ def _surface_eta(op: Op, profile: Profile | None, engine: str = "", peak: float 
         if not np.isnan(t_env).any():
             return eta_env, True
         # cells the envelope does not cover: the surface's own efficiency, capped as evaluate caps it
-        raw = _raw_eta(op, surf, fix)
-        in_cache = (np.asarray(op.nbytes) < CACHE_RESIDENT_BYTES) & (
-            np.asarray(op.flops) / peak < np.asarray(op.nbytes) / bw)
-        return np.where(np.isnan(t_env), np.where(in_cache, raw, np.minimum(raw, 1.0)), eta_env), True
+        return np.where(np.isnan(t_env), _capped_eta(op, _raw_eta(op, surf, fix), peak, bw), eta_env), True
     return _raw_eta(op, surf, fix), False
+
+
+def _capped_eta(op: Op, eta, peak: float, bw: float):
+    """A measured table may beat the roofline (efficiency > 1) only where the op's data can live in L2
+    and it is memory-bound there; elsewhere its efficiency is capped at 1."""
+    in_cache = (np.asarray(op.nbytes) < CACHE_RESIDENT_BYTES) & (np.asarray(op.flops) / peak < np.asarray(op.nbytes) / bw)
+    return np.where(in_cache, eta, np.minimum(eta, 1.0))
 
 
 def _raw_eta(op: Op, surf, fix):
@@ -259,12 +263,9 @@ def evaluate(ops: list[Op], hw: Hardware, dep: Deployment, profile: Profile | No
             measured[i] = True
             eta, enveloped = priced
             if not enveloped:
-                # a measured table may beat the roofline only where its data can live in L2; a fitted
-                # surface read beyond its rows (larger KV reads, larger GEMMs) must not outrun HBM or peak
-                # (an envelope's efficiency already follows this rule: monotone.surface_time_s)
-                in_cache = (np.asarray(op.nbytes) < CACHE_RESIDENT_BYTES) & (
-                    np.asarray(op.flops) / peak < np.asarray(op.nbytes) / bw)
-                eta = np.where(in_cache, eta, np.minimum(eta, 1.0))
+                # a fitted surface read beyond its rows (larger KV reads, larger GEMMs) must not outrun HBM
+                # or peak (an envelope's efficiency already follows this rule: monotone.surface_time_s)
+                eta = _capped_eta(op, eta, peak, bw)
             np.divide(flops[i, ...], np.multiply(eta, peak), out=compute_s[i, ...])
             np.divide(nbytes[i, ...], np.multiply(eta, bw), out=memory_s[i, ...])
             continue
