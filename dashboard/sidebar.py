@@ -156,9 +156,8 @@ def _model_controls() -> tuple[str, bool]:
         else:
             try:
                 model = _uploaded_model(up.getvalue(), up.name)
-            except PlannerError as err:
-                st.error(f"Model upload rejected: {err}")
-                ok = False
+            except PlannerError as err:  # shown at its control; the page stays on the catalog model
+                sb.error(f"Model upload rejected: {err}. Showing the catalog model {model} until it is fixed.")
     sb.selectbox("Draft method", S.DRAFT_CHOICES, key="draft_method", on_change=_draft_changed,
                  help="eagle / eagle3: a one-layer head; mtp: the model's multi-token-prediction module; "
                       "ngram: prompt lookup on the host; model: a separate small draft model.")
@@ -185,9 +184,9 @@ def _listed_acceptance(preset, base_raw: dict, base_controls: dict) -> tuple[lis
                           help="Conditional acceptance of draft position i given 1..i-1 accepted; the last repeats.")
     try:
         rates = S.parse_rates_text(ss["acc_list"])
-    except PlannerError as err:
-        st.error(str(err))
-        ok = False
+    except PlannerError as err:  # shown at its control; the page stays on the preset / scenario rates
+        st.sidebar.error(f"{err}. Showing the {'preset' if preset else 'scenario'}'s rates until it is fixed.")
+        return None, "", ok
     same = ss["acc_list"].strip() == base_controls["acc_list"].strip()
     source = (base_raw.get("acceptance", {}).get("source", "scenario file") if same and not preset
               else "per-position rates entered in the dashboard")
@@ -209,9 +208,9 @@ def _file_acceptance_controls() -> tuple[list | None, str, bool]:
         if got.max_supported_k and int(ss.get("k_max", 1)) > got.max_supported_k:
             ss["k_max"] = got.max_supported_k
         sb.caption(source)
-    except PlannerError as err:
-        st.error(f"Acceptance file rejected: {err}")
-        return None, "", False
+    except PlannerError as err:  # shown at its control; the page stays on the preset / scenario rates
+        sb.error(f"Acceptance file rejected: {err}. Showing the preset or scenario rates until it is fixed.")
+        return None, "", True
     return rates, source, True
 
 
@@ -225,9 +224,9 @@ def _vllm_acceptance(bench: bool) -> tuple[list | None, str, bool]:
         return None, "", True
     try:
         rates = (_bench_rates if bench else _metrics_rates)(up.getvalue(), up.name)
-    except PlannerError as err:
-        st.error(f"Acceptance file rejected: {err}")
-        return None, "", False
+    except PlannerError as err:  # shown at its control; the page stays on the preset / scenario rates
+        sb.error(f"Acceptance file rejected: {err}. Showing the preset or scenario rates until it is fixed.")
+        return None, "", True
     return rates, f"measured: {'vLLM bench JSON' if bench else 'vLLM /metrics'} {up.name}", True
 
 

@@ -75,6 +75,11 @@ def provenance(at: AppTest) -> str:
     return next(c.value for c in at.caption if "Prediction rests on" in c.value)
 
 
+def headline(at: AppTest) -> str:
+    """The first headline: the K schedule in words (app.headline), without its bold markup."""
+    return next(m.value for m in at.markdown if "K schedule:" in m.value).replace("**", "")
+
+
 def sb(at: AppTest, kind: str, key: str):
     return getattr(at.sidebar, kind)(key=key)
 
@@ -312,8 +317,10 @@ def test_bad_config_json_gives_error_with_reason(payload, reason):
     sb(at, "radio", "model_src").set_value("upload config.json").run()
     at.sidebar.file_uploader(key="model_upload").set_value(("config.json", payload, "application/json")).run()
     assert_clean(at, errors_ok=True)
-    assert any("Model upload rejected" in e.value and reason in e.value for e in at.error), [e.value for e in at.error]
-    assert not charts(at)
+    # issue 24: the error sits at its control (the sidebar) and the rest of the page stays, on the catalog model
+    assert any("Model upload rejected" in e.value and reason in e.value for e in at.sidebar.error), \
+        [e.value for e in at.error]
+    assert charts(at) and headline(at).startswith("K schedule:")
 
 
 def test_vllm_bench_json_and_metrics_set_acceptance():
@@ -358,7 +365,19 @@ def test_bad_acceptance_files_give_error_with_reason(mode, name, payload, reason
     sb(at, "radio", "acc_mode").set_value(mode).run()
     at.sidebar.file_uploader(key="acc_file").set_value((name, payload, "application/octet-stream")).run()
     assert_clean(at, errors_ok=True)
-    assert any("Acceptance file rejected" in e.value and reason in e.value for e in at.error), [e.value for e in at.error]
+    assert any("Acceptance file rejected" in e.value and reason in e.value for e in at.sidebar.error), \
+        [e.value for e in at.error]
+    assert charts(at) and headline(at).startswith("K schedule:")  # the page stays, on the scenario's rates
+
+
+def test_bad_rates_text_is_shown_at_its_control_and_the_page_stays():
+    at = new_app()
+    sb(at, "radio", "acc_mode").set_value(S.ACC_LIST).run()
+    before = provenance(at)
+    sb(at, "text_input", "acc_list").set_value("0.9, banana").run()
+    assert_clean(at, errors_ok=True)
+    assert [e.value for e in at.sidebar.error] and not [e for e in at.main.error]
+    assert charts(at) and headline(at).startswith("K schedule:") and provenance(at) == before
 
 
 def test_validation_tab_matches_rows_and_reports_mape():
