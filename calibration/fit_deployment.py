@@ -158,6 +158,9 @@ def fit_acceptance(rows: pd.DataFrame, sc: Scenario, k_max: int, n_boot: int = N
             "source": f"acceptance_length of {len(spec)} row(s): scenario rates x {s_hat:.3g}"}
 
 
+MIN_MISFIT_DOF = 2  # residual degrees of freedom from which the points' own scatter sizes the misfit
+
+
 def al_by_k(rate_samples: np.ndarray, ks: np.ndarray) -> np.ndarray:
     """AL(K) = 1 + sum_{j <= K} prod_{i <= j} a_i for each row of rates: (m, n_k)."""
     return acceptance_length_prefix(rate_samples, axis=1)[:, np.asarray(ks, dtype=int)]
@@ -178,13 +181,15 @@ def fit(sc: Scenario, rows: pd.DataFrame, n_boot: int = N_BOOT, seed: int = 0) -
                                 kernel.ravel(), overhead.ravel())
     measured = {(int(b), int(k)) for b, k in zip(pts_df.batch_size, pts_df.k)}
     # a few points (two, with up to two terms) fit exactly: the bootstrap sees no misfit, so the interval
-    # of a prediction away from them also carries how far such fits miss on held-out published points
-    model = two_shot_model_error()
+    # of a prediction away from them also carries how far such fits miss on held-out published points;
+    # with MIN_MISFIT_DOF or more residual degrees of freedom the residual scatter measures the misfit
+    model = two_shot_model_error() if len(pts_df) - len(res["terms"]) < MIN_MISFIT_DOF else None
     extra = float(np.expm1(model[0])) if model else 0.0
     return {"cells": pts_df, "points": pts, "fit": res, "acceptance": acc, "goodput": good,
             "step_rel": float(np.hypot(_rel(steps, res["sigma"]), extra)),
             "goodput_rel": float(np.hypot(_rel_kstar(good, res["sigma"]), extra)),
-            "model_error_rel": extra, "model_error_source": model[1] if model else "none written yet",
+            "model_error_rel": extra,
+            "model_error_source": model[1] if model else f"none: {len(pts_df)} points, the residual scatter holds the misfit",
             "next": fewshot.next_measurements(good, sc.batch_sizes, ks, measured)}
 
 

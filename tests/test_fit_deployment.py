@@ -343,3 +343,25 @@ def test_two_shot_interval_takes_the_other_curves_error_by_hand():
     # curve B's row is sized by A and C: quantile of [0.10, 0.30, 0.05, 0.15] = 0.255
     assert df.model_error_log.iloc[2] == pytest.approx(0.255)
 
+
+
+def test_deployment_fit_interval_carries_the_published_two_shot_error(tmp_path, capsys):
+    """Two measured cells fit exactly (no residual dof): the file's uncertainty carries the two-point fits'
+    held-out error written by calibration.transfer (simulator/data/transfer_error.json) and says so; from
+    fit_deployment.MIN_MISFIT_DOF residual dof on (all 49 cells of the CPU runs) the scatter sizes it."""
+    from simulator.specs.uncertainty import two_shot_model_error
+
+    model = two_shot_model_error()
+    assert model is not None, "run make transfer: transfer_error.json has no _two_shot entry"
+    rows = pd.read_csv(RUNS)
+    two = tmp_path / "two.csv"
+    rows[((rows.batch_size == 1) & (rows.k == 0)) | ((rows.batch_size == 8) & (rows.k == 3))].to_csv(two, index=False)
+    for measured, carried in ((two, True), (RUNS, False)):
+        out = tmp_path / f"fit-{carried}.json"
+        assert fd.main(["--scenario", CPU_SCENARIO, "--measured", str(measured), "--output", str(out)]) == 0
+        u = json.loads(out.read_text())["uncertainty"]
+        if carried:
+            assert u["model_error_rel"] == pytest.approx(np.expm1(model[0]), rel=1e-4)
+            assert u["step_time_rel"] >= u["model_error_rel"] and "published" in u["model_error_source"]
+        else:
+            assert u["model_error_rel"] == 0.0 and "residual scatter" in u["model_error_source"]
