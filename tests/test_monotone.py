@@ -171,3 +171,19 @@ def test_a_cells_price_does_not_depend_on_the_other_cells_evaluated():
     alone = attention_s([[1.0]], [[1960.0]])[0, 0]
     beside = attention_s(np.array([[1.0], [2.0]]), np.array([[0.0, 1960.0, 4000.0]]))
     assert beside[0, 1] == alone
+
+
+def test_pool_adjacent_violators_by_hand_and_against_scipy():
+    """specs.surfaces.isotonic_increasing (the planner's own PAVA; scipy.optimize is not imported at run
+    time). Hand: y = 3, 1, 2 with weights 1, 1, 2: 3 > 1 pools to 2 (weight 2); 2 > 2 is no violation:
+    2, 2, 2. Weights 3, 1, 1: (9 + 1) / 4 = 2.5 > 2 pools all: (10 + 2) / 5 = 2.4."""
+    from scipy.optimize import isotonic_regression
+
+    from simulator.specs.surfaces import isotonic_increasing
+    np.testing.assert_allclose(isotonic_increasing([3.0, 1.0, 2.0], [1.0, 1.0, 2.0]), [2.0, 2.0, 2.0])
+    np.testing.assert_allclose(isotonic_increasing([3.0, 1.0, 2.0], [3.0, 1.0, 1.0]), [2.4, 2.4, 2.4])
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        n = int(rng.integers(1, 50))
+        y, w = rng.normal(size=n).cumsum() * rng.choice([-1.0, 1.0]), rng.uniform(0.1, 5.0, n)
+        np.testing.assert_allclose(isotonic_increasing(y, w), isotonic_regression(y, weights=w).x, rtol=0, atol=1e-12)

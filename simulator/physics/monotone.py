@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.physics.experts import busiest_group_load, experts_touched
+from simulator.specs.surfaces import isotonic_increasing
 
 # Bytes per kernel call below which data can stay in on-chip L2 (40-126 MB on A100-B200) between
 # the timing repeats of a kernel table, so a measured kernel may beat the DRAM roofline.
@@ -54,14 +55,14 @@ def monotone_lattice(t: np.ndarray, weights: np.ndarray | None = None, mode: str
     if mode == "min":
         t = np.minimum.accumulate(t[::-1], axis=0)[::-1]
         return np.minimum.accumulate(t[:, ::-1], axis=1)[:, ::-1]
-    from scipy.optimize import isotonic_regression
-
+    # the project's own pool-adjacent-violators (specs.surfaces): scipy.optimize's costs ~0.5 s to import,
+    # a third of a cold predict, for lattices of a few dozen nodes
     w = np.ones(t.shape) if weights is None else np.broadcast_to(weights, t.shape)
     y = np.log(t)
     for _ in range(3):  # alternating projections on the two axes, then a guard
-        y = np.stack([isotonic_regression(y[:, j], weights=w[:, j]).x for j in range(y.shape[1])], axis=1)
+        y = np.stack([isotonic_increasing(y[:, j], w[:, j]) for j in range(y.shape[1])], axis=1)
         if y.shape[1] > 1:
-            y = np.stack([isotonic_regression(y[i], weights=w[i]).x for i in range(y.shape[0])])
+            y = np.stack([isotonic_increasing(y[i], w[i]) for i in range(y.shape[0])])
     return np.maximum.accumulate(np.maximum.accumulate(np.exp(y), axis=0), axis=1)
 
 

@@ -197,15 +197,25 @@ class ShapeCorrection:
         return np.interp(x, lx, fs) if lx.size > 1 else np.full(x.shape, float(fs[0]))
 
 
-def isotonic_increasing(y) -> np.ndarray:
-    """The least-squares non-decreasing fit of ``y`` (pool adjacent violators, equal weights)."""
-    blocks: list[list[float]] = []  # [mean, count] per pooled block
-    for v in np.asarray(y, dtype=float):
-        blocks.append([float(v), 1.0])
-        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
-            (m2, n2), (m1, n1) = blocks.pop(), blocks.pop()
-            blocks.append([(m1 * n1 + m2 * n2) / (n1 + n2), n1 + n2])
-    return np.concatenate([np.full(int(n), m) for m, n in blocks]) if blocks else np.empty(0)
+def isotonic_increasing(y, weights=None) -> np.ndarray:
+    """The weighted least-squares non-decreasing fit of ``y`` (pool adjacent violators; equal weights
+    by default): a block that falls below the one before it is pooled with it at their weighted mean."""
+    y = np.asarray(y, dtype=float)
+    if y.size < 2 or bool(np.all(y[1:] >= y[:-1])):
+        return y.copy()  # already non-decreasing: nothing to pool (most lattice rows)
+    w = [1.0] * y.size if weights is None else np.asarray(weights, dtype=float).tolist()
+    means, wts, counts = [], [], []  # per pooled block
+    for v, wi in zip(y.tolist(), w):
+        c = 1
+        while means and means[-1] > v:
+            pm, pw = means.pop(), wts.pop()
+            c += counts.pop()
+            v = (pm * pw + v * wi) / (pw + wi)
+            wi = pw + wi
+        means.append(v)
+        wts.append(wi)
+        counts.append(c)
+    return np.repeat(means, counts)
 
 
 def collective_time_s(table: Mapping, g: int, nbytes, *, op: str = "all_reduce", monotone: bool = False) -> np.ndarray:
