@@ -47,7 +47,7 @@ def read_table(source, name: str | None = None) -> pd.DataFrame:
 
 def config_label(df: pd.DataFrame) -> pd.Series:
     parts = [df.hardware.astype(str) + " tp=" + df.tp.astype(str)]
-    for col in ("dtype", "traffic", "engine"):
+    for col in ("dtype", "act_dtype", "kv_dtype", "traffic", "engine"):
         if col in df.columns and df[col].nunique() > 1:
             parts.append(" " + df[col].astype(str))
     parts.append(" " + df.policy.astype(str))

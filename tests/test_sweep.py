@@ -161,6 +161,19 @@ def test_layout_and_memory_filters():
     assert len(spec.tasks) == 3 and len({t.key for t in spec.tasks}) == 3
 
 
+
+def test_activation_dtype_axis_means_what_predict_means(tmp_path):
+    """act_dtype is a sweep axis like dtype and kv_dtype (issue 24: one meaning per setting): fp8 weights x
+    (bf16, fp8) activations give two scenarios whose deployments carry them; a bad value is one line."""
+    text = SPEC.replace('hardware = ["h100-sxm", "h200"]', 'hardware = ["h200"]').replace(
+        "tp = [2, 4, 8]", 'tp = [8]\ndtype = ["fp8"]\nact_dtype = ["bf16", "fp8"]')
+    spec = parse_sweep(_spec(tmp_path, text))
+    assert [(t.axes["dtype"], t.axes["act_dtype"]) for t in spec.tasks] == [("fp8", "bf16"), ("fp8", "fp8")]
+    assert [t.raw["precision"]["activations"] for t in spec.tasks] == ["bf16", "fp8"]
+    assert len({t.key for t in spec.tasks}) == 2
+    with pytest.raises(PlannerError, match="act_dtype 'fp7' is not a dtype"):
+        parse_sweep(_spec(tmp_path, text.replace('act_dtype = ["bf16", "fp8"]', 'act_dtype = ["fp7"]'), "bad.toml"))
+
 def test_task_keys_are_stable_and_ignore_the_pool_size(tmp_path):
     a = parse_sweep(_spec(tmp_path), workers=1)
     b = parse_sweep(_spec(tmp_path), workers=2)

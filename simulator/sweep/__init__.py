@@ -80,7 +80,7 @@ def run_sweep(spec: str | Path | SweepSpec, output_dir=None, workers=None, ray_a
     bar = Progress(len(spec.tasks), resumed, enabled=progress)
     backend = "ray" if ray_address is not None else ("local" if spec.run["workers"] > 1 else "inline")
     seconds, cpu = _compute(todo, out, records, ray_address, spec.run["workers"], bar)
-    filtered = pd.DataFrame(spec.filtered, columns=["model", "hardware", "tp", "ep", "dtype", "kv_dtype", "draft",
+    filtered = pd.DataFrame(spec.filtered, columns=["model", "hardware", "tp", "ep", "dtype", "act_dtype", "kv_dtype", "draft",
                                                     "engine", "context_len", "traffic", "acceptance", "filter", "reason"])
     complete = all(t.key in records for t in spec.tasks)
     outcome = SweepOutcome(spec, complete, None, filtered, computed=len(seconds), resumed=resumed,

@@ -9,8 +9,8 @@ from simulator.specs.scenario import SCENARIO_DIR
 
 SWEEP_DIR = SCENARIO_DIR / "sweeps"  # bundled sweep files (not scenarios/*.toml: those must all be scenarios)
 FORMAT_VERSION = 1  # part of every task key: bump when a task's rows change meaning
-AXES = ("models", "hardware", "tp", "ep", "dtype", "kv_dtype", "draft", "engine", "context_len", "traffic",
-        "acceptance")
+AXES = ("models", "hardware", "tp", "ep", "dtype", "act_dtype", "kv_dtype", "draft", "engine", "context_len",
+        "traffic", "acceptance")
 SWEEP_SCHEMA = {"base": str, "policies": list, **{a: list for a in AXES}}
 RUN_SCHEMA = {"size": bool, "n_requests": int, "search_steps": int, "duration_s": (int, float),
               "max_requests": int, "max_replicas": int, "seed": int, "workers": int}
@@ -22,7 +22,7 @@ RUN_DEFAULTS = {"size": True, "n_requests": None, "search_steps": None, "duratio
                 "max_replicas": None, "seed": None, "workers": 2}
 # axis -> the flat scenario override it sets (simulator.specs.scenario.OVERRIDE_KEYS)
 OVERRIDE = {"models": "model", "hardware": "hardware", "tp": "tp", "ep": "ep", "dtype": "weight_dtype",
-            "kv_dtype": "kv_dtype", "draft": "draft", "context_len": "context_len", "engine": "engine"}
+            "act_dtype": "act_dtype", "kv_dtype": "kv_dtype", "draft": "draft", "context_len": "context_len", "engine": "engine"}
 
 
 @dataclass(frozen=True)

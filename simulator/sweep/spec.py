@@ -9,7 +9,7 @@ A sweep file (TOML) names a base scenario and the axes to cross::
     hardware = ["h100-sxm", "h200"]
     tp = [4, 8]
     ep = [1]                              # expert-parallel groups (MoE models only; 1 = none)
-    dtype = ["bf16", "fp8"]               # weight dtype;  kv_dtype = [...] likewise
+    dtype = ["bf16", "fp8"]               # weight dtype;  act_dtype = [...], kv_dtype = [...] likewise
     draft = ["eagle"]                     # draft method, as [draft] method
     engine = ["vllm", "sglang"]           # serving-engine profile ('name' or 'name-version'), as [engine] name
     context_len = [2048]                  # [workload] context_len: the K* grid's context
@@ -85,7 +85,7 @@ def _check_values(origin: str, axis: str, values: list, known: dict, model_names
             raise _err(origin, f"[sweep] unknown model '{v}'{did_you_mean(v, model_names)}")
         elif axis == "hardware" and v not in list_hardware():
             raise _err(origin, f"[sweep] unknown hardware '{v}'{did_you_mean(v, list_hardware())}")
-        elif axis in ("dtype", "kv_dtype") and v not in DTYPE_BYTES:
+        elif axis in ("dtype", "act_dtype", "kv_dtype") and v not in DTYPE_BYTES:
             raise _err(origin, f"[sweep] {axis} '{v}' is not a dtype{did_you_mean(v, DTYPE_BYTES)}")
         elif axis == "draft":
             try:
@@ -337,7 +337,8 @@ def expand(spec: SweepSpec) -> None:
 
 def _base_value(sc, axis: str):
     return {"model": sc.model.name, "hardware": sc.hardware.name, "tp": sc.deployment.tp, "ep": sc.deployment.ep,
-            "dtype": sc.deployment.weight_dtype, "kv_dtype": sc.deployment.kv_dtype, "draft": sc.draft.label,
+            "dtype": sc.deployment.weight_dtype, "act_dtype": sc.deployment.act_dtype,
+            "kv_dtype": sc.deployment.kv_dtype, "draft": sc.draft.label,
             "context_len": sc.context_len, "traffic": "base", "acceptance": "base",
             "engine": _engine_key(sc)}[axis]
 

@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 COST = "usd_per_m_output_tokens"
-LEAD = ["task", "model", "hardware", "tp", "ep", "dtype", "kv_dtype", "draft", "engine", "context_len", "traffic",
+LEAD = ["task", "model", "hardware", "tp", "ep", "dtype", "act_dtype", "kv_dtype", "draft", "engine", "context_len", "traffic",
         "acceptance", "policy", "status"]
 
 
@@ -66,7 +66,7 @@ def table_bytes(df: pd.DataFrame, fmt: str) -> bytes:
     return df.to_csv(index=False).encode()
 
 
-PARETO_COLS = ["hardware", "tp", "ep", "dtype", "draft", "engine", "context_len", "traffic", "acceptance", "policy",
+PARETO_COLS = ["hardware", "tp", "ep", "dtype", "act_dtype", "kv_dtype", "draft", "engine", "context_len", "traffic", "acceptance", "policy",
                "gpus", "gpus_band", "max_load_per_replica", "search_resolution", "ttft_p99_s", "tpot_p50_s", COST,
                "fleet_usd_per_hour", "rel_error"]
 
