@@ -46,7 +46,8 @@ class Prediction:
             "hardware": f"{sc.hardware.name}: {sc.hardware.source}",
             "deployment": f"tp={sc.deployment.tp} ep={sc.deployment.ep}"
                           + (f" layout={sc.deployment.layout} dp={sc.deployment.dp}" if sc.model.is_moe else "")
-                          + f" weights={sc.deployment.weight_dtype} kv={sc.deployment.kv_dtype}"
+                          + f" weights={sc.deployment.weight_dtype} activations={sc.deployment.act_dtype}"
+                          f" kv={sc.deployment.kv_dtype}"
                           f" routing={sc.deployment.routing.describe()}",
             "draft": sc.draft.label, "context_len": sc.context_len,
             "uncertainty": self.uncertainty.describe(),
