@@ -30,6 +30,7 @@ from simulator.plan.grid import compute_grid
 MIN_POINTS = 4
 START_RATE = 0.5  # i.i.d. rate the acceptance scale multiplies when a curve states no acceptance length
 N_BOOT = 100
+CURVE_COLUMNS = ["source_id", "hardware", "model", "draft", "context_len"]  # one curve of the held-out rows
 
 
 def curve_key(row) -> tuple:
@@ -139,8 +140,7 @@ def with_model_error(df: pd.DataFrame) -> pd.DataFrame:
     error of the OTHER curves (leave one curve out, so no row's interval is sized by its own miss) added
     in quadrature, around the prediction."""
     df = df.copy()
-    curve = df.source_id.astype(str) + "|" + df.hardware + "|" + df.model + "|" + df.draft + "|" \
-        + df.context_len.astype(str)
+    curve = df.groupby(CURVE_COLUMNS).ngroup()
     abs_log = np.abs(np.log(df.predicted / df.measured))
     q = np.array([model_error_log(abs_log[curve != c]) for c in curve])
     boot = np.log(np.maximum(df.hi, df.predicted) / np.minimum(df.lo, df.predicted)) / 2
@@ -155,7 +155,7 @@ def summarize_two_shot(two: pd.DataFrame, zero_shot_rows: pd.DataFrame | None = 
     if two.empty:
         return {"n": 0}
     e = two.error.abs()
-    out = {"n": int(len(two)), "curves": int(two.groupby(["source_id", "hardware", "model", "draft", "context_len"]).ngroups),
+    out = {"n": int(len(two)), "curves": int(two.groupby(CURVE_COLUMNS).ngroups),
            "planner": {"mape": float(e.mean()), "worst": float(e.max())},
            "datasheet": {"mape": float(two.error_datasheet.abs().mean()), "worst": float(two.error_datasheet.abs().max())},
            "decision": {"planner": float(two.decision_right.mean()), "datasheet": float(two.decision_right_datasheet.mean())},

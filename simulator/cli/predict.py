@@ -22,7 +22,7 @@ from simulator.plan.advice import advice_lines
 from simulator.plan.api import Prediction, predict
 from simulator.plan.fit import shortfall_text
 from simulator.plan.notes import falling_token_time
-from simulator.cli.common import command, write_atomically
+from simulator.cli.common import command, dtypes_text, write_atomically
 from simulator.cli.predict_args import EXPORT_FORMATS, FORMATS, build_parser  # noqa: F401 (FORMATS: API)
 from simulator.files import check_output_file
 from simulator.errors import PlannerError, PlannerWarning
@@ -67,7 +67,7 @@ def _table_head(pred: Prediction) -> list[str]:
     return [f"K* schedule: {pred.schedule_text()}",
             f"# schedule: {pred.schedule_note()}",
             f"# {sc.name}: {sc.model.name} on {sc.deployment.tp} x {sc.hardware.name}{_layout(sc)}, draft"
-            f" {sc.draft.label}, context {sc.context_len}; {_dtypes(sc)}",
+            f" {sc.draft.label}, context {sc.context_len}; {dtypes_text(sc)}",
             f"# step times: {pred.provenance['step_time_source']}",
             f"# how far to trust them: {pred.provenance['uncertainty']}",
             f"# acceptance: {pred.provenance['acceptance']}; {sc.acceptance.rule}",
@@ -144,13 +144,6 @@ def _layout(sc) -> str:
     if not sc.model.is_moe:
         return ""
     return f", layout {dep.layout}, ep={dep.ep}" + (f", dp={dep.dp}" if dep.dp_attention else "")
-
-
-def _dtypes(sc) -> str:
-    dep = sc.deployment
-    experts = dep.expert_dtype_for(sc.model) if sc.model.is_moe else None
-    return (f"weights {dep.weight_dtype}" + (f" (experts {experts})" if experts and experts != dep.weight_dtype else "")
-            + f", activations {dep.act_dtype}, KV {dep.kv_dtype}")
 
 
 def render(pred: Prediction, fmt: str) -> str:
