@@ -21,7 +21,8 @@ from calibration.measured import read_measured
 from simulator.specs.acceptance_files import AcceptanceFile, parse_acceptance_bytes
 from simulator.errors import PlannerError
 from simulator.specs.models import list_models, model_from_hf_config
-from simulator.specs.scenario import REPO_ROOT, SCENARIO_DIR, read_scenario_file
+from simulator.specs.scenario import FALLBACK_RATE, REPO_ROOT, SCENARIO_DIR, read_scenario_file
+from simulator.specs.settings import default
 
 CALIBRATION_DIR = REPO_ROOT / "calibration" / "data"
 NO_PROFILE = "none (datasheet only)"
@@ -89,15 +90,15 @@ def controls_from_scenario(raw: dict) -> dict:
     wl = raw.get("workload", {})
     acc = raw.get("acceptance", {})
     draft = raw.get("draft", {})
-    rates = acc.get("rates", [acc.get("rate", 0.7)])
-    batch = wl.get("batch_sizes", "1-512")
+    rates = acc.get("rates", [acc.get("rate", FALLBACK_RATE)])
+    batch = wl.get("batch_sizes", default("workload", "batch_sizes"))
     try:
         from simulator.specs.scenario import parse_batch_sizes
         bs = parse_batch_sizes(batch)
         b_lo, b_hi = int(bs.min()), int(min(bs.max(), BATCH_MAX))
     except PlannerError:
         b_lo, b_hi = 1, 256
-    k_max = int(min(wl.get("k_max", 8), K_MAX_LIMIT))
+    k_max = int(min(wl.get("k_max", default("workload", "k_max")), K_MAX_LIMIT))
     from simulator.specs.hardware import load_hardware
     base = load_hardware(hw.get("name", "h100-sxm"))
     custom = any(k in hw for k in ("peak_bf16_flops_per_s", "hbm_bandwidth_bytes_per_s",
@@ -111,25 +112,25 @@ def controls_from_scenario(raw: dict) -> dict:
         "hw_bw_tbs": float(hw.get("hbm_bandwidth_bytes_per_s", base.hbm_bandwidth_bytes_per_s)) / 1e12,
         # 0: all-reduces as the measured tables (or the datasheet link) give them
         "hw_busbw_gbs": float(hw.get("interconnect_bandwidth_bytes_per_s", 0.0)) / 1e9,
-        "tp": int(hw.get("tp", 1)),
+        "tp": int(hw.get("tp", default("hardware", "tp"))),
         "ep": int(hw.get("ep", 1)),
         "layout": hw.get("layout") or ("tp-ep" if int(hw.get("ep", 1)) > 1 else "tp"),
-        "reuse": float((raw.get("routing") or {}).get("reuse", 0.0)),
+        "reuse": float((raw.get("routing") or {}).get("reuse", default("routing", "reuse"))),
         "model_src": "catalog",
         "model_name": model if model in list_models() else list_models()[0],
-        "draft_method": draft.get("method", "eagle"),
+        "draft_method": draft.get("method", default("draft", "method")),
         "draft_model": draft.get("model", "llama-3.2-1b") if draft.get("model") in list_models() else "llama-3.2-1b",
         "acc_mode": ACC_IID if len(rates) == 1 else ACC_LIST,
         "acc_rate": float(min(rates[0], MAX_RATE)),
         "acc_list": rates_text(rates),
-        "acc_band": float(acc.get("band", 0.0)),
-        "context_len": int(wl.get("context_len", 2048)),
-        "w_dtype": prec.get("weights", "bf16"),
-        "a_dtype": prec.get("activations", "bf16"),
-        "kv_dtype": prec.get("kv_cache", "bf16"),
+        "acc_band": float(acc.get("band", default("acceptance", "band"))),
+        "context_len": int(wl.get("context_len", default("workload", "context_len"))),
+        "w_dtype": prec.get("weights", default("precision", "weights")),
+        "a_dtype": prec.get("activations", default("precision", "activations")),
+        "kv_dtype": prec.get("kv_cache", default("precision", "kv_cache")),
         "bs_range": (b_lo, max(b_hi, b_lo)),
         "k_max": k_max,
-        "fixed_k": int(min(wl.get("fixed_k", 3), k_max)),
+        "fixed_k": int(min(wl.get("fixed_k", default("workload", "fixed_k")), k_max)),
         "calibration": Path(profile).name if profile and profile != "none" else (NO_PROFILE if profile else AUTO_PROFILE),
     }
 

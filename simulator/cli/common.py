@@ -16,7 +16,8 @@ from simulator.errors import PlannerError, PlannerWarning
 from simulator.files import check_output_dir, check_output_file, write_atomically, write_files_atomically
 
 __all__ = ["OneLineParser", "run_cli", "command", "say_written", "one_line", "check_output_dir", "check_output_file", "write_atomically",
-           "write_files_atomically", "add_dtype_args", "dtype_overrides", "dtypes_text"]
+           "write_files_atomically", "add_dtype_args", "dtype_overrides", "dtypes_text", "add_setting_args",
+           "setting_overrides"]
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -89,20 +90,42 @@ def say_written(paths) -> None:
 
 
 
+def add_setting_args(p, *names: str, notes: dict | None = None) -> None:
+    """Add the flags of these scenario settings (simulator.specs.settings: flag, type, metavar, help), in order;
+    ``notes``: what a setting means for this command, after its help."""
+    from simulator.specs.settings import BY_NAME
+    for name in names:
+        s = BY_NAME[name]
+        kwargs = {"type": s.arg_type, "metavar": s.metavar, "choices": s.choices}
+        note = (notes or {}).get(name)
+        p.add_argument(s.flag, help=s.help_text() + (f"; {note}" if note else ""),
+                       **{k: v for k, v in kwargs.items() if v is not None})
+
+
+def setting_overrides(args: argparse.Namespace, *names: str) -> dict:
+    """The scenario overrides the flags of :func:`add_setting_args` give (None: keep the scenario's), each
+    read in the setting's units and checked (one line naming the flag when it is unusable)."""
+    from simulator.specs.settings import BY_NAME
+    out = {}
+    for name in names:
+        s = BY_NAME[name]
+        value = getattr(args, s.dest)
+        out[name] = s.from_flag(value, s.flag) if s.from_flag else value
+    return out
+
+
+DTYPE_SETTINGS = ("dtype", "act_dtype", "kv_dtype")
+
+
 def add_dtype_args(p: argparse.ArgumentParser) -> None:
     """The three precision flags, named and meant the same in every command (predict, serve, size):
     weights, activations, KV cache; each overrides the scenario's [precision] key."""
-    from simulator.specs.hardware import ACT_DTYPES, KV_DTYPES, WEIGHT_DTYPES
-    p.add_argument("--dtype", help=f"weight dtype: {', '.join(WEIGHT_DTYPES)} (weights only; sizing's fp8 is W8A8:"
-                   " --dtype fp8 --act-dtype fp8)")
-    p.add_argument("--act-dtype", help=f"activation dtype: {', '.join(ACT_DTYPES)} (fp8 with fp8 weights runs fp8"
-                   " tensor cores)")
-    p.add_argument("--kv-dtype", help=f"KV-cache dtype: {', '.join(KV_DTYPES)}")
+    add_setting_args(p, *DTYPE_SETTINGS)
 
 
 def dtype_overrides(args: argparse.Namespace) -> dict:
     """The scenario overrides of :func:`add_dtype_args` (None: keep the scenario's)."""
-    return {"dtype": args.dtype, "act_dtype": args.act_dtype, "kv_dtype": args.kv_dtype}
+    return setting_overrides(args, *DTYPE_SETTINGS)
 
 
 def dtypes_text(sc) -> str:

@@ -22,8 +22,8 @@ from simulator.plan.advice import advice_lines
 from simulator.plan.api import Prediction, predict
 from simulator.plan.fit import shortfall_text
 from simulator.plan.notes import falling_token_time
-from simulator.cli.common import command, dtypes_text, write_atomically
-from simulator.cli.predict_args import EXPORT_FORMATS, FORMATS, build_parser  # noqa: F401 (FORMATS: API)
+from simulator.cli.common import command, dtypes_text, setting_overrides, write_atomically
+from simulator.cli.predict_args import EXPORT_FORMATS, FORMATS, SETTING_FLAGS, build_parser  # noqa: F401 (FORMATS: API)
 from simulator.files import check_output_file
 from simulator.errors import PlannerError, PlannerWarning
 from simulator.cli.catalog import catalog_text
@@ -222,57 +222,11 @@ def _json_default(value):
     raise TypeError(type(value).__name__)
 
 
-def _busbw(gbps: float | None) -> float | None:
-    """--allreduce-busbw in GB/s -> bytes/s (refused unless a finite number > 0)."""
-    if gbps is None:
-        return None
-    if not np.isfinite(gbps) or gbps <= 0:
-        raise PlannerError(f"--allreduce-busbw {gbps:g}: give your server's all-reduce bus bandwidth in GB/s (> 0),"
-                           " e.g. 18.6")
-    return gbps * 1e9
-
-
-def _share(text: str | None, flag: str) -> float | None:
-    """A share given as 0.01 or 1% (refused unless a finite number in [0, 0.5))."""
-    if text is None:
-        return None
-    t = text.strip()
-    try:
-        value = float(t[:-1]) / 100 if t.endswith("%") else float(t)
-    except ValueError:
-        value = float("nan")
-    if not (np.isfinite(value) and 0 <= value < 0.5):
-        raise PlannerError(f"{flag} '{text}': give a share in [0, 0.5) such as 0.01 or 1% (0: the per-batch argmax)")
-    return value
-
-
-def _engine_setting(value: int | None, flag: str, example: str) -> int | None:
-    """An engine setting given on the command line: a whole number >= 1, else one line naming the flag."""
-    if value is not None and value < 1:
-        raise PlannerError(f"{flag} {value}: give a whole number >= 1 (e.g. {flag} {example}), or leave it out for"
-                           " the engine's default")
-    return value
-
-
 def _run(args) -> int:
     if args.list:
         sys.stdout.write(catalog_text(args.list))
         return 0
-    overrides = dict(model=args.model, hardware=args.hardware, tp=args.tp, ep=args.ep, draft=args.draft,
-                     draft_checkpoint=args.draft_model,
-                     acceptance=args.acceptance, context_len=args.context_len, batch_sizes=args.batch_sizes,
-                     k_max=args.k_max, fixed_k=args.fixed_k, dtype=args.dtype, act_dtype=args.act_dtype,
-                     kv_dtype=args.kv_dtype,
-                     calibration=args.calibration, engine=args.engine, engine_version=args.engine_version,
-                     context_lens=args.context_lens, layout=args.layout, dp=args.dp, routing_reuse=args.routing_reuse,
-                     allreduce_busbw=_busbw(args.allreduce_busbw), acceptance_band=args.acceptance_band,
-                     temperature=args.temperature, top_p=args.top_p,
-                     schedule_tolerance=_share(args.schedule_tolerance, "--schedule-tolerance"),
-                     deployment=args.deployment,
-                     max_capture_size=_engine_setting(args.max_capture_size, "--max-capture-size", "1024"),
-                     max_num_seqs=_engine_setting(args.max_num_seqs, "--max-num-seqs", "256"),
-                     max_num_batched_tokens=_engine_setting(args.max_num_batched_tokens, "--max-num-batched-tokens",
-                                                            "8192"))
+    overrides = setting_overrides(args, *SETTING_FLAGS)
     export_only = [flag for flag, given in (("--export-version", args.export_version), ("--markdown", args.markdown),
                                             ("--cuda-graph-bs", args.cuda_graph_bs)) if given]
     if export_only and args.format not in EXPORT_FORMATS:

@@ -20,7 +20,7 @@ import sys
 import pandas as pd
 
 from simulator.errors import PlannerError
-from simulator.cli.common import OneLineParser, add_dtype_args, command, dtype_overrides, dtypes_text
+from simulator.cli.common import OneLineParser, add_dtype_args, add_setting_args, command, dtype_overrides, dtypes_text
 from simulator.specs.scenario import DEFAULT_SCENARIO, load_scenario
 
 FORMATS = ("table", "json", "csv")
@@ -43,12 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument("--rate", type=float, help="Poisson arrivals at this rate [requests/s]")
     load.add_argument("--concurrency", type=int, help="closed loop with this many users")
     load.add_argument("--waves", help="B,MULT: MULT x B prompts at once, at most B in flight")
-    p.add_argument("--deployment", metavar="FIT.json", help="deployment calibration (python -m calibration.fit_deployment)"
-                   " whose fitted terms and acceptance every step uses")
-    p.add_argument("--max-num-seqs", type=int, help="engine limit on running sequences")
+    add_setting_args(p, "deployment", "max_num_seqs", notes={"deployment": "every serving step uses them"})
     add_dtype_args(p)
-    p.add_argument("--acceptance", help="acceptance: a rate (0.8), per-position rates (0.7,0.5,0.3) or a measured file"
-                   " (speculation_profile.json, vLLM bench / per-request JSON, /metrics dump, runs CSV)")
+    add_setting_args(p, "acceptance")
     p.add_argument("--graphs", action="store_true", help="also list the (tokens, K) CUDA graphs each policy's K table needs"
                    " (decode-only steps; the adaptive policies start from dsd's table)")
     return p

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 
 from simulator.errors import PlannerError
-from simulator.cli.common import (OneLineParser, add_dtype_args, check_output_dir, command, dtype_overrides, say_written,
+from simulator.cli.common import (OneLineParser, add_dtype_args, add_setting_args, check_output_dir, command, dtype_overrides, say_written,
                                  write_files_atomically)
 
 FORMATS = ("html", "markdown", "json")
@@ -34,10 +34,8 @@ def build_parser():
     p.add_argument("--n-requests", type=int, help="requests per serving simulation")
     p.add_argument("--search-steps", type=int, help="bisection steps after bracketing")
     p.add_argument("--no-sensitivity", action="store_true", help="skip the acceptance / bandwidth reruns")
-    p.add_argument("--acceptance", help="acceptance: a rate (0.8), per-position rates (0.7,0.5,0.3) or a measured file"
-                   " (speculation_profile.json, vLLM bench / per-request JSON, /metrics dump, runs CSV)")
-    p.add_argument("--deployment", metavar="FIT.json", help="deployment calibration (python -m calibration.fit_deployment)"
-                   " for the scenario's own deployment; candidates on other hardware or TP are sized without it")
+    add_setting_args(p, "acceptance", "deployment", notes={
+        "deployment": "for the scenario's own deployment; candidates on other hardware or TP are sized without it"})
     add_dtype_args(p)  # the scenario's precision (the [sizing] dtypes entry ""); fp8 candidates stay W8A8
     return p
 

@@ -9,35 +9,11 @@ from simulator.errors import PlannerError
 from simulator.specs.acceptance import parse_acceptance
 from simulator.specs.acceptance_files import is_acceptance_path
 from simulator.specs.scenario_sections import ACCEPTANCE_GIVEN
+from simulator.specs.settings import OVERRIDE_KEYS
 
 
 def _draft_method_of(table: dict) -> str:
     return table.get("method", "eagle") + (f":{table['model']}" if table.get("model") else "")
-
-
-# Flat override names (CLI flags, API keywords) -> (section, key)
-OVERRIDE_KEYS = {
-    "model": ("model", "name"), "hardware": ("hardware", "name"), "tp": ("hardware", "tp"), "ep": ("hardware", "ep"),
-    "draft": ("draft", "method"), "acceptance": ("acceptance", None), "context_len": ("workload", "context_len"),
-    "batch_sizes": ("workload", "batch_sizes"), "k_max": ("workload", "k_max"), "fixed_k": ("workload", "fixed_k"),
-    "dtype": ("precision", "weights"), "weight_dtype": ("precision", "weights"),
-    "act_dtype": ("precision", "activations"), "kv_dtype": ("precision", "kv_cache"),
-    "calibration": ("calibration", "profile"), "memory_utilization": ("workload", "memory_utilization"),
-    "routing_skew": ("routing", "skew"), "acceptance_source": ("acceptance", "source"),
-    "layout": ("hardware", "layout"), "dp": ("hardware", "dp"), "routing_reuse": ("routing", "reuse"),
-    "engine": ("engine", "name"), "engine_version": ("engine", "version"),
-    "max_capture_size": ("engine", "max_capture_size"),
-    "max_num_seqs": ("serving", "max_num_seqs"), "max_num_batched_tokens": ("serving", "max_num_batched_tokens"),
-    "context_lens": ("workload", "context_lens"), "schedule_tolerance": ("workload", "schedule_tolerance"),
-    "acceptance_preset": ("acceptance", "preset"), "acceptance_band": ("acceptance", "band"),
-    "temperature": ("workload", "temperature"), "top_p": ("workload", "top_p"),
-    "draft_checkpoint": ("draft", "checkpoint"),
-    "peak_bf16_flops_per_s": ("hardware", "peak_bf16_flops_per_s"),
-    "allow_long_context": ("workload", "allow_context_beyond_model"),
-    "hbm_bandwidth_bytes_per_s": ("hardware", "hbm_bandwidth_bytes_per_s"),
-    "allreduce_busbw": ("hardware", "interconnect_bandwidth_bytes_per_s"),  # your nccl-tests busbw, bytes/s
-    "deployment": ("calibration", "deployment"),  # python -m calibration.fit_deployment's file
-}
 
 
 def apply_overrides(raw: dict, overrides: dict) -> dict:

@@ -27,6 +27,7 @@ from simulator.files import read_toml_file
 from simulator.specs.hardware import Hardware, check_group_fits
 from simulator.specs.models import ModelSpec
 from simulator.specs.overrides import OVERRIDE_KEYS, apply_overrides  # noqa: F401 (API)
+from simulator.specs.settings import default
 from simulator.specs.scenario_sections import (ACCEPTANCE_GIVEN, FALLBACK_RATE, OPEN_SECTIONS,  # noqa: F401 (API)
                                                REPO_ROOT, SCHEDULE_TOLERANCE, SCHEMA, ZIPF_SKEW_MAX, _check_sections,
                                                _deployment, _draft, _model_and_hardware, _resolve_path,
@@ -116,7 +117,8 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
                          grouped_decode_groups=engine.grouped_decode_groups,
                          grouped_decode_min_batch_heads=engine.grouped_decode_min_blocks_per_sm * (hardware.compute_units or 0),
                          l2_reread_cost=hardware.l2_reread_cost,
-                         **sampling_logit_bytes(engine, get("workload", "temperature", 0.0), get("workload", "top_p", 1.0), origin))
+                         **sampling_logit_bytes(engine, get("workload", "temperature", default("workload", "temperature")),
+                                              get("workload", "top_p", default("workload", "top_p")), origin))
     fit_path = get("calibration", "deployment")
     fit = load_deployment_fit(_resolve_path(fit_path, base_dir), origin,
                               scenario_identity(model, hardware, deployment, engine, draft)) if fit_path else None
@@ -134,7 +136,7 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
         warnings=_warn(wl["warnings"] + ([multi_node] if multi_node else [])
                        + pcie_collective_caveat(hardware, deployment, profile)),
         context_lens=wl["context_lens"], acceptance_context=acceptance_context,
-        acceptance_band=parse_band(get("acceptance", "band", 0.0), origin),
+        acceptance_band=parse_band(get("acceptance", "band", default("acceptance", "band")), origin),
         schedule_tolerance=wl["schedule_tolerance"], acceptance_file=acc_file, deployment_fit=fit)
 
 

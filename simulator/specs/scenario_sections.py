@@ -16,37 +16,14 @@ from simulator.specs.drafts import DraftSpec, check_draft, parse_draft
 from simulator.specs.hardware import Hardware, custom_hardware, load_hardware
 from simulator.specs.models import ModelSpec, load_model
 from simulator.specs.routing import Routing, check_reuse
-from simulator.specs.values import NUM, STR_OR_LIST, check_table, parse_batch_sizes, parse_context_lens
+from simulator.specs.settings import OPEN_SECTIONS, SCHEDULE_TOLERANCE, SCHEMA, default  # noqa: F401 (API)
+from simulator.specs.values import check_table, parse_batch_sizes, parse_context_lens
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 
-SCHEMA: dict[str, dict[str, type | tuple]] = {
-    "": {"name": str, "description": str},
-    "model": {"name": str, "source": str},
-    "hardware": {"name": str, "tp": int, "ep": int, "layout": str, "dp": int,
-                 "peak_bf16_flops_per_s": NUM, "peak_fp8_flops_per_s": NUM,
-                 "hbm_bandwidth_bytes_per_s": NUM, "memory_bytes": NUM, "price_per_gpu_hour_usd": NUM,
-                 "interconnect_bandwidth_bytes_per_s": NUM},
-    "precision": {"weights": str, "activations": str, "kv_cache": str, "experts": str},
-    "draft": {"method": str, "model": str, "checkpoint": str},  # checkpoint: path / HF id the engine loads
-    "acceptance": {"rate": NUM, "rates": list, "source": str, "preset": str, "band": NUM, "file": str,
-                   "context_points": list, "context_factors": list, "context_source": str},
-    "workload": {"context_len": int, "batch_sizes": STR_OR_LIST, "k_max": int, "fixed_k": int,
-                 "temperature": NUM, "top_p": NUM,
-                 "memory_utilization": NUM, "allow_context_beyond_model": bool, "context_lens": STR_OR_LIST,
-                 "schedule_tolerance": NUM},
-    "routing": {"kind": str, "skew": NUM, "probabilities": list, "reuse": NUM},
-    "calibration": {"profile": str, "deployment": str},
-    "engine": {"name": str, "version": str, "max_capture_size": int},  # capture limit: with_capture_limit
-}
-OPEN_SECTIONS = ("serving", "traffic", "slo", "sizing", "validation")
 # raw-dict marker: acceptance was given as an override, so a deployment fit's measured rates do not replace it
 ACCEPTANCE_GIVEN = "_acceptance_given"
 
-
-# Default share of the per-batch optimum a K* schedule may give up at any batch size for fewer ranges
-# (simulator/plan/schedule.py): inside every prediction's step-time band (+-5-25%, specs/uncertainty.py)
-SCHEDULE_TOLERANCE = 0.01
 
 # Beyond this exponent a Zipf router sends every token to the same top-k experts to within 1e-9
 # (2^-30 < 1e-9), and i^skew overflows float64 for i = 256 experts at skew ~ 128.
@@ -92,9 +69,9 @@ def _model_and_hardware(raw: dict, get, origin: str, base_dir: str | None) -> tu
 
 def _deployment(raw: dict, get, origin: str, model: ModelSpec) -> Deployment:
     routing_tbl = raw.get("routing", {})
-    routing = Routing(kind=routing_tbl.get("kind", "uniform"), skew=float(routing_tbl.get("skew", 0.0)),
+    routing = Routing(kind=routing_tbl.get("kind", default("routing", "kind")), skew=float(routing_tbl.get("skew", default("routing", "skew"))),
                       probabilities=tuple(routing_tbl.get("probabilities", ())),
-                      reuse=check_reuse(float(routing_tbl.get("reuse", 0.0)), f"{origin}: [routing] reuse"))
+                      reuse=check_reuse(float(routing_tbl.get("reuse", default("routing", "reuse"))), f"{origin}: [routing] reuse"))
     if routing.kind == "zipf" and "skew" not in routing_tbl:
         raise PlannerError(f"{origin}: [routing] kind = 'zipf' needs a 'skew' exponent (e.g. 1.0)")
     if not 0 <= routing.skew <= ZIPF_SKEW_MAX:
@@ -104,16 +81,16 @@ def _deployment(raw: dict, get, origin: str, model: ModelSpec) -> Deployment:
     if layout is not None and layout not in LAYOUTS:
         raise PlannerError(f"{origin}: [hardware] layout = '{layout}' is unknown (use one of {', '.join(LAYOUTS)})")
     deployment = make_deployment(
-        tp=get("hardware", "tp", 1), ep=get("hardware", "ep"), layout=layout, dp=get("hardware", "dp"),
-        weight_dtype=get("precision", "weights", "bf16"), act_dtype=get("precision", "activations", "bf16"),
-        kv_dtype=get("precision", "kv_cache", "bf16"), expert_dtype=get("precision", "experts"),
-        routing=routing, memory_utilization=float(get("workload", "memory_utilization", 0.9)))
+        tp=get("hardware", "tp", default("hardware", "tp")), ep=get("hardware", "ep"), layout=layout, dp=get("hardware", "dp"),
+        weight_dtype=get("precision", "weights", default("precision", "weights")), act_dtype=get("precision", "activations", default("precision", "activations")),
+        kv_dtype=get("precision", "kv_cache", default("precision", "kv_cache")), expert_dtype=get("precision", "experts"),
+        routing=routing, memory_utilization=float(get("workload", "memory_utilization", default("workload", "memory_utilization"))))
     check_deployment(model, deployment)
     return deployment
 
 
 def _draft(get, origin: str, base_dir: str | None, model: ModelSpec, deployment: Deployment) -> DraftSpec:
-    method = get("draft", "method", "eagle")
+    method = get("draft", "method", default("draft", "method"))
     if method == "model":
         name = get("draft", "model")
         if not name:
@@ -126,12 +103,13 @@ def _draft(get, origin: str, base_dir: str | None, model: ModelSpec, deployment:
 
 def _workload(get, origin: str, model: ModelSpec) -> dict:
     """context_len, K range, batch sizes, context lengths, and the caveats allowed through (warnings)."""
-    context_len = get("workload", "context_len", 2048)
+    context_len = get("workload", "context_len", default("workload", "context_len"))
     if context_len < 1:
         raise PlannerError(f"{origin}: context_len must be >= 1, got {context_len}")
     warnings_: list[str] = []
     max_pos = model.max_position_embeddings
-    beyond_ok = get("workload", "allow_context_beyond_model", False)
+    beyond_ok = get("workload", "allow_context_beyond_model",
+                    default("workload", "allow_context_beyond_model"))
     if max_pos and context_len > max_pos:
         if not beyond_ok:
             raise PlannerError(f"{origin}: context_len={context_len} exceeds {model.name}'s max_position_embeddings"
@@ -139,7 +117,8 @@ def _workload(get, origin: str, model: ModelSpec) -> dict:
                                " (API: allow_long_context=True) for a model served with RoPE scaling")
         warnings_.append(f"context_len={context_len} exceeds {model.name}'s max_position_embeddings={max_pos}"
                          " (allowed by allow_context_beyond_model: assumes the model is served with RoPE scaling)")
-    k_max, fixed_k = get("workload", "k_max", 8), get("workload", "fixed_k", 3)
+    k_max, fixed_k = get("workload", "k_max", default("workload", "k_max")), \
+        get("workload", "fixed_k", default("workload", "fixed_k"))
     if k_max < 0 or fixed_k < 0:
         raise PlannerError(f"{origin}: K must be >= 0 (k_max={k_max}, fixed_k={fixed_k})")
     if k_max > 32:
@@ -153,13 +132,13 @@ def _workload(get, origin: str, model: ModelSpec) -> dict:
             raise PlannerError(f"{origin}: context_lens up to {context_lens.max()} exceed {model.name}'s"
                                f" max_position_embeddings={max_pos}; shorten them, or set [workload]"
                                " allow_context_beyond_model = true for a model served with RoPE scaling")
-    tol = float(get("workload", "schedule_tolerance", SCHEDULE_TOLERANCE))
+    tol = float(get("workload", "schedule_tolerance", default("workload", "schedule_tolerance")))
     if not 0 <= tol < 0.5:
         raise PlannerError(f"{origin}: schedule_tolerance={tol:g} is outside [0, 0.5): the share of the best goodput"
                            " a K* schedule may give up at any batch size for fewer ranges (0.01 = 1%; 0 = per-batch"
                            " argmax)")
     return {"context_len": int(context_len), "k_max": int(k_max), "fixed_k": int(fixed_k), "schedule_tolerance": tol,
-            "batch_sizes": parse_batch_sizes(get("workload", "batch_sizes", "1-512")),
+            "batch_sizes": parse_batch_sizes(get("workload", "batch_sizes", default("workload", "batch_sizes"))),
             "context_lens": context_lens, "warnings": warnings_}
 
 
