@@ -55,17 +55,17 @@ def per_query_head_kernel(dep: Deployment, group: float, batch_heads):
     Grouped kernels serve a KV head's g query heads with one read; TensorRT-LLM <= 0.10 built its
     grouped kernel (XQA) for g = 8 only, and used it only when KV heads x sequences fill the SMs
     (engine profile [attention]); elsewhere its MMHA kernel has every query-head block load its KV head."""
-    if not dep.grouped_decode_groups or group <= 1:
+    if not dep.kernels.grouped_decode_groups or group <= 1:
         return False
-    return ~((round(group) in dep.grouped_decode_groups)
-             & (np.asarray(batch_heads, dtype=float) >= dep.grouped_decode_min_batch_heads))
+    return ~((round(group) in dep.kernels.grouped_decode_groups)
+             & (np.asarray(batch_heads, dtype=float) >= dep.kernels.grouped_decode_min_batch_heads))
 
 
 def kv_reads(dep: Deployment, group: float, per_query_head) -> float | np.ndarray:
     """HBM-equivalent reads of each KV byte: 1, or for a per-query-head kernel the first read from HBM
     and the g - 1 sibling blocks' re-reads from L2 (they run side by side), priced at the device's L2
     re-read cost: max(1, g x HBM / L2 bandwidth) (g when no L2 figure is published)."""
-    return np.where(per_query_head, max(1.0, group * dep.l2_reread_cost), 1.0)
+    return np.where(per_query_head, max(1.0, group * dep.kernels.l2_reread_cost), 1.0)
 
 
 def attention_op(model: ModelSpec, dep: Deployment, batch, queries, context_len: float, count: int,
@@ -284,7 +284,7 @@ def decoder_layers_ops(model: ModelSpec, dep: Deployment, hw: Hardware, batch, q
         nbytes = rtokens * model.hidden_size * a
         g_node = node_split(hw, adep.tp)[1]  # the node's part: a measured table or the link model at g GPUs
         ops.append(Op(prefix + "allreduce", "comm", 0.0, 2 * nbytes, kernels=1, count=n_allreduce,
-                      comm_s=allreduce_s(nbytes, g_node, hw), collective=(adep.allreduce, g_node),
+                      comm_s=allreduce_s(nbytes, g_node, hw), collective=(adep.kernels.allreduce, g_node),
                       shape={"bytes": nbytes}, fabric_s=allreduce_fabric_s(nbytes, adep.tp, hw)))
     return ops
 
@@ -312,7 +312,7 @@ def head_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, vocab: int
                       comm_s=allgather_s(gathered, dep.tp, hw)))
     if sampling:
         ops.append(sampling_op(prefix + "sampling", tokens, vocab,
-                               dep.logit_bytes_plain if logit_bytes is None else logit_bytes))
+                               dep.kernels.logit_bytes_plain if logit_bytes is None else logit_bytes))
     return ops
 
 
@@ -326,7 +326,7 @@ def forward_ops(model: ModelSpec, dep: Deployment, hw: Hardware, batch, queries,
 
 def verify_logit_bytes(dep: Deployment, k):
     """Sampling bytes per logit element of a pass verifying K drafts (K = 0: plain decoding)."""
-    return np.where(np.asarray(k) > 0, dep.logit_bytes_verify, dep.logit_bytes_plain)
+    return np.where(np.asarray(k) > 0, dep.kernels.logit_bytes_verify, dep.kernels.logit_bytes_plain)
 
 
 def verify_cost(model: ModelSpec, dep: Deployment, hw: Hardware, batch, k, context_len: float,

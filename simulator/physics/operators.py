@@ -258,7 +258,7 @@ def evaluate(ops: list[Op], hw: Hardware, dep: Deployment, profile: Profile | No
             measured[i] = table_s is not None
             np.multiply(np.add(op.comm_s if table_s is None else table_s, op.fabric_s), op.count, out=memory_s[i, ...])
             continue
-        priced = _surface_eta(op, profile, dep.engine, peak, bw)
+        priced = _surface_eta(op, profile, dep.kernels.engine, peak, bw)
         if priced is not None:
             measured[i] = True
             eta, enveloped = priced

@@ -166,7 +166,7 @@ class StepPricer:
             self.extend = None
         # lin(T) samples every token as plain decoding does; a verify pass's rejection path reads its
         # B (K + 1) rows differently (engine profile [sampling]): the difference per verified token
-        delta = dep.logit_bytes_verify - dep.logit_bytes_plain
+        delta = dep.kernels.logit_bytes_verify - dep.kernels.logit_bytes_plain
         self.verify_sampling_s_per_token = 0.0 if delta == 0 else float(evaluate(
             [sampling_op("verify_sampling_delta", 1.0, m.vocab_size / 1.0, abs(delta))], hw, dep, prof, ()).total_s
             - evaluate([sampling_op("none", 1.0, m.vocab_size, 0.0)], hw, dep, prof, ()).total_s) * np.sign(delta)

@@ -26,6 +26,28 @@ from simulator.specs.routing import Routing
 
 
 @dataclass(frozen=True)
+class EngineKernels:
+    """Which kernels the serving engine runs where the physics prices them differently: facts of the engine
+    profile (and of the device's L2, and the workload's sampling), not choices of the deployment. Built once
+    per scenario (:func:`simulator.specs.engines.engine_kernels`)."""
+
+    engine: str = ""  # the serving engine whose kernels run the MoE layers (tables are engine-specific there)
+    # which measured all-reduce prices the TP reductions: serving engines' one-shot custom kernels
+    # ("all_reduce") or NCCL ("all_reduce_nccl", e.g. torch.distributed in gpt-fast)
+    allreduce: str = "all_reduce"
+    # decode attention kernels of that engine: query-head groups served with one KV read (() = all), and
+    # the KV heads x batch below which even those fall back to one read per query head (engine profile)
+    grouped_decode_groups: tuple[int, ...] = ()
+    grouped_decode_min_batch_heads: float = 0.0
+    l2_reread_cost: float = 1.0  # the device's cost of a KV re-read served by L2, relative to HBM
+    # HBM bytes the engine's sampling reads and writes per element of the [positions, vocab] logits,
+    # beyond the LM head's own output: plain decoding (B positions) and verification (B (K + 1)
+    # positions, rejection sampler included), at the workload's temperature (simulator/physics/layers.py)
+    logit_bytes_plain: float = 8.0
+    logit_bytes_verify: float = 8.0
+
+
+@dataclass(frozen=True)
 class Deployment:
     """How a model runs: parallelism and precisions."""
 
@@ -39,20 +61,7 @@ class Deployment:
     memory_utilization: float = 0.9  # share of device memory the engine may use (vLLM default)
     layout: str = "tp"  # "tp" | "tp-ep" | "dp-ep" (module docstring); "tp" with ep > 1 reads as "tp-ep"
     dp: int = 1  # attention data-parallel groups (layout "dp-ep")
-    # which measured all-reduce prices the TP reductions: serving engines' one-shot custom kernels
-    # ("all_reduce") or NCCL ("all_reduce_nccl", e.g. torch.distributed in gpt-fast)
-    allreduce: str = "all_reduce"
-    engine: str = ""  # the serving engine whose kernels run the MoE layers (tables are engine-specific there)
-    # decode attention kernels of that engine: query-head groups served with one KV read (() = all), and
-    # the KV heads x batch below which even those fall back to one read per query head (engine profile)
-    grouped_decode_groups: tuple[int, ...] = ()
-    grouped_decode_min_batch_heads: float = 0.0
-    l2_reread_cost: float = 1.0  # the device's cost of a KV re-read served by L2, relative to HBM
-    # HBM bytes the engine's sampling reads and writes per element of the [positions, vocab] logits,
-    # beyond the LM head's own output: plain decoding (B positions) and verification (B (K + 1)
-    # positions, rejection sampler included), at the workload's temperature (simulator/physics/layers.py)
-    logit_bytes_plain: float = 8.0
-    logit_bytes_verify: float = 8.0
+    kernels: EngineKernels = field(default_factory=lambda: EngineKernels())  # the engine's kernel choices
 
     def expert_dtype_for(self, model: ModelSpec) -> str:
         return self.expert_dtype or model.expert_weight_dtype or self.weight_dtype

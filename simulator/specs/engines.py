@@ -18,6 +18,8 @@ from pathlib import Path
 
 from simulator.errors import PlannerError, did_you_mean
 from simulator.files import read_toml_file
+from simulator.specs.deployment import EngineKernels
+from simulator.specs.hardware import Hardware
 from simulator.specs.versions import same_release, version_key
 
 ENGINES_DIR = Path(__file__).resolve().parent.parent / "data" / "engines"
@@ -265,15 +267,20 @@ def _allreduce(kind: str, origin: str) -> str:
     return kind
 
 
-def sampling_logit_bytes(engine: EngineProfile, temperature, top_p, origin: str) -> dict:
-    """The deployment's sampling bytes per logit element (plain, verify) at the workload's temperature
-    and top-p, as Deployment fields; a temperature below 0 or a top-p outside (0, 1] is refused."""
+def engine_kernels(engine: EngineProfile, hardware: Hardware, temperature, top_p, origin: str) -> EngineKernels:
+    """The kernels ``engine`` runs on ``hardware`` (all-reduce, grouped decode attention, L2 re-reads) and
+    its sampling bytes per logit element (plain, verify) at the workload's temperature and top-p; a
+    temperature below 0 or a top-p outside (0, 1] is refused."""
     temperature, top_p = float(temperature), float(top_p)
     if temperature < 0 or not (0 < top_p <= 1):
         raise PlannerError(f"{origin}: [workload] temperature = {temperature:g} must be >= 0 (0 = greedy) and"
                            f" top_p = {top_p:g} in (0, 1]")
     plain, verify = engine.logit_bytes(temperature, top_p)
-    return {"logit_bytes_plain": plain, "logit_bytes_verify": verify}
+    return EngineKernels(engine=engine.name, allreduce=engine.allreduce_table,
+                         grouped_decode_groups=engine.grouped_decode_groups,
+                         grouped_decode_min_batch_heads=engine.grouped_decode_min_blocks_per_sm
+                         * (hardware.compute_units or 0),
+                         l2_reread_cost=hardware.l2_reread_cost, logit_bytes_plain=plain, logit_bytes_verify=verify)
 
 
 def with_capture_limit(engine: EngineProfile, limit: int) -> EngineProfile:

@@ -19,7 +19,7 @@ from simulator.specs.collectives import server_collectives
 from simulator.specs.acceptance import Acceptance, ContextAcceptance, context_acceptance, parse_band
 from simulator.specs.acceptance_files import AcceptanceFile
 from simulator.specs.deployment import Deployment
-from simulator.specs.engines import EngineProfile, default_engine, load_engine, sampling_logit_bytes, with_capture_limit
+from simulator.specs.engines import EngineProfile, default_engine, load_engine, engine_kernels, with_capture_limit
 from simulator.specs.drafts import DraftSpec
 from simulator.specs.deployment_fit import DeploymentFit, load_deployment_fit, scenario_identity
 from simulator.errors import PlannerError
@@ -113,12 +113,9 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
         engine = _capture_limit(engine, engine_tbl["max_capture_size"], origin)
     profile = resolve_profile(get("calibration", "profile"), hardware, engine.name, base_dir)
     profile = fit_to_server(profile, hardware, get("hardware", "interconnect_bandwidth_bytes_per_s"))
-    deployment = replace(deployment, allreduce=engine.allreduce_table, engine=engine.name,
-                         grouped_decode_groups=engine.grouped_decode_groups,
-                         grouped_decode_min_batch_heads=engine.grouped_decode_min_blocks_per_sm * (hardware.compute_units or 0),
-                         l2_reread_cost=hardware.l2_reread_cost,
-                         **sampling_logit_bytes(engine, get("workload", "temperature", default("workload", "temperature")),
-                                              get("workload", "top_p", default("workload", "top_p")), origin))
+    kernels = engine_kernels(engine, hardware, get("workload", "temperature", default("workload", "temperature")),
+                             get("workload", "top_p", default("workload", "top_p")), origin)
+    deployment = replace(deployment, kernels=kernels)
     fit_path = get("calibration", "deployment")
     fit = load_deployment_fit(_resolve_path(fit_path, base_dir), origin,
                               scenario_identity(model, hardware, deployment, engine, draft)) if fit_path else None
@@ -166,7 +163,7 @@ def pcie_collective_caveat(hardware: Hardware, dep: Deployment, profile: Profile
     off): published PCIe Gen4 servers run 2.6-25 GB/s bus bandwidth (simulator/specs/collectives.py)."""
     if not hardware.interconnect.lower().startswith("pcie") or dep.tp < 4 or profile is None:
         return []
-    entry = (profile.collectives.get(dep.allreduce) or profile.collectives.get("all_reduce") or {}).get(str(dep.tp))
+    entry = (profile.collectives.get(dep.kernels.allreduce) or profile.collectives.get("all_reduce") or {}).get(str(dep.tp))
     basis = profile.provenance.get("collectives_basis")
     if not entry or basis == "given":
         return []
