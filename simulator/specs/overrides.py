@@ -37,6 +37,7 @@ OVERRIDE_KEYS = {
     "hbm_bandwidth_bytes_per_s": ("hardware", "hbm_bandwidth_bytes_per_s"),
     "allreduce_busbw": ("hardware", "interconnect_bandwidth_bytes_per_s"),  # your nccl-tests busbw, bytes/s
     "deployment": ("calibration", "deployment"),  # python -m calibration.fit_deployment's file
+    "engine_terms": ("calibration", "engine_terms"),  # False: the profile's microbenchmarks alone (validation)
 }
 
 

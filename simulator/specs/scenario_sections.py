@@ -36,7 +36,7 @@ SCHEMA: dict[str, dict[str, type | tuple]] = {
                  "memory_utilization": NUM, "allow_context_beyond_model": bool, "context_lens": STR_OR_LIST,
                  "schedule_tolerance": NUM},
     "routing": {"kind": str, "skew": NUM, "probabilities": list, "reuse": NUM},
-    "calibration": {"profile": str, "deployment": str},
+    "calibration": {"profile": str, "deployment": str, "engine_terms": bool},  # engine_terms: Profile.microbenchmarks_only
     "engine": {"name": str, "version": str, "max_capture_size": int},  # capture limit: with_capture_limit
 }
 OPEN_SECTIONS = ("serving", "traffic", "slo", "sizing", "validation")
