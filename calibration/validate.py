@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -26,12 +26,11 @@ import pandas as pd
 from scipy.optimize import nnls
 
 from calibration import measured as measured_io
-from calibration.validate_moe import _with_reuse, fit_routing_skew, fit_skew_and_reuse, grid_verify_expert_ms, router_reuse
+from calibration.validate_moe import fit_routing_skew, fit_skew_and_reuse, grid_verify_expert_ms, router_reuse
 from simulator.specs.acceptance import Acceptance
 from simulator.errors import PlannerError
 from simulator.plan.grid import compute_grid
 from simulator.cli.common import OneLineParser, run_cli
-from simulator.specs.routing import Routing
 from simulator.specs.scenario import Scenario, load_scenario
 
 REQUIRED = ("batch_size", "k", "itl_ms", "acceptance_length", "per_position_acceptance")
@@ -144,9 +143,7 @@ def validate(measured: pd.DataFrame, sc: Scenario, origin: str = "measured") -> 
     k_max = int(df.k.max())
     train = df[~df.heldout]
     acceptance = pooled_acceptance(train[train.k > 0], max(k_max, 1))
-    # the physics from microbenchmarks alone: engine terms already in the profile are refitted here
-    profile = sc.profile.microbenchmarks_only() if sc.profile else None
-    sc_eval = replace(sc, acceptance=acceptance, k_max=max(k_max, sc.fixed_k), profile=profile)
+    sc_eval = evaluation_scenario(sc, acceptance, k_max)
     sc_eval, reuse, routing = fit_routing(df, train, sc, sc_eval)
     df["routing_reuse"] = reuse
     df["itl_ms_physics"] = physics_itl_ms(df, sc, sc_eval, reuse, k_max)
@@ -166,6 +163,14 @@ def validate(measured: pd.DataFrame, sc: Scenario, origin: str = "measured") -> 
         summary["routing"] = routing["note"]
         summary.update(routing["extra"])
     return ValidationResult(df, pd.concat([per_batch_held, per_batch], ignore_index=True), overhead, summary)
+
+
+def evaluation_scenario(sc: Scenario, acceptance: Acceptance, k_max: int) -> Scenario:
+    """The scenario the rows are predicted with, rebuilt (validated) from its TOML layout: the training rows'
+    acceptance, K up to the measured maximum, and the physics from microbenchmarks alone (engine terms
+    already in the profile are refitted here)."""
+    return sc.with_overrides(acceptance=acceptance, acceptance_source=acceptance.source,
+                             k_max=max(k_max, sc.fixed_k), engine_terms=False)
 
 
 def _has_expert_counts(df: pd.DataFrame, sc: Scenario) -> bool:
@@ -195,7 +200,7 @@ def fit_routing(df: pd.DataFrame, train: pd.DataFrame, sc: Scenario, sc_eval: Sc
             note = (f"zipf skew {skew:.2f} and the router's own adjacent-token reuse rho_0 = {rho0:.2f}"
                     f" fitted together to the training rows' distinct-expert counts; each row's reuse"
                     f" = r + (1 - r) rho_0 with its configured r")
-        sc_eval = replace(sc_eval, deployment=replace(sc.deployment, routing=Routing("zipf", skew=skew)))
+        sc_eval = sc_eval.with_overrides(routing_skew=skew)  # a zipf router of that skew
     return sc_eval, reuse, {"note": note, "extra": extra}
 
 
@@ -207,7 +212,7 @@ def physics_itl_ms(df: pd.DataFrame, sc: Scenario, sc_eval: Scenario, reuse: pd.
     physics = np.empty(len(df))
     for (ctx, rho), rows in df.groupby([contexts, reuse]).groups.items():
         sel = df.index.isin(rows)
-        grid = compute_grid(_with_reuse(replace(sc_eval, context_len=int(ctx)), rho),
+        grid = compute_grid(sc_eval.with_overrides(context_len=int(ctx), routing_reuse=float(rho)),
                             batch_sizes=np.unique(df.batch_size), ks=np.arange(k_max + 1))
         bi = np.searchsorted(grid.batch_sizes, df.batch_size[sel])
         physics[sel] = grid.itl_s[bi, df.k[sel].to_numpy()] * 1e3
@@ -255,7 +260,7 @@ def predict_experts(df: pd.DataFrame, sc: Scenario, sc_eval: Scenario, k_max: in
     verify = np.empty(len(df))
     for rho, rows in df.groupby("routing_reuse").groups.items():
         sel = df.index.isin(rows)
-        verify[sel] = grid_verify_expert_ms(_with_reuse(sc_eval, rho), df[sel], k_max)
+        verify[sel] = grid_verify_expert_ms(sc_eval.with_overrides(routing_reuse=float(rho)), df[sel], k_max)
     df["expert_ms_predicted"] = verify
 
 

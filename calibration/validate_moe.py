@@ -2,8 +2,6 @@
 the router's own adjacent-token reuse, and the routed-expert op time the planner predicts per row."""
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import pandas as pd
 
@@ -30,11 +28,6 @@ def fit_routing_skew(rows: pd.DataFrame, sc: Scenario) -> float:
     errors = [np.mean(np.abs(np.log(experts_touched(tokens, expert_probabilities(
         Routing("zipf", skew=s), sc.model.num_experts, sc.model.experts_per_token)) / measured))) for s in skews]
     return float(skews[int(np.argmin(errors))])
-
-
-def _with_reuse(sc: Scenario, rho: float) -> Scenario:
-    routing = replace(sc.deployment.routing, reuse=float(rho))
-    return replace(sc, deployment=replace(sc.deployment, routing=routing))
 
 
 def fit_skew_and_reuse(rows: pd.DataFrame, sc: Scenario) -> tuple[float, float]:

@@ -126,3 +126,31 @@ def test_report_files_written(tmp_path):
     summary = json.loads((tmp_path / "validation.json").read_text())
     assert summary["itl_mape"] <= 0.10 and summary["step_overhead"]["scale"] > 0
     assert (tmp_path / "validation.png").stat().st_size > 10_000
+
+
+def test_evaluation_scenario_is_rebuilt_from_its_toml_layout():
+    """Validation predicts with the scenario rebuilt (validated) from its TOML layout, so ``raw`` says what
+    was varied: the pooled acceptance, K up to the measured maximum, the profile without its engine terms."""
+    from calibration.validate import evaluation_scenario
+    from simulator.errors import PlannerError
+    from simulator.specs.acceptance import Acceptance
+    from simulator.specs.scenario import build_scenario
+
+    sc = load_scenario(REPO / "scenarios" / "smollm2-cpu.toml")
+    # the shipped profile carries fitted engine terms (calibration/data/cpu-xeon-2c.profile.json:
+    # "engine" scale 1.3442, "step_overhead_s" fixed 0.0066303 s)
+    assert sc.profile.engine_scale == pytest.approx(1.3442)
+    assert sc.profile.step_overhead_fixed_s == pytest.approx(0.0066303)
+    acc = Acceptance((0.5, 0.4), "measured: pooled training rows")
+    ev = evaluation_scenario(sc, acc, 8)
+    assert ev.profile.engine_scale == 1.0 and ev.profile.step_overhead_fixed_s == 0.0
+    assert ev.profile.step_overhead_per_seq_s == 0.0 and ev.profile.step_overhead_per_token_s == 0.0
+    assert ev.profile.compute_efficiency("gemm", "gemm", 64.0) == sc.profile.compute_efficiency("gemm", "gemm", 64.0)
+    assert ev.acceptance == acc and ev.k_max == 8 and ev.fixed_k == sc.fixed_k
+    assert ev.raw["calibration"]["engine_terms"] is False and ev.raw["workload"]["k_max"] == 8
+    assert ev.raw["acceptance"]["rates"] == [0.5, 0.4] and ev.raw["acceptance"]["source"] == acc.source
+    # raw is in sync: the scenario built again from it is the one validation predicts with
+    again = build_scenario(ev.raw, ev.origin, ev.raw.get("_base_dir"))
+    assert (again.acceptance, again.k_max, again.profile.engine_scale) == (acc, 8, 1.0)
+    with pytest.raises(PlannerError, match="engine_terms"):
+        sc.with_overrides(engine_terms="no")

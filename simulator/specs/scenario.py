@@ -111,8 +111,7 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
     engine = load_engine(engine_tbl.get("name") or default_engine(hardware.kind), engine_tbl.get("version"))
     if engine_tbl.get("max_capture_size") is not None:
         engine = _capture_limit(engine, engine_tbl["max_capture_size"], origin)
-    profile = resolve_profile(get("calibration", "profile"), hardware, engine.name, base_dir)
-    profile = fit_to_server(profile, hardware, get("hardware", "interconnect_bandwidth_bytes_per_s"))
+    profile = scenario_profile(get, hardware, engine.name, base_dir)
     kernels = engine_kernels(engine, hardware, get("workload", "temperature", default("workload", "temperature")),
                              get("workload", "top_p", default("workload", "top_p")), origin)
     deployment = replace(deployment, kernels=kernels)
@@ -142,6 +141,16 @@ def _capture_limit(engine: EngineProfile, limit, origin: str) -> EngineProfile:
         raise PlannerError(f"{origin}: [engine] max_capture_size = {limit!r}: give the CUDA-graph capture limit as a"
                            " whole number >= 1 (tokens for vLLM, sequences for SGLang), e.g. 1024")
     return with_capture_limit(engine, limit)
+
+
+def scenario_profile(get, hardware: Hardware, engine: str, base_dir: str | None) -> Profile | None:
+    """The [calibration] profile (:func:`resolve_profile`) fitted to the server; with ``engine_terms =
+    false``, its microbenchmarks alone, without the end-to-end engine terms (what calibration.validate refits)."""
+    profile = resolve_profile(get("calibration", "profile"), hardware, engine, base_dir)
+    profile = fit_to_server(profile, hardware, get("hardware", "interconnect_bandwidth_bytes_per_s"))
+    if profile is not None and not get("calibration", "engine_terms", default("calibration", "engine_terms")):
+        profile = profile.microbenchmarks_only()
+    return profile
 
 
 def fit_to_server(profile: Profile | None, hardware: Hardware, given_bus_bandwidth) -> Profile | None:

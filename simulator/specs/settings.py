@@ -179,6 +179,8 @@ SETTINGS: tuple[Setting, ...] = (
       help="calibration profile JSON (python -m calibration.fit, or a measured-table profile under"
            " simulator/data/profiles/; 'none': datasheet only)"),
     S("calibration", "deployment", name="deployment", flag="--deployment", metavar="FIT.json", help=DEPLOYMENT_HELP),
+    # false: the profile's microbenchmarks alone, without its fitted engine terms (what calibration.validate refits)
+    S("calibration", "engine_terms", bool, True, name="engine_terms"),
     S("engine", "name", name="engine", flag="--engine",
       help="serving engine whose host time and CUDA-graph capture to model: vllm, sglang, trtllm or ideal (kernels"
            " only); default vllm on GPUs"),
