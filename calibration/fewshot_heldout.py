@@ -13,6 +13,7 @@ is within the spread of the repeats (min-max of the best cell's rounds): the noi
 """
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import replace
 
@@ -45,9 +46,20 @@ def default_start(cells: pd.DataFrame) -> list[tuple[int, int]]:
 
 
 def measured_goodput(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per (B, K): median measured goodput per sequence and the spread (min, max) of the repeats."""
+    """Per (B, K): median measured goodput per sequence and the spread (min, max) of the repeats: the
+    rows of one cell, or, where a row carries its interleaved rounds (``itl_ms_rounds``, written by
+    ``calibration.engine sweep --rounds N``), its acceptance length over each round's step time."""
     g = rows.goodput_per_seq if "goodput_per_seq" in rows else rows.acceptance_length / (rows.itl_ms / 1e3)
     df = rows.assign(goodput=g)
+    if "itl_ms_rounds" in df and df.itl_ms_rounds.notna().any():
+        per_round = [json.loads(x) if isinstance(x, str) else [] for x in df.itl_ms_rounds]
+        df = df.assign(round_goodput=[[al / (t / 1e3) for t in ts] or [gp]
+                                      for al, ts, gp in zip(df.acceptance_length, per_round, df.goodput)])
+        repeats = df.groupby(["batch_size", "k"]).round_goodput.sum()  # lists concatenate
+        out = df.groupby(["batch_size", "k"]).goodput.agg(["median"])
+        out["min"], out["max"] = repeats.map(min), repeats.map(max)
+        out["size"] = repeats.map(len)
+        return out.reset_index()
     return df.groupby(["batch_size", "k"]).goodput.agg(["median", "min", "max", "size"]).reset_index()
 
 

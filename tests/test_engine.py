@@ -170,6 +170,28 @@ def test_sweep_writes_rows_and_resumes(tmp_path):
     assert len(__import__("pandas").read_csv(out)) == 4
 
 
+def test_sweep_rounds_keep_each_rounds_step_time(tmp_path):
+    """--rounds 3: each row keeps its three interleaved rounds' median step times, which bracket the
+    point's ITL (a median of the windows' medians); the few-shot scorer reads their spread as the
+    cell's measurement interval: goodput AL / t per round."""
+    from calibration.fewshot_heldout import measured_goodput
+    settings = SweepSettings(target="moe-synthetic", draft="ngram", batch_sizes=[2], ks=[0, 2], context_len=24,
+                             gen_tokens=2, warmup_steps=1, min_steps=2, max_steps=3, forced_acceptance=0.6, rounds=3)
+    df = run_sweep(settings, output=str(tmp_path / "runs.csv"), progress=False)
+    disk = __import__("pandas").read_csv(tmp_path / "runs.csv")
+    for r in disk.itertuples():
+        rounds = json.loads(r.itl_ms_rounds)
+        assert len(rounds) == 3 and all(t > 0 for t in rounds)
+        assert min(rounds) * (1 - 1e-6) <= r.itl_ms <= max(rounds) * (1 + 1e-6)
+    g = measured_goodput(disk).set_index(["batch_size", "k"])
+    r = disk[disk.k == 2].iloc[0]
+    rounds = json.loads(r.itl_ms_rounds)
+    assert g.loc[(2, 2), "size"] == 3
+    assert g.loc[(2, 2), "min"] == pytest.approx(r.acceptance_length / (max(rounds) / 1e3))
+    assert g.loc[(2, 2), "max"] == pytest.approx(r.acceptance_length / (min(rounds) / 1e3))
+    assert len(df) == 2
+
+
 @pytest.mark.parametrize("args,needle", [
     (["--target", "gpt5"], "unknown target"),
     (["--draft", "medusa"], "unknown draft"),

@@ -26,7 +26,7 @@ COLUMNS = [
     "source", "target", "draft", "device", "dtype", "batch_size", "k", "context_len", "n_steps",
     "draft_ms", "verify_ms", "overhead_ms", "itl_ms", "itl_ms_p90", "acceptance_length",
     "per_position_acceptance", "goodput_per_seq", "throughput", "experts_touched",
-    "torch_version", "date", "code_version", "router_reuse",
+    "torch_version", "date", "code_version", "router_reuse", "itl_ms_rounds",
 ]
 SOURCE = "torch-reference-engine"
 PROMPTS_FILE = Path(__file__).resolve().parent.parent / "prompts" / "prompts.jsonl"
@@ -145,10 +145,11 @@ class RowLabels(NamedTuple):
 
 
 def step_row(labels: RowLabels, batch: int, k: int, recs: list, attempted: list, accepted: list, itl_s: float,
-             router_reuse: float | None) -> dict:
+             router_reuse: float | None, rounds_s: list | None = None) -> dict:
     """One measured (B, K) point in the runs-CSV schema (COLUMNS) from its step records: phase medians,
     the step time ``itl_s`` as the caller aggregated it, acceptance length and conditional per-position
-    acceptance (accepted / attempted), goodput, experts touched, provenance."""
+    acceptance (accepted / attempted), goodput, experts touched, provenance; ``rounds_s``: the median
+    step time of each round (interleaved repeats: their spread is the point's measurement interval)."""
     step_s = np.array([r.draft_s + r.verify_s + r.overhead_s for r in recs])
     itl = itl_s * 1e3
     al = float(np.mean([np.mean(r.n_accepted) + 1 for r in recs]))
@@ -170,6 +171,7 @@ def step_row(labels: RowLabels, batch: int, k: int, recs: list, attempted: list,
         "torch_version": torch.__version__,
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "code_version": code_version(), "router_reuse": router_reuse,
+        "itl_ms_rounds": json.dumps([round(x * 1e3, 4) for x in rounds_s]) if rounds_s else None,
     }
 
 
@@ -247,7 +249,7 @@ def run_sweep(s: SweepSettings = SweepSettings(), output: str | None = None, pro
         # median of the windows' medians: a window caught in a slow spell is outvoted
         itl_s = float(np.median([np.median([r.draft_s + r.verify_s + r.overhead_s for r in w]) for w in windows]))
         rows.append(step_row(labels, B, k, recs, att_t.tolist(), acc_t.tolist(), itl_s,
-                             float(rho or 0.0) if tgt.cfg.is_moe else None))
+                             float(rho or 0.0) if tgt.cfg.is_moe else None, round_medians(windows, s.rounds)))
         if out_path:
             _append_row(out_path, rows[-1])
         if progress:
@@ -255,6 +257,15 @@ def run_sweep(s: SweepSettings = SweepSettings(), output: str | None = None, pro
     if trace_output and traces:
         _save_traces(Path(trace_output), traces)
     return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def round_medians(windows: list, rounds: int) -> list[float]:
+    """The median step time of each round's windows (the windows are appended round by round, the same
+    number per round): with R interleaved rounds, min..max of these holds the point's median with
+    probability 1 - 2^(1-R) (94% at R = 5)."""
+    per_round = len(windows) // rounds
+    return [float(np.median([r.draft_s + r.verify_s + r.overhead_s
+                             for w in windows[i * per_round:(i + 1) * per_round] for r in w])) for i in range(rounds)]
 
 
 def _load_models(s: SweepSettings, ks: list[int]):
