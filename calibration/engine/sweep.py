@@ -144,12 +144,14 @@ class RowLabels(NamedTuple):
     dtype: str
 
 
-def step_row(labels: RowLabels, batch: int, k: int, recs: list, attempted: list, accepted: list, itl_s: float,
+def step_row(labels: RowLabels, batch: int, k: int, recs: list, drafts: tuple[list, list], itl_s: float,
              router_reuse: float | None, rounds_s: list | None = None) -> dict:
     """One measured (B, K) point in the runs-CSV schema (COLUMNS) from its step records: phase medians,
     the step time ``itl_s`` as the caller aggregated it, acceptance length and conditional per-position
-    acceptance (accepted / attempted), goodput, experts touched, provenance; ``rounds_s``: the median
-    step time of each round (interleaved repeats: their spread is the point's measurement interval)."""
+    acceptance (``drafts`` = (attempted, accepted) per position), goodput, experts touched, provenance;
+    ``rounds_s``: the median step time of each round (interleaved repeats: their spread is the point's
+    measurement interval)."""
+    attempted, accepted = drafts
     step_s = np.array([r.draft_s + r.verify_s + r.overhead_s for r in recs])
     itl = itl_s * 1e3
     al = float(np.mean([np.mean(r.n_accepted) + 1 for r in recs]))
@@ -248,7 +250,7 @@ def run_sweep(s: SweepSettings = SweepSettings(), output: str | None = None, pro
         recs = [r for w in windows for r in w]
         # median of the windows' medians: a window caught in a slow spell is outvoted
         itl_s = float(np.median([np.median([r.draft_s + r.verify_s + r.overhead_s for r in w]) for w in windows]))
-        rows.append(step_row(labels, B, k, recs, att_t.tolist(), acc_t.tolist(), itl_s,
+        rows.append(step_row(labels, B, k, recs, (att_t.tolist(), acc_t.tolist()), itl_s,
                              float(rho or 0.0) if tgt.cfg.is_moe else None, round_medians(windows, s.rounds)))
         if out_path:
             _append_row(out_path, rows[-1])

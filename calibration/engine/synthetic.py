@@ -252,8 +252,8 @@ def _row(target: Transformer, labels: tuple[str, str, str], B: int, k: int, wind
     draft, dev_name, dtype = labels
     recs, att, acc = window
     itl_s = float(np.median([r.draft_s + r.verify_s + r.overhead_s for r in recs]))
-    return step_row(RowLabels(SOURCE, target.cfg.name, draft, dev_name, dtype), B, k, recs, att.tolist(),
-                    acc.tolist(), itl_s, float(target.cfg.router_reuse) if target.cfg.is_moe else None)
+    return step_row(RowLabels(SOURCE, target.cfg.name, draft, dev_name, dtype), B, k, recs, (att.tolist(),
+                    acc.tolist()), itl_s, float(target.cfg.router_reuse) if target.cfg.is_moe else None)
 
 
 # ---------------------------------------------------------------------------------------------
