@@ -63,7 +63,7 @@ def _runs(k):
 def test_bundled_scenario_schedules(path):
     """Every bundled scenario: no more ranges than the argmax, <= 1% given up at every B, and a range
     that returns to an earlier K only where that K is > 1% behind somewhere in between."""
-    g = predict(path).arrays
+    g = predict(path).grid
     chosen, raw = g.optimal_k_index(), g.argmax_k_index()
     assert schedule_ranges(chosen) <= schedule_ranges(raw)
     assert (schedule_loss(g.goodput_per_seq, g.fits_memory, chosen) <= TOL + 1e-12).all()
@@ -83,11 +83,11 @@ def test_qwen3_32b_on_4_h100_schedule_is_shorter_than_the_argmax():
     p = predict(model="qwen3-32b", hardware="h100-sxm", tp=4, batch_sizes="1-256")
     s = p.schedule_summary()
     assert s["ranges"] < s["argmax_ranges"] and s["max_loss"] <= TOL
-    _, k = p.k_table()
+    _, k = p.kstar_by_batch()
     assert (np.diff(k) <= 0).all()  # dense, 2048 context: K* falls with B, never back
     raw = predict(model="qwen3-32b", hardware="h100-sxm", tp=4, batch_sizes="1-256", schedule_tolerance=0)
     assert raw.schedule_summary()["ranges"] == s["argmax_ranges"]
-    assert (raw.arrays.optimal_k_index() == raw.arrays.argmax_k_index()).all()
+    assert (raw.grid.optimal_k_index() == raw.grid.argmax_k_index()).all()
 
 
 def test_context_axis_runs_the_dp_per_column():
@@ -106,7 +106,7 @@ def test_served_dsd_runs_the_exported_schedule():
     from simulator.serving import EngineConfig
 
     p = predict(model="qwen3-32b", hardware="h100-sxm", tp=4, batch_sizes="1-256")
-    b, k = p.k_table()
+    b, k = p.kstar_by_batch()
     served = make_policy(p.scenario, "dsd", 256, EngineConfig()).k_table()
     fits = k >= 0  # the served table ignores the grid's memory check (the KV block budget governs)
     assert (served[:256][fits] == k[fits]).all()
