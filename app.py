@@ -3,7 +3,7 @@
     streamlit run app.py --server.address 127.0.0.1 --server.headless true --browser.gatherUsageStats false
 
 A thin shell over the Python API (``simulator.plan.api``): the sidebar builds a scenario, the tabs draw
-``Prediction.table`` / ``.grid`` / ``.breakdown``. No physics here. Charts live in ``dashboard/charts.py``.
+``Prediction.table`` / ``.grid_rows`` / ``.breakdown``. No physics here. Charts live in ``dashboard/charts.py``.
 """
 from __future__ import annotations
 
@@ -246,7 +246,7 @@ def context_axis(p) -> list[int]:
 
 @st.cache_resource(max_entries=64, show_spinner=False)
 def cached_k_map(key: str, origin: str, lens: tuple):
-    return cached_prediction(key, origin).k_table_2d(list(lens))
+    return cached_prediction(key, origin).kstar_frame(list(lens))
 
 
 @st.cache_resource(max_entries=128, show_spinner=False)
@@ -318,7 +318,7 @@ def tab_downloads(pg: Page) -> None:
                            file_name=f"{name}-engine-schedules.md", mime="text/markdown", key="dl_md",
                            width="stretch")
         st.markdown("**Data**")
-        st.download_button("Goodput grid (CSV)", lambda: p.grid.to_csv(index=False), file_name=f"{name}-grid.csv",
+        st.download_button("Goodput grid (CSV)", lambda: p.grid_rows.to_csv(index=False), file_name=f"{name}-grid.csv",
                            mime="text/csv", key="dl_grid", width="stretch")
         st.download_button("K* table (CSV)", lambda: p.table.to_csv(index=False), file_name=f"{name}-kstar.csv",
                            mime="text/csv", key="dl_table", width="stretch")

@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from simulator.plan.grid import compute_context_grid, compute_grid
+from simulator.plan.grid import compute_grid
 from simulator.specs.scenario import SCENARIO_DIR, load_scenario
 
 TARGET = 1e7
@@ -34,7 +34,7 @@ def median_seconds(fn, repeats: int = 30) -> tuple[float, float]:
 
 
 def grid_and_kstar(sc, b, ks, lens):
-    g = compute_context_grid(sc, b, ks, lens)
+    g = compute_grid(sc, b, ks, lens)
     return g.optimal_k_index()  # K* per (B, L) cell is part of the answer
 
 

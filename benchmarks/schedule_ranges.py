@@ -14,7 +14,7 @@ def main() -> None:
     for path in sorted(SCENARIO_DIR.glob("*.toml")):
         p = predict(path)
         s = p.schedule_summary()
-        _, k = p.k_table()
+        _, k = p.kstar_by_batch()
         seq = [int(k[0])] + [int(b) for a, b in zip(k[:-1], k[1:]) if a != b]
         print(f"{path.stem:28s} {s['argmax_ranges']:7d} {s['ranges']:9d} {s['max_loss']:9.2%}"
               f" {s['max_loss_batch_size'] or '-':>6}  {','.join(map(str, seq))}")

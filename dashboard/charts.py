@@ -1,7 +1,7 @@
 """Chart builders for the dashboard: pure functions, DataFrames in, ``alt.Chart`` out.
 
 No physics here: every number plotted comes from ``simulator.plan.api.Prediction`` tables
-(``.table``, ``.grid``, ``.breakdown``). The functions only reshape and draw, so they can be
+(``.table``, ``.grid_rows``, ``.breakdown``). The functions only reshape and draw, so they can be
 tested without Streamlit and exported to PNG with :func:`to_png`.
 
 Letters: B batch size (sequences), K draft tokens per step, K* the goodput-optimal K at B.
@@ -78,7 +78,7 @@ def heatmap_frame(grid: pd.DataFrame) -> pd.DataFrame:
 def goodput_heatmap(grid: pd.DataFrame, table: pd.DataFrame, relative: bool = False, title: str = "") -> alt.Chart:
     """Goodput over (B, K) with K*(B) traced on top; cells that do not fit memory are grey.
 
-    ``grid``: ``Prediction.grid``; ``table``: ``Prediction.table``. ``relative``: colour by goodput
+    ``grid``: ``Prediction.grid_rows``; ``table``: ``Prediction.table``. ``relative``: colour by goodput
     as a share of the best K at the same B (shows how flat the optimum is) instead of tokens/s.
     """
     df = heatmap_frame(grid)
@@ -320,7 +320,7 @@ def kstar_context_frame(k2d: pd.DataFrame) -> pd.DataFrame:
 def kstar_context_heatmap(k2d: pd.DataFrame, title: str = "") -> alt.Chart:
     """K*(B, L): the goodput-optimal draft length over batch size and context length.
 
-    ``k2d``: ``Prediction.k_table_2d()`` (index batch_size, columns context_len, <NA> where no K
+    ``k2d``: ``Prediction.kstar_frame()`` (index batch_size, columns context_len, <NA> where no K
     fits in memory; those cells are grey)."""
     df = kstar_context_frame(k2d)
     fits, over = df[df["k_opt"].notna()], df[df["k_opt"].isna()]

@@ -28,7 +28,7 @@ def prediction(key: str, origin: str) -> Prediction:
     raw = json.loads(key)
     sc = build_scenario(raw, origin, raw.get("_base_dir"))
     p = predict_scenario(sc)
-    p.table, p.grid  # noqa: B018 -- fill the cached properties once, inside the cache
+    p.table, p.grid_rows  # noqa: B018 -- fill the cached properties once, inside the cache
     return p
 
 
@@ -50,7 +50,7 @@ def subtitle(p: Prediction) -> str:
 
 
 def is_moe(p: Prediction) -> bool:
-    return "experts_touched" in p.grid.columns
+    return "experts_touched" in p.grid_rows.columns
 
 
 def build_chart(p: Prediction, name: str, b: int = 1, k: int = 0) -> alt.TopLevelMixin:
@@ -58,7 +58,7 @@ def build_chart(p: Prediction, name: str, b: int = 1, k: int = 0) -> alt.TopLeve
     from dashboard import charts as C  # Altair (~0.5 s to import) loads after the headline is on screen
 
     sub = subtitle(p)
-    t, g, sc = p.table, p.grid, p.scenario
+    t, g, sc = p.table, p.grid_rows, p.scenario
     if name == "k_star":
         return C.k_star_chart(t, sub)
     if name in ("heatmap", "heatmap_rel"):
@@ -103,7 +103,7 @@ def predicted_points(p: Prediction, measured: pd.DataFrame) -> pd.DataFrame:
     """Prediction at exactly the measured (B, K) points."""
     bs = np.unique(measured["batch_size"].to_numpy())
     ks = np.unique(measured["k"].to_numpy())
-    return predict_scenario(p.scenario, batch_sizes=bs, ks=ks).grid
+    return predict_scenario(p.scenario, batch_sizes=bs, ks=ks).grid_rows
 
 
 def layout_table(p: Prediction, b: int) -> pd.DataFrame:

@@ -16,7 +16,7 @@ Notebook use::
     from simulator import predict
     result = predict(model="llama-3.1-8b", hardware="h100-sxm", draft="eagle", acceptance=0.8)
     result.table      # one row per batch size: K*, goodput, speedups, bound regime
-    result.grid       # one row per (batch size, K)
+    result.grid_rows       # one row per (batch size, K)
 """
 
 _API = ("predict", "Prediction", "predict_scenario")

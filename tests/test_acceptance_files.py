@@ -121,9 +121,9 @@ def test_max_supported_k_caps_the_table_and_every_export(tmp_path):
     # at a long context (a verify step barely dearer than a plain one) the per-batch argmax over these
     # rates wants K > 3 without the cap
     free = _predict("0.8,0.6,0.4,0.3", context_len=32768)
-    assert free.arrays.ks[free.arrays.argmax_k_index()].max() > 3
+    assert free.grid.ks[free.grid.argmax_k_index()].max() > 3
     capped = _predict(str(path), context_len=32768)
-    assert capped.scenario.k_max == 3 and capped.arrays.ks.max() == 3 and capped.table.k_opt.max() <= 3
+    assert capped.scenario.k_max == 3 and capped.grid.ks.max() == 3 and capped.table.k_opt.max() <= 3
     pred = _predict(str(path), context_lens="512,2048,8192")
     assert pred.scenario.k_max == 3 and pred.table.k_opt.max() <= 3
     assert pred.scenario.acceptance.acceptance_length([1, 2, 3]) == pytest.approx(list(HAND_AL.values()))

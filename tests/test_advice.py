@@ -134,7 +134,7 @@ def test_dp_turns_dynamic_sd_off_in_vllm():
     assert p.scenario.deployment.dp > 1
     (a,) = [x for x in p.engine_advice() if x.setting == "num_speculative_tokens"]
     assert a.current == p.vllm()["num_speculative_tokens"]
-    g = p.grid.set_index(["batch_size", "k"]).goodput_per_seq
+    g = p.grid_rows.set_index(["batch_size", "k"]).goodput_per_seq
     b = a.at_batch_sizes[0]
     assert g[(b, a.suggested)] > g[(b, a.current)]  # the suggested static K beats the one that runs there
     assert "vllm/config/vllm.py:1110" in a.rule_source
@@ -145,7 +145,7 @@ def test_dsd_k0_costs_the_drafter_first_pass():
     # first pass there, so K = 0 costs plain + that pass and K = 1 can beat it
     p = predict("scenarios/default.toml", batch_sizes="1-1024")
     (a,) = [x for x in p.engine_advice() if x.setting == "num_speculative_tokens_per_batch_size"]
-    g = p.arrays
+    g = p.grid
     step = A.k0_step_s(g)
     i0 = g.k_index(0)
     assert np.all(step > g.itl_s[:, i0])  # the extra pass is never free

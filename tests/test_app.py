@@ -381,7 +381,7 @@ def test_bad_rates_text_is_shown_at_its_control_and_the_page_stays():
 
 
 def test_validation_tab_matches_rows_and_reports_mape():
-    grid = predict("scenarios/default.toml").grid
+    grid = predict("scenarios/default.toml").grid_rows
     meas = grid[grid["batch_size"].isin([1, 8, 64]) & grid["k"].isin([0, 2, 4])].copy()
     meas["itl_ms"] *= 1.25                      # measured 25% slower -> predicted error -20%
     meas["goodput_per_seq"] /= 1.25
@@ -465,8 +465,8 @@ def test_seeded_random_sweep_never_shows_a_traceback():
 def test_charts_are_pure_functions_and_export_png():
     p = predict("scenarios/qwen3-235b-h200.toml", batch_sizes="1-64")
     sc = p.scenario
-    made = [C.k_star_chart(p.table), C.goodput_heatmap(p.grid, p.table), C.policy_chart(p.table, sc.fixed_k),
-            C.gain_chart(p.table, sc.fixed_k), C.experts_touched_chart(p.grid, 128, 8), C.expert_share_chart(p.grid),
+    made = [C.k_star_chart(p.table), C.goodput_heatmap(p.grid_rows, p.table), C.policy_chart(p.table, sc.fixed_k),
+            C.gain_chart(p.table, sc.fixed_k), C.experts_touched_chart(p.grid_rows, 128, 8), C.expert_share_chart(p.grid_rows),
             C.roofline_chart(p.breakdown(8, 3), sc.hardware.peak_bf16_flops_per_s, sc.hardware.hbm_bandwidth_bytes_per_s),
             C.breakdown_chart(p.breakdown(8, 3))]
     for ch in made:

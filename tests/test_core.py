@@ -225,7 +225,7 @@ DENSE = ["command-a-h100", "llama-3.1-8b-h100", "default", "rl-rollout-long-cont
 def test_k_star_is_argmax_of_hand_acceptance_length_over_step_time(name):
     # hand: AL(K) = 1 + a1 + a1 a2 + ... from the scenario's per-position rates; K* = argmax AL/ITL
     p = predict(SCENARIO_DIR / f"{name}.toml")
-    g, t = p.grid, p.table
+    g, t = p.grid_rows, p.table
     rates = p.scenario.acceptance.rates_upto(p.scenario.k_max)
     hand_al = np.array([1.0 + sum(np.prod(rates[:j]) for j in range(1, k + 1)) for k in range(p.scenario.k_max + 1)])
     itl = g.pivot(index="batch_size", columns="k", values="itl_ms").to_numpy()
@@ -422,7 +422,7 @@ def test_every_catalog_model_and_device_predicts():
         m = load_model(model)
         tp = 8 if m.num_heads % 8 == 0 else 1
         p = predict(model=model, hardware="b200", tp=tp, draft="ngram", batch_sizes="1-64")
-        assert np.isfinite(p.grid.itl_ms).all()
+        assert np.isfinite(p.grid_rows.itl_ms).all()
 
 
 def test_custom_hardware_rejects_nonpositive():

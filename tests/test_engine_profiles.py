@@ -91,7 +91,7 @@ def test_sglang_routes_every_batch_size_to_kstar_at_the_padded_size(name):
     exp = p.export("sglang", "0.5.23")
     params = _skip_unavailable(ec.sglang_adaptive_params, exp.payload, "0.5.23",
                                cuda_graph_bs=list(eng.spec_capture_sizes))
-    t = p.ktable()
+    t = p.kstar_map()
     b, k = t.batch_sizes, t.k_opt[:, t.context_index]
     k_at = {int(x): int(v) for x, v in zip(b, k) if v >= 0}
     by_pad: dict[int, set[int]] = {}

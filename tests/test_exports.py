@@ -18,7 +18,7 @@ from simulator.cli.predict import main as predict_main
 from simulator.errors import PlannerError
 from simulator.plan import exports as E
 from simulator.plan.api import predict
-from simulator.plan.grid import acceptance_lengths, compute_context_grid, compute_grid
+from simulator.plan.grid import acceptance_lengths, compute_grid
 from simulator.specs.scenario import SCENARIO_DIR, build_scenario, load_scenario, parse_context_lens, read_scenario_file
 
 B10 = np.arange(1, 11)
@@ -248,7 +248,7 @@ def test_context_grid_slice_equals_the_1d_grid(name):
     sc = load_scenario(SCENARIO_DIR / f"{name}.toml")
     b = np.array([1, 2, 7, 64, 200])
     lens = np.array([512, 4096, min(16384, sc.model.max_position_embeddings or 16384)])
-    g3 = compute_context_grid(sc, b, None, lens)
+    g3 = compute_grid(sc, b, None, lens)
     for j, L in enumerate(lens):
         g1 = compute_grid(sc.with_overrides(context_len=int(L)), b)
         np.testing.assert_allclose(g3.itl_s[:, :, j], g1.itl_s, rtol=1e-12)
@@ -264,7 +264,7 @@ def test_verify_time_grows_with_context_and_kstar_map_shape():
     # over the whole range
     assert (np.diff(g.verify_s, axis=2) > -5e-3 * g.verify_s[..., 1:]).all()
     assert (g.verify_s[..., -1] > 1.2 * g.verify_s[..., 0]).all()
-    t = p.k_table_2d([512, 8192, 65536])
+    t = p.kstar_frame([512, 8192, 65536])
     assert list(t.columns) == [512, 1024, 8192, 65536]  # the scenario's context_len is always a column
     assert t.shape == (32, 4)
 
@@ -292,7 +292,7 @@ def test_scenario_acceptance_by_context_lowers_kstar_at_long_context():
     sc = build_scenario(raw, "ctx.toml", raw.get("_base_dir"))
     assert sc.acceptance_context.factor([1024, 8192, 65536]) == pytest.approx([1.0, 0.8, 0.6])
     p = predict(sc)
-    t = p.k_table_2d()
+    t = p.kstar_frame()
     assert (t[65536] < t[1024]).all()
     # the 1-D grid at context_len applies the same factor (1.0 at 1024)
     assert (p.table.k_opt.to_numpy() == t[1024].to_numpy()).all()
@@ -341,7 +341,7 @@ def _run(fn, *a, **k):
 
 
 def _kstar(p: "object", lens):
-    t = p.ktable(lens)
+    t = p.kstar_map(lens)
     return t, t.k_opt[:, t.context_index]
 
 

@@ -139,7 +139,7 @@ def test_cli_round_trip_applies_the_terms_in_the_grid(tmp_path, capsys):
     from simulator.plan.api import predict
     plain = predict(CPU_SCENARIO, batch_sizes="8")
     fitted = predict(CPU_SCENARIO, batch_sizes="8", deployment=str(out))
-    g0, g1 = plain.arrays, fitted.arrays
+    g0, g1 = plain.grid, fitted.grid
     s, t = doc["terms"]["kernel_scale"]["value"], doc["terms"]
     by_hand = (s * (g0.verify_s + g0.draft_step_s) + g0.overhead_s + t["host_per_step_s"]["value"]
                + t["host_per_seq_s"]["value"] * 8 + t["spec_per_token_s"]["value"] * 8 * (g0.ks + 1) * (g0.ks > 0))

@@ -63,7 +63,7 @@ def _runs(k):
 def test_bundled_scenario_schedules(path):
     """Every bundled scenario: no more ranges than the argmax, <= 1% given up at every B, and a range
     that returns to an earlier K only where that K is > 1% behind somewhere in between."""
-    g = predict(path).arrays
+    g = predict(path).grid
     chosen, raw = g.optimal_k_index(), g.argmax_k_index()
     assert schedule_ranges(chosen) <= schedule_ranges(raw)
     assert (schedule_loss(g.goodput_per_seq, g.fits_memory, chosen) <= TOL + 1e-12).all()
@@ -83,11 +83,11 @@ def test_qwen3_32b_on_4_h100_schedule_is_shorter_than_the_argmax():
     p = predict(model="qwen3-32b", hardware="h100-sxm", tp=4, batch_sizes="1-256")
     s = p.schedule_summary()
     assert s["ranges"] < s["argmax_ranges"] and s["max_loss"] <= TOL
-    _, k = p.k_table()
+    _, k = p.kstar_by_batch()
     assert (np.diff(k) <= 0).all()  # dense, 2048 context: K* falls with B, never back
     raw = predict(model="qwen3-32b", hardware="h100-sxm", tp=4, batch_sizes="1-256", schedule_tolerance=0)
     assert raw.schedule_summary()["ranges"] == s["argmax_ranges"]
-    assert (raw.arrays.optimal_k_index() == raw.arrays.argmax_k_index()).all()
+    assert (raw.grid.optimal_k_index() == raw.grid.argmax_k_index()).all()
 
 
 def test_context_axis_runs_the_dp_per_column():
@@ -106,8 +106,44 @@ def test_served_dsd_runs_the_exported_schedule():
     from simulator.serving import EngineConfig
 
     p = predict(model="qwen3-32b", hardware="h100-sxm", tp=4, batch_sizes="1-256")
-    b, k = p.k_table()
+    b, k = p.kstar_by_batch()
     served = make_policy(p.scenario, "dsd", 256, EngineConfig()).k_table()
     fits = k >= 0  # the served table ignores the grid's memory check (the KV block budget governs)
     assert (served[:256][fits] == k[fits]).all()
     assert schedule_ranges(served[fits]) == p.schedule_summary()["ranges"] < p.schedule_summary()["argmax_ranges"]
+
+
+def test_plain_grid_is_the_context_axis_slice_of_length_one():
+    # one pipeline: the (B, K) grid and the (B, K, L) grid at L = [context_len] are the same numbers,
+    # bit for bit (no second pricing of the verify pass to drift from the first)
+    from simulator.plan.grid import compute_grid
+    from simulator.specs.scenario import load_scenario
+    for name in ("qwen3-235b-h200", "rl-rollout-long-context", "smollm2-cpu"):
+        sc = load_scenario(SCENARIO_DIR / f"{name}.toml", batch_sizes="1-96")
+        g1, g3 = compute_grid(sc), compute_grid(sc, None, None, [sc.context_len])
+        assert g3.itl_s.shape == g1.itl_s.shape + (1,)
+        for attr in ("verify_s", "draft_step_s", "overhead_s", "itl_s", "goodput_per_seq", "memory_per_gpu_bytes"):
+            np.testing.assert_array_equal(np.broadcast_to(getattr(g3, attr), g3.itl_s.shape)[..., 0],
+                                          np.broadcast_to(getattr(g1, attr), g1.itl_s.shape), err_msg=f"{name} {attr}")
+        np.testing.assert_array_equal(g3.k_star[:, 0], g1.k_star)
+
+
+def test_kstar_one_value_read_by_table_schedule_and_exports():
+    # Qwen3-32B at 16k context on 2 x H200 runs out of KV memory inside B 1-128; the -1 sentinel of
+    # Grid.k_star must read as <NA> in the table, "nothing fits memory" in the text and the end of
+    # every engine range, and every reader must see the same K elsewhere
+    p = predict("rl-rollout-long-context", batch_sizes="1-128")
+    b, k = p.kstar_by_batch()
+    first = int(b[k < 0][0])
+    assert 1 < first < 128 and (k[b >= first] == -1).all() and (k[b < first] >= 0).all()
+    table_k = p.table.k_opt
+    assert table_k.isna().to_numpy().tolist() == (k < 0).tolist()
+    assert (table_k.dropna().to_numpy(int) == k[k >= 0]).all()
+    assert p.schedule_text().endswith(f"nothing fits memory from B {first}")
+    expanded = {bb: kk for lo, hi, kk in p.vllm()["num_speculative_tokens_per_batch_size"] for bb in range(lo, hi + 1)}
+    assert expanded == {int(bb): int(kk) for bb, kk in zip(b, k) if kk >= 0}
+    exported = p.export("vllm").payload["num_speculative_tokens_per_batch_size"]
+    assert exported == p.vllm()["num_speculative_tokens_per_batch_size"]
+    assert (p.kstar_map().k_opt[:, 0] == k).all()
+    frame = p.kstar_frame([p.scenario.context_len])
+    assert frame[p.scenario.context_len].fillna(-1).to_numpy(int).tolist() == k.tolist()

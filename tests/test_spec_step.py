@@ -37,7 +37,7 @@ def test_extend_pass_runs_the_draft_layer_over_every_verified_token_and_the_head
 
 def test_draft_step_is_k_minus_one_passes_plus_the_extend_pass():
     p = predict(_scenario(engine={"name": "ideal"}))
-    g = p.arrays
+    g = p.grid
     sc = p.scenario
     per_pass, _ = draft_pass_cost(sc.draft, sc.model, sc.deployment, sc.hardware, np.array([[8.0]]), 1.0, 512.0,
                                   None)
@@ -58,7 +58,7 @@ def test_sglang_044_runs_the_extend_pass_eagerly():
     expected_extend = max(ext.total_s[0, 0] - ext.launch_s[:, 0, 0].sum(), ext.n_kernels * per_kernel)
     per_pass, _ = draft_pass_cost(sc.draft, sc.model, sc.deployment, sc.hardware, np.array([[8.0]]), 1.0, 512.0,
                                   None)
-    g = eager.arrays
+    g = eager.grid
     assert g.draft_step_s[0, g.k_index(3)] == pytest.approx(2 * per_pass.total_s[0, 0] + expected_extend)
 
 
@@ -70,8 +70,8 @@ def test_sampling_bytes_follow_the_engine_code_and_the_temperature():
     greedy = predict(model="command-a", hardware="h100-sxm", tp=8, engine="vllm", engine_version="0.11.0",
                      draft="eagle", batch_sizes=[128], fixed_k=3, k_max=3)
     def sampling_bytes(p, k):
-        v = p.arrays.verify
-        return v.nbytes[v.names.index("sampling"), 0, p.arrays.k_index(k)]
+        v = p.grid.verify
+        return v.nbytes[v.names.index("sampling"), 0, p.grid.k_index(k)]
     vocab = 256000
     assert sampling_bytes(hot, 3) == pytest.approx(128 * 4 * vocab * (28 + 128))
     assert sampling_bytes(hot, 0) == pytest.approx(128 * vocab * (22 + 128))

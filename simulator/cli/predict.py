@@ -165,7 +165,7 @@ def render(pred: Prediction, fmt: str) -> str:
 
 def render_kmap(pred: Prediction, context_lens=None) -> str:
     """K* by batch size (rows: powers of two, the ends and every change) x context length (columns)."""
-    t = pred.k_table_2d(context_lens)
+    t = pred.kstar_frame(context_lens)
     k = t.fillna(-1).to_numpy()
     b = t.index.to_numpy()
     keep = (b & (b - 1)) == 0

@@ -184,7 +184,7 @@ def current_capture_limit(eng: EngineProfile, unit: str) -> int:
 def rerun(pred, eng: EngineProfile, limit: int, predict_scenario, batch_sizes):
     """The prediction over the planned batch sizes with the engine's capture limit at ``limit``."""
     sc = replace(pred.scenario, engine=with_capture_limit(eng, int(limit)))
-    return predict_scenario(sc, batch_sizes=batch_sizes, ks=pred.arrays.ks)
+    return predict_scenario(sc, batch_sizes=batch_sizes, ks=pred.grid.ks)
 
 
 def serving_value(sc, key: str) -> int | None:
@@ -205,7 +205,7 @@ def max_num_seqs_advice(pred, rule: dict, predict_scenario) -> Advice | None:
     b, _, good = planned(pred)
     if not cap or not b.size or cap >= b.max():
         return None
-    capped = predict_scenario(sc, batch_sizes=[cap], ks=pred.arrays.ks).table
+    capped = predict_scenario(sc, batch_sizes=[cap], ks=pred.grid.ks).table
     if not bool(capped.fits_memory.iloc[0]):
         return None
     throughput_capped = float(capped.throughput.iloc[0])
@@ -227,12 +227,12 @@ def token_budget_advice(pred, rule: dict, predict_scenario) -> Advice | None:
     over = need > budget
     if not over.any():
         return None
-    ks = pred.arrays.ks.astype(np.int64)
+    ks = pred.grid.ks.astype(np.int64)
     fitting = sequences_within_budget(b[over][:, None], ks[None, :], budget)  # (n_over, n_k)
     sizes = np.unique(fitting[fitting >= 1])
     if not sizes.size:
         return None
-    small = predict_scenario(sc, batch_sizes=sizes, ks=ks).arrays
+    small = predict_scenario(sc, batch_sizes=sizes, ks=ks).grid
     rows = np.searchsorted(sizes, np.maximum(fitting, 1))
     per_seq = np.where(small.fits_memory, small.goodput_per_seq, 0.0)[rows, np.arange(ks.size)[None, :]]
     throughput_budgeted = np.where(fitting >= 1, per_seq * fitting, 0.0).max(axis=1)
@@ -256,7 +256,7 @@ def k0_step_s(grid) -> np.ndarray | None:
 
 def dsd_k0_advice(pred, rule: dict) -> Advice | None:
     """Where K* = 0 and K >= 1 beats K = 0 as the engine runs it, write that K instead."""
-    sc, g = pred.scenario, pred.arrays
+    sc, g = pred.scenario, pred.grid
     if not sc.engine.supports_dynamic_k:
         return None
     step = k0_step_s(g)
@@ -264,7 +264,7 @@ def dsd_k0_advice(pred, rule: dict) -> Advice | None:
         return None
     b_all = g.batch_sizes.astype(np.int64)
     t = pred.table
-    k_opt = t.k_opt.fillna(-1).astype(int).to_numpy()
+    k_opt = g.k_star
     zero = (k_opt == 0) & t.fits_memory.to_numpy(bool)
     if not zero.any():
         return None
@@ -286,13 +286,13 @@ def dsd_k0_advice(pred, rule: dict) -> Advice | None:
 def dp_dsd_advice(pred, rule: dict) -> Advice | None:
     """At data_parallel_size > 1 the engine runs num_speculative_tokens at every batch size: name the
     single K best over the planned load where it beats the table's largest K."""
-    sc, g = pred.scenario, pred.arrays
+    sc, g = pred.scenario, pred.grid
     dep = sc.deployment
     if not (sc.engine.supports_dynamic_k and dep.dp_attention and dep.dp > 1):
         return None
     t = pred.table
     fits = t.fits_memory.to_numpy(bool)
-    k_opt = t.k_opt.fillna(-1).astype(int).to_numpy()[fits]
+    k_opt = g.k_star[fits]
     if not k_opt.size or k_opt.min() == k_opt.max():
         return None  # one K everywhere: nothing is lost when the table is off
     static = int(k_opt.max())  # what the vLLM file writes as num_speculative_tokens

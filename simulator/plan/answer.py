@@ -63,7 +63,7 @@ def answer_notes(pred) -> list[str]:
     if b_all.size > 1 and b_all[-1] - b_all[0] + 1 != b_all.size:
         out.append(f"batch sizes evaluated only at {_span(b_all, False) if b_all.size <= 12 else f'{b_all.size} sizes between {b_all[0]} and {b_all[-1]}'}"
                    " (given sparsely): the engine ranges hold each evaluated K* until the next evaluated batch size")
-    ranges = exports.k_ranges(*pred.k_table())
+    ranges = exports.k_ranges(*pred.kstar_by_batch())
     # only where batch sizes above the table exist to plan: not for one batch size asked about, and
     # not where the table already ends at the memory limit (nothing larger fits)
     if ranges and ranges[-1][2] > 0 and b_all.size > 1 and bool(t["fits_memory"].iloc[-1]):

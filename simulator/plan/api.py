@@ -3,6 +3,7 @@
     >>> from simulator import predict
     >>> p = predict(model="llama-3.1-8b", hardware="h100-sxm", draft="eagle", acceptance=0.8)
     >>> p.table.head()          # per batch size: k_opt, goodput, speedups, bound regime
+    >>> p.grid.k_star           # K* per batch size (numpy; -1 where no K fits memory)
     >>> p.breakdown(8, 3)       # per operator of the verify and draft steps
     >>> p.vllm()                # {"num_speculative_tokens": ..., "num_speculative_tokens_per_batch_size": ...}
 """
@@ -20,7 +21,7 @@ from simulator.plan import exports, paste
 from simulator.errors import PlannerError
 from simulator.plan.acceptance_risk import break_even_acceptance_length
 from simulator.plan.answer import _span, answer_notes, schedule_text  # noqa: F401 (schedule_text: API)
-from simulator.plan.grid import ContextGrid, Grid, compute_context_grid, compute_grid
+from simulator.plan.grid import Grid, compute_grid
 from simulator.plan.schedule import schedule_loss, schedule_ranges
 from simulator.physics.attribution import describe_growth, verify_growth
 from simulator.specs.uncertainty import Band, step_time_band
@@ -32,7 +33,7 @@ MS = 1e3
 @dataclass
 class Prediction:
     scenario: Scenario
-    arrays: Grid
+    grid: Grid  # numpy arrays over (batch size, K): step costs, goodput, memory, K*
 
     # --- provenance ---------------------------------------------------------------------------
     @property
@@ -86,9 +87,9 @@ class Prediction:
 
     # --- tables -------------------------------------------------------------------------------
     @cached_property
-    def grid(self) -> pd.DataFrame:
-        """One row per (batch size, K)."""
-        g = self.arrays
+    def grid_rows(self) -> pd.DataFrame:
+        """The grid as a table: one row per (batch size, K)."""
+        g = self.grid
         nb, nk = g.itl_s.shape
         df = pd.DataFrame({
             "batch_size": np.repeat(g.batch_sizes.astype(int), nk),
@@ -113,7 +114,7 @@ class Prediction:
     @cached_property
     def table(self) -> pd.DataFrame:
         """One row per batch size: K*, its goodput, and plain / fixed-K / dynamic-K compared."""
-        g = self.arrays
+        g = self.grid
         sc = self.scenario
         idx = g.optimal_k_index()
         rows = np.arange(len(g.batch_sizes))
@@ -132,7 +133,7 @@ class Prediction:
         with np.errstate(invalid="ignore", divide="ignore"):
             df = pd.DataFrame({
                 "batch_size": g.batch_sizes.astype(int),
-                "k_opt": pd.array(np.where(feasible, g.ks[safe], 0), dtype="Int64"),
+                "k_opt": pd.array(g.k_star, dtype="Int64"),  # <NA> below where K* is -1
                 "goodput_per_seq": good,
                 "throughput": good * g.batch_sizes,
                 "itl_ms": at(g.itl_s, safe) * MS,
@@ -170,7 +171,7 @@ class Prediction:
         """Per-operator time, FLOPs, bytes and bound of the draft and verify steps at (B, K)."""
         if k < 0 or batch_size < 1:
             raise PlannerError(f"breakdown needs batch size >= 1 and K >= 0, got {batch_size},{k}")
-        sub = predict_scenario(self.scenario, batch_sizes=[batch_size], ks=[k]).arrays
+        sub = predict_scenario(self.scenario, batch_sizes=[batch_size], ks=[k]).grid
         frames = []
         for step, cost in (("draft", sub.draft), ("verify", sub.verify)):
             bound = cost.bound()[:, 0, 0]
@@ -194,18 +195,17 @@ class Prediction:
         return df.reset_index(drop=True)
 
     # --- exports ------------------------------------------------------------------------------
-    def k_table(self) -> tuple[np.ndarray, np.ndarray]:
-        t = self.table
-        k = t["k_opt"].fillna(-1).astype(int).to_numpy()
-        return t["batch_size"].to_numpy(), k
+    def kstar_by_batch(self) -> tuple[np.ndarray, np.ndarray]:
+        """(batch sizes, K* at each; -1 where no K fits memory): :attr:`Grid.k_star`."""
+        return self.grid.batch_sizes.astype(int), self.grid.k_star
 
     def vllm(self) -> dict:
-        return exports.vllm_config(*self.k_table())
+        return exports.vllm_config(*self.kstar_by_batch())
 
     def schedule_text(self) -> str:
         """The K* schedule in words, e.g. "K=4 for B 1-43, K=3 for 44-84, no speculation from 196";
         with an acceptance band, where K* depends on the rates inside it."""
-        text = schedule_text(*self.k_table())
+        text = schedule_text(*self.kstar_by_batch())
         dependence = self.acceptance_dependence_text()
         return f"{text} ({dependence})" if dependence else text
 
@@ -227,7 +227,7 @@ class Prediction:
     def schedule_summary(self) -> dict:
         """What the K* schedule trades: its ranges vs the per-batch argmax's, and the goodput it gives
         up at each batch size (share of the per-batch optimum; :mod:`simulator.plan.schedule`)."""
-        g = self.arrays
+        g = self.grid
         chosen, raw = g.optimal_k_index(), g.argmax_k_index()
         loss = schedule_loss(g.goodput_per_seq, g.fits_memory, chosen)
         worst = int(np.argmax(loss)) if loss.size else 0
@@ -255,7 +255,7 @@ class Prediction:
         return answer_notes(self)
 
     def trtllm(self) -> dict:
-        return exports.trtllm_schedule(*self.k_table())
+        return exports.trtllm_schedule(*self.kstar_by_batch())
 
     def engine_advice(self) -> list:
         """Engine settings that cost goodput at the planned load, with the gain of changing each
@@ -281,35 +281,33 @@ class Prediction:
         top = min(self.scenario.model.max_position_embeddings or 131072, 131072)
         return [L for L in (512, 2048, 8192, 32768, 131072) if L <= top] or [self.scenario.context_len]
 
-    def context_grid(self, context_lens=None) -> ContextGrid:
+    def context_grid(self, context_lens=None) -> Grid:
         """The (B, K, L) grid over the scenario's batch sizes and K (cached per context axis)."""
         lens = self.context_lens(context_lens)
         key = tuple(int(x) for x in lens)
         cache = self.__dict__.setdefault("_context_grids", {})
         if key not in cache:
-            cache[key] = compute_context_grid(self.scenario, self.arrays.batch_sizes, self.arrays.ks, lens)
+            cache[key] = compute_grid(self.scenario, self.grid.batch_sizes, self.grid.ks, lens)
         return cache[key]
 
-    def k_table_2d(self, context_lens=None) -> pd.DataFrame:
+    def kstar_frame(self, context_lens=None) -> pd.DataFrame:
         """K* per batch size (rows) and context length (columns); <NA> where no K fits in memory."""
         g = self.context_grid(context_lens)
-        k = g.k_opt()
-        df = pd.DataFrame(k, index=pd.Index(g.batch_sizes.astype(int), name="batch_size"),
+        df = pd.DataFrame(g.k_star, index=pd.Index(g.batch_sizes.astype(int), name="batch_size"),
                           columns=pd.Index(g.context_lens.astype(int), name="context_len")).astype("Int64")
         return df.mask(df < 0)
 
-    def ktable(self, context_lens=None) -> exports.KTable:
-        """What the exporters read: K*(B, L) with the goodput grid for runner-up choices."""
+    def kstar_map(self, context_lens=None) -> exports.KTable:
+        """What the exporters read: K*(B, L) with the goodput grid for runner-up choices; without a
+        context axis (none given, none in the scenario) the plain grid as its one column."""
         if context_lens is None and self.scenario.context_lens is None:
-            g = self.arrays
-            idx = g.optimal_k_index()
-            k = np.where(idx >= 0, g.ks[np.maximum(idx, 0)], -1)
-            return exports.KTable(g.batch_sizes.astype(int), np.array([self.scenario.context_len]), k[:, None], g.ks,
-                                  g.goodput_per_seq[:, :, None], np.asarray(g.fits_memory)[:, :, None],
+            g = self.grid
+            return exports.KTable(g.batch_sizes.astype(int), np.array([self.scenario.context_len]), g.k_star[:, None],
+                                  g.ks, g.goodput_per_seq[:, :, None], np.asarray(g.fits_memory)[:, :, None],
                                   g.itl_s[:, :, None], 0)
         g = self.context_grid(context_lens)
         j = int(np.flatnonzero(g.context_lens == self.scenario.context_len)[0])
-        return exports.KTable(g.batch_sizes.astype(int), g.context_lens, g.k_opt(), g.ks, g.goodput_per_seq,
+        return exports.KTable(g.batch_sizes.astype(int), g.context_lens, g.k_star, g.ks, g.goodput_per_seq,
                               g.fits_memory, g.itl_s, j)
 
     def vllm_method(self) -> dict:
@@ -329,7 +327,7 @@ class Prediction:
                sglang_candidates: str = "kstar", planned_batch_size: int | None = None) -> exports.Export:
         """The engine file for ``fmt`` (vllm, vllm-ctx, trtllm, sglang, sglang-sps) targeting
         ``version`` (default: the newest release checked); ``.json()`` / ``.markdown()`` render it."""
-        table = self.ktable(context_lens if context_lens is not None or fmt != "vllm-ctx"
+        table = self.kstar_map(context_lens if context_lens is not None or fmt != "vllm-ctx"
                             else self.default_context_lens())
         if cuda_graph_bs is None:
             cuda_graph_bs = self.cuda_graph_bs()

@@ -1,4 +1,4 @@
-"""Goodput grid over (batch size B, draft length K), optimal K per batch size, policy comparison.
+"""Goodput grid over (batch size B, draft length K, context length L), optimal K per batch size.
 
     ITL(B, K)     = draft(B, K) + verify(B, K) + overhead(B, K)
                     (verify and draft as the engine runs them: in a CUDA graph or launched eagerly;
@@ -7,9 +7,15 @@
     K*(B)         = the fewest-range schedule within 1% of argmax_K goodput(B, K) at every B, over the K
                     whose memory fits (simulator/plan/schedule.py; tolerance 0: the argmax); K = 0 is plain decoding
 
-With a context-length axis L (:func:`compute_context_grid`) every term is evaluated over (B, K, L) and
-K*(B, L) is read per cell; only attention (and the KV memory) depends on L, and a slice at one L equals
-the (B, K) grid of a scenario with that context_len.
+One function (:func:`compute_grid`) evaluates every term over (B, K, L) arrays, L = tokens already in
+each sequence's KV cache. The plain table is its slice with L of length 1 (the scenario's context_len),
+the L axis dropped: arrays (n_batch, n_k). Given context lengths it keeps the axis: arrays
+(n_batch, n_k, n_ctx) and K*(B, L) read per context column. Only attention (and the KV memory) depends
+on L, so a slice at one L equals the plain grid of a scenario with that context_len.
+
+K* has one source, :attr:`Grid.k_star`: the K per batch size (and context length), -1 where no K fits
+memory (the sentinel every reader shares: the table shows it as <NA>, the schedule text as "nothing
+fits memory", the exports end their ranges there).
 """
 from __future__ import annotations
 
@@ -18,10 +24,10 @@ from functools import cached_property
 
 import numpy as np
 
-from simulator.physics.layers import verify_cost
+from simulator.physics.layers import forward_ops, verify_logit_bytes
 from simulator.plan.acceptance_risk import banded_acceptance_lengths, k_at_each_rate_set, robust_score
 from simulator.physics.memory import step_memory_bytes
-from simulator.physics.operators import StepCost
+from simulator.physics.operators import StepCost, evaluate
 from simulator.physics.draft_cost import draft_extend_cost, draft_pass_cost
 from simulator.physics.engine_time import (draft_extend_in_graph, draft_in_graph, host_exposed_s, pass_time_s,
                                            verify_in_graph)
@@ -33,28 +39,33 @@ from simulator.specs.routing import expert_probabilities
 
 @dataclass
 class Grid:
-    """Arrays of shape (n_batch, n_k) unless noted."""
+    """Arrays of shape (n_batch, n_k) for the plain grid, (n_batch, n_k, n_ctx) with a context axis,
+    unless noted."""
 
     batch_sizes: np.ndarray  # (n_batch,)
     ks: np.ndarray  # (n_k,)
-    verify: StepCost
-    draft_pass: StepCost  # one draft pass, shape (n_ops, n_batch, 1)
-    draft_passes: np.ndarray  # passes per step, shape (1, n_k): K (or 1 for host-side n-gram at K > 0)
+    context_lens: np.ndarray  # (n_ctx,); the plain grid: the scenario's context_len alone
+    verify: StepCost  # per op; with a context axis the ops whose cost does not depend on L, over (B, K, 1)
+    draft_pass: StepCost  # one draft pass, shape (n_ops, n_batch, 1[, n_ctx])
+    draft_passes: np.ndarray  # passes per step, shape (1, n_k[, 1]): K (or 1 for host-side n-gram at K > 0)
     verify_s: np.ndarray  # the verify pass as the engine runs it (graph replay or eager launches)
     draft_step_s: np.ndarray  # all draft passes of the step as the engine runs them
     in_graph: np.ndarray  # whether the verify pass replays a captured CUDA graph
     overhead_s: np.ndarray
     itl_s: np.ndarray
-    acceptance_length: np.ndarray  # (n_k,)
+    acceptance_length: np.ndarray  # (n_k,) plain, (n_k, n_ctx) with a context axis
     goodput_per_seq: np.ndarray
     memory_per_gpu_bytes: np.ndarray
     memory_capacity_bytes: float
-    experts_touched: np.ndarray | None  # per MoE layer, verify step
+    experts_touched: np.ndarray | None  # per MoE layer, verify step, (n_batch, n_k)
     schedule_tolerance: float = SCHEDULE_TOLERANCE  # goodput share K* may give up for fewer ranges
-    # (3, n_k) AL(K) at the acceptance band's low, given and high rates; None without a band
+    # (3, n_k) AL(K) at the acceptance band's low, given and high rates; None without a band (and on
+    # a context axis, whose K*(B, L) map is scheduled on goodput)
     banded_acceptance_length: np.ndarray | None = None
-    # the draft's extend pass over the verified tokens, (n_ops, n_batch, n_k); replaces one of the passes
+    # the draft's extend pass over the verified tokens, (n_ops, n_batch, n_k[, n_ctx]); replaces one of the passes
     draft_extend: StepCost | None = None
+    # with a context axis: the verify ops whose cost depends on L (attention), over (B, K, L)
+    verify_context: StepCost | None = None
 
     @property
     def fits_memory(self) -> np.ndarray:
@@ -62,7 +73,7 @@ class Grid:
 
     @property
     def throughput(self) -> np.ndarray:
-        return self.goodput_per_seq * self.batch_sizes[:, None]
+        return self.goodput_per_seq * self.batch_sizes.reshape((-1,) + (1,) * (self.itl_s.ndim - 1))
 
     @property
     def one_token_passes(self) -> np.ndarray:
@@ -72,7 +83,8 @@ class Grid:
         return np.maximum(self.draft_passes - 1.0, 0.0)
 
     def _extend_at_k(self) -> StepCost:
-        return self.draft_extend.scaled((self.ks > 0).astype(float)[None, :])
+        at_k = (self.ks > 0).astype(float).reshape((1, -1) + (1,) * (self.itl_s.ndim - 2))
+        return self.draft_extend.scaled(at_k)
 
     @cached_property
     def draft(self) -> StepCost:
@@ -89,11 +101,19 @@ class Grid:
         return int(hits[0]) if hits.size else -1
 
     def optimal_k_index(self) -> np.ndarray:
-        """Index into ks of K* per batch size: the fewest-range schedule within ``schedule_tolerance``
-        of the per-batch optimum (:mod:`simulator.plan.schedule`); -1 where no K fits in memory. With
-        an acceptance band the schedule runs on the robust score (the K's worst share of the best
-        goodput across the band) instead of the goodput itself."""
+        """Index into ks of K* per batch size (per context column with a context axis): the
+        fewest-range schedule within ``schedule_tolerance`` of the per-batch optimum
+        (:mod:`simulator.plan.schedule`); -1 where no K fits in memory. With an acceptance band the
+        schedule runs on the robust score (the K's worst share of the best goodput across the band)
+        instead of the goodput itself."""
         return self._schedule.copy()
+
+    @property
+    def k_star(self) -> np.ndarray:
+        """K* per batch size, (n_batch,), or (n_batch, n_ctx) with a context axis; -1 where no K fits
+        memory. The one source of K* that the table, the schedule text and every export read."""
+        idx = self._schedule
+        return np.where(idx >= 0, self.ks[np.maximum(idx, 0)], -1)
 
     @cached_property
     def _schedule(self) -> np.ndarray:
@@ -124,6 +144,10 @@ class Grid:
         parts = [self.verify.time_by_regime(), self.draft_pass.time_by_regime()]
         names = ("compute", "memory", "comm", "launch")
         kernel_s = self.verify.total_s + self.draft_pass.total_s * passes
+        if self.verify_context is not None:  # attention over L: its regimes count with the verify pass
+            by_ctx = self.verify_context.time_by_regime()
+            parts[0] = {n: parts[0][n] + by_ctx[n] for n in names}
+            kernel_s = kernel_s + self.verify_context.total_s
         extend = self._extend_at_k() if self.draft_extend is not None else None
         if extend is not None:
             kernel_s = kernel_s + extend.total_s
@@ -158,13 +182,19 @@ def with_deployment_fit(fit, verify_s, draft_step_s, overhead_s, B, K):
     return verify_s * s, draft_step_s * s, overhead_s + fit.added_s(B, K)
 
 
-def engine_pass_times(sc, B, K, verify: StepCost, draft_pass: StepCost, passes, extend: StepCost | None = None):
+def engine_pass_times(sc, B, K, verify: StepCost, draft_pass: StepCost, passes, extend: StepCost | None = None,
+                      verify_context: StepCost | None = None):
     """(verify s, draft s of the step, verify in a graph, exposed host s) as the scenario's engine runs
-    them; with an extend pass, ``passes`` - 1 one-token passes and the extend pass at K > 0."""
+    them; with an extend pass, ``passes`` - 1 one-token passes and the extend pass at K > 0. The verify
+    pass is ``verify`` plus, on a context axis, its L-dependent ops ``verify_context``."""
     eng = sc.engine
     in_graph = verify_in_graph(eng, B, K)
-    verify_s = pass_time_s(verify.total_s, verify.launch_s.sum(axis=0), verify.n_kernels, in_graph,
-                           eng.eager_launch_per_kernel_s)
+    total_s, launch_s, kernels = verify.total_s, verify.launch_s.sum(axis=0), verify.n_kernels
+    if verify_context is not None:
+        total_s = total_s + verify_context.total_s
+        launch_s = launch_s + verify_context.launch_s.sum(axis=0)
+        kernels = kernels + verify_context.n_kernels
+    verify_s = pass_time_s(total_s, launch_s, kernels, in_graph, eng.eager_launch_per_kernel_s)
     host_draft = sc.draft.method == "ngram"  # prompt lookup runs on the host: no kernels, no draft loop
     draft_one = draft_pass.total_s if host_draft else pass_time_s(
         draft_pass.total_s, draft_pass.launch_s.sum(axis=0), draft_pass.n_kernels, draft_in_graph(eng, B),
@@ -181,96 +211,79 @@ def engine_pass_times(sc, B, K, verify: StepCost, draft_pass: StepCost, passes, 
     return verify_s, draft_step_s, np.broadcast_to(in_graph, np.broadcast(verify_s, draft_step_s).shape), host_s
 
 
-def compute_grid(scenario, batch_sizes=None, ks=None) -> Grid:
-    """Evaluate the whole (B, K) grid in one vectorized pass."""
+
+
+def compute_grid(scenario, batch_sizes=None, ks=None, context_lens=None) -> Grid:
+    """Evaluate the whole grid in one vectorized pass over (B, K, L).
+
+    ``context_lens`` None: the plain (B, K) grid, the slice at the scenario's context_len (L of
+    length 1, the axis dropped), with the acceptance band when the scenario has one. Given: the
+    (B, K, L) grid over those context lengths, scheduled per context column on goodput."""
     sc = scenario
     b = np.asarray(sc.batch_sizes if batch_sizes is None else batch_sizes, dtype=float)
     k = np.asarray(np.arange(sc.k_max + 1) if ks is None else ks, dtype=float)
-    B, K = b[:, None], k[None, :]
-    verify = verify_cost(sc.model, sc.deployment, sc.hardware, B, K, sc.context_len, sc.profile)
-    draft_pass, passes = draft_pass_cost(sc.draft, sc.model, sc.deployment, sc.hardware, B, K, sc.context_len,
-                                         sc.profile)
-    extend = draft_extend_cost(sc.draft, sc.model, sc.deployment, sc.hardware, B, K, sc.context_len, sc.profile)
-    verify_s, draft_step_s, in_graph, host_s = engine_pass_times(sc, B, K, verify, draft_pass, passes, extend)
+    c = np.asarray([sc.context_len] if context_lens is None else context_lens, dtype=float)
+    grid = _evaluate(sc, b, k, c)
+    if context_lens is not None:
+        return grid
+    band = getattr(sc, "acceptance_band", 0.0)
+    if band:
+        grid.banded_acceptance_length = banded_acceptance_lengths(
+            sc.acceptance.rates_upto(max(int(k.max()), 1)), k.astype(int), band)
+    return _drop_context_axis(grid)
+
+
+def _evaluate(sc, b, k, c) -> Grid:
+    """Every term of the grid over (B, K, L) arrays: shapes (n_batch, n_k, n_ctx)."""
+    B, K, C = b[:, None, None], k[None, :, None], c[None, None, :]
+    verify, verify_context = verify_over_context(sc, B, K, C)
+    draft_pass, passes = draft_pass_cost(sc.draft, sc.model, sc.deployment, sc.hardware,
+                                         np.broadcast_to(B, (b.size, 1, c.size)), K, C, sc.profile)
+    extend = draft_extend_cost(sc.draft, sc.model, sc.deployment, sc.hardware, B, K, C, sc.profile)
+    verify_s, draft_step_s, in_graph, host_s = engine_pass_times(sc, B, K, verify, draft_pass, passes, extend,
+                                                                 verify_context)
     verify_s, draft_step_s, overhead = with_deployment_fit(
         getattr(sc, "deployment_fit", None), verify_s, draft_step_s, step_overhead_s(sc.profile, B, K) + host_s, B, K)
     itl = verify_s + draft_step_s + overhead
-    al = sc.acceptance.acceptance_length(k.astype(int))
-    if getattr(sc, "acceptance_context", None) is not None:  # acceptance falls with context (scenario table)
-        al = acceptance_lengths(sc.acceptance, k.astype(int), sc.acceptance_context.factor([sc.context_len]))[:, 0]
-    tokens_per_seq = sc.context_len + K + 1
-    memory = step_memory_bytes(sc.draft, sc.model, sc.deployment, B, K, tokens_per_seq)
+    scale = sc.acceptance_context.factor(c) if getattr(sc, "acceptance_context", None) is not None else None
+    al = acceptance_lengths(sc.acceptance, k.astype(int), scale, c.size)  # acceptance may fall with context
+    memory = step_memory_bytes(sc.draft, sc.model, sc.deployment, B, K, C + K + 1)
     touched = None
     if sc.model.is_moe:
         p = expert_probabilities(sc.deployment.routing, sc.model.num_experts, sc.model.experts_per_token)
         # the count the cost model prices: B sequences x (K + 1) positions that route alike (reuse)
-        touched = experts_touched_correlated(B, K + 1, p, sc.deployment.routing.reuse)
-    band = getattr(sc, "acceptance_band", 0.0)
-    banded = banded_acceptance_lengths(sc.acceptance.rates_upto(max(int(k.max()), 1)), k.astype(int), band) \
-        if band else None
-    return Grid(b, k.astype(int), verify, draft_pass, np.asarray(passes, dtype=float), verify_s, draft_step_s,
-                in_graph, overhead, itl, al, al[None, :] / itl,
-                np.broadcast_to(memory, itl.shape), sc.hardware.memory_bytes * sc.deployment.memory_utilization,
-                touched, sc.schedule_tolerance, banded, extend)
+        touched = experts_touched_correlated(B[..., 0], K[..., 0] + 1, p, sc.deployment.routing.reuse)
+    return Grid(b, k.astype(int), c.astype(int), verify, draft_pass, np.asarray(passes, dtype=float), verify_s,
+                draft_step_s, in_graph, overhead, itl, al, al[None, :, :] / itl, np.broadcast_to(memory, itl.shape),
+                sc.hardware.memory_bytes * sc.deployment.memory_utilization, touched, sc.schedule_tolerance,
+                None, extend, verify_context)
 
 
-# --- the context-length axis --------------------------------------------------------------------
-
-@dataclass
-class ContextGrid:
-    """The (B, K, L) grid: arrays of shape (n_batch, n_k, n_ctx) unless noted.
-
-    Same terms as :class:`Grid`, one more axis: L = tokens already in each sequence's KV cache.
-    Acceptance may depend on L (``acceptance_length`` is (n_k, n_ctx)); K*(B, L) is the argmax over
-    K of goodput among the K whose memory fits at that (B, L).
-    """
-
-    batch_sizes: np.ndarray  # (n_batch,)
-    ks: np.ndarray  # (n_k,)
-    context_lens: np.ndarray  # (n_ctx,)
-    verify_s: np.ndarray
-    draft_step_s: np.ndarray
-    in_graph: np.ndarray  # (n_batch, n_k, 1): graph capture does not depend on L
-    overhead_s: np.ndarray
-    itl_s: np.ndarray
-    acceptance_length: np.ndarray  # (n_k, n_ctx)
-    goodput_per_seq: np.ndarray
-    memory_per_gpu_bytes: np.ndarray
-    memory_capacity_bytes: float
-    schedule_tolerance: float = SCHEDULE_TOLERANCE
-
-    @property
-    def fits_memory(self) -> np.ndarray:
-        return self.memory_per_gpu_bytes <= self.memory_capacity_bytes
-
-    @property
-    def throughput(self) -> np.ndarray:
-        return self.goodput_per_seq * self.batch_sizes[:, None, None]
-
-    def optimal_k_index(self) -> np.ndarray:
-        """(n_batch, n_ctx) index into ks of K*: the fewest-range schedule along batch per context
-        column (:mod:`simulator.plan.schedule`); -1 where no K fits in memory."""
-        return self._schedule.copy()
-
-    @cached_property
-    def _schedule(self) -> np.ndarray:
-        return schedule_k_index(self.goodput_per_seq, self.fits_memory, self.schedule_tolerance)
-
-    def k_opt(self) -> np.ndarray:
-        """(n_batch, n_ctx) K*; -1 where nothing fits."""
-        idx = self.optimal_k_index()
-        return np.where(idx >= 0, self.ks[np.maximum(idx, 0)], -1)
+def _drop_context_axis(grid: Grid) -> Grid:
+    """The plain (B, K) grid from a grid with L of length 1: every cell array without its last axis."""
+    cell = lambda a: None if a is None else a[..., 0]  # noqa: E731
+    cost = lambda c: None if c is None else StepCost(  # noqa: E731
+        c.names, c.families, *(cell(getattr(c, f)) for f in ("flops", "nbytes", "compute_s", "memory_s", "launch_s",
+                                                               "time_s")), c.kernels)
+    g = grid
+    return Grid(g.batch_sizes, g.ks, g.context_lens, cost(g.verify), cost(g.draft_pass), cell(g.draft_passes),
+                cell(g.verify_s), cell(g.draft_step_s), cell(g.in_graph), cell(g.overhead_s), cell(g.itl_s),
+                g.acceptance_length[:, 0], cell(g.goodput_per_seq), cell(g.memory_per_gpu_bytes),
+                g.memory_capacity_bytes, g.experts_touched, g.schedule_tolerance, g.banded_acceptance_length,
+                cost(g.draft_extend), None)
 
 
-def acceptance_lengths(acceptance, ks, scale=None) -> np.ndarray:
+def acceptance_lengths(acceptance, ks, scale=None, n_ctx: int | None = None) -> np.ndarray:
     """AL(K) with every per-position rate multiplied by a context factor s(L):
 
         AL(K, L) = 1 + sum_{j<=K} prod_{i<=j} min(s(L) a_i, 0.999)
 
-    ``scale`` None: (n_k,) as ``acceptance.acceptance_length``; else (n_k, n_ctx)."""
+    ``scale`` None: AL(K) as ``acceptance.acceptance_length``, (n_k,), or (n_k, n_ctx) repeated over
+    ``n_ctx`` context lengths when given; else (n_k, n_ctx)."""
     ks = np.asarray(ks, dtype=int)
     if scale is None:
-        return acceptance.acceptance_length(ks)
+        al = acceptance.acceptance_length(ks)
+        return al if n_ctx is None else np.repeat(al[:, None], n_ctx, axis=1)
     s = np.asarray(scale, dtype=float)
     k_max = int(ks.max()) if ks.size else 0
     rates = np.minimum(acceptance.rates_upto(k_max)[:, None] * s[None, :], 0.999)
@@ -284,68 +297,20 @@ def _has_ctx_axis(op, n_ctx: int) -> bool:
     return len(shape) == 3 and shape[2] == n_ctx
 
 
-def _verify_total(sc, B, K, C) -> StepCost:
-    """Verify pass over (B, K, L) as ONE aggregated row (what the engine terms read: total time,
-    launch time, kernels). Exact: the per-op times are those of ``verify_cost``; only attention
-    depends on L, so ops without the L axis are priced once over (B, K) and added:
+def verify_over_context(sc, B, K, C) -> tuple[StepCost, StepCost | None]:
+    """The verify pass over (B, K, L): (its ops priced over (B, K, 1), None) with L of length 1;
+    else (the ops whose size does not depend on L, priced once over (B, K, 1); attention, priced over
+    (B, K, L)). The per-op times are those of ``verify_cost``; the verify time is their sum:
 
         t(B, K, L) = sum_{o context-free} t_o(B, K) + sum_{o attention} t_o(B, K, L)
     """
-    from simulator.physics.layers import forward_ops, verify_logit_bytes
-    from simulator.physics.operators import evaluate
-
     Bb, Kb = np.broadcast_arrays(B, K)  # (nb, nk, 1)
     n_ctx = C.shape[-1]
     ops = forward_ops(sc.model, sc.deployment, sc.hardware, Bb, Kb + 1.0, C,
                       logit_bytes=verify_logit_bytes(sc.deployment, Kb))
     ctx_ops = [o for o in ops if n_ctx > 1 and _has_ctx_axis(o, n_ctx)]
     free_ops = [o for o in ops if not (n_ctx > 1 and _has_ctx_axis(o, n_ctx))]
-    parts = [evaluate(free_ops, sc.hardware, sc.deployment, sc.profile, Bb.shape)]
-    if ctx_ops:
-        parts.append(evaluate(ctx_ops, sc.hardware, sc.deployment, sc.profile, Bb.shape[:2] + (n_ctx,)))
-    time_s = parts[0].time_s.sum(axis=0)
-    launch_s = parts[0].launch_s.sum(axis=0)
-    for p in parts[1:]:
-        time_s = time_s + p.time_s.sum(axis=0)
-        launch_s = launch_s + p.launch_s.sum(axis=0)
-    kernels = np.array([sum(p.n_kernels for p in parts)])
-    # one aggregated row: the engine terms read only time, launch time and kernels; FLOPs and bytes
-    # per op stay with the 1-D grid (Prediction.breakdown at one context length)
-    unused = np.broadcast_to(np.nan, (1,) + time_s.shape)
-    return StepCost(["verify (all ops)"], ["mixed"], unused, unused, unused, unused, launch_s[None], time_s[None],
-                    kernels)
-
-
-def compute_context_grid(scenario, batch_sizes=None, ks=None, context_lens=None, acceptance_scale=None
-                         ) -> ContextGrid:
-    """Evaluate the (B, K, L) grid in one vectorized pass (same terms as :func:`compute_grid`).
-
-    ``context_lens`` default: the scenario's ``context_lens`` (else its single ``context_len``).
-    ``acceptance_scale``: factor s(L) per context on every acceptance rate (default: the scenario's
-    acceptance-by-context table, else 1). Draft passes are priced over (B, L) and scaled by K.
-    """
-    sc = scenario
-    b = np.asarray(sc.batch_sizes if batch_sizes is None else batch_sizes, dtype=float)
-    k = np.asarray(np.arange(sc.k_max + 1) if ks is None else ks, dtype=float)
-    if context_lens is None:
-        context_lens = getattr(sc, "context_lens", None)
-        if context_lens is None:
-            context_lens = [sc.context_len]
-    c = np.asarray(context_lens, dtype=float)
-    if acceptance_scale is None and getattr(sc, "acceptance_context", None) is not None:
-        acceptance_scale = sc.acceptance_context.factor(c)
-    B, K, C = b[:, None, None], k[None, :, None], c[None, None, :]
-    verify = _verify_total(sc, B, K, C)
-    draft_pass, passes = draft_pass_cost(sc.draft, sc.model, sc.deployment, sc.hardware,
-                                         np.broadcast_to(B, (b.size, 1, c.size)), K, C, sc.profile)
-    extend = draft_extend_cost(sc.draft, sc.model, sc.deployment, sc.hardware, B, K, C, sc.profile)
-    verify_s, draft_step_s, in_graph, host_s = engine_pass_times(sc, B, K, verify, draft_pass, passes, extend)
-    verify_s, draft_step_s, overhead = with_deployment_fit(
-        getattr(sc, "deployment_fit", None), verify_s, draft_step_s, step_overhead_s(sc.profile, B, K) + host_s, B, K)
-    itl = verify_s + draft_step_s + overhead
-    al = acceptance_lengths(sc.acceptance, k.astype(int), np.ones(c.size) if acceptance_scale is None
-                            else acceptance_scale)
-    memory = step_memory_bytes(sc.draft, sc.model, sc.deployment, B, K, C + K + 1)
-    return ContextGrid(b, k.astype(int), c.astype(int), verify_s, draft_step_s, in_graph[..., :1], overhead, itl,
-                       al, al[None, :, :] / itl, np.broadcast_to(memory, itl.shape),
-                       sc.hardware.memory_bytes * sc.deployment.memory_utilization, sc.schedule_tolerance)
+    free = evaluate(free_ops, sc.hardware, sc.deployment, sc.profile, Bb.shape)
+    if not ctx_ops:
+        return free, None
+    return free, evaluate(ctx_ops, sc.hardware, sc.deployment, sc.profile, Bb.shape[:2] + (n_ctx,))

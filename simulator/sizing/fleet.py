@@ -213,7 +213,7 @@ def _engine_tables(scen: dict, k_context: int) -> tuple[dict, dict, dict]:
         engine[cand.label] = {"vllm": pred.engine_payload("vllm"), "trtllm": pred.engine_payload("trtllm"),
                               "predict": predict_command(csc, cand, k_context),
                               "advice": [a.to_dict() for a in pred.engine_advice()]}
-        stops[cand.label] = spec_stops_paying(pred.table, pred.grid)
+        stops[cand.label] = spec_stops_paying(pred.table, pred.grid_rows)
     return k_tables, engine, stops
 
 
