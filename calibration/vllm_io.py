@@ -185,6 +185,7 @@ def bench_to_row(path, run: BenchRun = BenchRun(), metrics_after=None, metrics_b
         "experts_touched": None, "torch_version": "", "date": _iso_date(d.get("date")),
         "code_version": run.code_version,
         "router_reuse": None,  # a synthetic-router setting of the reference engine; not a vLLM quantity
+        "itl_ms_rounds": None,  # one benchmark run: no interleaved rounds
     }
 
 
@@ -245,5 +246,5 @@ ROW_COLUMNS = (
     "source", "target", "draft", "device", "dtype", "batch_size", "k", "context_len", "n_steps",
     "draft_ms", "verify_ms", "overhead_ms", "itl_ms", "itl_ms_p90", "acceptance_length",
     "per_position_acceptance", "goodput_per_seq", "throughput", "experts_touched",
-    "torch_version", "date", "code_version", "router_reuse",
+    "torch_version", "date", "code_version", "router_reuse", "itl_ms_rounds",
 )

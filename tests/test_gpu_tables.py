@@ -248,13 +248,13 @@ def test_moe_op_takes_the_shape_correction_of_its_exact_layer():
 
     from simulator.physics.layers import moe_ops
     from simulator.physics.operators import evaluate
-    from simulator.specs.deployment import Deployment
+    from simulator.specs.deployment import Deployment, EngineKernels
     from simulator.specs.hardware import load_hardware
     from simulator.specs.models import load_model
     from simulator.specs.profile import load_shipped_profile
 
     prof = load_shipped_profile(next(p for p in SHIPPED if p.name.startswith("h200.trtllm-")))
-    m, hw, dep = load_model("qwen3-30b-a3b"), load_hardware("h200"), Deployment(tp=1, engine="trtllm")
+    m, hw, dep = load_model("qwen3-30b-a3b"), load_hardware("h200"), Deployment(tp=1, kernels=EngineKernels(engine="trtllm"))
     tokens = np.array([1.0, 64.0])
     op = [o for o in moe_ops(m, dep, hw, tokens, 1) if o.surface == "moe"]
     key = ShapeCorrection.key_of([m.num_experts, m.experts_per_token, m.hidden_size,
@@ -276,7 +276,7 @@ def test_moe_op_takes_the_shape_correction_of_its_exact_layer():
     assert fixed[0] / base[0] == pytest.approx(2.0, rel=1e-9)
     assert fixed[1] == pytest.approx(float(surface_time_s(op[0].flops, op[0].nbytes, fixed_eta, peak, bw)[1]), rel=0.01)
     # another layer shape (TP 2 slices the experts) is left to the surface
-    dep2 = Deployment(tp=2, engine="trtllm")
+    dep2 = Deployment(tp=2, kernels=EngineKernels(engine="trtllm"))
     op2 = [o for o in moe_ops(m, dep2, hw, tokens, 1) if o.surface == "moe"]
     np.testing.assert_allclose(evaluate(op2, hw, dep2, replace(prof, shape_corrections=fix), tokens.shape).time_s,
                                evaluate(op2, hw, dep2, replace(prof, shape_corrections={}), tokens.shape).time_s)
@@ -289,7 +289,7 @@ def test_planner_moe_layer_matches_the_measured_table_rows():
     TensorRT-LLM table rows of Qwen3-30B-A3B's layer (128 experts, top-8, 2048 / 768, TP 1, EP 1)."""
     from simulator.physics.layers import moe_ops
     from simulator.physics.operators import evaluate
-    from simulator.specs.deployment import Deployment
+    from simulator.specs.deployment import Deployment, EngineKernels
     from simulator.specs.hardware import load_hardware
     from simulator.specs.models import load_model
     from simulator.specs.profile import load_shipped_profile
@@ -304,7 +304,7 @@ def test_planner_moe_layer_matches_the_measured_table_rows():
                 & (rows.hidden_size == m.hidden_size) & (rows.inter_size == m.expert_intermediate_size)
                 & (rows.moe_tp_size == 1) & (rows.moe_ep_size == 1) & (rows.surface == "moe.bf16")]
     assert len(rows) >= 10
-    hw, dep = load_hardware("h200"), Deployment(tp=1, engine="trtllm")
+    hw, dep = load_hardware("h200"), Deployment(tp=1, kernels=EngineKernels(engine="trtllm"))
     tokens = rows.num_tokens.to_numpy(float)
     op = [o for o in moe_ops(m, dep, hw, tokens, 1) if o.surface == "moe"]
     pred = evaluate(op, hw, dep, prof, tokens.shape).time_s[0]
@@ -325,7 +325,7 @@ def test_importer_monotone_gemm_price_is_the_planners():
     from calibration.planner_rows import monotone_rows_s
     from simulator.physics.layers import gemm
     from simulator.physics.operators import evaluate
-    from simulator.specs.deployment import make_deployment
+    from simulator.specs.deployment import EngineKernels, make_deployment
     from simulator.specs.profile import load_profile
 
     path = Path(__file__).resolve().parent.parent / "simulator" / "data" / "profiles" / "h100-sxm.vllm-0.24.0.profile.json"
@@ -336,6 +336,6 @@ def test_importer_monotone_gemm_price_is_the_planners():
         rows = pd.DataFrame({"surface": [f"gemm.{dtype}"], "gemm_dtype": [table_dtype], "ax_m": [64.0],
                              "ax_n": [4096.0], "ax_k": [4096.0]})
         got = monotone_rows_s(rows, prof.surfaces, prof.shape_corrections, DTYPES, KV_BYTES, pk)[0]
-        dep = make_deployment(tp=1, weight_dtype=dtype, act_dtype=dtype, engine="vllm")
+        dep = make_deployment(tp=1, weight_dtype=dtype, act_dtype=dtype, kernels=EngineKernels(engine="vllm"))
         want = evaluate([gemm("x", np.array([64.0]), 4096.0, 4096.0, bytes_, bytes_, 1.0)], hw, dep, prof, (1,)).total_s
         assert np.isfinite(got) and got == pytest.approx(float(np.ravel(want)[0]), rel=1e-9), table_dtype
