@@ -80,3 +80,12 @@ def test_guard_alone_gives_a_rule(h100_tp8):
     tpot_only = dataclasses.replace(spec, slo=dataclasses.replace(spec.slo, targets={"tpot_p50_s": 0.03}),
                                     ttft_guard=True)
     assert dict(stop_rule(tpot_only).limits) == {"tpot_p50_s": 0.03, "ttft_p99_s": 30.0}
+
+
+def test_report_counts_the_stopped_runs():
+    import pandas as pd
+
+    from simulator.sizing.report import _stopped_note
+    pts = pd.DataFrame({"load": [1.0, 2.0, 3.0], "lower_bounds": [False, True, True]})
+    assert _stopped_note(pts).startswith(" (2 stopped early") and "lower bounds" in _stopped_note(pts)
+    assert _stopped_note(pts.assign(lower_bounds=False)) == "" and _stopped_note(pd.DataFrame()) == ""

@@ -116,9 +116,9 @@ def simulate(scenario: Scenario, policy: str = "dsd", workload: Workload | None 
 
 
 def _run_checked(ctx: Run, st: LoopState, n: int, stop: PercentileStop) -> str | None:
-    """The step loop with ``stop`` checked after ``stop.every`` steps, then after every ``stop.every`` or an
-    eighth of the steps so far (whichever is more: a long run checks a few dozen times, and runs at most an
-    eighth longer than needed): the key bound to miss its limit (the run stopped there), else None."""
+    """The step loop with ``stop`` checked after ``stop.every`` steps, then after every ``stop.every`` or
+    1/32 of the steps so far (whichever is more: a long run checks about a hundred times, and runs at most
+    3% longer than needed): the key bound to miss its limit (the run stopped there), else None."""
     out_len, next_check = ctx.reqs.out_len, stop.every
     while st.n_done < n:
         if admit_arrivals(st):
@@ -128,7 +128,7 @@ def _run_checked(ctx: Run, st: LoopState, n: int, stop: PercentileStop) -> str |
                 missed = stop(st, out_len)
                 if missed is not None:
                     return missed
-                next_check = done + max(stop.every, done // 8)
+                next_check = done + max(stop.every, done // 32)
     return None
 
 
