@@ -111,6 +111,18 @@ def test_pricer_is_reused_across_loads(dense):
     assert len(seen) == 1
 
 
+def test_policy_tables_are_reused_across_loads(dense):
+    """A load search's runs build the K* tables once per scenario object; a new profile object (what a
+    kernel-speed sensitivity run sets) gets its own."""
+    from simulator.plan.policies import make_policy, policy_tables
+    sc, _ = dense
+    csc = candidate_scenario(sc, Candidate("h200", 8))
+    a, b = make_policy(csc, "dsd", 256).tables, make_policy(csc, "dsd", 256).tables
+    assert a is b and np.array_equal(a.kstar, policy_tables(csc, 256, max(csc.k_max, csc.fixed_k)).kstar)
+    csc.profile = dataclasses.replace(csc.profile, engine_scale=csc.profile.engine_scale / 0.9)
+    assert make_policy(csc, "dsd", 256).tables is not a
+
+
 # --- the recommendation: cost at the target, then evidence ------------------------------------------
 
 def _row(hw, basis, gpus, lo, hi, usd_h, usd_m=1.0, policy="dsd"):

@@ -82,6 +82,24 @@ def policy_tables(sc: Scenario, max_seqs: int, k_max: int) -> PolicyTables:
     return PolicyTables(kstar, itl, fits, upto)
 
 
+_TABLES: dict = {}  # (id(scenario), id(its profile), max_seqs, k_max) -> (scenario, profile, tables): the last few
+_TABLE_SLOTS = 16
+
+
+def shared_policy_tables(sc: Scenario, max_seqs: int, k_max: int) -> PolicyTables:
+    """:func:`policy_tables`, built once per scenario object (and profile) and reused: a load search runs
+    the same scenario at several loads and the tables depend on none of them. Policies only read them."""
+    key = (id(sc), id(sc.profile), int(max_seqs), int(k_max))
+    hit = _TABLES.get(key)
+    if hit is not None and hit[0] is sc and hit[1] is sc.profile:
+        return hit[2]
+    tables = policy_tables(sc, max_seqs, k_max)
+    if len(_TABLES) >= _TABLE_SLOTS:
+        _TABLES.pop(next(iter(_TABLES)))
+    _TABLES[key] = (sc, sc.profile, tables)
+    return tables
+
+
 # --- the policies -------------------------------------------------------------------------------
 
 class Policy:
@@ -108,7 +126,7 @@ class Policy:
 
     @cached_property
     def tables(self) -> PolicyTables:
-        return policy_tables(self.sc, self.max_seqs, self.k_max)
+        return shared_policy_tables(self.sc, self.max_seqs, self.k_max)
 
     def start(self, n_requests: int) -> None:
         """Reset what the policy learns during a run."""

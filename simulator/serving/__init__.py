@@ -4,6 +4,7 @@
     engine.py    engine settings ([serving]), step-time tables, KV block budget, CUDA graphs
     loop.py      the step loop (simulate) and wave sweeps
     results.py   result tables, summary row, tail analysis
+    early_stop.py  the load search's exact early stop (a run bound to miss a latency SLO ends there)
 The K policies themselves live one floor down, in simulator.plan.policies.
 """
 from simulator.plan.policies import (POLICIES, Policy, PolicySettings, PolicyTables, make_policy, parse_policy,

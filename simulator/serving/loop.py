@@ -29,6 +29,7 @@ import pandas as pd
 
 from simulator.errors import PlannerError
 from simulator.plan.policies import make_policy, parse_policy
+from simulator.serving.early_stop import PercentileStop, bounded_summary
 from simulator.serving.engine import EngineConfig, StepPricer, engine_from_scenario, kv_capacity_blocks
 from simulator.serving.phases import LoopState, Run, accept_runs, admit_arrivals, run_step  # noqa: F401 (accept_runs: re-export)
 from simulator.serving.results import ServingResult, requests_frame, steps_frame, summarize
@@ -72,12 +73,13 @@ def pricer_for(sc: Scenario, engine: EngineConfig, k_max: int, max_seqs: int, ma
 
 
 def simulate(scenario: Scenario, policy: str = "dsd", workload: Workload | None = None, seed: int = 0,
-             engine: EngineConfig | None = None) -> ServingResult:
+             engine: EngineConfig | None = None, stop: PercentileStop | None = None) -> ServingResult:
     """Run the workload through the engine under ``policy``; see the module docstring.
 
     ``workload``: default the scenario's [traffic] section; ``engine``: default its [serving] section.
     The same seed draws the same requests (lengths, categories, arrivals, acceptance uniforms) for
-    every policy.
+    every policy. ``stop`` (a load search's): end the run as soon as a latency percentile is bound to
+    miss its limit; the summary then holds lower bounds (:mod:`simulator.serving.early_stop`).
     """
     sc = scenario
     parse_policy(policy)  # a bad name fails before the scenario's sections are read
@@ -95,6 +97,11 @@ def simulate(scenario: Scenario, policy: str = "dsd", workload: Workload | None 
     pol.start(n)
     ctx = Run(engine, pol, pricer, reqs, cap, max_seqs, pol.speculative, reqs.prompt.tolist(), reqs.out_len.tolist())
     st = LoopState.start(workload, reqs.arrival_times, n)
+    if stop is not None:
+        missed = _run_checked(ctx, st, n, stop)
+        if missed is not None:
+            summary = bounded_summary(pol.label, st, reqs.out_len, missed)
+            return ServingResult(pol.label, summary, pd.DataFrame(), steps_frame(st.rec, cap), cap, engine, workload)
     while st.n_done < n:
         if admit_arrivals(st):
             run_step(ctx, st)
@@ -106,6 +113,23 @@ def simulate(scenario: Scenario, policy: str = "dsd", workload: Workload | None 
                               np.array(st.preempted, dtype=np.int64))
     summary = summarize(pol.label, requests, steps, cap, st.kv_peak)
     return ServingResult(pol.label, summary, requests, steps, cap, engine, workload)
+
+
+def _run_checked(ctx: Run, st: LoopState, n: int, stop: PercentileStop) -> str | None:
+    """The step loop with ``stop`` checked after ``stop.every`` steps, then after every ``stop.every`` or
+    1/32 of the steps so far (whichever is more: a long run checks about a hundred times, and runs at most
+    3% longer than needed): the key bound to miss its limit (the run stopped there), else None."""
+    out_len, next_check = ctx.reqs.out_len, stop.every
+    while st.n_done < n:
+        if admit_arrivals(st):
+            run_step(ctx, st)
+            done = len(st.rec)
+            if done >= next_check:
+                missed = stop(st, out_len)
+                if missed is not None:
+                    return missed
+                next_check = done + max(stop.every, done // 32)
+    return None
 
 
 def wave_sweep(scenario: Scenario, batch_sizes, multiplier: int = 20, policies=("plain", "fixed", "dsd"),

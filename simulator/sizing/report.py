@@ -285,7 +285,7 @@ def _closing_sections(res: SizingResult) -> list:
         pass
     secs.append(("Run", [("p", f"Generated {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} from"
                               f" {origin} in {res.elapsed_s:.0f} s ({spec.workers} workers);"
-                              f" {len(res.points)} serving simulations. Regenerate:"
+                              f" {len(res.points)} serving simulations{_stopped_note(res.points)}. Regenerate:"
                               f" `python -m simulator.size --scenario {origin} --output-dir reports/`.")]))
     return secs
 
@@ -325,6 +325,13 @@ def render_html(res: SizingResult) -> str:
                 body.append(f'<div class="chart" id="chart-{val}">{svg}</div>' if svg else "<p><em>(no data)</em></p>")
     return (f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>Sizing: {html.escape(res.scenario.name)}</title>"
             f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>")
+
+
+def _stopped_note(points: pd.DataFrame) -> str:
+    """How many of the search's runs stopped once an SLO could no longer be met (their figures are bounds)."""
+    n = int(points["lower_bounds"].fillna(False).astype(bool).sum()) if "lower_bounds" in points else 0
+    return (f" ({n} stopped early once an SLO could no longer be met: their latency figures are lower bounds,"
+            f" their throughput is not known and the chart leaves them out)") if n else ""
 
 
 def render_markdown(res: SizingResult) -> str:

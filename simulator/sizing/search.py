@@ -11,6 +11,7 @@ factor 2^(1/2^search_steps) apart.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import math
 from concurrent.futures import ProcessPoolExecutor
@@ -21,6 +22,7 @@ import numpy as np
 from simulator import serving
 from simulator.errors import PlannerError
 from simulator.plan.api import predict_scenario
+from simulator.serving.early_stop import PercentileStop
 from simulator.serving.steady import steady_state
 from simulator.sizing.spec import Candidate, SizingSpec, _fmt, traffic_lengths
 from simulator.specs.scenario import Scenario
@@ -70,18 +72,39 @@ def requests_for(sc: Scenario, spec: SizingSpec, kind: str, load: float) -> int:
     return int(min(spec.max_requests, max(spec.n_requests, math.ceil(load * duration))))
 
 
-def run_point(sc: Scenario, policy: str, kind: str, load: float, spec: SizingSpec, max_num_seqs, simulate) -> dict:
+def run_point(sc: Scenario, policy: str, kind: str, load: float, spec: SizingSpec, max_num_seqs, simulate,
+              stop: PercentileStop | None = None) -> dict:
+    """The serving summary at one load (``stop``: end the run once an SLO is bound to be missed)."""
     workload = build_workload(sc, kind, load, requests_for(sc, spec, kind, load), max_num_seqs)
     try:
-        result = simulate(sc, policy, workload=workload, seed=spec.seed)
+        extra = {"stop": stop} if stop is not None else {}
+        result = simulate(sc, policy, workload=workload, seed=spec.seed, **extra)
     except PlannerError as err:  # e.g. a request longer than the KV cache holds: this load cannot run
         return {"error": " ".join(str(err).split())}
     return dict(getattr(result, "summary", result))
 
 
+def stop_rule(spec: SizingSpec) -> PercentileStop | None:
+    """The early stop for the search's runs: every SLO percentile the serving run can bound, and the
+    stability guard's TTFT p99 (a run bound to fail either is failed; which one says first is immaterial)."""
+    limits = dict(spec.slo.targets)
+    if spec.ttft_guard:
+        limits["ttft_p99_s"] = min(limits.get("ttft_p99_s", np.inf), DEFAULT_TTFT_GUARD_S)
+    return PercentileStop.from_limits(limits)
+
+
+def _accepts_stop(simulate) -> bool:
+    try:
+        return "stop" in inspect.signature(simulate).parameters
+    except (TypeError, ValueError):
+        return False
+
+
 def _check(spec: SizingSpec, summary: dict) -> list[str]:
     if "error" in summary:
         return [summary["error"]]
+    if "stopped_early" in summary:
+        return _bounded_violations(spec, summary)
     bad = spec.slo.violations(summary)
     if spec.ttft_guard:
         p99 = summary.get("ttft_p99_s", np.inf)
@@ -90,8 +113,25 @@ def _check(spec: SizingSpec, summary: dict) -> list[str]:
     return bad
 
 
+def _bounded_violations(spec: SizingSpec, summary: dict) -> list[str]:
+    """The SLOs a stopped run's lower bounds already miss, each labelled as a bound (PercentileStop
+    guarantees one at least: its order statistic is above the limit, the interpolated percentile too)."""
+    note = f"(lower bound: run stopped early, {summary['stopped_early']})"
+    limits = dict(spec.slo.targets)
+    if spec.ttft_guard:
+        limits.setdefault("guard", DEFAULT_TTFT_GUARD_S)
+    out = []
+    for key, limit in limits.items():
+        value = summary.get("ttft_p99_s" if key == "guard" else key, np.nan)
+        if np.isfinite(value) and value > limit:
+            what = "queue grows: ttft_p99_s" if key == "guard" else key
+            tail = " (stability guard)" if key == "guard" else ""
+            out.append(f"{what} >= {value:.4g} s > {limit:g} s{tail} {note}")
+    return out or [f"an SLO is bound to be missed {note}"]
+
+
 def _pick(summary: dict) -> dict:
-    return {k: summary.get(k, np.nan) for k in SUMMARY_KEYS}
+    return {k: summary.get(k, np.nan) for k in SUMMARY_KEYS} | {"lower_bounds": "stopped_early" in summary}
 
 
 # --- the search ---------------------------------------------------------------------------------
@@ -141,12 +181,14 @@ class _Trials:
         self.sc, self.policy, self.spec, self.simulate = sc, policy, spec, simulate
         self.points: list[dict] = []
         self.cache: dict[float, tuple[bool, dict, list]] = {}
+        self.stop = stop_rule(spec) if _accepts_stop(simulate) else None
 
     def __call__(self, load: float) -> tuple[bool, dict, list]:
         if load in self.cache:
             return self.cache[load]
         # the serving simulation manages the KV cache itself (preempts when full): no max_num_seqs cap
-        summary = run_point(self.sc, self.policy, self.spec.load_kind, load, self.spec, None, self.simulate)
+        summary = run_point(self.sc, self.policy, self.spec.load_kind, load, self.spec, None, self.simulate,
+                            self.stop)
         bad = _check(self.spec, summary)
         self.points.append({"load": load, "meets": not bad, "violations": "; ".join(bad)} | _pick(summary))
         self.cache[load] = (not bad, summary, bad)
@@ -284,6 +326,10 @@ def _run_task(task: Task) -> tuple[str, Search]:
     return task.variant, s
 
 
+def _run_batch(tasks: list[Task]) -> list[Search]:
+    return [_run_task(t)[1] for t in tasks]
+
+
 _SEARCHES: dict = {}  # search key -> Search: a search depends on none of the fleet settings (target, prices)
 _SEARCH_SLOTS = 512
 SEARCH_FIELDS = ("slo", "load_kind", "n_requests", "duration_s", "max_requests", "search_steps", "seed", "ttft_guard")
@@ -308,11 +354,19 @@ def run_all(tasks: list[Task], workers: int) -> list[tuple[str, Search]]:
     keys = [search_key(t) for t in tasks]
     todo = [(k, t) for k, t in zip(keys, tasks) if k not in _SEARCHES]
     todo = list({k: t for k, t in todo}.items())
-    if workers <= 1 or len(todo) <= 1:
-        found = [_run_task(t)[1] for _, t in todo]
+    # the searches of one scenario object (its policies, its seeds) go to one worker together: pickled as
+    # one list they share one unpickled scenario there, so its step-time tables are built once, not per task
+    groups: dict[int, list] = {}
+    for k, t in todo:
+        groups.setdefault(id(t.scenario), []).append((k, t))
+    batches = list(groups.values())
+    if workers <= 1 or len(batches) <= 1:
+        found = [_run_batch([t for _, t in b]) for b in batches]
     else:
-        with ProcessPoolExecutor(max_workers=min(workers, len(todo))) as pool:
-            found = [s for _, s in pool.map(_run_task, [t for _, t in todo])]
+        with ProcessPoolExecutor(max_workers=min(workers, len(batches))) as pool:
+            found = list(pool.map(_run_batch, [[t for _, t in b] for b in batches]))
+    todo = [kt for b in batches for kt in b]
+    found = [s for b in found for s in b]
     for (k, _), s in zip(todo, found):
         if len(_SEARCHES) >= _SEARCH_SLOTS:
             _SEARCHES.pop(next(iter(_SEARCHES)))
