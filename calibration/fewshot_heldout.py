@@ -82,8 +82,10 @@ def regret(pred_good: pd.DataFrame, meas: pd.DataFrame) -> pd.DataFrame:
 def score(sc, rows: pd.DataFrame, start=None, active: int = 2, n_boot: int = 100) -> dict:
     """Fit on the start cells plus ``active`` suggested ones; score the held-out cells."""
     all_cells = fd.cells(rows, sc)
-    grid = replace(sc, batch_sizes=np.sort(all_cells.batch_size.unique()), k_max=int(all_cells.k.max()),
-                   deployment_fit=None)
+    # the measured grid, validated and with raw in sync; no deployment fit (the one being scored is fitted here)
+    k_max = int(all_cells.k.max())
+    grid = replace(sc.with_overrides(batch_sizes=np.sort(all_cells.batch_size.unique()), k_max=k_max,
+                                     fixed_k=min(sc.fixed_k, k_max)), deployment_fit=None)
     chosen = list(start or default_start(all_cells))
     have = set(zip(all_cells.batch_size, all_cells.k))
     missing = [c for c in chosen if c not in have]

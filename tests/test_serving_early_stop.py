@@ -22,10 +22,13 @@ def test_lower_bounds_by_hand():
     # (3 - 1) / 2 = 1); request 1 arrived at 5, first token at 6, still decoding 5 tokens (TPOT >= (10 - 6) / 4
     # = 1); request 2 arrived at 8, waiting (TTFT >= 2); request 3 not arrived (>= 0), one token (no TPOT)
     st = SimpleNamespace(t=10.0, arrival=[0.0, 5.0, 8.0, NAN], first_tok=[1.0, 6.0, NAN, NAN],
-                         finish=[3.0, NAN, NAN, NAN])
+                         finish=[3.0, NAN, NAN, NAN], gen=np.array([3, 2, 0, 0]))
     out_len = np.array([3, 5, 4, 1])
     assert lower_bounds(st, out_len, "ttft").tolist() == [1.0, 1.0, 2.0, 0.0]
     assert lower_bounds(st, out_len, "tpot").tolist() == [1.0, 1.0, 0.0]
+    # with a step floor of 0.5 s and at most 2 tokens a step: request 1 has 3 tokens to come, >= 2 more
+    # steps: (10 - 6 + 1) / 4 = 1.25; request 2 needs its 3 tokens after the first: >= 2 steps, 1 / 3
+    assert lower_bounds(st, out_len, "tpot", 0.5, 2) == pytest.approx([1.0, 1.25, 1 / 3])
     # ttft p50 over 4: numpy's index 1.5 (floor 1); bounds sorted 0, 1, 1, 2: above 0.5 from index 1 on
     assert PercentileStop.from_limits({"ttft_p50_s": 0.5})(st, out_len) == "ttft_p50_s"
     assert PercentileStop.from_limits({"ttft_p50_s": 1.0})(st, out_len) is None  # 1 > 1 is not proven
@@ -89,3 +92,27 @@ def test_report_counts_the_stopped_runs():
     pts = pd.DataFrame({"load": [1.0, 2.0, 3.0], "lower_bounds": [False, True, True]})
     assert _stopped_note(pts).startswith(" (2 stopped early") and "lower bounds" in _stopped_note(pts)
     assert _stopped_note(pts.assign(lower_bounds=False)) == "" and _stopped_note(pd.DataFrame()) == ""
+
+
+def test_step_floor_is_below_every_step_and_stops_a_floor_run_at_once():
+    """h200 tp=2 bf16, plain, against a 25 ms TPOT p50 limit: no engine step of the run can be shorter than
+    the floor (one sequence, no context, ~29 ms here), so no request can meet the limit. Every step of the
+    full run is at least the floor; with it the rule stops the run at its first check, same verdict."""
+    from simulator.serving.early_stop import step_floor_s
+    from simulator.serving.loop import pricer_for
+    sc = load_scenario("sizing-dense-command-a")
+    spec = parse_sizing(sc)
+    spec = dataclasses.replace(spec, slo=dataclasses.replace(spec.slo, targets={"tpot_p50_s": 0.025}))
+    csc = candidate_scenario(sc, Candidate("h200", 2))
+    wl = _workload(csc, spec, 0.05)
+    full = serving.simulate(csc, "plain", workload=wl, seed=spec.seed)
+    cut = serving.simulate(csc, "plain", workload=wl, seed=spec.seed, stop=stop_rule(spec))
+    engine = serving.engine_from_scenario(csc)
+    max_seqs = int(wl.max_num_seqs or engine.max_num_seqs)
+    max_context = int(full.requests.prompt_len.add(full.requests.output_len).max())
+    floor = step_floor_s(pricer_for(csc, engine, 0, max_seqs, max_context, False), max_seqs, False)
+    assert floor > spec.slo.tpot_limit_s
+    assert full.steps.step_s.min() >= floor
+    assert _check(spec, full.summary) and _check(spec, cut.summary)
+    assert "stopped_early" in cut.summary and len(cut.steps) <= 64 < len(full.steps)
+    assert floor <= cut.summary["tpot_p50_s"] <= full.summary["tpot_p50_s"]

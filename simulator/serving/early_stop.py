@@ -10,13 +10,19 @@ interpolates between the order statistics at floor(q (n - 1)) and the next one a
 first; and the rule fires only when that order statistic of the bounds is above the limit (it uses an
 index at most numpy's, which only makes it stricter).
 
+With a step floor (:func:`step_floor_s`: no engine step of this run can take less, the step pricer being
+non-decreasing in context and in prompt tokens, and the minimum taken over every batch size), the TPOT
+bound also counts the output still to come: a request that has ``r`` tokens left needs at least
+ceil(r / (K_max + 1)) more steps (a step commits at most K_max + 1 tokens per sequence), each at least the
+floor. A run whose one-sequence step already misses a TPOT limit then stops at its first check.
+
 The stopped run's summary holds those bounded percentiles (marked ``stopped_early``; every figure that
 no bound covers is NaN): :func:`bounded_summary`.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -36,6 +42,11 @@ class PercentileStop:
 
     limits: tuple  # ((key, limit), ...)
     every: int = CHECK_EVERY
+    step_floor_s: float = 0.0  # no step of the run is shorter (0: unknown)
+    tokens_per_step: int = 1  # at most this many tokens committed per sequence and step (K_max + 1)
+
+    def with_floor(self, step_floor_s: float, tokens_per_step: int) -> "PercentileStop":
+        return replace(self, step_floor_s=float(step_floor_s), tokens_per_step=max(int(tokens_per_step), 1))
 
     @classmethod
     def from_limits(cls, limits: dict, every: int = CHECK_EVERY) -> "PercentileStop | None":
@@ -48,7 +59,7 @@ class PercentileStop:
         for key, limit in self.limits:
             metric, q = BOUNDABLE[key]
             if metric not in bounds:
-                bounds[metric] = lower_bounds(st, out_len, metric)
+                bounds[metric] = lower_bounds(st, out_len, metric, self.step_floor_s, self.tokens_per_step)
             x = bounds[metric]
             n = len(x)
             if n and int(np.count_nonzero(x > limit)) >= n - order_index(q, n):
@@ -56,9 +67,11 @@ class PercentileStop:
         return None
 
 
-def lower_bounds(st, out_len: np.ndarray, metric: str) -> np.ndarray:
+def lower_bounds(st, out_len: np.ndarray, metric: str, step_floor_s: float = 0.0,
+                 tokens_per_step: int = 1) -> np.ndarray:
     """Per request, a lower bound of its final TTFT or TPOT at the clock ``st.t`` (exact once known), over
-    the requests the summary's percentile covers (TPOT: output longer than one token)."""
+    the requests the summary's percentile covers (TPOT: output longer than one token); ``step_floor_s``
+    and ``tokens_per_step``: the module docstring's floor on the steps still to come."""
     t = st.t
     arrival, first = np.array(st.arrival), np.array(st.first_tok)
     if metric == "ttft":
@@ -68,19 +81,36 @@ def lower_bounds(st, out_len: np.ndarray, metric: str) -> np.ndarray:
         return np.nan_to_num(x, nan=0.0)  # not arrived yet: nothing known but >= 0
     finish = np.array(st.finish)
     decoding = np.isnan(finish) & ~np.isnan(first)
-    finish[decoding] = t
-    x = (finish - first) / np.maximum(out_len - 1, 1)
+    span = finish - first  # finished: exact
+    left = np.asarray(out_len, dtype=float) - np.asarray(st.gen, dtype=float)  # tokens still to commit
+    span[decoding] = t - first[decoding] + np.ceil(left[decoding] / tokens_per_step) * step_floor_s
+    unstarted = np.isnan(first)  # waiting, prefilling or not arrived: every token after the first is to come
+    span[unstarted] = np.ceil((out_len[unstarted] - 1) / tokens_per_step) * step_floor_s
+    x = span / np.maximum(out_len - 1, 1)
     return np.nan_to_num(x, nan=0.0)[out_len > 1]
 
 
-def bounded_summary(policy: str, st, out_len: np.ndarray, key: str) -> dict:
-    """The summary row of a run stopped by a PercentileStop: lower bounds of the TTFT and TPOT
-    percentiles at the stop, NaN for every figure no bound covers."""
+def step_floor_s(pricer, max_seqs: int, speculative: bool) -> float:
+    """A lower bound on every step of a run priced by ``pricer`` (serving.engine.StepPricer): the cheapest
+    step over 1..max_seqs decoding sequences at K = 0, no context and no prompt tokens, and the cheapest
+    prompt-only step (one token), less 1e-9 for the rounding of the clock's sums."""
+    memo = pricer.__dict__.setdefault("_step_floors", {})  # a load search reuses the pricer across its runs
+    key = (int(max_seqs), bool(speculative))
+    if key not in memo:
+        steps = [pricer.step_s(b, 0, b, 0.0, speculative, 0.0)[0] for b in range(1, max(int(max_seqs), 1) + 1)]
+        steps.append(pricer.step_s(0, 0, 1, 0.0, speculative, 0.0)[0])
+        memo[key] = max(min(steps), 0.0) * (1.0 - 1e-9)
+    return memo[key]
+
+
+def bounded_summary(policy: str, st, out_len: np.ndarray, key: str, stop: PercentileStop | None = None) -> dict:
+    """The summary row of a run stopped by ``stop``: lower bounds of the TTFT and TPOT percentiles at the
+    stop, NaN for every figure no bound covers."""
     nan = float("nan")
     out = {"policy": policy, "n_requests": len(out_len), "output_tokens": int(out_len.sum())}
     out |= {k: nan for k in ("throughput_tok_s", "tokens_per_s_per_user")}
     for metric in ("ttft", "tpot"):
-        x = lower_bounds(st, out_len, metric)
+        x = lower_bounds(st, out_len, metric, *((stop.step_floor_s, stop.tokens_per_step) if stop else ()))
         for q in (50, 90, 99):
             out[f"{metric}_p{q}_s"] = float(np.percentile(x, q)) if len(x) else nan
     out |= {k: nan for k in ("itl_p50_s", "itl_p99_s", "makespan_s", "mean_batch_size", "mean_k",

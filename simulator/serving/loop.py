@@ -29,7 +29,7 @@ import pandas as pd
 
 from simulator.errors import PlannerError
 from simulator.plan.policies import make_policy, parse_policy
-from simulator.serving.early_stop import PercentileStop, bounded_summary
+from simulator.serving.early_stop import PercentileStop, bounded_summary, step_floor_s
 from simulator.serving.engine import EngineConfig, StepPricer, engine_from_scenario, kv_capacity_blocks
 from simulator.serving.phases import LoopState, Run, accept_runs, admit_arrivals, run_step  # noqa: F401 (accept_runs: re-export)
 from simulator.serving.results import ServingResult, requests_frame, steps_frame, summarize
@@ -98,9 +98,11 @@ def simulate(scenario: Scenario, policy: str = "dsd", workload: Workload | None 
     ctx = Run(engine, pol, pricer, reqs, cap, max_seqs, pol.speculative, reqs.prompt.tolist(), reqs.out_len.tolist())
     st = LoopState.start(workload, reqs.arrival_times, n)
     if stop is not None:
+        # a plain step commits one token per sequence; a speculative one at most K_max + 1
+        stop = stop.with_floor(step_floor_s(pricer, max_seqs, pol.speculative), pol.k_max + 1 if pol.speculative else 1)
         missed = _run_checked(ctx, st, n, stop)
         if missed is not None:
-            summary = bounded_summary(pol.label, st, reqs.out_len, missed)
+            summary = bounded_summary(pol.label, st, reqs.out_len, missed, stop)
             return ServingResult(pol.label, summary, pd.DataFrame(), steps_frame(st.rec, cap), cap, engine, workload)
     while st.n_done < n:
         if admit_arrivals(st):
