@@ -129,10 +129,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--measured", nargs="+", required=True)
     p.add_argument("--start", help="fit cells B:K,... to start from (default: smallest B at K=0, middle B at middle K)")
     p.add_argument("--active", type=int, default=2, help="suggested cells to add (at most 4 cells in all)")
+    p.add_argument("--calibration", help="calibration profile to score against instead of the scenario's (e.g. the"
+                   " microbenchmarks measured in the same session as the runs)")
     args = p.parse_args(argv)
 
     def body() -> int:
-        sc = load_scenario(args.scenario)
+        sc = load_scenario(args.scenario, calibration=args.calibration)
         rows = fd.read_rows(args.measured)
         s = score(sc, rows, _cells_arg(args.start), args.active)
         cells = ", ".join(f"B={b} K={k}" for b, k in s["fit_cells"])
