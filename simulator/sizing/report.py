@@ -58,8 +58,8 @@ def number(v: float) -> str:
     """Plain decimal, never scientific: thousands separators from 1000, 3 significant digits below."""
     if not np.isfinite(v):
         return "-"
-    if float(v).is_integer() and abs(v) < 1e15:
-        return f"{int(v):,}"
+    if abs(v - round(v)) <= 1e-9 * max(1.0, abs(v)) and abs(v) < 1e15:  # whole up to float noise (a mean K of 3)
+        return f"{int(round(v)):,}"
     a = abs(v)
     if a >= 100:
         return f"{v:,.0f}"
