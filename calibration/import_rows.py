@@ -128,21 +128,28 @@ def prepare_attention_decode(df: pd.DataFrame, hw: Hardware) -> pd.DataFrame:
     B, L = df.batch_size.to_numpy(float), df.step.to_numpy(float)
     hq, hkv, d = (df[c].to_numpy(float) for c in ("num_heads", "num_key_value_heads", "head_dim"))
     F, kv_read, q_io = attention_decode_terms(B, 1.0, L, hq, hkv, d, kv, ATTENTION_ACT_BYTES)
-    M = kv_read + q_io
+    return _decode_rows(df, "attention_decode", hw, ATTN_KEYS, F, kv_read + q_io, B * (L + 1) * 2 * hkv * d * kv,
+                        {"ax_batch_heads": B * hkv, "ax_head_dim": d, "ax_group": hq / hkv})
+
+
+def _decode_rows(df: pd.DataFrame, family: str, hw: Hardware, keys: list[str], flops, nbytes, kv_bytes,
+                 extra: dict) -> pd.DataFrame:
+    """Roofline rows of a q = 1 decode-attention table (GQA or MLA): the axes both surfaces share, then
+    ``extra`` (the family's own axes), the roofline time, the measured time and the shape bucket."""
+    B, L = df.batch_size.to_numpy(float), df.step.to_numpy(float)
     out = df.copy()
-    out["family"] = "attention_decode"
-    out["surface"] = "attention_decode." + df.kv_cache_dtype.map({"bfloat16": "bf16", "fp8": "fp8"})
+    out["family"] = family
+    out["surface"] = family + "." + df.kv_cache_dtype.map({"bfloat16": "bf16", "fp8": "fp8"})
     out["ax_tokens"] = B * 1.0
     out["ax_batch"] = B
     out["ax_context"] = L + 1
-    out["ax_kv_bytes"] = B * (L + 1) * 2 * df.num_key_value_heads.to_numpy(float) * df.head_dim.to_numpy(float) * kv
-    out["ax_bytes"] = M
-    out["ax_batch_heads"] = B * df.num_key_value_heads.to_numpy(float)
-    out["ax_head_dim"] = df.head_dim.to_numpy(float)
-    out["ax_group"] = df.num_heads.to_numpy(float) / df.num_key_value_heads.to_numpy(float)
-    out["t0"] = roofline_s(F, M, hw.peak_bf16_flops_per_s, hw.hbm_bandwidth_bytes_per_s)
+    out["ax_kv_bytes"] = kv_bytes
+    out["ax_bytes"] = nbytes
+    for column, values in extra.items():
+        out[column] = values
+    out["t0"] = roofline_s(flops, nbytes, hw.peak_bf16_flops_per_s, hw.hbm_bandwidth_bytes_per_s)
     out["meas_s"] = df.latency.to_numpy() * 1e-3
-    out["bucket"] = shape_bucket(df[ATTN_KEYS])
+    out["bucket"] = shape_bucket(df[keys])
     return out
 
 
@@ -159,20 +166,8 @@ def prepare_mla_decode(df: pd.DataFrame, hw: Hardware) -> pd.DataFrame:
     B, L = df.batch_size.to_numpy(float), df.step.to_numpy(float)
     F, kv_read, q_io = mla_decode_terms(B, 1.0, L, df.num_heads.to_numpy(float), MLA_KV_LORA, MLA_ROPE, kv,
                                         ATTENTION_ACT_BYTES)
-    M = kv_read + q_io
-    out = df.copy()
-    out["family"] = "mla_decode"
-    out["surface"] = "mla_decode." + df.kv_cache_dtype.map({"bfloat16": "bf16", "fp8": "fp8"})
-    out["ax_tokens"] = B * 1.0
-    out["ax_batch"] = B
-    out["ax_context"] = L + 1
-    out["ax_kv_bytes"] = B * (L + 1) * (MLA_KV_LORA + MLA_ROPE) * kv
-    out["ax_bytes"] = M
-    out["ax_n"] = df.num_heads.astype(float)
-    out["t0"] = roofline_s(F, M, hw.peak_bf16_flops_per_s, hw.hbm_bandwidth_bytes_per_s)
-    out["meas_s"] = df.latency.to_numpy() * 1e-3
-    out["bucket"] = shape_bucket(df[MLA_KEYS])
-    return out
+    return _decode_rows(df, "mla_decode", hw, MLA_KEYS, F, kv_read + q_io, B * (L + 1) * (MLA_KV_LORA + MLA_ROPE) * kv,
+                        {"ax_n": df.num_heads.astype(float)})
 
 
 AR_KEYS = ["num_gpus", "message_size"]

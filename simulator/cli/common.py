@@ -89,7 +89,6 @@ def say_written(paths) -> None:
         print(f"wrote {path}", file=sys.stderr)
 
 
-
 def add_setting_args(p, *names: str, notes: dict | None = None) -> None:
     """Add the flags of these scenario settings (simulator.specs.settings: flag, type, metavar, help), in order;
     ``notes``: what a setting means for this command, after its help."""
