@@ -261,11 +261,11 @@ def test_moe_op_takes_the_shape_correction_of_its_exact_layer():
                                   m.expert_intermediate_size, 1, 1])
     fix = {"moe.bf16": ShapeCorrection(it.MOE_SHAPE_KEY, "tokens", {key: [[1, 64], [2.0, 3.0]]})}
     from simulator.physics.monotone import surface_time_s
-    from simulator.physics.operators import _surface_eta
+    from simulator.physics.operators import surface_efficiency
 
     # the surface's own price of the op (no envelope): the exact layer's factors 2 and 3
-    base_eta, _ = _surface_eta(op[0], replace(prof, shape_corrections={}), "trtllm")
-    fixed_eta, _ = _surface_eta(op[0], replace(prof, shape_corrections=fix), "trtllm")
+    base_eta = surface_efficiency(op[0], replace(prof, shape_corrections={}), "trtllm")
+    fixed_eta = surface_efficiency(op[0], replace(prof, shape_corrections=fix), "trtllm")
     np.testing.assert_allclose(base_eta / fixed_eta, [2.0, 3.0], rtol=1e-9)
     # as a step is priced (the monotone fit over the work, simulator/physics/monotone.py): where the corrected
     # time already grows with the tokens the factors stand (one token exactly; 64 tokens within 1%, pooled

@@ -70,7 +70,7 @@ def test_sampling_bytes_follow_the_engine_code_and_the_temperature():
     greedy = predict(model="command-a", hardware="h100-sxm", tp=8, engine="vllm", engine_version="0.11.0",
                      draft="eagle", batch_sizes=[128], fixed_k=3, k_max=3)
     def sampling_bytes(p, k):
-        v = p.grid.verify
+        v = p.grid.verify.detail
         return v.nbytes[v.names.index("sampling"), 0, p.grid.k_index(k)]
     vocab = 256000
     assert sampling_bytes(hot, 3) == pytest.approx(128 * 4 * vocab * (28 + 128))

@@ -53,15 +53,16 @@ def has_extend_pass(draft: DraftSpec) -> bool:
 
 
 def draft_extend_cost(draft: DraftSpec, target: ModelSpec, dep: Deployment, hw: Hardware, batch, k,
-                      context_len, profile: Profile | None) -> StepCost | None:
+                      context_len, profile: Profile | None, price=evaluate) -> StepCost | None:
     """The extend pass over the (B, K) grid: the draft's layers over B (K + 1) verified tokens (their
     attention: K + 1 queries per sequence over the context), its LM head and sampling at B rows;
-    None for methods without one (n-gram, early-exit, self-speculation)."""
+    None for methods without one (n-gram, early-exit, self-speculation). ``price``: :func:`evaluate`
+    (per op) or :func:`simulator.physics.operators.price_pass` (the sum first)."""
     if not has_extend_pass(draft):
         return None
-    batch, k = np.broadcast_arrays(np.asarray(batch, dtype=float), np.asarray(k, dtype=float))
-    queries = k + 1.0
-    shape = np.broadcast_shapes(batch.shape, np.shape(context_len))
+    batch, k = np.asarray(batch, dtype=float), np.asarray(k, dtype=float)
+    queries = k + 1.0  # batch and K keep their own axes: batch-only ops are priced over B alone
+    shape = np.broadcast_shapes(batch.shape, k.shape, np.shape(context_len))
     if draft.method == "model":
         m = draft.model
         ddep = Deployment(tp=draft_tp(m, dep.tp), weight_dtype=dep.weight_dtype, act_dtype=dep.act_dtype,
@@ -69,7 +70,7 @@ def draft_extend_cost(draft: DraftSpec, target: ModelSpec, dep: Deployment, hw: 
         ops = decoder_layers_ops(m, ddep, hw, batch, queries, context_len, "draft_extend.")
         ops += head_ops(m, attention_deployment(ddep), hw, rank_tokens(ddep, batch, 1.0), m.vocab_size,
                         "draft_extend.")
-        return evaluate(ops, hw, ddep, profile, shape)
+        return price(ops, hw, ddep, profile, shape)
     cfg = draft_defaults()[draft.method]
     vocab = min(cfg.get("draft_vocab") or target.vocab_size, target.vocab_size)
     w, a = DTYPE_BYTES[dep.weight_dtype], DTYPE_BYTES[dep.act_dtype]
@@ -79,12 +80,13 @@ def draft_extend_cost(draft: DraftSpec, target: ModelSpec, dep: Deployment, hw: 
     ops += decoder_layers_ops(target, dep, hw, batch, queries, context_len, "draft_extend.",
                               layer_counts=(0, 1) if moe_layer else (1, 0))
     ops += head_ops(target, attention_deployment(dep), hw, rank_tokens(dep, batch, 1.0), vocab, "draft_extend.")
-    return evaluate(ops, hw, dep, profile, shape)
+    return price(ops, hw, dep, profile, shape)
 
 
 def draft_pass_cost(draft: DraftSpec, target: ModelSpec, dep: Deployment, hw: Hardware, batch, k,
-                    context_len: float, profile: Profile | None) -> tuple[StepCost, np.ndarray]:
-    """(cost of one draft pass at the shape of ``batch``, number of passes = K).
+                    context_len: float, profile: Profile | None, price=evaluate) -> tuple[StepCost, np.ndarray]:
+    """(cost of one draft pass at the shape of ``batch``, number of passes = K); ``price`` as for
+    :func:`draft_extend_cost` (a host-side n-gram lookup is a StepCost either way).
 
     Draft passes process one token per sequence whatever K is, so they are priced once per batch
     size and scaled by K: a 512 x 9 grid needs 512 evaluations, not 4608.
@@ -106,16 +108,16 @@ def draft_pass_cost(draft: DraftSpec, target: ModelSpec, dep: Deployment, hw: Ha
         ops = decoder_layers_ops(target, dep, hw, batch, 1.0, context_len, "draft.",
                                  layer_counts=(dense, draft.layers - dense))
         ops += head_ops(target, attention_deployment(dep), hw, rank_tokens(dep, batch, 1.0), target.vocab_size, "draft.")
-        return evaluate(ops, hw, dep, profile, shape), k
+        return price(ops, hw, dep, profile, shape), k
     if draft.method == "self":  # the whole target over its compressed KV cache
         ops = forward_ops(target, dep, hw, batch, 1.0, np.minimum(context_len, draft.kv_budget), "draft.")
-        return evaluate(ops, hw, dep, profile, shape), k
+        return price(ops, hw, dep, profile, shape), k
     if draft.method == "model":
         m = draft.model
         ddep = Deployment(tp=draft_tp(m, dep.tp), weight_dtype=dep.weight_dtype, act_dtype=dep.act_dtype,
                           kv_dtype=dep.kv_dtype, memory_utilization=dep.memory_utilization)
         ops = forward_ops(m, ddep, hw, batch, 1.0, context_len, "draft.")
-        per_pass = evaluate(ops, hw, ddep, profile, shape)
+        per_pass = price(ops, hw, ddep, profile, shape)
     else:
         # EAGLE heads and MTP modules: one target-sized decoder layer per pass (an MTP module of an MoE
         # target is a full MoE block: its busiest-GPU expert load, dispatch and combine as in the target)
@@ -123,5 +125,5 @@ def draft_pass_cost(draft: DraftSpec, target: ModelSpec, dep: Deployment, hw: Ha
         vocab = min(cfg.get("draft_vocab") or target.vocab_size, target.vocab_size)
         ops = _head_layer_ops(target, dep, hw, batch, context_len, cfg["fusion_inputs"], vocab,
                               moe_layer=draft.method == "mtp" and target.is_moe)
-        per_pass = evaluate(ops, hw, dep, profile, shape)
+        per_pass = price(ops, hw, dep, profile, shape)
     return per_pass, k

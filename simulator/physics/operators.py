@@ -29,10 +29,10 @@ import numpy as np
 from simulator.specs.deployment import Deployment
 from simulator.specs.hardware import Hardware
 from simulator.specs.profile import Profile
-from simulator.physics.monotone import (CACHE_RESIDENT_BYTES, MAX_LATTICE_TOKENS, MIN_BATCH_OCTAVES, MIN_KEY_OCTAVES,
+from simulator.physics.monotone import (MAX_LATTICE_TOKENS, MIN_BATCH_OCTAVES, MIN_KEY_OCTAVES,
                                         MIN_QUERIES, MIN_TOKEN_OCTAVES, gemm_lattice_s, lattice_time_s,
                                         attention_lattice_s, attention_time_s, log_lattice_interp, moe_lattice_s,
-                                        moe_time_s)
+                                        moe_time_s, surface_time_s)
 from simulator.specs.surfaces import collective_time_s
 
 
@@ -112,11 +112,9 @@ class StepCost:
 ENGINE_SPECIFIC_SURFACES = ("moe",)
 
 
-def _surface_eta(op: Op, profile: Profile | None, engine: str = "", peak: float = 0.0, bw: float = 0.0):
-    """(efficiency, whether it already is a monotone envelope's) of a surface-priced op, or None.
-
-    With ``peak`` and ``bw`` given, GEMMs at one weight shape and routed experts are priced by the
-    envelope of :mod:`simulator.physics.monotone` (returned as the efficiency that gives its time)."""
+def _surface_of(op: Op, profile: Profile | None, engine: str = ""):
+    """(the measured surface that prices ``op``, its per-shape correction), or None: no profile, no
+    surface for the op's family and dtype, or an engine-specific surface measured on another engine."""
     if profile is None or op.surface is None or not profile.surfaces:
         return None
     table_engine = profile.provenance.get("engine")
@@ -125,23 +123,30 @@ def _surface_eta(op: Op, profile: Profile | None, engine: str = "", peak: float 
     surf = profile.surface(op.surface, op.dtype)
     if surf is None:
         return None
-    fix = profile.shape_correction(op.surface, op.dtype)
-    t_env = _envelope_s(op, surf, fix, peak, bw) if peak and bw else None
-    if t_env is not None:
-        roof = np.maximum(np.asarray(op.flops, dtype=float) / peak, np.asarray(op.nbytes, dtype=float) / bw)
-        eta_env = roof / np.maximum(t_env, 1e-300)
-        if not np.isnan(t_env).any():
-            return eta_env, True
-        # cells the envelope does not cover: the surface's own efficiency, capped as evaluate caps it
-        return np.where(np.isnan(t_env), _capped_eta(op, _raw_eta(op, surf, fix), peak, bw), eta_env), True
-    return _raw_eta(op, surf, fix), False
+    return surf, profile.shape_correction(op.surface, op.dtype)
 
 
-def _capped_eta(op: Op, eta, peak: float, bw: float):
-    """A measured table may beat the roofline (efficiency > 1) only where the op's data can live in L2
-    and it is memory-bound there; elsewhere its efficiency is capped at 1."""
-    in_cache = (np.asarray(op.nbytes) < CACHE_RESIDENT_BYTES) & (np.asarray(op.flops) / peak < np.asarray(op.nbytes) / bw)
-    return np.where(in_cache, eta, np.minimum(eta, 1.0))
+def surface_efficiency(op: Op, profile: Profile | None, engine: str = ""):
+    """The measured surface's own efficiency at the op's shape (no envelope), or None."""
+    found = _surface_of(op, profile, engine)
+    return None if found is None else _raw_eta(op, *found)
+
+
+def _surface_time_s(op: Op, profile: Profile | None, engine: str, peak: float, bw: float):
+    """Per-instance time of a surface-priced op at its own shape, or None (no surface prices it).
+
+    GEMMs at one weight shape, routed experts and decode attention are priced by the envelope of
+    :mod:`simulator.physics.monotone`; other ops (and cells an envelope does not cover) by the
+    surface's efficiency, capped as :func:`simulator.physics.monotone.surface_time_s` caps it."""
+    found = _surface_of(op, profile, engine)
+    if found is None:
+        return None
+    surf, fix = found
+    t_env = _envelope_s(op, surf, fix, peak, bw)
+    if t_env is not None and not np.isnan(t_env).any():
+        return t_env
+    t_raw = surface_time_s(op.flops, op.nbytes, _raw_eta(op, surf, fix), peak, bw)
+    return t_raw if t_env is None else np.where(np.isnan(t_env), t_raw, t_env)
 
 
 def _raw_eta(op: Op, surf, fix):
@@ -180,18 +185,63 @@ def _envelope_s(op: Op, surf, fix, peak: float, bw: float):
         return None
     m = np.asarray(shape["m"], dtype=float)
     n, k = np.asarray(shape["n"], dtype=float), np.asarray(shape["k"], dtype=float)
-    covered = (m >= 1) & (m <= MAX_LATTICE_TOKENS)
-    if n.size != 1 or k.size != 1 or not m.size or not covered.any():
+    if n.size != 1 or k.size != 1 or not m.size:
         return None
     n, k, w, a = float(n.ravel()[0]), float(k.ravel()[0]), float(shape["w_bytes"]), float(shape["a_bytes"])
+    whole, top = _whole_tokens(m)
+    if whole is not None and top <= MAX_LATTICE_TOKENS:  # the common case: a table read per cell
+        return _gemm_whole_token_table(surf, n, k, w, a, peak, bw, top)[whole]
+    covered = (m >= 1) & (m <= MAX_LATTICE_TOKENS)
+    if not covered.any():
+        return None
+    t = lattice_time_s(_gemm_lattice(surf, n, k, w, a, peak, bw), np.clip(m, 1.0, MAX_LATTICE_TOKENS))
+    return t if covered.all() else np.where(covered, t, np.nan)
+
+
+def _gemm_lattice(surf, n: float, k: float, w: float, a: float, peak: float, bw: float):
+    """The envelope lattice of a GEMM at weight shape (n, k) (cached on the sliced surface)."""
     sub = surf.sliced((None, n, k))
     key = ("gemm", peak, bw, w, a)
     hit = sub.envelopes.get(key)
     if hit is None:
         hit = gemm_lattice_s(sub, n, k, w, a, peak, bw)
         sub.envelopes[key] = hit
-    t = lattice_time_s(hit, np.clip(m, 1.0, MAX_LATTICE_TOKENS))
-    return t if covered.all() else np.where(covered, t, np.nan)
+    return hit
+
+
+# Whole-token tables start this long and double as larger token counts are asked for
+MIN_WHOLE_TOKEN_TABLE = 1 << 13
+
+
+def _gemm_whole_token_table(surf, n: float, k: float, w: float, a: float, peak: float, bw: float, top: int):
+    """The envelope's time at every whole token count 0..N (N >= ``top``, a power of two; entry 0
+    unused): :func:`lattice_time_s` evaluated once, so that a grid reads one entry per cell."""
+    sub = surf.sliced((None, n, k))
+    key = ("gemm-whole", peak, bw, w, a)
+    table = sub.envelopes.get(key)
+    if table is None or table.size <= top:
+        size = max(MIN_WHOLE_TOKEN_TABLE, 1 << int(np.ceil(np.log2(top + 1))))
+        table = lattice_time_s(_gemm_lattice(surf, n, k, w, a, peak, bw), np.arange(size + 1, dtype=float))
+        sub.envelopes[key] = table
+    return table
+
+
+_LAST_WHOLE = (None, None, 0)  # (token array, its whole-number index or None, its max): ops of a pass share m
+
+
+def _whole_tokens(m: np.ndarray):
+    """(m as an index array, max m) when every m is a whole number >= 1, else (None, 0). The GEMMs of
+    a pass share one token array, so the last answer is kept for the next op (a tuple read: safe
+    across threads)."""
+    global _LAST_WHOLE
+    last = _LAST_WHOLE
+    if last[0] is m:
+        return last[1], last[2]
+    index = m.astype(np.intp)
+    ok = m.size and bool((index == m).all()) and int(index.min()) >= 1
+    answer = (index, int(index.max())) if ok else (None, 0)
+    _LAST_WHOLE = (m,) + answer
+    return answer
 
 
 def _attention_envelope_s(op: Op, surf, peak: float, bw: float):
@@ -235,12 +285,74 @@ def _collective_s(op: Op, profile: Profile | None):
     return collective_time_s(profile.collectives, gpus, op.shape["bytes"], op=kind, monotone=True)
 
 
+def _roofline_parts_s(op: Op, profile: Profile | None, peak: float, bw: float):
+    """(compute s, memory s) per instance of an op no measured table prices: the datasheet roofline,
+    the attained streaming bandwidth of a profile of kernel tables, or a fitted profile's efficiencies."""
+    if profile is None:
+        return np.multiply(op.flops, 1.0 / peak), np.multiply(op.nbytes, 1.0 / bw)
+    if profile.surfaces:  # measured tables, but none for this op: stream at the attained bandwidth
+        return np.multiply(op.flops, 1.0 / peak), np.multiply(op.nbytes, 1.0 / (bw * profile.streaming_efficiency))
+    eta_c = profile.compute_efficiency(op.name, op.family, op.eff_tokens)
+    eta_m = profile.memory_efficiency(op.family, op.nbytes)
+    return np.divide(op.flops, np.multiply(eta_c, peak)), np.divide(op.nbytes, np.multiply(eta_m, bw))
+
+
+def _instance_s(op: Op, profile: Profile | None, engine: str, peak: float, bw: float):
+    """(seconds per instance at the op's own shape, priced from a measured table, roofline parts or
+    None): a collective's time, a surface's, or the roofline max(compute, memory) without launches."""
+    if op.comm_s is not None:
+        table_s = _collective_s(op, profile)
+        return np.add(op.comm_s if table_s is None else table_s, op.fabric_s), table_s is not None, None
+    t = _surface_time_s(op, profile, engine, peak, bw)
+    if t is not None:
+        return t, True, None
+    parts = _roofline_parts_s(op, profile, peak, bw)
+    return np.maximum(*parts), False, parts
+
+
+def _device_terms(hw: Hardware, dep: Deployment, profile: Profile | None) -> tuple[float, float, float, float]:
+    """(peak FLOP/s, HBM bytes/s, launch s per kernel, engine scale) the ops of a pass are priced with."""
+    tau = profile.launch_overhead_s if profile else hw.launch_overhead_s
+    scale = profile.engine_scale if profile is not None else 1.0
+    return hw.peak_flops_per_s(dep.weight_dtype, dep.act_dtype), hw.hbm_bandwidth_bytes_per_s, tau, scale
+
+
+@dataclass
+class PassTime:
+    """A pass's summed time over the grid (what the engine model needs), without the per-op arrays."""
+
+    total_s: np.ndarray  # kernels + launches, engine scale applied
+    launch_s: np.ndarray | float  # the launches within it (0 for ops priced from measured tables)
+    n_kernels: float
+
+
+def pass_time(ops: list[Op], hw: Hardware, dep: Deployment, profile: Profile | None, shape) -> PassTime:
+    """The summed time of ``ops``: sum_o count_o s_o (t_o + kernels_o tau [not measured]), each op
+    priced at its own shape (a batch-only op over the batch axis alone) and broadcast once per shape;
+    equal to ``evaluate(...).total_s`` up to the order of the sum."""
+    peak, bw, tau, scale = _device_terms(hw, dep, profile)
+    by_shape: dict[tuple, np.ndarray] = {}
+    launch, kernels = 0.0, 0.0
+    for op in ops:
+        t, measured, _ = _instance_s(op, profile, dep.kernels.engine, peak, bw)
+        s = 1.0 if op.comm_s is not None else scale
+        kernels += op.count * op.kernels
+        if not measured:
+            launch += op.count * op.kernels * tau * s
+        t = np.multiply(t, op.count * s)
+        key = np.shape(t)
+        by_shape[key] = t if key not in by_shape else by_shape[key] + t
+    total = np.full(shape, launch)
+    for t in by_shape.values():
+        total += t
+    return PassTime(total, launch, kernels)
+
+
 def evaluate(ops: list[Op], hw: Hardware, dep: Deployment, profile: Profile | None, shape) -> StepCost:
     """Price each op on the device: roofline max(compute, memory) plus launch overhead (see the
-    module docstring for measured surfaces and collectives)."""
-    peak = hw.peak_flops_per_s(dep.weight_dtype, dep.act_dtype)
-    bw = hw.hbm_bandwidth_bytes_per_s
-    tau = profile.launch_overhead_s if profile else hw.launch_overhead_s
+    module docstring for measured surfaces and collectives). An op priced from a measured table keeps
+    the table's time and splits it in the ratio of its roofline terms (which one bounds it)."""
+    peak, bw, tau, engine_scale = _device_terms(hw, dep, profile)
     n = len(ops)
     flops = np.empty((n,) + shape)
     nbytes = np.empty((n,) + shape)
@@ -252,40 +364,24 @@ def evaluate(ops: list[Op], hw: Hardware, dep: Deployment, profile: Profile | No
     for i, op in enumerate(ops):
         np.multiply(op.flops, op.count, out=flops[i, ...])
         np.multiply(op.nbytes, op.count, out=nbytes[i, ...])
+        t, measured[i], parts = _instance_s(op, profile, dep.kernels.engine, peak, bw)
         if op.comm_s is not None:
             is_comm[i] = True
-            table_s = _collective_s(op, profile)
-            measured[i] = table_s is not None
-            np.multiply(np.add(op.comm_s if table_s is None else table_s, op.fabric_s), op.count, out=memory_s[i, ...])
-            continue
-        priced = _surface_eta(op, profile, dep.kernels.engine, peak, bw)
-        if priced is not None:
-            measured[i] = True
-            eta, enveloped = priced
-            if not enveloped:
-                # a fitted surface read beyond its rows (larger KV reads, larger GEMMs) must not outrun HBM
-                # or peak (an envelope's efficiency already follows this rule: monotone.surface_time_s)
-                eta = _capped_eta(op, eta, peak, bw)
-            np.divide(flops[i, ...], np.multiply(eta, peak), out=compute_s[i, ...])
-            np.divide(nbytes[i, ...], np.multiply(eta, bw), out=memory_s[i, ...])
-            continue
-        op_flops = flops[i, ...]
-        if profile is None:
-            np.multiply(op_flops, 1.0 / peak, out=compute_s[i, ...])
-            np.multiply(nbytes[i, ...], 1.0 / bw, out=memory_s[i, ...])
-        elif profile.surfaces:  # measured tables, but none for this op: stream at the attained bandwidth
-            np.multiply(op_flops, 1.0 / peak, out=compute_s[i, ...])
-            np.multiply(nbytes[i, ...], 1.0 / (bw * profile.streaming_efficiency), out=memory_s[i, ...])
+            np.multiply(t, op.count, out=memory_s[i, ...])
+        elif parts is None:
+            # t / roofline: both roofline terms scaled alike, so the larger one is the measured time
+            roof = np.maximum(flops[i, ...] / peak, nbytes[i, ...] / bw)
+            ratio = np.divide(np.multiply(t, op.count), roof, out=np.zeros(shape), where=roof > 0)
+            np.multiply(flops[i, ...] / peak, ratio, out=compute_s[i, ...])
+            np.multiply(nbytes[i, ...] / bw, ratio, out=memory_s[i, ...])
         else:
-            eta_c = profile.compute_efficiency(op.name, op.family, op.eff_tokens)
-            eta_m = profile.memory_efficiency(op.family, op.nbytes)
-            np.divide(op_flops, np.multiply(eta_c, peak), out=compute_s[i, ...])
-            np.divide(nbytes[i, ...], np.multiply(eta_m, bw), out=memory_s[i, ...])
+            np.multiply(parts[0], op.count, out=compute_s[i, ...])
+            np.multiply(parts[1], op.count, out=memory_s[i, ...])
     launch_s = np.where(measured, 0.0, kernels * tau).reshape((n,) + (1,) * len(shape))
-    if profile is not None and profile.engine_scale != 1.0:
+    if engine_scale != 1.0:
         # end-to-end engine runs measured its kernels slower than the microbenchmarks by this
         # factor; communication is priced on its own terms and not scaled
-        scale = np.where(is_comm, 1.0, profile.engine_scale).reshape((n,) + (1,) * len(shape))
+        scale = np.where(is_comm, 1.0, engine_scale).reshape((n,) + (1,) * len(shape))
         compute_s *= scale
         memory_s *= scale
         launch_s = launch_s * scale
@@ -293,3 +389,35 @@ def evaluate(ops: list[Op], hw: Hardware, dep: Deployment, profile: Profile | No
     time_s += launch_s
     return StepCost([o.name for o in ops], [o.family for o in ops], flops, nbytes, compute_s, memory_s,
                     np.broadcast_to(launch_s, time_s.shape), time_s, kernels)
+
+
+class PassCost:
+    """One pass over a grid: its summed time at once (:func:`pass_time`), its per-op detail
+    (:func:`evaluate`: FLOPs, bytes, bound, time of every op) only when something reads it."""
+
+    def __init__(self, time: PassTime, detail):
+        self.total_s, self.launch_s, self.n_kernels = time.total_s, time.launch_s, time.n_kernels
+        self._detail = detail  # a StepCost, or a function that returns it
+
+    @classmethod
+    def of(cls, cost: StepCost) -> "PassCost":
+        return cls(PassTime(cost.total_s, cost.launch_s.sum(axis=0), cost.n_kernels), cost)
+
+    @property
+    def detail(self) -> StepCost:
+        if not isinstance(self._detail, StepCost):
+            self._detail = self._detail()
+        return self._detail
+
+    def sliced(self, cell) -> "PassCost":
+        """The same pass at ``cell(array)`` of every grid array (e.g. one context column)."""
+        at = lambda a: a if np.ndim(a) == 0 else cell(a)  # noqa: E731
+        detail = lambda: StepCost(  # noqa: E731
+            self.detail.names, self.detail.families, *(cell(getattr(self.detail, f)) for f in (
+                "flops", "nbytes", "compute_s", "memory_s", "launch_s", "time_s")), self.detail.kernels)
+        return PassCost(PassTime(at(self.total_s), at(self.launch_s), self.n_kernels), detail)
+
+
+def price_pass(ops: list[Op], hw: Hardware, dep: Deployment, profile: Profile | None, shape) -> PassCost:
+    """:func:`pass_time` now, :func:`evaluate` of the same ops on first use of the detail."""
+    return PassCost(pass_time(ops, hw, dep, profile, shape), lambda: evaluate(ops, hw, dep, profile, shape))

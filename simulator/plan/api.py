@@ -173,7 +173,7 @@ class Prediction:
             raise PlannerError(f"breakdown needs batch size >= 1 and K >= 0, got {batch_size},{k}")
         sub = predict_scenario(self.scenario, batch_sizes=[batch_size], ks=[k]).grid
         frames = []
-        for step, cost in (("draft", sub.draft), ("verify", sub.verify)):
+        for step, cost in (("draft", sub.draft), ("verify", sub.verify.detail)):
             bound = cost.bound()[:, 0, 0]
             time = cost.time_s[:, 0, 0]
             flops = cost.flops[:, 0, 0]

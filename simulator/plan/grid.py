@@ -27,7 +27,7 @@ import numpy as np
 from simulator.physics.layers import forward_ops, verify_logit_bytes
 from simulator.plan.acceptance_risk import banded_acceptance_lengths, k_at_each_rate_set, robust_score
 from simulator.physics.memory import step_memory_bytes
-from simulator.physics.operators import StepCost, evaluate
+from simulator.physics.operators import PassCost, StepCost, price_pass
 from simulator.physics.draft_cost import draft_extend_cost, draft_pass_cost
 from simulator.physics.engine_time import (draft_extend_in_graph, draft_in_graph, host_exposed_s, pass_time_s,
                                            verify_in_graph)
@@ -45,8 +45,9 @@ class Grid:
     batch_sizes: np.ndarray  # (n_batch,)
     ks: np.ndarray  # (n_k,)
     context_lens: np.ndarray  # (n_ctx,); the plain grid: the scenario's context_len alone
-    verify: StepCost  # per op; with a context axis the ops whose cost does not depend on L, over (B, K, 1)
-    draft_pass: StepCost  # one draft pass, shape (n_ops, n_batch, 1[, n_ctx])
+    # each pass's summed time, and its per-op detail (PassCost.detail) when something reads it
+    verify: PassCost  # with a context axis the ops whose cost does not depend on L, over (B, K, 1)
+    draft_pass: PassCost  # one draft pass, shape (n_batch, 1[, n_ctx]); detail (n_ops, ...)
     draft_passes: np.ndarray  # passes per step, shape (1, n_k[, 1]): K (or 1 for host-side n-gram at K > 0)
     verify_s: np.ndarray  # the verify pass as the engine runs it (graph replay or eager launches)
     draft_step_s: np.ndarray  # all draft passes of the step as the engine runs them
@@ -62,10 +63,10 @@ class Grid:
     # (3, n_k) AL(K) at the acceptance band's low, given and high rates; None without a band (and on
     # a context axis, whose K*(B, L) map is scheduled on goodput)
     banded_acceptance_length: np.ndarray | None = None
-    # the draft's extend pass over the verified tokens, (n_ops, n_batch, n_k[, n_ctx]); replaces one of the passes
-    draft_extend: StepCost | None = None
+    # the draft's extend pass over the verified tokens, (n_batch, n_k[, n_ctx]); replaces one of the passes
+    draft_extend: PassCost | None = None
     # with a context axis: the verify ops whose cost depends on L (attention), over (B, K, L)
-    verify_context: StepCost | None = None
+    verify_context: PassCost | None = None
 
     @property
     def fits_memory(self) -> np.ndarray:
@@ -84,12 +85,12 @@ class Grid:
 
     def _extend_at_k(self) -> StepCost:
         at_k = (self.ks > 0).astype(float).reshape((1, -1) + (1,) * (self.itl_s.ndim - 2))
-        return self.draft_extend.scaled(at_k)
+        return self.draft_extend.detail.scaled(at_k)
 
     @cached_property
     def draft(self) -> StepCost:
         """Draft cost of the whole step over the grid (materialized on first use)."""
-        passes = self.draft_pass.scaled(self.one_token_passes)
+        passes = self.draft_pass.detail.scaled(self.one_token_passes)
         return passes if self.draft_extend is None else StepCost.concat([passes, self._extend_at_k()])
 
     @property
@@ -141,11 +142,11 @@ class Grid:
         """Which term dominates the step: compute, memory, comm, launch (incl. eager launches) or
         overhead (host time), per cell."""
         passes = self.one_token_passes
-        parts = [self.verify.time_by_regime(), self.draft_pass.time_by_regime()]
+        parts = [self.verify.detail.time_by_regime(), self.draft_pass.detail.time_by_regime()]
         names = ("compute", "memory", "comm", "launch")
         kernel_s = self.verify.total_s + self.draft_pass.total_s * passes
         if self.verify_context is not None:  # attention over L: its regimes count with the verify pass
-            by_ctx = self.verify_context.time_by_regime()
+            by_ctx = self.verify_context.detail.time_by_regime()
             parts[0] = {n: parts[0][n] + by_ctx[n] for n in names}
             kernel_s = kernel_s + self.verify_context.total_s
         extend = self._extend_at_k() if self.draft_extend is not None else None
@@ -160,9 +161,10 @@ class Grid:
         return np.array(names + ("overhead",))[np.argmax(stacked, axis=0)]
 
     def op_time_s(self, name: str) -> np.ndarray | None:
-        if name not in self.verify.names:
+        detail = self.verify.detail
+        if name not in detail.names:
             return None
-        return self.verify.time_s[self.verify.names.index(name)]
+        return detail.time_s[detail.names.index(name)]
 
 
 def step_overhead_s(profile, batch, k) -> np.ndarray:
@@ -182,27 +184,27 @@ def with_deployment_fit(fit, verify_s, draft_step_s, overhead_s, B, K):
     return verify_s * s, draft_step_s * s, overhead_s + fit.added_s(B, K)
 
 
-def engine_pass_times(sc, B, K, verify: StepCost, draft_pass: StepCost, passes, extend: StepCost | None = None,
-                      verify_context: StepCost | None = None):
+def engine_pass_times(sc, B, K, verify: PassCost, draft_pass: PassCost, passes, extend: PassCost | None = None,
+                      verify_context: PassCost | None = None):
     """(verify s, draft s of the step, verify in a graph, exposed host s) as the scenario's engine runs
     them; with an extend pass, ``passes`` - 1 one-token passes and the extend pass at K > 0. The verify
     pass is ``verify`` plus, on a context axis, its L-dependent ops ``verify_context``."""
     eng = sc.engine
     in_graph = verify_in_graph(eng, B, K)
-    total_s, launch_s, kernels = verify.total_s, verify.launch_s.sum(axis=0), verify.n_kernels
+    total_s, launch_s, kernels = verify.total_s, verify.launch_s, verify.n_kernels
     if verify_context is not None:
         total_s = total_s + verify_context.total_s
-        launch_s = launch_s + verify_context.launch_s.sum(axis=0)
+        launch_s = launch_s + verify_context.launch_s
         kernels = kernels + verify_context.n_kernels
     verify_s = pass_time_s(total_s, launch_s, kernels, in_graph, eng.eager_launch_per_kernel_s)
     host_draft = sc.draft.method == "ngram"  # prompt lookup runs on the host: no kernels, no draft loop
     draft_one = draft_pass.total_s if host_draft else pass_time_s(
-        draft_pass.total_s, draft_pass.launch_s.sum(axis=0), draft_pass.n_kernels, draft_in_graph(eng, B),
+        draft_pass.total_s, draft_pass.launch_s, draft_pass.n_kernels, draft_in_graph(eng, B),
         eng.eager_launch_per_kernel_s)
     if extend is None:
         draft_step_s = draft_one * passes
     else:
-        extend_s = pass_time_s(extend.total_s, extend.launch_s.sum(axis=0), extend.n_kernels,
+        extend_s = pass_time_s(extend.total_s, extend.launch_s, extend.n_kernels,
                                draft_extend_in_graph(eng, B, K), eng.eager_launch_per_kernel_s)
         draft_step_s = np.where(K > 0, draft_one * (passes - 1) + extend_s, 0.0)
     host_s = host_exposed_s(eng, B, K, verify_s + draft_step_s, draft_step_s, sc.deployment.tp)
@@ -238,8 +240,10 @@ def _evaluate(sc, b, k, c) -> Grid:
     B, K, C = b[:, None, None], k[None, :, None], c[None, None, :]
     verify, verify_context = verify_over_context(sc, B, K, C)
     draft_pass, passes = draft_pass_cost(sc.draft, sc.model, sc.deployment, sc.hardware,
-                                         np.broadcast_to(B, (b.size, 1, c.size)), K, C, sc.profile)
-    extend = draft_extend_cost(sc.draft, sc.model, sc.deployment, sc.hardware, B, K, C, sc.profile)
+                                         np.broadcast_to(B, (b.size, 1, c.size)), K, C, sc.profile, price_pass)
+    if isinstance(draft_pass, StepCost):  # a host-side lookup: no ops to price
+        draft_pass = PassCost.of(draft_pass)
+    extend = draft_extend_cost(sc.draft, sc.model, sc.deployment, sc.hardware, B, K, C, sc.profile, price_pass)
     verify_s, draft_step_s, in_graph, host_s = engine_pass_times(sc, B, K, verify, draft_pass, passes, extend,
                                                                  verify_context)
     verify_s, draft_step_s, overhead = with_deployment_fit(
@@ -262,9 +266,7 @@ def _evaluate(sc, b, k, c) -> Grid:
 def _drop_context_axis(grid: Grid) -> Grid:
     """The plain (B, K) grid from a grid with L of length 1: every cell array without its last axis."""
     cell = lambda a: None if a is None else a[..., 0]  # noqa: E731
-    cost = lambda c: None if c is None else StepCost(  # noqa: E731
-        c.names, c.families, *(cell(getattr(c, f)) for f in ("flops", "nbytes", "compute_s", "memory_s", "launch_s",
-                                                               "time_s")), c.kernels)
+    cost = lambda c: None if c is None else c.sliced(cell)  # noqa: E731
     g = grid
     return Grid(g.batch_sizes, g.ks, g.context_lens, cost(g.verify), cost(g.draft_pass), cell(g.draft_passes),
                 cell(g.verify_s), cell(g.draft_step_s), cell(g.in_graph), cell(g.overhead_s), cell(g.itl_s),
@@ -297,20 +299,20 @@ def _has_ctx_axis(op, n_ctx: int) -> bool:
     return len(shape) == 3 and shape[2] == n_ctx
 
 
-def verify_over_context(sc, B, K, C) -> tuple[StepCost, StepCost | None]:
+def verify_over_context(sc, B, K, C) -> tuple[PassCost, PassCost | None]:
     """The verify pass over (B, K, L): (its ops priced over (B, K, 1), None) with L of length 1;
     else (the ops whose size does not depend on L, priced once over (B, K, 1); attention, priced over
     (B, K, L)). The per-op times are those of ``verify_cost``; the verify time is their sum:
 
         t(B, K, L) = sum_{o context-free} t_o(B, K) + sum_{o attention} t_o(B, K, L)
     """
-    Bb, Kb = np.broadcast_arrays(B, K)  # (nb, nk, 1)
+    shape = np.broadcast_shapes(B.shape, K.shape)  # (nb, nk, 1); B and K keep their own axes
     n_ctx = C.shape[-1]
-    ops = forward_ops(sc.model, sc.deployment, sc.hardware, Bb, Kb + 1.0, C,
-                      logit_bytes=verify_logit_bytes(sc.deployment, Kb))
+    ops = forward_ops(sc.model, sc.deployment, sc.hardware, B, K + 1.0, C,
+                      logit_bytes=verify_logit_bytes(sc.deployment, K))
     ctx_ops = [o for o in ops if n_ctx > 1 and _has_ctx_axis(o, n_ctx)]
     free_ops = [o for o in ops if not (n_ctx > 1 and _has_ctx_axis(o, n_ctx))]
-    free = evaluate(free_ops, sc.hardware, sc.deployment, sc.profile, Bb.shape)
+    free = price_pass(free_ops, sc.hardware, sc.deployment, sc.profile, shape)
     if not ctx_ops:
         return free, None
-    return free, evaluate(ctx_ops, sc.hardware, sc.deployment, sc.profile, Bb.shape[:2] + (n_ctx,))
+    return free, price_pass(ctx_ops, sc.hardware, sc.deployment, sc.profile, shape[:2] + (n_ctx,))
