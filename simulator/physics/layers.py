@@ -285,7 +285,8 @@ def decoder_layers_ops(model: ModelSpec, dep: Deployment, hw: Hardware, batch, q
         g_node = node_split(hw, adep.tp)[1]  # the node's part: a measured table or the link model at g GPUs
         ops.append(Op(prefix + "allreduce", "comm", 0.0, 2 * nbytes, kernels=1, count=n_allreduce,
                       comm_s=allreduce_s(nbytes, g_node, hw), collective=(adep.kernels.allreduce, g_node),
-                      shape={"bytes": nbytes}, fabric_s=allreduce_fabric_s(nbytes, adep.tp, hw)))
+                      shape={"bytes": nbytes, "tokens": rtokens, "bytes_per_token": model.hidden_size * a},
+                      fabric_s=allreduce_fabric_s(nbytes, adep.tp, hw)))
     return ops
 
 

@@ -173,7 +173,10 @@ def moe_time_s(lattice, tokens, touched, probabilities) -> np.ndarray:
     tokens, touched = np.broadcast_arrays(np.asarray(tokens, dtype=float), np.asarray(touched, dtype=float))
     lx = np.log2(np.maximum(tokens, 1e-300))
     on = touched >= experts_touched(tokens, probabilities) * (1.0 - 1e-9)
-    return np.where(on, np.interp(lx, log_t, t_rel), lattice_interp(t, log_t, log_e, tokens, np.log2(touched)))
+    on_relation = np.interp(lx, log_t, t_rel)
+    if on.all():  # independent tokens (no routing reuse): the lattice is not read
+        return on_relation
+    return np.where(on, on_relation, lattice_interp(t, log_t, log_e, tokens, np.log2(touched)))
 
 
 # Decode-attention lattice: nodes per octave of sequences and of cached keys

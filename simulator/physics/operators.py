@@ -282,7 +282,30 @@ def _collective_s(op: Op, profile: Profile | None):
         kind = next((k for k in (kind, "all_reduce", "all_reduce_nccl") if profile.collectives.get(k)), None)
     if kind is None or not profile.collectives.get(kind):
         return None
+    tokens = op.shape.get("tokens")
+    if tokens is not None and np.ndim(tokens):
+        whole, top = _whole_tokens(np.asarray(tokens))
+        if whole is not None:  # a message of whole tokens: one table read per cell
+            return _collective_whole_token_table(profile.collectives, kind, gpus, op.shape["bytes_per_token"], top)[whole]
     return collective_time_s(profile.collectives, gpus, op.shape["bytes"], op=kind, monotone=True)
+
+
+_COLLECTIVE_TABLES: dict = {}  # (id of a profile's collectives, kind, GPUs, bytes per token) -> (them, table)
+
+
+def _collective_whole_token_table(collectives, kind: str, gpus: int, bytes_per_token: float, top: int):
+    """The measured collective's time at every whole token count 0..N (N >= ``top``) of messages of
+    ``bytes_per_token`` each (cached; the collectives are kept so that their id stays theirs)."""
+    key = (id(collectives), kind, int(gpus), float(bytes_per_token))
+    hit = _COLLECTIVE_TABLES.get(key)
+    if hit is None or hit[0] is not collectives or hit[1].size <= top:
+        size = max(MIN_WHOLE_TOKEN_TABLE, 1 << int(np.ceil(np.log2(top + 1))))
+        table = collective_time_s(collectives, gpus, np.arange(size + 1, dtype=float) * bytes_per_token, op=kind,
+                                  monotone=True)
+        if len(_COLLECTIVE_TABLES) > 1024:
+            _COLLECTIVE_TABLES.clear()
+        hit = _COLLECTIVE_TABLES[key] = (collectives, table)
+    return hit[1]
 
 
 def _roofline_parts_s(op: Op, profile: Profile | None, peak: float, bw: float):

@@ -67,16 +67,35 @@ def _forward(allowed: np.ndarray, gain: np.ndarray) -> tuple[np.ndarray, np.ndar
     (inf where a state is not allowed): whether each state at i stayed on its K (else it switched from
     the best state at i-1), that best state, and the best state at the end."""
     penalty = np.where(allowed, -gain, np.inf)
-    keys = np.empty_like(penalty)
-    keys[0] = penalty[0] + RANGE_WEIGHT
-    for i in range(1, len(keys)):
-        np.minimum(keys[i - 1], keys[i - 1].min(axis=0) + RANGE_WEIGHT, out=keys[i])
-        keys[i] += penalty[i]
+    keys = _forward_keys(penalty) if penalty.shape[2] == 1 else _forward_keys_cells(penalty)
     prev = keys[:-1]
     stayed = np.concatenate([np.zeros_like(keys[:1], dtype=bool),
                              prev <= prev.min(axis=1, keepdims=True) + RANGE_WEIGHT])
     source = np.concatenate([np.zeros_like(keys[:1, 0], dtype=np.int64), prev.argmin(axis=1)])
     return stayed, source, keys[-1].argmin(axis=0)
+
+
+def _forward_keys_cells(penalty: np.ndarray) -> np.ndarray:
+    """The DP's keys C_i(state, cell), one numpy row per batch size (many cells at a time)."""
+    keys = np.empty_like(penalty)
+    keys[0] = penalty[0] + RANGE_WEIGHT
+    for i in range(1, len(keys)):
+        np.minimum(keys[i - 1], keys[i - 1].min(axis=0) + RANGE_WEIGHT, out=keys[i])
+        keys[i] += penalty[i]
+    return keys
+
+
+def _forward_keys(penalty: np.ndarray) -> np.ndarray:
+    """:func:`_forward_keys_cells` for one cell in Python floats: a row of a dozen states costs less
+    as a list than as a numpy call (the same IEEE additions and minima, so the same keys)."""
+    rows = penalty[:, :, 0].tolist()
+    out = [[p + RANGE_WEIGHT for p in rows[0]]]
+    prev = out[0]
+    for row in rows[1:]:
+        switch = min(prev) + RANGE_WEIGHT
+        prev = [(k if k < switch else switch) + p for k, p in zip(prev, row)]
+        out.append(prev)
+    return np.asarray(out)[:, :, None]
 
 
 def _backtrack(stayed: np.ndarray, source: np.ndarray, last: np.ndarray) -> np.ndarray:
