@@ -250,15 +250,31 @@ def _attention_envelope_s(op: Op, surf, peak: float, bw: float):
     shape = op.shape
     if tuple(surf.axes) not in (("batch_heads", "context", "head_dim", "group"), ("batch", "context", "bytes")):
         return None
-    batch, keys = np.broadcast_arrays(*(np.asarray(shape[a], dtype=float) for a in ("sequences", "keys")))
+    seqs, keys = (np.asarray(shape[a], dtype=float) for a in ("sequences", "keys"))
+    if keys.size == 1 and float(keys.ravel()[0]) >= 1 and seqs.ndim:
+        whole, top = _whole_tokens(seqs)
+        if whole is not None:  # one context length, whole sequences: a table read per batch size
+            t_1 = _attention_whole_batch_table(surf, shape, float(keys.ravel()[0]), peak, bw, top)[whole]
+            return attention_time_s(np.broadcast_to(t_1, np.broadcast_shapes(seqs.shape, keys.shape)), shape,
+                                    op.flops, peak, bw)
+    batch, keys = np.broadcast_arrays(seqs, keys)
     # cells outside the lattice (no sequence or no key) keep the surface's own time (NaN here), so a
     # cell's price never depends on which other cells a grid evaluates
     covered = (batch >= 1) & (keys >= 1)
     if not batch.size or not covered.any():
         return None
     batch, keys = np.maximum(batch, 1.0), np.maximum(keys, 1.0)
-    b_oct = max(int(np.ceil(np.log2(max(float(batch.max()), 2.0)))), MIN_BATCH_OCTAVES)
-    l_oct = max(int(np.ceil(np.log2(max(float(keys.max()), 2.0)))), MIN_KEY_OCTAVES)
+    key, hit = _attention_lattice(surf, shape, float(batch.max()), float(keys.max()), peak, bw)
+    t_1 = log_lattice_interp(hit[2], hit[0], hit[1], batch, keys)
+    t = attention_time_s(t_1, shape, op.flops, peak, bw)
+    return t if covered.all() else np.where(np.broadcast_to(covered, np.shape(t)), t, np.nan)
+
+
+def _attention_lattice(surf, shape: dict, top_batch: float, top_keys: float, peak: float, bw: float):
+    """(cache key, lattice) of the q = 1 decode kernel's envelope over sequences x cached keys, spanning
+    at least the octaves every lattice spans (so that a cell's price does not depend on the grid)."""
+    b_oct = max(int(np.ceil(np.log2(max(top_batch, 2.0)))), MIN_BATCH_OCTAVES)
+    l_oct = max(int(np.ceil(np.log2(max(top_keys, 2.0)))), MIN_KEY_OCTAVES)
     static = tuple(float(shape.get(a, 0.0)) for a in ("q_heads", "kv_heads", "head_dim", "kv_elem_bytes", "a_bytes",
                                                        "group", "latent", "score_width"))
     key = ("attention", b_oct, l_oct, peak, bw) + static
@@ -267,9 +283,25 @@ def _attention_envelope_s(op: Op, surf, peak: float, bw: float):
         hit = attention_lattice_s(surf, shape, float(2 ** b_oct), float(2 ** l_oct), peak, bw)
         if len(surf.envelopes) < 4096:
             surf.envelopes[key] = hit
-    t_1 = log_lattice_interp(hit[2], hit[0], hit[1], batch, keys)
-    t = attention_time_s(t_1, shape, op.flops, peak, bw)
-    return t if covered.all() else np.where(np.broadcast_to(covered, np.shape(t)), t, np.nan)
+    return key, hit
+
+
+# Whole-batch attention tables start this long (one per context length asked for)
+MIN_WHOLE_BATCH_TABLE = 1 << 10
+
+
+def _attention_whole_batch_table(surf, shape: dict, keys: float, peak: float, bw: float, top: int):
+    """The q = 1 kernel's envelope time at every whole batch size 0..N (N >= ``top``; entry 0 unused)
+    at ``keys`` cached keys: :func:`log_lattice_interp` evaluated once per context length."""
+    size = max(MIN_WHOLE_BATCH_TABLE, 1 << int(np.ceil(np.log2(top + 1))))
+    key, hit = _attention_lattice(surf, shape, float(top), keys, peak, bw)  # the lattice the cells would use
+    table_key = key + ("whole-batch", keys)
+    table = surf.envelopes.get(table_key)
+    if table is None or table.size <= top:
+        table = log_lattice_interp(hit[2], hit[0], hit[1], np.maximum(np.arange(size + 1, dtype=float), 1.0), keys)
+        if len(surf.envelopes) < 4096:
+            surf.envelopes[table_key] = table
+    return table
 
 
 def _collective_s(op: Op, profile: Profile | None):
