@@ -35,7 +35,7 @@ from simulator.errors import PlannerError
 from simulator.physics.draft_cost import draft_extend_cost, draft_pass_cost
 from simulator.physics.layers import attention_op, forward_ops, sampling_op
 from simulator.physics.memory import kv_budget_bytes, kv_bytes_per_sequence
-from simulator.physics.operators import evaluate
+from simulator.physics.operators import pass_time
 from simulator.physics.engine_time import draft_extend_in_graph, host_exposed_scalar_s
 from simulator.plan.grid import step_overhead_s
 from simulator.plan.policies import PolicySettings
@@ -137,8 +137,7 @@ class StepPricer:
         # lin(T): all target ops but attention, at T = 0..t_top tokens (T = 0 costs nothing)
         t = np.arange(1, self.t_top + 1, dtype=float)
         ops = [o for o in forward_ops(m, dep, hw, t, 1.0, 0.0) if o.family != "attention"]
-        cost = evaluate(ops, hw, dep, prof, t.shape)
-        self.lin = np.concatenate([[0.0], cost.total_s])
+        self.lin = np.concatenate([[0.0], pass_time(ops, hw, dep, prof, t.shape).total_s])
         full_ops = forward_ops(m, dep, hw, 1.0, 1.0, 1.0)
         self.n_kernels = float(sum(o.kernels * o.count for o in full_ops))
         # decode attention over context buckets (linear in L between buckets)
@@ -150,11 +149,11 @@ class StepPricer:
         L = self.ctx[None, None, :]
         shape = np.broadcast_shapes(B.shape, q.shape, L.shape)
         attn = [o for o in forward_ops(m, dep, hw, B, q, L) if o.family == "attention"]
-        self.attn = evaluate(attn, hw, dep, prof, shape).total_s  # [B-1, q-1, iL]
+        self.attn = pass_time(attn, hw, dep, prof, shape).total_s  # [B-1, q-1, iL]
         self._attn_ops_layers = [(o.name, o.count) for o in attn]
         if speculative:
             bb, ll = np.meshgrid(np.arange(1, b_top + 1, dtype=float), self.ctx, indexing="ij")
-            per_pass, _ = draft_pass_cost(sc.draft, m, dep, hw, bb, 1.0, ll, prof)
+            per_pass, _ = draft_pass_cost(sc.draft, m, dep, hw, bb, 1.0, ll, prof, pass_time)
             self.draft = per_pass.total_s  # [B-1, iL], one pass
             # passes per step by K (K for heads and draft models; one host lookup for n-gram)
             _, passes = draft_pass_cost(sc.draft, m, dep, hw, np.ones(1), np.arange(k_max + 1.0), 0.0, prof)
@@ -167,9 +166,9 @@ class StepPricer:
         # lin(T) samples every token as plain decoding does; a verify pass's rejection path reads its
         # B (K + 1) rows differently (engine profile [sampling]): the difference per verified token
         delta = dep.kernels.logit_bytes_verify - dep.kernels.logit_bytes_plain
-        self.verify_sampling_s_per_token = 0.0 if delta == 0 else float(evaluate(
+        self.verify_sampling_s_per_token = 0.0 if delta == 0 else float(pass_time(
             [sampling_op("verify_sampling_delta", 1.0, m.vocab_size / 1.0, abs(delta))], hw, dep, prof, ()).total_s
-            - evaluate([sampling_op("none", 1.0, m.vocab_size, 0.0)], hw, dep, prof, ()).total_s) * np.sign(delta)
+            - pass_time([sampling_op("none", 1.0, m.vocab_size, 0.0)], hw, dep, prof, ()).total_s) * np.sign(delta)
         self.overhead_prof = step_overhead_s(prof, np.arange(b_top + 1, dtype=float)[:, None],
                                              np.arange(k_max + 1, dtype=float)[None, :])
         self.overhead_prof = np.broadcast_to(self.overhead_prof, (b_top + 1, k_max + 1))
@@ -187,16 +186,15 @@ class StepPricer:
         sc = self.sc
         B = np.arange(1, b_top + 1, dtype=float)[:, None, None]
         K = np.arange(k_max + 1, dtype=float)[None, :, None]
-        Bb, Kb = np.broadcast_arrays(B, K)
-        cost = draft_extend_cost(sc.draft, sc.model, sc.deployment, sc.hardware, Bb, Kb, self.ctx[None, None, :],
-                                 sc.profile)
+        cost = draft_extend_cost(sc.draft, sc.model, sc.deployment, sc.hardware, B, K, self.ctx[None, None, :],
+                                 sc.profile, pass_time)
         if cost is None:
             self.extend = None
             return
         # in a graph by the same rule as the planner's grid (the engine profile's capture limits)
-        in_graph = draft_extend_in_graph(sc.engine, Bb, Kb)
+        in_graph = draft_extend_in_graph(sc.engine, *np.broadcast_arrays(B, K))
         gpu = cost.total_s
-        self.extend = np.where(in_graph, gpu, np.maximum(gpu - cost.launch_s.sum(axis=0), cost.n_kernels * self.eager_s))
+        self.extend = np.where(in_graph, gpu, np.maximum(gpu - cost.launch_s, cost.n_kernels * self.eager_s))
 
     def _lin(self, tokens: int) -> float:
         if tokens <= self.t_top:
@@ -205,7 +203,7 @@ class StepPricer:
             sc = self.sc
             ops = [o for o in forward_ops(sc.model, sc.deployment, sc.hardware, float(tokens), 1.0, 0.0)
                    if o.family != "attention"]
-            self._lin_extra[tokens] = float(evaluate(ops, sc.hardware, sc.deployment, sc.profile, ()).total_s)
+            self._lin_extra[tokens] = float(pass_time(ops, sc.hardware, sc.deployment, sc.profile, ()).total_s)
         return self._lin_extra[tokens]
 
     def _ctx_weight(self, L: float) -> tuple[int, float]:
@@ -246,8 +244,8 @@ class StepPricer:
         for name, count in self._attn_ops_layers:
             window = m.sliding_window if name.endswith("sliding") else None
             ops.append(attention_op(m, sc.deployment, 1.0, chunks, cached, count, window, name))
-        cost = evaluate(ops, sc.hardware, sc.deployment, sc.profile, chunks.shape)
-        return (cost.time_s - cost.launch_s).sum(axis=0)
+        cost = pass_time(ops, sc.hardware, sc.deployment, sc.profile, chunks.shape)
+        return cost.total_s - cost.launch_s
 
     def _pad(self, tokens: int) -> tuple[int, bool]:
         hit = self._pad_memo.get(tokens)

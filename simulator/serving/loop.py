@@ -32,7 +32,7 @@ from simulator.plan.policies import make_policy, parse_policy
 from simulator.serving.early_stop import PercentileStop, bounded_summary, step_floor_s
 from simulator.serving.engine import EngineConfig, StepPricer, engine_from_scenario, kv_capacity_blocks
 from simulator.serving.phases import LoopState, Run, accept_runs, admit_arrivals, run_step  # noqa: F401 (accept_runs: re-export)
-from simulator.serving.results import ServingResult, requests_frame, steps_frame, summarize
+from simulator.serving.results import ServingResult, summarize
 from simulator.serving.workload import Workload, draw_requests, workload_from_scenario
 from simulator.specs.scenario import Scenario
 
@@ -103,18 +103,18 @@ def simulate(scenario: Scenario, policy: str = "dsd", workload: Workload | None 
         missed = _run_checked(ctx, st, n, stop)
         if missed is not None:
             summary = bounded_summary(pol.label, st, reqs.out_len, missed, stop)
-            return ServingResult(pol.label, summary, pd.DataFrame(), steps_frame(st.rec, cap), cap, engine, workload)
+            return ServingResult(pol.label, summary, cap, engine, workload, st.rec)
     while st.n_done < n:
         if admit_arrivals(st):
             run_step(ctx, st)
 
-    steps = steps_frame(st.rec, cap)
     cats = workload.categories
-    requests = requests_frame([cats[c].name for c in reqs.cat], np.array(st.arrival), reqs.prompt, reqs.out_len,
-                              st.gen, np.array(st.first_tok), np.array(st.finish),
-                              np.array(st.preempted, dtype=np.int64))
-    summary = summarize(pol.label, requests, steps, cap, st.kv_peak)
-    return ServingResult(pol.label, summary, requests, steps, cap, engine, workload)
+    arrival, first_tok, finish = np.array(st.arrival), np.array(st.first_tok), np.array(st.finish)
+    requests = {"categories": [cats[c].name for c in reqs.cat], "arrival": arrival, "prompt": reqs.prompt,
+                "out_len": reqs.out_len, "gen": st.gen, "first_tok": first_tok, "finish": finish,
+                "preempted": np.array(st.preempted, dtype=np.int64)}
+    summary = summarize(pol.label, arrival, reqs.out_len, first_tok, finish, st.rec, cap, st.kv_peak)
+    return ServingResult(pol.label, summary, cap, engine, workload, st.rec, requests)
 
 
 def _run_checked(ctx: Run, st: LoopState, n: int, stop: PercentileStop) -> str | None:

@@ -6,7 +6,7 @@ time-weighted over decode steps.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
@@ -24,15 +24,24 @@ STEP_COLUMNS = ["t_s", "step_s", "batch_size", "n_prefill", "prefill_tokens", "t
 
 @dataclass
 class ServingResult:
-    """One run of :func:`simulator.serving.simulate`: the summary row and the tables it comes from."""
+    """One run of :func:`simulator.serving.simulate`: the summary row and the tables it comes from
+    (built on first use: a load search reads the summary of many runs and the tables of few)."""
 
     policy: str
     summary: dict
-    requests: pd.DataFrame
-    steps: pd.DataFrame
     kv_capacity_blocks: int
     engine: EngineConfig
     workload: Workload
+    step_records: list = field(repr=False, default_factory=list)  # tuples in STEP_COLUMNS order
+    request_arrays: dict | None = field(repr=False, default=None)  # requests_frame's arguments; None: no table
+
+    @cached_property
+    def steps(self) -> pd.DataFrame:
+        return steps_frame(self.step_records, self.kv_capacity_blocks)
+
+    @cached_property
+    def requests(self) -> pd.DataFrame:
+        return pd.DataFrame() if self.request_arrays is None else requests_frame(**self.request_arrays)
 
     @cached_property
     def graphs(self) -> pd.DataFrame:
@@ -72,35 +81,44 @@ def requests_frame(categories: list[str], arrival, prompt, out_len, gen, first_t
         "request": np.arange(len(prompt)), "category": categories, "arrival_s": arrival,
         "prompt_len": prompt, "output_len": out_len, "generated": gen, "first_token_s": first_tok,
         "finish_s": finish, "preemptions": preempted})
-    requests["ttft_s"] = requests.first_token_s - requests.arrival_s
-    with np.errstate(invalid="ignore", divide="ignore"):
-        decode_s = requests.finish_s - requests.first_token_s
-        requests["tpot_s"] = np.where(out_len > 1, decode_s / np.maximum(out_len - 1, 1), np.nan)
-        requests["tokens_per_s"] = np.where((out_len > 1) & (decode_s > 0), (out_len - 1) / decode_s, np.nan)
+    requests["ttft_s"], requests["tpot_s"], requests["tokens_per_s"] = request_latencies(
+        requests.arrival_s.to_numpy(), np.asarray(out_len), requests.first_token_s.to_numpy(), requests.finish_s.to_numpy())
     return requests
 
 
-def summarize(policy: str, req: pd.DataFrame, steps: pd.DataFrame, cap: int, kv_peak: int) -> dict:
-    ttft = _percentile(req.ttft_s.to_numpy(), [50, 90, 99])
-    tp = req.tpot_s.dropna().to_numpy()
-    tpot = _percentile(tp, [50, 90, 99])
-    dec = steps[steps.batch_size > 0]
-    itl = _weighted_percentile(dec.step_s.to_numpy(), dec.batch_size.to_numpy().astype(float), [50, 99])
-    makespan = float(req.finish_s.max() - req.arrival_s.min())
-    out = int(req.output_len.sum())
-    w = dec.step_s.to_numpy()
+def request_latencies(arrival, out_len, first_tok, finish) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(TTFT, TPOT, decode tokens/s) per request; NaN where undefined (one output token, no decode time)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        decode_s = finish - first_tok
+        tpot = np.where(out_len > 1, decode_s / np.maximum(out_len - 1, 1), np.nan)
+        rate = np.where((out_len > 1) & (decode_s > 0), (out_len - 1) / decode_s, np.nan)
+    return first_tok - arrival, tpot, rate
+
+
+def summarize(policy: str, arrival, out_len, first_tok, finish, step_records: list, cap: int, kv_peak: int) -> dict:
+    """The summary row of a finished run, from its request arrays and step records."""
+    ttft_s, tpot_s, rate_s = request_latencies(arrival, out_len, first_tok, finish)
+    ttft = _percentile(ttft_s, [50, 90, 99])
+    tpot = _percentile(tpot_s[~np.isnan(tpot_s)], [50, 90, 99])
+    cols = np.array(step_records, dtype=float).reshape(-1, len(STEP_COLUMNS))
+    dec = cols[cols[:, STEP_COLUMNS.index("batch_size")] > 0]
+    w = dec[:, STEP_COLUMNS.index("step_s")]
+    batch = dec[:, STEP_COLUMNS.index("batch_size")]
+    itl = _weighted_percentile(w, batch, [50, 99])
+    makespan = float(finish.max() - arrival.min())
+    out = int(out_len.sum())
     total_w = w.sum()
-    rate = req.tokens_per_s.dropna()
+    rate = rate_s[~np.isnan(rate_s)]
     return {
-        "policy": policy, "n_requests": int(len(req)), "output_tokens": out,
+        "policy": policy, "n_requests": int(len(arrival)), "output_tokens": out,
         "throughput_tok_s": out / makespan if makespan > 0 else float("nan"),
         "tokens_per_s_per_user": float(rate.mean()) if len(rate) else float("nan"),
         "ttft_p50_s": float(ttft[0]), "ttft_p90_s": float(ttft[1]), "ttft_p99_s": float(ttft[2]),
         "tpot_p50_s": float(tpot[0]), "tpot_p90_s": float(tpot[1]), "tpot_p99_s": float(tpot[2]),
         "itl_p50_s": float(itl[0]), "itl_p99_s": float(itl[1]), "makespan_s": makespan,
         # time-weighted over steps that decode
-        "mean_batch_size": float((dec.batch_size * w).sum() / total_w) if total_w > 0 else 0.0,
-        "mean_k": float((dec.k_mean * w).sum() / total_w) if total_w > 0 else 0.0,
+        "mean_batch_size": float((batch * w).sum() / total_w) if total_w > 0 else 0.0,
+        "mean_k": float((dec[:, STEP_COLUMNS.index("k_mean")] * w).sum() / total_w) if total_w > 0 else 0.0,
         "kv_peak_occupancy": kv_peak / cap,
     }
 
