@@ -140,7 +140,11 @@ class Grid:
 
     def regime(self) -> np.ndarray:
         """Which term dominates the step: compute, memory, comm, launch (incl. eager launches) or
-        overhead (host time), per cell."""
+        overhead (host time), per cell (read from each pass's per-op detail, once)."""
+        return self._regime
+
+    @cached_property
+    def _regime(self) -> np.ndarray:
         passes = self.one_token_passes
         parts = [self.verify.detail.time_by_regime(), self.draft_pass.detail.time_by_regime()]
         names = ("compute", "memory", "comm", "launch")
