@@ -15,16 +15,19 @@ from simulator.physics.engine_time import verify_in_graph
 from simulator.plan import advice as A
 from simulator.specs.engines import load_engine, with_capture_limit
 from cli_inprocess import run_main
+from engine_code import EngineCodeUnavailable, wheel_path
 
 ROOT = Path(__file__).resolve().parent.parent
-WHEELS = Path.home() / ".cache" / "dsd-planner" / "wheels"
 
 
-def wheel_lines(wheel_glob: str, member: str) -> list[str]:
-    found = sorted(WHEELS.glob(wheel_glob))
-    if not found:
-        pytest.skip(f"{wheel_glob} not cached in {WHEELS}")
-    with zipfile.ZipFile(found[0]) as z:
+def wheel_lines(name: str, version: str, member: str) -> list[str]:
+    """The lines of one module of the released wheel (downloaded into the cache on first use, as the
+    export tests' engine code is: tests/engine_code.py); skips only where no wheel can be had."""
+    try:
+        whl = wheel_path(name, version)
+    except EngineCodeUnavailable as exc:
+        pytest.skip(str(exc))
+    with zipfile.ZipFile(whl) as z:
         return z.read(member).decode().splitlines()
 
 
@@ -167,30 +170,30 @@ def test_nothing_binds_nothing_said():
 # --- code locations against the wheels' own lines ---------------------------------------------------
 
 def test_vllm_0330_source_lines():
-    cfg = wheel_lines("vllm-0.33.0-*.whl", "vllm/config/vllm.py")
+    cfg = wheel_lines("vllm", "0.33.0", "vllm/config/vllm.py")
     assert cfg[1110 - 1].strip() == "def _maybe_disable_dynamic_sd_for_data_parallel(self) -> None:"
     assert "data_parallel_size <= 1" in "\n".join(cfg[1110:1117])
     assert "num_speculative_tokens_per_batch_size = None" in cfg[1127 - 1]
     assert cfg[1862 - 1].strip() == "self._maybe_disable_dynamic_sd_for_data_parallel()"
-    prop = wheel_lines("vllm-0.33.0-*.whl", "vllm/v1/spec_decode/llm_base_proposer.py")
+    prop = wheel_lines("vllm", "0.33.0", "vllm/v1/spec_decode/llm_base_proposer.py")
     assert "Dynamic SD decided K=0" in prop[616 - 1] and prop[619 - 1].strip() == "if self.num_speculative_tokens == 0:"
-    args = wheel_lines("vllm-0.33.0-*.whl", "vllm/engine/arg_utils.py")
+    args = wheel_lines("vllm", "0.33.0", "vllm/engine/arg_utils.py")
     assert '"--max-cudagraph-capture-size"' in args[1827 - 1]
 
 
 def test_vllm_0110_source_lines():
-    sched = wheel_lines("vllm-0.11.0-*.whl", "vllm/config/scheduler.py")
+    sched = wheel_lines("vllm", "0.11.0", "vllm/config/scheduler.py")
     assert sched[227 - 1].strip() == "self.cuda_graph_sizes = [min(self.max_num_seqs * 2, 512)]"
-    cfg = wheel_lines("vllm-0.11.0-*.whl", "vllm/config/__init__.py")
+    cfg = wheel_lines("vllm", "0.11.0", "vllm/config/__init__.py")
     assert cfg[551 - 1].strip() == "def _set_cudagraph_sizes(self):"
-    run = wheel_lines("vllm-0.11.0-*.whl", "vllm/v1/core/sched/scheduler.py")
+    run = wheel_lines("vllm", "0.11.0", "vllm/v1/core/sched/scheduler.py")
     assert run[220 - 1].strip() == "num_new_tokens = min(num_new_tokens, token_budget)"
-    args = wheel_lines("vllm-0.11.0-*.whl", "vllm/engine/arg_utils.py")
+    args = wheel_lines("vllm", "0.11.0", "vllm/engine/arg_utils.py")
     assert "UsageContext.OPENAI_API_SERVER: 1024," in "\n".join(args[1610:1614])
 
 
 def test_sglang_0513_source_lines():
-    sa = wheel_lines("sglang-0.5.13-*.whl", "sglang/srt/server_args.py")
+    sa = wheel_lines("sglang", "0.5.13", "sglang/srt/server_args.py")
     assert sa[735 - 1].strip() == "cuda_graph_max_bs: Optional[int] = None"
     assert sa[425 - 1].strip() == "max_running_requests: Optional[int] = None"
     assert sa[1444 - 1].strip().startswith("def _handle_gpu_memory_settings")
