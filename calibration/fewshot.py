@@ -10,14 +10,16 @@ plus a scale on the acceptance rates::
 kernel and overhead are the planner's own components at each point (verify + draft as the engine runs
 them; the engine profile's host time). Observations are log step times or log speedups; the terms are
 fitted by bounded least squares (scipy.optimize.least_squares, trust-region reflective) on those logs,
-only as many as the points identify, chosen in a stated priority order by a rank test on the
-Jacobian. Intervals: a parametric bootstrap that redraws every point from the fitted value with the
+only as many as the points identify: with one or two points in a stated priority order by a rank test
+on the Jacobian, with three or more the identified subset whose fits best predict each point left out
+(:func:`select_terms`). Intervals: a parametric bootstrap that redraws every point from the fitted value with the
 residuals' scatter (never below NOISE_FLOOR, the repeat-to-repeat spread of a measured step), refits,
 and reads the 5th and 95th percentiles.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import combinations
 
 import numpy as np
 from scipy.optimize import least_squares
@@ -102,14 +104,61 @@ def choose_terms(kind: str, pts: Points, priority: tuple, max_terms: int) -> lis
         if len(chosen) >= max_terms:
             break
         i = PARAMS.index(name)
-        if np.linalg.norm(jac[:, i]) < 1e-9:
-            continue
-        cols = jac[:, chosen + [i]]
-        cols = cols / np.linalg.norm(cols, axis=0)
-        sv = np.linalg.svd(cols, compute_uv=False)
-        if sv[-1] / sv[0] >= COLLINEAR:
+        if identified(jac, chosen + [i]):
             chosen.append(i)
     return [PARAMS[i] for i in chosen]
+
+
+def identified(jac: np.ndarray, idx: list[int]) -> bool:
+    """Whether the Jacobian columns ``idx`` all move the observations and none is (nearly) a
+    combination of the others (the rank test of :func:`choose_terms`)."""
+    if any(np.linalg.norm(jac[:, i]) < 1e-9 for i in idx):
+        return False
+    cols = jac[:, idx] / np.linalg.norm(jac[:, idx], axis=0)
+    sv = np.linalg.svd(cols, compute_uv=False)
+    return bool(sv[-1] / sv[0] >= COLLINEAR)
+
+
+# Most points whose fits are compared leave-one-out (beyond, the rank test's choice stands)
+MAX_LOO_POINTS = 30
+
+
+def subset(pts: Points, keep: np.ndarray) -> Points:
+    """The points where ``keep`` is true."""
+    return Points(*(getattr(pts, f)[keep] for f in ("batch", "k", "kernel_s", "overhead_s", "kernel0_s",
+                                                      "overhead0_s", "rates")))
+
+
+def loo_error(kind: str, pts: Points, y_log: np.ndarray, terms: list[str]) -> float:
+    """Root-mean-square log error of each point predicted by the terms fitted to all the others."""
+    errs = []
+    for i in range(len(pts)):
+        keep = np.arange(len(pts)) != i
+        theta = fit_terms(kind, subset(pts, keep), y_log[keep], terms)
+        errs.append(predict_log(kind, theta, subset(pts, ~keep))[0][0] - y_log[i])
+    return float(np.sqrt(np.mean(np.square(errs))))
+
+
+def select_terms(kind: str, pts: Points, y_log: np.ndarray, priority: tuple, max_terms: int) -> list[str]:
+    """The terms to fit: as many as the rank test takes in priority order (:func:`choose_terms`), and
+    with three or more points (one more than the terms: each point can be left out) the identified
+    subset of that size whose fits predict the left-out point best (:func:`loo_error`; a tie within
+    1e-6 goes to the priority order), so that the points themselves say whether a fixed cost per step,
+    per sequence or per speculative token is what the planner misses. With fewer points there is no
+    point to leave out: the rank test's choice."""
+    n = len(pts)
+    chosen = choose_terms(kind, pts, priority, max_terms)
+    if n < 3 or n > MAX_LOO_POINTS:
+        return chosen
+    jac = jacobian(kind, NEUTRAL, pts)
+    best, best_err = chosen, np.inf
+    for names in combinations(priority, len(chosen)):  # as many terms as the rank test takes
+        if not identified(jac, [PARAMS.index(x) for x in names]):
+            continue
+        err = loo_error(kind, pts, y_log, list(names))
+        if err < best_err - 1e-6:
+            best, best_err = list(names), err
+    return best
 
 
 def max_terms_for(n_points: int) -> int:
@@ -165,7 +214,7 @@ def interval(samples: np.ndarray, level: float = 0.90) -> tuple[np.ndarray, np.n
 def fit_with_intervals(kind: str, pts: Points, y_log: np.ndarray, priority: tuple, n_boot: int = 200,
                        seed: int = 0) -> dict:
     """Choose the terms, fit them, bootstrap them: theta, samples, terms, residuals, sigma."""
-    terms = choose_terms(kind, pts, priority, max_terms_for(len(pts)))
+    terms = select_terms(kind, pts, y_log, priority, max_terms_for(len(pts)))
     theta = fit_terms(kind, pts, y_log, terms)
     resid = predict_log(kind, theta, pts)[0] - y_log
     sigma = scatter(resid, len(terms))

@@ -248,7 +248,9 @@ def document(sc: Scenario, result: dict, files: list[str]) -> dict:
         "provenance": {"files": [Path(f).name for f in files], "scenario_origin": str(sc.origin),
                        "step_time_basis": sc.cost_source, "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                        "method": "bounded least squares on log step time (calibration/fewshot.py); terms chosen by"
-                                 " a rank test in the order " + ", ".join(fewshot.STEP_PRIORITY)},
+                                 " a rank test in the order " + ", ".join(fewshot.STEP_PRIORITY)
+                                 + (" and, from 3 points, leave-one-out among the identified subsets" if len(pts) >= 3
+                                    else "")},
     }
 
 

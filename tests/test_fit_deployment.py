@@ -68,6 +68,26 @@ def test_recovers_known_terms_from_synthetic_steps():
     assert lo[0] <= 1.3 <= hi[0]
 
 
+def test_left_out_points_choose_a_fixed_step_cost_the_priority_order_would_miss():
+    # measured = 1.2 * kernel + overhead + 20 ms per step, by hand per point; the rank test in priority
+    # order takes kernel_scale, spec_per_token_s and host_per_seq_s here (the per-step column is nearly a
+    # combination of the first two at these points), which cannot express a fixed cost
+    batch, k = [1, 8, 8, 4], [0, 3, 1, 4]
+    kernel_ms, overhead_ms = [60.0, 330.0, 200.0, 245.0], [0.5, 0.5, 0.5, 0.5]
+    measured_ms = [1.2 * 60.0 + 0.5 + 20.0, 1.2 * 330.0 + 0.5 + 20.0, 1.2 * 200.0 + 0.5 + 20.0, 1.2 * 245.0 + 0.5 + 20.0]
+    pts = _points(batch, k, kernel_ms, overhead_ms)
+    y = np.log(np.array(measured_ms) * 1e-3)
+    terms = fewshot.select_terms("step", pts, y, fewshot.STEP_PRIORITY, fewshot.max_terms_for(4))
+    assert "host_per_step_s" in terms and len(terms) == 3
+    th = fewshot.fit_terms("step", pts, y, terms)
+    assert th[0] == pytest.approx(1.2, rel=1e-4) and th[1] == pytest.approx(0.020, rel=1e-3)
+    # each point left out is predicted exactly by the right terms, and worse by the priority order's
+    priority = fewshot.choose_terms("step", pts, fewshot.STEP_PRIORITY, fewshot.max_terms_for(4))
+    assert priority == ["kernel_scale", "spec_per_token_s", "host_per_seq_s"]
+    assert fewshot.loo_error("step", pts, y, terms) < 1e-3  # the solver's tolerance (0.1% in log)
+    assert fewshot.loo_error("step", pts, y, priority) > 0.01
+
+
 def test_two_points_fit_at_most_two_terms_chosen_by_what_they_vary():
     same_k = _points([1, 64], [0, 0], [5.05, 8.2], [0.2, 0.2])
     terms = fewshot.choose_terms("step", same_k, fewshot.STEP_PRIORITY, fewshot.max_terms_for(2))
