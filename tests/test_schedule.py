@@ -35,6 +35,21 @@ def test_dp_equals_brute_force_enumeration():
         assert got[0] == want[0] and got[1] == pytest.approx(want[1], abs=1e-9)
 
 
+def test_one_column_keys_equal_the_numpy_rows_exactly():
+    # the one-column forward pass (allowed states only, runs of one state summed in one call) against the
+    # numpy row recursion C_i = min(C_{i-1}, min C_{i-1} + W) + penalty_i: the same floats, bit for bit
+    from simulator.plan.schedule import _forward_keys, _forward_keys_cells
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        nb, ns = int(rng.integers(1, 40)), int(rng.integers(1, 6))
+        pen = -rng.random((nb, ns, 1))
+        pen[rng.random((nb, ns, 1)) < rng.random()] = np.inf
+        run = slice(int(rng.integers(0, nb)), int(rng.integers(0, nb + 1)))  # a stretch of one state only
+        pen[run, 1:] = np.inf
+        pen[np.isinf(pen).all(axis=1)[:, 0], -1] = -0.5  # every row allows a state
+        assert np.array_equal(_forward_keys(pen), _forward_keys_cells(pen))
+
+
 def test_hand_example_merges_a_flip_within_tolerance():
     # hand: K=1 is 0.5% behind K=2 at the middle batch size: one range of K=1 gives up 0.5% there
     g = np.array([[1.0, 2.0, 1.0], [1.0, 1.99, 2.0], [1.0, 2.0, 1.0]])

@@ -86,16 +86,54 @@ def _forward_keys_cells(penalty: np.ndarray) -> np.ndarray:
 
 
 def _forward_keys(penalty: np.ndarray) -> np.ndarray:
-    """:func:`_forward_keys_cells` for one cell in Python floats: a row of a dozen states costs less
-    as a list than as a numpy call (the same IEEE additions and minima, so the same keys)."""
-    rows = penalty[:, :, 0].tolist()
-    out = [[p + RANGE_WEIGHT for p in rows[0]]]
-    prev = out[0]
-    for row in rows[1:]:
-        switch = min(prev) + RANGE_WEIGHT
-        prev = [(k if k < switch else switch) + p for k, p in zip(prev, row)]
-        out.append(prev)
-    return np.asarray(out)[:, :, None]
+    """:func:`_forward_keys_cells` for one cell column, over the allowed states of each row only (a
+    state a row does not allow has key inf there, and a row allows one or two K at most batch sizes): the
+    same IEEE minima and sums as the numpy rows, so the same keys. Where consecutive rows allow one and
+    the same state its key only accumulates the penalties, summed left to right in one call."""
+    pen = penalty[:, :, 0]
+    finite = np.isfinite(pen)
+    counts = finite.sum(axis=1)
+    first = np.argmax(finite, axis=1)
+    # row i continues a run of one allowed state: it and row i - 1 allow that state alone
+    cont = np.zeros(len(pen), dtype=bool)
+    cont[1:] = (counts[1:] == 1) & (counts[:-1] == 1) & (first[1:] == first[:-1])
+    breaks = np.flatnonzero(~cont)
+    run_end = np.append(breaks[1:] - 1, len(pen) - 1)[np.searchsorted(breaks, np.arange(len(pen)), side="right") - 1]
+    states = np.nonzero(finite)[1].tolist()  # row-major: each row's allowed states in order
+    values = pen[finite].tolist()
+    offsets = np.concatenate([[0], np.cumsum(counts)]).tolist()
+    counts, cont, run_end = counts.tolist(), cont.tolist(), run_end.tolist()
+    rows_out, states_out, keys_out = [], [], []
+    prev: dict = {}
+    i = 0
+    while i < len(counts):
+        at, n = offsets[i], counts[i]
+        if i == 0:
+            cur = {st: v + RANGE_WEIGHT for st, v in zip(states[:n], values[:n])}
+        elif cont[i]:  # rows i..j keep the one state of row i - 1: key_r = key_{r-1} + pen_r
+            j = run_end[i]
+            (st, k0), = prev.items()
+            run = np.add.accumulate(np.array([k0] + values[at:offsets[j + 1]])).tolist()[1:]
+            rows_out += range(i, j + 1)
+            states_out += [st] * len(run)
+            keys_out += run
+            prev = {st: run[-1]}
+            i = j + 1
+            continue
+        else:
+            switch = min(prev.values()) + RANGE_WEIGHT
+            cur = {}
+            for st, v in zip(states[at:at + n], values[at:at + n]):
+                k = prev.get(st, switch)
+                cur[st] = (k if k < switch else switch) + v
+        rows_out += [i] * n
+        states_out += list(cur)
+        keys_out += list(cur.values())
+        prev = cur
+        i += 1
+    keys = np.full(pen.shape, np.inf)
+    keys[rows_out, states_out] = keys_out
+    return keys[:, :, None]
 
 
 def _backtrack(stayed: np.ndarray, source: np.ndarray, last: np.ndarray) -> np.ndarray:
