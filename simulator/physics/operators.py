@@ -80,11 +80,15 @@ class StepCost:
         return np.where(is_comm.reshape((-1,) + (1,) * (kind.ndim - 1)), "comm", kind)
 
     def time_by_regime(self) -> dict[str, np.ndarray]:
-        """Step time split into compute-bound, memory-bound, comm and launch seconds."""
+        """Step time split into compute-bound, memory-bound, comm and launch seconds (the split of
+        :meth:`bound`, summed with boolean masks rather than compared as strings)."""
         roof = self.time_s - self.launch_s
-        bound = self.bound()
-        return {regime: np.where(bound == regime, roof, 0.0).sum(axis=0) for regime in ("compute", "memory", "comm")} \
-            | {"launch": self.launch_s.sum(axis=0)}
+        is_comm = np.array([f == "comm" for f in self.families], dtype=bool).reshape((-1,) + (1,) * (roof.ndim - 1))
+        compute = (self.compute_s > self.memory_s) & ~is_comm
+        return {"compute": np.where(compute, roof, 0.0).sum(axis=0),
+                "memory": np.where(~compute & ~is_comm, roof, 0.0).sum(axis=0),
+                "comm": np.where(np.broadcast_to(is_comm, roof.shape), roof, 0.0).sum(axis=0),
+                "launch": self.launch_s.sum(axis=0)}
 
     def scaled(self, factor) -> "StepCost":
         """The same ops repeated ``factor`` times (e.g. K sequential draft passes)."""
