@@ -11,7 +11,7 @@ from dataclasses import replace
 
 from simulator.physics.experts import busiest_group_load, experts_touched_correlated
 from simulator.physics.fabric import allgather_s, allreduce_fabric_s, alltoall_s, node_split
-from simulator.physics.operators import Op, StepCost, evaluate
+from simulator.physics.operators import GemmOp, Op, StepCost, evaluate
 from simulator.physics.terms import attention_decode_terms, gemm_terms, mla_decode_terms, moe_expert_terms
 from simulator.specs.deployment import Deployment, kv_heads_per_gpu, sliding_layers
 from simulator.specs.hardware import DTYPE_BYTES, Hardware
@@ -24,10 +24,9 @@ from simulator.specs.wire import collective_factor
 def gemm(name: str, tokens, n: float, k: float, w_bytes: float, a_bytes: float, count: float,
          family: str = "gemm") -> Op:
     """Y[T, n] = X[T, k] @ W[k, n]:  F = 2 T n k,  M = n k w + T (n + k) a."""
-    return Op(name, family, *gemm_terms(tokens, n, k, w_bytes, a_bytes),
-              kernels=1, count=count, eff_tokens=tokens, surface="gemm",
-              shape={"m": tokens, "n": n, "k": k, "nk": n * k, "w_bytes": w_bytes, "a_bytes": a_bytes},
-              dtype=gemm_kernel_dtype(w_bytes, a_bytes))
+    return GemmOp(name, family, gemm_terms, kernels=1, count=count, eff_tokens=tokens, surface="gemm",
+                  shape={"m": tokens, "n": n, "k": k, "nk": n * k, "w_bytes": w_bytes, "a_bytes": a_bytes},
+                  dtype=gemm_kernel_dtype(w_bytes, a_bytes))
 
 
 def gemm_kernel_dtype(w_bytes: float, a_bytes: float) -> str:

@@ -54,6 +54,48 @@ class Op:
     collective: tuple[str, int] | None = None  # (kind, GPUs) of a communication op; shape["bytes"] = message
     fabric_s: np.ndarray | float = 0.0  # inter-node stage added to the node's collective (physics/fabric.py)
 
+    def cells_shape(self) -> tuple:
+        """The grid shape the op's size varies over."""
+        return np.broadcast_shapes(np.shape(self.flops), np.shape(self.nbytes),
+                                   np.shape(self.comm_s) if self.comm_s is not None else ())
+
+
+class GemmOp(Op):
+    """A GEMM whose FLOPs and bytes (``terms(m, n, k, w_bytes, a_bytes)`` of its shape) are computed on
+    first read: its price comes from the envelope at its token count, so a grid reads them only for
+    the per-op detail."""
+
+    def __init__(self, name: str, family: str, terms, shape: dict, **kw):
+        self._terms = terms
+        super().__init__(name, family, None, None, shape=shape, **kw)
+
+    def _fill(self) -> None:
+        sh = self.shape
+        self._flops, self._nbytes = self._terms(sh["m"], sh["n"], sh["k"], sh["w_bytes"], sh["a_bytes"])
+
+    @property
+    def flops(self):
+        if self._flops is None:
+            self._fill()
+        return self._flops
+
+    @flops.setter
+    def flops(self, value) -> None:
+        self._flops = value
+
+    @property
+    def nbytes(self):
+        if self._nbytes is None:
+            self._fill()
+        return self._nbytes
+
+    @nbytes.setter
+    def nbytes(self, value) -> None:
+        self._nbytes = value
+
+    def cells_shape(self) -> tuple:
+        return np.shape(self.shape["m"])
+
 
 @dataclass
 class StepCost:

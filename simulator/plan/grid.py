@@ -298,8 +298,7 @@ def acceptance_lengths(acceptance, ks, scale=None, n_ctx: int | None = None) -> 
 
 def _has_ctx_axis(op, n_ctx: int) -> bool:
     """Whether an op's size depends on the context axis (the last of a 3-D grid)."""
-    shape = np.broadcast_shapes(np.shape(op.flops), np.shape(op.nbytes),
-                                np.shape(op.comm_s) if op.comm_s is not None else ())
+    shape = op.cells_shape()
     return len(shape) == 3 and shape[2] == n_ctx
 
 
