@@ -187,3 +187,18 @@ def test_pool_adjacent_violators_by_hand_and_against_scipy():
         n = int(rng.integers(1, 50))
         y, w = rng.normal(size=n).cumsum() * rng.choice([-1.0, 1.0]), rng.uniform(0.1, 5.0, n)
         np.testing.assert_allclose(isotonic_increasing(y, w), isotonic_regression(y, weights=w).x, rtol=0, atol=1e-12)
+
+
+def test_monotone_lattice_pools_only_the_lines_that_fall():
+    # hand: log t = 0, 2, 1, 3 down one column pools the 2 and the 1 at their mean, 1.5
+    t = np.exp(np.array([0.0, 2.0, 1.0, 3.0]))[:, None]
+    np.testing.assert_allclose(monotone_lattice(t), np.exp(np.array([0.0, 1.5, 1.5, 3.0]))[:, None], rtol=1e-12)
+    # a lattice already non-decreasing along both axes comes back as it is
+    ok = np.exp(np.add.outer(np.arange(5.0), 0.5 * np.arange(4.0)))
+    np.testing.assert_array_equal(monotone_lattice(ok), ok)
+    # one falling node in the middle of a 2-D lattice: its column and row are pooled, the rest stands
+    bent = ok.copy()
+    bent[2, 1] = ok[1, 1] * 0.9
+    out = monotone_lattice(bent)
+    assert (np.diff(out, axis=0) >= 0).all() and (np.diff(out, axis=1) >= 0).all()
+    np.testing.assert_array_equal(out[:, 3], ok[:, 3])

@@ -60,10 +60,22 @@ def monotone_lattice(t: np.ndarray, weights: np.ndarray | None = None, mode: str
     w = np.ones(t.shape) if weights is None else np.broadcast_to(weights, t.shape)
     y = np.log(t)
     for _ in range(3):  # alternating projections on the two axes, then a guard
-        y = np.stack([isotonic_increasing(y[:, j], w[:, j]) for j in range(y.shape[1])], axis=1)
+        y = _isotonic_columns(y, w)
         if y.shape[1] > 1:
-            y = np.stack([isotonic_increasing(y[i], w[i]) for i in range(y.shape[0])])
+            y = _isotonic_columns(y.T, w.T).T
     return np.maximum.accumulate(np.maximum.accumulate(np.exp(y), axis=0), axis=1)
+
+
+def _isotonic_columns(y: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Every column of ``y`` made non-decreasing down axis 0 (its weighted isotonic fit); the columns
+    that already are are found in one pass and left as they are (most lattice lines)."""
+    falls = np.flatnonzero((y[1:] < y[:-1]).any(axis=0))
+    if not falls.size:
+        return y
+    y = y.copy()
+    for j in falls:
+        y[:, j] = isotonic_increasing(y[:, j], w[:, j])
+    return y
 
 
 def surface_time_s(flops, nbytes, eta, peak: float, bw: float) -> np.ndarray:
