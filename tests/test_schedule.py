@@ -35,19 +35,32 @@ def test_dp_equals_brute_force_enumeration():
         assert got[0] == want[0] and got[1] == pytest.approx(want[1], abs=1e-9)
 
 
-def test_one_column_keys_equal_the_numpy_rows_exactly():
-    # the one-column forward pass (allowed states only, runs of one state summed in one call) against the
-    # numpy row recursion C_i = min(C_{i-1}, min C_{i-1} + W) + penalty_i: the same floats, bit for bit
+def _keys_by_definition(pen):
+    """C_0 = penalty_0 + W; C_i = min(C_{i-1}, min_J C_{i-1}(J) + W) + penalty_i, row by row."""
+    from simulator.plan.schedule import RANGE_WEIGHT
+    keys = np.empty_like(pen)
+    keys[0] = pen[0] + RANGE_WEIGHT
+    for i in range(1, len(pen)):
+        keys[i] = np.minimum(keys[i - 1], keys[i - 1].min(axis=0) + RANGE_WEIGHT) + pen[i]
+    return keys
+
+
+def test_forward_keys_equal_the_recursion_exactly():
+    # the one-column pass (allowed states only) and the many-column pass, both summing stretches of one
+    # allowed state in one call, against the row recursion itself: the same floats, bit for bit
     from simulator.plan.schedule import _forward_keys, _forward_keys_cells
     rng = np.random.default_rng(5)
     for _ in range(200):
-        nb, ns = int(rng.integers(1, 40)), int(rng.integers(1, 6))
-        pen = -rng.random((nb, ns, 1))
-        pen[rng.random((nb, ns, 1)) < rng.random()] = np.inf
+        nb, ns, nc = int(rng.integers(1, 40)), int(rng.integers(1, 6)), int(rng.integers(1, 4))
+        pen = -rng.random((nb, ns, nc))
+        pen[rng.random((nb, ns, nc)) < rng.random()] = np.inf
         run = slice(int(rng.integers(0, nb)), int(rng.integers(0, nb + 1)))  # a stretch of one state only
         pen[run, 1:] = np.inf
-        pen[np.isinf(pen).all(axis=1)[:, 0], -1] = -0.5  # every row allows a state
-        assert np.array_equal(_forward_keys(pen), _forward_keys_cells(pen))
+        for c in range(nc):  # every row of every cell allows a state
+            pen[np.isinf(pen[:, :, c]).all(axis=1), -1, c] = -0.5
+        want = _keys_by_definition(pen)
+        assert np.array_equal(_forward_keys_cells(pen), want)
+        assert np.array_equal(_forward_keys(pen[:, :, :1]), want[:, :, :1])
 
 
 def test_hand_example_merges_a_flip_within_tolerance():

@@ -76,13 +76,42 @@ def _forward(allowed: np.ndarray, gain: np.ndarray) -> tuple[np.ndarray, np.ndar
 
 
 def _forward_keys_cells(penalty: np.ndarray) -> np.ndarray:
-    """The DP's keys C_i(state, cell), one numpy row per batch size (many cells at a time)."""
+    """The DP's keys C_i(state, cell), one numpy row per batch size (many cells at a time). Where every
+    cell's row allows one state, the same as the row before, each key only adds its penalty (an allowed
+    key is its row's minimum, a barred one stays inf): the stretch is summed down the rows in one call."""
     keys = np.empty_like(penalty)
     keys[0] = penalty[0] + RANGE_WEIGHT
-    for i in range(1, len(keys)):
+    run_end = _single_state_runs(penalty)
+    i = 1
+    while i < len(keys):
+        j = run_end[i]
+        if j >= i:
+            keys[i:j + 1] = np.add.accumulate(np.concatenate([keys[i - 1:i], penalty[i:j + 1]]), axis=0)[1:]
+            i = j + 1
+            continue
         np.minimum(keys[i - 1], keys[i - 1].min(axis=0) + RANGE_WEIGHT, out=keys[i])
         keys[i] += penalty[i]
+        i += 1
     return keys
+
+
+def _single_state_runs(penalty: np.ndarray) -> list[int]:
+    """Per row i: the last row j >= i of a stretch in which every cell allows exactly one state, the
+    state its row i - 1 allowed alone; -1 where row i does not continue such a stretch."""
+    finite = np.isfinite(penalty)  # (rows, states, cells)
+    one = finite.sum(axis=1) == 1
+    state = np.argmax(finite, axis=1)
+    cont = np.zeros(len(penalty), dtype=bool)
+    cont[1:] = (one[1:] & one[:-1] & (state[1:] == state[:-1])).all(axis=1)
+    return _run_ends(cont).tolist()
+
+
+def _run_ends(cont: np.ndarray) -> np.ndarray:
+    """Per row: the last row of the stretch of True in ``cont`` it belongs to, -1 where it is False."""
+    breaks = np.flatnonzero(~cont)
+    ends = np.append(breaks[1:] - 1, len(cont) - 1)[np.searchsorted(breaks, np.arange(len(cont)), side="right") - 1] \
+        if breaks.size else np.full(len(cont), len(cont) - 1)
+    return np.where(cont, ends, -1)
 
 
 def _forward_keys(penalty: np.ndarray) -> np.ndarray:
@@ -97,8 +126,7 @@ def _forward_keys(penalty: np.ndarray) -> np.ndarray:
     # row i continues a run of one allowed state: it and row i - 1 allow that state alone
     cont = np.zeros(len(pen), dtype=bool)
     cont[1:] = (counts[1:] == 1) & (counts[:-1] == 1) & (first[1:] == first[:-1])
-    breaks = np.flatnonzero(~cont)
-    run_end = np.append(breaks[1:] - 1, len(pen) - 1)[np.searchsorted(breaks, np.arange(len(pen)), side="right") - 1]
+    run_end = _run_ends(cont)
     states = np.nonzero(finite)[1].tolist()  # row-major: each row's allowed states in order
     values = pen[finite].tolist()
     offsets = np.concatenate([[0], np.cumsum(counts)]).tolist()
