@@ -61,18 +61,35 @@ def naive_roofline(sc, b, ks):
     return ks[np.argmax(goodput, axis=1)]
 
 
+def memory_limits(cells: int) -> tuple[float, float, float]:
+    """(this machine's DRAM bandwidth in bytes/s from a 256 MB copy, seconds of one pass over a float64
+    array of ``cells`` at that bandwidth (read two, write one), seconds of one numpy add on such arrays)."""
+    big_a, big_b = np.ones(1 << 25), np.empty(1 << 25)
+    copy_s = median_seconds(lambda: np.copyto(big_b, big_a), repeats=5)
+    bw = 2 * big_a.nbytes / copy_s  # read + write
+    x, y, out = np.ones(cells), np.ones(cells), np.empty(cells)
+    add_s = median_seconds(lambda: np.add(x, y, out=out), repeats=2000)
+    return bw, 3 * 8 * cells / bw, add_s
+
+
 def main() -> None:
     b = np.arange(1, 513)
     ks = np.arange(9)
     cells = len(b) * len(ks)
     print(f"default grid: {len(b)} batch sizes x {len(ks)} K = {cells} cells")
+    bw, pass_s, add_s = memory_limits(cells)
+    print(f"memory-bandwidth limit: {bw / 1e9:.1f} GB/s on this machine (256 MB copy): one pass over a {cells}-cell"
+          f" float64 array (read two, write one) {pass_s * 1e6:.2f} us at that rate; the grid's arrays fit in L2, where"
+          f" a numpy add on them takes {add_s * 1e6:.2f} us, call included: a grid costs what its numpy calls cost,"
+          f" tens of times more than streaming its few output arrays once at the bandwidth limit")
     for name in ("llama-3.1-8b-h100", "command-a-h100", "qwen3-235b-h200"):
         sc = load_scenario(SCENARIO_DIR / f"{name}.toml")
         t, t_k, t_ref = interleaved_medians([lambda: compute_grid(sc, b, ks), lambda: compute_grid(sc, b, ks).k_star,
                                              lambda: naive_roofline(sc, b, ks)])
         print(f"  {name:32s} median {t * 1e3:6.2f} ms  ({cells / t / 1e6:.2f} M cells/s; targets 2 M / 10 M);"
               f" with its K* schedule {t_k * 1e3:.2f} ms ({cells / t_k / 1e6:.2f} M cells/s);"
-              f" naive numpy roofline {t_ref * 1e3:.2f} ms ({cells / t_ref / 1e6:.1f} M cells/s): {t / t_ref:.0f}x")
+              f" naive numpy roofline {t_ref * 1e3:.2f} ms ({cells / t_ref / 1e6:.1f} M cells/s): {t / t_ref:.0f}x;"
+              f" = {t / add_s:.0f} numpy adds' time, {t / pass_s:.0f} passes at the bandwidth limit")
     # the same grid with a calibration profile applied (efficiencies interpolated per op, vectorized)
     for name in ("smollm2-cpu", "moe-synthetic-cpu"):
         sc = load_scenario(SCENARIO_DIR / f"{name}.toml")
