@@ -261,7 +261,7 @@ def test_moe_op_takes_the_shape_correction_of_its_exact_layer():
                                   m.expert_intermediate_size, 1, 1])
     fix = {"moe.bf16": ShapeCorrection(it.MOE_SHAPE_KEY, "tokens", {key: [[1, 64], [2.0, 3.0]]})}
     from simulator.physics.monotone import surface_time_s
-    from simulator.physics.operators import surface_efficiency
+    from simulator.physics.measured import surface_efficiency
 
     # the surface's own price of the op (no envelope): the exact layer's factors 2 and 3
     base_eta = surface_efficiency(op[0], replace(prof, shape_corrections={}), "trtllm")

@@ -15,7 +15,13 @@ expert bytes); all-reduce comes from the measured latency-vs-bytes table of that
 measured latencies already hold the kernel's fixed cost, so no launch time is added to them.
 Tile and wave quantization of GEMMs enter through those measured surfaces (read at the op's own m and
 n*k), not through an analytic tile model: cuBLAS / CUTLASS pick among tile shapes, split-K and
-stream-K per shape, so a fixed-tile wave count overstates the jumps that measurements show.
+stream-K per shape, so a fixed-tile wave count overstates the jumps that measurements show
+(:mod:`simulator.physics.measured` reads them).
+
+Two ways to price a pass, one price per op (:func:`_instance_s`): :func:`pass_time` sums the ops at
+their own shapes into the pass's time (what a grid and the serving simulation's step tables need);
+:func:`evaluate` keeps every op's FLOPs, bytes, compute and memory time (the breakdown and the bound of
+each cell). :class:`PassCost` holds the first and makes the second on first use.
 
 Letters: B sequences, q query tokens per sequence (K+1 when verifying K drafts), T = B*q tokens,
 L context length (KV entries already cached), t tensor-parallel degree.
@@ -29,11 +35,7 @@ import numpy as np
 from simulator.specs.deployment import Deployment
 from simulator.specs.hardware import Hardware
 from simulator.specs.profile import Profile
-from simulator.physics.monotone import (MAX_LATTICE_TOKENS, MIN_BATCH_OCTAVES, MIN_KEY_OCTAVES,
-                                        MIN_QUERIES, MIN_TOKEN_OCTAVES, gemm_lattice_s, lattice_time_s,
-                                        attention_lattice_s, attention_time_s, log_lattice_interp, moe_lattice_s,
-                                        moe_time_s, surface_time_s)
-from simulator.specs.surfaces import collective_time_s
+from simulator.physics.measured import collective_op_time_s, surface_op_time_s
 
 
 @dataclass
@@ -153,239 +155,6 @@ class StepCost:
                         None if any(p.kernels is None for p in parts) else np.concatenate([p.kernels for p in parts]))
 
 
-# Fused-MoE kernels differ by framework far more than GEMM or attention kernels do (routing, permute,
-# grouped GEMM and combine fused or not), so a profile's MoE surface prices only its own engine's.
-ENGINE_SPECIFIC_SURFACES = ("moe",)
-
-
-def _surface_of(op: Op, profile: Profile | None, engine: str = ""):
-    """(the measured surface that prices ``op``, its per-shape correction), or None: no profile, no
-    surface for the op's family and dtype, or an engine-specific surface measured on another engine."""
-    if profile is None or op.surface is None or not profile.surfaces:
-        return None
-    table_engine = profile.provenance.get("engine")
-    if op.surface in ENGINE_SPECIFIC_SURFACES and engine and table_engine and engine != table_engine:
-        return None
-    surf = profile.surface(op.surface, op.dtype)
-    if surf is None:
-        return None
-    return surf, profile.shape_correction(op.surface, op.dtype)
-
-
-def surface_efficiency(op: Op, profile: Profile | None, engine: str = ""):
-    """The measured surface's own efficiency at the op's shape (no envelope), or None."""
-    found = _surface_of(op, profile, engine)
-    return None if found is None else _raw_eta(op, *found)
-
-
-def _surface_time_s(op: Op, profile: Profile | None, engine: str, peak: float, bw: float):
-    """Per-instance time of a surface-priced op at its own shape, or None (no surface prices it).
-
-    GEMMs at one weight shape, routed experts and decode attention are priced by the envelope of
-    :mod:`simulator.physics.monotone`; other ops (and cells an envelope does not cover) by the
-    surface's efficiency, capped as :func:`simulator.physics.monotone.surface_time_s` caps it."""
-    found = _surface_of(op, profile, engine)
-    if found is None:
-        return None
-    surf, fix = found
-    t_env = _envelope_s(op, surf, fix, peak, bw)
-    if t_env is not None and not np.isnan(t_env).any():
-        return t_env
-    t_raw = surface_time_s(op.flops, op.nbytes, _raw_eta(op, surf, fix), peak, bw)
-    return t_raw if t_env is None else np.where(np.isnan(t_env), t_raw, t_env)
-
-
-def _raw_eta(op: Op, surf, fix):
-    eta = surf(**{axis: op.shape[axis] for axis in surf.axes})
-    factor = fix.factor(op.shape) if fix is not None else None
-    return eta if factor is None else eta / factor  # a shape the table measured: its own time
-
-
-def _envelope_s(op: Op, surf, fix, peak: float, bw: float):
-    """Per-instance time of ``op`` as the envelope max_{less work} t (simulator.physics.monotone), for
-    a GEMM at one weight shape (whole token counts m) or the routed experts of an MoE layer; None
-    for other ops (their surface time stands)."""
-    shape = op.shape or {}
-    if op.surface == "moe" and "probabilities" in shape:
-        tokens = np.asarray(shape["tokens"], dtype=float)
-        top = float(tokens.max()) if tokens.size else 1.0
-        octaves = max(int(np.ceil(np.log2(max(top, 2.0)))), MIN_TOKEN_OCTAVES)
-        queries = tokens / np.maximum(np.asarray(shape["sequences"], dtype=float), 1.0)
-        q_top = float(max(2 ** int(np.ceil(np.log2(max(float(queries.max()) if queries.size else 1.0, 1.0)))),
-                          MIN_QUERIES))
-        entry = fix.key_of([shape[a] for a in fix.key_axes]) if fix is not None else ""
-        if fix is not None and entry in fix.entries:  # the factors themselves: profiles may share a surface
-            entry += "|" + b"".join(x.tobytes() for x in fix.entries[entry]).hex()
-        p = np.asarray(shape["probabilities"], dtype=float)
-        key = ("moe", entry, octaves, q_top, peak, bw, p.tobytes()) + tuple(
-            float(shape[a]) for a in ("topk", "moe_ep", "params_slice", "w_bytes", "pair_bytes", "n"))
-        hit = surf.envelopes.get(key)
-        if hit is None:
-            hit = moe_lattice_s(surf, fix, shape, float(2 ** octaves), q_top, peak, bw)
-            if len(surf.envelopes) < 4096:
-                surf.envelopes[key] = hit
-        return moe_time_s(hit, tokens, shape["touched"], p)
-    if op.surface in ("attention_decode", "mla_decode") and "q_heads" in shape:
-        return _attention_envelope_s(op, surf, peak, bw)
-    if op.surface != "gemm" or "w_bytes" not in shape or tuple(surf.axes) != ("m", "n", "k"):
-        return None
-    m = np.asarray(shape["m"], dtype=float)
-    n, k = np.asarray(shape["n"], dtype=float), np.asarray(shape["k"], dtype=float)
-    if n.size != 1 or k.size != 1 or not m.size:
-        return None
-    n, k, w, a = float(n.ravel()[0]), float(k.ravel()[0]), float(shape["w_bytes"]), float(shape["a_bytes"])
-    whole, top = _whole_tokens(m)
-    if whole is not None and top <= MAX_LATTICE_TOKENS:  # the common case: a table read per cell
-        return _gemm_whole_token_table(surf, n, k, w, a, peak, bw, top)[whole]
-    covered = (m >= 1) & (m <= MAX_LATTICE_TOKENS)
-    if not covered.any():
-        return None
-    t = lattice_time_s(_gemm_lattice(surf, n, k, w, a, peak, bw), np.clip(m, 1.0, MAX_LATTICE_TOKENS))
-    return t if covered.all() else np.where(covered, t, np.nan)
-
-
-def _gemm_lattice(surf, n: float, k: float, w: float, a: float, peak: float, bw: float):
-    """The envelope lattice of a GEMM at weight shape (n, k) (cached on the sliced surface)."""
-    sub = surf.sliced((None, n, k))
-    key = ("gemm", peak, bw, w, a)
-    hit = sub.envelopes.get(key)
-    if hit is None:
-        hit = gemm_lattice_s(sub, n, k, w, a, peak, bw)
-        sub.envelopes[key] = hit
-    return hit
-
-
-# Whole-token tables start this long and double as larger token counts are asked for
-MIN_WHOLE_TOKEN_TABLE = 1 << 13
-
-
-def _gemm_whole_token_table(surf, n: float, k: float, w: float, a: float, peak: float, bw: float, top: int):
-    """The envelope's time at every whole token count 0..N (N >= ``top``, a power of two; entry 0
-    unused): :func:`lattice_time_s` evaluated once, so that a grid reads one entry per cell."""
-    sub = surf.sliced((None, n, k))
-    key = ("gemm-whole", peak, bw, w, a)
-    table = sub.envelopes.get(key)
-    if table is None or table.size <= top:
-        size = max(MIN_WHOLE_TOKEN_TABLE, 1 << int(np.ceil(np.log2(top + 1))))
-        table = lattice_time_s(_gemm_lattice(surf, n, k, w, a, peak, bw), np.arange(size + 1, dtype=float))
-        sub.envelopes[key] = table
-    return table
-
-
-_LAST_WHOLE = (None, None, 0)  # (token array, its whole-number index or None, its max): ops of a pass share m
-
-
-def _whole_tokens(m: np.ndarray):
-    """(m as an index array, max m) when every m is a whole number >= 1, else (None, 0). The GEMMs of
-    a pass share one token array, so the last answer is kept for the next op (a tuple read: safe
-    across threads)."""
-    global _LAST_WHOLE
-    last = _LAST_WHOLE
-    if last[0] is m:
-        return last[1], last[2]
-    index = m.astype(np.intp)
-    ok = m.size and bool((index == m).all()) and int(index.min()) >= 1
-    answer = (index, int(index.max())) if ok else (None, 0)
-    _LAST_WHOLE = (m,) + answer
-    return answer
-
-
-def _attention_envelope_s(op: Op, surf, peak: float, bw: float):
-    """Decode attention at q queries per sequence from the envelope of the measured q = 1 kernel over
-    sequences and cached keys (:func:`simulator.physics.monotone.attention_time_s`)."""
-    shape = op.shape
-    if tuple(surf.axes) not in (("batch_heads", "context", "head_dim", "group"), ("batch", "context", "bytes")):
-        return None
-    seqs, keys = (np.asarray(shape[a], dtype=float) for a in ("sequences", "keys"))
-    if keys.size == 1 and float(keys.ravel()[0]) >= 1 and seqs.ndim:
-        whole, top = _whole_tokens(seqs)
-        if whole is not None:  # one context length, whole sequences: a table read per batch size
-            t_1 = _attention_whole_batch_table(surf, shape, float(keys.ravel()[0]), peak, bw, top)[whole]
-            return attention_time_s(np.broadcast_to(t_1, np.broadcast_shapes(seqs.shape, keys.shape)), shape,
-                                    op.flops, peak, bw)
-    batch, keys = np.broadcast_arrays(seqs, keys)
-    # cells outside the lattice (no sequence or no key) keep the surface's own time (NaN here), so a
-    # cell's price never depends on which other cells a grid evaluates
-    covered = (batch >= 1) & (keys >= 1)
-    if not batch.size or not covered.any():
-        return None
-    batch, keys = np.maximum(batch, 1.0), np.maximum(keys, 1.0)
-    key, hit = _attention_lattice(surf, shape, float(batch.max()), float(keys.max()), peak, bw)
-    t_1 = log_lattice_interp(hit[2], hit[0], hit[1], batch, keys)
-    t = attention_time_s(t_1, shape, op.flops, peak, bw)
-    return t if covered.all() else np.where(np.broadcast_to(covered, np.shape(t)), t, np.nan)
-
-
-def _attention_lattice(surf, shape: dict, top_batch: float, top_keys: float, peak: float, bw: float):
-    """(cache key, lattice) of the q = 1 decode kernel's envelope over sequences x cached keys, spanning
-    at least the octaves every lattice spans (so that a cell's price does not depend on the grid)."""
-    b_oct = max(int(np.ceil(np.log2(max(top_batch, 2.0)))), MIN_BATCH_OCTAVES)
-    l_oct = max(int(np.ceil(np.log2(max(top_keys, 2.0)))), MIN_KEY_OCTAVES)
-    static = tuple(float(shape.get(a, 0.0)) for a in ("q_heads", "kv_heads", "head_dim", "kv_elem_bytes", "a_bytes",
-                                                       "group", "latent", "score_width"))
-    key = ("attention", b_oct, l_oct, peak, bw) + static
-    hit = surf.envelopes.get(key)
-    if hit is None:
-        hit = attention_lattice_s(surf, shape, float(2 ** b_oct), float(2 ** l_oct), peak, bw)
-        if len(surf.envelopes) < 4096:
-            surf.envelopes[key] = hit
-    return key, hit
-
-
-# Whole-batch attention tables start this long (one per context length asked for)
-MIN_WHOLE_BATCH_TABLE = 1 << 10
-
-
-def _attention_whole_batch_table(surf, shape: dict, keys: float, peak: float, bw: float, top: int):
-    """The q = 1 kernel's envelope time at every whole batch size 0..N (N >= ``top``; entry 0 unused)
-    at ``keys`` cached keys: :func:`log_lattice_interp` evaluated once per context length."""
-    size = max(MIN_WHOLE_BATCH_TABLE, 1 << int(np.ceil(np.log2(top + 1))))
-    key, hit = _attention_lattice(surf, shape, float(top), keys, peak, bw)  # the lattice the cells would use
-    table_key = key + ("whole-batch", keys)
-    table = surf.envelopes.get(table_key)
-    if table is None or table.size <= top:
-        table = log_lattice_interp(hit[2], hit[0], hit[1], np.maximum(np.arange(size + 1, dtype=float), 1.0), keys)
-        if len(surf.envelopes) < 4096:
-            surf.envelopes[table_key] = table
-    return table
-
-
-def _collective_s(op: Op, profile: Profile | None):
-    """Measured collective time: the requested implementation's table, else the other all-reduce's
-    (a profile measured with NCCL still beats the datasheet link model for a custom all-reduce)."""
-    if profile is None or op.collective is None or not profile.collectives:
-        return None
-    kind, gpus = op.collective
-    if kind.startswith("all_reduce"):
-        kind = next((k for k in (kind, "all_reduce", "all_reduce_nccl") if profile.collectives.get(k)), None)
-    if kind is None or not profile.collectives.get(kind):
-        return None
-    tokens = op.shape.get("tokens")
-    if tokens is not None and np.ndim(tokens):
-        whole, top = _whole_tokens(np.asarray(tokens))
-        if whole is not None:  # a message of whole tokens: one table read per cell
-            return _collective_whole_token_table(profile.collectives, kind, gpus, op.shape["bytes_per_token"], top)[whole]
-    return collective_time_s(profile.collectives, gpus, op.shape["bytes"], op=kind, monotone=True)
-
-
-_COLLECTIVE_TABLES: dict = {}  # (id of a profile's collectives, kind, GPUs, bytes per token) -> (them, table)
-
-
-def _collective_whole_token_table(collectives, kind: str, gpus: int, bytes_per_token: float, top: int):
-    """The measured collective's time at every whole token count 0..N (N >= ``top``) of messages of
-    ``bytes_per_token`` each (cached; the collectives are kept so that their id stays theirs)."""
-    key = (id(collectives), kind, int(gpus), float(bytes_per_token))
-    hit = _COLLECTIVE_TABLES.get(key)
-    if hit is None or hit[0] is not collectives or hit[1].size <= top:
-        size = max(MIN_WHOLE_TOKEN_TABLE, 1 << int(np.ceil(np.log2(top + 1))))
-        table = collective_time_s(collectives, gpus, np.arange(size + 1, dtype=float) * bytes_per_token, op=kind,
-                                  monotone=True)
-        if len(_COLLECTIVE_TABLES) > 1024:
-            _COLLECTIVE_TABLES.clear()
-        hit = _COLLECTIVE_TABLES[key] = (collectives, table)
-    return hit[1]
-
-
 def _roofline_parts_s(op: Op, profile: Profile | None, peak: float, bw: float):
     """(compute s, memory s) per instance of an op no measured table prices: the datasheet roofline,
     the attained streaming bandwidth of a profile of kernel tables, or a fitted profile's efficiencies."""
@@ -402,9 +171,9 @@ def _instance_s(op: Op, profile: Profile | None, engine: str, peak: float, bw: f
     """(seconds per instance at the op's own shape, priced from a measured table, roofline parts or
     None): a collective's time, a surface's, or the roofline max(compute, memory) without launches."""
     if op.comm_s is not None:
-        table_s = _collective_s(op, profile)
+        table_s = collective_op_time_s(op, profile)
         return np.add(op.comm_s if table_s is None else table_s, op.fabric_s), table_s is not None, None
-    t = _surface_time_s(op, profile, engine, peak, bw)
+    t = surface_op_time_s(op, profile, engine, peak, bw)
     if t is not None:
         return t, True, None
     parts = _roofline_parts_s(op, profile, peak, bw)
