@@ -9,8 +9,8 @@ Each search is kept cheap (20-request runs, no bisection steps) so the run measu
 machinery and the pool, not a production-fidelity plan; scale the forecast by the per-task cost of
 your own [run] settings.
 
-Prints, per backend, the median over repeats of wall time and candidates/s (each repeat starts from
-an empty journal), and the predicted wall time of the same sweep, and of a 100x larger one, on N
+Prints, per backend, the median over repeats of wall time and candidates/s (each repeat runs in a fresh
+process with an empty journal: no cache of a previous run, in the driver or in forked workers), and the predicted wall time of the same sweep, and of a 100x larger one, on N
 Ray nodes of C CPUs:  wall = max(work / (N x C x efficiency), tasks x driver cost, one task), where
 work is the CPU time of the tasks measured inside the workers on this machine (cluster cores
 assumed as fast), efficiency is task CPU time / (wall x 2) measured on local Ray with 2 CPUs
@@ -22,7 +22,10 @@ leaves out cluster start-up and the one-off import of the package on each worker
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import subprocess
+import sys
 import statistics
 import tempfile
 import time
@@ -30,7 +33,7 @@ import warnings
 from pathlib import Path
 
 from simulator.errors import PlannerWarning
-from simulator.sweep import parse_sweep, run_sweep
+from simulator.sweep import parse_sweep
 from simulator.sweep.journal import Journal
 
 SPEC = """
@@ -74,12 +77,24 @@ def _driver_cost(n: int = 200) -> float:
 
 
 def _run(spec_path: Path, **kw) -> tuple[float, list, list]:
-    with tempfile.TemporaryDirectory() as out:
-        t0 = time.perf_counter()
-        res = run_sweep(spec_path, output_dir=out, progress=False, **kw)
-        wall = time.perf_counter() - t0
-    assert res.complete
-    return wall, res.task_seconds, res.task_cpu_seconds
+    """One sweep in a fresh Python process (its caches empty: kernel-table envelopes, step pricers and
+    searches a process keeps would otherwise carry over from the run before, and into forked workers):
+    (wall s of the sweep itself, per-task wall s, per-task CPU s)."""
+    child = ("import json, sys, tempfile, time, warnings\n"
+             "from simulator.errors import PlannerWarning\n"
+             "from simulator.sweep import run_sweep\n"
+             "warnings.simplefilter('ignore', PlannerWarning)\n"
+             "kw = json.loads(sys.argv[2])\n"
+             "with tempfile.TemporaryDirectory() as out:\n"
+             "    t0 = time.perf_counter()\n"
+             "    res = run_sweep(sys.argv[1], output_dir=out, progress=False, **kw)\n"
+             "    wall = time.perf_counter() - t0\n"
+             "assert res.complete\n"
+             "print(json.dumps([wall, list(res.task_seconds), list(res.task_cpu_seconds)]))\n")
+    proc = subprocess.run([sys.executable, "-c", child, str(spec_path), json.dumps(kw)], capture_output=True,
+                          text=True, check=True)
+    wall, secs, cpu = json.loads(proc.stdout.strip().splitlines()[-1])
+    return wall, secs, cpu
 
 
 def main() -> None:
