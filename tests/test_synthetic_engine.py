@@ -139,13 +139,48 @@ def test_k0_commits_the_greedy_tokens():
 
 
 def test_step_time_grows_with_k(sweep):
-    """At fixed B the step runs K draft passes and verifies K+1 positions: its time rises with K."""
+    """At fixed B the step runs K draft forward calls and verifies K+1 positions: its time rises with K.
+    (How many calls is counted exactly below; a timed ratio of 4 calls to 2 sat within the noise of a
+    loaded 2-core box, the catch-up call growing with the pending tokens.)"""
     _, df = sweep
     for b, g in df.groupby("batch_size"):
         itl = g.sort_values("k").itl_ms.to_numpy()
         assert itl[0] < itl[1] < itl[2], (b, itl)
         draft = g.sort_values("k").draft_ms.to_numpy()
-        assert draft[2] > 1.5 * draft[1] > 0  # 4 passes vs 2
+        assert draft[2] > draft[1] > 0, (b, draft)  # two more draft forward calls
+
+
+class _CountingModel:
+    """The draft's model with its forward calls counted (everything else passed through)."""
+
+    def __init__(self, model):
+        self.model, self.calls = model, 0
+
+    def __call__(self, *args, **kw):
+        self.calls += 1
+        return self.model(*args, **kw)
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+
+def test_a_step_runs_k_draft_forward_calls():
+    """An EAGLE step's draft work, counted: one catch-up call over the tokens committed since the last
+    step, then K - 1 one-token passes, K calls in all (engine.ModelDraft.propose)."""
+    target = _target()
+    draft = syn.make_synthetic_draft("eagle", target, dense_ffn=128)
+    prompts = np.random.default_rng(0).integers(0, 256, (4, 12)).tolist()
+    eng = syn.synthetic_engine(target, draft, prompts, [0.8, 0.6], 4, 12 + 6 * 5 + 2)
+    counter = _CountingModel(draft.model)
+    draft.model = counter
+    with torch.inference_mode():
+        for k in (1, 2, 4):
+            eng.reset(k)
+            syn.set_acceptance(eng, [0.8, 0.6], k)
+            for _ in range(3):
+                counter.calls = 0
+                eng.step()
+                assert counter.calls == k, (k, counter.calls)
 
 
 def test_the_engine_clock_hook_accepts_event_stamps():
