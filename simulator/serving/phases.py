@@ -136,6 +136,9 @@ def _choose_k(ctx: Run, st: LoopState) -> Step:
 
 def _decode_blocks(step: Step, bs: int) -> int:
     """KV blocks of the decodes with their K + 1 slots reserved: sum of ceil((cached + q) / bs)."""
+    if step.k_seq is None and len(step.dec) == 1:  # one sequence (a third of a sizing run's steps): ints
+        step.decode_tokens = step.k_step + 1
+        return (step.cached_dec.item(0) + step.k_step + bs) // bs
     if step.k_seq is None:
         step.decode_tokens = len(step.dec) * (step.k_step + 1)
         return int(_sum((step.cached_dec + (step.k_step + bs)) // bs))
@@ -269,6 +272,8 @@ def _accept(ctx: Run, st: LoopState, step: Step) -> tuple[int, list]:
     dec, k_step, k_seq, r = step.dec, step.k_step, step.k_seq, ctx.reqs
     if not len(dec):
         return 0, []
+    if len(dec) == 1:
+        return _accept_one(ctx, st, step)
     gen = st.gen
     g, out_len = gen[dec], r.out_len[dec]  # read once: fancy indexing is most of a step's array work
     if k_step:
@@ -290,6 +295,32 @@ def _accept(ctx: Run, st: LoopState, step: Step) -> tuple[int, list]:
     if finished:
         st.dec = dec[~done]
     return committed, finished
+
+
+def _accept_one(ctx: Run, st: LoopState, step: Step) -> tuple[int, list]:
+    """:func:`_accept` for a decode batch of one sequence, in Python ints (the same integers; the policy
+    sees the same one-element arrays)."""
+    dec, k_step, k_seq, r = step.dec, step.k_step, step.k_seq, ctx.reqs
+    i = dec.item(0)
+    g, out_len = st.gen.item(i), r.out_len.item(i)
+    if k_step:
+        if ctx.acc_run is None:
+            ctx.acc_run = accept_runs(r)
+        n = min(ctx.acc_run.item(r.offsets.item(i) + g), k_step if k_seq is None else k_seq.item(0))
+        n_acc = np.array([n], dtype=np.int64)
+        pol = ctx.policy
+        run_ok = (np.arange(k_step)[None, :] < n_acc[:, None]) if pol.needs_run_ok else None
+        pol.observe(dec, k_step, k_seq, run_ok, n_acc)
+        new = min(n + 1, out_len - g)
+    else:
+        new = 1
+    g += new
+    st.gen[i] = g
+    st.cached[i] = step.cached_dec.item(0) + new
+    if g >= out_len:
+        st.dec = dec[:0]
+        return new, [i]
+    return new, []
 
 
 def _commit_prefill(ctx: Run, st: LoopState, step: Step, t_end: float, finished: list) -> int:
