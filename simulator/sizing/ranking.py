@@ -38,12 +38,28 @@ def _high(r) -> float:
     return float(hi) if hi == hi else float(r["gpus"])  # noqa: PLR0124
 
 
-def _cost_order(rows: pd.DataFrame) -> pd.DataFrame:
+def _records(df: pd.DataFrame) -> list[dict]:
+    """The rows as dicts of Python values (what ``to_dict("records")`` gives, built column-wise: a
+    handful of rows costs microseconds instead of milliseconds)."""
+    cols = {c: df[c].tolist() for c in df.columns}
+    return [dict(zip(cols, vals)) for vals in zip(*cols.values())]
+
+
+def _nan_last(v) -> tuple:
+    """A sort key putting NaN (and None) after every number, as pandas' na_position="last" does."""
+    missing = v is None or v != v  # noqa: PLR0124 (NaN)
+    return (1, 0.0) if missing else (0, v)
+
+
+def _cost_order(rows: list[dict]) -> list[dict]:
+    """Rows by cost at the target, evidence, GPUs, $/M tokens at full load, headroom, simplicity."""
     order = {p: i for i, p in enumerate(SIMPLICITY)}
-    keyed = rows.assign(_ev=-rows["basis"].map(EVIDENCE).fillna(0) if "basis" in rows else 0,
-                        _simple=rows.policy.map(order).fillna(9), _head=-rows.max_load_per_replica)
-    keys = ["fleet_usd_per_hour", "_ev", "gpus", "usd_per_m_output_tokens", "_head", "_simple"]
-    return keyed.sort_values(keys, na_position="last", kind="stable").drop(columns=["_ev", "_simple", "_head"])
+
+    def key(r):
+        return tuple(_nan_last(v) for v in (
+            r["fleet_usd_per_hour"], -EVIDENCE.get(r.get("basis"), 0), r["gpus"], r["usd_per_m_output_tokens"],
+            -r["max_load_per_replica"], order.get(r["policy"], 9)))
+    return sorted(rows, key=key)
 
 
 def _stronger_within(pool: list, r: dict) -> dict | None:
@@ -60,7 +76,7 @@ def rank(capacity: pd.DataFrame) -> pd.DataFrame:
     ranked = capacity[capacity["meets_target"]] if len(capacity) else capacity
     if not len(ranked):
         return ranked
-    pool = _cost_order(ranked).to_dict("records")
+    pool = _cost_order(_records(ranked))
     out = []
     while pool:
         pick = pool[0]
