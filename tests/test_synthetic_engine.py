@@ -142,7 +142,7 @@ def test_step_time_grows_with_k(sweep):
     """At fixed B a speculative step runs K draft forward calls and verifies K+1 positions: it costs
     more than a plain step, and its draft more at K = 4 than at K = 2. (The calls are counted exactly
     below. Timed comparisons between neighbouring K, a 1.5x draft ratio of 4 calls to 2 or K = 2 below
-    K = 4 in step time, each failed once in a fresh-clone run on the loaded 2-core box: 8 timed steps of
+    K = 4 in step time, each failed once in a full-suite run on the loaded 2-core box: 8 timed steps of
     a few milliseconds beside another test worker.)"""
     _, df = sweep
     for b, g in df.groupby("batch_size"):
