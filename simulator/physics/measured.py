@@ -130,6 +130,11 @@ def _gemm_lattice(surf, n: float, k: float, w: float, a: float, peak: float, bw:
 MIN_WHOLE_TOKEN_TABLE = 1 << 13
 
 
+def _table_size(top: int, minimum: int) -> int:
+    """Entries 0..N of a whole-number table that reaches ``top``: N a power of two, at least ``minimum``."""
+    return max(minimum, 1 << int(np.ceil(np.log2(top + 1))))
+
+
 def _gemm_whole_token_table(surf, n: float, k: float, w: float, a: float, peak: float, bw: float, top: int):
     """The envelope's time at every whole token count 0..N (N >= ``top``, a power of two; entry 0
     unused): :func:`lattice_time_s` evaluated once, so that a grid reads one entry per cell."""
@@ -137,7 +142,7 @@ def _gemm_whole_token_table(surf, n: float, k: float, w: float, a: float, peak: 
     key = ("gemm-whole", peak, bw, w, a)
     table = sub.envelopes.get(key)
     if table is None or table.size <= top:
-        size = max(MIN_WHOLE_TOKEN_TABLE, 1 << int(np.ceil(np.log2(top + 1))))
+        size = _table_size(top, MIN_WHOLE_TOKEN_TABLE)
         table = lattice_time_s(_gemm_lattice(surf, n, k, w, a, peak, bw), np.arange(size + 1, dtype=float))
         sub.envelopes[key] = table
     return table
@@ -210,11 +215,11 @@ MIN_WHOLE_BATCH_TABLE = 1 << 10
 def _attention_whole_batch_table(surf, shape: dict, keys: float, peak: float, bw: float, top: int):
     """The q = 1 kernel's envelope time at every whole batch size 0..N (N >= ``top``; entry 0 unused)
     at ``keys`` cached keys: :func:`log_lattice_interp` evaluated once per context length."""
-    size = max(MIN_WHOLE_BATCH_TABLE, 1 << int(np.ceil(np.log2(top + 1))))
     key, hit = _attention_lattice(surf, shape, float(top), keys, peak, bw)  # the lattice the cells would use
     table_key = key + ("whole-batch", keys)
     table = surf.envelopes.get(table_key)
     if table is None or table.size <= top:
+        size = _table_size(top, MIN_WHOLE_BATCH_TABLE)
         table = log_lattice_interp(hit[2], hit[0], hit[1], np.maximum(np.arange(size + 1, dtype=float), 1.0), keys)
         if len(surf.envelopes) < 4096:
             surf.envelopes[table_key] = table
@@ -248,7 +253,7 @@ def _collective_whole_token_table(collectives, kind: str, gpus: int, bytes_per_t
     key = (id(collectives), kind, int(gpus), float(bytes_per_token))
     hit = _COLLECTIVE_TABLES.get(key)
     if hit is None or hit[0] is not collectives or hit[1].size <= top:
-        size = max(MIN_WHOLE_TOKEN_TABLE, 1 << int(np.ceil(np.log2(top + 1))))
+        size = _table_size(top, MIN_WHOLE_TOKEN_TABLE)
         table = collective_time_s(collectives, gpus, np.arange(size + 1, dtype=float) * bytes_per_token, op=kind,
                                   monotone=True)
         if len(_COLLECTIVE_TABLES) > 1024:

@@ -122,15 +122,11 @@ def _forward_keys(penalty: np.ndarray) -> np.ndarray:
     pen = penalty[:, :, 0]
     finite = np.isfinite(pen)
     counts = finite.sum(axis=1)
-    first = np.argmax(finite, axis=1)
-    # row i continues a run of one allowed state: it and row i - 1 allow that state alone
-    cont = np.zeros(len(pen), dtype=bool)
-    cont[1:] = (counts[1:] == 1) & (counts[:-1] == 1) & (first[1:] == first[:-1])
-    run_end = _run_ends(cont)
+    run_end = _single_state_runs(penalty)  # >= 0 where row i continues a run of one allowed state
     states = np.nonzero(finite)[1].tolist()  # row-major: each row's allowed states in order
     values = pen[finite].tolist()
     offsets = np.concatenate([[0], np.cumsum(counts)]).tolist()
-    counts, cont, run_end = counts.tolist(), cont.tolist(), run_end.tolist()
+    counts = counts.tolist()
     rows_out, states_out, keys_out = [], [], []
     prev: dict = {}
     i = 0
@@ -138,7 +134,7 @@ def _forward_keys(penalty: np.ndarray) -> np.ndarray:
         at, n = offsets[i], counts[i]
         if i == 0:
             cur = {st: v + RANGE_WEIGHT for st, v in zip(states[:n], values[:n])}
-        elif cont[i]:  # rows i..j keep the one state of row i - 1: key_r = key_{r-1} + pen_r
+        elif run_end[i] >= 0:  # rows i..j keep the one state of row i - 1: key_r = key_{r-1} + pen_r
             j = run_end[i]
             (st, k0), = prev.items()
             run = np.add.accumulate(np.array([k0] + values[at:offsets[j + 1]])).tolist()[1:]

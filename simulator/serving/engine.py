@@ -156,7 +156,7 @@ class StepPricer:
             per_pass, _ = draft_pass_cost(sc.draft, m, dep, hw, bb, 1.0, ll, prof, pass_time)
             self.draft = per_pass.total_s  # [B-1, iL], one pass
             # passes per step by K (K for heads and draft models; one host lookup for n-gram)
-            _, passes = draft_pass_cost(sc.draft, m, dep, hw, np.ones(1), np.arange(k_max + 1.0), 0.0, prof)
+            _, passes = draft_pass_cost(sc.draft, m, dep, hw, np.ones(1), np.arange(k_max + 1.0), 0.0, prof, pass_time)
             self.passes = np.broadcast_to(passes, (k_max + 1,)).astype(float).tolist()
             self._extend_table(b_top, k_max)
         else:
