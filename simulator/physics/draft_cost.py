@@ -66,7 +66,7 @@ def draft_extend_cost(draft: DraftSpec, target: ModelSpec, dep: Deployment, hw: 
     if draft.method == "model":
         m = draft.model
         ddep = Deployment(tp=draft_tp(m, dep.tp), weight_dtype=dep.weight_dtype, act_dtype=dep.act_dtype,
-                          kv_dtype=dep.kv_dtype, memory_utilization=dep.memory_utilization)
+                          kv_dtype=dep.kv_dtype, memory_utilization=dep.memory_utilization, kernels=dep.kernels)
         ops = decoder_layers_ops(m, ddep, hw, batch, queries, context_len, "draft_extend.")
         ops += head_ops(m, attention_deployment(ddep), hw, rank_tokens(ddep, batch, 1.0), m.vocab_size,
                         "draft_extend.")
@@ -115,7 +115,7 @@ def draft_pass_cost(draft: DraftSpec, target: ModelSpec, dep: Deployment, hw: Ha
     if draft.method == "model":
         m = draft.model
         ddep = Deployment(tp=draft_tp(m, dep.tp), weight_dtype=dep.weight_dtype, act_dtype=dep.act_dtype,
-                          kv_dtype=dep.kv_dtype, memory_utilization=dep.memory_utilization)
+                          kv_dtype=dep.kv_dtype, memory_utilization=dep.memory_utilization, kernels=dep.kernels)
         ops = forward_ops(m, ddep, hw, batch, 1.0, context_len, "draft.")
         per_pass = price(ops, hw, ddep, profile, shape)
     else:

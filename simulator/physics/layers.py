@@ -299,21 +299,40 @@ def sampling_op(name: str, tokens, vocab: float, bytes_per_logit) -> Op:
 
 def head_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, vocab: int, prefix: str = "",
              sampling: bool = True, logit_bytes=None) -> list[Op]:
-    """Embedding gather, LM head (vocab split over TP), logits gather and sampling/acceptance
-    (``logit_bytes`` per logit element; default: the deployment's plain-decoding figure)."""
+    """Embedding gather, LM head (vocab split over TP unless the engine replicates it), logits gather and
+    sampling/acceptance (``logit_bytes`` per logit element; default: the deployment's plain-decoding figure)."""
     w = DTYPE_BYTES[dep.weight_dtype]
     a = DTYPE_BYTES[dep.act_dtype]
     D = model.hidden_size
+    lm_head = dep.kernels.lm_head
+    split = 1 if lm_head == "replicated" else dep.tp
     ops = [Op(prefix + "embedding", "elementwise", 0.0, 2 * tokens * D * a, kernels=1, count=1, eff_tokens=tokens),
-           gemm(prefix + "lm_head", tokens, vocab / dep.tp, D, w, a, 1, family="lm_head")]
-    if dep.tp > 1:
+           gemm(prefix + "lm_head", tokens, vocab / split, D, w, a, 1, family="lm_head")]
+    sampled_vocab = vocab
+    if split > 1 and lm_head == "vocab-parallel-argmax":
+        # each rank takes the argmax of its own slice, then two all-reduces of [tokens, tp] (max values
+        # and their int64 indices) pick the winner: no logits leave the GPU
+        sampled_vocab = vocab / split
+        ops.append(_argmax_reduce_op(prefix, tokens, dep, hw))
+    elif split > 1:
         gathered = tokens * vocab / dep.tp * a
         ops.append(Op(prefix + "logits_gather", "comm", 0.0, collective_factor("all_gather", dep.tp) * gathered * dep.tp, kernels=1, count=1,
                       comm_s=allgather_s(gathered, dep.tp, hw)))
     if sampling:
-        ops.append(sampling_op(prefix + "sampling", tokens, vocab,
+        ops.append(sampling_op(prefix + "sampling", tokens, sampled_vocab,
                                dep.kernels.logit_bytes_plain if logit_bytes is None else logit_bytes))
     return ops
+
+
+def _argmax_reduce_op(prefix: str, tokens, dep: Deployment, hw: Hardware) -> Op:
+    """The two all-reduces of a vocab-parallel greedy argmax: [tokens, tp] values and int64 indices."""
+    per_token = dep.tp * 8.0
+    nbytes = np.asarray(tokens, dtype=float) * per_token
+    g_node = node_split(hw, dep.tp)[1]
+    return Op(prefix + "argmax_allreduce", "comm", 0.0, 2 * nbytes, kernels=1, count=2,
+              comm_s=allreduce_s(nbytes, g_node, hw), collective=(dep.kernels.allreduce, g_node),
+              shape={"bytes": nbytes, "tokens": tokens, "bytes_per_token": per_token},
+              fabric_s=allreduce_fabric_s(nbytes, dep.tp, hw))
 
 
 def forward_ops(model: ModelSpec, dep: Deployment, hw: Hardware, batch, queries, context_len: float,

@@ -50,13 +50,16 @@ def weight_bytes_per_gpu(model: ModelSpec, dep: Deployment) -> float:
         + embedding (+ untied LM head) / t_a
 
     t_a = attention TP (tp, or tp/dp with data-parallel attention: each replica holds its own copy of
-    attention, dense MLPs, shared experts, embedding and LM head); routed experts over all tp GPUs.
+    attention, dense MLPs, shared experts, embedding and LM head); routed experts over all tp GPUs; an
+    engine that replicates the LM head (gpt-fast) holds embedding and head whole on every GPU.
     """
     w = DTYPE_BYTES[dep.weight_dtype]
     t_a = dep.attention_tp
     dense = model.num_mlp_dense_layers * model.dense_mlp_params() * w / t_a
     moe = model.num_moe_layers * moe_layer_bytes_per_gpu(model, dep) if model.is_moe else 0.0
-    return model.num_layers * attention_bytes_per_gpu(model, dep) + dense + moe + model.embedding_params() * w / t_a
+    embedding_split = 1 if dep.kernels.lm_head == "replicated" else t_a
+    return (model.num_layers * attention_bytes_per_gpu(model, dep) + dense + moe
+            + model.embedding_params() * w / embedding_split)
 
 
 def kv_bytes_per_gpu(model: ModelSpec, dep: Deployment, batch, tokens_per_seq, layers: int | None = None) -> np.ndarray:
@@ -92,7 +95,8 @@ def draft_memory_bytes(draft: DraftSpec, target: ModelSpec, dep: Deployment, bat
     if draft.method == "ngram":
         return np.zeros(np.broadcast(np.asarray(batch), np.asarray(tokens_per_seq)).shape)
     if draft.method == "model":
-        ddep = Deployment(tp=draft_tp(draft.model, dep.tp), weight_dtype=dep.weight_dtype, kv_dtype=dep.kv_dtype)
+        ddep = Deployment(tp=draft_tp(draft.model, dep.tp), weight_dtype=dep.weight_dtype, kv_dtype=dep.kv_dtype,
+                          kernels=dep.kernels)
         return weight_bytes_per_gpu(draft.model, ddep) + kv_bytes_per_gpu(draft.model, ddep, batch, tokens_per_seq)
     if draft.method == "self":  # shares the target's weights; a compressed KV of at most W tokens
         return kv_bytes_per_gpu(target, dep, batch, np.minimum(tokens_per_seq, draft.kv_budget))

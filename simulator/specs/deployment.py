@@ -35,6 +35,10 @@ class EngineKernels:
     # which measured all-reduce prices the TP reductions: serving engines' one-shot custom kernels
     # ("all_reduce") or NCCL ("all_reduce_nccl", e.g. torch.distributed in gpt-fast)
     allreduce: str = "all_reduce"
+    # the LM head under TP: "vocab-parallel" (a vocab / tp slice per rank, then a logits all-gather),
+    # "vocab-parallel-argmax" (slices, a local greedy argmax and two small all-reduces: MagicDec) or
+    # "replicated" (every rank runs the whole head, no gather: gpt-fast's tp.py leaves it unsharded)
+    lm_head: str = "vocab-parallel"
     # decode attention kernels of that engine: query-head groups served with one KV read (() = all), and
     # the KV heads x batch below which even those fall back to one read per query head (engine profile)
     grouped_decode_groups: tuple[int, ...] = ()

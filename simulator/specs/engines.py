@@ -60,6 +60,7 @@ class EngineProfile:
     assumed: tuple[str, ...]  # keys whose values are assumptions, not sourced
     path: str
     allreduce: str = "custom"  # "custom": the engine's one-shot all-reduce kernels; "nccl": NCCL's
+    lm_head: str = "vocab-parallel"  # how the LM head runs under TP (EngineKernels.lm_head)
     graphs_enabled: bool = True  # CUDA graphs on by default (TensorRT-LLM's C++ runtime had them off)
     tp_broadcast_per_step_s: float = 0.0  # host time to ship each step's inputs to the other TP ranks
     # decode attention: query heads per KV head that a grouped kernel (one block per KV head, one KV
@@ -195,6 +196,7 @@ def engine_from_dict(data: dict, origin: str) -> EngineProfile:
         dynamic_k_option=get("speculative", "dynamic_k_option", str, ""),
         assumed=tuple(assumed_keys), path=origin,
         allreduce=_allreduce(get("collectives", "allreduce", str, "custom"), origin),
+        lm_head=_lm_head(get("collectives", "lm_head", str, "vocab-parallel"), origin),
         graphs_enabled=get("cuda_graphs", "enabled_by_default", bool, True),
         tp_broadcast_per_step_s=get("host", "tp_broadcast_per_step_s", float, 0.0),
         grouped_decode_groups=_groups(get("attention", "grouped_decode_groups", list, []), origin),
@@ -267,6 +269,15 @@ def _allreduce(kind: str, origin: str) -> str:
     return kind
 
 
+LM_HEAD_KINDS = ("vocab-parallel", "vocab-parallel-argmax", "replicated")
+
+
+def _lm_head(kind: str, origin: str) -> str:
+    if kind not in LM_HEAD_KINDS:
+        raise PlannerError(f"{origin}: [collectives] lm_head must be one of {', '.join(LM_HEAD_KINDS)}, got {kind!r}")
+    return kind
+
+
 def engine_kernels(engine: EngineProfile, hardware: Hardware, temperature, top_p, origin: str) -> EngineKernels:
     """The kernels ``engine`` runs on ``hardware`` (all-reduce, grouped decode attention, L2 re-reads) and
     its sampling bytes per logit element (plain, verify) at the workload's temperature and top-p; a
@@ -277,6 +288,7 @@ def engine_kernels(engine: EngineProfile, hardware: Hardware, temperature, top_p
                            f" top_p = {top_p:g} in (0, 1]")
     plain, verify = engine.logit_bytes(temperature, top_p)
     return EngineKernels(engine=engine.name, allreduce=engine.allreduce_table,
+                         lm_head=engine.lm_head,
                          grouped_decode_groups=engine.grouped_decode_groups,
                          grouped_decode_min_batch_heads=engine.grouped_decode_min_blocks_per_sm
                          * (hardware.compute_units or 0),
