@@ -94,6 +94,9 @@ def run(args) -> int:
     if out_dir is not None:
         check_output_dir(out_dir, names=[f"{n}{SUFFIX[f]}" for n in _names(scenarios) for f in formats])
     renderers = {"html": render_html, "markdown": render_markdown, "json": render_json}
+    if "html" in formats:
+        from simulator.sizing.report_charts import start_renderer_warmup
+        start_renderer_warmup()  # the chart renderer starts while the search runs
     files: dict[str, str] = {}
     for scenario in scenarios:
         if (args.acceptance or any(v is not None for v in precision.values())) and not args.deployment:

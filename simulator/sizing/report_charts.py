@@ -1,8 +1,9 @@
-"""The sizing report's charts: Altair specifications rendered to inline SVG by vl-convert at build time
+"""The sizing report's charts: Vega-Lite specifications rendered to inline SVG by vl-convert at build time
 (imported on first use), so the HTML report loads nothing when opened."""
 from __future__ import annotations
 
 import re
+import threading
 
 import numpy as np
 import pandas as pd
@@ -21,55 +22,114 @@ def pareto_front(df: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
     return d.loc[keep]
 
 
+VEGA_LITE_SCHEMA = "https://vega.github.io/schema/vega-lite/v6.4.1.json"
+_VIEW = {"view": {"continuousWidth": 300, "continuousHeight": 300}}
+
+
+_warmup: threading.Thread | None = None
+
+
+def start_renderer_warmup() -> None:
+    """Start vl-convert's JavaScript engine in a background thread. Its first conversion spends about
+    0.4 s starting that engine with the GIL released, so a caller that will render charts after a long
+    computation (``size``) hides it behind the computation."""
+    global _warmup
+    if _warmup is None:
+        _warmup = threading.Thread(target=_render_tiny_chart, name="vl-convert warm-up", daemon=True)
+        _warmup.start()
+
+
+def _render_tiny_chart() -> None:
+    import vl_convert as vlc
+    vlc.vegalite_to_svg({"$schema": VEGA_LITE_SCHEMA, "data": {"values": [{"x": 0}]}, "mark": "point",
+                         "encoding": {"x": _q("x")}})
+
+
 def charts(res: SizingResult) -> dict[str, str]:
     """name -> SVG text. Empty when there is nothing to draw."""
-    import altair as alt
     import vl_convert as vlc
 
+    if _warmup is not None:
+        _warmup.join()  # one conversion at a time
+
+    specs = chart_specs(res)
+    return {name: _inline_svg(vlc.vegalite_to_svg(spec)) for name, spec in specs.items()}
+
+
+def chart_specs(res: SizingResult) -> dict[str, dict]:
+    """name -> Vega-Lite specification, written out as plain dicts (the two charts are small; building
+    them through Altair cost more than rendering them)."""
     out = {}
     pts = res.points
     if len(pts):
-        d = pts.copy()
-        d["config"] = d.hardware + " tp=" + d.tp.astype(str)
-        gpus = d.tp.astype(float)
-        d["tok_s_per_gpu"] = d.throughput_tok_s / gpus
-        d["meets SLOs"] = np.where(d.meets, "yes", "no")
-        front = pareto_front(d[d.meets], "tpot_p50_s", "tok_s_per_gpu")
-        base = alt.Chart(d).mark_point(size=70, filled=True).encode(
-            x=alt.X("tpot_p50_s:Q", title="TPOT p50 [s]", scale=alt.Scale(zero=False)),
-            y=alt.Y("tok_s_per_gpu:Q", title="output tokens/s per GPU"),
-            color=alt.Color("config:N", title="candidate"),
-            shape=alt.Shape("policy:N", title="policy"),
-            opacity=alt.Opacity("meets SLOs:N", scale=alt.Scale(domain=["yes", "no"], range=[1.0, 0.25])),
-            tooltip=["config", "policy", "load", "tpot_p50_s", "ttft_p99_s", "tok_s_per_gpu"])
-        layers = [base]
-        if len(front) > 1:
-            layers.append(alt.Chart(front).mark_line(color="black", strokeDash=[4, 3]).encode(
-                x="tpot_p50_s:Q", y="tok_s_per_gpu:Q"))
-        tpot = res.spec.slo.targets.get("tpot_p50_s")
-        if tpot:
-            layers.append(alt.Chart(pd.DataFrame({"x": [tpot]})).mark_rule(color="red").encode(x="x:Q"))
-        chart = alt.layer(*layers).properties(
-            width=560, height=340,
-            title="Throughput per GPU vs TPOT at every load tried (faded: misses an SLO; dashed: Pareto front)")
-        out["pareto"] = _inline_svg(vlc.vegalite_to_svg(chart.to_dict()))
-
-    cap = res.capacity
-    if len(cap):
-        d = cap.copy()
-        d["config"] = d.hardware + " tp=" + d.tp.astype(str) + " " + d["dtype"].astype(str)  # bars never stacked
-        d["lo"] = d.load_band_low.fillna(d.max_load_per_replica)
-        d["hi"] = d.load_band_high.fillna(d.max_load_per_replica)
-        bars = alt.Chart(d).mark_bar().encode(x=alt.X("policy:N", title=None), color="policy:N", y=alt.Y(
-            "max_load_per_replica:Q", title=f"max load per replica [{res.spec.load_unit}]", stack=None))
-        err = alt.Chart(d).mark_errorbar(ticks=True, color="black").encode(
-            x="policy:N", y=alt.Y("lo:Q", title=""), y2="hi:Q")
-        chart = alt.layer(bars, err, data=d).properties(width=90, height=220).facet(
-            column=alt.Column("config:N", title=None, header=alt.Header(labelAngle=-30, labelAlign="right")),
-            columns=6).properties(
-            title="Highest load one replica carries within the SLOs (error bar: calibration/validation band where known)")
-        out["capacity"] = _inline_svg(vlc.vegalite_to_svg(chart.to_dict()))
+        out["pareto"] = _pareto_spec(res, pts)
+    if len(res.capacity):
+        out["capacity"] = _capacity_spec(res, res.capacity)
     return out
+
+
+def _pareto_spec(res: SizingResult, pts: pd.DataFrame) -> dict:
+    d = pts.copy()
+    d["config"] = d.hardware + " tp=" + d.tp.astype(str)
+    d["tok_s_per_gpu"] = d.throughput_tok_s / d.tp.astype(float)
+    d["meets SLOs"] = np.where(d.meets, "yes", "no")
+    front = pareto_front(d[d.meets], "tpot_p50_s", "tok_s_per_gpu")
+    tips = ["config", "policy", "load", "tpot_p50_s", "ttft_p99_s", "tok_s_per_gpu"]
+    layers = [{"data": {"values": _records(d, tips + ["meets SLOs"])},
+               "mark": {"type": "point", "filled": True, "size": 70},
+               "encoding": {
+                   "color": {"field": "config", "title": "candidate", "type": "nominal"},
+                   "opacity": {"field": "meets SLOs", "scale": {"domain": ["yes", "no"], "range": [1.0, 0.25]},
+                               "type": "nominal"},
+                   "shape": {"field": "policy", "title": "policy", "type": "nominal"},
+                   "tooltip": [{"field": f, "type": "nominal" if f in ("config", "policy") else "quantitative"}
+                               for f in tips],
+                   "x": _q("tpot_p50_s", title="TPOT p50 [s]", scale={"zero": False}),
+                   "y": _q("tok_s_per_gpu", title="output tokens/s per GPU")}}]
+    if len(front) > 1:
+        layers.append({"data": {"values": _records(front, ["tpot_p50_s", "tok_s_per_gpu"])},
+                       "mark": {"type": "line", "color": "black", "strokeDash": [4, 3]},
+                       "encoding": {"x": _q("tpot_p50_s"), "y": _q("tok_s_per_gpu")}})
+    tpot = res.spec.slo.targets.get("tpot_p50_s")
+    if tpot:
+        layers.append({"data": {"values": [{"x": float(tpot)}]}, "mark": {"type": "rule", "color": "red"},
+                       "encoding": {"x": _q("x")}})
+    return {"$schema": VEGA_LITE_SCHEMA, "config": _VIEW, "layer": layers, "height": 340, "width": 560,
+            "title": "Throughput per GPU vs TPOT at every load tried (faded: misses an SLO; dashed: Pareto front)"}
+
+
+def _capacity_spec(res: SizingResult, cap: pd.DataFrame) -> dict:
+    d = cap.copy()
+    d["config"] = d.hardware + " tp=" + d.tp.astype(str) + " " + d["dtype"].astype(str)  # bars never stacked
+    d["lo"] = d.load_band_low.fillna(d.max_load_per_replica)
+    d["hi"] = d.load_band_high.fillna(d.max_load_per_replica)
+    bars = {"mark": {"type": "bar"},
+            "encoding": {"color": {"field": "policy", "type": "nominal"},
+                         "x": {"field": "policy", "title": None, "type": "nominal"},
+                         "y": _q("max_load_per_replica", stack=None,
+                                 title=f"max load per replica [{res.spec.load_unit}]")}}
+    err = {"mark": {"type": "errorbar", "color": "black", "ticks": True},
+           "encoding": {"x": {"field": "policy", "type": "nominal"}, "y": _q("lo", title=""), "y2": {"field": "hi"}}}
+    return {"$schema": VEGA_LITE_SCHEMA, "config": _VIEW,
+            "data": {"values": _records(d, ["config", "policy", "max_load_per_replica", "lo", "hi"])},
+            "facet": {"column": {"field": "config", "header": {"labelAlign": "right", "labelAngle": -30},
+                                 "title": None, "type": "nominal"}},
+            "spec": {"layer": [bars, err], "height": 220, "width": 90}, "columns": 6,
+            "title": "Highest load one replica carries within the SLOs (error bar: calibration/validation band"
+                     " where known)"}
+
+
+def _q(field: str, **kw) -> dict:
+    return {"field": field, **kw, "type": "quantitative"}
+
+
+def _records(df: pd.DataFrame, cols: list[str]) -> list[dict]:
+    """Rows as JSON-ready dicts: numpy scalars made Python, NaN made null (as Vega-Lite reads a gap)."""
+    def plain(v):
+        if isinstance(v, (np.floating, float)):
+            return None if np.isnan(v) else float(v)
+        return v.item() if isinstance(v, np.generic) else v
+    return [{c: plain(v) for c, v in zip(cols, row)} for row in df[cols].itertuples(index=False, name=None)]
 
 
 def _inline_svg(svg: str) -> str:
