@@ -230,7 +230,10 @@ def size(scenario: str | Scenario, overrides: SizingOverrides | None = None, sim
     simulate = simulate or serving.simulate
     prompt_len, out_len = traffic_lengths(sc)
     rejected, memory, tasks, scen = _plan_candidates(sc, spec, simulate, max(prompt_len + out_len, 1.0))
-    results = run_all(tasks, spec.workers)
+    tables: list = []
+    # K* tables at the mean context a running sequence holds (prompt + half its output), built while the
+    # search's workers run
+    results = run_all(tasks, spec.workers, meanwhile=lambda: tables.append(_engine_tables(scen, k_table_context(sc))))
     err, band_note = uncertainty(sc)
     rows, pts, notes = [], [], {}
     for _, s in results:
@@ -243,8 +246,7 @@ def size(scenario: str | Scenario, overrides: SizingOverrides | None = None, sim
         pts += [{"hardware": s.candidate.hardware, "tp": s.candidate.tp, "policy": s.policy} | p for p in s.points]
     capacity = pd.DataFrame(rows)
     ranked = rank(capacity)
-    # K* tables at the mean context a running sequence holds: prompt + half its output
-    k_tables, engine, stops = _engine_tables(scen, k_table_context(sc))
+    k_tables, engine, stops = tables[0]
     recommendation = None
     if len(ranked):
         recommendation = {k: _plain(v) for k, v in ranked.iloc[0].to_dict().items()}

@@ -347,10 +347,10 @@ def search_key(task: Task) -> str:
     return json.dumps(body, sort_keys=True, default=str)
 
 
-def run_all(tasks: list[Task], workers: int) -> list[tuple[str, Search]]:
+def run_all(tasks: list[Task], workers: int, meanwhile=None) -> list[tuple[str, Search]]:
     """Run the searches, in a process pool of ``workers`` when there is more than one task. A search this
     process already ran (same :func:`search_key`: sizing the same candidates for another target load,
-    say) is not run again."""
+    say) is not run again. ``meanwhile``: a function this process runs while the pool works (else first)."""
     keys = [search_key(t) for t in tasks]
     todo = [(k, t) for k, t in zip(keys, tasks) if k not in _SEARCHES]
     todo = list({k: t for k, t in todo}.items())
@@ -361,10 +361,15 @@ def run_all(tasks: list[Task], workers: int) -> list[tuple[str, Search]]:
         groups.setdefault(id(t.scenario), []).append((k, t))
     batches = list(groups.values())
     if workers <= 1 or len(batches) <= 1:
+        if meanwhile is not None:
+            meanwhile()
         found = [_run_batch([t for _, t in b]) for b in batches]
     else:
         with ProcessPoolExecutor(max_workers=min(workers, len(batches))) as pool:
-            found = list(pool.map(_run_batch, [[t for _, t in b] for b in batches]))
+            pending = pool.map(_run_batch, [[t for _, t in b] for b in batches])  # submitted at once
+            if meanwhile is not None:
+                meanwhile()
+            found = list(pending)
     todo = [kt for b in batches for kt in b]
     found = [s for b in found for s in b]
     for (k, _), s in zip(todo, found):
