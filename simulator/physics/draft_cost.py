@@ -48,8 +48,10 @@ def _head_layer_ops(target: ModelSpec, dep: Deployment, hw: Hardware, batch, con
 EXTEND_METHODS = ("eagle", "eagle3", "mtp", "model")
 
 
-def has_extend_pass(draft: DraftSpec) -> bool:
-    return draft.method in EXTEND_METHODS
+def has_extend_pass(draft: DraftSpec, dep: Deployment | None = None) -> bool:
+    """Whether the step's first draft pass differs from the others (priced by :func:`draft_extend_cost`)."""
+    return draft.method in EXTEND_METHODS or (draft.method == "self" and dep is not None
+                                              and dep.kernels.self_spec_catch_up)
 
 
 def draft_extend_cost(draft: DraftSpec, target: ModelSpec, dep: Deployment, hw: Hardware, batch, k,
@@ -58,11 +60,19 @@ def draft_extend_cost(draft: DraftSpec, target: ModelSpec, dep: Deployment, hw: 
     attention: K + 1 queries per sequence over the context), its LM head and sampling at B rows;
     None for methods without one (n-gram, early-exit, self-speculation). ``price``: :func:`evaluate`
     (per op) or :func:`simulator.physics.operators.price_pass` (the sum first)."""
-    if not has_extend_pass(draft):
+    if not has_extend_pass(draft, dep):
         return None
     batch, k = np.asarray(batch, dtype=float), np.asarray(k, dtype=float)
     queries = k + 1.0  # batch and K keep their own axes: batch-only ops are priced over B alone
     shape = np.broadcast_shapes(batch.shape, k.shape, np.shape(context_len))
+    if draft.method == "self":
+        # after a step in which any sequence accepted all K drafts, the draft's cache lacks the last draft
+        # token: the first pass runs it and the bonus token for every sequence (two queries each). The
+        # engine's loop does so batch-wide whenever one sequence needs it, i.e. nearly every step from a
+        # few sequences on; priced every step (at one sequence, where it is not, two memory-bound
+        # tokens cost what one does)
+        ops = forward_ops(target, dep, hw, batch, 2.0, np.minimum(context_len, draft.kv_budget), "draft_extend.")
+        return price(ops, hw, dep, profile, shape)
     if draft.method == "model":
         m = draft.model
         ddep = Deployment(tp=draft_tp(m, dep.tp), weight_dtype=dep.weight_dtype, act_dtype=dep.act_dtype,

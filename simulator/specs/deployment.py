@@ -39,6 +39,9 @@ class EngineKernels:
     # "vocab-parallel-argmax" (slices, a local greedy argmax and two small all-reduces: MagicDec) or
     # "replicated" (every rank runs the whole head, no gather: gpt-fast's tp.py leaves it unsharded)
     lm_head: str = "vocab-parallel"
+    # self-speculation: the step's first draft pass runs two tokens for every sequence (the draft's cache
+    # catches up on the last draft token after a fully accepted step; MagicDec's loop does it batch-wide)
+    self_spec_catch_up: bool = False
     # decode attention kernels of that engine: query-head groups served with one KV read (() = all), and
     # the KV heads x batch below which even those fall back to one read per query head (engine profile)
     grouped_decode_groups: tuple[int, ...] = ()

@@ -61,6 +61,7 @@ class EngineProfile:
     path: str
     allreduce: str = "custom"  # "custom": the engine's one-shot all-reduce kernels; "nccl": NCCL's
     lm_head: str = "vocab-parallel"  # how the LM head runs under TP (EngineKernels.lm_head)
+    self_spec_catch_up: bool = False  # self-speculation's first draft pass runs two tokens per sequence
     graphs_enabled: bool = True  # CUDA graphs on by default (TensorRT-LLM's C++ runtime had them off)
     tp_broadcast_per_step_s: float = 0.0  # host time to ship each step's inputs to the other TP ranks
     # decode attention: query heads per KV head that a grouped kernel (one block per KV head, one KV
@@ -197,6 +198,7 @@ def engine_from_dict(data: dict, origin: str) -> EngineProfile:
         assumed=tuple(assumed_keys), path=origin,
         allreduce=_allreduce(get("collectives", "allreduce", str, "custom"), origin),
         lm_head=_lm_head(get("collectives", "lm_head", str, "vocab-parallel"), origin),
+        self_spec_catch_up=get("speculative", "self_spec_two_token_first_pass", bool, False),
         graphs_enabled=get("cuda_graphs", "enabled_by_default", bool, True),
         tp_broadcast_per_step_s=get("host", "tp_broadcast_per_step_s", float, 0.0),
         grouped_decode_groups=_groups(get("attention", "grouped_decode_groups", list, []), origin),
@@ -288,7 +290,7 @@ def engine_kernels(engine: EngineProfile, hardware: Hardware, temperature, top_p
                            f" top_p = {top_p:g} in (0, 1]")
     plain, verify = engine.logit_bytes(temperature, top_p)
     return EngineKernels(engine=engine.name, allreduce=engine.allreduce_table,
-                         lm_head=engine.lm_head,
+                         lm_head=engine.lm_head, self_spec_catch_up=engine.self_spec_catch_up,
                          grouped_decode_groups=engine.grouped_decode_groups,
                          grouped_decode_min_batch_heads=engine.grouped_decode_min_blocks_per_sm
                          * (hardware.compute_units or 0),
