@@ -23,7 +23,7 @@ from simulator.physics.layers import (attention_deployment, decoder_layers_ops, 
                                       rank_tokens)
 from simulator.physics.operators import Op, StepCost, evaluate
 from simulator.specs.deployment import Deployment
-from simulator.specs.drafts import DraftSpec, draft_defaults, draft_tp
+from simulator.specs.drafts import DraftSpec, draft_defaults, draft_deployment
 from simulator.specs.hardware import DTYPE_BYTES, Hardware
 from simulator.specs.models import ModelSpec
 from simulator.specs.profile import Profile
@@ -58,7 +58,8 @@ def draft_extend_cost(draft: DraftSpec, target: ModelSpec, dep: Deployment, hw: 
                       context_len, profile: Profile | None, price=evaluate) -> StepCost | None:
     """The extend pass over the (B, K) grid: the draft's layers over B (K + 1) verified tokens (their
     attention: K + 1 queries per sequence over the context), its LM head and sampling at B rows;
-    None for methods without one (n-gram, early-exit, self-speculation). ``price``: :func:`evaluate`
+    for self-speculation on an engine whose first draft pass catches up two tokens, that pass; None for
+    methods without one (n-gram, early-exit, other self-speculation). ``price``: :func:`evaluate`
     (per op) or :func:`simulator.physics.operators.price_pass` (the sum first)."""
     if not has_extend_pass(draft, dep):
         return None
@@ -75,8 +76,7 @@ def draft_extend_cost(draft: DraftSpec, target: ModelSpec, dep: Deployment, hw: 
         return price(ops, hw, dep, profile, shape)
     if draft.method == "model":
         m = draft.model
-        ddep = Deployment(tp=draft_tp(m, dep.tp), weight_dtype=dep.weight_dtype, act_dtype=dep.act_dtype,
-                          kv_dtype=dep.kv_dtype, memory_utilization=dep.memory_utilization, kernels=dep.kernels)
+        ddep = draft_deployment(m, dep)
         ops = decoder_layers_ops(m, ddep, hw, batch, queries, context_len, "draft_extend.")
         ops += head_ops(m, attention_deployment(ddep), hw, rank_tokens(ddep, batch, 1.0), m.vocab_size,
                         "draft_extend.")
@@ -124,8 +124,7 @@ def draft_pass_cost(draft: DraftSpec, target: ModelSpec, dep: Deployment, hw: Ha
         return price(ops, hw, dep, profile, shape), k
     if draft.method == "model":
         m = draft.model
-        ddep = Deployment(tp=draft_tp(m, dep.tp), weight_dtype=dep.weight_dtype, act_dtype=dep.act_dtype,
-                          kv_dtype=dep.kv_dtype, memory_utilization=dep.memory_utilization, kernels=dep.kernels)
+        ddep = draft_deployment(m, dep)
         ops = forward_ops(m, ddep, hw, batch, 1.0, context_len, "draft.")
         per_pass = price(ops, hw, ddep, profile, shape)
     else:

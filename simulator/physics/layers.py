@@ -280,13 +280,19 @@ def decoder_layers_ops(model: ModelSpec, dep: Deployment, hw: Hardware, batch, q
     ops.append(elementwise_op(model, adep, rtokens, n_layers, mlp_width, prefix + "elementwise"))
     if adep.tp > 1:
         n_allreduce = 2 * n_layers - (n_moe if dep.dp_attention and not model.shared_expert_intermediate_size else 0)
-        nbytes = rtokens * model.hidden_size * a
-        g_node = node_split(hw, adep.tp)[1]  # the node's part: a measured table or the link model at g GPUs
-        ops.append(Op(prefix + "allreduce", "comm", 0.0, 2 * nbytes, kernels=1, count=n_allreduce,
-                      comm_s=allreduce_s(nbytes, g_node, hw), collective=(adep.kernels.allreduce, g_node),
-                      shape={"bytes": nbytes, "tokens": rtokens, "bytes_per_token": model.hidden_size * a},
-                      fabric_s=allreduce_fabric_s(nbytes, adep.tp, hw)))
+        ops.append(allreduce_op(prefix + "allreduce", rtokens, model.hidden_size * a, n_allreduce, adep, hw))
     return ops
+
+
+def allreduce_op(name: str, tokens, bytes_per_token: float, count, dep: Deployment, hw: Hardware) -> Op:
+    """``count`` TP all-reduces of ``bytes_per_token`` per token, priced by the engine's measured table
+    where the profile has one, else the link model over the node's part of the group."""
+    nbytes = tokens * bytes_per_token
+    g_node = node_split(hw, dep.tp)[1]  # the node's part: a measured table or the link model at g GPUs
+    return Op(name, "comm", 0.0, 2 * nbytes, kernels=1, count=count,
+              comm_s=allreduce_s(nbytes, g_node, hw), collective=(dep.kernels.allreduce, g_node),
+              shape={"bytes": nbytes, "tokens": tokens, "bytes_per_token": bytes_per_token},
+              fabric_s=allreduce_fabric_s(nbytes, dep.tp, hw))
 
 
 def sampling_op(name: str, tokens, vocab: float, bytes_per_logit) -> Op:
@@ -313,7 +319,7 @@ def head_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, vocab: int
         # each rank takes the argmax of its own slice, then two all-reduces of [tokens, tp] (max values
         # and their int64 indices) pick the winner: no logits leave the GPU
         sampled_vocab = vocab / split
-        ops.append(_argmax_reduce_op(prefix, tokens, dep, hw))
+        ops.append(allreduce_op(prefix + "argmax_allreduce", np.asarray(tokens, dtype=float), dep.tp * 8.0, 2, dep, hw))
     elif split > 1:
         gathered = tokens * vocab / dep.tp * a
         ops.append(Op(prefix + "logits_gather", "comm", 0.0, collective_factor("all_gather", dep.tp) * gathered * dep.tp, kernels=1, count=1,
@@ -322,17 +328,6 @@ def head_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, vocab: int
         ops.append(sampling_op(prefix + "sampling", tokens, sampled_vocab,
                                dep.kernels.logit_bytes_plain if logit_bytes is None else logit_bytes))
     return ops
-
-
-def _argmax_reduce_op(prefix: str, tokens, dep: Deployment, hw: Hardware) -> Op:
-    """The two all-reduces of a vocab-parallel greedy argmax: [tokens, tp] values and int64 indices."""
-    per_token = dep.tp * 8.0
-    nbytes = np.asarray(tokens, dtype=float) * per_token
-    g_node = node_split(hw, dep.tp)[1]
-    return Op(prefix + "argmax_allreduce", "comm", 0.0, 2 * nbytes, kernels=1, count=2,
-              comm_s=allreduce_s(nbytes, g_node, hw), collective=(dep.kernels.allreduce, g_node),
-              shape={"bytes": nbytes, "tokens": tokens, "bytes_per_token": per_token},
-              fabric_s=allreduce_fabric_s(nbytes, dep.tp, hw))
 
 
 def forward_ops(model: ModelSpec, dep: Deployment, hw: Hardware, batch, queries, context_len: float,

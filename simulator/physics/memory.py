@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.specs.deployment import Deployment, kv_heads_per_gpu, sliding_layers
-from simulator.specs.drafts import DraftSpec, draft_defaults, draft_tp, mtp_depth
+from simulator.specs.drafts import DraftSpec, draft_defaults, draft_deployment, mtp_depth
 from simulator.specs.hardware import DTYPE_BYTES
 from simulator.specs.models import ModelSpec
 
@@ -95,8 +95,7 @@ def draft_memory_bytes(draft: DraftSpec, target: ModelSpec, dep: Deployment, bat
     if draft.method == "ngram":
         return np.zeros(np.broadcast(np.asarray(batch), np.asarray(tokens_per_seq)).shape)
     if draft.method == "model":
-        ddep = Deployment(tp=draft_tp(draft.model, dep.tp), weight_dtype=dep.weight_dtype, kv_dtype=dep.kv_dtype,
-                          kernels=dep.kernels)
+        ddep = draft_deployment(draft.model, dep)
         return weight_bytes_per_gpu(draft.model, ddep) + kv_bytes_per_gpu(draft.model, ddep, batch, tokens_per_seq)
     if draft.method == "self":  # shares the target's weights; a compressed KV of at most W tokens
         return kv_bytes_per_gpu(target, dep, batch, np.minimum(tokens_per_seq, draft.kv_budget))

@@ -128,6 +128,12 @@ def check_draft(draft: DraftSpec, target: ModelSpec, dep: Deployment) -> None:
                                f" target {target.name} has {target.vocab_size}: speculative decoding needs the same")
 
 
+def draft_deployment(model: ModelSpec, dep: Deployment) -> Deployment:
+    """Where a draft model runs: the target's precisions and engine kernels on :func:`draft_tp` GPUs."""
+    return Deployment(tp=draft_tp(model, dep.tp), weight_dtype=dep.weight_dtype, act_dtype=dep.act_dtype,
+                      kv_dtype=dep.kv_dtype, memory_utilization=dep.memory_utilization, kernels=dep.kernels)
+
+
 def draft_tp(model: ModelSpec, tp: int) -> int:
     """A draft model runs on the largest TP degree that divides both the target's TP and its own
     attention heads (28 heads under TP 8 run on TP 4): the target's TP when its heads split evenly."""

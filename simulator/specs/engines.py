@@ -146,7 +146,9 @@ def load_engine(name: str, version: str | None = None) -> EngineProfile:
     return engine_from_dict(read_toml_file(path, "engine profile"), str(path))
 
 
-def engine_from_dict(data: dict, origin: str) -> EngineProfile:
+def _reader(data: dict, origin: str):
+    """get(section, key, kind, default) over the profile's tables, falling back to [assumed.<section>];
+    with the (section, key) pairs read and the assumed keys used, filled as it is called."""
     assumed_keys: list[str] = []
     read: set[tuple[str, str]] = set()
 
@@ -170,6 +172,11 @@ def engine_from_dict(data: dict, origin: str) -> EngineProfile:
                                f" got {value!r}")
         return value
 
+    return get, read, assumed_keys
+
+
+def engine_from_dict(data: dict, origin: str) -> EngineProfile:
+    get, read, assumed_keys = _reader(data, origin)
     windows = (get("host", "overlap_window", str, "none"), get("speculative", "overlap_window", str, "none"))
     for w in windows:
         if w not in OVERLAP_WINDOWS:
@@ -196,8 +203,8 @@ def engine_from_dict(data: dict, origin: str) -> EngineProfile:
         supports_dynamic_k=get("speculative", "supports_dynamic_k", bool, False),
         dynamic_k_option=get("speculative", "dynamic_k_option", str, ""),
         assumed=tuple(assumed_keys), path=origin,
-        allreduce=_allreduce(get("collectives", "allreduce", str, "custom"), origin),
-        lm_head=_lm_head(get("collectives", "lm_head", str, "vocab-parallel"), origin),
+        allreduce=_choice(get("collectives", "allreduce", str, "custom"), ALLREDUCE_KINDS, "allreduce", origin),
+        lm_head=_choice(get("collectives", "lm_head", str, "vocab-parallel"), LM_HEAD_KINDS, "lm_head", origin),
         self_spec_catch_up=get("speculative", "self_spec_two_token_first_pass", bool, False),
         graphs_enabled=get("cuda_graphs", "enabled_by_default", bool, True),
         tp_broadcast_per_step_s=get("host", "tp_broadcast_per_step_s", float, 0.0),
@@ -265,18 +272,13 @@ def _groups(groups: list, origin: str) -> tuple[int, ...]:
     return tuple(sorted(groups))
 
 
-def _allreduce(kind: str, origin: str) -> str:
-    if kind not in ("custom", "nccl"):
-        raise PlannerError(f"{origin}: [collectives] allreduce must be 'custom' or 'nccl', got {kind!r}")
-    return kind
-
-
+ALLREDUCE_KINDS = ("custom", "nccl")
 LM_HEAD_KINDS = ("vocab-parallel", "vocab-parallel-argmax", "replicated")
 
 
-def _lm_head(kind: str, origin: str) -> str:
-    if kind not in LM_HEAD_KINDS:
-        raise PlannerError(f"{origin}: [collectives] lm_head must be one of {', '.join(LM_HEAD_KINDS)}, got {kind!r}")
+def _choice(kind: str, allowed: tuple[str, ...], key: str, origin: str) -> str:
+    if kind not in allowed:
+        raise PlannerError(f"{origin}: [collectives] {key} must be one of {', '.join(allowed)}, got {kind!r}")
     return kind
 
 
