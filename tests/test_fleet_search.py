@@ -43,6 +43,40 @@ def test_scalar_host_time_is_the_vector_formula(key):
         assert host_exposed_scalar_s(eng, b, k, step, draft, tp) == pytest.approx(want, rel=1e-12, abs=1e-15)
 
 
+def _fitted_cpu_scenario(tmp_path):
+    """smollm2-cpu (an n-gram draft) with a hand-written deployment fit: every term of step_s in play."""
+    import json
+    doc = {"format": "dsd-planner-deployment-fit", "format_version": 1,
+           "scenario": {"model": "smollm2-135m", "hardware": "cpu-xeon-2c", "tp": 1, "engine": "ideal",
+                        "engine_version": "0", "draft": "ngram"},
+           "terms": {"kernel_scale": {"value": 1.1, "interval": [1.0, 1.2], "fitted": True},
+                     "host_per_step_s": {"value": 1e-3, "interval": [1e-3, 1e-3], "fitted": True},
+                     "spec_per_token_s": {"value": 1e-5, "interval": [1e-5, 1e-5], "fitted": True}},
+           "acceptance": None, "uncertainty": {"step_time_rel": 0.05, "goodput_rel": 0.06},
+           "points": [{"batch_size": 1, "k": 0}, {"batch_size": 8, "k": 2}]}
+    path = tmp_path / "fit.json"
+    path.write_text(json.dumps(doc))
+    return load_scenario("smollm2-cpu", deployment=str(path))
+
+
+@pytest.mark.parametrize("name", ["sizing-dense-command-a", "qwen3-235b-h200", "command-a-h100", "fitted-cpu"])
+def test_vector_steady_steps_equal_the_loop_steps_to_the_bit(name, tmp_path):
+    # the steady state prices B = 1..n in one call; the serving loop prices one step at a time: the two must
+    # agree exactly (same terms, same order), with and without a prompt chunk riding along
+    sc = _fitted_cpu_scenario(tmp_path) if name == "fitted-cpu" else load_scenario(name)
+    eng = serving.engine_from_scenario(sc)
+    pricer = serving.StepPricer(sc, eng, 6, 300, 5000, True)
+    b = np.arange(1, 301)
+    for k in (np.zeros(300, dtype=int), (b // 40) % 7):
+        for extra, prefill_s, ctx in ((0, 0.0, 700.0), (512, 2e-4, 3100.5)):
+            for spec_mode in (True, False):
+                tokens = b * (k + 1) + extra
+                vector = pricer.decode_steps_s(b, k, tokens, ctx, spec_mode, prefill_s)
+                loop = [pricer.step_s(int(x), int(y), int(t), ctx, spec_mode, prefill_s)[0]
+                        for x, y, t in zip(b, k, tokens)]
+                np.testing.assert_array_equal(vector, loop)
+
+
 @pytest.fixture(scope="module")
 def dense():
     sc = load_scenario("sizing-dense-command-a")

@@ -36,7 +36,7 @@ from simulator.physics.draft_cost import draft_extend_cost, draft_pass_cost
 from simulator.physics.layers import attention_op, forward_ops, sampling_op
 from simulator.physics.memory import kv_budget_bytes, kv_bytes_per_sequence
 from simulator.physics.operators import pass_time
-from simulator.physics.engine_time import draft_extend_in_graph, host_exposed_scalar_s
+from simulator.physics.engine_time import draft_extend_in_graph, host_exposed_s, host_exposed_scalar_s
 from simulator.plan.grid import step_overhead_s
 from simulator.plan.policies import PolicySettings
 from simulator.specs.scenario import NUM, Scenario, check_table
@@ -300,6 +300,43 @@ class StepPricer:
         if spec_mode and k_step == 0:
             time = time * (1.0 + eng.spec_k0_overhead_frac) + eng.spec_k0_overhead_s
         return time, padded, graph
+
+    def decode_steps_s(self, n_dec: np.ndarray, k_step: np.ndarray, tokens: np.ndarray, mean_ctx: float,
+                       spec_mode: bool, prefill_attn_s: float) -> np.ndarray:
+        """:meth:`step_s`'s seconds for many steps at one mean context (the steady state's B = 1..n), the same
+        arithmetic in the same order elementwise (n_dec >= 1); tests hold the two equal to the bit."""
+        eng, sc = self.engine, self.sc
+        n_dec, k_step, tokens = (np.asarray(a, dtype=np.intp) for a in (n_dec, k_step, tokens))
+        padded, graph = (np.array(v) for v in zip(*(self._pad(int(t)) for t in tokens.tolist())))
+        kernels = np.array([self._lin_list[p] if p <= self.t_top else self._lin(p) for p in padded.tolist()])
+        kernels = kernels + prefill_attn_s
+        j, w = self._ctx_weight(mean_ctx)
+        row = self.attn[n_dec - 1, k_step]
+        kernels = kernels + (row[:, j] + w * (row[:, j + 1] - row[:, j]))
+        spec = k_step > 0
+        kernels = kernels + np.where(spec, self.verify_sampling_s_per_token * n_dec * (k_step + 1), 0.0)
+        passes = np.asarray(self.passes)[k_step]
+        d = self.draft[np.minimum([self._pad(int(b))[0] for b in n_dec.tolist()], self.b_top) - 1]
+        d_ctx = d[:, j] + w * (d[:, j + 1] - d[:, j])
+        if self.extend is None:
+            draft = passes * d_ctx
+        else:
+            e = self.extend[np.minimum(n_dec, self.b_top) - 1, k_step]
+            draft = (passes - 1) * d_ctx + e[:, j] + w * (e[:, j + 1] - e[:, j])
+        draft = np.where(spec, draft, 0.0)
+        kernels = np.where(graph, kernels, np.maximum(kernels, self.n_kernels * self.eager_s))
+        host = host_exposed_s(sc.engine, n_dec, k_step, kernels + draft, draft, sc.deployment.tp)
+        if sc.draft.method != "ngram":
+            host = host + np.where(spec, passes * sc.engine.per_draft_pass_s, 0.0)
+        fit = getattr(sc, "deployment_fit", None)
+        if fit is not None:
+            kernels, draft = kernels * fit.kernel_scale, draft * fit.kernel_scale
+            host = host + fit.added_s(n_dec, k_step)
+        overhead = self.overhead_prof[np.minimum(n_dec, self.b_top), k_step]
+        time = kernels + draft + host + eng.schedule_overhead_s + eng.schedule_overhead_per_seq_s * n_dec + overhead
+        if spec_mode:
+            time = np.where(spec, time, time * (1.0 + eng.spec_k0_overhead_frac) + eng.spec_k0_overhead_s)
+        return time
 
 
 def kv_capacity_blocks(sc: Scenario, engine: EngineConfig, speculative: bool, max_tokens_per_step: int) -> tuple[int, float]:

@@ -84,15 +84,13 @@ def steady_state(sc: Scenario, policy: str, workload: Workload, seed: int = 0,
     chunk = int(min(round(prompt), engine.max_num_batched_tokens))
     p_attn = pricer.prefill_attention_s(np.array([chunk]), np.array([0]))
     n = b_max
-    step, pre = np.empty(n), np.empty(n)
-    for i, b in enumerate(range(1, n + 1)):
-        k = int(ks[min(b, len(ks)) - 1])
-        s, _, _ = pricer.step_s(b, k, b * (k + 1), ctx, pol.speculative, 0.0)
-        s_p, _, _ = pricer.step_s(b, k, b * (k + 1) + chunk, ctx, pol.speculative, p_attn)
-        step[i], pre[i] = s, (s_p - s) * prompt / max(chunk, 1)
-    k_b = ks[np.minimum(np.arange(1, n + 1), len(ks)) - 1]
+    b = np.arange(1, n + 1)
+    k_b = ks[np.minimum(b, len(ks)) - 1]
+    step = pricer.decode_steps_s(b, k_b, b * (k_b + 1), ctx, pol.speculative, 0.0)
+    with_prompt = pricer.decode_steps_s(b, k_b, b * (k_b + 1) + chunk, ctx, pol.speculative, p_attn)
+    pre = (with_prompt - step) * prompt / max(chunk, 1)
     tau = tau_k[np.minimum(k_b, len(tau_k) - 1)]
-    batch = np.arange(1, n + 1, dtype=float)
+    batch = b.astype(float)
     rate, tpot = littles_law(batch, tau, step, pre, out)
     return SteadyState(batch, k_b, step, tau, pre, rate, tpot, b_max, out)
 

@@ -217,12 +217,15 @@ def _engine_tables(scen: dict, k_context: int) -> tuple[dict, dict, dict]:
     return k_tables, engine, stops
 
 
-def size(scenario: str | Scenario, overrides: SizingOverrides | None = None, simulate=None) -> SizingResult:
+def size(scenario: str | Scenario, overrides: SizingOverrides | None = None, simulate=None,
+         engine_tables: bool = True) -> SizingResult:
     """Size a deployment for the scenario's traffic and SLOs.
 
     ``scenario``: a Scenario or a TOML path / bundled name with [slo], [sizing] and [traffic].
     ``overrides`` replace [sizing] settings. ``simulate``: the serving simulation to use (default
     ``simulator.serving.simulate``; a picklable function with the same signature for tests).
+    ``engine_tables``: build each candidate's K* table and engine settings (False: a fleet sweep's task,
+    which keeps only the capacities; the result's k_tables, engine and stops are then empty).
     """
     t0 = time.perf_counter()
     sc = scenario if isinstance(scenario, Scenario) else load_scenario(scenario)
@@ -233,7 +236,9 @@ def size(scenario: str | Scenario, overrides: SizingOverrides | None = None, sim
     tables: list = []
     # K* tables at the mean context a running sequence holds (prompt + half its output), built while the
     # search's workers run
-    results = run_all(tasks, spec.workers, meanwhile=lambda: tables.append(_engine_tables(scen, k_table_context(sc))))
+    build = (lambda: tables.append(_engine_tables(scen, k_table_context(sc)))) if engine_tables else \
+        (lambda: tables.append(({}, {}, {})))
+    results = run_all(tasks, spec.workers, meanwhile=build)
     err, band_note = uncertainty(sc)
     rows, pts, notes = [], [], {}
     for _, s in results:

@@ -72,7 +72,7 @@ def run_task(task) -> dict:
                 candidates=[sc.hardware.name], tp=[sc.deployment.tp], policies=list(task.policies), workers=1,
                 n_requests=r["n_requests"], search_steps=r["search_steps"], seed=r["seed"], sensitivity=False,
                 max_replicas=r["max_replicas"], duration_s=r["duration_s"], max_requests=r["max_requests"],
-                dtypes=[""]))
+                dtypes=[""]), engine_tables=False)
         except PlannerError as e:
             status = "error: " + " ".join(str(e).split())
             rows += [base | {"policy": p, "status": status} | grid | unc for p in task.policies]
