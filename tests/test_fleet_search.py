@@ -125,6 +125,30 @@ def test_search_agrees_with_the_old_search(dense):
     assert min(failed) <= s.capacity * rho * (1 + 1e-9)
 
 
+@pytest.mark.parametrize("threshold, want", [
+    (1000.0, (64.0, None, [1.0, 2.0, 64.0])),  # passes everywhere: the walk's far end answers after two passes
+    (5.0, (4.0, 8.0, [1.0, 2.0, 64.0, 4.0, 8.0])),  # the far end fails: the walk goes on (one run more)
+    (0.001, (None, 1.0 / 64, [1.0, 0.5, 1.0 / 64])),  # fails everywhere: the near end answers after two fails
+    (1.5, (1.0, 2.0, [1.0, 2.0])),  # the first step flips: no far end tried
+])
+def test_bracket_tries_the_far_end_once_two_loads_agree(threshold, want):
+    # hand: resolution 2 (search_steps 0), first load 1: the walk up is 2, 4, ..., 64 (2^MAX_EXPANSIONS), down
+    # 1/2, ..., 1/64; a load passes iff it is <= threshold (monotone, as the search assumes). The walk step
+    # by step finds the same (lo, hi): 64 / None, 4 / 8, None / 1/64, 1 / 2
+    from simulator.sizing.search import _bracket, _walk
+    assert _walk(1.0, 2.0, True, False, 10**6) == [2.0, 4.0, 8.0, 16.0, 32.0, 64.0]
+    tried = []
+
+    def trial(load):  # like _Trials: a load tried before is answered from its cache, not run again
+        if load not in tried:
+            tried.append(load)
+        return load <= threshold, {"load": load}, [] if load <= threshold else ["over"]
+
+    lo, lo_sum, hi, bad = _bracket(trial, 1.0, 2.0, False, 10**6)
+    assert (lo, hi, tried) == want
+    assert (lo_sum or {}).get("load") == lo and bad == ([] if hi is None else ["over"])
+
+
 def test_pricer_is_reused_across_loads(dense):
     sc, spec = dense
     csc = candidate_scenario(sc, Candidate("h200", 8))

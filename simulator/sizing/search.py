@@ -239,26 +239,36 @@ def _narrow(lo: float, hi: float, rho: float, integer: bool) -> bool:
     return hi - lo <= 1 if integer else hi <= lo * rho * (1 + 1e-9)
 
 
-def _bracket(trial: _Trials, x: float, rho: float, integer: bool, max_seqs: int):
-    """From the first load, step up while the SLOs hold and down while they fail, by the resolution factor
-    first and then by factors that square (rho, rho^2, rho^4, ... at most 2), until a pass and a fail are
-    found or the load is 2^MAX_EXPANSIONS away from the first: (lo, lo summary, hi, violations at hi)."""
-    lo = hi = lo_sum = None
-    last_bad: list = []
-    factor, x0 = rho, x
+def _walk(x0: float, rho: float, up: bool, integer: bool, max_seqs: int) -> list[float]:
+    """The loads the bracket steps through from ``x0`` in one direction (``x0`` excluded): by the resolution
+    factor first, then by factors that square (rho, rho^2, rho^4, ... at most 2), to 2^MAX_EXPANSIONS away."""
+    path, x, factor = [], x0, rho
     while True:
-        ok, summary, bad = trial(x)
-        if ok:
-            lo, lo_sum = x, summary
-        else:
-            hi, last_bad = x, bad
-        if lo is not None and hi is not None:
-            break
-        nxt = _next(x, factor, ok, integer, max_seqs)
-        # the old doubling / halving range: at most 2^MAX_EXPANSIONS away from the first load
+        nxt = _next(x, factor, up, integer, max_seqs)
         if nxt is None or max(nxt / x0, x0 / nxt) > 2.0 ** MAX_EXPANSIONS * (1 + 1e-9):
-            break
+            return path
+        path.append(nxt)
         x, factor = nxt, min(factor * factor, 2.0)
+
+
+def _bracket(trial: _Trials, x: float, rho: float, integer: bool, max_seqs: int):
+    """From the first load, step up while the SLOs hold and down while they fail (:func:`_walk`) until a
+    pass and a fail are found or the walk ends: (lo, lo summary, hi, violations at hi). When the first two
+    loads agree, the walk's far end is tried next: if it agrees too, every load between does (the search
+    assumes pass / fail monotone in load) and the walk would have ended there, so it ends there at once."""
+    ok0, summary, bad = trial(x)
+    lo, lo_sum, hi, last_bad = (x, summary, None, []) if ok0 else (None, None, x, bad)
+    path = _walk(x, rho, ok0, integer, max_seqs)
+    for i, nxt in enumerate(path):
+        if i == 1 and len(path) > 2 and trial(path[-1])[0] == ok0:
+            nxt = path[-1]
+        ok, summary, bad = trial(nxt)  # the far end, tried already, comes from the trials' cache
+        if ok:
+            lo, lo_sum = nxt, summary
+        else:
+            hi, last_bad = nxt, bad
+        if ok != ok0 or nxt == path[-1]:
+            break
     return lo, lo_sum, hi, last_bad
 
 
