@@ -202,3 +202,17 @@ def test_monotone_lattice_pools_only_the_lines_that_fall():
     out = monotone_lattice(bent)
     assert (np.diff(out, axis=0) >= 0).all() and (np.diff(out, axis=1) >= 0).all()
     np.testing.assert_array_equal(out[:, 3], ok[:, 3])
+
+
+@pytest.mark.parametrize("y, want", [
+    ([1.0, 3.0, 2.0, 5.0, 6.0, 7.0], [1.0, 2.5, 2.5, 5.0, 6.0, 7.0]),  # one fall, the rise after it untouched
+    ([1.0, 5.0, 0.0, 2.0, 3.0], [1.0, 7 / 3, 7 / 3, 7 / 3, 3.0]),  # the pooled block (5, 0) pulls in the 2 after it
+    ([4.0, 3.0, 2.0, 1.0], [2.5, 2.5, 2.5, 2.5]),  # falling all the way: one block at the mean
+])
+def test_isotonic_fit_by_hand(y, want):
+    # hand: pool adjacent violators; the weighted least-squares non-decreasing fit of each
+    from simulator.specs.surfaces import isotonic_increasing
+    np.testing.assert_allclose(isotonic_increasing(np.array(y)), want, rtol=1e-15)
+    # weights 1, 3 on the first fall of the first case: (3 x 1 + 2 x 3) / 4 = 2.25
+    np.testing.assert_allclose(isotonic_increasing(np.array([3.0, 2.0, 5.0]), np.array([1.0, 3.0, 1.0])),
+                               [2.25, 2.25, 5.0], rtol=1e-15)

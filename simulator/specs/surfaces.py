@@ -199,22 +199,34 @@ class ShapeCorrection:
 
 def isotonic_increasing(y, weights=None) -> np.ndarray:
     """The weighted least-squares non-decreasing fit of ``y`` (pool adjacent violators; equal weights
-    by default): a block that falls below the one before it is pooled with it at their weighted mean."""
+    by default): a block that falls below the one before it is pooled with it at their weighted mean.
+
+    Only the stretch from the first fall to the first block after the last fall that pools nothing is
+    walked in Python: before it nothing pools, after it the values rise from a block of their own."""
     y = np.asarray(y, dtype=float)
-    if y.size < 2 or bool(np.all(y[1:] >= y[:-1])):
+    falls = np.flatnonzero(y[1:] < y[:-1]) + 1 if y.size > 1 else np.zeros(0, dtype=np.intp)
+    if not falls.size:
         return y.copy()  # already non-decreasing: nothing to pool (most lattice rows)
-    w = [1.0] * y.size if weights is None else np.asarray(weights, dtype=float).tolist()
-    means, wts, counts = [], [], []  # per pooled block
-    for v, wi in zip(y.tolist(), w):
-        c = 1
+    first, last, n = int(falls[0]), int(falls[-1]), y.size
+    vals = y.tolist()
+    w = [1.0] * n if weights is None else np.asarray(weights, dtype=float).tolist()
+    means, wts, counts = vals[:first], w[:first], [1] * first  # per pooled block
+    for i in range(first, n):
+        v, wi, c = vals[i], w[i], 1
+        pooled = False
         while means and means[-1] > v:
             pm, pw = means.pop(), wts.pop()
             c += counts.pop()
             v = (pm * pw + v * wi) / (pw + wi)
             wi = pw + wi
+            pooled = True
         means.append(v)
         wts.append(wi)
         counts.append(c)
+        if i >= last and not pooled:  # y rises from here on, from this block's own value: nothing pools
+            means += vals[i + 1:]
+            counts += [1] * (n - i - 1)
+            break
     return np.repeat(means, counts)
 
 
