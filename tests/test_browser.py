@@ -91,11 +91,15 @@ def page(server):
 
 def _settled_chart_png(page, timeout_s: float = 30.0) -> bytes:
     """Screenshot of the first chart once two consecutive shots agree (vega has finished drawing)."""
+    from playwright.sync_api import Error as PlaywrightError
     page.wait_for_selector(f"{CHART} canvas, {CHART} svg", timeout=timeout_s * 1000)
     last, deadline = b"", time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        shot = page.locator(CHART).first.screenshot()
-        if shot == last:
+        try:
+            shot = page.locator(CHART).first.screenshot()
+        except PlaywrightError:  # Streamlit replaced the chart's element while it was being shot: not settled
+            shot = b""
+        if shot and shot == last:
             return shot
         last = shot
         time.sleep(0.5)
