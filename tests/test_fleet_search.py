@@ -126,12 +126,12 @@ def test_search_agrees_with_the_old_search(dense):
 
 
 @pytest.mark.parametrize("threshold, want", [
-    (1000.0, (64.0, None, [1.0, 2.0, 64.0])),  # passes everywhere: the walk's far end answers after two passes
+    (1000.0, (64.0, None, [1.0, 2.0, 64.0])),  # passes everywhere: 2 reached unchanged, the far end answers
     (5.0, (4.0, 8.0, [1.0, 2.0, 64.0, 4.0, 8.0])),  # the far end fails: the walk goes on (one run more)
-    (0.001, (None, 1.0 / 64, [1.0, 0.5, 1.0 / 64])),  # fails everywhere: the near end answers after two fails
+    (0.001, (None, 1.0 / 64, [1.0, 0.5, 1.0 / 64])),  # fails everywhere: the near end answers after 1/2
     (1.5, (1.0, 2.0, [1.0, 2.0])),  # the first step flips: no far end tried
 ])
-def test_bracket_tries_the_far_end_once_two_loads_agree(threshold, want):
+def test_bracket_tries_the_far_end_once_the_estimate_is_off_by_2(threshold, want):
     # hand: resolution 2 (search_steps 0), first load 1: the walk up is 2, 4, ..., 64 (2^MAX_EXPANSIONS), down
     # 1/2, ..., 1/64; a load passes iff it is <= threshold (monotone, as the search assumes). The walk step
     # by step finds the same (lo, hi): 64 / None, 4 / 8, None / 1/64, 1 / 2
@@ -147,6 +147,17 @@ def test_bracket_tries_the_far_end_once_two_loads_agree(threshold, want):
     lo, lo_sum, hi, bad = _bracket(trial, 1.0, 2.0, False, 10**6)
     assert (lo, hi, tried) == want
     assert (lo_sum or {}).get("load") == lo and bad == ([] if hi is None else ["over"])
+    # a finer resolution 2^(1/4): steps 2^(1/4), 2^(3/4), 2^(7/4), 2^(11/4), ...: the far end only after the
+    # walk passed 2 (at 2^(7/4) = 3.36), so an estimate off by less than 2 costs no run more
+    path = _walk(1.0, 2 ** 0.25, True, False, 10**6)
+    np.testing.assert_allclose(path[:4], [2 ** 0.25, 2 ** 0.75, 2 ** 1.75, 2 ** 2.75])
+    tried.clear()
+    threshold = 1000.0
+    assert _bracket(trial, 1.0, 2 ** 0.25, False, 10**6)[0] == path[-1]
+    assert tried == [1.0] + path[:3] + [path[-1]]
+    tried.clear()
+    threshold = 1.5
+    assert _bracket(trial, 1.0, 2 ** 0.25, False, 10**6)[:3:2] == (path[0], path[1]) and tried == [1.0] + path[:2]
 
 
 def test_pricer_is_reused_across_loads(dense):

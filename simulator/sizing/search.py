@@ -253,15 +253,19 @@ def _walk(x0: float, rho: float, up: bool, integer: bool, max_seqs: int) -> list
 
 def _bracket(trial: _Trials, x: float, rho: float, integer: bool, max_seqs: int):
     """From the first load, step up while the SLOs hold and down while they fail (:func:`_walk`) until a
-    pass and a fail are found or the walk ends: (lo, lo summary, hi, violations at hi). When the first two
-    loads agree, the walk's far end is tried next: if it agrees too, every load between does (the search
-    assumes pass / fail monotone in load) and the walk would have ended there, so it ends there at once."""
+    pass and a fail are found or the walk ends: (lo, lo summary, hi, violations at hi). When the
+    walk has gone a factor 2 from the first load without a change, the first load was a poor estimate and
+    the walk's far end is tried next: if it agrees too, every load between does (the search assumes pass /
+    fail monotone in load) and the walk would have ended there, so it ends there at once."""
     ok0, summary, bad = trial(x)
     lo, lo_sum, hi, last_bad = (x, summary, None, []) if ok0 else (None, None, x, bad)
     path = _walk(x, rho, ok0, integer, max_seqs)
+    probed = False
     for i, nxt in enumerate(path):
-        if i == 1 and len(path) > 2 and trial(path[-1])[0] == ok0:
-            nxt = path[-1]
+        if not probed and 0 < i < len(path) - 1 and max(path[i - 1] / x, x / path[i - 1]) >= 2.0 * (1 - 1e-9):
+            probed = True
+            if trial(path[-1])[0] == ok0:
+                nxt = path[-1]
         ok, summary, bad = trial(nxt)  # the far end, tried already, comes from the trials' cache
         if ok:
             lo, lo_sum = nxt, summary
