@@ -281,3 +281,20 @@ def test_cli_dtype_flags_set_the_scenarios_precision():
     assert commands and all("--kv-dtype fp8" in c for c in commands)
     bad = _cli(*args, "--act-dtype", "fp7")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "fp7" in bad.stderr
+
+
+def test_spec_stops_paying_names_memory_when_k1_no_longer_fits():
+    # Llama-3.1-8B with a Llama-3.2-1B draft on one 24 GB L4 at 8k context: from some batch size the
+    # draft's weights and KV leave no room for K = 1 where plain decoding still fits; the text must name
+    # that batch size (the first where the grid's K = 1 column stops fitting) and memory as the cause
+    from simulator.plan.api import predict
+    from simulator.sizing import spec_stops_paying
+    p = predict(model="llama-3.1-8b", hardware="l4", tp=1, context_len=8192, draft="model:llama-3.2-1b")
+    g = p.grid
+    k1, k0 = list(g.ks).index(1), list(g.ks).index(0)
+    first = int(np.flatnonzero(~g.fits_memory[:, k1])[0])
+    assert first > 0 and g.fits_memory[first, k0] and g.fits_memory[first - 1, k1]
+    text = spec_stops_paying(p.table, g)
+    assert f"stops paying at B={int(g.batch_sizes[first])} (speculation no longer fits memory from there)" in text
+    # without the grid the cause cannot be told: the same batch size, said as K* = 0
+    assert f"stops paying at B={int(g.batch_sizes[first])} (K*=0 from there)" in spec_stops_paying(p.table)

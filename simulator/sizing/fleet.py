@@ -69,10 +69,11 @@ class SizingResult:
                 "engine": self.engine, "spec_stops": self.spec_stops, "uncertainty": self.band_note}
 
 
-def spec_stops_paying(table: pd.DataFrame, grid: pd.DataFrame | None = None) -> str:
+def spec_stops_paying(table: pd.DataFrame, grid=None) -> str:
     """The batch size from which K* = 0 (plain decoding) for every larger batch evaluated.
 
-    With the (B, K) ``grid``, says when the cause is memory (K = 1 no longer fits) rather than speed.
+    With the (B, K) ``grid`` (the prediction's :class:`simulator.plan.grid.Grid`), says when the cause is
+    memory (K = 1 no longer fits) rather than speed.
     """
     k = table["k_opt"].fillna(0).astype(int).to_numpy()
     b = table["batch_size"].to_numpy()
@@ -94,8 +95,8 @@ def spec_stops_paying(table: pd.DataFrame, grid: pd.DataFrame | None = None) -> 
     stop = b[last + 1]
     why = "K*=0 from there"
     if grid is not None:
-        cell = grid[(grid.batch_size == stop) & (grid.k == 1)]
-        if len(cell) and not bool(cell.fits_memory.iloc[0]):
+        row, col = np.flatnonzero(grid.batch_sizes == stop), np.flatnonzero(grid.ks == 1)
+        if row.size and col.size and not bool(grid.fits_memory[row[0], col[0]]):
             why = "speculation no longer fits memory from there"
     return f"dynamic K stops paying at B={stop} ({why}){fixed_txt}"
 
@@ -213,7 +214,7 @@ def _engine_tables(scen: dict, k_context: int) -> tuple[dict, dict, dict]:
         engine[cand.label] = {"vllm": pred.engine_payload("vllm"), "trtllm": pred.engine_payload("trtllm"),
                               "predict": predict_command(csc, cand, k_context),
                               "advice": [a.to_dict() for a in pred.engine_advice()]}
-        stops[cand.label] = spec_stops_paying(pred.table, pred.grid_rows)
+        stops[cand.label] = spec_stops_paying(pred.table, pred.grid)
     return k_tables, engine, stops
 
 

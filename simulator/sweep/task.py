@@ -48,7 +48,7 @@ def _grid_columns(sc) -> dict:
         "grid_itl_ms_b1": float(first["itl_ms"]),
         "grid_peak_throughput_tok_s": float(thr[best]) if best is not None else float("nan"),
         "grid_peak_batch_size": int(t["batch_size"].iloc[best]) if best is not None else None,
-        "grid_spec_stops": spec_stops_paying(t, pred.grid_rows),
+        "grid_spec_stops": spec_stops_paying(t, pred.grid),
     } | {f"prov_{k}": str(v) for k, v in pred.provenance.items() if k not in ("scenario", "origin", "context_len")}
 
 
