@@ -20,6 +20,7 @@ from dashboard import compute, state as S  # noqa: E402
 from dashboard.sidebar import sidebar  # noqa: E402
 from simulator.errors import PlannerError  # noqa: E402
 from simulator.plan.advice import advice_lines  # noqa: E402
+from simulator.plan.speedup_trust import gain_at_risk_text  # noqa: E402
 
 log = logging.getLogger("dsd.dashboard")
 
@@ -107,7 +108,7 @@ def headline(p) -> None:
 def provenance_line(p) -> None:
     pv = p.provenance
     st.caption(f"**Prediction rests on** step times: {pv['step_time_source']} · **how far to trust them:**"
-               f" {pv['uncertainty']} · acceptance: {pv['acceptance']} · "
+               f" {pv['uncertainty']} · **speedups:** {pv['speedup_uncertainty']} · acceptance: {pv['acceptance']} · "
                f"hardware: {pv['hardware']} · model: {pv['model']} · {pv['deployment']} · draft: {pv['draft']} · "
                f"context: {pv['context_len']} tokens")
 
@@ -129,6 +130,9 @@ def tab_kstar(pg: Page) -> None:
     dependence = pg.p.acceptance_dependence_text()
     if dependence:
         st.caption(dependence)
+    risk = gain_at_risk_text(t)
+    if risk:
+        st.caption(f"Note: {risk}.")
     st.dataframe(compute.kstar_view(t), hide_index=True, width="stretch", height=260)
     advice = advice_lines(pg.p.engine_advice())  # nothing (no heading) when no setting costs goodput
     if advice:

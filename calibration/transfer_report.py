@@ -17,6 +17,23 @@ def _stats(err: pd.Series) -> dict:
 
 
 STEP_KINDS = ["plain", "itl", "run"]
+# batch-size ranges the speculative-speedup error is quoted over (where the corpus has rows in each)
+SPEEDUP_BATCH_BINS = ((1, 8), (9, 32), (33, None))
+
+
+def speedup_by_batch(spec: pd.DataFrame) -> list[dict]:
+    """The zero-shot speedup error per batch-size range: rows, MAPE, the median signed error (predicted /
+    measured - 1: > 0 where the planner was optimistic), the worst, and the share of decisions right."""
+    out = []
+    for lo, hi in SPEEDUP_BATCH_BINS:
+        g = spec[(spec.batch_size >= lo) & ((spec.batch_size <= hi) if hi is not None else True)]
+        e = g.error.dropna()
+        out.append({"batch_min": lo, "batch_max": hi, "n": int(len(e)),
+                    "mape": float(e.abs().mean()) if len(e) else None,
+                    "median_error": float(e.median()) if len(e) else None,
+                    "worst": float(e.abs().max()) if len(e) else None,
+                    "decision_right": float(g.decision_right.mean()) if len(g) else None})
+    return out
 
 
 def _coverage(rows: pd.DataFrame) -> dict:
@@ -41,7 +58,8 @@ def summarize(rows: pd.DataFrame) -> dict:
                     "curves": int(spec.groupby(["source_id", "hardware", "model", "draft", "context_len"]).ngroups),
                     "moe_curves": int(spec[spec.model.isin(MOE_MODELS)].groupby(
                         ["source_id", "hardware", "model", "draft", "context_len"]).ngroups)
-                    if len(spec) else 0},
+                    if len(spec) else 0,
+                    "by_batch": speedup_by_batch(spec)},
         "decision": {"planner": float(spec.decision_right.mean()) if len(spec) else float("nan"),
                      "datasheet": float(spec.decision_right_datasheet.mean()) if len(spec) else float("nan"),
                      "n": int(len(spec))},
@@ -92,6 +110,7 @@ def markdown(summary: dict, rows: pd.DataFrame, skipped: pd.DataFrame, corpus_pa
         f"Plain step-time rows: {len(s['plain_only']['sources'])} sources ({', '.join(s['plain_only']['sources'])}) on"
         f" {len(s['plain_only']['gpus'])} GPU types ({', '.join(s['plain_only']['gpus'])}), TP {s['plain_only']['tp']},"
         f" batch sizes {s['plain_only']['batch_sizes']}.", "",
+        *_by_batch_table(sp["by_batch"]),
         "Targets (issue 11): step-time MAPE <= 12%, worst <= 25%; speedup MAPE <= 12%; decision right >= 95%.", "",
         *markdown_note(two)]
     if "peer" in s:
@@ -102,6 +121,23 @@ def markdown(summary: dict, rows: pd.DataFrame, skipped: pd.DataFrame, corpus_pa
     else:
         lines += ["Peer estimate: not run (`--peer` with the aiconfigurator-core package importable).", ""]
     return "\n".join(lines + _breakdown_tables(s, rows, skipped)) + "\n"
+
+
+def _by_batch_table(bins: list[dict]) -> list[str]:
+    """The zero-shot speedup error per batch-size range (median error > 0: the planner was optimistic)."""
+    lines = ["Speculative speedup by batch size (zero-shot, anchor rows excluded; error = predicted / measured - 1;"
+             " `predict` quotes the range of each row):", "",
+             "| batch sizes | rows | MAPE | median error | worst | decision right |", "|---|---|---|---|---|---|"]
+    for b in bins:
+        span = f"{b['batch_min']}-{b['batch_max']}" if b["batch_max"] is not None else f">= {b['batch_min']}"
+        med = "-" if b["median_error"] is None else f"{b['median_error']:+.1%}"
+        lines.append(f"| {span} | {b['n']} | {_pct(_num(b['mape']))} | {med} | {_pct(_num(b['worst']))} |"
+                     f" {_pct(_num(b['decision_right']))} |")
+    return lines + [""]
+
+
+def _num(x) -> float:
+    return float("nan") if x is None else float(x)
 
 
 def _breakdown_tables(s: dict, rows: pd.DataFrame, skipped: pd.DataFrame) -> list[str]:
@@ -140,7 +176,9 @@ def bands(summary: dict) -> dict:
                     "n": summary["step_time"]["planner"]["n"],
                     "speedup_mape": summary["speedup"]["planner"]["mape"]},
            "_datasheet": {"step_time_mape": summary["step_time"]["datasheet"]["mape"],
-                          "n": summary["step_time"]["datasheet"]["n"]}}
+                          "n": summary["step_time"]["datasheet"]["n"]},
+           # zero-shot speculative speedups by batch-size range (predict quotes the range of each row)
+           "_speedup_by_batch": summary["speedup"]["by_batch"]}
     two = summary.get("two_shot") or {}
     if two.get("n"):
         out["_two_shot"] = {"model_error_log_p90": two["model_error_log_p90"], "n": two["n"], "curves": two["curves"],

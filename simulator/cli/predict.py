@@ -22,6 +22,7 @@ from simulator.plan.advice import advice_lines
 from simulator.plan.api import Prediction, predict
 from simulator.plan.fit import shortfall_text
 from simulator.plan.notes import falling_token_time
+from simulator.plan.speedup_trust import gain_at_risk_text
 from simulator.cli.common import command, dtypes_text, setting_overrides, write_atomically
 from simulator.cli.predict_args import EXPORT_FORMATS, FORMATS, SETTING_FLAGS, build_parser  # noqa: F401 (FORMATS: API)
 from simulator.files import check_output_file
@@ -70,6 +71,7 @@ def _table_head(pred: Prediction) -> list[str]:
             f" {sc.draft.label}, context {sc.context_len}; {dtypes_text(sc)}",
             f"# step times: {pred.provenance['step_time_source']}",
             f"# how far to trust them: {pred.provenance['uncertainty']}",
+            f"# how far to trust the speedups: {pred.provenance['speedup_uncertainty']}",
             f"# acceptance: {pred.provenance['acceptance']}; {sc.acceptance.rule}",
             f"# fixed K={sc.fixed_k} reaches acceptance length {pred.table.fixed_acceptance_length.iloc[0]:.2f};"
             f" 'K={sc.fixed_k} needs AL' is the length at which it ties plain decoding (step time K / step time plain)",
@@ -122,6 +124,9 @@ def _table_facts(pred: Prediction, shown: int) -> list[str]:
         lines.append(f"({shown} of {len(pred.table)} batch sizes shown: powers of two and every change of K*;"
                      " --format csv prints all)")
     lines += advice_lines(pred.engine_advice())
+    risk = gain_at_risk_text(pred.table)
+    if risk:
+        lines.append(f"note: {risk}")
     why = pred.k_rise_attribution()
     if why:
         lines.append(f"why K* moves (MoE): {why}")

@@ -23,6 +23,7 @@ from simulator.plan.acceptance_risk import break_even_acceptance_length
 from simulator.plan.answer import _span, answer_notes, schedule_text  # noqa: F401 (schedule_text: API)
 from simulator.plan.grid import Grid, compute_grid
 from simulator.plan.schedule import schedule_loss, schedule_ranges
+from simulator.plan.speedup_trust import speedup_trust_columns, speedup_trust_text
 from simulator.physics.attribution import describe_growth, verify_growth
 from simulator.specs.uncertainty import Band, step_time_band
 from simulator.specs.scenario import DEFAULT_SCENARIO, Scenario, apply_overrides, build_scenario, load_scenario
@@ -51,7 +52,7 @@ class Prediction:
                           f" kv={sc.deployment.kv_dtype}"
                           f" routing={sc.deployment.routing.describe()}",
             "draft": sc.draft.label, "context_len": sc.context_len,
-            "uncertainty": self.uncertainty.describe(),
+            "uncertainty": self.uncertainty.describe(), "speedup_uncertainty": speedup_trust_text(sc),
         } | ({"deployment_fit": sc.deployment_fit.label} if sc.deployment_fit else {})
 
     def k_rise_attribution(self) -> str | None:
@@ -157,6 +158,7 @@ class Prediction:
         df["fixed_acceptance_length"] = float(g.acceptance_length[i_fix])
         df["kopt_break_even_acceptance_length"] = np.where(
             feasible & fits[:, i0], break_even_acceptance_length(at(g.itl_s, safe), g.itl_s[:, i0]), nan)
+        df = df.assign(**speedup_trust_columns(df, sc))  # the published speedups' error at each batch size
         sensitive = g.acceptance_sensitive()
         if sensitive is not None:
             df["k_opt_depends_on_acceptance"] = sensitive & feasible

@@ -17,6 +17,7 @@ import pandas as pd
 
 from simulator.plan.advice import advice_lines
 from simulator.plan.api import schedule_text
+from simulator.plan.speedup_trust import gain_at_risk_text, speedup_trust_text
 from simulator.specs.scenario import REPO_ROOT
 from simulator.sizing.fleet import SizingResult
 from simulator.sizing.report_charts import charts, pareto_front  # noqa: F401 (pareto_front: API)
@@ -247,6 +248,7 @@ def _k_sections(res: SizingResult, rec: dict | None) -> list:
         kparts += [("h3", label), ("p", "Schedule: " + schedule_text(kt["batch_size"].to_numpy(),
                                                                       kt["k_opt"].fillna(-1).astype(int).to_numpy()) + "."),
                    ("p", res.spec_stops[label] + "."), ("p", _break_even_sentence(kt, res.scenario.fixed_k)),
+                   *([("p", "Note: " + risk + ".")] if (risk := gain_at_risk_text(kt)) else []),
                    ("table", k_star_table(kt)),
                    ("p", "The same table from predict:"), ("code", eng.get("predict", "")),
                    ("p", "vLLM `speculative_config`:"), ("code", compact_json(eng["vllm"])),
@@ -275,7 +277,8 @@ def _closing_sections(res: SizingResult) -> list:
                       ("table", res.sensitivity)]))
     else:
         secs.append(("Sensitivity", [("p", "not run (no recommended configuration or sensitivity = false).")]))
-    secs.append(("Uncertainty", [("p", "Capacity band: " + res.band_note + ".")]))
+    secs.append(("Uncertainty", [("p", "Capacity band: " + res.band_note + "."),
+                                 ("p", "Speculative speedups (the K* tables): " + speedup_trust_text(sc) + ".")]))
     prov = _provenance(res)
     secs.append(("Provenance", [("wtable", prov)]))
     origin = sc.origin

@@ -4,7 +4,9 @@ from the published GPU corpus; a CPU profile's held-out end-to-end validation er
 
 The band is the mean absolute relative error (MAPE) of step-time predictions on that basis and GPU,
 with the worst case beside it: a prediction of 10 ms with a 15% band means measurements of the same
-kind fell on average 15% away from what the planner said.
+kind fell on average 15% away from what the planner said. Speculative speedups get their own band per
+batch-size range, with the median signed error beside it (the published curves say where the planner
+leans optimistic); a deployment fit replaces both with its own interval.
 """
 from __future__ import annotations
 
@@ -12,6 +14,8 @@ import json
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+
+import numpy as np
 
 BAND_FILE = Path(__file__).resolve().parent.parent / "data" / "transfer_error.json"
 MIN_ROWS = 3  # fewer published rows on a GPU than this: quote the band over all GPUs
@@ -75,3 +79,49 @@ def two_shot_model_error() -> tuple[float, str] | None:
         return None
     return float(q), (f"two-point fits' held-out error on {two.get('n')} points of {two.get('curves')} published"
                       " speedup curves (calibration/data/transfer/transfer.md)")
+
+
+@dataclass(frozen=True)
+class SpeedupBand:
+    """How far the zero-shot speculative speedups of one batch-size range fell from published ones."""
+    batch_min: int
+    batch_max: int | None  # None: and above
+    n: int
+    mape: float
+    median_error: float  # predicted / measured - 1, median: > 0 where the planner was optimistic
+    worst: float
+
+    @property
+    def span(self) -> str:
+        return f"B {self.batch_min}-{self.batch_max}" if self.batch_max is not None else f"B >= {self.batch_min}"
+
+    def describe(self) -> str:
+        lean = "optimistic" if self.median_error > 0 else "pessimistic"
+        return f"{self.span}: +-{self.mape:.0%} ({self.n} rows, median {self.median_error:+.0%}: {lean})"
+
+
+def speedup_bands() -> list[SpeedupBand]:
+    """The speedup bands per batch-size range that calibration.transfer wrote (empty before it has)."""
+    return [SpeedupBand(int(b["batch_min"]), None if b.get("batch_max") is None else int(b["batch_max"]), int(b["n"]),
+                        float(b["mape"]), float(b["median_error"]), float(b["worst"]))
+            for b in _bands().get("_speedup_by_batch") or [] if b.get("n")]
+
+
+def speedup_band_at(batch_sizes) -> tuple[np.ndarray, np.ndarray]:
+    """(MAPE, median signed error) of the published speedup rows in each batch size's range (NaN outside)."""
+    b = np.asarray(batch_sizes, dtype=float)
+    mape, median = np.full(b.shape, np.nan), np.full(b.shape, np.nan)
+    for band in speedup_bands():
+        inside = (b >= band.batch_min) & ((b <= band.batch_max) if band.batch_max is not None else True)
+        mape[inside], median[inside] = band.mape, band.median_error
+    return mape, median
+
+
+def speedup_bands_text() -> str:
+    """One line: the published speedup error by batch-size range, or why there is none."""
+    bands = speedup_bands()
+    if not bands:
+        return "no published speedup rows scored yet (python -m calibration.transfer)"
+    n = sum(b.n for b in bands)
+    return (f"speedups vs plain decoding, zero-shot against {n} published rows: "
+            + "; ".join(b.describe() for b in bands) + f" ({_bands().get('_source', 'the published corpus')})")

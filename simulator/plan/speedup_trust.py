@@ -1,0 +1,61 @@
+"""How far to trust a predicted speculative speedup, per batch size.
+
+The published speedup curves (``calibration.transfer``, zero-shot, anchor rows excluded) put the planner's
+speedups within a few percent at small batch and optimistic at mid and large batch
+(:func:`simulator.specs.uncertainty.speedup_bands`). Each K* row quotes the band of its batch-size range,
+and a row whose gain over plain decoding is smaller than the planner's median optimism there is flagged:
+the published measurements say such a gain may not be there, so it is worth two measured points
+(``calibration.fit_deployment``) before a deployment relies on it. Nothing is corrected: the K* and the
+speedups stay the physics' own.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from simulator.specs.uncertainty import speedup_band_at, speedup_bands_text
+
+
+def published_band_applies(sc) -> bool:
+    """Whether the published GPU curves describe this prediction's speedups (not on a CPU, not when a
+    deployment fit of the user's own measurements has replaced the zero-shot terms)."""
+    return sc.hardware.kind != "cpu" and getattr(sc, "deployment_fit", None) is None
+
+
+def speedup_trust_columns(table: pd.DataFrame, sc) -> dict:
+    """Per row: the published speedup MAPE and median signed error of its batch-size range (NaN where the
+    band does not apply), and whether its K*'s gain is within that median optimism (``gain_at_risk``)."""
+    n = len(table)
+    if not published_band_applies(sc):
+        nan = np.full(n, np.nan)
+        return {"speedup_published_mape": nan, "speedup_published_median_error": nan,
+                "gain_at_risk": np.zeros(n, dtype=bool)}
+    mape, median = speedup_band_at(table["batch_size"].to_numpy())
+    speedup = table["speedup_vs_plain"].to_numpy(dtype=float)
+    k = table["k_opt"].fillna(0).to_numpy(dtype=float)
+    with np.errstate(invalid="ignore"):
+        # the measured speedup the published curves suggest: predicted / (1 + median error) below 1
+        at_risk = (k > 0) & (speedup > 1.0) & (median > 0) & (speedup / (1.0 + median) < 1.0)
+    return {"speedup_published_mape": mape, "speedup_published_median_error": median, "gain_at_risk": at_risk}
+
+
+def speedup_trust_text(sc) -> str:
+    """What the speedups' uncertainty rests on, in one line."""
+    if getattr(sc, "deployment_fit", None) is not None:
+        return f"the interval of the {sc.deployment_fit.label}"
+    if sc.hardware.kind == "cpu":
+        return "no published speedup rows on CPUs: the calibrated profile's own held-out error (step-time band)"
+    return speedup_bands_text()
+
+
+def gain_at_risk_text(table: pd.DataFrame) -> str | None:
+    """The batch sizes whose predicted gain is within the published median optimism, in words; None if none."""
+    if "gain_at_risk" not in table or not table["gain_at_risk"].any():
+        return None
+    hit = table[table["gain_at_risk"].to_numpy(bool)]
+    b = hit["batch_size"].to_numpy()
+    worst = float(hit["speedup_published_median_error"].max())
+    span = f"B {b.min()}" if b.min() == b.max() else f"B {b.min()}-{b.max()}"
+    return (f"the predicted gain of speculation at {span} ({len(b)} batch sizes, up to"
+            f" {hit['speedup_vs_plain'].max():.2f}x) is within the planner's median optimism on published curves"
+            f" there (+{worst:.0%}): measure two points (python -m calibration.fit_deployment) before relying on it")

@@ -1,0 +1,99 @@
+"""How far to trust a predicted speedup: the published curves' error per batch-size range, quoted per row.
+
+Anchors: a hand-made set of errors (bins, MAPE, median by hand), the committed transfer rows
+(calibration/data/transfer/transfer_rows.csv: the bands file must say what those rows say), and hand
+arithmetic of the gain-at-risk rule (predicted speedup / (1 + median optimism) < 1).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from calibration.transfer_report import speedup_by_batch
+from simulator.plan.api import predict
+from simulator.plan.speedup_trust import gain_at_risk_text, speedup_trust_columns
+from simulator.specs.scenario import load_scenario
+from simulator.specs.uncertainty import speedup_band_at, speedup_bands
+
+ROWS = Path(__file__).resolve().parent.parent / "calibration" / "data" / "transfer" / "transfer_rows.csv"
+
+
+def test_bins_by_hand():
+    # errors +10%, -10% at B = 2, 8; +30%, +10%, +20% at B = 16, 24, 32; +50% at B = 64:
+    # B 1-8: MAPE 10%, median 0; B 9-32: MAPE 20%, median +20%; B >= 33: one row, +50%
+    rows = pd.DataFrame({"batch_size": [2, 8, 16, 24, 32, 64], "error": [0.1, -0.1, 0.3, 0.1, 0.2, 0.5],
+                         "decision_right": [True, True, False, True, True, False]})
+    bins = speedup_by_batch(rows)
+    assert [(b["batch_min"], b["batch_max"], b["n"]) for b in bins] == [(1, 8, 2), (9, 32, 3), (33, None, 1)]
+    assert [b["mape"] for b in bins] == pytest.approx([0.1, 0.2, 0.5])
+    assert [b["median_error"] for b in bins] == pytest.approx([0.0, 0.2, 0.5])
+    assert [b["worst"] for b in bins] == pytest.approx([0.1, 0.3, 0.5])
+    assert [b["decision_right"] for b in bins] == pytest.approx([1.0, 2 / 3, 0.0])
+
+
+@pytest.mark.transfer
+def test_committed_bands_are_the_committed_rows():
+    # the bands predict quotes (simulator/data/transfer_error.json) are the zero-shot speedup rows' own
+    # statistics: recomputed here from the scored rows, anchor rows excluded
+    rows = pd.read_csv(ROWS)
+    spec = rows[(rows.kind == "speedup") & ~rows.anchor.astype(bool)]
+    bands = speedup_bands()
+    assert sum(b.n for b in bands) == len(spec) >= 60
+    for b in bands:
+        inside = spec[(spec.batch_size >= b.batch_min) & ((spec.batch_size <= b.batch_max) if b.batch_max else True)]
+        assert b.n == len(inside)
+        assert b.mape == pytest.approx(inside.error.abs().mean(), rel=1e-9)
+        assert b.median_error == pytest.approx(inside.error.median(), rel=1e-9)
+    mape, median = speedup_band_at([1, 8, 9, 32, 33, 512])
+    assert mape[0] == mape[1] != mape[2] == mape[3] != mape[4] == mape[5]
+    # the planner leans optimistic at mid and large batch on every published curve family (issue 20)
+    assert median[2] > 0.1 and median[4] > 0.1
+
+
+def test_gain_at_risk_by_hand():
+    # B = 24 in the 9-32 range: 1.10x with a median +17% optimism reads 1.10 / 1.17 = 0.94 < 1: at risk;
+    # 1.30x reads 1.11: not; K* = 0 (plain) is never at risk
+    sc = load_scenario("llama-3.1-8b-h100")
+    _, median = speedup_band_at([24])
+    assert 0.1 < median[0] < 0.3
+    table = pd.DataFrame({"batch_size": [24, 24, 24], "speedup_vs_plain": [1.10, 1.30, 1.0],
+                          "k_opt": pd.array([2, 3, 0], dtype="Int64")})
+    cols = speedup_trust_columns(table, sc)
+    want = [1.10 / (1 + median[0]) < 1, 1.30 / (1 + median[0]) < 1, False]
+    assert list(cols["gain_at_risk"]) == want == [True, False, False]
+    text = gain_at_risk_text(table.assign(**cols))
+    assert "B 24 (1 batch sizes, up to 1.10x)" in text and "calibration.fit_deployment" in text
+
+
+def test_predict_quotes_the_band_and_flags_the_rows():
+    p = predict("command-a-h100")
+    t = p.table
+    assert "how far" not in p.provenance["speedup_uncertainty"]  # the band itself, not a header
+    assert "median +" in p.provenance["speedup_uncertainty"]
+    _, median = speedup_band_at(t.batch_size)
+    np.testing.assert_array_equal(t.speedup_published_median_error.to_numpy(), median)
+    flagged = t.batch_size[t.gain_at_risk].to_numpy()
+    by_hand = t.batch_size[(t.k_opt.fillna(0) > 0) & (t.speedup_vs_plain / (1 + median) < 1)].to_numpy()
+    np.testing.assert_array_equal(flagged, by_hand)
+    assert flagged.size and gain_at_risk_text(t).startswith(f"the predicted gain of speculation at B {flagged.min()}")
+
+
+def test_cpu_and_fitted_predictions_do_not_quote_the_gpu_curves():
+    p = predict("smollm2-cpu")
+    assert p.table.speedup_published_mape.isna().all() and not p.table.gain_at_risk.any()
+    assert "no published speedup rows on CPUs" in p.provenance["speedup_uncertainty"]
+    # a deployment fit of the user's own measurements replaces the zero-shot terms: its interval is quoted
+    import json
+    doc = {"format": "dsd-planner-deployment-fit", "format_version": 1,
+           "scenario": {"model": "smollm2-135m", "hardware": "cpu-xeon-2c", "tp": 1, "engine": "ideal",
+                        "engine_version": "0", "draft": "ngram"},
+           "terms": {"kernel_scale": {"value": 1.1, "interval": [1.0, 1.2], "fitted": True}},
+           "acceptance": None, "uncertainty": {"step_time_rel": 0.05, "goodput_rel": 0.06},
+           "points": [{"batch_size": 1, "k": 0}, {"batch_size": 8, "k": 2}]}
+    path = Path(__import__("tempfile").mkdtemp()) / "fit.json"
+    path.write_text(json.dumps(doc))
+    fitted = predict(load_scenario("smollm2-cpu", deployment=str(path)))
+    assert fitted.provenance["speedup_uncertainty"].startswith("the interval of the deployment fit fit.json (2 points")
