@@ -97,3 +97,19 @@ def test_cpu_and_fitted_predictions_do_not_quote_the_gpu_curves():
     path.write_text(json.dumps(doc))
     fitted = predict(load_scenario("smollm2-cpu", deployment=str(path)))
     assert fitted.provenance["speedup_uncertainty"].startswith("the interval of the deployment fit fit.json (2 points")
+
+
+def test_sizing_caveat_when_the_speculative_edge_is_within_the_optimism():
+    # dsd carries 10.0 req/s per replica where plain carries 9.5 on the same H100s (+5.3%), running 24
+    # sequences on average: published speedups at B 9-32 came in a median ~17% below the planner, so the
+    # recommendation says plain may carry as much; at 15.0 req/s (+58%) it says nothing, nor on a CPU
+    from simulator.sizing.ranking import speculation_margin
+    _, median = speedup_band_at([24])
+    best = pd.Series({"policy": "dsd", "hardware": "h100-sxm", "max_load_per_replica": 10.0, "mean_batch_size": 24.0})
+    same = pd.DataFrame({"policy": ["plain", "dsd"], "max_load_per_replica": [9.5, 10.0]})
+    text = speculation_margin(best, same)
+    assert "dsd's +5% capacity over plain decoding" in text and f"(+{median[0]:.0%})" in text
+    assert "mean batch of 24 sequences" in text
+    assert speculation_margin(best.copy().replace({10.0: 15.0}), same) == ""
+    assert speculation_margin(best.copy().replace({"h100-sxm": "cpu-xeon-2c"}), same) == ""
+    assert speculation_margin(best.copy().replace({"dsd": "plain"}), same) == ""

@@ -32,7 +32,7 @@ import pandas as pd
 from simulator import serving
 from simulator.errors import PlannerError
 from simulator.plan.api import predict_scenario
-from simulator.sizing.ranking import EVIDENCE, SIMPLICITY, evidence_margin, rank  # noqa: F401 (re-exported)
+from simulator.sizing.ranking import EVIDENCE, SIMPLICITY, evidence_margin, rank, speculation_margin  # noqa: F401 (re-exported)
 from simulator.sizing.search import Search, Task, run_all
 from simulator.sizing.spec import (Candidate, SizingOverrides, SizingSpec, candidate_scenario, k_table_context,
                                    memory_fit, parse_sizing, predict_command, traffic_lengths)
@@ -256,7 +256,7 @@ def size(scenario: str | Scenario, overrides: SizingOverrides | None = None, sim
     recommendation = None
     if len(ranked):
         recommendation = {k: _plain(v) for k, v in ranked.iloc[0].to_dict().items()}
-        message = _recommend_text(ranked.iloc[0], capacity, spec, ranked)
+        message = _recommend_text(ranked.iloc[0], capacity, spec, ranked, sc)
     else:
         message = _no_config_text(capacity, rejected, spec)
     sens = pd.DataFrame()
@@ -277,7 +277,7 @@ def _plain(v):
     return None if isinstance(v, float) and not math.isfinite(v) else v
 
 
-def _recommend_text(best, capacity: pd.DataFrame, spec: SizingSpec, ranked: pd.DataFrame | None = None) -> str:
+def _recommend_text(best, capacity: pd.DataFrame, spec: SizingSpec, ranked: pd.DataFrame | None = None, sc=None) -> str:
     label = f"{best.hardware} tp={int(best.tp)} {best['dtype']}"
     text = (f"{label} with {best.policy}: buy {int(best.nodes)} node(s) of {spec.gpus_per_node} GPUs ="
             f" {int(best.gpus)} GPUs ({best.node_layout}; {int(best.replicas)} replicas including"
@@ -300,7 +300,7 @@ def _recommend_text(best, capacity: pd.DataFrame, spec: SizingSpec, ranked: pd.D
         else:
             others.append(f"{r.policy} cannot meet the SLOs")
     if others:
-        text += "; on the same hardware " + ", ".join(others)
+        text += "; on the same hardware " + ", ".join(others) + speculation_margin(best, same, sc)
     why = evidence_margin(ranked) if ranked is not None else ""
     if why:
         text += f"; recommended although {why}"

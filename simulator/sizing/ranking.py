@@ -132,3 +132,28 @@ def evidence_margin(ranked: pd.DataFrame) -> str:
             f" {int(m['gpus'])} GPUs (band {_band(m)}), {int(m['gpus'] - _high(best))} more than the top of this"
             f" one's band ({_band(best)} GPUs), at ${m['fleet_usd_per_hour']:,.2f}/h vs"
             f" ${best['fleet_usd_per_hour']:,.2f}/h")
+
+
+def speculation_margin(best, same: pd.DataFrame, sc=None) -> str:
+    """"; ..." when the recommended policy speculates and its capacity over plain decoding on the same
+    hardware is smaller than the planner's median optimism on published speedups at the batch size it
+    runs at (:mod:`simulator.plan.speedup_trust`): plain decoding may carry as much. "" otherwise, and where
+    the published GPU curves do not describe the candidate (a CPU, or the device a deployment fit measured)."""
+    from simulator.specs.hardware import load_hardware
+    from simulator.specs.uncertainty import speedup_band_at
+    if best.policy == "plain" or load_hardware(best.hardware).kind == "cpu":
+        return ""
+    if sc is not None and getattr(sc, "deployment_fit", None) is not None and best.hardware == sc.hardware.name:
+        return ""
+    plain = same[same.policy == "plain"]
+    batch = best.get("mean_batch_size", np.nan)
+    if not len(plain) or not plain.max_load_per_replica.iloc[0] > 0 or not batch == batch:  # noqa: PLR0124
+        return ""
+    edge = best.max_load_per_replica / plain.max_load_per_replica.iloc[0] - 1.0
+    median = float(speedup_band_at([max(batch, 1.0)])[1][0])
+    if not median > 0 or edge >= median:
+        return ""
+    return (f"; {best.policy}'s {edge:+.0%} capacity over plain decoding here is within the planner's median"
+            f" optimism on published speedups near its mean batch of {batch:.0f} sequences (+{median:.0%}): plain"
+            " decoding may carry as much; measure two points (python -m calibration.fit_deployment) before"
+            " relying on the speculative capacity")
