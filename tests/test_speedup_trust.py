@@ -113,3 +113,44 @@ def test_sizing_caveat_when_the_speculative_edge_is_within_the_optimism():
     assert speculation_margin(best.copy().replace({10.0: 15.0}), same) == ""
     assert speculation_margin(best.copy().replace({"h100-sxm": "cpu-xeon-2c"}), same) == ""
     assert speculation_margin(best.copy().replace({"dsd": "plain"}), same) == ""
+
+
+SWEEP_EDGE = """
+name = "edge"
+[sweep]
+base = "sizing-dense-command-a"
+hardware = ["h200"]
+tp = [4]
+dtype = ["fp8"]
+policies = ["plain", "dsd"]
+[traffic.chat]
+rate_per_s = 8.0
+prompt_len = 512
+output_len = 100
+[run]
+n_requests = 20
+search_steps = 0
+duration_s = 2.0
+workers = 1
+[output]
+formats = ["csv"]
+"""
+
+
+@pytest.mark.slow
+def test_sweep_rows_carry_the_sizing_caveat(tmp_path):
+    # one sweep task (Command A on 4 x H200 fp8, the bench sweep's cheap search), plain and dynamic K: the
+    # dsd row's caveat is there exactly when its capacity over the plain row's is smaller than the published
+    # median optimism at its mean batch size (the rule of the sizing headline), and names both figures
+    from simulator.sweep import run_sweep
+    spec = tmp_path / "edge.toml"
+    spec.write_text(SWEEP_EDGE)
+    t = run_sweep(spec, output_dir=tmp_path / "out", progress=False).table.set_index("policy")
+    dsd, plain = t.loc["dsd"], t.loc["plain"]
+    edge = dsd.max_load_per_replica / plain.max_load_per_replica - 1
+    _, median = speedup_band_at([dsd.mean_batch_size])
+    caveat = str(dsd.speculation_caveat) if dsd.speculation_caveat == dsd.speculation_caveat else ""
+    assert bool(caveat) == (edge < median[0])
+    if caveat:
+        assert f"{edge:+.0%} capacity over plain" in caveat and f"(+{median[0]:.0%})" in caveat
+    assert not (plain.speculation_caveat == plain.speculation_caveat and plain.speculation_caveat)

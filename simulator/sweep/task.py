@@ -13,6 +13,7 @@ import pandas as pd
 from simulator.errors import PlannerError
 from simulator.plan.api import predict_scenario
 from simulator.sizing.fleet import size, spec_stops_paying
+from simulator.sizing.ranking import speculation_margin
 from simulator.sizing.spec import SizingOverrides
 from simulator.sizing.uncertainty import uncertainty
 from simulator.specs.scenario import build_scenario
@@ -90,8 +91,11 @@ def run_task(task) -> dict:
                 # the end-to-end band of the capacity row (size's candidate band), not the scenario's own
                 band = {"rel_error": 1.0 - low / cap_ if cap_ and low == low else unc["rel_error"],  # noqa: PLR0124
                         "uncertainty": res.band_note}
+                # as size's headline: a speculative edge over plain smaller than the published optimism
+                caveat = speculation_margin(pd.Series(row), cap, sc).removeprefix("; ")
                 rows.append(base | {"status": "ok"} | cols | {"target_load": res.spec.target_load,
                                                               "load_unit": res.spec.load_unit,
-                                                              "slo": res.spec.slo.describe()} | grid | band)
+                                                              "slo": res.spec.slo.describe(),
+                                                              "speculation_caveat": caveat} | grid | band)
     return {"key": task.key, "index": task.index, "rows": rows, "elapsed_s": time.perf_counter() - t0,
             "cpu_s": time.process_time() - c0}
