@@ -123,5 +123,5 @@ def speedup_bands_text() -> str:
     if not bands:
         return "no published speedup rows scored yet (python -m calibration.transfer)"
     n = sum(b.n for b in bands)
-    return (f"speedups vs plain decoding, zero-shot against {n} published rows: "
+    return (f"zero-shot against {n} published speedups over plain decoding: "
             + "; ".join(b.describe() for b in bands) + f" ({_bands().get('_source', 'the published corpus')})")
