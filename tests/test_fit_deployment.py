@@ -16,6 +16,7 @@ from calibration import fit_deployment as fd
 from simulator.cli import predict as predict_cli
 from simulator.errors import PlannerError
 from simulator.specs.deployment_fit import added_step_s, load_deployment_fit
+from deployment_fit_docs import cpu_fit_doc
 
 REPO = Path(__file__).resolve().parent.parent
 RUNS = REPO / "calibration" / "data" / "runs" / "smollm2-cpu-ngram.csv"
@@ -231,12 +232,7 @@ def test_unwritable_output_refused(tmp_path, capsys):
 
 
 def _fit_doc(model="smollm2-135m") -> dict:
-    return {"format": "dsd-planner-deployment-fit", "format_version": 1,
-            "scenario": {"model": model, "hardware": "cpu-xeon-2c", "tp": 1, "engine": "ideal", "engine_version": "0",
-                         "draft": "ngram"},
-            "terms": {"kernel_scale": {"value": 1.1, "interval": [1.0, 1.2], "fitted": True}},
-            "acceptance": None, "uncertainty": {"step_time_rel": 0.05, "goodput_rel": 0.06},
-            "points": [{"batch_size": 1, "k": 0}, {"batch_size": 8, "k": 2}]}
+    return cpu_fit_doc(model)
 
 
 def test_predict_refuses_a_fit_of_another_deployment(tmp_path, capsys):

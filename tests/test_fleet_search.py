@@ -45,17 +45,10 @@ def test_scalar_host_time_is_the_vector_formula(key):
 
 def _fitted_cpu_scenario(tmp_path):
     """smollm2-cpu (an n-gram draft) with a hand-written deployment fit: every term of step_s in play."""
-    import json
-    doc = {"format": "dsd-planner-deployment-fit", "format_version": 1,
-           "scenario": {"model": "smollm2-135m", "hardware": "cpu-xeon-2c", "tp": 1, "engine": "ideal",
-                        "engine_version": "0", "draft": "ngram"},
-           "terms": {"kernel_scale": {"value": 1.1, "interval": [1.0, 1.2], "fitted": True},
-                     "host_per_step_s": {"value": 1e-3, "interval": [1e-3, 1e-3], "fitted": True},
-                     "spec_per_token_s": {"value": 1e-5, "interval": [1e-5, 1e-5], "fitted": True}},
-           "acceptance": None, "uncertainty": {"step_time_rel": 0.05, "goodput_rel": 0.06},
-           "points": [{"batch_size": 1, "k": 0}, {"batch_size": 8, "k": 2}]}
-    path = tmp_path / "fit.json"
-    path.write_text(json.dumps(doc))
+    from deployment_fit_docs import KERNEL_SCALE, cpu_fit_doc, write_fit
+    path = write_fit(tmp_path, cpu_fit_doc(terms=KERNEL_SCALE | {
+        "host_per_step_s": {"value": 1e-3, "interval": [1e-3, 1e-3], "fitted": True},
+        "spec_per_token_s": {"value": 1e-5, "interval": [1e-5, 1e-5], "fitted": True}}))
     return load_scenario("smollm2-cpu", deployment=str(path))
 
 

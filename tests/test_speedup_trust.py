@@ -81,20 +81,13 @@ def test_predict_quotes_the_band_and_flags_the_rows():
     assert flagged.size and gain_at_risk_text(t).startswith(f"the predicted gain of speculation at B {flagged.min()}")
 
 
-def test_cpu_and_fitted_predictions_do_not_quote_the_gpu_curves():
+def test_cpu_and_fitted_predictions_do_not_quote_the_gpu_curves(tmp_path):
     p = predict("smollm2-cpu")
     assert p.table.speedup_published_mape.isna().all() and not p.table.gain_at_risk.any()
     assert "no published speedup rows on CPUs" in p.provenance["speedup_uncertainty"]
     # a deployment fit of the user's own measurements replaces the zero-shot terms: its interval is quoted
-    import json
-    doc = {"format": "dsd-planner-deployment-fit", "format_version": 1,
-           "scenario": {"model": "smollm2-135m", "hardware": "cpu-xeon-2c", "tp": 1, "engine": "ideal",
-                        "engine_version": "0", "draft": "ngram"},
-           "terms": {"kernel_scale": {"value": 1.1, "interval": [1.0, 1.2], "fitted": True}},
-           "acceptance": None, "uncertainty": {"step_time_rel": 0.05, "goodput_rel": 0.06},
-           "points": [{"batch_size": 1, "k": 0}, {"batch_size": 8, "k": 2}]}
-    path = Path(__import__("tempfile").mkdtemp()) / "fit.json"
-    path.write_text(json.dumps(doc))
+    from deployment_fit_docs import cpu_fit_doc, write_fit
+    path = write_fit(tmp_path, cpu_fit_doc())
     fitted = predict(load_scenario("smollm2-cpu", deployment=str(path)))
     assert fitted.provenance["speedup_uncertainty"].startswith("the interval of the deployment fit fit.json (2 points")
 

@@ -14,6 +14,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from simulator.specs.hardware import load_hardware
+from simulator.specs.uncertainty import speedup_band_at
+
 SIMPLICITY = ("plain", "fixed", "dsd")  # tie-break: the simpler engine setting first
 # How much a candidate's step times rest on: its own device's measured kernel tables beat figures
 # others published for it (matmul and bandwidth maxima: the transfer corpus finds them 2-3x less
@@ -139,8 +142,6 @@ def speculation_margin(best, same: pd.DataFrame, sc=None) -> str:
     hardware is smaller than the planner's median optimism on published speedups at the batch size it
     runs at (:mod:`simulator.plan.speedup_trust`): plain decoding may carry as much. "" otherwise, and where
     the published GPU curves do not describe the candidate (a CPU, or the device a deployment fit measured)."""
-    from simulator.specs.hardware import load_hardware
-    from simulator.specs.uncertainty import speedup_band_at
     if best.policy == "plain" or load_hardware(best.hardware).kind == "cpu":
         return ""
     if sc is not None and getattr(sc, "deployment_fit", None) is not None and best.hardware == sc.hardware.name:
