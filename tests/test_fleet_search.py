@@ -70,6 +70,33 @@ def test_vector_steady_steps_equal_the_loop_steps_to_the_bit(name, tmp_path):
                 np.testing.assert_array_equal(vector, loop)
 
 
+@pytest.mark.parametrize("name", ["sizing-dense-command-a", "qwen3-235b-h200"])
+def test_plain_and_speculative_pricers_share_the_target_tables_exactly(name):
+    # the target pass's tables do not depend on speculation (two fresh builds, one each way, hold the same
+    # numbers): a pricer built from its twin takes the twin's arrays and keeps its own draft tables
+    sc = load_scenario(name)
+    eng = serving.engine_from_scenario(sc)
+    fresh_plain = serving.StepPricer(sc, eng, 6, 300, 5000, False)
+    spec = serving.StepPricer(sc, eng, 6, 300, 5000, True, twin=fresh_plain)
+    plain = serving.StepPricer(sc, eng, 6, 300, 5000, False, twin=spec)
+    fresh_spec = serving.StepPricer(sc, eng, 6, 300, 5000, True)
+    for name_ in serving.StepPricer.TARGET_TABLES:
+        np.testing.assert_array_equal(np.asarray(getattr(fresh_spec, name_), dtype=object),
+                                      np.asarray(getattr(fresh_plain, name_), dtype=object))
+        assert getattr(spec, name_) is getattr(fresh_plain, name_) and getattr(plain, name_) is getattr(spec, name_)
+    np.testing.assert_array_equal(spec.draft, fresh_spec.draft)
+    np.testing.assert_array_equal(spec.extend, fresh_spec.extend)
+    assert not plain.draft.any() and plain.extend is None
+    b = np.arange(1, 301)
+    for pricer, fresh in ((plain, fresh_plain), (spec, fresh_spec)):
+        k = (b // 40) % 7 if pricer.speculative else np.zeros(300, dtype=int)
+        np.testing.assert_array_equal(pricer.decode_steps_s(b, k, b * (k + 1), 900.0, True, 0.0),
+                                      fresh.decode_steps_s(b, k, b * (k + 1), 900.0, True, 0.0))
+    # another setting (a longer context cap: other context buckets) is not taken from the twin
+    longer = serving.StepPricer(sc, eng, 6, 300, 9000, True, twin=fresh_plain)
+    assert longer.attn is not fresh_plain.attn and longer.ctx[-1] > fresh_plain.ctx[-1]
+
+
 @pytest.fixture(scope="module")
 def dense():
     sc = load_scenario("sizing-dense-command-a")

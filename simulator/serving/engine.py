@@ -124,9 +124,16 @@ def engine_from_scenario(sc: Scenario, **overrides) -> EngineConfig:
 class StepPricer:
     """Precomputed step-time tables for one scenario and engine (see the module docstring)."""
 
+    # the tables of the target pass alone (plain and speculative pricers of one setting share them)
+    TARGET_TABLES = ("lin", "n_kernels", "ctx", "_ctx_list", "attn", "_attn_ops_layers",
+                     "verify_sampling_s_per_token", "overhead_prof", "_lin_list", "_overhead0")
+
     def __init__(self, sc: Scenario, engine: EngineConfig, k_max: int, max_seqs: int, max_context: int,
-                 speculative: bool):
+                 speculative: bool, twin: "StepPricer | None" = None):
+        """``twin``: a pricer of the same scenario and settings with speculation the other way round, whose
+        target tables (they do not depend on speculation) this one reuses instead of pricing them again."""
         self.sc, self.engine, self.k_max, self.speculative = sc, engine, k_max, speculative
+        self.max_context = max_context
         self.eager_s = engine.eager_overhead_per_kernel_s if engine.eager_overhead_per_kernel_s is not None \
             else sc.engine.eager_launch_per_kernel_s
         m, dep, hw, prof = sc.model, sc.deployment, sc.hardware, sc.profile
@@ -134,6 +141,33 @@ class StepPricer:
         self.b_top = b_top
         t_top = max(engine.max_num_batched_tokens, max_seqs * (k_max + 1))
         self.t_top = engine.pad_tokens(t_top)[0]
+        if twin is not None and twin.sc is sc and (twin.engine, twin.k_max, twin.max_context, twin.b_top,
+                                                   twin.t_top) == (engine, k_max, max_context, b_top, self.t_top):
+            for name in self.TARGET_TABLES:
+                setattr(self, name, getattr(twin, name))
+        else:
+            self._target_tables(max_context)
+        if speculative:
+            bb, ll = np.meshgrid(np.arange(1, b_top + 1, dtype=float), self.ctx, indexing="ij")
+            per_pass, _ = draft_pass_cost(sc.draft, m, dep, hw, bb, 1.0, ll, prof, pass_time)
+            self.draft = per_pass.total_s  # [B-1, iL], one pass
+            # passes per step by K (K for heads and draft models; one host lookup for n-gram)
+            _, passes = draft_pass_cost(sc.draft, m, dep, hw, np.ones(1), np.arange(k_max + 1.0), 0.0, prof, pass_time)
+            self.passes = np.broadcast_to(passes, (k_max + 1,)).astype(float).tolist()
+            self._extend_table(b_top, k_max)
+        else:
+            self.draft = np.zeros((b_top, len(self.ctx)))
+            self.passes = [0.0] * (k_max + 1)
+            self.extend = None
+        self._lin_extra: dict[int, float] = {}
+        self._prefill_memo: dict[tuple[int, int], float] = {}
+        self._pad_memo: dict[int, tuple[int, bool]] = {}
+        self._rows_memo: dict[tuple[int, int], tuple] = {}
+
+    def _target_tables(self, max_context: int) -> None:
+        """lin(T), attn(B, q, L), the sampling difference of a verify pass and the profile's step terms."""
+        sc, k_max, b_top = self.sc, self.k_max, self.b_top
+        m, dep, hw, prof = sc.model, sc.deployment, sc.hardware, sc.profile
         # lin(T): all target ops but attention, at T = 0..t_top tokens (T = 0 costs nothing)
         t = np.arange(1, self.t_top + 1, dtype=float)
         ops = [o for o in forward_ops(m, dep, hw, t, 1.0, 0.0) if o.family != "attention"]
@@ -151,34 +185,18 @@ class StepPricer:
         attn = [o for o in forward_ops(m, dep, hw, B, q, L) if o.family == "attention"]
         self.attn = pass_time(attn, hw, dep, prof, shape).total_s  # [B-1, q-1, iL]
         self._attn_ops_layers = [(o.name, o.count) for o in attn]
-        if speculative:
-            bb, ll = np.meshgrid(np.arange(1, b_top + 1, dtype=float), self.ctx, indexing="ij")
-            per_pass, _ = draft_pass_cost(sc.draft, m, dep, hw, bb, 1.0, ll, prof, pass_time)
-            self.draft = per_pass.total_s  # [B-1, iL], one pass
-            # passes per step by K (K for heads and draft models; one host lookup for n-gram)
-            _, passes = draft_pass_cost(sc.draft, m, dep, hw, np.ones(1), np.arange(k_max + 1.0), 0.0, prof, pass_time)
-            self.passes = np.broadcast_to(passes, (k_max + 1,)).astype(float).tolist()
-            self._extend_table(b_top, k_max)
-        else:
-            self.draft = np.zeros((b_top, len(self.ctx)))
-            self.passes = [0.0] * (k_max + 1)
-            self.extend = None
         # lin(T) samples every token as plain decoding does; a verify pass's rejection path reads its
         # B (K + 1) rows differently (engine profile [sampling]): the difference per verified token
         delta = dep.kernels.logit_bytes_verify - dep.kernels.logit_bytes_plain
         self.verify_sampling_s_per_token = 0.0 if delta == 0 else float(pass_time(
             [sampling_op("verify_sampling_delta", 1.0, m.vocab_size / 1.0, abs(delta))], hw, dep, prof, ()).total_s
             - pass_time([sampling_op("none", 1.0, m.vocab_size, 0.0)], hw, dep, prof, ()).total_s) * np.sign(delta)
-        self.overhead_prof = step_overhead_s(prof, np.arange(b_top + 1, dtype=float)[:, None],
-                                             np.arange(k_max + 1, dtype=float)[None, :])
-        self.overhead_prof = np.broadcast_to(self.overhead_prof, (b_top + 1, k_max + 1))
-        self._lin_extra: dict[int, float] = {}
-        self._prefill_memo: dict[tuple[int, int], float] = {}
+        self.overhead_prof = np.broadcast_to(step_overhead_s(prof, np.arange(b_top + 1, dtype=float)[:, None],
+                                                             np.arange(k_max + 1, dtype=float)[None, :]),
+                                             (b_top + 1, k_max + 1))
         # step_s reads these as Python scalars (see _rows)
         self._lin_list = self.lin.tolist()
         self._overhead0 = self.overhead_prof[0].tolist()
-        self._pad_memo: dict[int, tuple[int, bool]] = {}
-        self._rows_memo: dict[tuple[int, int], tuple] = {}
 
     def _extend_table(self, b_top: int, k_max: int) -> None:
         """The draft's extend pass over B (K + 1) verified tokens, [B-1, K, iL] (None without one); as

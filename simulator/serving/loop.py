@@ -65,7 +65,9 @@ def pricer_for(sc: Scenario, engine: EngineConfig, k_max: int, max_seqs: int, ma
     hit = _PRICERS.get(key)
     if hit is not None and hit[0] is sc:
         return hit[1]
-    pricer = StepPricer(sc, engine, k_max, max_seqs, max_context, speculative)
+    twin = _PRICERS.get(key[:-1] + (not speculative,))  # the same target tables, speculation the other way
+    pricer = StepPricer(sc, engine, k_max, max_seqs, max_context, speculative,
+                        twin[1] if twin is not None and twin[0] is sc else None)
     if len(_PRICERS) >= _PRICER_SLOTS:
         _PRICERS.pop(next(iter(_PRICERS)))
     _PRICERS[key] = (sc, pricer)
