@@ -15,6 +15,7 @@ import time
 import numpy as np
 
 from simulator.plan.grid import compute_grid
+from simulator.runtime import TOP_PAD_BYTES, keep_freed_memory
 from simulator.specs.scenario import SCENARIO_DIR, load_scenario
 
 TARGET = 1e7
@@ -46,6 +47,9 @@ def main() -> None:
     print(f"context grid: {len(b)} batch sizes x {len(ks)} K x {len(lens)} context lengths = {cells} cells"
           f" (L {lens[0]}..{lens[-1]})")
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; medians of 30 repeats (wall / CPU)")
+    print("allocator: " + (f"glibc malloc keeps {TOP_PAD_BYTES >> 20} MB of freed heap between grids (simulator/runtime.py;"
+                           " DSD_PLANNER_MALLOC=default measures without it)" if keep_freed_memory() else
+                           "as the platform ships it (simulator/runtime.py not applied)"))
     worst_wall = worst_cpu = np.inf
     for name, cal in (("llama-3.1-8b-h100", None), ("llama-3.1-8b-h100", "none"), ("command-a-h100", None),
                       ("qwen3-235b-h200", None), ("qwen3-235b-h200", "none"), ("rl-rollout-long-context", None),

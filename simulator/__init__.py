@@ -9,7 +9,8 @@ Floors, each importing only the ones below it::
     sizing/    SLO capacity search, fleet ranking, uncertainty, reports
     sweep/     fleet sweeps: many models x traffic x hardware x layouts, local pool or Ray
     cli/       predict, serve, size, sweep
-    (errors.py and files.py, the ground floor: one-line errors, all-or-nothing writes)
+    (errors.py, files.py and runtime.py, the ground floor: one-line errors, all-or-nothing writes, the
+    memory allocator tuned for the grids' temporaries)
 
 Notebook use::
 
@@ -18,6 +19,10 @@ Notebook use::
     result.table      # one row per batch size: K*, goodput, speedups, bound regime
     result.grid_rows       # one row per (batch size, K)
 """
+
+from simulator.runtime import keep_freed_memory
+
+keep_freed_memory()  # freed grid temporaries stay in the heap for the next grid (simulator/runtime.py)
 
 _API = ("predict", "Prediction", "predict_scenario")
 

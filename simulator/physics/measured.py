@@ -173,10 +173,13 @@ def _attention_envelope_s(op: Op, surf, peak: float, bw: float):
     if tuple(surf.axes) not in (("batch_heads", "context", "head_dim", "group"), ("batch", "context", "bytes")):
         return None
     seqs, keys = (np.asarray(shape[a], dtype=float) for a in ("sequences", "keys"))
-    if keys.size == 1 and float(keys.ravel()[0]) >= 1 and seqs.ndim:
+    if seqs.ndim and 1 <= keys.size <= MAX_WHOLE_BATCH_CONTEXTS and float(keys.min()) >= 1:
         whole, top = _whole_tokens(seqs)
-        if whole is not None:  # one context length, whole sequences: a table read per batch size
-            t_1 = _attention_whole_batch_table(surf, shape, float(keys.ravel()[0]), peak, bw, top)[whole]
+        if whole is not None:  # whole sequences at a few context lengths: a table read per cell
+            if keys.size == 1:
+                t_1 = _attention_whole_batch_table(surf, shape, float(keys.ravel()[0]), peak, bw, top)[whole]
+            else:
+                t_1 = _attention_whole_batch_tables(surf, shape, keys, peak, bw, top)[whole, _key_index(keys)]
             return attention_time_s(np.broadcast_to(t_1, np.broadcast_shapes(seqs.shape, keys.shape)), shape,
                                     op.flops, peak, bw)
     batch, keys = np.broadcast_arrays(seqs, keys)
@@ -208,8 +211,10 @@ def _attention_lattice(surf, shape: dict, top_batch: float, top_keys: float, pea
     return key, hit
 
 
-# Whole-batch attention tables start this long (one per context length asked for)
+# Whole-batch attention tables start this long (one per context length asked for); a context axis of
+# up to this many lengths reads them (a (B, K, L) grid's L axis), more are interpolated per cell
 MIN_WHOLE_BATCH_TABLE = 1 << 10
+MAX_WHOLE_BATCH_CONTEXTS = 64
 
 
 def _attention_whole_batch_table(surf, shape: dict, keys: float, peak: float, bw: float, top: int):
@@ -224,6 +229,18 @@ def _attention_whole_batch_table(surf, shape: dict, keys: float, peak: float, bw
         if len(surf.envelopes) < 4096:
             surf.envelopes[table_key] = table
     return table
+
+
+def _key_index(keys: np.ndarray) -> np.ndarray:
+    """Each context length's column in :func:`_attention_whole_batch_tables` (the shape of ``keys``)."""
+    return np.arange(keys.size).reshape(keys.shape)
+
+
+def _attention_whole_batch_tables(surf, shape: dict, keys: np.ndarray, peak: float, bw: float, top: int):
+    """(N + 1, n_keys): :func:`_attention_whole_batch_table` at each context length of ``keys`` (in
+    ``keys.ravel()`` order), side by side, rows 0..N with N >= ``top``."""
+    tables = [_attention_whole_batch_table(surf, shape, float(k), peak, bw, top) for k in keys.ravel().tolist()]
+    return np.stack([t[:top + 1] for t in tables], axis=1)
 
 
 def collective_op_time_s(op: Op, profile: Profile | None):
