@@ -75,7 +75,14 @@ def draft_extend_in_graph(engine: EngineProfile, batch, k) -> np.ndarray:
 def pass_time_s(gpu_s, launch_s, kernels, in_graph, eager_per_kernel_s: float) -> np.ndarray:
     """A pass in a graph pays its graph-replay launches; outside one, the host launches each kernel
     while the GPU runs the previous ones, so the slower of the two sets the pass time."""
-    return np.where(in_graph, gpu_s, np.maximum(gpu_s - launch_s, kernels * eager_per_kernel_s))
+    in_graph = np.asarray(in_graph)
+    shape = np.broadcast_shapes(np.shape(gpu_s), np.shape(launch_s), np.shape(kernels), in_graph.shape)
+    if in_graph.all():  # every cell replays a graph (the common case): no select over the whole grid
+        return np.array(np.broadcast_to(gpu_s, shape), dtype=float)
+    eager = np.maximum(gpu_s - launch_s, kernels * eager_per_kernel_s)
+    if not in_graph.any():
+        return eager if np.shape(eager) == shape else np.array(np.broadcast_to(eager, shape), dtype=float)
+    return np.where(in_graph, gpu_s, eager)
 
 
 def host_exposed_s(engine: EngineProfile, batch, k, step_gpu_s, draft_gpu_s, tp: int = 1) -> np.ndarray:
@@ -85,7 +92,12 @@ def host_exposed_s(engine: EngineProfile, batch, k, step_gpu_s, draft_gpu_s, tp:
     host = engine.host_fixed_s + engine.host_per_sequence_s * batch + (engine.tp_broadcast_per_step_s if tp > 1 else 0.0) \
         + np.where(spec, engine.spec_fixed_s + engine.spec_per_sequence_s * batch, 0.0)
     windows = {"none": 0.0, "step": step_gpu_s, "draft": draft_gpu_s}
-    window = np.where(spec, windows[engine.spec_overlap_window], windows[engine.overlap_window])
+    plain_w, spec_w = windows[engine.overlap_window], windows[engine.spec_overlap_window]
+    if engine.spec_overlap_window == engine.overlap_window:  # one rule for K = 0 and K > 0: no selects
+        shape = np.broadcast_shapes(spec.shape, np.shape(host), np.shape(plain_w))
+        exposed = host if engine.overlap_window == "none" else np.maximum(engine.min_exposed_s, host - plain_w)
+        return np.asarray(exposed) if np.shape(exposed) == shape else np.array(np.broadcast_to(exposed, shape))
+    window = np.where(spec, spec_w, plain_w)
     overlap = np.where(spec, engine.spec_overlap_window != "none", engine.overlap_window != "none")
     return np.where(overlap, np.maximum(engine.min_exposed_s, host - window), host)
 

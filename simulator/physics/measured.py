@@ -195,14 +195,18 @@ def _attention_envelope_s(op: Op, surf, peak: float, bw: float):
     return t if covered.all() else np.where(np.broadcast_to(covered, np.shape(t)), t, np.nan)
 
 
+def _attention_static(shape: dict) -> tuple:
+    """The attention shape's fixed sizes (heads, head size, element bytes): part of every cache key."""
+    return tuple(float(shape.get(a, 0.0)) for a in ("q_heads", "kv_heads", "head_dim", "kv_elem_bytes", "a_bytes",
+                                                     "group", "latent", "score_width"))
+
+
 def _attention_lattice(surf, shape: dict, top_batch: float, top_keys: float, peak: float, bw: float):
     """(cache key, lattice) of the q = 1 decode kernel's envelope over sequences x cached keys, spanning
     at least the octaves every lattice spans (so that a cell's price does not depend on the grid)."""
     b_oct = max(int(np.ceil(np.log2(max(top_batch, 2.0)))), MIN_BATCH_OCTAVES)
     l_oct = max(int(np.ceil(np.log2(max(top_keys, 2.0)))), MIN_KEY_OCTAVES)
-    static = tuple(float(shape.get(a, 0.0)) for a in ("q_heads", "kv_heads", "head_dim", "kv_elem_bytes", "a_bytes",
-                                                       "group", "latent", "score_width"))
-    key = ("attention", b_oct, l_oct, peak, bw) + static
+    key = ("attention", b_oct, l_oct, peak, bw) + _attention_static(shape)
     hit = surf.envelopes.get(key)
     if hit is None:
         hit = attention_lattice_s(surf, shape, float(2 ** b_oct), float(2 ** l_oct), peak, bw)
@@ -238,9 +242,17 @@ def _key_index(keys: np.ndarray) -> np.ndarray:
 
 def _attention_whole_batch_tables(surf, shape: dict, keys: np.ndarray, peak: float, bw: float, top: int):
     """(N + 1, n_keys): :func:`_attention_whole_batch_table` at each context length of ``keys`` (in
-    ``keys.ravel()`` order), side by side, rows 0..N with N >= ``top``."""
-    tables = [_attention_whole_batch_table(surf, shape, float(k), peak, bw, top) for k in keys.ravel().tolist()]
-    return np.stack([t[:top + 1] for t in tables], axis=1)
+    ``keys.ravel()`` order), side by side, rows 0..N with N >= ``top`` (cached per set of lengths)."""
+    size = _table_size(top, MIN_WHOLE_BATCH_TABLE)
+    b_oct = max(int(np.ceil(np.log2(max(top, 2.0)))), MIN_BATCH_OCTAVES)  # the lattice each table reads
+    key = ("attention-whole-batch-stack", size, b_oct, peak, bw, keys.tobytes()) + _attention_static(shape)
+    stack = surf.envelopes.get(key)
+    if stack is None:
+        tables = [_attention_whole_batch_table(surf, shape, float(k), peak, bw, top) for k in keys.ravel().tolist()]
+        stack = np.stack([t[:size + 1] for t in tables], axis=1)
+        if len(surf.envelopes) < 4096:
+            surf.envelopes[key] = stack
+    return stack
 
 
 def collective_op_time_s(op: Op, profile: Profile | None):
