@@ -89,13 +89,28 @@ def _expected_max_normal(means: np.ndarray, stds: np.ndarray, points: int = 96) 
 _BUSIEST_NODES = 64
 
 
+_RATIOS: dict = {}  # (group means, variances, token range) -> (log nodes, E[max] / mean there): grids repeat them
+
+
+def _busiest_ratio(lo: float, hi: float, m: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(log of the token-count nodes, E[max] / mean load at them) on the log-spaced nodes over [lo, hi]."""
+    key = (lo, hi, m.tobytes(), v.tobytes())
+    hit = _RATIOS.get(key)
+    if hit is None:
+        nodes = np.geomspace(lo, hi, _BUSIEST_NODES)
+        ratio = _expected_max_normal(nodes[:, None] * m[None, :], np.sqrt(nodes[:, None] * v[None, :])) / (nodes * m.max())
+        if len(_RATIOS) >= 256:
+            _RATIOS.clear()
+        hit = _RATIOS[key] = (np.log(nodes), ratio)
+    return hit
+
+
 def _busiest_pairs(tokens: np.ndarray, m: np.ndarray, v: np.ndarray) -> np.ndarray:
     """Expected token-expert pairs on the busiest group for every token count in ``tokens``."""
     unique, inverse = np.unique(tokens.ravel(), return_inverse=True)
     if unique.size > _BUSIEST_NODES and unique[0] > 0:
-        nodes = np.geomspace(unique[0], unique[-1], _BUSIEST_NODES)
-        ratio = _expected_max_normal(nodes[:, None] * m[None, :], np.sqrt(nodes[:, None] * v[None, :])) / (nodes * m.max())
-        busiest = unique * m.max() * np.interp(np.log(unique), np.log(nodes), ratio)
+        log_nodes, ratio = _busiest_ratio(float(unique[0]), float(unique[-1]), m, v)
+        busiest = unique * m.max() * np.interp(np.log(unique), log_nodes, ratio)
     else:
         busiest = _expected_max_normal(unique[:, None] * m[None, :], np.sqrt(unique[:, None] * v[None, :]))
     return busiest[np.ravel(inverse)].reshape(tokens.shape)
