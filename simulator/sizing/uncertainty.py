@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from simulator.specs.scenario import Scenario
@@ -60,10 +61,16 @@ def _number(v) -> bool:
 
 def _where(path) -> str:
     """A profile path relative to the repository when it lies inside it."""
+    return _relative_to_repo(str(path))
+
+
+@lru_cache(maxsize=256)
+def _relative_to_repo(path: str) -> str:
+    # resolving touches the file system: every band note names the same few profiles many times
     try:
         return str(Path(path).resolve().relative_to(Path(__file__).resolve().parent.parent.parent))
     except ValueError:
-        return str(path)
+        return path
 
 
 def _profile_errors(sc: Scenario) -> list[tuple[str, float]]:
