@@ -62,14 +62,16 @@ def draft_in_graph(engine: EngineProfile, batch) -> np.ndarray:
     return ok & (batch <= engine.spec_capture_max_batch) if engine.spec_capture_max_batch else ok
 
 
-def draft_extend_in_graph(engine: EngineProfile, batch, k) -> np.ndarray:
+def draft_extend_in_graph(engine: EngineProfile, batch, k, verify_graph=None) -> np.ndarray:
     """Whether the draft's extend pass (B (K + 1) tokens, the verify pass's size) replays a graph: the
     engine's own rule for it where its profile states one, else that of the draft passes, within
-    the verify pass's capture range either way."""
+    the verify pass's capture range either way (``verify_graph``: that range's mask, when known)."""
     captured = engine.draft_captured if engine.draft_extend_captured is None else engine.draft_extend_captured
     if not captured:
         return np.zeros(np.broadcast(np.asarray(batch), np.asarray(k)).shape, dtype=bool)
-    return verify_in_graph(engine, batch, k) & draft_in_graph(engine, batch)
+    if verify_graph is None:
+        verify_graph = verify_in_graph(engine, batch, k)
+    return verify_graph & draft_in_graph(engine, batch)
 
 
 def pass_time_s(gpu_s, launch_s, kernels, in_graph, eager_per_kernel_s: float) -> np.ndarray:

@@ -148,21 +148,23 @@ def _gemm_whole_token_table(surf, n: float, k: float, w: float, a: float, peak: 
     return table
 
 
-_LAST_WHOLE = (None, None, 0)  # (token array, its whole-number index or None, its max): ops of a pass share m
+_RECENT_WHOLE: tuple = ()  # ((token array, its whole-number index or None, its max), ...): the last few asked
 
 
 def _whole_tokens(m: np.ndarray):
-    """(m as an index array, max m) when every m is a whole number >= 1, else (None, 0). The GEMMs of
-    a pass share one token array, so the last answer is kept for the next op (a tuple read: safe
-    across threads)."""
-    global _LAST_WHOLE
-    last = _LAST_WHOLE
-    if last[0] is m:
-        return last[1], last[2]
+    """(m as an index array, max m) when every m is a whole number >= 1, else (None, 0). The ops of a
+    pass share a few size arrays (tokens, sequences), asked in turn, so the last few answers are kept
+    (the entries hold their arrays, so an id is never reused while kept; a tuple read: safe across
+    threads)."""
+    global _RECENT_WHOLE
+    recent = _RECENT_WHOLE
+    for entry in recent:
+        if entry[0] is m:
+            return entry[1], entry[2]
     index = m.astype(np.intp)
     ok = m.size and bool((index == m).all()) and int(index.min()) >= 1
     answer = (index, int(index.max())) if ok else (None, 0)
-    _LAST_WHOLE = (m,) + answer
+    _RECENT_WHOLE = ((m,) + answer,) + recent[:7]
     return answer
 
 

@@ -209,7 +209,7 @@ def engine_pass_times(sc, B, K, verify: PassCost, draft_pass: PassCost, passes, 
         draft_step_s = draft_one * passes
     else:
         extend_s = pass_time_s(extend.total_s, extend.launch_s, extend.n_kernels,
-                               draft_extend_in_graph(eng, B, K), eng.eager_launch_per_kernel_s)
+                               draft_extend_in_graph(eng, B, K, in_graph), eng.eager_launch_per_kernel_s)
         draft_step_s = np.where(K > 0, draft_one * (passes - 1) + extend_s, 0.0)
     host_s = host_exposed_s(eng, B, K, verify_s + draft_step_s, draft_step_s, sc.deployment.tp)
     if not host_draft:
