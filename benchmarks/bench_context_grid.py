@@ -16,6 +16,7 @@ import time
 
 import numpy as np
 
+from bench_grid import memory_limits  # same folder: run as python benchmarks/bench_context_grid.py
 from simulator.physics.memory import kv_bytes_per_gpu, weight_bytes_per_gpu
 from simulator.plan.grid import compute_grid
 from simulator.runtime import TOP_PAD_BYTES, keep_freed_memory
@@ -67,6 +68,9 @@ def main() -> None:
     print(f"context grid: {len(b)} batch sizes x {len(ks)} K x {len(lens)} context lengths = {cells} cells"
           f" (L {lens[0]}..{lens[-1]})")
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; medians of 30 repeats (wall / CPU)")
+    bw, pass_s, add_s = memory_limits(cells)
+    print(f"memory-bandwidth limit: {bw / 1e9:.1f} GB/s on this machine (256 MB copy): one pass over a {cells}-cell float64"
+          f" array (read two, write one) {pass_s * 1e6:.0f} us at that rate, a numpy add on such arrays {add_s * 1e6:.0f} us")
     print("allocator: " + (f"glibc malloc keeps {TOP_PAD_BYTES >> 20} MB of freed heap between grids (simulator/runtime.py;"
                            " DSD_PLANNER_MALLOC=default measures without it)" if keep_freed_memory() else
                            "as the platform ships it (simulator/runtime.py not applied)"))
@@ -80,7 +84,7 @@ def main() -> None:
         label = name + (" (datasheet)" if cal == "none" else "")
         print(f"  {label:36s} 3-D {w3 * 1e3:6.2f} / {c3 * 1e3:6.2f} ms = {cells / w3 / 1e6:5.1f} / {cells / c3 / 1e6:5.1f}"
               f" M cells/s {'ok  ' if cells / w3 >= TARGET else 'MISS'} | naive numpy roofline {w_ref * 1e3:5.2f} ms"
-              f" ({cells / w_ref / 1e6:5.1f} M cells/s): {w3 / w_ref:4.1f}x | 1-D 512 x 9: {w1 * 1e3:5.2f} / {c1 * 1e3:5.2f} ms")
+              f" ({cells / w_ref / 1e6:5.1f} M cells/s): {w3 / w_ref:4.1f}x | {w3 / pass_s:3.0f} passes at the bandwidth limit | 1-D 512 x 9: {w1 * 1e3:5.2f} / {c1 * 1e3:5.2f} ms")
         print(f"  {'':36s} step times: {sc.cost_source[:90]}")
     print(f"slowest: {worst_wall / 1e6:.1f} M cells/s wall, {worst_cpu / 1e6:.1f} M cells/s CPU"
           f" (target {TARGET / 1e6:.0f} M cells/s)")
