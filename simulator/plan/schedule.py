@@ -49,11 +49,13 @@ def schedule_k_index(goodput: np.ndarray, fits: np.ndarray, tolerance: float = S
     none = ~np.isfinite(best)
     with np.errstate(invalid="ignore", divide="ignore"):
         rel = np.where(none[:, None, :], 0.0, g / np.where(none, 1.0, best)[:, None, :])
-    # states 0..nk-1 are the K; state nk is "nothing fits", the only state where no K fits
-    allowed = np.concatenate([rel >= 1.0 - tolerance, none[:, None, :]], axis=1) & np.concatenate(
-        [~none[:, None, :].repeat(nk, axis=1), none[:, None, :]], axis=1)
-    gain = np.concatenate([np.where(np.isfinite(rel), rel, 0.0), np.zeros((nb, 1, rel.shape[2]))], axis=1)
-    idx = _backtrack(*_forward(allowed, gain))
+    # states 0..nk-1 are the K; state nk is "nothing fits", the only state where no K fits. A state's
+    # penalty is minus its relative goodput where it is allowed (0 for "nothing fits"), inf where not
+    penalty = np.full((nb, nk + 1, rel.shape[2]), np.inf)
+    with np.errstate(invalid="ignore"):
+        np.negative(rel, out=penalty[:, :nk], where=(rel >= 1.0 - tolerance) & ~none[:, None, :])
+    penalty[:, nk] = np.where(none, -0.0, np.inf)
+    idx = _backtrack(*_forward(penalty))
     return np.where(idx == nk, -1, idx).reshape((nb,) + cells)
 
 
@@ -62,11 +64,10 @@ def schedule_k_index(goodput: np.ndarray, fits: np.ndarray, tolerance: float = S
 RANGE_WEIGHT = 1e6
 
 
-def _forward(allowed: np.ndarray, gain: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Forward pass of the DP over (i, state, cell), C_i = min(C_{i-1}, min_J C_{i-1}(J) + W) - g_i
-    (inf where a state is not allowed): whether each state at i stayed on its K (else it switched from
-    the best state at i-1), that best state, and the best state at the end."""
-    penalty = np.where(allowed, -gain, np.inf)
+def _forward(penalty: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Forward pass of the DP over (i, state, cell), C_i = min(C_{i-1}, min_J C_{i-1}(J) + W) + p_i with
+    p_i = -g_i (inf where a state is not allowed): whether each state at i stayed on its K (else it
+    switched from the best state at i-1), that best state, and the best state at the end."""
     keys = _forward_keys(penalty) if penalty.shape[2] == 1 else _forward_keys_cells(penalty)
     prev = keys[:-1]
     stayed = np.concatenate([np.zeros_like(keys[:1], dtype=bool),
@@ -82,15 +83,20 @@ def _forward_keys_cells(penalty: np.ndarray) -> np.ndarray:
     keys = np.empty_like(penalty)
     keys[0] = penalty[0] + RANGE_WEIGHT
     run_end = _single_state_runs(penalty)
-    i = 1
-    while i < len(keys):
+    best = np.empty(penalty.shape[2:])  # min_J C_{i-1}(J) + W, one per cell
+    reduce_min, minimum, add = np.minimum.reduce, np.minimum, np.add  # bound once: ufunc calls per row
+    i, n = 1, len(keys)
+    while i < n:
         j = run_end[i]
         if j >= i:
             keys[i:j + 1] = np.add.accumulate(np.concatenate([keys[i - 1:i], penalty[i:j + 1]]), axis=0)[1:]
             i = j + 1
             continue
-        np.minimum(keys[i - 1], keys[i - 1].min(axis=0) + RANGE_WEIGHT, out=keys[i])
-        keys[i] += penalty[i]
+        prev, cur = keys[i - 1], keys[i]
+        reduce_min(prev, axis=0, out=best)
+        add(best, RANGE_WEIGHT, out=best)
+        minimum(prev, best, out=cur)
+        add(cur, penalty[i], out=cur)
         i += 1
     return keys
 
