@@ -97,9 +97,10 @@ def step_floor_s(pricer, max_seqs: int, speculative: bool) -> float:
     memo = pricer.__dict__.setdefault("_step_floors", {})  # a load search reuses the pricer across its runs
     key = (int(max_seqs), bool(speculative))
     if key not in memo:
-        steps = [pricer.step_s(b, 0, b, 0.0, speculative, 0.0)[0] for b in range(1, max(int(max_seqs), 1) + 1)]
-        steps.append(pricer.step_s(0, 0, 1, 0.0, speculative, 0.0)[0])
-        memo[key] = max(min(steps), 0.0) * (1.0 - 1e-9)
+        b = np.arange(1, max(int(max_seqs), 1) + 1)  # one vector call: the loop's step prices to the bit
+        decode = pricer.decode_steps_s(b, np.zeros_like(b), b, 0.0, speculative, 0.0)
+        prompt = pricer.step_s(0, 0, 1, 0.0, speculative, 0.0)[0]
+        memo[key] = max(min(float(decode.min()), prompt), 0.0) * (1.0 - 1e-9)
     return memo[key]
 
 
