@@ -173,6 +173,31 @@ def test_a_cells_price_does_not_depend_on_the_other_cells_evaluated():
     assert beside[0, 1] == alone
 
 
+@pytest.mark.parametrize("name", ["command-a-h100", "deepseek-v3-dp-ep"])
+def test_a_context_axis_read_from_whole_batch_tables_prices_as_the_lattice_does(name):
+    # up to MAX_WHOLE_BATCH_CONTEXTS context lengths of whole batch sizes are read from one table per
+    # length; more go through the lattice interpolation per cell: the same lengths must cost the same
+    # either way (GQA decode and MLA, a verify pass of q = 1..9 queries)
+    from simulator.physics.layers import forward_ops
+    from simulator.physics.measured import MAX_WHOLE_BATCH_CONTEXTS
+    from simulator.physics.operators import evaluate
+    from simulator.specs.scenario import load_scenario
+
+    sc = load_scenario(f"scenarios/{name}.toml")
+    m, dep, hw, prof = sc.model, sc.deployment, sc.hardware, sc.profile
+    few = np.unique(np.round(np.geomspace(300, 120_000, 16)))
+    many = np.concatenate([few, np.arange(1, MAX_WHOLE_BATCH_CONTEXTS) * 97.0 + 1])  # > 64 lengths
+    B, q = np.arange(1.0, 301.0)[:, None, None], np.arange(1.0, 10.0)[None, :, None]
+
+    def attention_s(lens):
+        L = lens[None, None, :]
+        ops = [o for o in forward_ops(m, dep, hw, B, q, L) if o.family == "attention"]
+        assert ops and all(o.surface in ("attention_decode", "mla_decode") for o in ops)
+        return evaluate(ops, hw, dep, prof, np.broadcast_shapes(B.shape, q.shape, L.shape)).total_s
+
+    np.testing.assert_allclose(attention_s(few), attention_s(many)[:, :, :few.size], rtol=1e-13, atol=0)
+
+
 def test_pool_adjacent_violators_by_hand_and_against_scipy():
     """specs.surfaces.isotonic_increasing (the planner's own PAVA; scipy.optimize is not imported at run
     time). Hand: y = 3, 1, 2 with weights 1, 1, 2: 3 > 1 pools to 2 (weight 2); 2 > 2 is no violation:
