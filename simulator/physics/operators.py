@@ -196,15 +196,19 @@ class PassTime:
     n_kernels: float
 
 
-def pass_time(ops: list[Op], hw: Hardware, dep: Deployment, profile: Profile | None, shape) -> PassTime:
+def pass_time(ops: list[Op], hw: Hardware, dep: Deployment, profile: Profile | None, shape,
+              instances: list | None = None) -> PassTime:
     """The summed time of ``ops``: sum_o count_o s_o (t_o + kernels_o tau [not measured]), each op
     priced at its own shape (a batch-only op over the batch axis alone) and broadcast once per shape;
-    equal to ``evaluate(...).total_s`` up to the order of the sum."""
+    equal to ``evaluate(...).total_s`` up to the order of the sum. ``instances``: a list that receives
+    each op's :func:`_instance_s` answer, for :func:`evaluate` to reuse."""
     peak, bw, tau, scale = _device_terms(hw, dep, profile)
     by_shape: dict[tuple, np.ndarray] = {}
     launch, kernels = 0.0, 0.0
     for op in ops:
-        t, measured, _ = _instance_s(op, profile, dep.kernels.engine, peak, bw)
+        t, measured, parts = _instance_s(op, profile, dep.kernels.engine, peak, bw)
+        if instances is not None:
+            instances.append((t, measured, parts))
         s = 1.0 if op.comm_s is not None else scale
         kernels += op.count * op.kernels
         if not measured:
@@ -218,10 +222,12 @@ def pass_time(ops: list[Op], hw: Hardware, dep: Deployment, profile: Profile | N
     return PassTime(total, launch, kernels)
 
 
-def evaluate(ops: list[Op], hw: Hardware, dep: Deployment, profile: Profile | None, shape) -> StepCost:
+def evaluate(ops: list[Op], hw: Hardware, dep: Deployment, profile: Profile | None, shape,
+             instances: list | None = None) -> StepCost:
     """Price each op on the device: roofline max(compute, memory) plus launch overhead (see the
     module docstring for measured surfaces and collectives). An op priced from a measured table keeps
-    the table's time and splits it in the ratio of its roofline terms (which one bounds it)."""
+    the table's time and splits it in the ratio of its roofline terms (which one bounds it).
+    ``instances``: each op's :func:`_instance_s` answer, as :func:`pass_time` collected it."""
     peak, bw, tau, engine_scale = _device_terms(hw, dep, profile)
     n = len(ops)
     flops = np.empty((n,) + shape)
@@ -234,7 +240,8 @@ def evaluate(ops: list[Op], hw: Hardware, dep: Deployment, profile: Profile | No
     for i, op in enumerate(ops):
         np.multiply(op.flops, op.count, out=flops[i, ...])
         np.multiply(op.nbytes, op.count, out=nbytes[i, ...])
-        t, measured[i], parts = _instance_s(op, profile, dep.kernels.engine, peak, bw)
+        t, measured[i], parts = instances[i] if instances is not None else _instance_s(
+            op, profile, dep.kernels.engine, peak, bw)
         if op.comm_s is not None:
             is_comm[i] = True
             np.multiply(t, op.count, out=memory_s[i, ...])
@@ -289,5 +296,8 @@ class PassCost:
 
 
 def price_pass(ops: list[Op], hw: Hardware, dep: Deployment, profile: Profile | None, shape) -> PassCost:
-    """:func:`pass_time` now, :func:`evaluate` of the same ops on first use of the detail."""
-    return PassCost(pass_time(ops, hw, dep, profile, shape), lambda: evaluate(ops, hw, dep, profile, shape))
+    """:func:`pass_time` now, :func:`evaluate` of the same ops on first use of the detail (reusing the
+    ops' prices the sum was made of)."""
+    instances: list = []
+    return PassCost(pass_time(ops, hw, dep, profile, shape, instances),
+                    lambda: evaluate(ops, hw, dep, profile, shape, instances))

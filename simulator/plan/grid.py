@@ -153,10 +153,11 @@ class Grid:
             by_ctx = self.verify_context.detail.time_by_regime()
             parts[0] = {n: parts[0][n] + by_ctx[n] for n in names}
             kernel_s = kernel_s + self.verify_context.total_s
-        extend = self._extend_at_k() if self.draft_extend is not None else None
-        if extend is not None:
-            kernel_s = kernel_s + extend.total_s
-            parts.append(extend.time_by_regime())
+        extend = self.draft_extend.detail if self.draft_extend is not None else None
+        if extend is not None:  # at K > 0 only: x 1 or x 0, exact either way (no scaled copy of the detail)
+            at_k = (self.ks > 0).astype(float).reshape((1, -1) + (1,) * (self.itl_s.ndim - 2))
+            kernel_s = kernel_s + extend.total_s * at_k
+            parts.append({n: v * at_k for n, v in extend.time_by_regime().items()})
         eager = np.maximum(self.verify_s + self.draft_step_s - kernel_s, 0.0)
         stacked = np.stack([np.broadcast_to(parts[0][n] + parts[1][n] * passes
                                             + (parts[2][n] if extend is not None else 0.0)
