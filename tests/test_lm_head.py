@@ -77,18 +77,18 @@ def test_self_speculation_catch_up_pass_runs_two_tokens_per_sequence():
     """MagicDec's loop (selfspec_benchmark.py, next_double): after a step in which any sequence took every
     draft, the next step's first draft pass runs two tokens for the whole batch. That pass is priced
     as the target over its compressed KV at two queries per sequence; without the flag there is none."""
-    from simulator.physics.draft_cost import draft_extend_cost, draft_pass_cost
+    from simulator.physics.draft_cost import DraftSetting, draft_extend_cost, draft_pass_cost
     from simulator.physics.operators import evaluate
     from simulator.specs.drafts import parse_draft
     model, hw, draft = load_model("llama-3.1-8b"), load_hardware("a100-80gb"), parse_draft("self:512")
     B, K, ctx = np.array([[256.0]]), np.array([[2.0]]), 4000.0
     plain = Deployment(tp=TP)
-    assert draft_extend_cost(draft, model, plain, hw, B, K, ctx, None) is None
+    assert draft_extend_cost(DraftSetting(draft, model, plain, hw), B, K, ctx) is None
     dep = Deployment(tp=TP, kernels=EngineKernels(self_spec_catch_up=True))
-    first = float(draft_extend_cost(draft, model, dep, hw, B, K, ctx, None).total_s.ravel()[0])
+    first = float(draft_extend_cost(DraftSetting(draft, model, dep, hw), B, K, ctx).total_s.ravel()[0])
     # by hand: the same forward as a one-token draft pass, at 2 queries per sequence over 512 tokens
     from simulator.physics.layers import forward_ops
     two = float(evaluate(forward_ops(model, dep, hw, B, 2.0, 512.0, "draft_extend."), hw, dep, None, B.shape).total_s.ravel()[0])
-    one = float(draft_pass_cost(draft, model, dep, hw, B, K, ctx, None)[0].total_s.ravel()[0])
+    one = float(draft_pass_cost(DraftSetting(draft, model, dep, hw), B, K, ctx)[0].total_s.ravel()[0])
     assert first == pytest.approx(two)
     assert first > 1.2 * one  # 512 tokens of GEMM instead of 256 on the datasheet roofline at B = 256

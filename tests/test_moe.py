@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from simulator.errors import PlannerError
 from simulator.physics.attribution import GROUPS, describe_growth, verify_growth
-from simulator.physics.draft_cost import draft_pass_cost
+from simulator.physics.draft_cost import DraftSetting, draft_pass_cost
 from simulator.physics.experts import (busiest_group_load, experts_touched, experts_touched_correlated, fit_reuse,
                                        reuse_from_trace)
 from simulator.physics.layers import forward_ops
@@ -268,7 +268,7 @@ def test_mtp_module_is_a_moe_block_in_cost_and_memory():
     hw = load_hardware("h200")
     draft = parse_draft("mtp")
     assert ds.num_mtp_layers == 1 and draft.label == "mtp"
-    cost, passes = draft_pass_cost(draft, ds, dep, hw, np.array([8.0]), np.array([3.0]), 1024.0, None)
+    cost, passes = draft_pass_cost(DraftSetting(draft, ds, dep, hw), np.array([8.0]), np.array([3.0]), 1024.0)
     assert "draft.moe_experts" in cost.names and "draft.moe_dispatch" in cost.names
     assert float(np.ravel(passes)[0]) == 3.0
     # weights: one MTP module = attention + MoE layer + 2D -> D projection (embedding, head shared).
@@ -364,7 +364,7 @@ def test_self_draft_is_the_target_over_its_compressed_kv():
     assert draft.method == "self" and draft.kv_budget == 512 and draft.label == "self:512"
     m, hw, dep = load_model("llama-3.1-8b"), load_hardware("a100-80gb"), Deployment(tp=8)
     B = np.array([32.0, 64.0])
-    per_pass, passes = draft_pass_cost(draft, m, dep, hw, B, 3.0, 32000.0, None)
+    per_pass, passes = draft_pass_cost(DraftSetting(draft, m, dep, hw), B, 3.0, 32000.0)
     plain_at_w = evaluate(forward_ops(m, dep, hw, B, 1.0, 512.0), hw, dep, None, B.shape)
     np.testing.assert_allclose(per_pass.total_s, plain_at_w.total_s, rtol=1e-12)
     assert passes == 3.0

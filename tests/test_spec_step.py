@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from simulator import predict
-from simulator.physics.draft_cost import draft_extend_cost, draft_pass_cost
+from simulator.physics.draft_cost import DraftSetting, draft_extend_cost, draft_pass_cost
 from simulator.specs.scenario import build_scenario
 
 
@@ -25,7 +25,7 @@ def _scenario(engine=None, **workload):
 def test_extend_pass_runs_the_draft_layer_over_every_verified_token_and_the_head_over_b_rows():
     sc = _scenario()
     B, K = np.array([[8.0]]), np.array([[3.0]])
-    ext = draft_extend_cost(sc.draft, sc.model, sc.deployment, sc.hardware, B, K, 512.0, None)
+    ext = draft_extend_cost(DraftSetting.of(sc), B, K, 512.0)
     by_name = dict(zip(ext.names, ext.flops[:, 0, 0]))
     # T = B (K + 1) = 32 tokens through gate+up [4096 -> 2 x 14336]: 2 T N K FLOPs
     assert by_name["draft_extend.mlp_gate_up"] == pytest.approx(2 * 32 * 2 * 14336 * 4096)
@@ -39,10 +39,8 @@ def test_draft_step_is_k_minus_one_passes_plus_the_extend_pass():
     p = predict(_scenario(engine={"name": "ideal"}))
     g = p.grid
     sc = p.scenario
-    per_pass, _ = draft_pass_cost(sc.draft, sc.model, sc.deployment, sc.hardware, np.array([[8.0]]), 1.0, 512.0,
-                                  None)
-    ext = draft_extend_cost(sc.draft, sc.model, sc.deployment, sc.hardware, np.array([[8.0]]), np.array([[3.0]]),
-                            512.0, None)
+    per_pass, _ = draft_pass_cost(DraftSetting.of(sc), np.array([[8.0]]), 1.0, 512.0)
+    ext = draft_extend_cost(DraftSetting.of(sc), np.array([[8.0]]), np.array([[3.0]]), 512.0)
     k3 = g.k_index(3)
     assert g.draft_step_s[0, k3] == pytest.approx(2 * per_pass.total_s[0, 0] + ext.total_s[0, 0])
     assert g.draft_step_s[0, g.k_index(0)] == 0.0
@@ -52,12 +50,10 @@ def test_sglang_044_runs_the_extend_pass_eagerly():
     # forward_draft_extend_after_decode: DRAFT_EXTEND is not a CUDA-graph mode in the 0.4.4 wheel
     eager = predict(_scenario(engine={"name": "sglang", "version": "0.4.4"}))
     sc = eager.scenario
-    ext = draft_extend_cost(sc.draft, sc.model, sc.deployment, sc.hardware, np.array([[8.0]]), np.array([[3.0]]),
-                            512.0, None)
+    ext = draft_extend_cost(DraftSetting.of(sc), np.array([[8.0]]), np.array([[3.0]]), 512.0)
     per_kernel = sc.engine.eager_launch_per_kernel_s
     expected_extend = max(ext.total_s[0, 0] - ext.launch_s[:, 0, 0].sum(), ext.n_kernels * per_kernel)
-    per_pass, _ = draft_pass_cost(sc.draft, sc.model, sc.deployment, sc.hardware, np.array([[8.0]]), 1.0, 512.0,
-                                  None)
+    per_pass, _ = draft_pass_cost(DraftSetting.of(sc), np.array([[8.0]]), 1.0, 512.0)
     g = eager.grid
     assert g.draft_step_s[0, g.k_index(3)] == pytest.approx(2 * per_pass.total_s[0, 0] + expected_extend)
 

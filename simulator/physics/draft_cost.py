@@ -17,6 +17,8 @@ it, run eagerly). So a step prices K - 1 one-token passes and one extend pass:
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from simulator.physics.layers import (attention_deployment, decoder_layers_ops, forward_ops, gemm, head_ops,
@@ -44,6 +46,23 @@ def _head_layer_ops(target: ModelSpec, dep: Deployment, hw: Hardware, batch, con
     return ops
 
 
+@dataclass(frozen=True)
+class DraftSetting:
+    """What a draft pass is priced with: the draft, the target it proposes for, the target's deployment,
+    the device and the calibration profile (None: the datasheet roofline)."""
+
+    draft: DraftSpec
+    target: ModelSpec
+    dep: Deployment
+    hw: Hardware
+    profile: Profile | None = None
+
+    @classmethod
+    def of(cls, sc) -> "DraftSetting":
+        """The setting of a scenario (anything with draft, model, deployment, hardware and profile)."""
+        return cls(sc.draft, sc.model, sc.deployment, sc.hardware, sc.profile)
+
+
 # Methods whose first draft pass of a step is the extend pass over the verified positions (above).
 EXTEND_METHODS = ("eagle", "eagle3", "mtp", "model")
 
@@ -54,13 +73,13 @@ def has_extend_pass(draft: DraftSpec, dep: Deployment | None = None) -> bool:
                                               and dep.kernels.self_spec_catch_up)
 
 
-def draft_extend_cost(draft: DraftSpec, target: ModelSpec, dep: Deployment, hw: Hardware, batch, k,
-                      context_len, profile: Profile | None, price=evaluate) -> StepCost | None:
+def draft_extend_cost(setting: DraftSetting, batch, k, context_len, price=evaluate) -> StepCost | None:
     """The extend pass over the (B, K) grid: the draft's layers over B (K + 1) verified tokens (their
     attention: K + 1 queries per sequence over the context), its LM head and sampling at B rows;
     for self-speculation on an engine whose first draft pass catches up two tokens, that pass; None for
     methods without one (n-gram, early-exit, other self-speculation). ``price``: :func:`evaluate`
     (per op) or :func:`simulator.physics.operators.price_pass` (the sum first)."""
+    draft, target, dep, hw, profile = setting.draft, setting.target, setting.dep, setting.hw, setting.profile
     if not has_extend_pass(draft, dep):
         return None
     batch, k = np.asarray(batch, dtype=float), np.asarray(k, dtype=float)
@@ -93,14 +112,14 @@ def draft_extend_cost(draft: DraftSpec, target: ModelSpec, dep: Deployment, hw: 
     return price(ops, hw, dep, profile, shape)
 
 
-def draft_pass_cost(draft: DraftSpec, target: ModelSpec, dep: Deployment, hw: Hardware, batch, k,
-                    context_len: float, profile: Profile | None, price=evaluate) -> tuple[StepCost, np.ndarray]:
+def draft_pass_cost(setting: DraftSetting, batch, k, context_len, price=evaluate) -> tuple[StepCost, np.ndarray]:
     """(cost of one draft pass at the shape of ``batch``, number of passes = K); ``price`` as for
     :func:`draft_extend_cost` (a host-side n-gram lookup is a StepCost either way).
 
     Draft passes process one token per sequence whatever K is, so they are priced once per batch
     size and scaled by K: a 512 x 9 grid needs 512 evaluations, not 4608.
     """
+    draft, target, dep, hw, profile = setting.draft, setting.target, setting.dep, setting.hw, setting.profile
     k = np.asarray(k, dtype=float)
     batch = np.asarray(batch, dtype=float)
     shape = batch.shape

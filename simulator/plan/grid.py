@@ -28,7 +28,7 @@ from simulator.physics.layers import forward_ops, verify_logit_bytes
 from simulator.plan.acceptance_risk import banded_acceptance_lengths, k_at_each_rate_set, robust_score
 from simulator.physics.memory import step_memory_bytes
 from simulator.physics.operators import PassCost, StepCost, price_pass
-from simulator.physics.draft_cost import draft_extend_cost, draft_pass_cost
+from simulator.physics.draft_cost import DraftSetting, draft_extend_cost, draft_pass_cost
 from simulator.physics.engine_time import (draft_extend_in_graph, draft_in_graph, host_exposed_s, pass_time_s,
                                            verify_in_graph)
 from simulator.physics.experts import experts_touched_correlated
@@ -244,11 +244,11 @@ def _evaluate(sc, b, k, c) -> Grid:
     """Every term of the grid over (B, K, L) arrays: shapes (n_batch, n_k, n_ctx)."""
     B, K, C = b[:, None, None], k[None, :, None], c[None, None, :]
     verify, verify_context = verify_over_context(sc, B, K, C)
-    draft_pass, passes = draft_pass_cost(sc.draft, sc.model, sc.deployment, sc.hardware,
-                                         np.broadcast_to(B, (b.size, 1, c.size)), K, C, sc.profile, price_pass)
+    setting = DraftSetting.of(sc)
+    draft_pass, passes = draft_pass_cost(setting, np.broadcast_to(B, (b.size, 1, c.size)), K, C, price_pass)
     if isinstance(draft_pass, StepCost):  # a host-side lookup: no ops to price
         draft_pass = PassCost.of(draft_pass)
-    extend = draft_extend_cost(sc.draft, sc.model, sc.deployment, sc.hardware, B, K, C, sc.profile, price_pass)
+    extend = draft_extend_cost(setting, B, K, C, price_pass)
     verify_s, draft_step_s, in_graph, host_s = engine_pass_times(sc, B, K, verify, draft_pass, passes, extend,
                                                                  verify_context)
     verify_s, draft_step_s, overhead = with_deployment_fit(

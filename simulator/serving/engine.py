@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.errors import PlannerError
-from simulator.physics.draft_cost import draft_extend_cost, draft_pass_cost
+from simulator.physics.draft_cost import DraftSetting, draft_extend_cost, draft_pass_cost
 from simulator.physics.layers import attention_op, forward_ops, sampling_op
 from simulator.physics.memory import kv_budget_bytes, kv_bytes_per_sequence
 from simulator.physics.operators import pass_time
@@ -136,7 +136,6 @@ class StepPricer:
         self.max_context = max_context
         self.eager_s = engine.eager_overhead_per_kernel_s if engine.eager_overhead_per_kernel_s is not None \
             else sc.engine.eager_launch_per_kernel_s
-        m, dep, hw, prof = sc.model, sc.deployment, sc.hardware, sc.profile
         b_top = max(max_seqs, engine.pad_tokens(max_seqs)[0])
         self.b_top = b_top
         t_top = max(engine.max_num_batched_tokens, max_seqs * (k_max + 1))
@@ -149,10 +148,11 @@ class StepPricer:
             self._target_tables(max_context)
         if speculative:
             bb, ll = np.meshgrid(np.arange(1, b_top + 1, dtype=float), self.ctx, indexing="ij")
-            per_pass, _ = draft_pass_cost(sc.draft, m, dep, hw, bb, 1.0, ll, prof, pass_time)
+            setting = DraftSetting.of(sc)
+            per_pass, _ = draft_pass_cost(setting, bb, 1.0, ll, pass_time)
             self.draft = per_pass.total_s  # [B-1, iL], one pass
             # passes per step by K (K for heads and draft models; one host lookup for n-gram)
-            _, passes = draft_pass_cost(sc.draft, m, dep, hw, np.ones(1), np.arange(k_max + 1.0), 0.0, prof, pass_time)
+            _, passes = draft_pass_cost(setting, np.ones(1), np.arange(k_max + 1.0), 0.0, pass_time)
             self.passes = np.broadcast_to(passes, (k_max + 1,)).astype(float).tolist()
             self._extend_table(b_top, k_max)
         else:
@@ -204,8 +204,7 @@ class StepPricer:
         sc = self.sc
         B = np.arange(1, b_top + 1, dtype=float)[:, None, None]
         K = np.arange(k_max + 1, dtype=float)[None, :, None]
-        cost = draft_extend_cost(sc.draft, sc.model, sc.deployment, sc.hardware, B, K, self.ctx[None, None, :],
-                                 sc.profile, pass_time)
+        cost = draft_extend_cost(DraftSetting.of(sc), B, K, self.ctx[None, None, :], pass_time)
         if cost is None:
             self.extend = None
             return
