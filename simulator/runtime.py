@@ -13,9 +13,7 @@ Applied once when ``simulator`` is imported, on glibc only (elsewhere nothing is
 """
 from __future__ import annotations
 
-import ctypes
 import os
-import platform
 
 # mallopt parameters (glibc malloc.h)
 M_TOP_PAD = -2
@@ -27,14 +25,23 @@ MMAP_THRESHOLD_BYTES = 32 << 20  # glibc's own ceiling for its dynamic threshold
 _applied: bool | None = None
 
 
+def _glibc() -> bool:
+    """Whether this process runs on glibc (os.confstr: no scan of the executable, as platform.libc_ver does)."""
+    try:
+        return (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc")
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
 def keep_freed_memory() -> bool:
     """Tune glibc's malloc as the module docstring says; True when applied (now or before)."""
     global _applied
     if _applied is not None:
         return _applied
     _applied = False
-    if os.environ.get("DSD_PLANNER_MALLOC", "").lower() == "default" or platform.libc_ver()[0] != "glibc":
+    if os.environ.get("DSD_PLANNER_MALLOC", "").lower() == "default" or not _glibc():
         return False
+    import ctypes  # noqa: PLC0415 (only where it is used: glibc)
     try:
         mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
