@@ -105,9 +105,20 @@ def _busiest_ratio(lo: float, hi: float, m: np.ndarray, v: np.ndarray) -> tuple[
     return hit
 
 
+def _unique_counts(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(x, return_inverse=True)``; for whole numbers 0..2^20 by counting instead of sorting."""
+    whole = x.astype(np.intp) if x.size else x
+    if x.size and (whole == x).all() and 0 <= whole.min() and whole.max() < 1 << 20:
+        present = np.flatnonzero(np.bincount(whole))
+        where = np.empty(int(present[-1]) + 1, dtype=np.intp)
+        where[present] = np.arange(present.size)
+        return present.astype(x.dtype), where[whole]
+    return np.unique(x, return_inverse=True)
+
+
 def _busiest_pairs(tokens: np.ndarray, m: np.ndarray, v: np.ndarray) -> np.ndarray:
     """Expected token-expert pairs on the busiest group for every token count in ``tokens``."""
-    unique, inverse = np.unique(tokens.ravel(), return_inverse=True)
+    unique, inverse = _unique_counts(tokens.ravel())
     if unique.size > _BUSIEST_NODES and unique[0] > 0:
         log_nodes, ratio = _busiest_ratio(float(unique[0]), float(unique[-1]), m, v)
         busiest = unique * m.max() * np.interp(np.log(unique), log_nodes, ratio)
@@ -140,13 +151,30 @@ def busiest_group_load(tokens, probabilities: np.ndarray, groups: int, batch=Non
 
     if groups == 1:
         return touched(p), tokens * p.sum()
-    per_group = [p[g::groups] for g in range(groups)]
-    m = np.array([g.sum() for g in per_group])
-    v = np.array([(g * (1 - g)).sum() for g in per_group])
+    per_group, m, v, alike = _groups(p, int(groups))
     pairs = _busiest_pairs(tokens, m, v)
-    if np.allclose(m, m[0]) and all(np.array_equal(np.sort(g), np.sort(per_group[0])) for g in per_group):
+    if alike:
         return touched(per_group[0]), pairs
     return np.max([touched(g) for g in per_group], axis=0), pairs
+
+
+_GROUPS: dict = {}  # (routing probabilities, groups) -> _groups' answer: a grid asks once per pass
+
+
+def _groups(p: np.ndarray, groups: int) -> tuple[list, np.ndarray, np.ndarray, bool]:
+    """(each GPU's experts' probabilities, round-robin; their mean and variance of pairs per token;
+    whether every GPU holds the same multiset of probabilities, so that one stands for all)."""
+    key = (p.tobytes(), groups)
+    hit = _GROUPS.get(key)
+    if hit is None:
+        per_group = [p[g::groups] for g in range(groups)]
+        m = np.array([g.sum() for g in per_group])
+        v = np.array([(g * (1 - g)).sum() for g in per_group])
+        alike = bool(np.allclose(m, m[0])) and all(np.array_equal(np.sort(g), np.sort(per_group[0])) for g in per_group)
+        if len(_GROUPS) >= 256:
+            _GROUPS.clear()
+        hit = _GROUPS[key] = (per_group, m, v, alike)
+    return hit
 
 
 # --- fitting the reuse rho ---------------------------------------------------------------------------
