@@ -154,7 +154,7 @@ class StepPricer:
             # passes per step by K (K for heads and draft models; one host lookup for n-gram)
             _, passes = draft_pass_cost(setting, np.ones(1), np.arange(k_max + 1.0), 0.0, pass_time)
             self.passes = np.broadcast_to(passes, (k_max + 1,)).astype(float).tolist()
-            self._extend_table(b_top, k_max)
+            self._extend_table(setting, b_top, k_max)
         else:
             self.draft = np.zeros((b_top, len(self.ctx)))
             self.passes = [0.0] * (k_max + 1)
@@ -198,13 +198,13 @@ class StepPricer:
         self._lin_list = self.lin.tolist()
         self._overhead0 = self.overhead_prof[0].tolist()
 
-    def _extend_table(self, b_top: int, k_max: int) -> None:
+    def _extend_table(self, setting: DraftSetting, b_top: int, k_max: int) -> None:
         """The draft's extend pass over B (K + 1) verified tokens, [B-1, K, iL] (None without one); as
         the engine runs it (eager: the slower of GPU time and kernel launches)."""
         sc = self.sc
         B = np.arange(1, b_top + 1, dtype=float)[:, None, None]
         K = np.arange(k_max + 1, dtype=float)[None, :, None]
-        cost = draft_extend_cost(DraftSetting.of(sc), B, K, self.ctx[None, None, :], pass_time)
+        cost = draft_extend_cost(setting, B, K, self.ctx[None, None, :], pass_time)
         if cost is None:
             self.extend = None
             return

@@ -66,8 +66,7 @@ def pricer_for(sc: Scenario, engine: EngineConfig, k_max: int, max_seqs: int, ma
     if hit is not None and hit[0] is sc:
         return hit[1]
     twin = _PRICERS.get(key[:-1] + (not speculative,))  # the same target tables, speculation the other way
-    pricer = StepPricer(sc, engine, k_max, max_seqs, max_context, speculative,
-                        twin[1] if twin is not None and twin[0] is sc else None)
+    pricer = StepPricer(sc, engine, k_max, max_seqs, max_context, speculative, twin and twin[1])
     if len(_PRICERS) >= _PRICER_SLOTS:
         _PRICERS.pop(next(iter(_PRICERS)))
     _PRICERS[key] = (sc, pricer)

@@ -59,18 +59,13 @@ def _number(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
+@lru_cache(maxsize=256)  # resolving touches the file system: band notes name the same few profiles many times
 def _where(path) -> str:
     """A profile path relative to the repository when it lies inside it."""
-    return _relative_to_repo(str(path))
-
-
-@lru_cache(maxsize=256)
-def _relative_to_repo(path: str) -> str:
-    # resolving touches the file system: every band note names the same few profiles many times
     try:
         return str(Path(path).resolve().relative_to(Path(__file__).resolve().parent.parent.parent))
     except ValueError:
-        return path
+        return str(path)
 
 
 def _profile_errors(sc: Scenario) -> list[tuple[str, float]]:
