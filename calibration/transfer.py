@@ -24,14 +24,13 @@ What is compared (never fitted to these rows):
 
 Rows the planner cannot express (a device or model outside the catalog, self-speculation with a
 compressed KV cache, an nvfp4 target) are listed with the reason, not scored. With ``--peer`` and the
-``aiconfigurator_core`` package importable, the peer's own TPOT estimate for the same plain rows is
-set beside ours. The per-device residuals become the uncertainty band every prediction quotes
+``aiconfigurator_core`` package importable, the peer's own estimate is set beside ours where it can
+express the row (plain and serving step times; speedups of multi-token prediction with a published
+acceptance length: ``calibration/transfer_peer.py``). The per-device residuals become the uncertainty band every prediction quotes
 (``simulator/data/transfer_error.json``).
 """
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import sys
 import warnings
@@ -42,6 +41,7 @@ from scipy.optimize import brentq
 
 # re-exported: tests, calibration.transfer_twoshot and the rows' notes ("see DEVICES in calibration/transfer.py")
 from calibration.transfer_cases import DEVICES, MOE_REUSE, Case, case_for, iid_rate  # noqa: F401
+from calibration.transfer_peer import peer_speedup, peer_tpot_ms
 from calibration.transfer_report import bands, markdown, summarize
 from simulator.cli.common import OneLineParser, run_cli, write_atomically, write_files_atomically
 from simulator.errors import PlannerError, PlannerWarning
@@ -161,31 +161,6 @@ def anchor_acceptance(cases: list[Case]) -> dict[int, tuple[float | None, bool]]
     return out
 
 
-def peer_tpot_ms(case: Case) -> float | None:
-    """aiconfigurator's own decode-step estimate for a plain row (None where it cannot say)."""
-    try:
-        from aiconfigurator_core.sdk.engine import EngineHandle  # optional: pip install aiconfigurator-core
-    except ImportError:
-        return None
-    systems = {"h100-sxm": "h100_sxm", "h200": "h200_sxm", "a100-80gb": "a100_sxm", "b200": "b200_sxm", "l40s": "l40s"}
-    hf = {"llama-3.1-8b": "meta-llama/Meta-Llama-3.1-8B", "llama-3.1-70b": "meta-llama/Meta-Llama-3.1-70B",
-          "qwen3-32b": "Qwen/Qwen3-32B", "deepseek-v3": "deepseek-ai/DeepSeek-V3"}
-    hw, model = case.raw["hardware"]["name"], case.raw["model"]["name"]
-    if hw not in systems or model not in hf or case.kind == "speedup":
-        return None
-    engine = case.raw["engine"]["name"] if case.raw["engine"]["name"] in ("vllm", "sglang", "trtllm") else "trtllm"
-    quant = {"gemm_quant_mode": "fp8"} if case.raw["precision"]["weights"] == "fp8" else {}
-    inp = int(case.row.input_len) if not pd.isna(case.row.input_len) else case.raw["workload"]["context_len"]
-    out = int(case.row.output_len) if not pd.isna(case.row.output_len) else 128
-    try:
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            h = EngineHandle.compile(hf[model], systems[hw], engine, backend_version=None,
-                                     tp_size=case.raw["hardware"]["tp"], **quant)
-            return float(h.decode_step_latency(int(case.row.batch_size), inp, out))
-    except Exception:  # noqa: BLE001 - the peer refuses configurations it has no data for
-        return None
-
-
 def score(corpus: pd.DataFrame, peer: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(scored rows, skipped rows with reasons). Scenario caveats (PlannerWarning) are not printed:
     the report is about the error, not the inputs."""
@@ -233,8 +208,8 @@ def _score(corpus: pd.DataFrame, peer: bool) -> tuple[pd.DataFrame, pd.DataFrame
         if c.kind == "speedup":
             rec["decision_right"] = (pred > 1) == (c.measured > 1)
             rec["decision_right_datasheet"] = (pred_ds > 1) == (c.measured > 1)
-        if peer and c.kind in ("plain", "itl"):
-            p = peer_tpot_ms(c)
+        if peer:
+            p = peer_speedup(c) if c.kind == "speedup" else peer_tpot_ms(c) if c.kind in ("plain", "itl") else None
             rec["peer_predicted"] = p
             rec["peer_error"] = None if p is None else p / c.measured - 1
         rows.append(rec)

@@ -73,7 +73,12 @@ def summarize(rows: pd.DataFrame) -> dict:
     }
     if "peer_error" in rows and rows.peer_error.notna().any():
         both = rows[rows.peer_error.notna()]
-        out["peer"] = {"n": int(len(both)), "peer": _stats(both.peer_error), "planner": _stats(both.error)}
+        step, spd = both[both.kind != "speedup"], both[(both.kind == "speedup") & ~both.anchor]
+        out["peer"] = {"n": int(len(step)), "peer": _stats(step.peer_error), "planner": _stats(step.error)}
+        if len(spd):
+            out["peer_speedup"] = {"n": int(len(spd)), "peer": _stats(spd.peer_error), "planner": _stats(spd.error),
+                                   "peer_decision": float(((spd.peer_predicted > 1) == (spd.measured > 1)).mean()),
+                                   "planner_decision": float(spd.decision_right.mean())}
     return out
 
 
@@ -118,6 +123,14 @@ def markdown(summary: dict, rows: pd.DataFrame, skipped: pd.DataFrame, corpus_pa
         lines += [f"Peer (aiconfigurator-core 0.12.0, its own TPOT estimate) on the {p['n']} plain and ITL rows it can"
                   f" express: MAPE {_pct(p['peer']['mape'])} (worst {_pct(p['peer']['worst'])}); the planner on the"
                   f" same rows: {_pct(p['planner']['mape'])} (worst {_pct(p['planner']['worst'])}).", ""]
+        if "peer_speedup" in s:
+            q = s["peer_speedup"]
+            lines += [f"Peer on the {q['n']} speculative speedups it can express (multi-token prediction with a"
+                      " published acceptance length: that length x its plain step / its step verifying K + 1 tokens;"
+                      " it has no step model for draft heads or draft models): MAPE"
+                      f" {_pct(q['peer']['mape'])} (worst {_pct(q['peer']['worst'])}), decisions right"
+                      f" {_pct(q['peer_decision'])}; the planner on the same rows: {_pct(q['planner']['mape'])}"
+                      f" (worst {_pct(q['planner']['worst'])}), decisions right {_pct(q['planner_decision'])}.", ""]
     else:
         lines += ["Peer estimate: not run (`--peer` with the aiconfigurator-core package importable).", ""]
     return "\n".join(lines + _breakdown_tables(s, rows, skipped)) + "\n"
@@ -160,7 +173,7 @@ def _breakdown_tables(s: dict, rows: pd.DataFrame, skipped: pd.DataFrame) -> lis
         lines.append(f"| {r.row_id} | {r.source_id} | {r.hardware} | {r.engine} | {r.model} | {r.tp} | {r.batch_size} |"
                      f" {r.k} | {r.context_len} | {r.kind}{' (anchor)' if r.anchor else ''} | {r.measured:.3g}{unit} |"
                      f" {r.predicted_datasheet:.3g}{unit} | {r.predicted:.3g}{unit} | {r.error:+.1%} |"
-                     f" {'-' if peer is None or peer != peer else f'{peer:.3g} ms'} |")
+                     f" {'-' if peer is None or peer != peer else f'{peer:.3g}{unit}'} |")
     lines += ["", "## Not expressible", "", "| reason | rows |", "|---|---|"]
     for reason, n in skipped.groupby("reason").size().sort_values(ascending=False).items():
         lines.append(f"| {reason} | {n} |")
