@@ -130,7 +130,9 @@ def case_for(row: pd.Series) -> Case | str:
     B, K = int(row.batch_size), int(row.k) if not pd.isna(row.k) else 0
     inp, out = _num(row.input_len), _num(row.output_len)
     ctx = _num(row.context_len) or ((inp or 0) + (out or 0) / 2) or 512.0
-    raw = {"model": {"name": row.model}, "hardware": {"name": hw, "tp": tp},
+    # expert-parallel groups where the row states them (the planner's default, 1, slices every expert)
+    ep = {"ep": int(row.ep)} if row.model in MOE_MODELS and not pd.isna(row.ep) else {}
+    raw = {"model": {"name": row.model}, "hardware": {"name": hw, "tp": tp} | ep,
            "precision": {"weights": dtype[0], "activations": dtype[1],
                          "kv_cache": "fp8" if str(row.kv_dtype).startswith("fp8") or (
                              pd.isna(row.kv_dtype) and dtype[0] == "fp8" and row.source_id in FP8_KV_WITH_FP8_WEIGHTS)

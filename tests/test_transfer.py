@@ -150,3 +150,13 @@ def test_dli_mistral_steps_follow_trtllm_09s_per_query_head_attention(corpus):
                for c in cases if c.row.device in ("H100-SXM", "H200") and c.row.batch_size == 120]
     errs_grouped = np.array([T.predict_case(c, "planner", None)[0] / c.measured - 1 for c in grouped])
     assert np.all(errs_grouped < -0.15), errs_grouped
+
+
+def test_rows_keep_their_stated_expert_split_and_engine_backend(corpus):
+    # row 203 (TensorRT-LLM tech blog 2: "MLA TP8, MoE EP2") states ep = 2; rows that state none keep the
+    # planner's default (experts sliced over all TP ranks)
+    mtp, plain = _rows(corpus, [203, 197])
+    assert mtp.raw["hardware"] == {"name": "b200", "tp": 8, "ep": 2}
+    assert "ep" not in plain.raw["hardware"]
+    # blogs 1 and 2 ran the PyTorch backend (CUDA graphs, MTP), not the 0.12 C++ runtime their date matched
+    assert mtp.raw["engine"] == plain.raw["engine"] == {"name": "trtllm", "version": "1.1.0"}
