@@ -55,9 +55,17 @@ class SizingResult:
     engine: dict  # candidate label -> {"vllm": ..., "trtllm": ...}
     spec_stops: dict  # candidate label -> text
     recommendation: dict | None
-    message: str
     band_note: str
     elapsed_s: float = 0.0
+    _message: str | None = None
+
+    @property
+    def message(self) -> str:
+        """The headline, composed when first read (a fleet sweep's task never reads it)."""
+        if self._message is None:
+            self._message = _recommend_text(self.ranked.iloc[0], self.capacity, self.spec, self.ranked, self.scenario) \
+                if len(self.ranked) else _no_config_text(self.capacity, self.rejected, self.spec)
+        return self._message
 
     def to_dict(self) -> dict:
         def records(df):
@@ -253,12 +261,7 @@ def size(scenario: str | Scenario, overrides: SizingOverrides | None = None, sim
     capacity = pd.DataFrame(rows)
     ranked = rank(capacity)
     k_tables, engine, stops = tables[0]
-    recommendation = None
-    if len(ranked):
-        recommendation = {k: _plain(v) for k, v in ranked.iloc[0].to_dict().items()}
-        message = _recommend_text(ranked.iloc[0], capacity, spec, ranked, sc)
-    else:
-        message = _no_config_text(capacity, rejected, spec)
+    recommendation = {k: _plain(v) for k, v in ranked.iloc[0].to_dict().items()} if len(ranked) else None
     sens = pd.DataFrame()
     if spec.sensitivity and recommendation is not None:
         sens = _sensitivity(sc, recommendation, spec, scen, simulate)
@@ -266,7 +269,7 @@ def size(scenario: str | Scenario, overrides: SizingOverrides | None = None, sim
     return SizingResult(sc, spec, capacity, ranked,
                         pd.DataFrame(rejected, columns=["hardware", "tp", "dtype", "reason"]),
                         pd.DataFrame(memory), pd.DataFrame(pts), sens, k_tables, engine, stops, recommendation,
-                        message, band_note, time.perf_counter() - t0)
+                        band_note, time.perf_counter() - t0)
 
 
 # --- prose and sensitivity ----------------------------------------------------------------------
@@ -310,7 +313,7 @@ def _recommend_text(best, capacity: pd.DataFrame, spec: SizingSpec, ranked: pd.D
     return text + "."
 
 
-def _no_config_text(capacity: pd.DataFrame, rejected: list, spec: SizingSpec) -> str:
+def _no_config_text(capacity: pd.DataFrame, rejected, spec: SizingSpec) -> str:
     text = (f"no configuration meets {spec.slo.describe()} at {spec.target_load:g} {spec.load_unit}"
             f" within max_replicas={spec.max_replicas}.")
     if len(capacity) and (capacity.max_load_per_replica > 0).any():
@@ -319,7 +322,7 @@ def _no_config_text(capacity: pd.DataFrame, rejected: list, spec: SizingSpec) ->
                  f" {spec.load_unit} per replica ({r.reason}).")
     elif len(capacity):
         text += " No candidate meets the SLOs at any load: " + capacity.iloc[0].reason
-    if rejected:
+    if len(rejected):
         text += f" {len(rejected)} candidate(s) rejected for memory or parallel layout."
     return text
 
