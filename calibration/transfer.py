@@ -209,7 +209,7 @@ def _score(corpus: pd.DataFrame, peer: bool) -> tuple[pd.DataFrame, pd.DataFrame
             rec["decision_right"] = (pred > 1) == (c.measured > 1)
             rec["decision_right_datasheet"] = (pred_ds > 1) == (c.measured > 1)
         if peer:
-            p = peer_speedup(c) if c.kind == "speedup" else peer_tpot_ms(c) if c.kind in ("plain", "itl") else None
+            p = peer_speedup(c) or peer_tpot_ms(c)  # each answers only for its own kinds of row
             rec["peer_predicted"] = p
             rec["peer_error"] = None if p is None else p / c.measured - 1
         rows.append(rec)

@@ -62,15 +62,15 @@ def _decode_step_ms(case, nextn: int) -> float | None:
 
 
 def peer_tpot_ms(case) -> float | None:
-    """The peer's decode-step estimate [ms] for a plain or serving row."""
-    return None if case.kind == "speedup" else _decode_step_ms(case, 0)
+    """The peer's decode-step estimate [ms] for a plain or serving row (None for other kinds)."""
+    return _decode_step_ms(case, 0) if case.kind in ("plain", "itl") else None
 
 
 def peer_speedup(case) -> float | None:
     """The peer's speedup for an MTP row with a published acceptance length (None otherwise)."""
     row = case.row
     if case.kind != "speedup" or str(row.draft_method) != "mtp" or case.raw["model"]["name"] not in MTP_MODELS \
-            or pd.isna(row.acceptance_length) or getattr(case, "end_to_end", False):
+            or pd.isna(row.acceptance_length) or case.end_to_end:
         return None
     plain, spec = _decode_step_ms(case, 0), _decode_step_ms(case, int(row.k))
     return None if plain is None or spec is None else float(row.acceptance_length) * plain / spec

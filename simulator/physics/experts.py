@@ -89,20 +89,27 @@ def _expected_max_normal(means: np.ndarray, stds: np.ndarray, points: int = 96) 
 _BUSIEST_NODES = 64
 
 
-_RATIOS: dict = {}  # (group means, variances, token range) -> (log nodes, E[max] / mean there): grids repeat them
+def _memo(cache: dict, key, build):
+    """``cache[key]``, built on first use; a full cache (256 entries) starts again. Grids and passes ask
+    the same few routing settings over and over."""
+    hit = cache.get(key)
+    if hit is None:
+        if len(cache) >= 256:
+            cache.clear()
+        hit = cache[key] = build()
+    return hit
+
+
+_RATIOS: dict = {}  # (group means, variances, token range) -> (log nodes, E[max] / mean there)
 
 
 def _busiest_ratio(lo: float, hi: float, m: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(log of the token-count nodes, E[max] / mean load at them) on the log-spaced nodes over [lo, hi]."""
-    key = (lo, hi, m.tobytes(), v.tobytes())
-    hit = _RATIOS.get(key)
-    if hit is None:
+    def build():
         nodes = np.geomspace(lo, hi, _BUSIEST_NODES)
         ratio = _expected_max_normal(nodes[:, None] * m[None, :], np.sqrt(nodes[:, None] * v[None, :])) / (nodes * m.max())
-        if len(_RATIOS) >= 256:
-            _RATIOS.clear()
-        hit = _RATIOS[key] = (np.log(nodes), ratio)
-    return hit
+        return np.log(nodes), ratio
+    return _memo(_RATIOS, (lo, hi, m.tobytes(), v.tobytes()), build)
 
 
 def _unique_counts(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -158,23 +165,19 @@ def busiest_group_load(tokens, probabilities: np.ndarray, groups: int, batch=Non
     return np.max([touched(g) for g in per_group], axis=0), pairs
 
 
-_GROUPS: dict = {}  # (routing probabilities, groups) -> _groups' answer: a grid asks once per pass
+_GROUPS: dict = {}  # (routing probabilities, groups) -> _groups' answer
 
 
 def _groups(p: np.ndarray, groups: int) -> tuple[list, np.ndarray, np.ndarray, bool]:
     """(each GPU's experts' probabilities, round-robin; their mean and variance of pairs per token;
     whether every GPU holds the same multiset of probabilities, so that one stands for all)."""
-    key = (p.tobytes(), groups)
-    hit = _GROUPS.get(key)
-    if hit is None:
+    def build():
         per_group = [p[g::groups] for g in range(groups)]
         m = np.array([g.sum() for g in per_group])
         v = np.array([(g * (1 - g)).sum() for g in per_group])
         alike = bool(np.allclose(m, m[0])) and all(np.array_equal(np.sort(g), np.sort(per_group[0])) for g in per_group)
-        if len(_GROUPS) >= 256:
-            _GROUPS.clear()
-        hit = _GROUPS[key] = (per_group, m, v, alike)
-    return hit
+        return per_group, m, v, alike
+    return _memo(_GROUPS, (p.tobytes(), groups), build)
 
 
 # --- fitting the reuse rho ---------------------------------------------------------------------------

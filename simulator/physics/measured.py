@@ -80,7 +80,7 @@ def _envelope_s(op: Op, surf, fix, peak: float, bw: float):
     if op.surface == "moe" and "probabilities" in shape:
         tokens = np.asarray(shape["tokens"], dtype=float)
         top = float(tokens.max()) if tokens.size else 1.0
-        octaves = max(int(np.ceil(np.log2(max(top, 2.0)))), MIN_TOKEN_OCTAVES)
+        octaves = _octaves(top, MIN_TOKEN_OCTAVES)
         queries = tokens / np.maximum(np.asarray(shape["sequences"], dtype=float), 1.0)
         q_top = float(max(2 ** int(np.ceil(np.log2(max(float(queries.max()) if queries.size else 1.0, 1.0)))),
                           MIN_QUERIES))
@@ -128,6 +128,12 @@ def _gemm_lattice(surf, n: float, k: float, w: float, a: float, peak: float, bw:
 
 # Whole-token tables start this long and double as larger token counts are asked for
 MIN_WHOLE_TOKEN_TABLE = 1 << 13
+
+
+def _octaves(top: float, minimum: int) -> int:
+    """Octaves a lattice spans to reach ``top`` (from 1, at least ``minimum``): every lattice over the
+    same range has the same nodes, so a cell's price does not depend on the grid it was asked in."""
+    return max(int(np.ceil(np.log2(max(top, 2.0)))), minimum)
 
 
 def _table_size(top: int, minimum: int) -> int:
@@ -206,8 +212,7 @@ def _attention_static(shape: dict) -> tuple:
 def _attention_lattice(surf, shape: dict, top_batch: float, top_keys: float, peak: float, bw: float):
     """(cache key, lattice) of the q = 1 decode kernel's envelope over sequences x cached keys, spanning
     at least the octaves every lattice spans (so that a cell's price does not depend on the grid)."""
-    b_oct = max(int(np.ceil(np.log2(max(top_batch, 2.0)))), MIN_BATCH_OCTAVES)
-    l_oct = max(int(np.ceil(np.log2(max(top_keys, 2.0)))), MIN_KEY_OCTAVES)
+    b_oct, l_oct = _octaves(top_batch, MIN_BATCH_OCTAVES), _octaves(top_keys, MIN_KEY_OCTAVES)
     key = ("attention", b_oct, l_oct, peak, bw) + _attention_static(shape)
     hit = surf.envelopes.get(key)
     if hit is None:
@@ -246,7 +251,7 @@ def _attention_whole_batch_tables(surf, shape: dict, keys: np.ndarray, peak: flo
     """(N + 1, n_keys): :func:`_attention_whole_batch_table` at each context length of ``keys`` (in
     ``keys.ravel()`` order), side by side, rows 0..N with N >= ``top`` (cached per set of lengths)."""
     size = _table_size(top, MIN_WHOLE_BATCH_TABLE)
-    b_oct = max(int(np.ceil(np.log2(max(top, 2.0)))), MIN_BATCH_OCTAVES)  # the lattice each table reads
+    b_oct = _octaves(top, MIN_BATCH_OCTAVES)  # the lattice each table reads
     key = ("attention-whole-batch-stack", size, b_oct, peak, bw, keys.tobytes()) + _attention_static(shape)
     stack = surf.envelopes.get(key)
     if stack is None:

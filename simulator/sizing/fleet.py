@@ -313,7 +313,7 @@ def _recommend_text(best, capacity: pd.DataFrame, spec: SizingSpec, ranked: pd.D
     return text + "."
 
 
-def _no_config_text(capacity: pd.DataFrame, rejected, spec: SizingSpec) -> str:
+def _no_config_text(capacity: pd.DataFrame, rejected: pd.DataFrame, spec: SizingSpec) -> str:
     text = (f"no configuration meets {spec.slo.describe()} at {spec.target_load:g} {spec.load_unit}"
             f" within max_replicas={spec.max_replicas}.")
     if len(capacity) and (capacity.max_load_per_replica > 0).any():
