@@ -113,8 +113,10 @@ class Prediction:
         return df
 
     @cached_property
-    def table(self) -> pd.DataFrame:
-        """One row per batch size: K*, its goodput, and plain / fixed-K / dynamic-K compared."""
+    def columns(self) -> dict:
+        """Per batch size, as numpy arrays: K* (-1 where none fits memory) and the goodput, step time and
+        speedups at it, plain and fixed K beside it; what :attr:`table` shows, without its per-cell bound
+        regime (a fleet sweep reads these alone)."""
         g = self.grid
         sc = self.scenario
         idx = g.optimal_k_index()
@@ -132,9 +134,9 @@ class Prediction:
         plain = np.where(fits[:, i0], g.goodput_per_seq[:, i0], nan)
         fixed = np.where(fits[:, i_fix], g.goodput_per_seq[:, i_fix], nan)
         with np.errstate(invalid="ignore", divide="ignore"):
-            df = pd.DataFrame({
+            return {
                 "batch_size": g.batch_sizes.astype(int),
-                "k_opt": pd.array(g.k_star, dtype="Int64"),  # <NA> below where K* is -1
+                "k_opt": g.k_star,
                 "goodput_per_seq": good,
                 "throughput": good * g.batch_sizes,
                 "itl_ms": at(g.itl_s, safe) * MS,
@@ -147,26 +149,44 @@ class Prediction:
                 "speedup_vs_plain": good / plain,
                 "speedup_vs_fixed": good / fixed,
                 "fixed_vs_plain": fixed / plain,
-                "bound": np.where(feasible, g.regime()[rows, safe], "none fits"),
                 "fits_memory": feasible,
                 "memory_gb_per_gpu": at(g.memory_per_gpu_bytes, safe) / 1e9,
-            })
-        df.loc[~feasible, "k_opt"] = pd.NA
+            }
+
+    @cached_property
+    def table(self) -> pd.DataFrame:
+        """One row per batch size: K*, its goodput, and plain / fixed-K / dynamic-K compared."""
+        g = self.grid
+        sc = self.scenario
+        cols = self.columns
+        idx = g.optimal_k_index()
+        rows = np.arange(len(g.batch_sizes))
+        safe = np.maximum(idx, 0)
+        feasible = cols["fits_memory"]
+        fits = g.fits_memory
+        nan = np.nan
+        i0, i_fix = g.k_index(0), g.k_index(sc.fixed_k)
+        df = pd.DataFrame(cols)
+        df["k_opt"] = pd.array(np.where(feasible, cols["k_opt"], 0), dtype="Int64")
+        df.loc[~feasible, "k_opt"] = pd.NA  # <NA> where K* is -1
+        df.insert(df.columns.get_loc("fits_memory"), "bound", np.where(feasible, g.regime()[rows, safe], "none fits"))
         # the acceptance length the fixed K needs to tie plain decoding here, and what it reaches
         df["break_even_acceptance_length"] = np.where(fits[:, i_fix] & fits[:, i0], break_even_acceptance_length(
             g.itl_s[:, i_fix], g.itl_s[:, i0]), nan)
         df["fixed_acceptance_length"] = float(g.acceptance_length[i_fix])
         df["kopt_break_even_acceptance_length"] = np.where(
-            feasible & fits[:, i0], break_even_acceptance_length(at(g.itl_s, safe), g.itl_s[:, i0]), nan)
+            feasible & fits[:, i0], break_even_acceptance_length(np.where(feasible, g.itl_s[rows, safe], nan),
+                                                                 g.itl_s[:, i0]), nan)
         df = df.assign(**speedup_trust_columns(df, sc))  # the published speedups' error at each batch size
         sensitive = g.acceptance_sensitive()
         if sensitive is not None:
             df["k_opt_depends_on_acceptance"] = sensitive & feasible
         if g.experts_touched is not None:
             expert = g.op_time_s("moe_experts")
-            df["experts_touched"] = at(g.experts_touched, safe)
+            at = lambda arr: np.where(feasible, arr[rows, safe], nan)  # noqa: E731
+            df["experts_touched"] = at(g.experts_touched)
             df["experts_touched_plain"] = g.experts_touched[:, i0]
-            df["expert_load_share"] = at(expert / g.verify.total_s, safe)
+            df["expert_load_share"] = at(expert / g.verify.total_s)
         return df
 
     def breakdown(self, batch_size: int, k: int) -> pd.DataFrame:

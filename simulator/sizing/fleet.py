@@ -77,19 +77,21 @@ class SizingResult:
                 "engine": self.engine, "spec_stops": self.spec_stops, "uncertainty": self.band_note}
 
 
-def spec_stops_paying(table: pd.DataFrame, grid=None) -> str:
+def spec_stops_paying(table, grid=None) -> str:
     """The batch size from which K* = 0 (plain decoding) for every larger batch evaluated.
 
-    With the (B, K) ``grid`` (the prediction's :class:`simulator.plan.grid.Grid`), says when the cause is
-    memory (K = 1 no longer fits) rather than speed.
+    ``table``: the prediction's table, or its :attr:`~simulator.plan.api.Prediction.columns` (the same
+    columns as numpy arrays, K* -1 where none fits). With the (B, K) ``grid`` (the prediction's
+    :class:`simulator.plan.grid.Grid`), says when the cause is memory (K = 1 no longer fits) rather than speed.
     """
-    k = table["k_opt"].fillna(0).astype(int).to_numpy()
-    b = table["batch_size"].to_numpy()
-    speed = table["speedup_vs_plain"].to_numpy(dtype=float)
+    column = lambda name: np.asarray(table[name], dtype=float)  # noqa: E731 (<NA> of the table: NaN)
+    k = np.nan_to_num(column("k_opt"))  # no K fits: not speculating
+    b = np.asarray(table["batch_size"])
+    speed = column("speedup_vs_plain")
     pays = (k > 0) & (np.nan_to_num(speed) > 1.0 + 1e-9)
-    fixed = table["fixed_vs_plain"].to_numpy(dtype=float)
+    fixed = column("fixed_vs_plain")
     slower = np.flatnonzero(fixed < 1.0)
-    no_fit = np.flatnonzero(np.isnan(fixed) & np.isfinite(table["plain_goodput_per_seq"].to_numpy(dtype=float)))
+    no_fit = np.flatnonzero(np.isnan(fixed) & np.isfinite(column("plain_goodput_per_seq")))
     fixed_txt = ""
     if slower.size and (not no_fit.size or slower[0] < no_fit[0]):
         fixed_txt = f"; a fixed K is slower than plain from B={b[slower[0]]}"

@@ -38,17 +38,16 @@ def _plain(v):
 def _grid_columns(sc) -> dict:
     """What the K* grid says for this scenario (batch size 1 and the best throughput over batch sizes)."""
     pred = predict_scenario(sc)
-    t = pred.table
-    first = t.iloc[0]
-    thr = t["throughput"].to_numpy(dtype=float)
+    t = pred.columns  # the prediction table's columns, without its per-cell bound regime
+    thr = t["throughput"]
     best = int(np.nanargmax(thr)) if np.isfinite(thr).any() else None
-    k1 = first["k_opt"]
+    k1 = int(t["k_opt"][0])
     return {
-        "grid_k_opt_b1": None if pd.isna(k1) else int(k1),
-        "grid_speedup_b1": float(first["speedup_vs_plain"]),
-        "grid_itl_ms_b1": float(first["itl_ms"]),
+        "grid_k_opt_b1": None if k1 < 0 else k1,
+        "grid_speedup_b1": float(t["speedup_vs_plain"][0]),
+        "grid_itl_ms_b1": float(t["itl_ms"][0]),
         "grid_peak_throughput_tok_s": float(thr[best]) if best is not None else float("nan"),
-        "grid_peak_batch_size": int(t["batch_size"].iloc[best]) if best is not None else None,
+        "grid_peak_batch_size": int(t["batch_size"][best]) if best is not None else None,
         "grid_spec_stops": spec_stops_paying(t, pred.grid),
     } | {f"prov_{k}": str(v) for k, v in pred.provenance.items() if k not in ("scenario", "origin", "context_len")}
 
