@@ -80,6 +80,11 @@ def test_plain_and_speculative_pricers_share_the_target_tables_exactly(name):
     spec = serving.StepPricer(sc, eng, 6, 300, 5000, True, twin=fresh_plain)
     plain = serving.StepPricer(sc, eng, 6, 300, 5000, False, twin=spec)
     fresh_spec = serving.StepPricer(sc, eng, 6, 300, 5000, True)
+    # buckets are priced on first use: the fresh pair all at once, the twins in another order
+    for pricer in (fresh_plain, fresh_spec):
+        pricer.price_context_buckets()
+    spec.price_context_buckets(reversed(range(len(spec.ctx))))
+    plain.price_context_buckets()
     for name_ in serving.StepPricer.TARGET_TABLES:
         np.testing.assert_array_equal(np.asarray(getattr(fresh_spec, name_), dtype=object),
                                       np.asarray(getattr(fresh_plain, name_), dtype=object))

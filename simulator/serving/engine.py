@@ -7,9 +7,11 @@ The step time is a table lookup, never a cost-model call:
 
 - lin(T): every operator of the target pass except attention (GEMMs, norms, all-reduce, LM head,
   sampling) at T tokens, precomputed for T = 1..T_max (they depend on the token count only).
-- attn(B, q, L): decode attention of B sequences with q queries over L cached keys, precomputed on
-  a grid of context buckets and interpolated linearly in L (its FLOPs and bytes are linear in L,
-  so the mean context of the batch prices the whole batch).
+- attn(B, q, L): decode attention of B sequences with q queries over L cached keys, on a grid of
+  context buckets and interpolated linearly in L (its FLOPs and bytes are linear in L, so the mean
+  context of the batch prices the whole batch). A bucket's column (every B and q, and the draft's
+  tables below) is priced the first time a step's context falls next to it: a load search's runs
+  see a few buckets of the traffic's lengths, the steady state two.
 - draft_pass(B, L): one draft pass (EAGLE/MTP head, draft model, n-gram host cost), same table;
   extend(B, K, L): the draft's first pass of the step over the B (K + 1) verified tokens (EAGLE / MTP
   heads, draft models; simulator/physics/draft_cost.py), whose place it takes (n-gram: K x pass).
@@ -32,7 +34,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.errors import PlannerError
-from simulator.physics.draft_cost import DraftSetting, draft_extend_cost, draft_pass_cost
+from simulator.physics.draft_cost import DraftSetting, draft_extend_cost, draft_pass_cost, has_extend_pass
 from simulator.physics.layers import attention_op, forward_ops, sampling_op
 from simulator.physics.memory import kv_budget_bytes, kv_bytes_per_sequence
 from simulator.physics.operators import pass_time
@@ -125,7 +127,7 @@ class StepPricer:
     """Precomputed step-time tables for one scenario and engine (see the module docstring)."""
 
     # the tables of the target pass alone (plain and speculative pricers of one setting share them)
-    TARGET_TABLES = ("lin", "n_kernels", "ctx", "_ctx_list", "attn", "_attn_ops_layers",
+    TARGET_TABLES = ("lin", "n_kernels", "ctx", "_ctx_list", "attn", "_attn_have", "_attn_ops_layers",
                      "verify_sampling_s_per_token", "overhead_prof", "_lin_list", "_overhead0")
 
     def __init__(self, sc: Scenario, engine: EngineConfig, k_max: int, max_seqs: int, max_context: int,
@@ -146,19 +148,22 @@ class StepPricer:
                 setattr(self, name, getattr(twin, name))
         else:
             self._target_tables(max_context)
+        n_ctx = len(self.ctx)
         if speculative:
-            bb, ll = np.meshgrid(np.arange(1, b_top + 1, dtype=float), self.ctx, indexing="ij")
-            setting = DraftSetting.of(sc)
-            per_pass, _ = draft_pass_cost(setting, bb, 1.0, ll, pass_time)
-            self.draft = per_pass.total_s  # [B-1, iL], one pass
+            self._setting = DraftSetting.of(sc)
+            self.draft = np.full((b_top, n_ctx), np.nan)  # [B-1, iL], one pass; columns priced on first use
             # passes per step by K (K for heads and draft models; one host lookup for n-gram)
-            _, passes = draft_pass_cost(setting, np.ones(1), np.arange(k_max + 1.0), 0.0, pass_time)
+            _, passes = draft_pass_cost(self._setting, np.ones(1), np.arange(k_max + 1.0), 0.0, pass_time)
             self.passes = np.broadcast_to(passes, (k_max + 1,)).astype(float).tolist()
-            self._extend_table(setting, b_top, k_max)
+            self.extend = np.full((b_top, k_max + 1, n_ctx), np.nan) \
+                if has_extend_pass(sc.draft, sc.deployment) else None
         else:
-            self.draft = np.zeros((b_top, len(self.ctx)))
+            self.draft = np.zeros((b_top, n_ctx))
             self.passes = [0.0] * (k_max + 1)
             self.extend = None
+        # the buckets this pricer has read priced (its tables, and its twin's shared attention); its own,
+        # so that rows it memoized before a twin priced a bucket are read again
+        self._have = [False] * n_ctx
         self._lin_extra: dict[int, float] = {}
         self._prefill_memo: dict[tuple[int, int], float] = {}
         self._pad_memo: dict[int, tuple[int, bool]] = {}
@@ -174,17 +179,14 @@ class StepPricer:
         self.lin = np.concatenate([[0.0], pass_time(ops, hw, dep, prof, t.shape).total_s])
         full_ops = forward_ops(m, dep, hw, 1.0, 1.0, 1.0)
         self.n_kernels = float(sum(o.kernels * o.count for o in full_ops))
-        # decode attention over context buckets (linear in L between buckets)
+        # decode attention over context buckets (linear in L between buckets), [B-1, q-1, iL]: each
+        # column priced when first needed (_fill_columns)
         top_l = max(int(max_context) + k_max + 2, 64)
         self.ctx = np.unique(np.concatenate([[0.0], np.geomspace(32, top_l, 28)]))
         self._ctx_list = self.ctx.tolist()
-        B = np.arange(1, b_top + 1, dtype=float)[:, None, None]
-        q = np.arange(1, k_max + 2, dtype=float)[None, :, None]
-        L = self.ctx[None, None, :]
-        shape = np.broadcast_shapes(B.shape, q.shape, L.shape)
-        attn = [o for o in forward_ops(m, dep, hw, B, q, L) if o.family == "attention"]
-        self.attn = pass_time(attn, hw, dep, prof, shape).total_s  # [B-1, q-1, iL]
-        self._attn_ops_layers = [(o.name, o.count) for o in attn]
+        self.attn = np.full((b_top, k_max + 1, len(self.ctx)), np.nan)
+        self._attn_have = [False] * len(self.ctx)  # shared with a twin, as the array is
+        self._attn_ops_layers = [(o.name, o.count) for o in full_ops if o.family == "attention"]
         # lin(T) samples every token as plain decoding does; a verify pass's rejection path reads its
         # B (K + 1) rows differently (engine profile [sampling]): the difference per verified token
         delta = dep.kernels.logit_bytes_verify - dep.kernels.logit_bytes_plain
@@ -198,20 +200,59 @@ class StepPricer:
         self._lin_list = self.lin.tolist()
         self._overhead0 = self.overhead_prof[0].tolist()
 
-    def _extend_table(self, setting: DraftSetting, b_top: int, k_max: int) -> None:
-        """The draft's extend pass over B (K + 1) verified tokens, [B-1, K, iL] (None without one); as
-        the engine runs it (eager: the slower of GPU time and kernel launches)."""
-        sc = self.sc
-        B = np.arange(1, b_top + 1, dtype=float)[:, None, None]
-        K = np.arange(k_max + 1, dtype=float)[None, :, None]
-        cost = draft_extend_cost(setting, B, K, self.ctx[None, None, :], pass_time)
-        if cost is None:
-            self.extend = None
+    def price_context_buckets(self, js=None) -> None:
+        """Price context buckets ``js`` (default: all) now rather than on first use, a few at a time as
+        steps price them (a bucket's numbers do not depend on when or beside which others it was priced)."""
+        js = range(len(self.ctx)) if js is None else list(js)
+        for i in range(0, len(js), 2):
+            self._fill_columns(tuple(js[i:i + 2]))
+
+    def _fill_columns(self, js: tuple) -> None:
+        """Price the context buckets ``js`` not priced yet: the target's attention (every B and q; a twin
+        that shares the array sees them too) and, speculating, one draft pass and the extend pass. Each
+        cell's price is its own (no cell depends on which others are priced with it)."""
+        js = self._at_least_two([j for j in js if not self._have[j]])
+        if not js:
             return
+        sc, b_top, k_max = self.sc, self.b_top, self.k_max
+        m, dep, hw, prof = sc.model, sc.deployment, sc.hardware, sc.profile
+        L = self.ctx[js]
+        B = np.arange(1, b_top + 1, dtype=float)[:, None, None]
+        new_attn = self._at_least_two([j for j in js if not self._attn_have[j]])
+        if new_attn:
+            q = np.arange(1, k_max + 2, dtype=float)[None, :, None]
+            ops = [o for o in forward_ops(m, dep, hw, B, q, self.ctx[new_attn][None, None, :])
+                   if o.family == "attention"]
+            self.attn[:, :, new_attn] = pass_time(ops, hw, dep, prof, (b_top, k_max + 1, len(new_attn))).total_s
+            for j in new_attn:
+                self._attn_have[j] = True
+        if self.speculative:
+            bb, ll = np.broadcast_arrays(B[:, 0, :], L[None, :])
+            self.draft[:, js] = draft_pass_cost(self._setting, bb, 1.0, ll, pass_time)[0].total_s
+            if self.extend is not None:
+                self.extend[:, :, js] = self._extend_columns(B, L)
+        for j in js:
+            self._have[j] = True
+        self._rows_memo.clear()  # rows read before held no value at these buckets
+
+    def _at_least_two(self, js: list) -> list:
+        """Buckets to price together: ``js``, with a neighbour beside a lone one. A pass sums its ops grouped
+        by the shape of their arrays, and a single column's attention shares the context-free ops' shape:
+        priced alone it would be summed in another order than beside others (a last-digit difference)."""
+        js = sorted(set(js))
+        if len(js) == 1:
+            js = sorted(js + [js[0] + 1 if js[0] + 1 < len(self.ctx) else js[0] - 1])
+        return js
+
+    def _extend_columns(self, B: np.ndarray, L: np.ndarray) -> np.ndarray:
+        """The draft's extend pass over B (K + 1) verified tokens at context buckets L, [B-1, K, len(L)];
+        as the engine runs it (eager: the slower of GPU time and kernel launches)."""
+        K = np.arange(self.k_max + 1, dtype=float)[None, :, None]
+        cost = draft_extend_cost(self._setting, B, K, L[None, None, :], pass_time)
         # in a graph by the same rule as the planner's grid (the engine profile's capture limits)
-        in_graph = draft_extend_in_graph(sc.engine, *np.broadcast_arrays(B, K))
+        in_graph = draft_extend_in_graph(self.sc.engine, *np.broadcast_arrays(B, K))
         gpu = cost.total_s
-        self.extend = np.where(in_graph, gpu, np.maximum(gpu - cost.launch_s, cost.n_kernels * self.eager_s))
+        return np.where(in_graph, gpu, np.maximum(gpu - cost.launch_s, cost.n_kernels * self.eager_s))
 
     def _lin(self, tokens: int) -> float:
         if tokens <= self.t_top:
@@ -293,8 +334,10 @@ class StepPricer:
         kernels = (self._lin_list[padded] if padded <= self.t_top else self._lin(padded)) + prefill_attn_s
         draft = 0.0
         if n_dec:
-            row, d, e, overhead = self._rows(n_dec, k_step)
             j, w = self._ctx_weight(mean_ctx)
+            if not (self._have[j] and self._have[j + 1]):
+                self._fill_columns((j, j + 1))
+            row, d, e, overhead = self._rows(n_dec, k_step)
             kernels += row[j] + w * (row[j + 1] - row[j])
             if k_step:
                 kernels += self.verify_sampling_s_per_token * n_dec * (k_step + 1)
@@ -328,6 +371,7 @@ class StepPricer:
         kernels = np.array([self._lin_list[p] if p <= self.t_top else self._lin(p) for p in padded.tolist()])
         kernels = kernels + prefill_attn_s
         j, w = self._ctx_weight(mean_ctx)
+        self._fill_columns((j, j + 1))
         row = self.attn[n_dec - 1, k_step]
         kernels = kernels + (row[:, j] + w * (row[:, j + 1] - row[:, j]))
         spec = k_step > 0
