@@ -24,6 +24,7 @@ import json
 import math
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -46,7 +47,6 @@ class SizingResult:
     scenario: Scenario
     spec: SizingSpec
     capacity: pd.DataFrame  # one row per candidate x policy that fits memory
-    ranked: pd.DataFrame  # rows that meet the target within max_replicas, best first
     rejected: pd.DataFrame  # candidates that cannot run: hardware, tp, reason
     memory: pd.DataFrame  # memory fit per candidate
     points: pd.DataFrame  # every load the searches tried
@@ -54,10 +54,20 @@ class SizingResult:
     k_tables: dict  # candidate label -> K* table (DataFrame)
     engine: dict  # candidate label -> {"vllm": ..., "trtllm": ...}
     spec_stops: dict  # candidate label -> text
-    recommendation: dict | None
     band_note: str
     elapsed_s: float = 0.0
     _message: str | None = None
+
+    @cached_property
+    def ranked(self) -> pd.DataFrame:
+        """Rows that meet the target within max_replicas, best first (ranked when first read: a fleet
+        sweep's task keeps the capacities alone)."""
+        return rank(self.capacity)
+
+    @cached_property
+    def recommendation(self) -> dict | None:
+        """The first ranked row as plain values, None when no candidate meets the target."""
+        return {k: _plain(v) for k, v in self.ranked.iloc[0].to_dict().items()} if len(self.ranked) else None
 
     @property
     def message(self) -> str:
@@ -260,18 +270,15 @@ def size(scenario: str | Scenario, overrides: SizingOverrides | None = None, sim
         notes[f"{csc.hardware.name} ({c_basis})"] = c_note
         rows.append(_capacity_row(csc, s, spec, c_err, c_basis))
         pts += [{"hardware": s.candidate.hardware, "tp": s.candidate.tp, "policy": s.policy} | p for p in s.points]
-    capacity = pd.DataFrame(rows)
-    ranked = rank(capacity)
     k_tables, engine, stops = tables[0]
-    recommendation = {k: _plain(v) for k, v in ranked.iloc[0].to_dict().items()} if len(ranked) else None
-    sens = pd.DataFrame()
-    if spec.sensitivity and recommendation is not None:
-        sens = _sensitivity(sc, recommendation, spec, scen, simulate)
     band_note = "; ".join(f"{k}: {v}" for k, v in sorted(notes.items())) or band_note
-    return SizingResult(sc, spec, capacity, ranked,
-                        pd.DataFrame(rejected, columns=["hardware", "tp", "dtype", "reason"]),
-                        pd.DataFrame(memory), pd.DataFrame(pts), sens, k_tables, engine, stops, recommendation,
-                        band_note, time.perf_counter() - t0)
+    result = SizingResult(sc, spec, pd.DataFrame(rows), pd.DataFrame(rejected, columns=["hardware", "tp", "dtype",
+                                                                                     "reason"]),
+                          pd.DataFrame(memory), pd.DataFrame(pts), pd.DataFrame(), k_tables, engine, stops, band_note)
+    if spec.sensitivity and result.recommendation is not None:
+        result.sensitivity = _sensitivity(sc, result.recommendation, spec, scen, simulate)
+    result.elapsed_s = time.perf_counter() - t0
+    return result
 
 
 # --- prose and sensitivity ----------------------------------------------------------------------

@@ -142,19 +142,25 @@ def speculation_margin(best, same: pd.DataFrame, sc=None) -> str:
     hardware is smaller than the planner's median optimism on published speedups at the batch size it
     runs at (:mod:`simulator.plan.speedup_trust`): plain decoding may carry as much. "" otherwise, and where
     the published GPU curves do not describe the candidate (a CPU, or the device a deployment fit measured)."""
-    if best.policy == "plain" or load_hardware(best.hardware).kind == "cpu":
-        return ""
-    if sc is not None and getattr(sc, "deployment_fit", None) is not None and best.hardware == sc.hardware.name:
-        return ""
     plain = same[same.policy == "plain"]
-    batch = best.get("mean_batch_size", np.nan)
-    if not len(plain) or not plain.max_load_per_replica.iloc[0] > 0 or not batch == batch:  # noqa: PLR0124
+    return speculation_caveat(best, plain.max_load_per_replica.iloc[0] if len(plain) else None, sc)
+
+
+def speculation_caveat(best, plain_load: float | None, sc=None) -> str:
+    """:func:`speculation_margin` of a row (a mapping) given plain decoding's capacity on the same
+    hardware (None: no plain row)."""
+    if best["policy"] == "plain" or load_hardware(best["hardware"]).kind == "cpu":
         return ""
-    edge = best.max_load_per_replica / plain.max_load_per_replica.iloc[0] - 1.0
+    if sc is not None and getattr(sc, "deployment_fit", None) is not None and best["hardware"] == sc.hardware.name:
+        return ""
+    batch = best.get("mean_batch_size", np.nan)
+    if plain_load is None or not plain_load > 0 or not batch == batch:  # noqa: PLR0124
+        return ""
+    edge = best["max_load_per_replica"] / plain_load - 1.0
     median = float(speedup_band_at([max(batch, 1.0)])[1][0])
     if not median > 0 or edge >= median:
         return ""
-    return (f"; {best.policy}'s {edge:+.0%} capacity over plain decoding here is within the planner's median"
+    return (f"; {best['policy']}'s {edge:+.0%} capacity over plain decoding here is within the planner's median"
             f" optimism on published speedups near its mean batch of {batch:.0f} sequences (+{median:.0%}): plain"
             " decoding may carry as much; measure two points (python -m calibration.fit_deployment) before"
             " relying on the speculative capacity")

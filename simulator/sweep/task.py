@@ -8,12 +8,11 @@ from __future__ import annotations
 import time
 
 import numpy as np
-import pandas as pd
 
 from simulator.errors import PlannerError
 from simulator.plan.api import predict_scenario
 from simulator.sizing.fleet import size, spec_stops_paying
-from simulator.sizing.ranking import speculation_margin
+from simulator.sizing.ranking import speculation_caveat
 from simulator.sizing.spec import SizingOverrides
 from simulator.sizing.uncertainty import uncertainty
 from simulator.specs.scenario import build_scenario
@@ -91,7 +90,9 @@ def run_task(task) -> dict:
                 band = {"rel_error": 1.0 - low / cap_ if cap_ and low == low else unc["rel_error"],  # noqa: PLR0124
                         "uncertainty": res.band_note}
                 # as size's headline: a speculative edge over plain smaller than the published optimism
-                caveat = speculation_margin(pd.Series(row), cap, sc).removeprefix("; ")
+                plain_row = by_policy.get("plain")
+                caveat = speculation_caveat(row, plain_row["max_load_per_replica"] if plain_row else None,
+                                            sc).removeprefix("; ")
                 rows.append(base | {"status": "ok"} | cols | {"target_load": res.spec.target_load,
                                                               "load_unit": res.spec.load_unit,
                                                               "slo": res.spec.slo.describe(),
