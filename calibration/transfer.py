@@ -27,7 +27,9 @@ compressed KV cache, an nvfp4 target) are listed with the reason, not scored. Wi
 ``aiconfigurator_core`` package importable, the peer's own estimate is set beside ours where it can
 express the row (plain and serving step times; speedups of multi-token prediction with a published
 acceptance length: ``calibration/transfer_peer.py``). The per-device residuals become the uncertainty band every prediction quotes
-(``simulator/data/transfer_error.json``).
+(``simulator/data/transfer_error.json``). Where a source publishes a speculative step's parts (plain, draft
+passes, verify), each part is set beside the planner's (``calibration/transfer_components.py``,
+``transfer_part_rows.csv``): which part an optimistic speedup comes from.
 """
 from __future__ import annotations
 
@@ -41,6 +43,7 @@ from scipy.optimize import brentq
 
 # re-exported: tests, calibration.transfer_twoshot and the rows' notes ("see DEVICES in calibration/transfer.py")
 from calibration.transfer_cases import DEVICES, MOE_REUSE, Case, case_for, iid_rate  # noqa: F401
+from calibration.transfer_components import part_rows, published_parts, summarize_parts
 from calibration.transfer_peer import peer_speedup, peer_tpot_ms
 from calibration.transfer_report import bands, markdown, summarize
 from simulator.cli.common import OneLineParser, run_cli, write_atomically, write_files_atomically
@@ -129,6 +132,22 @@ def predict_case(case: Case, basis: str, acceptance_length: float | None) -> tup
         return serving_tpot_s(sc, B, int(case.row.input_len), int(case.row.output_len)) * 1e3, sc.cost_source
     g = compute_grid(sc, batch_sizes=[B], ks=[0])
     return float(g.itl_s[0, 0]) * 1e3, sc.cost_source
+
+
+def part_cases(corpus: pd.DataFrame) -> list[tuple[Case, object]]:
+    """(case, its (B, [0, K]) grid) of every expressible speedup row whose notes give the step's parts
+    (calibration/transfer_components.py), priced as :func:`predict_case` prices the row."""
+    out = []
+    for _, row in corpus.iterrows():
+        if published_parts(row) is None:
+            continue
+        case = case_for(row)
+        if isinstance(case, str) or case.kind != "speedup" or case.end_to_end:
+            continue
+        K = int(row.k)
+        sc = _scenario(case.raw, "planner").with_overrides(acceptance=iid_rate(float(row.acceptance_length), K))
+        out.append((case, compute_grid(sc, batch_sizes=[int(row.batch_size)], ks=[0, K])))
+    return out
 
 
 def _curve_key(row) -> tuple:
@@ -242,11 +261,13 @@ def main(argv: list[str] | None = None) -> int:
         rows, skipped = score(corpus, peer=args.peer)
         summary = summarize(rows)
         two = two_shot(corpus, rows, summary)
+        parts = part_rows(part_cases(corpus))
+        summary["parts"] = summarize_parts(parts)
         text = markdown(summary, rows, skipped, str(path.relative_to(REPO) if path.is_relative_to(REPO) else path))
         write_files_atomically(args.output_dir, {
             "transfer.md": text, "transfer.json": json.dumps(summary, indent=1, default=float) + "\n",
             "transfer_rows.csv": rows.to_csv(index=False), "not_expressible.csv": skipped.to_csv(index=False),
-            "transfer_twoshot_rows.csv": two.to_csv(index=False)})
+            "transfer_twoshot_rows.csv": two.to_csv(index=False), "transfer_part_rows.csv": parts.to_csv(index=False)})
         if not args.no_bands:
             write_atomically(BAND_FILE, json.dumps(bands(summary), indent=1) + "\n", flag="bands")
         print(text.split("\n## By GPU")[0])

@@ -8,6 +8,7 @@ import json
 import pandas as pd
 
 from calibration.transfer_cases import MOE_MODELS
+from calibration.transfer_components import markdown_parts
 
 
 def _stats(err: pd.Series) -> dict:
@@ -133,7 +134,7 @@ def markdown(summary: dict, rows: pd.DataFrame, skipped: pd.DataFrame, corpus_pa
                       f" (worst {_pct(q['planner']['worst'])}), decisions right {_pct(q['planner_decision'])}.", ""]
     else:
         lines += ["Peer estimate: not run (`--peer` with the aiconfigurator-core package importable).", ""]
-    return "\n".join(lines + _breakdown_tables(s, rows, skipped)) + "\n"
+    return "\n".join(lines + markdown_parts(s.get("parts", [])) + _breakdown_tables(s, rows, skipped)) + "\n"
 
 
 def _by_batch_table(bins: list[dict]) -> list[str]:

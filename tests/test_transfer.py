@@ -160,3 +160,22 @@ def test_rows_keep_their_stated_expert_split_and_engine_backend(corpus):
     assert "ep" not in plain.raw["hardware"]
     # blogs 1 and 2 ran the PyTorch backend (CUDA graphs, MTP), not the 0.12 C++ runtime their date matched
     assert mtp.raw["engine"] == plain.raw["engine"] == {"name": "trtllm", "version": "1.1.0"}
+
+
+def test_step_parts_read_from_the_published_table_hand(corpus):
+    # published: MagicDec (arXiv 2408.11049) Appendix A.2 Table 3(c), 8 x A100, B = 32, S = 4000, gamma = 2,
+    # self-speculation over a StreamingLLM KV of 512: T_AR 8.83 ms, T_SD 9.78 ms per token, gamma x T_D
+    # 13.16 ms, T_V 10.32 ms, Omega 2.54 -> the whole speculative step 9.78 x 2.54 = 24.84 ms
+    from calibration.transfer_components import published_parts
+    parts = published_parts(corpus[corpus.row_id == 73].iloc[0])
+    assert parts == {"plain": 8.83, "draft": 13.16, "verify": 10.32, "step": pytest.approx(24.8412)}
+    assert published_parts(corpus[corpus.row_id == 72].iloc[0]) is None  # its plain row: no parts
+
+
+def test_every_expressible_row_with_published_parts_is_priced_by_part(corpus):
+    with_parts = corpus[corpus.notes.fillna("").str.contains("gamma*T_D=", regex=False)]
+    expressible = {int(r.row_id) for _, r in with_parts.iterrows() if not isinstance(T.case_for(r), str)}
+    priced = T.part_cases(corpus)
+    assert {int(c.row.row_id) for c, _ in priced} == expressible and len(expressible) >= 20
+    for case, grid in priced:  # one batch size, K = 0 and the row's K
+        assert grid.itl_s.shape == (1, 2) and int(grid.ks[1]) == int(case.row.k)
