@@ -1,4 +1,5 @@
-"""The answer in words: the K* schedule as text and the one-line notes a reader of the K* table needs."""
+"""The answer in words: the K* schedule as text, the one-line notes a reader of the K* table needs, and where
+speculation stops paying."""
 from __future__ import annotations
 
 import numpy as np
@@ -71,3 +72,37 @@ def answer_notes(pred) -> list[str]:
         out.append(f"above B={last_b} (the last batch size exported) vLLM keeps K={last_k} and TensorRT-LLM turns"
                    " speculation off; extend the batch sizes to the engine's max_num_seqs to plan that range")
     return out
+
+
+def spec_stops_paying(table, grid=None) -> str:
+    """The batch size from which K* = 0 (plain decoding) for every larger batch evaluated.
+
+    ``table``: the prediction's table, or its :attr:`~simulator.plan.api.Prediction.columns` (the same
+    columns as numpy arrays, K* -1 where none fits). With the (B, K) ``grid`` (the prediction's
+    :class:`simulator.plan.grid.Grid`), says when the cause is memory (K = 1 no longer fits) rather than speed.
+    """
+    column = lambda name: np.asarray(table[name], dtype=float)  # noqa: E731 (<NA> of the table: NaN)
+    k = np.nan_to_num(column("k_opt"))  # no K fits: not speculating
+    b = np.asarray(table["batch_size"])
+    speed = column("speedup_vs_plain")
+    pays = (k > 0) & (np.nan_to_num(speed) > 1.0 + 1e-9)
+    fixed = column("fixed_vs_plain")
+    slower = np.flatnonzero(fixed < 1.0)
+    no_fit = np.flatnonzero(np.isnan(fixed) & np.isfinite(column("plain_goodput_per_seq")))
+    fixed_txt = ""
+    if slower.size and (not no_fit.size or slower[0] < no_fit[0]):
+        fixed_txt = f"; a fixed K is slower than plain from B={b[slower[0]]}"
+    elif no_fit.size:
+        fixed_txt = f"; a fixed K no longer fits memory from B={b[no_fit[0]]}"
+    if not pays.any():
+        return f"speculation does not pay at any batch size evaluated{fixed_txt}"
+    last = np.flatnonzero(pays)[-1]
+    if last == len(b) - 1:
+        return f"dynamic K still pays at the largest batch evaluated (B={b[-1]}){fixed_txt}"
+    stop = b[last + 1]
+    why = "K*=0 from there"
+    if grid is not None:
+        row, col = np.flatnonzero(grid.batch_sizes == stop), np.flatnonzero(grid.ks == 1)
+        if row.size and col.size and not bool(grid.fits_memory[row[0], col[0]]):
+            why = "speculation no longer fits memory from there"
+    return f"dynamic K stops paying at B={stop} ({why}){fixed_txt}"

@@ -21,14 +21,12 @@ from simulator.plan import exports, paste
 from simulator.errors import PlannerError
 from simulator.plan.acceptance_risk import break_even_acceptance_length
 from simulator.plan.answer import _span, answer_notes, schedule_text  # noqa: F401 (schedule_text: API)
-from simulator.plan.grid import Grid, compute_grid
+from simulator.plan.grid import MS, Grid, compute_grid, kstar_columns
 from simulator.plan.schedule import schedule_loss, schedule_ranges
 from simulator.plan.speedup_trust import speedup_trust_columns, speedup_trust_text
 from simulator.physics.attribution import describe_growth, verify_growth
 from simulator.specs.uncertainty import Band, step_time_band
 from simulator.specs.scenario import DEFAULT_SCENARIO, Scenario, apply_overrides, build_scenario, load_scenario
-
-MS = 1e3
 
 
 @dataclass
@@ -114,44 +112,9 @@ class Prediction:
 
     @cached_property
     def columns(self) -> dict:
-        """Per batch size, as numpy arrays: K* (-1 where none fits memory) and the goodput, step time and
-        speedups at it, plain and fixed K beside it; what :attr:`table` shows, without its per-cell bound
-        regime (a fleet sweep reads these alone)."""
-        g = self.grid
-        sc = self.scenario
-        idx = g.optimal_k_index()
-        rows = np.arange(len(g.batch_sizes))
-        safe = np.maximum(idx, 0)
-        feasible = idx >= 0
-        fits = g.fits_memory
-        nan = np.nan
-
-        def at(arr, col):
-            return np.where(feasible, arr[rows, col], nan)
-
-        good = at(g.goodput_per_seq, safe)
-        i0, i_fix = g.k_index(0), g.k_index(sc.fixed_k)
-        plain = np.where(fits[:, i0], g.goodput_per_seq[:, i0], nan)
-        fixed = np.where(fits[:, i_fix], g.goodput_per_seq[:, i_fix], nan)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            return {
-                "batch_size": g.batch_sizes.astype(int),
-                "k_opt": g.k_star,
-                "goodput_per_seq": good,
-                "throughput": good * g.batch_sizes,
-                "itl_ms": at(g.itl_s, safe) * MS,
-                # what a user waits per token: step time / tokens a step commits = 1 / goodput per sequence
-                "token_latency_ms": MS / good,
-                "plain_token_latency_ms": MS / plain,
-                "acceptance_length": np.where(feasible, g.acceptance_length[safe], nan),
-                "plain_goodput_per_seq": plain,
-                "fixed_goodput_per_seq": fixed,
-                "speedup_vs_plain": good / plain,
-                "speedup_vs_fixed": good / fixed,
-                "fixed_vs_plain": fixed / plain,
-                "fits_memory": feasible,
-                "memory_gb_per_gpu": at(g.memory_per_gpu_bytes, safe) / 1e9,
-            }
+        """Per batch size, as numpy arrays: what :attr:`table` shows without its per-cell bound regime
+        (:func:`simulator.plan.grid.kstar_columns`; a fleet sweep reads these alone)."""
+        return kstar_columns(self.grid, self.scenario.fixed_k)
 
     @cached_property
     def table(self) -> pd.DataFrame:

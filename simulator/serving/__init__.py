@@ -9,9 +9,10 @@ The K policies themselves live one floor down, in simulator.plan.policies.
 """
 from simulator.plan.policies import (POLICIES, Policy, PolicySettings, PolicyTables, make_policy, parse_policy,
                                      policy_k_table, policy_tables)
-from simulator.serving.engine import (VLLM_CAPTURE_SIZES, EngineConfig, StepPricer, engine_from_scenario,
-                                      kv_capacity_blocks, required_graphs)
+from simulator.serving.engine import (VLLM_CAPTURE_SIZES, EngineConfig, engine_from_scenario, kv_capacity_blocks,
+                                      required_graphs)
 from simulator.serving.loop import simulate, wave_sweep
+from simulator.serving.pricer import StepPricer
 from simulator.serving.results import SUMMARY_KEYS, ServingResult, tail_phases
 from simulator.serving.workload import (ARRIVALS, DISTS, Category, LengthDist, Workload, parse_length,
                                         workload_from_scenario)

@@ -91,7 +91,7 @@ def lower_bounds(st, out_len: np.ndarray, metric: str, step_floor_s: float = 0.0
 
 
 def step_floor_s(pricer, max_seqs: int, speculative: bool) -> float:
-    """A lower bound on every step of a run priced by ``pricer`` (serving.engine.StepPricer): the cheapest
+    """A lower bound on every step of a run priced by ``pricer`` (serving.pricer.StepPricer): the cheapest
     step over 1..max_seqs decoding sequences at K = 0, no context and no prompt tokens, and the cheapest
     prompt-only step (one token), less 1e-9 for the rounding of the clock's sums."""
     memo = pricer.__dict__.setdefault("_step_floors", {})  # a load search reuses the pricer across its runs

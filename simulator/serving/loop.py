@@ -2,7 +2,7 @@
 
 Each engine step schedules the running sequences (decode: K_i + 1 query tokens each, the K_i
 drafts plus the bonus/correction position) and, in the token budget left, prompt chunks of waiting
-requests; prices the step with the engine's tables (:mod:`simulator.serving.engine`); samples how
+requests; prices the step with the engine's tables (:mod:`simulator.serving.pricer`); samples how
 many drafts each sequence accepts; and commits tokens. :func:`simulate` runs it as named phases
 over a :class:`LoopState`: admit arrivals, choose K, reserve KV (preempt), schedule prefill,
 price, accept, commit.
@@ -30,7 +30,8 @@ import pandas as pd
 from simulator.errors import PlannerError
 from simulator.plan.policies import make_policy, parse_policy
 from simulator.serving.early_stop import PercentileStop, bounded_summary, step_floor_s
-from simulator.serving.engine import EngineConfig, StepPricer, engine_from_scenario, kv_capacity_blocks
+from simulator.serving.engine import EngineConfig, engine_from_scenario, kv_capacity_blocks
+from simulator.serving.pricer import StepPricer
 from simulator.serving.phases import LoopState, Run, accept_runs, admit_arrivals, run_step  # noqa: F401 (accept_runs: re-export)
 from simulator.serving.results import ServingResult, summarize
 from simulator.serving.workload import Workload, draw_requests, workload_from_scenario

@@ -12,7 +12,8 @@ import numpy as np
 
 from simulator.errors import PlannerError
 from simulator.plan.policies import Policy
-from simulator.serving.engine import EngineConfig, StepPricer
+from simulator.serving.engine import EngineConfig
+from simulator.serving.pricer import StepPricer
 from simulator.serving.workload import Requests, Workload
 
 @dataclass(slots=True)

@@ -1,7 +1,7 @@
 """Steady state of the serving engine under Poisson load, from its own step-time tables (no simulation).
 
 For batch size B (the sequences decoding at once) with the policy's K(B), the engine's step pricer
-(:class:`simulator.serving.engine.StepPricer`, the same tables :func:`simulate` prices steps with) gives
+(:class:`simulator.serving.pricer.StepPricer`, the same tables :func:`simulate` prices steps with) gives
 
     s(B)    = seconds of a decode-only step: B sequences x (K + 1) tokens at the mean decoding context
               P + O / 2 (P, O: mean prompt and output tokens of the traffic)

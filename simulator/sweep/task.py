@@ -11,7 +11,8 @@ import numpy as np
 
 from simulator.errors import PlannerError
 from simulator.plan.api import predict_scenario
-from simulator.sizing.fleet import size, spec_stops_paying
+from simulator.plan.answer import spec_stops_paying
+from simulator.sizing.fleet import size
 from simulator.sizing.ranking import speculation_caveat
 from simulator.sizing.spec import SizingOverrides
 from simulator.sizing.uncertainty import uncertainty

@@ -1,0 +1,313 @@
+"""Step-time tables of one scenario and engine (:class:`StepPricer`).
+
+The step time is a table lookup, never a cost-model call:
+
+    step(B, K, L, T) = lin(pad(T)) + attn(B, K+1, L) + (K - 1) * draft_pass(pad(B), L) + extend(B, K, L)
+                       + attn_prefill(chunks) + overhead(B) [+ eager launches] [+ DSD-at-K=0 cost]
+
+- lin(T): every operator of the target pass except attention (GEMMs, norms, all-reduce, LM head,
+  sampling) at T tokens, precomputed for T = 1..T_max (they depend on the token count only).
+- attn(B, q, L): decode attention of B sequences with q queries over L cached keys, on a grid of
+  context buckets and interpolated linearly in L (its FLOPs and bytes are linear in L, so the mean
+  context of the batch prices the whole batch). A bucket's column (every B and q, and the draft's
+  tables below) is priced the first time a step's context falls next to it: a load search's runs
+  see a few buckets of the traffic's lengths, the steady state two.
+- draft_pass(B, L): one draft pass (EAGLE/MTP head, draft model, n-gram host cost), same table;
+  extend(B, K, L): the draft's first pass of the step over the B (K + 1) verified tokens (EAGLE / MTP
+  heads, draft models; simulator/physics/draft_cost.py), whose place it takes (n-gram: K x pass).
+- pad(T): the smallest captured CUDA-graph size >= T (vLLM default capture sizes 1, 2, 4, 8, ...,
+  512); above the largest size the pass runs eager and pays ``eager_overhead_per_kernel_s`` per
+  kernel of the target pass.
+- attn_prefill: a prompt chunk's attention (q = chunk over the p tokens already cached, causal),
+  priced with the cost model's attention operator; the chunk's GEMM tokens are part of T.
+"""
+from __future__ import annotations
+
+from bisect import bisect_left
+
+import numpy as np
+
+from simulator.physics.draft_cost import DraftSetting, draft_extend_cost, draft_pass_cost, has_extend_pass
+from simulator.physics.engine_time import draft_extend_in_graph, host_exposed_s, host_exposed_scalar_s
+from simulator.physics.layers import attention_op, forward_ops, sampling_op
+from simulator.physics.operators import pass_time
+from simulator.plan.grid import step_overhead_s
+from simulator.serving.engine import EngineConfig
+from simulator.specs.scenario import Scenario
+
+
+class StepPricer:
+    """Precomputed step-time tables for one scenario and engine (see the module docstring)."""
+
+    # the tables of the target pass alone (plain and speculative pricers of one setting share them)
+    TARGET_TABLES = ("lin", "n_kernels", "ctx", "_ctx_list", "attn", "_attn_have", "_attn_ops_layers",
+                     "verify_sampling_s_per_token", "overhead_prof", "_lin_list", "_overhead0")
+
+    def __init__(self, sc: Scenario, engine: EngineConfig, k_max: int, max_seqs: int, max_context: int,
+                 speculative: bool, twin: "StepPricer | None" = None):
+        """``twin``: a pricer of the same scenario and settings with speculation the other way round, whose
+        target tables (they do not depend on speculation) this one reuses instead of pricing them again."""
+        self.sc, self.engine, self.k_max, self.speculative = sc, engine, k_max, speculative
+        self.max_context = max_context
+        self.eager_s = engine.eager_overhead_per_kernel_s if engine.eager_overhead_per_kernel_s is not None \
+            else sc.engine.eager_launch_per_kernel_s
+        b_top = max(max_seqs, engine.pad_tokens(max_seqs)[0])
+        self.b_top = b_top
+        t_top = max(engine.max_num_batched_tokens, max_seqs * (k_max + 1))
+        self.t_top = engine.pad_tokens(t_top)[0]
+        if twin is not None and twin.sc is sc and (twin.engine, twin.k_max, twin.max_context, twin.b_top,
+                                                   twin.t_top) == (engine, k_max, max_context, b_top, self.t_top):
+            for name in self.TARGET_TABLES:
+                setattr(self, name, getattr(twin, name))
+        else:
+            self._target_tables(max_context)
+        n_ctx = len(self.ctx)
+        if speculative:
+            self._setting = DraftSetting.of(sc)
+            self.draft = np.full((b_top, n_ctx), np.nan)  # [B-1, iL], one pass; columns priced on first use
+            # passes per step by K (K for heads and draft models; one host lookup for n-gram)
+            _, passes = draft_pass_cost(self._setting, np.ones(1), np.arange(k_max + 1.0), 0.0, pass_time)
+            self.passes = np.broadcast_to(passes, (k_max + 1,)).astype(float).tolist()
+            self.extend = np.full((b_top, k_max + 1, n_ctx), np.nan) \
+                if has_extend_pass(sc.draft, sc.deployment) else None
+        else:
+            self.draft = np.zeros((b_top, n_ctx))
+            self.passes = [0.0] * (k_max + 1)
+            self.extend = None
+        # the buckets this pricer has read priced (its tables, and its twin's shared attention); its own,
+        # so that rows it memoized before a twin priced a bucket are read again
+        self._have = [False] * n_ctx
+        self._lin_extra: dict[int, float] = {}
+        self._prefill_memo: dict[tuple[int, int], float] = {}
+        self._pad_memo: dict[int, tuple[int, bool]] = {}
+        self._rows_memo: dict[tuple[int, int], tuple] = {}
+
+    def _target_tables(self, max_context: int) -> None:
+        """lin(T), attn(B, q, L), the sampling difference of a verify pass and the profile's step terms."""
+        sc, k_max, b_top = self.sc, self.k_max, self.b_top
+        m, dep, hw, prof = sc.model, sc.deployment, sc.hardware, sc.profile
+        # lin(T): all target ops but attention, at T = 0..t_top tokens (T = 0 costs nothing)
+        t = np.arange(1, self.t_top + 1, dtype=float)
+        ops = [o for o in forward_ops(m, dep, hw, t, 1.0, 0.0) if o.family != "attention"]
+        self.lin = np.concatenate([[0.0], pass_time(ops, hw, dep, prof, t.shape).total_s])
+        full_ops = forward_ops(m, dep, hw, 1.0, 1.0, 1.0)
+        self.n_kernels = float(sum(o.kernels * o.count for o in full_ops))
+        # decode attention over context buckets (linear in L between buckets), [B-1, q-1, iL]: each
+        # column priced when first needed (_fill_columns)
+        top_l = max(int(max_context) + k_max + 2, 64)
+        self.ctx = np.unique(np.concatenate([[0.0], np.geomspace(32, top_l, 28)]))
+        self._ctx_list = self.ctx.tolist()
+        self.attn = np.full((b_top, k_max + 1, len(self.ctx)), np.nan)
+        self._attn_have = [False] * len(self.ctx)  # shared with a twin, as the array is
+        self._attn_ops_layers = [(o.name, o.count) for o in full_ops if o.family == "attention"]
+        # lin(T) samples every token as plain decoding does; a verify pass's rejection path reads its
+        # B (K + 1) rows differently (engine profile [sampling]): the difference per verified token
+        delta = dep.kernels.logit_bytes_verify - dep.kernels.logit_bytes_plain
+        self.verify_sampling_s_per_token = 0.0 if delta == 0 else float(pass_time(
+            [sampling_op("verify_sampling_delta", 1.0, m.vocab_size / 1.0, abs(delta))], hw, dep, prof, ()).total_s
+            - pass_time([sampling_op("none", 1.0, m.vocab_size, 0.0)], hw, dep, prof, ()).total_s) * np.sign(delta)
+        self.overhead_prof = np.broadcast_to(step_overhead_s(prof, np.arange(b_top + 1, dtype=float)[:, None],
+                                                             np.arange(k_max + 1, dtype=float)[None, :]),
+                                             (b_top + 1, k_max + 1))
+        # step_s reads these as Python scalars (see _rows)
+        self._lin_list = self.lin.tolist()
+        self._overhead0 = self.overhead_prof[0].tolist()
+
+    def price_context_buckets(self, js=None) -> None:
+        """Price context buckets ``js`` (default: all) now rather than on first use, a few at a time as
+        steps price them (a bucket's numbers do not depend on when or beside which others it was priced)."""
+        js = range(len(self.ctx)) if js is None else list(js)
+        for i in range(0, len(js), 2):
+            self._fill_columns(tuple(js[i:i + 2]))
+
+    def _fill_columns(self, js: tuple) -> None:
+        """Price the context buckets ``js`` not priced yet: the target's attention (every B and q; a twin
+        that shares the array sees them too) and, speculating, one draft pass and the extend pass. Each
+        cell's price is its own (no cell depends on which others are priced with it)."""
+        js = self._at_least_two([j for j in js if not self._have[j]])
+        if not js:
+            return
+        sc, b_top, k_max = self.sc, self.b_top, self.k_max
+        m, dep, hw, prof = sc.model, sc.deployment, sc.hardware, sc.profile
+        L = self.ctx[js]
+        B = np.arange(1, b_top + 1, dtype=float)[:, None, None]
+        new_attn = self._at_least_two([j for j in js if not self._attn_have[j]])
+        if new_attn:
+            q = np.arange(1, k_max + 2, dtype=float)[None, :, None]
+            ops = [o for o in forward_ops(m, dep, hw, B, q, self.ctx[new_attn][None, None, :])
+                   if o.family == "attention"]
+            self.attn[:, :, new_attn] = pass_time(ops, hw, dep, prof, (b_top, k_max + 1, len(new_attn))).total_s
+            for j in new_attn:
+                self._attn_have[j] = True
+        if self.speculative:
+            bb, ll = np.broadcast_arrays(B[:, 0, :], L[None, :])
+            self.draft[:, js] = draft_pass_cost(self._setting, bb, 1.0, ll, pass_time)[0].total_s
+            if self.extend is not None:
+                self.extend[:, :, js] = self._extend_columns(B, L)
+        for j in js:
+            self._have[j] = True
+        self._rows_memo.clear()  # rows read before held no value at these buckets
+
+    def _at_least_two(self, js: list) -> list:
+        """Buckets to price together: ``js``, with a neighbour beside a lone one. A pass sums its ops grouped
+        by the shape of their arrays, and a single column's attention shares the context-free ops' shape:
+        priced alone it would be summed in another order than beside others (a last-digit difference)."""
+        js = sorted(set(js))
+        if len(js) == 1:
+            js = sorted(js + [js[0] + 1 if js[0] + 1 < len(self.ctx) else js[0] - 1])
+        return js
+
+    def _extend_columns(self, B: np.ndarray, L: np.ndarray) -> np.ndarray:
+        """The draft's extend pass over B (K + 1) verified tokens at context buckets L, [B-1, K, len(L)];
+        as the engine runs it (eager: the slower of GPU time and kernel launches)."""
+        K = np.arange(self.k_max + 1, dtype=float)[None, :, None]
+        cost = draft_extend_cost(self._setting, B, K, L[None, None, :], pass_time)
+        # in a graph by the same rule as the planner's grid (the engine profile's capture limits)
+        in_graph = draft_extend_in_graph(self.sc.engine, *np.broadcast_arrays(B, K))
+        gpu = cost.total_s
+        return np.where(in_graph, gpu, np.maximum(gpu - cost.launch_s, cost.n_kernels * self.eager_s))
+
+    def _lin(self, tokens: int) -> float:
+        if tokens <= self.t_top:
+            return self.lin[tokens]
+        if tokens not in self._lin_extra:
+            sc = self.sc
+            ops = [o for o in forward_ops(sc.model, sc.deployment, sc.hardware, float(tokens), 1.0, 0.0)
+                   if o.family != "attention"]
+            self._lin_extra[tokens] = float(pass_time(ops, sc.hardware, sc.deployment, sc.profile, ()).total_s)
+        return self._lin_extra[tokens]
+
+    def _ctx_weight(self, L: float) -> tuple[int, float]:
+        j = bisect_left(self._ctx_list, L)
+        if j <= 0:
+            return 0, 0.0
+        if j >= len(self._ctx_list):
+            return len(self._ctx_list) - 2, 1.0 + (L - self._ctx_list[-1]) / (self._ctx_list[-1] - self._ctx_list[-2])
+        lo, hi = self._ctx_list[j - 1], self._ctx_list[j]
+        return j - 1, (L - lo) / (hi - lo)
+
+    def prefill_attention_s(self, chunks: np.ndarray, cached: np.ndarray) -> float:
+        """Attention of prompt chunks (q = chunk tokens over the cached ones), launch folded into decode's.
+
+        Each (chunk, cached) pair is priced on its own (the cost model is elementwise), once per pricer:
+        a run's steps repeat the same pairs (a prompt length, its chunk split), so most are lookups."""
+        return self.prefill_attention_pairs_s(chunks.tolist(), cached.tolist())
+
+    def prefill_attention_pairs_s(self, chunks: list, cached: list) -> float:
+        """:meth:`prefill_attention_s` of Python int lists (what the serving loop holds)."""
+        memo = self._prefill_memo
+        try:  # the common case: every pair seen before
+            return float(sum([memo[k] for k in zip(chunks, cached)]))
+        except KeyError:
+            pass
+        keys = list(zip(chunks, cached))
+        new = [k for k in dict.fromkeys(keys) if k not in memo]
+        if new:
+            c = np.array([k[0] for k in new], dtype=float)
+            p = np.array([k[1] for k in new], dtype=float)
+            memo.update(zip(new, self._prefill_pairs_s(c, p).tolist()))
+        return float(sum(memo[k] for k in keys))
+
+    def _prefill_pairs_s(self, chunks: np.ndarray, cached: np.ndarray) -> np.ndarray:
+        sc = self.sc
+        m = sc.model
+        ops = []
+        for name, count in self._attn_ops_layers:
+            window = m.sliding_window if name.endswith("sliding") else None
+            ops.append(attention_op(m, sc.deployment, 1.0, chunks, cached, count, window, name))
+        cost = pass_time(ops, sc.hardware, sc.deployment, sc.profile, chunks.shape)
+        return cost.total_s - cost.launch_s
+
+    def _pad(self, tokens: int) -> tuple[int, bool]:
+        hit = self._pad_memo.get(tokens)
+        if hit is None:
+            hit = self._pad_memo[tokens] = self.engine.pad_tokens(tokens)
+        return hit
+
+    def _rows(self, n_dec: int, k_step: int) -> tuple:
+        """Per (B, K): the table rows over the context buckets as Python lists, and the B-only terms
+        (numpy scalar indexing costs more than the arithmetic of a step)."""
+        key = (n_dec, k_step)
+        hit = self._rows_memo.get(key)
+        if hit is None:
+            attn = self.attn[n_dec - 1, k_step].tolist()
+            d = e = None
+            if k_step:
+                d = self.draft[min(self._pad(n_dec)[0], self.b_top) - 1].tolist()
+                if self.extend is not None:
+                    e = self.extend[min(n_dec, self.b_top) - 1, k_step].tolist()
+            hit = self._rows_memo[key] = (attn, d, e, float(self.overhead_prof[min(n_dec, self.b_top), k_step]))
+        return hit
+
+    def step_s(self, n_dec: int, k_step: int, tokens: int, mean_ctx: float, spec_mode: bool,
+               prefill_attn_s: float) -> tuple[float, int, bool]:
+        """Seconds of one step, the tokens the target pass runs at, and whether it ran as a graph."""
+        eng = self.engine
+        padded, graph = self._pad(tokens)
+        kernels = (self._lin_list[padded] if padded <= self.t_top else self._lin(padded)) + prefill_attn_s
+        draft = 0.0
+        if n_dec:
+            j, w = self._ctx_weight(mean_ctx)
+            if not (self._have[j] and self._have[j + 1]):
+                self._fill_columns((j, j + 1))
+            row, d, e, overhead = self._rows(n_dec, k_step)
+            kernels += row[j] + w * (row[j + 1] - row[j])
+            if k_step:
+                kernels += self.verify_sampling_s_per_token * n_dec * (k_step + 1)
+                if e is None:
+                    draft = self.passes[k_step] * (d[j] + w * (d[j + 1] - d[j]))
+                else:  # K - 1 one-token passes and the extend pass over the verified tokens
+                    draft = (self.passes[k_step] - 1) * (d[j] + w * (d[j + 1] - d[j])) + e[j] + w * (e[j + 1] - e[j])
+        else:
+            overhead = self._overhead0[k_step]
+        if not graph:  # the host launches every kernel; the GPU waits when launches are the slower
+            kernels = max(kernels, self.n_kernels * self.eager_s)
+        host = host_exposed_scalar_s(self.sc.engine, n_dec, k_step, kernels + draft, draft, self.sc.deployment.tp)
+        if k_step and self.sc.draft.method != "ngram":
+            host += self.passes[k_step] * self.sc.engine.per_draft_pass_s
+        fit = getattr(self.sc, "deployment_fit", None)  # terms fitted on this deployment (plan.grid does the same)
+        if fit is not None:
+            kernels, draft = kernels * fit.kernel_scale, draft * fit.kernel_scale
+            host += float(fit.added_s(n_dec, k_step))
+        time = kernels + draft + host + eng.schedule_overhead_s + eng.schedule_overhead_per_seq_s * n_dec + overhead
+        if spec_mode and k_step == 0:
+            time = time * (1.0 + eng.spec_k0_overhead_frac) + eng.spec_k0_overhead_s
+        return time, padded, graph
+
+    def decode_steps_s(self, n_dec: np.ndarray, k_step: np.ndarray, tokens: np.ndarray, mean_ctx: float,
+                       spec_mode: bool, prefill_attn_s: float) -> np.ndarray:
+        """:meth:`step_s`'s seconds for many steps at one mean context (the steady state's B = 1..n), the same
+        arithmetic in the same order elementwise (n_dec >= 1); tests hold the two equal to the bit."""
+        eng, sc = self.engine, self.sc
+        n_dec, k_step, tokens = (np.asarray(a, dtype=np.intp) for a in (n_dec, k_step, tokens))
+        padded, graph = (np.array(v) for v in zip(*(self._pad(int(t)) for t in tokens.tolist())))
+        kernels = np.array([self._lin_list[p] if p <= self.t_top else self._lin(p) for p in padded.tolist()])
+        kernels = kernels + prefill_attn_s
+        j, w = self._ctx_weight(mean_ctx)
+        self._fill_columns((j, j + 1))
+        row = self.attn[n_dec - 1, k_step]
+        kernels = kernels + (row[:, j] + w * (row[:, j + 1] - row[:, j]))
+        spec = k_step > 0
+        kernels = kernels + np.where(spec, self.verify_sampling_s_per_token * n_dec * (k_step + 1), 0.0)
+        passes = np.asarray(self.passes)[k_step]
+        d = self.draft[np.minimum([self._pad(int(b))[0] for b in n_dec.tolist()], self.b_top) - 1]
+        d_ctx = d[:, j] + w * (d[:, j + 1] - d[:, j])
+        if self.extend is None:
+            draft = passes * d_ctx
+        else:
+            e = self.extend[np.minimum(n_dec, self.b_top) - 1, k_step]
+            draft = (passes - 1) * d_ctx + e[:, j] + w * (e[:, j + 1] - e[:, j])
+        draft = np.where(spec, draft, 0.0)
+        kernels = np.where(graph, kernels, np.maximum(kernels, self.n_kernels * self.eager_s))
+        host = host_exposed_s(sc.engine, n_dec, k_step, kernels + draft, draft, sc.deployment.tp)
+        if sc.draft.method != "ngram":
+            host = host + np.where(spec, passes * sc.engine.per_draft_pass_s, 0.0)
+        fit = getattr(sc, "deployment_fit", None)
+        if fit is not None:
+            kernels, draft = kernels * fit.kernel_scale, draft * fit.kernel_scale
+            host = host + fit.added_s(n_dec, k_step)
+        overhead = self.overhead_prof[np.minimum(n_dec, self.b_top), k_step]
+        time = kernels + draft + host + eng.schedule_overhead_s + eng.schedule_overhead_per_seq_s * n_dec + overhead
+        if spec_mode:
+            time = np.where(spec, time, time * (1.0 + eng.spec_k0_overhead_frac) + eng.spec_k0_overhead_s)
+        return time
