@@ -42,7 +42,8 @@ import pandas as pd
 from scipy.optimize import brentq
 
 # re-exported: tests, calibration.transfer_twoshot and the rows' notes ("see DEVICES in calibration/transfer.py")
-from calibration.transfer_cases import DEVICES, MOE_REUSE, Case, case_for, iid_rate  # noqa: F401
+from calibration.transfer_cases import (CORPUS, DEVICES, MOE_REUSE, OUT_DIR, REPO, Case, case_for,  # noqa: F401
+                                        iid_rate, scenario_for as _scenario)
 from calibration.transfer_components import part_rows, published_parts, summarize_parts
 from calibration.transfer_peer import peer_speedup, peer_tpot_ms
 from calibration.transfer_report import bands, markdown, summarize
@@ -50,11 +51,8 @@ from simulator.cli.common import OneLineParser, run_cli, write_atomically, write
 from simulator.errors import PlannerError, PlannerWarning
 from simulator import serving
 from simulator.plan.grid import compute_grid
-from simulator.specs.scenario import Scenario, build_scenario
+from simulator.specs.scenario import Scenario
 
-REPO = Path(__file__).resolve().parent.parent
-CORPUS = REPO / "calibration" / "data" / "published" / "corpus.csv"
-OUT_DIR = REPO / "calibration" / "data" / "transfer"
 BAND_FILE = REPO / "simulator" / "data" / "transfer_error.json"
 
 
@@ -71,14 +69,6 @@ def published_rows_for(hardware: str, rows_csv: Path = OUT_DIR / "transfer_rows.
     rows = pd.read_csv(rows_csv)
     rows = rows[(rows.hardware == hardware) & ~rows.anchor.astype(bool)]
     return rows[list(SHOWN_COLUMNS)].rename(columns=SHOWN_COLUMNS).reset_index(drop=True)
-
-
-def _scenario(raw: dict, basis: str) -> Scenario:
-    raw = json.loads(json.dumps(raw))
-    if basis == "datasheet":
-        raw["calibration"] = {"profile": "none"}
-        raw["engine"] = {"name": "ideal"}
-    return build_scenario(raw, origin="corpus")
 
 
 def run_time_s(sc: Scenario, batch: int, prompt: int, output: int) -> float:

@@ -2,7 +2,9 @@
 cannot: the device, engine version, precision, draft and metric of each published number."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -12,9 +14,13 @@ from calibration.transfer_sources import load_sources
 from simulator.errors import PlannerError
 from simulator.specs.engines import engine_versions
 from simulator.specs.models import list_models
+from simulator.specs.scenario import build_scenario
 from simulator.specs.versions import version_key
 
 # per-source facts (calibration/data/published/sources.toml, with their citations)
+REPO = Path(__file__).resolve().parent.parent
+CORPUS = REPO / "calibration" / "data" / "published" / "corpus.csv"
+OUT_DIR = REPO / "calibration" / "data" / "transfer"
 _SOURCES = load_sources()
 # corpus device -> catalog hardware, with why when the source leaves the variant open
 DEVICES = _SOURCES["devices"]
@@ -162,3 +168,13 @@ def case_for(row: pd.Series) -> Case | str:
         e2e = "end-to-end" in str(row.notes).lower() and inp is not None and out is not None
         return Case(row, "speedup", raw, float(row.value), hw_note, end_to_end=e2e)
     return f"metric {m} with draft {row.draft_method} is not scored"
+
+
+def scenario_for(raw: dict, basis: str):
+    """The row's scenario on a basis: "planner" (the best evidence shipped for its device, its engine's
+    profile) or "datasheet" (datasheet peaks, the ideal engine)."""
+    raw = json.loads(json.dumps(raw))
+    if basis == "datasheet":
+        raw["calibration"] = {"profile": "none"}
+        raw["engine"] = {"name": "ideal"}
+    return build_scenario(raw, origin="corpus")
