@@ -82,3 +82,19 @@ def markdown_parts(summary: list[dict]) -> list[str]:
                   f" plain step, a speedup {pct((1 + m['plain']) / (1 + m['step']) - 1)} optimistic from the parts alone"
                   f" (medians); the draft passes {pct(m['draft'])}, the verify pass {pct(m['verify'])}."]
     return lines + [""]
+
+
+# corpus draft labels -> the planner's draft method they describe
+PLANNER_METHODS = {"self-spec": "self", "draft-model": "model"}
+
+
+def parts_by_method(summary: list[dict]) -> dict:
+    """{planner draft method: {"label": corpus draft label, "n": rows, "median": {part: median error}}} for
+    the band file (simulator/data/transfer_error.json), which a prediction with that draft method quotes."""
+    out: dict = {}
+    for s in summary:
+        method = PLANNER_METHODS.get(str(s["draft"]).split(":")[0])
+        if method is None or (method in out and out[method]["label"] != s["draft"]):
+            continue  # one published setting per method: the first listed
+        out.setdefault(method, {"label": s["draft"], "n": s["n"], "median": {}})["median"][s["part"]] = s["median"]
+    return out

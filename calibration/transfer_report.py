@@ -8,7 +8,7 @@ import json
 import pandas as pd
 
 from calibration.transfer_cases import MOE_MODELS
-from calibration.transfer_components import markdown_parts
+from calibration.transfer_components import markdown_parts, parts_by_method
 
 
 def _stats(err: pd.Series) -> dict:
@@ -198,6 +198,8 @@ def bands(summary: dict) -> dict:
         out["_two_shot"] = {"model_error_log_p90": two["model_error_log_p90"], "n": two["n"], "curves": two["curves"],
                             "what": "90th percentile of |log(predicted / measured)| of two-point fits on held-out"
                                     " points of published speedup curves (calibration/transfer_twoshot.py)"}
+    if summary.get("parts"):  # the speculative step by part, where sources publish the parts
+        out["_speedup_parts"] = parts_by_method(summary["parts"])
     for hw, g in summary["by_gpu"].items():
         out[hw] = {"step_time_mape": g["step_time"]["mape"], "step_time_worst": g["step_time"]["worst"],
                    "n": g["step_time"]["n"], "speedup_mape": g["speedup"]["mape"], "basis": g["basis"].split(";")[0]}

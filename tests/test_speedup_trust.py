@@ -147,3 +147,34 @@ def test_sweep_rows_carry_the_sizing_caveat(tmp_path):
     if caveat:
         assert f"{edge:+.0%} capacity over plain" in caveat and f"(+{median[0]:.0%})" in caveat
     assert not (plain.speculation_caveat == plain.speculation_caveat and plain.speculation_caveat)
+
+
+PARTS = Path(__file__).resolve().parent.parent / "calibration" / "data" / "transfer" / "transfer_part_rows.csv"
+
+
+def test_step_parts_by_method_by_hand():
+    # a self-speculation setting with draft -30%, verify -20%, plain -10%, step -25%; a draft model's parts;
+    # a second self-speculation setting is not mixed in (the first listed is quoted)
+    from calibration.transfer_components import parts_by_method
+    summary = [{"draft": "self-spec:a", "part": p, "n": 4, "median": m}
+               for p, m in (("plain", -0.1), ("draft", -0.3), ("verify", -0.2), ("step", -0.25))]
+    summary += [{"draft": "self-spec:b", "part": "plain", "n": 2, "median": 0.5},
+                {"draft": "draft-model:x", "part": "step", "n": 3, "median": -0.05}]
+    got = parts_by_method(summary)
+    assert got["self"] == {"label": "self-spec:a", "n": 4,
+                           "median": {"plain": -0.1, "draft": -0.3, "verify": -0.2, "step": -0.25}}
+    assert got["model"] == {"label": "draft-model:x", "n": 3, "median": {"step": -0.05}}
+
+
+def test_self_speculation_quotes_its_published_parts():
+    # the committed part rows (MagicDec Table 3 parts beside the planner's): the medians the band file holds
+    # and a self-speculative prediction quotes; hand: speedup optimism = (1 + plain) / (1 + step) - 1
+    rows = pd.read_csv(PARTS)
+    self_rows = rows[rows.draft.str.startswith("self-spec")]
+    med = self_rows.groupby("part").error.median()
+    p = predict(model="llama-3.1-8b", hardware="a100-80gb", tp=8, draft="self:512", batch_sizes=[1, 32])
+    text = p.provenance["speedup_uncertainty"]
+    assert f"draft passes {med['draft']:+.0%}" in text and f"verify {med['verify']:+.0%}" in text
+    assert f"{(1 + med['plain']) / (1 + med['step']) - 1:+.0%} optimistic" in text
+    eagle = predict(model="llama-3.1-8b", hardware="a100-80gb", tp=8, draft="eagle", batch_sizes=[1, 32])
+    assert "by part" not in eagle.provenance["speedup_uncertainty"]  # no published parts for EAGLE heads

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from simulator.specs.uncertainty import speedup_band_at, speedup_bands_text
+from simulator.specs.uncertainty import speedup_band_at, speedup_bands_text, speedup_parts_text
 
 
 def published_band_applies(sc) -> bool:
@@ -45,7 +45,8 @@ def speedup_trust_text(sc) -> str:
         return f"the interval of the {sc.deployment_fit.label}"
     if sc.hardware.kind == "cpu":
         return "no published speedup rows on CPUs: the calibrated profile's own held-out error (step-time band)"
-    return speedup_bands_text()
+    parts = speedup_parts_text(sc.draft.method)
+    return speedup_bands_text() + (f"; {parts}" if parts else "")
 
 
 def gain_at_risk_text(table: pd.DataFrame) -> str | None:

@@ -117,6 +117,19 @@ def speedup_band_at(batch_sizes) -> tuple[np.ndarray, np.ndarray]:
     return mape, median
 
 
+def speedup_parts_text(method: str) -> str:
+    """Where sources publish a speculative step's parts for this draft method: each part's median error
+    and the speedup optimism they add up to ("" when none do; calibration/transfer_components.py)."""
+    p = (_bands().get("_speedup_parts") or {}).get(method)
+    m = (p or {}).get("median") or {}
+    if not all(k in m for k in ("plain", "draft", "verify", "step")):
+        return ""
+    optimism = (1 + m["plain"]) / (1 + m["step"]) - 1
+    return (f"published steps by part for {p['label']} ({p['n']} rows): the planner's draft passes {m['draft']:+.0%},"
+            f" verify {m['verify']:+.0%}, plain step {m['plain']:+.0%} against the measurements (medians), its"
+            f" speedups there {optimism:+.0%} optimistic")
+
+
 def speedup_bands_text() -> str:
     """One line: the published speedup error by batch-size range, or why there is none."""
     bands = speedup_bands()
