@@ -11,8 +11,9 @@ from dataclasses import replace
 
 from simulator.physics.experts import busiest_group_load, experts_touched_correlated
 from simulator.physics.fabric import allgather_s, allreduce_fabric_s, alltoall_s, node_split
-from simulator.physics.operators import GemmOp, Op, StepCost, evaluate
-from simulator.physics.terms import attention_decode_terms, gemm_terms, mla_decode_terms, moe_expert_terms
+from simulator.physics.operators import AttentionOp, GemmOp, Op, StepCost, evaluate
+from simulator.physics.terms import (attention_decode_bytes, attention_decode_flops, gemm_terms, mla_decode_bytes,
+                                     mla_decode_flops, moe_expert_terms)
 from simulator.specs.deployment import Deployment, kv_heads_per_gpu, sliding_layers
 from simulator.specs.hardware import DTYPE_BYTES, Hardware
 from simulator.specs.models import ModelSpec
@@ -82,7 +83,9 @@ def attention_op(model: ModelSpec, dep: Deployment, batch, queries, context_len:
     if model.attention == "mla":
         # absorbed MLA: every head scores against the shared latent (kv_lora + rope) and reads it once
         latent = model.kv_lora_rank + model.qk_rope_head_dim
-        flops, kv_read, q_io = mla_decode_terms(batch, queries, keys, hq, model.kv_lora_rank, model.qk_rope_head_dim, kv, a)
+        lora, rope = model.kv_lora_rank, model.qk_rope_head_dim
+        flops = mla_decode_flops(batch, queries, keys, hq, lora, rope)
+        io = lambda: mla_decode_bytes(batch, queries, keys, hq, lora, rope, kv, a)  # noqa: E731
         shape = {"q_heads": hq, "kv_elem_bytes": kv, "a_bytes": a, "keys": keys, "queries": queries, "sequences": batch,
                  "latent": latent, "score_width": 2 * model.kv_lora_rank + model.qk_rope_head_dim}
     else:
@@ -93,8 +96,11 @@ def attention_op(model: ModelSpec, dep: Deployment, batch, queries, context_len:
         # a grouped kernel everywhere (every engine but TensorRT-LLM <= 0.10): no array work here
         reads, blocks = (1.0, 1.0) if per_head is False else (kv_reads(dep, group, per_head),
                                                                np.where(per_head, group, 1.0))
-        flops, kv_read, q_io = attention_decode_terms(batch, queries, keys, hq, hkv, d, kv, a)
-        kv_read = kv_read * reads  # per-query-head kernels re-read each KV head (kv_reads)
+        flops = attention_decode_flops(batch, queries, keys, hq, d)
+
+        def io():
+            kv_read, q_io = attention_decode_bytes(batch, queries, keys, hq, hkv, d, kv, a)
+            return kv_read * reads, q_io  # per-query-head kernels re-read each KV head (kv_reads)
         # surface axes as the q = 1 decode tables measured them: group = hq / hkv. A verify pass packs
         # its q g query rows per KV head into tensor-core tiles and stays bound by the same KV read;
         # the tables' slow large-group decode kernels (g >= 48, ~3x at equal bytes) are a q = 1
@@ -116,10 +122,9 @@ def attention_op(model: ModelSpec, dep: Deployment, batch, queries, context_len:
         shape = {"m": queries * shape["group"], "n": keys + queries, "k": shape["head_dim"]}
     else:
         surface = None
-    return Op(name, "attention", flops, kv_read + q_io, kernels=2, count=count, eff_tokens=batch * queries,
-              surface=surface,
-              shape={"tokens": batch * queries, "batch": batch, "context": keys + 1.0, "kv_bytes": kv_read,
-                     "bytes": kv_read + q_io, **shape}, dtype=dep.kv_dtype)
+    return AttentionOp(name, "attention", flops, io, kernels=2, count=count, eff_tokens=batch * queries,
+                       surface=surface, shape={"tokens": batch * queries, "batch": batch, "context": keys + 1.0, **shape},
+                       dtype=dep.kv_dtype)
 
 
 def attention_projection_ops(model: ModelSpec, dep: Deployment, tokens, count: int, prefix: str = "") -> list[Op]:

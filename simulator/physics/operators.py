@@ -99,6 +99,50 @@ class GemmOp(Op):
         return np.shape(self.shape["m"])
 
 
+class _LazyShape(dict):
+    """An op's shape whose costly entries (``lazy()`` returns them) are made on the first read of a key
+    it lacks; ``in`` and ``get`` see only the entries made so far."""
+
+    def __init__(self, entries: dict, lazy):
+        super().__init__(entries)
+        self._lazy = lazy
+
+    def __missing__(self, key):
+        if self._lazy is not None:
+            lazy, self._lazy = self._lazy, None
+            self.update(lazy())
+            if key in self:
+                return dict.__getitem__(self, key)
+        raise KeyError(key)
+
+
+class AttentionOp(Op):
+    """Decode attention whose bytes (the KV read and the queries' reads and writes, ``io()``) are made on
+    first read: a measured kernel table prices it from its FLOPs and work coordinates, so a grid reads
+    them only for the per-op detail, a roofline or a surface on bytes (shape entries "bytes", "kv_bytes")."""
+
+    def __init__(self, name: str, family: str, flops, io, shape: dict, **kw):
+        self._io = io
+        super().__init__(name, family, flops, None, shape=_LazyShape(shape, self._byte_entries), **kw)
+
+    def _byte_entries(self) -> dict:
+        kv_read, q_io = self._io()
+        return {"kv_bytes": kv_read, "bytes": kv_read + q_io}
+
+    @property
+    def nbytes(self):
+        if self._nbytes is None:
+            self._nbytes = self.shape["bytes"]
+        return self._nbytes
+
+    @nbytes.setter
+    def nbytes(self, value) -> None:
+        self._nbytes = value
+
+    def cells_shape(self) -> tuple:
+        return np.shape(self.flops)  # the bytes vary over the same B, q and L
+
+
 @dataclass
 class StepCost:
     """Per-operator costs of a step, stacked: arrays have shape (n_ops, *grid)."""

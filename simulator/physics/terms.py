@@ -27,21 +27,37 @@ def gemm_terms(m, n, k, w, a):
     return 2.0 * m * n * k, n * k * w + m * (n + k) * a
 
 
+def attention_decode_flops(batch, queries, keys, hq, d):
+    """F of decode attention over ``keys`` cached keys plus the q new ones."""
+    return 4.0 * batch * queries * (keys + (queries + 1) / 2) * hq * d
+
+
+def attention_decode_bytes(batch, queries, keys, hq, hkv, d, kv, a):
+    """(KV bytes read once, Q/O bytes) of decode attention."""
+    return batch * (keys + queries) * 2 * hkv * d * kv, 2.0 * batch * queries * hq * d * a
+
+
 def attention_decode_terms(batch, queries, keys, hq, hkv, d, kv, a):
     """(F, KV bytes read once, Q/O bytes) of decode attention over ``keys`` cached keys plus the q new ones."""
-    flops = 4.0 * batch * queries * (keys + (queries + 1) / 2) * hq * d
-    kv_read = batch * (keys + queries) * 2 * hkv * d * kv
-    q_io = 2.0 * batch * queries * hq * d * a
-    return flops, kv_read, q_io
+    return (attention_decode_flops(batch, queries, keys, hq, d),
+            *attention_decode_bytes(batch, queries, keys, hq, hkv, d, kv, a))
+
+
+def mla_decode_flops(batch, queries, keys, hq, kv_lora, rope):
+    """F of absorbed MLA: every head scores against the shared latent."""
+    return 2.0 * batch * queries * (keys + (queries + 1) / 2) * hq * (2 * kv_lora + rope)
+
+
+def mla_decode_bytes(batch, queries, keys, hq, kv_lora, rope, kv, a):
+    """(latent bytes read, Q/O bytes) of absorbed MLA."""
+    latent = kv_lora + rope
+    return batch * (keys + queries) * latent * kv, 2.0 * batch * queries * hq * latent * a
 
 
 def mla_decode_terms(batch, queries, keys, hq, kv_lora, rope, kv, a):
     """(F, latent bytes read, Q/O bytes) of absorbed MLA: every head scores against the shared latent."""
-    latent = kv_lora + rope
-    flops = 2.0 * batch * queries * (keys + (queries + 1) / 2) * hq * (2 * kv_lora + rope)
-    kv_read = batch * (keys + queries) * latent * kv
-    q_io = 2.0 * batch * queries * hq * latent * a
-    return flops, kv_read, q_io
+    return (mla_decode_flops(batch, queries, keys, hq, kv_lora, rope),
+            *mla_decode_bytes(batch, queries, keys, hq, kv_lora, rope, kv, a))
 
 
 def expert_params_slice(hidden, inter, expert_tp):
