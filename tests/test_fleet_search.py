@@ -113,11 +113,13 @@ def test_prefill_memo_prices_like_the_cost_model(dense):
     eng = serving.engine_from_scenario(sc)
     pricer = serving.StepPricer(sc, eng, 8, 256, 4000, True)
     chunks, cached = np.array([1024, 512, 1024, 7]), np.array([0, 1024, 0, 2000])
-    ops = [attention_op(sc.model, sc.deployment, 1.0, chunks.astype(float), cached.astype(float), count,
-                        sc.model.sliding_window if name.endswith("sliding") else None, name)
-           for name, count in pricer._attn_ops_layers]
-    cost = evaluate(ops, sc.hardware, sc.deployment, sc.profile, chunks.shape)
-    direct = float((cost.time_s - cost.launch_s).sum())
+    direct = 0.0  # the cost model, each chunk on its own (the 7-token one a multi-query decode)
+    for c, p in zip(chunks.astype(float), cached.astype(float)):
+        ops = [attention_op(sc.model, sc.deployment, 1.0, np.array([c]), np.array([p]), count,
+                            sc.model.sliding_window if name.endswith("sliding") else None, name)
+               for name, count in pricer._attn_ops_layers]
+        cost = evaluate(ops, sc.hardware, sc.deployment, sc.profile, (1,))
+        direct += float((cost.time_s - cost.launch_s).sum())
     assert pricer.prefill_attention_s(chunks, cached) == pytest.approx(direct, rel=1e-12)
     assert pricer.prefill_attention_s(chunks, cached) == pytest.approx(direct, rel=1e-12)  # from the memo
 

@@ -315,3 +315,16 @@ def test_cli_dtype_flags_mean_what_predict_means():
     assert tpot(fp8) < 0.8 * tpot(bf16)
     bad = _cli(*base, "--act-dtype", "fp7")
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1 and "fp7" in bad.stderr
+
+
+@pytest.mark.parametrize("name", ["llama-3.1-8b-h100", "sizing-dense-command-a"])
+def test_a_prompt_chunk_costs_the_same_whatever_is_priced_beside_it(name):
+    # a 27-token chunk over 116 cached keys is a multi-query decode (<= 32 queries), a 2101-token one a
+    # prefill kernel: priced together, each keeps the price it has alone (it took the prefill kernel's
+    # when the batch's largest chunk chose the path: 2.6x for the short one on llama-3.1-8b-h100)
+    sc = load_scenario(name)
+    pricer = sv.StepPricer(sc, sv.engine_from_scenario(sc), 4, 64, 9000, False)
+    chunks, cached = np.array([27.0, 2101.0, 5.0, 300.0]), np.array([116.0, 1338.0, 0.0, 2000.0])
+    together = pricer._prefill_pairs_s(chunks, cached)
+    alone = [pricer._prefill_pairs_s(chunks[i:i + 1], cached[i:i + 1])[0] for i in range(4)]
+    np.testing.assert_allclose(together, alone, rtol=1e-12)
