@@ -328,3 +328,15 @@ def test_a_prompt_chunk_costs_the_same_whatever_is_priced_beside_it(name):
     together = pricer._prefill_pairs_s(chunks, cached)
     alone = [pricer._prefill_pairs_s(chunks[i:i + 1], cached[i:i + 1])[0] for i in range(4)]
     np.testing.assert_allclose(together, alone, rtol=1e-12)
+
+
+def test_padding_an_array_of_token_counts_as_one_at_a_time():
+    # vLLM's capture sizes 1, 2, 4, 8, 16, ..., 512: 3 -> 4, 5 -> 8, 9 -> 16, 512 stays, 513 runs eager;
+    # without graphs nothing is padded
+    eng = sv.EngineConfig()
+    tokens = np.array([1, 3, 5, 9, 512, 513, 4000])
+    padded, graph = eng.pad_tokens_array(tokens)
+    assert padded.tolist() == [1, 4, 8, 16, 512, 513, 4000] and graph.tolist() == [True] * 5 + [False] * 2
+    assert [eng.pad_tokens(int(t)) for t in tokens] == list(zip(padded.tolist(), graph.tolist()))
+    eager = sv.EngineConfig(cuda_graphs=False).pad_tokens_array(tokens)
+    assert eager[0].tolist() == tokens.tolist() and not eager[1].any()

@@ -74,6 +74,15 @@ class EngineConfig:
             return tokens, False
         return sizes[bisect_left(sizes, tokens)], True
 
+    def pad_tokens_array(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`pad_tokens` of an integer array, elementwise: (padded, captured)."""
+        tokens = np.asarray(tokens, dtype=np.intp)
+        sizes = np.asarray(self.cuda_graph_sizes, dtype=np.intp)
+        if not self.cuda_graphs or not sizes.size:
+            return tokens, np.zeros(tokens.shape, dtype=bool)
+        graph = tokens <= sizes[-1]
+        return np.where(graph, sizes[np.minimum(np.searchsorted(sizes, tokens), sizes.size - 1)], tokens), graph
+
 
 SERVING_SCHEMA = {"max_num_seqs": int, "max_num_batched_tokens": int, "block_size": int, "prefill": str,
                   "cuda_graphs": bool, "cuda_graph_sizes": list, "eager_overhead_per_kernel_s": NUM,

@@ -292,8 +292,11 @@ class StepPricer:
         arithmetic in the same order elementwise (n_dec >= 1); tests hold the two equal to the bit."""
         eng, sc = self.engine, self.sc
         n_dec, k_step, tokens = (np.asarray(a, dtype=np.intp) for a in (n_dec, k_step, tokens))
-        padded, graph = (np.array(v) for v in zip(*(self._pad(int(t)) for t in tokens.tolist())))
-        kernels = np.array([self._lin_list[p] if p <= self.t_top else self._lin(p) for p in padded.tolist()])
+        padded, graph = eng.pad_tokens_array(tokens)
+        inside = padded <= self.t_top
+        kernels = self.lin[np.where(inside, padded, 0)]
+        if not inside.all():  # beyond the table: priced on their own (_lin)
+            kernels[~inside] = [self._lin(int(p)) for p in padded[~inside].tolist()]
         kernels = kernels + prefill_attn_s
         j, w = self._ctx_weight(mean_ctx)
         self._fill_columns((j, j + 1))
@@ -302,7 +305,7 @@ class StepPricer:
         spec = k_step > 0
         kernels = kernels + np.where(spec, self.verify_sampling_s_per_token * n_dec * (k_step + 1), 0.0)
         passes = np.asarray(self.passes)[k_step]
-        d = self.draft[np.minimum([self._pad(int(b))[0] for b in n_dec.tolist()], self.b_top) - 1]
+        d = self.draft[np.minimum(eng.pad_tokens_array(n_dec)[0], self.b_top) - 1]
         d_ctx = d[:, j] + w * (d[:, j + 1] - d[:, j])
         if self.extend is None:
             draft = passes * d_ctx
