@@ -105,16 +105,26 @@ def serving_e2e_speedup(sc: Scenario, concurrency: int, prompt: int, output: int
     return mean_latency("plain") / mean_latency(f"fixed:{k}")
 
 
+def speedup_scenario(case: Case, basis: str, acceptance_length: float) -> Scenario:
+    """A speedup row's scenario on ``basis``, its acceptance the i.i.d. rate of the row's acceptance length."""
+    return _scenario(case.raw, basis).with_overrides(acceptance=iid_rate(acceptance_length, int(case.row.k)))
+
+
+def speedup_grid(sc: Scenario, case: Case):
+    """The (B, [0, K]) grid of a speedup row: plain decoding and the row's K at its batch size."""
+    return compute_grid(sc, batch_sizes=[int(case.row.batch_size)], ks=[0, int(case.row.k)])
+
+
 def predict_case(case: Case, basis: str, acceptance_length: float | None) -> tuple[float, str]:
     """(predicted value in the measured unit, what the prediction rests on)."""
-    sc = _scenario(case.raw, basis)
     B, K = int(case.row.batch_size), int(case.row.k) if not pd.isna(case.row.k) else 0
     if case.kind == "speedup":
-        sc = sc.with_overrides(acceptance=iid_rate(acceptance_length, K))
+        sc = speedup_scenario(case, basis, acceptance_length)
         if case.end_to_end:
             return serving_e2e_speedup(sc, B, int(case.row.input_len), int(case.row.output_len), K), sc.cost_source
-        g = compute_grid(sc, batch_sizes=[B], ks=[0, K])
+        g = speedup_grid(sc, case)
         return float(g.goodput_per_seq[0, 1] / g.goodput_per_seq[0, 0]), sc.cost_source
+    sc = _scenario(case.raw, basis)
     if case.kind == "run":
         out, inp = int(case.row.output_len), int(case.row.input_len)
         return run_time_s(sc, B, inp, out) * 1e3 / out, sc.cost_source
@@ -134,9 +144,7 @@ def part_cases(corpus: pd.DataFrame) -> list[tuple[Case, object]]:
         case = case_for(row)
         if isinstance(case, str) or case.kind != "speedup" or case.end_to_end:
             continue
-        K = int(row.k)
-        sc = _scenario(case.raw, "planner").with_overrides(acceptance=iid_rate(float(row.acceptance_length), K))
-        out.append((case, compute_grid(sc, batch_sizes=[int(row.batch_size)], ks=[0, K])))
+        out.append((case, speedup_grid(speedup_scenario(case, "planner", float(row.acceptance_length)), case)))
     return out
 
 
