@@ -114,7 +114,8 @@ def attention_op(model: ModelSpec, dep: Deployment, batch, queries, context_len:
     # is a compute-bound prefill kernel they never saw (their efficiency at one sequence is the
     # latency floor of a tiny decode kernel). A prefill kernel runs, per sequence and KV head, the
     # GEMMs S = Q K^T (m = q g query rows, n = keys, k = d) and S V: it borrows the GEMM surface at
-    # that shape (MLA prefill: the roofline)
+    # that shape (MLA prefill: the roofline). One op, one path, chosen by its largest query count: a
+    # caller with chunks on both sides of the limit prices each side apart (serving.pricer)
     if float(np.max(queries)) <= MAX_DECODE_SURFACE_QUERIES:
         surface = "mla_decode" if model.attention == "mla" else "attention_decode"
     elif model.attention != "mla":
