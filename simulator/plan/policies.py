@@ -107,6 +107,7 @@ class Policy:
 
     name = ""
     needs_run_ok = False  # observe() reads run_ok (else the loop passes None: it only builds it when read)
+    k_from_batch_size = False  # choose_k depends on the batch size alone (the loop may run K = 0 steps as a span)
 
     def __init__(self, sc: Scenario, max_seqs: int, arg: int | None, settings):
         self.sc, self.max_seqs, self.arg, self.settings = sc, int(max_seqs), arg, settings
@@ -146,6 +147,7 @@ class Policy:
 
 class Plain(Policy):
     name = "plain"
+    k_from_batch_size = True
 
     @property
     def speculative(self) -> bool:
@@ -160,6 +162,7 @@ class Plain(Policy):
 
 class Fixed(Policy):
     name = "fixed"
+    k_from_batch_size = True
 
     def choose_k(self, dec):
         return self.fixed_k, None
@@ -170,6 +173,7 @@ class Fixed(Policy):
 
 class Dsd(Policy):
     name = "dsd"
+    k_from_batch_size = True
 
     @cached_property
     def kstar(self) -> list:
@@ -182,6 +186,7 @@ class Dsd(Policy):
 
 class Cutoff(Policy):
     name = "cutoff"
+    k_from_batch_size = True
 
     @cached_property
     def cutoff(self) -> int:
@@ -204,6 +209,7 @@ class DsdAdaptive(Dsd):
 
     name = "dsd-adaptive"
     needs_run_ok = True
+    k_from_batch_size = False  # K follows the acceptance it has observed
 
     def start(self, n_requests):
         self.rate_hat = self.sc.acceptance.rates_upto(max(self.k_max, 1)).copy()
@@ -254,6 +260,7 @@ class PerRequest(Dsd):
     """K*(B) capped per sequence by an EWMA of that request's own acceptance."""
 
     name = "per-request"
+    k_from_batch_size = False
 
     def start(self, n_requests):
         prior = float(np.mean(self.sc.acceptance.rates_upto(max(self.fixed_k, 1))))

@@ -29,6 +29,7 @@ import pandas as pd
 
 from simulator.errors import PlannerError
 from simulator.plan.policies import make_policy, parse_policy
+from simulator.serving.decode_span import run_span, span_length
 from simulator.serving.early_stop import PercentileStop, bounded_summary, step_floor_s
 from simulator.serving.engine import EngineConfig, engine_from_scenario, kv_capacity_blocks
 from simulator.serving.pricer import StepPricer
@@ -108,7 +109,7 @@ def simulate(scenario: Scenario, policy: str = "dsd", workload: Workload | None 
             return ServingResult(pol.label, summary, cap, engine, workload, st.rec)
     while st.n_done < n:
         if admit_arrivals(st):
-            run_step(ctx, st)
+            _advance(ctx, st, n)
 
     cats = workload.categories
     arrival, first_tok, finish = np.array(st.arrival), np.array(st.first_tok), np.array(st.finish)
@@ -119,6 +120,13 @@ def simulate(scenario: Scenario, policy: str = "dsd", workload: Workload | None 
     return ServingResult(pol.label, summary, cap, engine, workload, st.rec, requests)
 
 
+def _advance(ctx: Run, st: LoopState, max_steps: int) -> None:
+    """One engine step, or a span of up to ``max_steps`` plain decode steps (:mod:`.decode_span`)."""
+    m = span_length(ctx, st, max_steps)
+    if not (m and run_span(ctx, st, m)):
+        run_step(ctx, st)
+
+
 def _run_checked(ctx: Run, st: LoopState, n: int, stop: PercentileStop) -> str | None:
     """The step loop with ``stop`` checked after ``stop.every`` steps, then after every ``stop.every`` or
     1/32 of the steps so far (whichever is more: a long run checks about a hundred times, and runs at most
@@ -126,7 +134,7 @@ def _run_checked(ctx: Run, st: LoopState, n: int, stop: PercentileStop) -> str |
     out_len, next_check = ctx.reqs.out_len, stop.every
     while st.n_done < n:
         if admit_arrivals(st):
-            run_step(ctx, st)
+            _advance(ctx, st, next_check - len(st.rec))
             done = len(st.rec)
             if done >= next_check:
                 missed = stop(st, out_len)
