@@ -23,7 +23,7 @@ import dataclasses
 import json
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
@@ -43,21 +43,43 @@ from simulator.specs.scenario import SCENARIO_DIR, Scenario, load_scenario
 
 
 
+REJECTED_COLUMNS = ["hardware", "tp", "dtype", "reason"]
+
+
 @dataclass
 class SizingResult:
+    """A sizing run's answer. Its tables are built from their rows when first read (a fleet sweep's task
+    reads the capacity rows alone)."""
+
     scenario: Scenario
     spec: SizingSpec
-    capacity: pd.DataFrame  # one row per candidate x policy that fits memory
-    rejected: pd.DataFrame  # candidates that cannot run: hardware, tp, reason
-    memory: pd.DataFrame  # memory fit per candidate
-    points: pd.DataFrame  # every load the searches tried
-    sensitivity: pd.DataFrame
+    capacity_rows: list  # one dict per candidate x policy that fits memory
+    rejected_rows: list  # candidates that cannot run: hardware, tp, dtype, reason
+    memory_rows: list  # memory fit per candidate
+    point_rows: list  # every load the searches tried
     k_tables: dict  # candidate label -> K* table (DataFrame)
     engine: dict  # candidate label -> {"vllm": ..., "trtllm": ...}
     spec_stops: dict  # candidate label -> text
     band_note: str
+    sensitivity: pd.DataFrame = field(default_factory=pd.DataFrame)
     elapsed_s: float = 0.0
     _message: str | None = None
+
+    @cached_property
+    def capacity(self) -> pd.DataFrame:
+        return pd.DataFrame(self.capacity_rows)
+
+    @cached_property
+    def rejected(self) -> pd.DataFrame:
+        return pd.DataFrame(self.rejected_rows, columns=REJECTED_COLUMNS)
+
+    @cached_property
+    def memory(self) -> pd.DataFrame:
+        return pd.DataFrame(self.memory_rows)
+
+    @cached_property
+    def points(self) -> pd.DataFrame:
+        return pd.DataFrame(self.point_rows)
 
     @cached_property
     def ranked(self) -> pd.DataFrame:
@@ -239,9 +261,7 @@ def size(scenario: str | Scenario, overrides: SizingOverrides | None = None, sim
         pts += [{"hardware": s.candidate.hardware, "tp": s.candidate.tp, "policy": s.policy} | p for p in s.points]
     k_tables, engine, stops = tables[0]
     band_note = "; ".join(f"{k}: {v}" for k, v in sorted(notes.items())) or band_note
-    result = SizingResult(sc, spec, pd.DataFrame(rows), pd.DataFrame(rejected, columns=["hardware", "tp", "dtype",
-                                                                                     "reason"]),
-                          pd.DataFrame(memory), pd.DataFrame(pts), pd.DataFrame(), k_tables, engine, stops, band_note)
+    result = SizingResult(sc, spec, rows, rejected, memory, pts, k_tables, engine, stops, band_note)
     if spec.sensitivity and result.recommendation is not None:
         result.sensitivity = _sensitivity(sc, result.recommendation, spec, scen, simulate)
     result.elapsed_s = time.perf_counter() - t0

@@ -77,12 +77,11 @@ def run_task(task) -> dict:
             status = "error: " + " ".join(str(e).split())
             rows += [base | {"policy": p, "status": status} | grid | unc for p in task.policies]
         else:
-            cap = res.capacity
-            by_policy = {row["policy"]: row for row in cap.to_dict("records")} if len(cap) else {}
+            by_policy = {row["policy"]: row for row in res.capacity_rows}
             for p in task.policies:
                 row = by_policy.get(p)
                 if row is None:
-                    reason = "; ".join(res.rejected["reason"]) if len(res.rejected) else "no result"
+                    reason = "; ".join(r["reason"] for r in res.rejected_rows) or "no result"
                     rows.append(base | {"policy": p, "status": "rejected: " + reason} | grid | unc)
                     continue
                 cols = {c: _plain(row.get(c)) for c in CAPACITY_COLUMNS}
