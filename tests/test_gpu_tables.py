@@ -68,6 +68,18 @@ def test_surface_clamped_and_broadcast():
     np.testing.assert_allclose(out, [[0.1, 0.05], [0.9, 0.6]])
 
 
+def test_surface_three_axes_with_a_one_node_axis_by_hand():
+    # a one-node axis (b) is constant; a = 2 and c = 16 sit halfway (log2) between their nodes, so the
+    # value is the mean of the four corners; a = 4, c = 8 is a node; arrays of cells evaluate each alone
+    s = Surface(["a", "b", "c"], [[1, 4], [2], [8, 32]], [[[0.2, 0.4]], [[0.6, 1.0]]])
+    assert s(a=np.array([2.0]), b=np.array([5.0]), c=np.array([16.0]))[0] == pytest.approx((0.2 + 0.4 + 0.6 + 1.0) / 4)
+    assert s(a=np.array([4.0]), b=np.array([2.0]), c=np.array([8.0]))[0] == pytest.approx(0.6)
+    a, c = np.array([1.0, 2.0, 4.0, 3.0]), np.array([32.0, 16.0, 8.0, 11.0])
+    cells = s(a=a, b=np.full(4, 2.0), c=c)
+    assert [s(a=a[i:i + 1], b=np.array([2.0]), c=c[i:i + 1])[0] for i in range(4)] == cells.tolist()
+    assert cells[:3] == pytest.approx([0.4, 0.55, 0.6])
+
+
 # ---------------------------------------------------------------- shipped profiles
 def test_shipped_profiles_cover_required_gpus():
     names = {p.name.split(".")[0] for p in SHIPPED}

@@ -64,9 +64,9 @@ class Surface:
         x = np.asarray(x, dtype=float)
         if log_g.size == 1:
             return np.zeros(x.shape, dtype=np.intp), np.zeros(x.shape)
-        lx = np.log2(np.maximum(x, 1e-300))
-        lx = np.clip(lx, log_g[0], log_g[-1])
-        i = np.clip(np.searchsorted(log_g, lx, side="right") - 1, 0, log_g.size - 2)
+        # np.minimum(np.maximum(...)) is np.clip without its Python-level dispatch (the same values)
+        lx = np.minimum(np.maximum(np.log2(np.maximum(x, 1e-300)), log_g[0]), log_g[-1])
+        i = np.minimum(np.maximum(np.searchsorted(log_g, lx, side="right") - 1, 0), log_g.size - 2)
         lo = log_g[i]
         frac = (lx - lo) / (log_g[i + 1] - lo)
         return i, frac
@@ -123,27 +123,25 @@ class Surface:
             lx = np.log2(np.maximum(x, 1e-300))
             return np.interp(lx, self.log_grid[0], self.values) if self.log_grid[0].size > 1 \
                 else np.full(arrays[0].shape, float(self.values[0]))
-        # locate each axis on its own (un-broadcast) values, then combine the 2^n cell corners
+        # locate each axis on its own (un-broadcast) values, then combine the 2^n cell corners: corner c
+        # (bit d set: the upper node on axis d) weighs prod_d (f_d or 1 - f_d), multiplied in axis order,
+        # and the corners are summed in the order of c; the weights and flat offsets of the corners are
+        # built a level (an axis) at a time, so a corner shares the products of the axes before it
         shape = np.broadcast_shapes(*(x.shape for x in arrays))
         flat = self.values.ravel()
-        idx, fr = [], []
-        for g, x in zip(self.log_grid, arrays):
+        corners = [(None, 0)]  # (weight so far, None for 1.0; flat offset so far), in corner order
+        for g, x, stride in zip(self.log_grid, arrays, self._strides.tolist()):
             i, f = self._locate(g, x)
-            idx.append(i)
-            fr.append(f)
+            base = i * stride
+            if g.size == 1:  # one node: the upper corner is the same node, left out
+                corners = [(w, lin + base) for w, lin in corners]
+                continue
+            lower, upper = 1.0 - f, base + stride
+            corners = [(lower if w is None else w * lower, lin + base) for w, lin in corners] + \
+                      [(f if w is None else w * f, lin + upper) for w, lin in corners]
         out = np.zeros(shape)
-        for corner in range(1 << len(self.axes)):
-            w, lin, empty = 1.0, 0, False
-            for d in range(len(self.axes)):
-                hi = (corner >> d) & 1
-                if self.log_grid[d].size == 1:
-                    empty |= bool(hi)
-                    lin = lin + idx[d] * self._strides[d]
-                    continue
-                w = w * (fr[d] if hi else 1.0 - fr[d])
-                lin = lin + (idx[d] + hi) * self._strides[d]
-            if not empty:
-                out += w * flat[lin]
+        for w, lin in corners:
+            out += (1.0 if w is None else w) * flat[lin]
         return out
 
 
