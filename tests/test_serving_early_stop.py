@@ -116,3 +116,17 @@ def test_step_floor_is_below_every_step_and_stops_a_floor_run_at_once():
     assert _check(spec, full.summary) and _check(spec, cut.summary)
     assert "stopped_early" in cut.summary and len(cut.steps) <= 64 < len(full.steps)
     assert floor <= cut.summary["tpot_p50_s"] <= full.summary["tpot_p50_s"]
+
+
+def test_a_speculative_floor_prices_no_draft_column_and_equals_the_fully_priced_one():
+    """The floor reads K = 0 steps at no context: a speculative pricer gets it from the target's attention
+    alone (its draft tables stay unpriced) and to the bit the floor of a pricer with every bucket priced."""
+    from simulator.serving.early_stop import step_floor_s
+    sc = load_scenario("sizing-dense-command-a")
+    engine = serving.engine_from_scenario(sc)
+    fresh = serving.StepPricer(sc, engine, 4, 128, 2200, True)
+    full = serving.StepPricer(sc, engine, 4, 128, 2200, True)
+    full.price_context_buckets()
+    assert step_floor_s(fresh, 128, True) == step_floor_s(full, 128, True) > 0
+    assert np.isnan(fresh.draft).all() and not np.isnan(full.draft).any()
+    assert fresh._attn_have[:2] == [True, True] and not any(fresh._have)

@@ -127,18 +127,9 @@ class StepPricer:
         js = self._at_least_two([j for j in js if not self._have[j]])
         if not js:
             return
-        sc, b_top, k_max = self.sc, self.b_top, self.k_max
-        m, dep, hw, prof = sc.model, sc.deployment, sc.hardware, sc.profile
         L = self.ctx[js]
-        B = np.arange(1, b_top + 1, dtype=float)[:, None, None]
-        new_attn = self._at_least_two([j for j in js if not self._attn_have[j]])
-        if new_attn:
-            q = np.arange(1, k_max + 2, dtype=float)[None, :, None]
-            ops = [o for o in forward_ops(m, dep, hw, B, q, self.ctx[new_attn][None, None, :])
-                   if o.family == "attention"]
-            self.attn[:, :, new_attn] = pass_time(ops, hw, dep, prof, (b_top, k_max + 1, len(new_attn))).total_s
-            for j in new_attn:
-                self._attn_have[j] = True
+        B = np.arange(1, self.b_top + 1, dtype=float)[:, None, None]
+        self._fill_attention(js)
         if self.speculative:
             bb, ll = np.broadcast_arrays(B[:, 0, :], L[None, :])
             self.draft[:, js] = draft_pass_cost(self._setting, bb, 1.0, ll, pass_time)[0].total_s
@@ -146,6 +137,23 @@ class StepPricer:
                 self.extend[:, :, js] = self._extend_columns(B, L)
         for j in js:
             self._have[j] = True
+        self._rows_memo.clear()  # rows read before held no value at these buckets
+
+    def _fill_attention(self, js) -> None:
+        """Price the target's decode attention (every B and q) at the context buckets ``js`` not priced yet
+        (shared with a twin); the draft's tables there wait for :meth:`_fill_columns`."""
+        new_attn = self._at_least_two([j for j in js if not self._attn_have[j]])
+        if not new_attn:
+            return
+        sc, b_top, k_max = self.sc, self.b_top, self.k_max
+        B = np.arange(1, b_top + 1, dtype=float)[:, None, None]
+        q = np.arange(1, k_max + 2, dtype=float)[None, :, None]
+        ops = [o for o in forward_ops(sc.model, sc.deployment, sc.hardware, B, q, self.ctx[new_attn][None, None, :])
+               if o.family == "attention"]
+        self.attn[:, :, new_attn] = pass_time(ops, sc.hardware, sc.deployment, sc.profile,
+                                              (b_top, k_max + 1, len(new_attn))).total_s
+        for j in new_attn:
+            self._attn_have[j] = True
         self._rows_memo.clear()  # rows read before held no value at these buckets
 
     def _at_least_two(self, js: list) -> list:
@@ -299,7 +307,10 @@ class StepPricer:
             kernels[~inside] = [self._lin(int(p)) for p in padded[~inside].tolist()]
         kernels = kernels + prefill_attn_s
         j, w = self._ctx_weight(mean_ctx)
-        self._fill_columns((j, j + 1))
+        if k_step.any():
+            self._fill_columns((j, j + 1))
+        else:  # no step drafts (the early stop's floor at no context): the draft's columns stay unpriced
+            self._fill_attention((j, j + 1))
         row = self.attn[n_dec - 1, k_step]
         kernels = kernels + (row[:, j] + w * (row[:, j + 1] - row[:, j]))
         spec = k_step > 0
@@ -312,7 +323,7 @@ class StepPricer:
         else:
             e = self.extend[np.minimum(n_dec, self.b_top) - 1, k_step]
             draft = (passes - 1) * d_ctx + e[:, j] + w * (e[:, j + 1] - e[:, j])
-        draft = np.where(spec, draft, 0.0)
+        draft = np.where(spec, draft, 0.0)  # (NaN where K = 0 read an unpriced draft column)
         kernels = np.where(graph, kernels, np.maximum(kernels, self.n_kernels * self.eager_s))
         host = host_exposed_s(sc.engine, n_dec, k_step, kernels + draft, draft, sc.deployment.tp)
         if sc.draft.method != "ngram":
