@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -26,6 +25,7 @@ import pandas as pd
 from scipy.optimize import nnls
 
 from calibration import measured as measured_io
+from calibration.validate_report import ValidationResult, update_profile, write_report
 from calibration.validate_moe import fit_routing_skew, fit_skew_and_reuse, grid_verify_expert_ms, router_reuse
 from simulator.specs.acceptance import Acceptance
 from simulator.errors import PlannerError
@@ -100,18 +100,6 @@ def split_rows(measured: pd.DataFrame) -> np.ndarray:
     reuse = router_reuse(measured)
     r_rank = 0 if reuse is None else reuse.rank(method="dense").astype(int) - 1
     return ((b_rank + measured.k + r_rank) % 3 == 1).to_numpy()
-
-
-@dataclass
-class ValidationResult:
-    rows: pd.DataFrame  # measured + predicted per (B, K), with split
-    per_batch: pd.DataFrame  # K* measured vs predicted, regret
-    overhead: dict
-    summary: dict
-
-    def markdown(self) -> str:
-        from calibration.validate_report import markdown  # it imports this module
-        return markdown(self)
 
 
 def k_star_rows(df: pd.DataFrame, rows: str) -> pd.DataFrame:
@@ -344,7 +332,6 @@ def _run(args) -> int:
         if sc.profile is None:
             raise ValidationError("--update-profile needs a scenario with a calibration profile")
         check_output_file(sc.profile.path, "--update-profile")
-    from calibration.validate_report import update_profile, write_report
 
     result = validate(read_measured(args.measured), sc, origin=str(args.measured))
     if args.traces:

@@ -1,15 +1,25 @@
-"""The validation report files (used by :mod:`calibration.validate`): the chart, validation.md / .png /
+"""A validation's result and its report files (used by :mod:`calibration.validate`): the chart, validation.md / .png /
 .json / _rows.csv, and the fitted engine terms written into a calibration profile."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import pandas as pd
 
-if TYPE_CHECKING:
-    from calibration.validate import ValidationResult
+
+@dataclass
+class ValidationResult:
+    """What :func:`calibration.validate.validate` finds, as these report files show it."""
+
+    rows: pd.DataFrame  # measured + predicted per (B, K), with split
+    per_batch: pd.DataFrame  # K* measured vs predicted, regret
+    overhead: dict
+    summary: dict
+
+    def markdown(self) -> str:
+        return markdown(self)
 
 
 def markdown(result: ValidationResult) -> str:

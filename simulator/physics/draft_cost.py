@@ -23,7 +23,8 @@ import numpy as np
 
 from simulator.physics.layers import (attention_deployment, decoder_layers_ops, forward_ops, gemm, head_ops,
                                       rank_tokens)
-from simulator.physics.operators import Op, StepCost, evaluate
+from simulator.physics.operators import StepCost, evaluate
+from simulator.physics.ops import Op
 from simulator.specs.deployment import Deployment
 from simulator.specs.drafts import DraftSpec, draft_defaults, draft_deployment
 from simulator.specs.hardware import DTYPE_BYTES, Hardware

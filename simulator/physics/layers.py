@@ -11,7 +11,8 @@ from dataclasses import replace
 
 from simulator.physics.experts import busiest_group_load, experts_touched_correlated
 from simulator.physics.fabric import allgather_s, allreduce_fabric_s, alltoall_s, node_split
-from simulator.physics.operators import AttentionOp, GemmOp, Op, StepCost, evaluate
+from simulator.physics.operators import StepCost, evaluate
+from simulator.physics.ops import AttentionOp, GemmOp, Op
 from simulator.physics.terms import (attention_decode_bytes, attention_decode_flops, gemm_terms, mla_decode_bytes,
                                      mla_decode_flops, moe_expert_terms)
 from simulator.specs.deployment import Deployment, kv_heads_per_gpu, sliding_layers

@@ -9,19 +9,15 @@ as evaluating the envelope at those counts.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import numpy as np
 
 from simulator.physics.monotone import (MAX_LATTICE_TOKENS, MIN_BATCH_OCTAVES, MIN_KEY_OCTAVES, MIN_QUERIES,
                                         MIN_TOKEN_OCTAVES, attention_lattice_s, attention_time_s, gemm_lattice_s,
                                         lattice_time_s, log_lattice_interp, moe_lattice_s, moe_time_s,
                                         surface_time_s)
+from simulator.physics.ops import Op
 from simulator.specs.profile import Profile
 from simulator.specs.surfaces import collective_time_s
-
-if TYPE_CHECKING:
-    from simulator.physics.operators import Op
 
 
 # Fused-MoE kernels differ by framework far more than GEMM or attention kernels do (routing, permute,

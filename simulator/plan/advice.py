@@ -315,9 +315,9 @@ def dp_dsd_advice(pred, rule: dict) -> Advice | None:
                   " at every batch size")
 
 
-def engine_advice(pred) -> list[Advice]:
-    """Every engine setting that costs goodput at the planned load of ``pred`` (empty: none does)."""
-    from simulator.plan.api import predict_scenario  # api imports this module lazily, too
+def engine_advice(pred, predict_scenario) -> list[Advice]:
+    """Every engine setting that costs goodput at the planned load of ``pred`` (empty: none does);
+    ``predict_scenario``: how a changed scenario is predicted (simulator.plan.api's, which calls this)."""
     eng = pred.scenario.engine
     if eng is None:
         return []

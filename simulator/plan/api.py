@@ -20,6 +20,7 @@ import pandas as pd
 from simulator.plan import exports, paste
 from simulator.errors import PlannerError
 from simulator.plan.acceptance_risk import break_even_acceptance_length
+from simulator.plan.advice import engine_advice
 from simulator.plan.answer import _span, answer_notes, schedule_text  # noqa: F401 (schedule_text: API)
 from simulator.plan.grid import MS, Grid, compute_grid, kstar_columns
 from simulator.plan.schedule import schedule_loss, schedule_ranges
@@ -246,8 +247,7 @@ class Prediction:
         """Engine settings that cost goodput at the planned load, with the gain of changing each
         (:mod:`simulator.plan.advice`); empty when none does."""
         if "_advice" not in self.__dict__:
-            from simulator.plan.advice import engine_advice  # advice reruns grids through this module
-            self.__dict__["_advice"] = engine_advice(self)
+            self.__dict__["_advice"] = engine_advice(self, predict_scenario)  # reruns grids through this module
         return self.__dict__["_advice"]
 
     # --- the context-length axis and engine-exact exports ----------------------------------------

@@ -1,0 +1,114 @@
+"""What an operator is: its FLOPs, bytes, kernels and count per pass, and the shape a measured kernel table
+reads it at (:class:`Op`); a GEMM's FLOPs and bytes and decode attention's bytes are made on first read
+(:class:`GemmOp`, :class:`AttentionOp`). :mod:`simulator.physics.operators` prices them,
+:mod:`simulator.physics.measured` reads their shapes."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass
+class Op:
+    """One operator, per GPU, per instance; ``count`` identical instances (layers) per pass."""
+
+    name: str
+    family: str
+    flops: np.ndarray | float
+    nbytes: np.ndarray | float
+    kernels: float
+    count: float
+    eff_tokens: np.ndarray | float = 1.0  # size at which the compute efficiency is read
+    comm_s: np.ndarray | float | None = None  # communication time (comm family only)
+    surface: str | None = None  # measured-efficiency family: gemm, attention_decode, mla_decode, moe
+    shape: dict | None = None  # the op's size on that surface's axes (and m, n, k for GEMMs)
+    dtype: str = "bf16"  # which dtype's surface prices it
+    collective: tuple[str, int] | None = None  # (kind, GPUs) of a communication op; shape["bytes"] = message
+    fabric_s: np.ndarray | float = 0.0  # inter-node stage added to the node's collective (physics/fabric.py)
+
+    def cells_shape(self) -> tuple:
+        """The grid shape the op's size varies over."""
+        return np.broadcast_shapes(np.shape(self.flops), np.shape(self.nbytes),
+                                   np.shape(self.comm_s) if self.comm_s is not None else ())
+
+
+class GemmOp(Op):
+    """A GEMM whose FLOPs and bytes (``terms(m, n, k, w_bytes, a_bytes)`` of its shape) are computed on
+    first read: its price comes from the envelope at its token count, so a grid reads them only for
+    the per-op detail."""
+
+    def __init__(self, name: str, family: str, terms, shape: dict, **kw):
+        self._terms = terms
+        super().__init__(name, family, None, None, shape=shape, **kw)
+
+    def _fill(self) -> None:
+        sh = self.shape
+        self._flops, self._nbytes = self._terms(sh["m"], sh["n"], sh["k"], sh["w_bytes"], sh["a_bytes"])
+
+    @property
+    def flops(self):
+        if self._flops is None:
+            self._fill()
+        return self._flops
+
+    @flops.setter
+    def flops(self, value) -> None:
+        self._flops = value
+
+    @property
+    def nbytes(self):
+        if self._nbytes is None:
+            self._fill()
+        return self._nbytes
+
+    @nbytes.setter
+    def nbytes(self, value) -> None:
+        self._nbytes = value
+
+    def cells_shape(self) -> tuple:
+        return np.shape(self.shape["m"])
+
+
+class _LazyShape(dict):
+    """An op's shape whose costly entries (``lazy()`` returns them) are made on the first read of a key
+    it lacks; ``in`` and ``get`` see only the entries made so far."""
+
+    def __init__(self, entries: dict, lazy):
+        super().__init__(entries)
+        self._lazy = lazy
+
+    def __missing__(self, key):
+        if self._lazy is not None:
+            lazy, self._lazy = self._lazy, None
+            self.update(lazy())
+            if key in self:
+                return dict.__getitem__(self, key)
+        raise KeyError(key)
+
+
+class AttentionOp(Op):
+    """Decode attention whose bytes (the KV read and the queries' reads and writes, ``io()``) are made on
+    first read: a measured kernel table prices it from its FLOPs and work coordinates, so a grid reads
+    them only for the per-op detail, a roofline or a surface on bytes (shape entries "bytes", "kv_bytes")."""
+
+    def __init__(self, name: str, family: str, flops, io, shape: dict, **kw):
+        self._io = io
+        super().__init__(name, family, flops, None, shape=_LazyShape(shape, self._byte_entries), **kw)
+
+    def _byte_entries(self) -> dict:
+        kv_read, q_io = self._io()
+        return {"kv_bytes": kv_read, "bytes": kv_read + q_io}
+
+    @property
+    def nbytes(self):
+        if self._nbytes is None:
+            self._nbytes = self.shape["bytes"]
+        return self._nbytes
+
+    @nbytes.setter
+    def nbytes(self, value) -> None:
+        self._nbytes = value
+
+    def cells_shape(self) -> tuple:
+        return np.shape(self.flops)  # the bytes vary over the same B, q and L
