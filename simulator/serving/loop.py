@@ -109,7 +109,7 @@ def simulate(scenario: Scenario, policy: str = "dsd", workload: Workload | None 
             return ServingResult(pol.label, summary, cap, engine, workload, st.rec)
     while st.n_done < n:
         if admit_arrivals(st):
-            _advance(ctx, st, n)
+            _advance(ctx, st, UNBOUNDED)
 
     cats = workload.categories
     arrival, first_tok, finish = np.array(st.arrival), np.array(st.first_tok), np.array(st.finish)
@@ -118,6 +118,9 @@ def simulate(scenario: Scenario, policy: str = "dsd", workload: Workload | None 
                 "preempted": np.array(st.preempted, dtype=np.int64)}
     summary = summarize(pol.label, arrival, reqs.out_len, first_tok, finish, st.rec, cap, st.kv_peak)
     return ServingResult(pol.label, summary, cap, engine, workload, st.rec, requests)
+
+
+UNBOUNDED = 1 << 62  # a run without an early stop: spans end at events only
 
 
 def _advance(ctx: Run, st: LoopState, max_steps: int) -> None:
