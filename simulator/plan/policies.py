@@ -107,7 +107,8 @@ class Policy:
 
     name = ""
     needs_run_ok = False  # observe() reads run_ok (else the loop passes None: it only builds it when read)
-    k_from_batch_size = False  # choose_k depends on the batch size alone (the loop may run K = 0 steps as a span)
+    # choose_k reads the batch size alone and observe learns nothing (the loop may run K = 0 steps as spans)
+    k_from_batch_size = False
 
     def __init__(self, sc: Scenario, max_seqs: int, arg: int | None, settings):
         self.sc, self.max_seqs, self.arg, self.settings = sc, int(max_seqs), arg, settings

@@ -6,7 +6,8 @@ K = 0 runs the same decode step again and again: the same sequences, one token e
 longer each step. Most steps of a sizing search's runs are such steps. A span prices them in one vector
 go of Python without the step's scheduling phases (each step priced by the loop's own
 :meth:`~simulator.serving.pricer.StepPricer.step_s`, the clock summed in step order, the loop's records
-written), so a run gives the same results with or without spans (``benchmarks/serving_equivalence.py`` holds them equal).
+written), so a run gives the same results with or without spans
+(``benchmarks/serving_equivalence.py`` and tests/test_decode_span.py hold them equal).
 """
 from __future__ import annotations
 
