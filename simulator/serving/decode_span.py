@@ -3,8 +3,8 @@
 Between two events -- an arrival, a prompt to schedule, a sequence finishing, the KV cache filling, a
 load search's early-stop check -- an engine whose policy sets K from the batch size alone and picks
 K = 0 runs the same decode step again and again: the same sequences, one token each, the context one
-longer each step. Most steps of a sizing search's runs are such steps. A span prices them in one vector
-go of Python without the step's scheduling phases (each step priced by the loop's own
+longer each step (about 60% of the engine steps of the bench sweep's load searches). A span runs them in
+one go of Python without the step's scheduling phases (each step priced by the loop's own
 :meth:`~simulator.serving.pricer.StepPricer.step_s`, the clock summed in step order, the loop's records
 written), so a run gives the same results with or without spans
 (``benchmarks/serving_equivalence.py`` and tests/test_decode_span.py hold them equal).
