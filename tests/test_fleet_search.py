@@ -219,6 +219,33 @@ def test_policy_tables_are_reused_across_loads(dense):
     assert make_policy(csc, "dsd", 256).tables is not a
 
 
+def test_the_plain_grid_is_kept_per_scenario_object_and_profile(dense):
+    """The policy's K* grid is the prediction's grid of the same scenario object (same axes: computed once);
+    a swapped profile (a kernel-speed sensitivity run) or a 3-D grid is computed afresh; a sizing candidate that
+    changes nothing is the scenario itself only when asked (reuse), so scaling a sensitivity copy's profile
+    never reaches the scenario."""
+    from simulator.plan.api import predict_scenario
+    from simulator.plan.grid import compute_grid, evaluate_grid
+    from simulator.plan.policies import policy_tables
+    sc, _ = dense
+    csc = candidate_scenario(sc, Candidate("h200", 8))
+    own = Candidate(csc.hardware.name, csc.deployment.tp)
+    assert candidate_scenario(csc, own, reuse=True) is csc and candidate_scenario(csc, own) is not csc
+    assert candidate_scenario(csc, Candidate("h200", 4), reuse=True) is not csc
+    pred = predict_scenario(csc)
+    b, k = np.arange(1, len(csc.batch_sizes) + 1), np.arange(csc.k_max + 1)
+    assert np.array_equal(csc.batch_sizes, b)
+    assert compute_grid(csc, b, k) is pred.grid  # what policy_tables(csc, 256, k_max) reads
+    fresh = evaluate_grid(csc, b, k)
+    assert fresh is not pred.grid and np.array_equal(fresh.itl_s, pred.grid.itl_s)
+    np.testing.assert_array_equal(policy_tables(csc, len(b), csc.k_max).itl[1:], pred.grid.itl_s)
+    ctx = np.array([512.0, 4096.0])
+    assert compute_grid(csc, b, k, ctx) is not compute_grid(csc, b, k, ctx)
+    csc.profile = dataclasses.replace(csc.profile, engine_scale=csc.profile.engine_scale / 0.9)
+    slower = compute_grid(csc, b, k)
+    assert slower is not pred.grid and (slower.verify_s > pred.grid.verify_s).any()
+
+
 # --- the recommendation: cost at the target, then evidence ------------------------------------------
 
 def _row(hw, basis, gpus, lo, hi, usd_h, usd_m=1.0, policy="dsd"):

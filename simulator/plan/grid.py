@@ -261,7 +261,31 @@ def engine_pass_times(sc, B, K, verify: PassCost, draft_pass: PassCost, passes, 
 
 
 
+_GRIDS: dict = {}  # (id(scenario), id(its profile), axes) -> (scenario, profile, grid): the last few plain grids
+_GRID_SLOTS = 8
+
+
 def compute_grid(scenario, batch_sizes=None, ks=None, context_lens=None) -> Grid:
+    """:func:`evaluate_grid`; the plain (B, K) grid is kept for the last few scenario objects (and profiles: a
+    sensitivity run swaps one) and given again for the same axes, since callers only read a grid: a sizing
+    search's dynamic-K policy asks for the grid its scenario's prediction computed."""
+    if context_lens is not None:
+        return evaluate_grid(scenario, batch_sizes, ks, context_lens)
+    sc = scenario
+    b = np.asarray(sc.batch_sizes if batch_sizes is None else batch_sizes, dtype=float)
+    k = np.asarray(np.arange(sc.k_max + 1) if ks is None else ks, dtype=float)
+    key = (id(sc), id(sc.profile), b.tobytes(), k.tobytes())
+    hit = _GRIDS.get(key)
+    if hit is not None and hit[0] is sc and hit[1] is sc.profile:
+        return hit[2]
+    grid = evaluate_grid(sc, b, k)
+    if len(_GRIDS) >= _GRID_SLOTS:
+        _GRIDS.pop(next(iter(_GRIDS)))
+    _GRIDS[key] = (sc, sc.profile, grid)
+    return grid
+
+
+def evaluate_grid(scenario, batch_sizes=None, ks=None, context_lens=None) -> Grid:
     """Evaluate the whole grid in one vectorized pass over (B, K, L).
 
     ``context_lens`` None: the plain (B, K) grid, the slice at the scenario's context_len (L of

@@ -198,7 +198,7 @@ def _plan_candidates(sc: Scenario, spec: SizingSpec, simulate, context: float):
     rejected, memory, tasks, scen = [], [], [], {}
     for cand in spec.candidates:
         try:
-            csc = candidate_scenario(sc, cand)
+            csc = candidate_scenario(sc, cand, reuse=True)
         except PlannerError as err:
             rejected.append({"hardware": cand.hardware, "tp": cand.tp, "dtype": cand.dtype or "-",
                              "reason": f"{cand.label}: {err}"})

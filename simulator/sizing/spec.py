@@ -280,8 +280,10 @@ def parse_sizing(sc: Scenario, candidates=None, tp=None, target_load=None, polic
 # --- per candidate: scenario, traffic, memory fit -----------------------------------------------
 
 def candidate_scenario(sc: Scenario, cand: Candidate, acceptance_scale: float = 1.0,
-                       bandwidth_scale: float = 1.0, flops_scale: float = 1.0) -> Scenario:
-    """The scenario moved to another device / TP degree (a calibration profile is kept only on its device)."""
+                       bandwidth_scale: float = 1.0, flops_scale: float = 1.0, reuse: bool = False) -> Scenario:
+    """The scenario moved to another device / TP degree (a calibration profile is kept only on its device): a
+    new object (a sensitivity run scales its profile in place), or with ``reuse`` ``sc`` itself when its TOML
+    stays the same (the tables a load search builds per scenario object are then those predicted for it)."""
     raw = copy.deepcopy(sc.raw)
     old = raw.get("hardware", {})
     hw = {"name": cand.hardware, "tp": cand.tp}
@@ -311,7 +313,7 @@ def candidate_scenario(sc: Scenario, cand: Candidate, acceptance_scale: float = 
         rates = [min(0.99, r * acceptance_scale) for r in sc.acceptance.rates]
         raw["acceptance"] = {"rates": rates, "source": f"{sc.acceptance.source}, scaled x{acceptance_scale:g}"}
         raw[ACCEPTANCE_GIVEN] = True  # outranks a deployment fit's measured rates (they were scaled here)
-    return build_scenario(raw, sc.origin, raw.get("_base_dir"))
+    return sc if reuse and raw == sc.raw else build_scenario(raw, sc.origin, raw.get("_base_dir"))
 
 
 def _spec_mean(value, default: float) -> float:
