@@ -35,6 +35,7 @@ from simulator.physics.experts import experts_touched_correlated
 from simulator.plan.schedule import SCHEDULE_TOLERANCE, argmax_k_index, schedule_k_index
 from simulator.specs.acceptance import acceptance_length_prefix
 from simulator.specs.routing import expert_probabilities
+from simulator.specs.scenario import per_scenario
 
 
 @dataclass
@@ -261,7 +262,7 @@ def engine_pass_times(sc, B, K, verify: PassCost, draft_pass: PassCost, passes, 
 
 
 
-_GRIDS: dict = {}  # (id(scenario), id(its profile), axes) -> (scenario, profile, grid): the last few plain grids
+_GRIDS: dict = {}  # the last few plain grids (specs.scenario.per_scenario)
 _GRID_SLOTS = 8
 
 
@@ -274,15 +275,7 @@ def compute_grid(scenario, batch_sizes=None, ks=None, context_lens=None) -> Grid
     sc = scenario
     b = np.asarray(sc.batch_sizes if batch_sizes is None else batch_sizes, dtype=float)
     k = np.asarray(np.arange(sc.k_max + 1) if ks is None else ks, dtype=float)
-    key = (id(sc), id(sc.profile), b.tobytes(), k.tobytes())
-    hit = _GRIDS.get(key)
-    if hit is not None and hit[0] is sc and hit[1] is sc.profile:
-        return hit[2]
-    grid = evaluate_grid(sc, b, k)
-    if len(_GRIDS) >= _GRID_SLOTS:
-        _GRIDS.pop(next(iter(_GRIDS)))
-    _GRIDS[key] = (sc, sc.profile, grid)
-    return grid
+    return per_scenario(_GRIDS, _GRID_SLOTS, sc, (b.tobytes(), k.tobytes()), lambda: evaluate_grid(sc, b, k))
 
 
 def evaluate_grid(scenario, batch_sizes=None, ks=None, context_lens=None) -> Grid:

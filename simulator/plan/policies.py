@@ -22,7 +22,7 @@ from simulator.errors import PlannerError, did_you_mean
 from simulator.specs.acceptance import acceptance_length_prefix
 from simulator.plan.grid import compute_grid
 from simulator.plan.schedule import schedule_k_index
-from simulator.specs.scenario import Scenario
+from simulator.specs.scenario import Scenario, per_scenario
 
 POLICIES = ("plain", "fixed", "dsd", "dsd-adaptive", "per-request", "cutoff")
 
@@ -82,22 +82,15 @@ def policy_tables(sc: Scenario, max_seqs: int, k_max: int) -> PolicyTables:
     return PolicyTables(kstar, itl, fits, upto)
 
 
-_TABLES: dict = {}  # (id(scenario), id(its profile), max_seqs, k_max) -> (scenario, profile, tables): the last few
+_TABLES: dict = {}  # the last few K* tables (specs.scenario.per_scenario)
 _TABLE_SLOTS = 16
 
 
 def shared_policy_tables(sc: Scenario, max_seqs: int, k_max: int) -> PolicyTables:
     """:func:`policy_tables`, built once per scenario object (and profile) and reused: a load search runs
     the same scenario at several loads and the tables depend on none of them. Policies only read them."""
-    key = (id(sc), id(sc.profile), int(max_seqs), int(k_max))
-    hit = _TABLES.get(key)
-    if hit is not None and hit[0] is sc and hit[1] is sc.profile:
-        return hit[2]
-    tables = policy_tables(sc, max_seqs, k_max)
-    if len(_TABLES) >= _TABLE_SLOTS:
-        _TABLES.pop(next(iter(_TABLES)))
-    _TABLES[key] = (sc, sc.profile, tables)
-    return tables
+    return per_scenario(_TABLES, _TABLE_SLOTS, sc, (int(max_seqs), int(k_max)),
+                        lambda: policy_tables(sc, max_seqs, k_max))
 
 
 # --- the policies -------------------------------------------------------------------------------

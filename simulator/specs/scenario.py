@@ -228,3 +228,18 @@ def load_scenario(path: str | Path, **overrides) -> Scenario:
     origin = raw.pop("_path")
     raw = apply_overrides(raw, overrides)
     return build_scenario(raw, origin, raw.get("_base_dir"))
+
+
+def per_scenario(store: dict, slots: int, sc: Scenario, key: tuple, build):
+    """``build()``, kept in ``store`` (its last ``slots`` answers) per scenario object and profile (a
+    sensitivity run swaps the profile) and ``key``: for tables a caller only reads. Each entry holds its
+    scenario and profile, so their ids are not reused while it is kept."""
+    full = (id(sc), id(sc.profile)) + key
+    hit = store.get(full)
+    if hit is not None and hit[0] is sc and hit[1] is sc.profile:
+        return hit[2]
+    value = build()
+    if len(store) >= slots:
+        store.pop(next(iter(store)))
+    store[full] = (sc, sc.profile, value)
+    return value
