@@ -20,7 +20,8 @@ Acceptance: draft i of a sequence is accepted iff u < a_i and drafts 1..i-1 were
 are drawn per request per output position up front, so every policy sees the same random numbers
 for the same request (common random numbers make policy comparisons low-noise), and a step's
 accept counts are one vectorized comparison over the batch. The K policies live in
-:mod:`simulator.plan.policies`.
+:mod:`simulator.plan.policies`. Runs of identical plain decode steps between two events are run as one
+span (:mod:`simulator.serving.decode_span`), with the same numbers as step by step.
 """
 from __future__ import annotations
 
