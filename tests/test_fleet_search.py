@@ -187,6 +187,67 @@ def test_bracket_tries_the_far_end_once_the_estimate_is_off_by_2(threshold, want
     assert _bracket(trial, 1.0, 2 ** 0.25, False, 10**6)[:3:2] == (path[0], path[1]) and tried == [1.0] + path[:2]
 
 
+def test_burst_latency_by_hand():
+    # hand: B_max 4; at b = 4: s = 20 ms, tau = 2 tokens a step, D = 100 ms a prompt, O = 100 tokens:
+    # life = 100 x 0.02 / 2 = 1 s; 10 requests at once: n99 = ceil(9.9) = 10, wave (10 - 1) // 4 = 2, the 2nd
+    # prompt of it: TTFT = 2 (1 + 4 x 0.1) + 2 x 0.1 + 0.02 = 3.02 s; TPOT = (1 + 0.4) / 100 = 14 ms
+    from simulator.serving.steady import SteadyState
+    one = np.ones(4)
+    st = SteadyState(np.arange(1.0, 5.0), one * 2, np.array([0.01, 0.01, 0.02, 0.02]), one * 2, one * 0.1,
+                     one, one, 4, 100.0)
+    assert st.burst_latency(10) == pytest.approx((3.02, 0.014), rel=1e-12)
+    # 3 requests fit at once (b = 3): wave 0, the 3rd prompt: TTFT = 3 x 0.1 + 0.02; TPOT (1 + 0.3) / 100
+    assert st.burst_latency(3) == pytest.approx((0.32, 0.013), rel=1e-12)
+
+
+@pytest.mark.parametrize("far_meets, threshold, want", [
+    (True, 1000.0, (64.0, None, [64.0])),  # forecast right: one run answers (every load below it passes)
+    (True, 5.0, (4.0, 8.0, [64.0, 1.0, 2.0, 4.0, 8.0])),  # forecast wrong: the walk as without it, same answer
+    (False, 3.0, (2.0, 4.0, [1.0, 2.0, 4.0])),  # no far end: the walk changes before going a factor 4
+    (False, 5.0, (4.0, 8.0, [1.0, 2.0, 4.0, 64.0, 8.0])),  # 4 reached unchanged: the far end, then on
+    (False, 1000.0, (64.0, None, [1.0, 2.0, 4.0, 64.0])),  # forecast wrong: one run more than without it
+    (False, 0.001, (None, 1.0 / 64, [1.0, 0.5, 1.0 / 64])),  # a walk down: as without a forecast
+])
+def test_bracket_orders_its_runs_by_the_far_end_forecast(far_meets, threshold, want):
+    # hand, as the test above: loads pass iff <= threshold; every case ends at the (lo, hi) of the plain walk
+    from simulator.sizing.search import _bracket
+    tried = []
+
+    def trial(load):
+        if load not in tried:
+            tried.append(load)
+        return load <= threshold, {"load": load}, [] if load <= threshold else ["over"]
+
+    lo, _, hi, _ = _bracket(trial, 1.0, 2.0, False, 10**6, far_meets)
+    assert (lo, hi, tried) == want
+
+
+def test_burst_forecast_matches_the_simulated_burst():
+    """Short runs (the bench sweep's: 20-60 requests over 2 s, resolution 2) of Command A on 8 x H200, chat
+    512 / 100, plain: the walk's far end, 64 x the steady-state rate, is a burst of 60 requests; the forecast
+    says it meets the SLOs, the simulation agrees, and the search answers with that one run, as the walk
+    would. On 4 x H200 the forecast says it misses: the search walks, with the walk's answer."""
+    from simulator.sizing.search import MAX_EXPANSIONS, _bracket, _Trials, burst_meets, first_load
+    from simulator.specs.scenario import build_scenario, read_scenario_file
+    raw = read_scenario_file("sizing-dense-command-a")
+    origin = raw.pop("_path")
+    raw["traffic"] |= {"prompt_len": 512, "output_len": 100}
+    sc = build_scenario(raw, origin, raw["_base_dir"])
+    spec = dataclasses.replace(parse_sizing(sc), n_requests=20, search_steps=0, duration_s=2.0, max_requests=60)
+    for tp, meets in ((8, True), (4, False)):
+        csc = candidate_scenario(sc, Candidate("h200", tp))
+        x, start, st = first_load(csc, "plain", spec, 256)
+        far = x * 2.0 ** MAX_EXPANSIONS
+        assert start == "steady state" and burst_meets(csc, spec, st, far) == meets
+        s = search_capacity(csc, "plain", spec, 256)
+        walk = _bracket(_Trials(csc, "plain", spec, serving.simulate), x, 2.0, False, 256)
+        assert s.capacity == walk[0]
+        if meets:
+            assert (s.capacity, len(s.points), s.points[0]["meets"]) == (far, 1, True)
+        else:
+            assert far not in [p["load"] for p in s.points[:3]]
+
+
 def test_pricer_is_reused_across_loads(dense):
     sc, spec = dense
     csc = candidate_scenario(sc, Candidate("h200", 8))
@@ -363,7 +424,7 @@ def test_pareto_front_per_model_and_traffic_mix():
 def test_a_search_is_not_run_twice_for_another_target():
     """Sizing the same candidates for another target load reuses the searches (the capacity per replica
     does not depend on the target); replicas and GPUs follow the new target."""
-    from simulator.sizing import SizingOverrides, search, size
+    from simulator.sizing import SizingOverrides, pool, size
 
     calls = []
 
@@ -371,7 +432,7 @@ def test_a_search_is_not_run_twice_for_another_target():
         calls.append(workload.rate_per_s)
         return {"tpot_p50_s": 0.01 if workload.rate_per_s <= 3.0 else 1.0, "ttft_p99_s": 0.1,
                 "throughput_tok_s": 100.0, "n_requests": workload.n_requests, "output_tokens": 300 * workload.n_requests}
-    search._SEARCHES.clear()
+    pool._SEARCHES.clear()
     kw = dict(candidates=["h200"], tp=[8], policies=["plain"], dtypes=[""], workers=1, sensitivity=False,
               search_steps=1)
     a = size("sizing-dense-command-a", SizingOverrides(target_load=10.0, **kw), simulate=counting)

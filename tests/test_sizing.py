@@ -157,9 +157,9 @@ def test_uncertainty_band_from_validation_error():
 def test_parallel_workers_match_serial():
     kw = dict(candidates=["h200"], tp=[8], policies=["plain", "dsd"], sensitivity=False, n_requests=50,
               search_steps=2)
-    from simulator.sizing import search
+    from simulator.sizing import pool
     serial = size(MOE, SizingOverrides(workers=1, **kw), simulate=standin_simulate).capacity
-    search._SEARCHES.clear()  # run them again, in the pool (not from this process' memo of searches)
+    pool._SEARCHES.clear()  # run them again, in the pool (not from this process' memo of searches)
     parallel = size(MOE, SizingOverrides(workers=2, **kw), simulate=standin_simulate).capacity
     assert serial.max_load_per_replica.tolist() == parallel.max_load_per_replica.tolist()
 

@@ -60,6 +60,27 @@ class SteadyState:
         ok = tpot <= tpot_limit_s if tpot_limit_s is not None else np.ones(len(tpot), dtype=bool)
         return int(self.batch[ok].max()) if ok.any() else 0
 
+    def burst_latency(self, n_requests: int) -> tuple[float, float]:
+        """(TTFT of the 99th-percentile request, mean TPOT) when ``n_requests`` arrive at once: a run at a
+        load far above the sustainable one, whose arrivals span less than a request's lifetime.
+
+        The engine admits b = min(n, B_max) sequences; their prompts ride along the decode steps, each adding
+        D(b); a sequence then decodes for  life = O s(b) / tau(b).  The others queue and enter in waves of b
+        as sequences finish, a wave every life + b D(b) seconds. The request of rank n99 = ceil(0.99 n)
+        enters in wave w = (n99 - 1) // b, as the r = n99 - w b-th prompt of it:
+
+            TTFT_99 = w (life + b D) + r D + s        TPOT = (life + b D) / O
+
+        (the whole wave's prompts interleave with a sequence's decoding). The same requests spread over
+        time queue less, so a burst is the worst case of a run of ``n_requests``."""
+        b = int(min(max(n_requests, 1), self.b_max))
+        s, tau, d = (float(a[b - 1]) for a in (self.step_s, self.tokens_per_step, self.prefill_s))
+        life = self.output_len * s / tau
+        n99 = int(np.ceil(0.99 * max(n_requests, 1)))
+        wave = (n99 - 1) // b
+        ttft = wave * (life + b * d) + (n99 - wave * b) * d + s
+        return ttft, (life + b * d) / max(self.output_len, 1.0)
+
 
 def steady_state(sc: Scenario, policy: str, workload: Workload, seed: int = 0,
                  engine: EngineConfig | None = None) -> SteadyState:

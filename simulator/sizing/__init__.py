@@ -2,13 +2,14 @@
 
 Modules (each imports only the ones above it, and below the package only specs, physics, plan,
 serving and errors): ``spec`` ([slo], [sizing], candidates, memory fit) -> ``search`` (serving runs,
-the load search, the worker pool) -> ``uncertainty`` (capacity error band) -> ``fleet`` (capacity
+the load search) -> ``pool`` (the worker pool) -> ``uncertainty`` (capacity error band) -> ``fleet`` (capacity
 rows, ranking, sensitivity, :func:`size`) -> ``report_charts`` (inline SVG charts) -> ``report`` (HTML /
 Markdown / JSON renderers).
 """
 from simulator.sizing.fleet import SizingResult, bundled_sizing_scenarios, rank, size, spec_stops_paying
-from simulator.sizing.search import (DEFAULT_TTFT_GUARD_S, MAX_EXPANSIONS, Search, Task, analytic_guess,
-                                     build_workload, requests_for, run_all, run_point, search_capacity)
+from simulator.sizing.pool import Task, run_all
+from simulator.sizing.search import (DEFAULT_TTFT_GUARD_S, MAX_EXPANSIONS, Search, analytic_guess, build_workload,
+                                     requests_for, run_point, search_capacity)
 from simulator.sizing.spec import (GB, POLICIES, SIZING_SCHEMA, SLO, SLO_KEYS, SLO_SCHEMA, Candidate,
                                    SizingOverrides, SizingSpec, candidate_scenario, memory_fit, parse_slo, parse_sizing, traffic_lengths)
 from simulator.sizing.uncertainty import PredictionBasis, capacity_band, prediction_basis, uncertainty

@@ -35,7 +35,8 @@ from simulator.errors import PlannerError
 from simulator.plan.answer import spec_stops_paying
 from simulator.plan.api import predict_scenario
 from simulator.sizing.ranking import EVIDENCE, SIMPLICITY, evidence_margin, rank, speculation_margin  # noqa: F401 (re-exported)
-from simulator.sizing.search import Search, Task, run_all
+from simulator.sizing.pool import Task, run_all
+from simulator.sizing.search import Search
 from simulator.sizing.spec import (Candidate, SizingOverrides, SizingSpec, candidate_scenario, k_table_context,
                                    memory_fit, parse_sizing, predict_command, traffic_lengths)
 from simulator.sizing.uncertainty import candidate_band, prediction_basis, uncertainty

@@ -1,4 +1,4 @@
-"""The load search: serving runs at one load, bracketing and bisection, and the worker pool.
+"""The load search: serving runs at one load, bracketing and bisection.
 
 For one candidate (hardware x tensor-parallel degree) and one policy the search finds the highest
 load one replica carries while meeting every SLO, by running the serving simulation
@@ -6,15 +6,15 @@ load one replica carries while meeting every SLO, by running the serving simulat
 concurrency when ``[traffic]`` gives a concurrency). It starts from the steady-state capacity
 (:mod:`simulator.serving.steady`: Little's law on the engine's step-time tables, milliseconds), so the
 simulation runs only near the boundary: typically two runs, one passing and one failing a resolution
-factor 2^(1/2^search_steps) apart.
+factor 2^(1/2^search_steps) apart. A forecast of the walk's far end (its requests arriving as one burst,
+:meth:`simulator.serving.steady.SteadyState.burst_latency`) orders the runs: short runs, which meet the SLOs
+at any load when the whole burst fits, are answered by one. :mod:`simulator.sizing.pool` runs many searches.
 """
 from __future__ import annotations
 
 import dataclasses
 import inspect
-import json
 import math
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,7 +23,7 @@ from simulator import serving
 from simulator.errors import PlannerError
 from simulator.plan.api import predict_scenario
 from simulator.serving.early_stop import PercentileStop
-from simulator.serving.steady import steady_state
+from simulator.serving.steady import SteadyState, steady_state
 from simulator.sizing.spec import Candidate, SizingSpec, _fmt, traffic_lengths
 from simulator.specs.scenario import Scenario
 
@@ -204,25 +204,38 @@ def resolution(spec: SizingSpec) -> float:
 FLOOR_MARGIN = 1.5  # steady-state TPOT at batch 1 this far above the limit: no load can meet it
 
 
-def first_load(sc: Scenario, policy: str, spec: SizingSpec, max_seqs: int) -> tuple[float, str]:
+def first_load(sc: Scenario, policy: str, spec: SizingSpec, max_seqs: int) -> tuple[float, str, SteadyState | None]:
     """Where the search starts: the steady-state capacity of :mod:`simulator.serving.steady` (Little's law on
     the engine's own step-time tables), else (when that cannot be built) :func:`analytic_guess`. Start
     "floor" (half the load that keeps one sequence decoding) when even batch 1 misses the TPOT limit: one
-    simulation there confirms that no load meets the SLOs (two when the miss is within FLOOR_MARGIN)."""
+    simulation there confirms that no load meets the SLOs (two when the miss is within FLOOR_MARGIN).
+    The third value is the steady state itself (None when it could not be built)."""
+    st = None
     try:
         workload = build_workload(sc, spec.load_kind, 1.0, spec.n_requests, None)
         st = steady_state(sc, policy, workload, spec.seed)
         limit = spec.slo.tpot_limit_s
         x = st.max_concurrency(limit) if spec.load_kind == "concurrency" else st.max_rate(limit)
         if x > 0:
-            return float(x), "steady state"
+            return float(x), "steady state", st
         if limit and np.isfinite(st.rate[0]):  # even batch 1 misses the TPOT limit: confirm at low load
             clear = st.tpot_s[0] > FLOOR_MARGIN * limit
             return (1.0 if spec.load_kind == "concurrency" else float(st.rate[0]) / 2), \
-                ("floor" if clear else "floor, marginal")
+                ("floor" if clear else "floor, marginal"), st
     except PlannerError:
         pass
-    return analytic_guess(sc, policy, spec, max_seqs), "goodput table"
+    return analytic_guess(sc, policy, spec, max_seqs), "goodput table", st
+
+
+def burst_meets(sc: Scenario, spec: SizingSpec, st: SteadyState, load: float) -> bool:
+    """Whether a run at ``load`` (far above the steady-state capacity: its requests arrive as one burst) is
+    forecast to meet the SLOs, from :meth:`SteadyState.burst_latency`: the TTFT forecast against every TTFT
+    target (and the stability guard), the TPOT forecast against every TPOT / ITL target. A forecast only
+    orders the search's runs (:func:`_bracket`); the runs decide the answer."""
+    ttft, tpot = st.burst_latency(requests_for(sc, spec, "rate", load))
+    limits = dict(spec.slo.targets) | ({"ttft_guard": DEFAULT_TTFT_GUARD_S} if spec.ttft_guard else {})
+    return all((ttft if key.startswith("ttft") else tpot) <= limit for key, limit in limits.items()
+               if key.startswith(("ttft", "tpot", "itl")))
 
 
 def _next(x: float, factor: float, up: bool, integer: bool, max_seqs: int) -> float | None:
@@ -251,18 +264,30 @@ def _walk(x0: float, rho: float, up: bool, integer: bool, max_seqs: int) -> list
         x, factor = nxt, min(factor * factor, 2.0)
 
 
-def _bracket(trial: _Trials, x: float, rho: float, integer: bool, max_seqs: int):
+def _bracket(trial: _Trials, x: float, rho: float, integer: bool, max_seqs: int, far_meets: bool | None = None):
     """From the first load, step up while the SLOs hold and down while they fail (:func:`_walk`) until a
     pass and a fail are found or the walk ends: (lo, lo summary, hi, violations at hi). When the
     walk has gone a factor 2 from the first load without a change, the first load was a poor estimate and
     the walk's far end is tried next: if it agrees too, every load between does (the search assumes pass /
-    fail monotone in load) and the walk would have ended there, so it ends there at once."""
+    fail monotone in load) and the walk would have ended there, so it ends there at once.
+
+    ``far_meets``, a forecast for the far end of the walk up (:func:`burst_meets`; None: none): True tries
+    that end first (one run answers when it passes: every load below it does), False leaves it until the
+    walk up has gone a factor 4 unchanged. Either way the loads the walk tries, and so the answer, are the
+    walk's; the forecast only saves runs."""
+    if far_meets:
+        up = _walk(x, rho, True, integer, max_seqs)
+        if up:
+            ok, summary, _ = trial(up[-1])
+            if ok:
+                return up[-1], summary, None, []
     ok0, summary, bad = trial(x)
     lo, lo_sum, hi, last_bad = (x, summary, None, []) if ok0 else (None, None, x, bad)
     path = _walk(x, rho, ok0, integer, max_seqs)
     probed = False
+    reach = 4.0 if ok0 and far_meets is False else 2.0  # how far the walk goes unchanged before the far end
     for i, nxt in enumerate(path):
-        if not probed and 0 < i < len(path) - 1 and max(path[i - 1] / x, x / path[i - 1]) >= 2.0 * (1 - 1e-9):
+        if not probed and 0 < i < len(path) - 1 and max(path[i - 1] / x, x / path[i - 1]) >= reach * (1 - 1e-9):
             probed = True
             if trial(path[-1])[0] == ok0:
                 nxt = path[-1]
@@ -291,9 +316,13 @@ def search_capacity(sc: Scenario, policy: str, spec: SizingSpec, max_seqs: int, 
     integer = spec.load_kind == "concurrency"
     rho = resolution(spec)
     trial = _Trials(sc, policy, spec, simulate)
-    x, start = first_load(sc, policy, spec, max_seqs)
+    x, start, st = first_load(sc, policy, spec, max_seqs)
     if integer:
         x = float(min(max(1, int(x)), max_seqs))
+    far_meets = None
+    if start == "steady state" and not integer:  # a closed loop never arrives in a burst
+        up = _walk(x, rho, True, integer, max_seqs)
+        far_meets = burst_meets(sc, spec, st, up[-1]) if up else None
     if start.startswith("floor"):
         # below the load that keeps one sequence decoding, TPOT is at its floor: a miss there is a miss at
         # every load (a marginal one is tried once more, 4x lower, where sequences almost never overlap)
@@ -307,7 +336,7 @@ def search_capacity(sc: Scenario, policy: str, spec: SizingSpec, max_seqs: int, 
             return Search(cand, policy, 0.0, None, trial.points, True,
                           f"misses the SLOs even at {_fmt(x_try)} {spec.load_unit} (batch 1 misses the TPOT limit"
                           f" in the steady state): {'; '.join(bad)}", sc.cost_source, rho, start)
-    lo, lo_sum, hi, last_bad = _bracket(trial, x, rho, integer, max_seqs)
+    lo, lo_sum, hi, last_bad = _bracket(trial, x, rho, integer, max_seqs, far_meets)
     if lo is None:
         return Search(cand, policy, 0.0, None, trial.points, True,
                       f"misses the SLOs even at {_fmt(hi)} {spec.load_unit}: {'; '.join(last_bad)}", sc.cost_source,
@@ -320,74 +349,3 @@ def search_capacity(sc: Scenario, policy: str, spec: SizingSpec, max_seqs: int, 
         else:
             hi = mid
     return Search(cand, policy, lo, lo_sum, trial.points, hi is not None, "", sc.cost_source, rho, start)
-
-
-# --- the worker pool ----------------------------------------------------------------------------
-
-@dataclass
-class Task:
-    scenario: Scenario
-    candidate: Candidate
-    policy: str
-    spec: SizingSpec
-    max_seqs: int
-    simulate: object = None
-    variant: str = ""
-
-
-def _run_task(task: Task) -> tuple[str, Search]:
-    s = search_capacity(task.scenario, task.policy, task.spec, task.max_seqs, task.simulate, task.candidate)
-    return task.variant, s
-
-
-def _run_batch(tasks: list[Task]) -> list[Search]:
-    return [_run_task(t)[1] for t in tasks]
-
-
-_SEARCHES: dict = {}  # search key -> Search: a search depends on none of the fleet settings (target, prices)
-_SEARCH_SLOTS = 512
-SEARCH_FIELDS = ("slo", "load_kind", "n_requests", "duration_s", "max_requests", "search_steps", "seed", "ttft_guard")
-
-
-def search_key(task: Task) -> str:
-    """What a search's answer depends on: the candidate's scenario (its TOML and the kernel-time scale a
-    sensitivity run sets on its profile), the policy, the memory limit, the search settings, the simulation."""
-    sc = task.scenario
-    sim = task.simulate or serving.simulate
-    body = {"raw": {k: v for k, v in sc.raw.items() if not k.startswith("_")},
-            "scale": sc.profile.engine_scale if sc.profile is not None else None, "policy": task.policy,
-            "max_seqs": task.max_seqs, "spec": {f: getattr(task.spec, f) for f in SEARCH_FIELDS},
-            "sim": f"{getattr(sim, '__module__', '')}.{getattr(sim, '__qualname__', repr(sim))}"}
-    return json.dumps(body, sort_keys=True, default=str)
-
-
-def run_all(tasks: list[Task], workers: int, meanwhile=None) -> list[tuple[str, Search]]:
-    """Run the searches, in a process pool of ``workers`` when there is more than one task. A search this
-    process already ran (same :func:`search_key`: sizing the same candidates for another target load,
-    say) is not run again. ``meanwhile``: a function this process runs while the pool works (else first)."""
-    keys = [search_key(t) for t in tasks]
-    todo = [(k, t) for k, t in zip(keys, tasks) if k not in _SEARCHES]
-    todo = list({k: t for k, t in todo}.items())
-    # the searches of one scenario object (its policies, its seeds) go to one worker together: pickled as
-    # one list they share one unpickled scenario there, so its step-time tables are built once, not per task
-    groups: dict[int, list] = {}
-    for k, t in todo:
-        groups.setdefault(id(t.scenario), []).append((k, t))
-    batches = list(groups.values())
-    if workers <= 1 or len(batches) <= 1:
-        if meanwhile is not None:
-            meanwhile()
-        found = [_run_batch([t for _, t in b]) for b in batches]
-    else:
-        with ProcessPoolExecutor(max_workers=min(workers, len(batches))) as pool:
-            pending = pool.map(_run_batch, [[t for _, t in b] for b in batches])  # submitted at once
-            if meanwhile is not None:
-                meanwhile()
-            found = list(pending)
-    todo = [kt for b in batches for kt in b]
-    found = [s for b in found for s in b]
-    for (k, _), s in zip(todo, found):
-        if len(_SEARCHES) >= _SEARCH_SLOTS:
-            _SEARCHES.pop(next(iter(_SEARCHES)))
-        _SEARCHES[k] = s
-    return [(t.variant, dataclasses.replace(_SEARCHES[k], candidate=t.candidate)) for k, t in zip(keys, tasks)]
