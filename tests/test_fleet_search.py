@@ -218,7 +218,7 @@ def test_bracket_orders_its_runs_by_the_far_end_forecast(far_meets, threshold, w
             tried.append(load)
         return load <= threshold, {"load": load}, [] if load <= threshold else ["over"]
 
-    lo, _, hi, _ = _bracket(trial, 1.0, 2.0, False, 10**6, far_meets)
+    lo, _, hi, _ = _bracket(trial, 1.0, 2.0, False, 10**6, lambda load: far_meets)
     assert (lo, hi, tried) == want
 
 

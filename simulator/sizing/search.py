@@ -264,26 +264,26 @@ def _walk(x0: float, rho: float, up: bool, integer: bool, max_seqs: int) -> list
         x, factor = nxt, min(factor * factor, 2.0)
 
 
-def _bracket(trial: _Trials, x: float, rho: float, integer: bool, max_seqs: int, far_meets: bool | None = None):
+def _bracket(trial: _Trials, x: float, rho: float, integer: bool, max_seqs: int, forecast=None):
     """From the first load, step up while the SLOs hold and down while they fail (:func:`_walk`) until a
     pass and a fail are found or the walk ends: (lo, lo summary, hi, violations at hi). When the
     walk has gone a factor 2 from the first load without a change, the first load was a poor estimate and
     the walk's far end is tried next: if it agrees too, every load between does (the search assumes pass /
     fail monotone in load) and the walk would have ended there, so it ends there at once.
 
-    ``far_meets``, a forecast for the far end of the walk up (:func:`burst_meets`; None: none): True tries
-    that end first (one run answers when it passes: every load below it does), False leaves it until the
-    walk up has gone a factor 4 unchanged. Either way the loads the walk tries, and so the answer, are the
-    walk's; the forecast only saves runs."""
+    ``forecast(load)``, whether a run at the far end of the walk up is forecast to meet the SLOs
+    (:func:`burst_meets`; None: no forecast): True tries that end first (one run answers when it passes:
+    every load below it does), False leaves it until the walk up has gone a factor 4 unchanged. Either way
+    the loads the walk tries, and so the answer, are the walk's; the forecast only saves runs."""
+    up = _walk(x, rho, True, integer, max_seqs)
+    far_meets = forecast(up[-1]) if forecast is not None and up else None
     if far_meets:
-        up = _walk(x, rho, True, integer, max_seqs)
-        if up:
-            ok, summary, _ = trial(up[-1])
-            if ok:
-                return up[-1], summary, None, []
+        ok, summary, _ = trial(up[-1])
+        if ok:
+            return up[-1], summary, None, []
     ok0, summary, bad = trial(x)
     lo, lo_sum, hi, last_bad = (x, summary, None, []) if ok0 else (None, None, x, bad)
-    path = _walk(x, rho, ok0, integer, max_seqs)
+    path = up if ok0 else _walk(x, rho, False, integer, max_seqs)
     probed = False
     reach = 4.0 if ok0 and far_meets is False else 2.0  # how far the walk goes unchanged before the far end
     for i, nxt in enumerate(path):
@@ -319,10 +319,8 @@ def search_capacity(sc: Scenario, policy: str, spec: SizingSpec, max_seqs: int, 
     x, start, st = first_load(sc, policy, spec, max_seqs)
     if integer:
         x = float(min(max(1, int(x)), max_seqs))
-    far_meets = None
-    if start == "steady state" and not integer:  # a closed loop never arrives in a burst
-        up = _walk(x, rho, True, integer, max_seqs)
-        far_meets = burst_meets(sc, spec, st, up[-1]) if up else None
+    # the far end's forecast (a closed loop never arrives in a burst)
+    forecast = (lambda load: burst_meets(sc, spec, st, load)) if start == "steady state" and not integer else None
     if start.startswith("floor"):
         # below the load that keeps one sequence decoding, TPOT is at its floor: a miss there is a miss at
         # every load (a marginal one is tried once more, 4x lower, where sequences almost never overlap)
@@ -336,7 +334,7 @@ def search_capacity(sc: Scenario, policy: str, spec: SizingSpec, max_seqs: int, 
             return Search(cand, policy, 0.0, None, trial.points, True,
                           f"misses the SLOs even at {_fmt(x_try)} {spec.load_unit} (batch 1 misses the TPOT limit"
                           f" in the steady state): {'; '.join(bad)}", sc.cost_source, rho, start)
-    lo, lo_sum, hi, last_bad = _bracket(trial, x, rho, integer, max_seqs, far_meets)
+    lo, lo_sum, hi, last_bad = _bracket(trial, x, rho, integer, max_seqs, forecast)
     if lo is None:
         return Search(cand, policy, 0.0, None, trial.points, True,
                       f"misses the SLOs even at {_fmt(hi)} {spec.load_unit}: {'; '.join(last_bad)}", sc.cost_source,
