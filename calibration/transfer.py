@@ -43,7 +43,7 @@ from scipy.optimize import brentq
 
 # re-exported: tests, calibration.transfer_twoshot and the rows' notes ("see DEVICES in calibration/transfer.py")
 from calibration.transfer_cases import (CORPUS, DEVICES, MOE_REUSE, OUT_DIR, REPO, Case, case_for,  # noqa: F401
-                                        iid_rate, scenario_for as _scenario)
+                                        iid_rate, scenario_for)
 from calibration.transfer_components import part_rows, published_parts, summarize_parts
 from calibration.transfer_peer import peer_speedup, peer_tpot_ms
 from calibration.transfer_report import bands, markdown, summarize
@@ -107,7 +107,7 @@ def serving_e2e_speedup(sc: Scenario, concurrency: int, prompt: int, output: int
 
 def speedup_scenario(case: Case, basis: str, acceptance_length: float) -> Scenario:
     """A speedup row's scenario on ``basis``, its acceptance the i.i.d. rate of the row's acceptance length."""
-    return _scenario(case.raw, basis).with_overrides(acceptance=iid_rate(acceptance_length, int(case.row.k)))
+    return scenario_for(case.raw, basis).with_overrides(acceptance=iid_rate(acceptance_length, int(case.row.k)))
 
 
 def speedup_grid(sc: Scenario, case: Case):
@@ -124,7 +124,7 @@ def predict_case(case: Case, basis: str, acceptance_length: float | None) -> tup
             return serving_e2e_speedup(sc, B, int(case.row.input_len), int(case.row.output_len), K), sc.cost_source
         g = speedup_grid(sc, case)
         return float(g.goodput_per_seq[0, 1] / g.goodput_per_seq[0, 0]), sc.cost_source
-    sc = _scenario(case.raw, basis)
+    sc = scenario_for(case.raw, basis)
     if case.kind == "run":
         out, inp = int(case.row.output_len), int(case.row.input_len)
         return run_time_s(sc, B, inp, out) * 1e3 / out, sc.cost_source

@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 
 from calibration import fewshot
-from calibration.transfer_cases import CORPUS, OUT_DIR, Case, case_for, iid_rate, scenario_for as _scenario
+from calibration.transfer_cases import CORPUS, OUT_DIR, Case, case_for, iid_rate, scenario_for
 from simulator.cli.common import OneLineParser, run_cli
 from simulator.errors import PlannerError, PlannerWarning
 from simulator.plan.grid import compute_grid
@@ -62,7 +62,7 @@ def curve_points(members: list[Case], basis: str) -> tuple[fewshot.Points, bool]
     parts, rates = [], []
     for c in members:
         B, K = int(c.row.batch_size), int(c.row.k)
-        g = compute_grid(_scenario(c.raw, basis), batch_sizes=[B], ks=[0, K])
+        g = compute_grid(scenario_for(c.raw, basis), batch_sizes=[B], ks=[0, K])
         kern = np.broadcast_to(g.verify_s + g.draft_step_s, g.itl_s.shape)[0]
         over = np.broadcast_to(g.overhead_s, g.itl_s.shape)[0]
         parts.append((B, K, kern[1], over[1], kern[0], over[0]))
