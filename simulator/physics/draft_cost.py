@@ -25,6 +25,7 @@ from simulator.physics.layers import (attention_deployment, decoder_layers_ops, 
                                       rank_tokens)
 from simulator.physics.operators import StepCost, evaluate
 from simulator.physics.ops import Op
+from simulator.physics.pass_tables import PassPlan, Segment
 from simulator.specs.deployment import Deployment
 from simulator.specs.drafts import DraftSpec, draft_defaults, draft_deployment
 from simulator.specs.hardware import DTYPE_BYTES, Hardware
@@ -33,18 +34,17 @@ from simulator.specs.profile import Profile
 
 
 def _head_layer_ops(target: ModelSpec, dep: Deployment, hw: Hardware, batch, context_len, fusion: int,
-                    vocab: int, moe_layer: bool) -> list[Op]:
-    """One pass of an EAGLE/MTP head: fusion projection, one decoder layer, LM head."""
-    w = DTYPE_BYTES[dep.weight_dtype]
-    a = DTYPE_BYTES[dep.act_dtype]
-    D = target.hidden_size
+                    vocab: int, moe_layer: bool, part: str = "all") -> list[Op]:
+    """One pass of an EAGLE/MTP head: fusion projection, one decoder layer, LM head (``part``:
+    :data:`simulator.physics.layers.PASS_PARTS`; "tokens": ``batch`` is the replica's token count)."""
     layers = (0, 1) if moe_layer else (1, 0)
-    local = rank_tokens(dep, batch, 1.0)
-    adep = attention_deployment(dep)
+    if part == "cells":
+        return decoder_layers_ops(target, dep, hw, batch, 1.0, context_len, "draft.", layer_counts=layers, part=part)
+    w, a, D = DTYPE_BYTES[dep.weight_dtype], DTYPE_BYTES[dep.act_dtype], target.hidden_size
+    local = np.asarray(batch, dtype=float) if part == "tokens" else rank_tokens(dep, batch, 1.0)
     ops = [gemm("draft.fusion", local, D, fusion * D, w, a, 1)]
-    ops += decoder_layers_ops(target, dep, hw, batch, 1.0, context_len, "draft.", layer_counts=layers)
-    ops += head_ops(target, adep, hw, local, vocab, "draft.", sampling=True)
-    return ops
+    ops += decoder_layers_ops(target, dep, hw, batch, 1.0, context_len, "draft.", layer_counts=layers, part=part)
+    return ops + head_ops(target, attention_deployment(dep), hw, local, vocab, "draft.", sampling=True)
 
 
 @dataclass(frozen=True)
@@ -74,43 +74,120 @@ def has_extend_pass(draft: DraftSpec, dep: Deployment | None = None) -> bool:
                                               and dep.kernels.self_spec_catch_up)
 
 
-def draft_extend_cost(setting: DraftSetting, batch, k, context_len, price=evaluate) -> StepCost | None:
-    """The extend pass over the (B, K) grid: the draft's layers over B (K + 1) verified tokens (their
-    attention: K + 1 queries per sequence over the context), its LM head and sampling at B rows;
-    for self-speculation on an engine whose first draft pass catches up two tokens, that pass; None for
-    methods without one (n-gram, early-exit, other self-speculation). ``price``: :func:`evaluate`
-    (per op) or :func:`simulator.physics.operators.price_pass` (the sum first)."""
-    draft, target, dep, hw, profile = setting.draft, setting.target, setting.dep, setting.hw, setting.profile
+def _plan(dep: Deployment, specs: tuple, key: tuple, segments: list, ops, batch, context_len) -> PassPlan:
+    """A pass whose ops ``ops(batch, context, part)`` builds; ``segments``: (key suffix, token count per
+    cell, the part of ``ops`` at token counts t) of its token ops."""
+    return PassPlan(dep, specs, tuple(Segment(key + (name,), tokens, build) for name, tokens, build in segments),
+                    lambda: ops(batch, context_len, "cells"), lambda: ops(batch, context_len, "all"))
+
+
+def draft_extend_plan(setting: DraftSetting, batch, k, context_len) -> PassPlan | None:
+    """The extend pass over the (B, K) grid (:func:`draft_extend_cost`) as a :class:`PassPlan`: the draft's
+    layers' token ops at the replica's B (K + 1) tokens, its head's at B rows, attention per cell."""
+    draft, target, dep, hw = setting.draft, setting.target, setting.dep, setting.hw
     if not has_extend_pass(draft, dep):
         return None
     batch, k = np.asarray(batch, dtype=float), np.asarray(k, dtype=float)
     queries = k + 1.0  # batch and K keep their own axes: batch-only ops are priced over B alone
-    shape = np.broadcast_shapes(batch.shape, k.shape, np.shape(context_len))
     if draft.method == "self":
         # after a step in which any sequence accepted all K drafts, the draft's cache lacks the last draft
         # token: the first pass runs it and the bonus token for every sequence (two queries each). The
         # engine's loop does so batch-wide whenever one sequence needs it, i.e. nearly every step from a
         # few sequences on; priced every step (at one sequence, where it is not, two memory-bound
         # tokens cost what one does)
-        ops = forward_ops(target, dep, hw, batch, 2.0, np.minimum(context_len, draft.kv_budget), "draft_extend.")
-        return price(ops, hw, dep, profile, shape)
+        def self_ops(b, L, part):
+            return forward_ops(target, dep, hw, b, 2.0, np.minimum(L, draft.kv_budget), "draft_extend.", part=part)
+        return _plan(dep, (target, dep), ("extend-self",), [("all", rank_tokens(dep, batch, 2.0),
+                                                             lambda t: self_ops(t, 0.0, "tokens"))],
+                     self_ops, batch, context_len)
     if draft.method == "model":
         m = draft.model
         ddep = draft_deployment(m, dep)
-        ops = decoder_layers_ops(m, ddep, hw, batch, queries, context_len, "draft_extend.")
-        ops += head_ops(m, attention_deployment(ddep), hw, rank_tokens(ddep, batch, 1.0), m.vocab_size,
-                        "draft_extend.")
-        return price(ops, hw, ddep, profile, shape)
+        adep = attention_deployment(ddep)
+
+        def model_ops(b, L, part):
+            ops = decoder_layers_ops(m, ddep, hw, b, queries, L, "draft_extend.", part=part)
+            if part == "all":
+                ops += head_ops(m, adep, hw, rank_tokens(ddep, b, 1.0), m.vocab_size, "draft_extend.")
+            return ops
+        return _plan(ddep, (m, dep), ("extend-model",), [
+            ("layers", rank_tokens(ddep, batch, queries), lambda t: model_ops(t, 0.0, "tokens")),
+            ("head", rank_tokens(ddep, batch, 1.0), lambda t: head_ops(m, adep, hw, t, m.vocab_size, "draft_extend."))],
+            model_ops, batch, context_len)
     cfg = draft_defaults()[draft.method]
     vocab = min(cfg.get("draft_vocab") or target.vocab_size, target.vocab_size)
     w, a = DTYPE_BYTES[dep.weight_dtype], DTYPE_BYTES[dep.act_dtype]
     D = target.hidden_size
+    layers = (0, 1) if draft.method == "mtp" and target.is_moe else (1, 0)
+    adep = attention_deployment(dep)
+
+    def layer_ops(b, L, part):
+        ops = [] if part == "cells" else [gemm("draft_extend.fusion", b if part == "tokens" else rank_tokens(
+            dep, b, queries), D, cfg["fusion_inputs"] * D, w, a, 1)]
+        return ops + decoder_layers_ops(target, dep, hw, b, queries, L, "draft_extend.", layer_counts=layers, part=part)
+
+    def head_ops_at(t):
+        return head_ops(target, adep, hw, t, vocab, "draft_extend.")
+
+    def ops(b, L, part):
+        return layer_ops(b, L, part) + (head_ops_at(rank_tokens(dep, b, 1.0)) if part == "all" else [])
+    return _plan(dep, (target, dep), ("extend-head", draft.method, vocab, cfg["fusion_inputs"], layers), [
+        ("layers", rank_tokens(dep, batch, queries), lambda t: layer_ops(t, 0.0, "tokens")),
+        ("head", rank_tokens(dep, batch, 1.0), head_ops_at)], ops, batch, context_len)
+
+
+def draft_extend_cost(setting: DraftSetting, batch, k, context_len, price=evaluate) -> StepCost | None:
+    """The extend pass over the (B, K) grid: the draft's layers over B (K + 1) verified tokens (their
+    attention: K + 1 queries per sequence over the context), its LM head and sampling at B rows;
+    for self-speculation on an engine whose first draft pass catches up two tokens, that pass; None for
+    methods without one (n-gram, early-exit, other self-speculation). ``price``: :func:`evaluate`
+    (per op) or :func:`simulator.physics.operators.price_pass` (the sum first)."""
+    plan = draft_extend_plan(setting, batch, k, context_len)
+    if plan is None:
+        return None
+    shape = np.broadcast_shapes(np.shape(batch), np.shape(k), np.shape(context_len))
+    return price(plan.full(), setting.hw, plan.dep, setting.profile, shape)
+
+
+def draft_pass_plan(setting: DraftSetting, batch, context_len) -> PassPlan | None:
+    """One draft pass (one token per sequence) as a :class:`PassPlan` (:func:`draft_pass_cost`); None for a
+    host-side n-gram lookup (no ops)."""
+    draft, target, dep, hw = setting.draft, setting.target, setting.dep, setting.hw
+    batch = np.asarray(batch, dtype=float)
+    if draft.method == "ngram":
+        return None
+    if draft.method == "early-exit":
+        dense = min(draft.layers, target.num_mlp_dense_layers)
+        counts = (dense, draft.layers - dense)
+        adep = attention_deployment(dep)
+
+        def exit_ops(b, L, part):
+            ops = decoder_layers_ops(target, dep, hw, b, 1.0, L, "draft.", layer_counts=counts, part=part)
+            if part == "cells":
+                return ops
+            t = b if part == "tokens" else rank_tokens(dep, b, 1.0)
+            return ops + head_ops(target, adep, hw, t, target.vocab_size, "draft.")
+        return _plan(dep, (target, dep), ("draft-early-exit", counts), [
+            ("all", rank_tokens(dep, batch, 1.0), lambda t: exit_ops(t, 0.0, "tokens"))], exit_ops, batch, context_len)
+    if draft.method in ("self", "model"):  # the whole target over its compressed KV cache, or a draft model
+        m = target if draft.method == "self" else draft.model
+        mdep = dep if draft.method == "self" else draft_deployment(m, dep)
+
+        def lm_ops(b, L, part):
+            L = np.minimum(L, draft.kv_budget) if draft.method == "self" else L
+            return forward_ops(m, mdep, hw, b, 1.0, L, "draft.", part=part)
+        return _plan(mdep, (m, dep), ("draft-" + draft.method,), [
+            ("all", rank_tokens(mdep, batch, 1.0), lambda t: lm_ops(t, 0.0, "tokens"))], lm_ops, batch, context_len)
+    # EAGLE heads and MTP modules: one target-sized decoder layer per pass (an MTP module of an MoE target
+    # is a full MoE block: its busiest-GPU expert load, dispatch and combine as in the target)
+    cfg = draft_defaults()[draft.method]
+    vocab = min(cfg.get("draft_vocab") or target.vocab_size, target.vocab_size)
     moe_layer = draft.method == "mtp" and target.is_moe
-    ops = [gemm("draft_extend.fusion", rank_tokens(dep, batch, queries), D, cfg["fusion_inputs"] * D, w, a, 1)]
-    ops += decoder_layers_ops(target, dep, hw, batch, queries, context_len, "draft_extend.",
-                              layer_counts=(0, 1) if moe_layer else (1, 0))
-    ops += head_ops(target, attention_deployment(dep), hw, rank_tokens(dep, batch, 1.0), vocab, "draft_extend.")
-    return price(ops, hw, dep, profile, shape)
+
+    def head_layer(b, L, part):
+        return _head_layer_ops(target, dep, hw, b, L, cfg["fusion_inputs"], vocab, moe_layer, part)
+    return _plan(dep, (target, dep), ("draft-head", draft.method, vocab, cfg["fusion_inputs"], moe_layer), [
+        ("all", rank_tokens(dep, batch, 1.0), lambda t: head_layer(t, 0.0, "tokens"))], head_layer, batch, context_len)
 
 
 def draft_pass_cost(setting: DraftSetting, batch, k, context_len, price=evaluate) -> tuple[StepCost, np.ndarray]:
@@ -120,39 +197,15 @@ def draft_pass_cost(setting: DraftSetting, batch, k, context_len, price=evaluate
     Draft passes process one token per sequence whatever K is, so they are priced once per batch
     size and scaled by K: a 512 x 9 grid needs 512 evaluations, not 4608.
     """
-    draft, target, dep, hw, profile = setting.draft, setting.target, setting.dep, setting.hw, setting.profile
     k = np.asarray(k, dtype=float)
     batch = np.asarray(batch, dtype=float)
-    shape = batch.shape
-    defaults = draft_defaults()
-    if draft.method == "ngram":
-        cfg = defaults["ngram"]
+    if setting.draft.method == "ngram":
+        cfg = draft_defaults()["ngram"]
         host_s = cfg["host_fixed_s"] + cfg["host_per_sequence_s"] * batch
-        zero = np.zeros((1,) + shape)
-        host = np.asarray(host_s, dtype=float).reshape((1,) + shape)
+        zero = np.zeros((1,) + batch.shape)
+        host = np.asarray(host_s, dtype=float).reshape((1,) + batch.shape)
         # host-side work: counted as launch-like time, neither compute- nor memory-bound on the device
         return StepCost(["draft.ngram_lookup"], ["elementwise"], zero, zero, zero, zero, host, host), \
             np.minimum(k, 1.0)
-    if draft.method == "early-exit":
-        dense = min(draft.layers, target.num_mlp_dense_layers)
-        ops = decoder_layers_ops(target, dep, hw, batch, 1.0, context_len, "draft.",
-                                 layer_counts=(dense, draft.layers - dense))
-        ops += head_ops(target, attention_deployment(dep), hw, rank_tokens(dep, batch, 1.0), target.vocab_size, "draft.")
-        return price(ops, hw, dep, profile, shape), k
-    if draft.method == "self":  # the whole target over its compressed KV cache
-        ops = forward_ops(target, dep, hw, batch, 1.0, np.minimum(context_len, draft.kv_budget), "draft.")
-        return price(ops, hw, dep, profile, shape), k
-    if draft.method == "model":
-        m = draft.model
-        ddep = draft_deployment(m, dep)
-        ops = forward_ops(m, ddep, hw, batch, 1.0, context_len, "draft.")
-        per_pass = price(ops, hw, ddep, profile, shape)
-    else:
-        # EAGLE heads and MTP modules: one target-sized decoder layer per pass (an MTP module of an MoE
-        # target is a full MoE block: its busiest-GPU expert load, dispatch and combine as in the target)
-        cfg = defaults[draft.method]
-        vocab = min(cfg.get("draft_vocab") or target.vocab_size, target.vocab_size)
-        ops = _head_layer_ops(target, dep, hw, batch, context_len, cfg["fusion_inputs"], vocab,
-                              moe_layer=draft.method == "mtp" and target.is_moe)
-        per_pass = price(ops, hw, dep, profile, shape)
-    return per_pass, k
+    plan = draft_pass_plan(setting, batch, context_len)
+    return price(plan.full(), setting.hw, plan.dep, setting.profile, batch.shape), k

@@ -169,7 +169,7 @@ def dense_mlp_ops(model: ModelSpec, dep: Deployment, tokens, count: int, width: 
 
 
 def moe_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, count: int, prefix: str = "",
-            batch=None, queries=None) -> list[Op]:
+            batch=None, queries=None, part: str = "all") -> list[Op]:
     """Routed experts (+ router, shared experts, dispatch/combine) of one MoE layer, on the busiest GPU.
 
     ``tokens`` = all T = B q tokens of the step (every attention replica's); ``batch`` / ``queries``
@@ -186,44 +186,61 @@ def moe_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, count: int,
     the results back: dispatch and combine all-to-alls of T_r k D a bytes per rank, each
     latency + (ep - 1)/ep x bytes / link bandwidth. Router and shared experts run on the rank's own
     tokens with the attention group's TP.
+
+    ``part`` (:data:`PASS_PARTS`): "tokens" gives the ops sized by the rank's token count alone (router,
+    shared experts, all-to-alls), ``tokens`` then being that count; "cells" the routed experts alone.
     """
-    w_e = DTYPE_BYTES[dep.expert_dtype_for(model)]
-    w = DTYPE_BYTES[dep.weight_dtype]
-    a = DTYPE_BYTES[dep.act_dtype]
-    D = model.hidden_size
     tokens = np.asarray(tokens, dtype=float)
-    expert_tp = dep.tp // dep.ep
-    reuse = dep.routing.reuse
+    if part == "tokens":
+        return _moe_token_ops(model, dep, hw, tokens, count, prefix)
     if batch is None:
         batch, queries = tokens, np.ones_like(tokens)
+    local = rank_tokens(dep, batch, queries) if dep.dp_attention else tokens
+    experts = _routed_experts_op(model, dep, tokens, count, prefix, batch, queries)
+    if part == "cells":
+        return [experts]
+    token_ops = _moe_token_ops(model, dep, hw, local, count, prefix)
+    return token_ops[:1] + [experts] + token_ops[1:]
+
+
+def _moe_token_ops(model: ModelSpec, dep: Deployment, hw: Hardware, local, count: int, prefix: str) -> list[Op]:
+    """The MoE layer's ops sized by the rank's own ``local`` tokens: router, shared experts, "dp-ep" all-to-alls."""
+    w, a, D = DTYPE_BYTES[dep.weight_dtype], DTYPE_BYTES[dep.act_dtype], model.hidden_size
+    ops = [gemm(prefix + "moe_router", local, model.num_experts, D, w, a, count)]
+    if model.shared_expert_intermediate_size:
+        ops += dense_mlp_ops(model, attention_deployment(dep), local, count, model.shared_expert_intermediate_size,
+                             prefix, "shared_expert")
+    if dep.dp_attention and dep.tp > 1:
+        ops += _dispatch_combine_ops(model, dep, hw, local * model.experts_per_token * D * a * (dep.tp // dep.ep),
+                                     count, prefix)
+    return ops
+
+
+def _routed_experts_op(model: ModelSpec, dep: Deployment, tokens, count: int, prefix: str, batch, queries) -> Op:
+    """The routed experts of one MoE layer on the busiest GPU (:func:`moe_ops`)."""
+    w_e = DTYPE_BYTES[dep.expert_dtype_for(model)]
+    a = DTYPE_BYTES[dep.act_dtype]
+    D = model.hidden_size
+    expert_tp = dep.tp // dep.ep
+    reuse = dep.routing.reuse
     p = expert_probabilities(dep.routing, model.num_experts, model.experts_per_token)
     touched_gpu, pairs_gpu = busiest_group_load(tokens, p, dep.ep, batch, queries, reuse)
     touched_all = experts_touched_correlated(batch, queries, p, reuse)
     params_slice = model.expert_params() / expert_tp
-    local = rank_tokens(dep, batch, queries) if dep.dp_attention else tokens
-    adep = attention_deployment(dep)
-    ops = [
-        gemm(prefix + "moe_router", local, model.num_experts, D, w, a, count),
-        Op(prefix + "moe_experts", "moe",
-           *moe_expert_terms(pairs_gpu, touched_gpu, D, model.expert_intermediate_size, expert_tp, w_e, a),
-           kernels=5, count=count,
-           eff_tokens=tokens * model.experts_per_token / np.maximum(touched_all, 1.0), surface="moe",
-           shape={"tokens_per_expert": tokens * model.experts_per_token / np.maximum(touched_all, 1.0),
-                  "expert_bytes": touched_gpu * params_slice * w_e, "n": model.expert_intermediate_size / expert_tp,
-                  # the exact layer shape, for a table that measured it (ShapeCorrection)
-                  "tokens": tokens, "num_experts": model.num_experts, "topk": model.experts_per_token,
-                  "hidden": D, "inter": model.expert_intermediate_size, "moe_tp": expert_tp, "moe_ep": dep.ep,
-                  # the work coordinates of its monotone envelope (simulator.physics.monotone.moe_lattice_s)
-                  "touched": touched_all, "sequences": batch, "probabilities": p, "params_slice": params_slice,
-                  "w_bytes": w_e,
-                  "pair_bytes": (2 * D + 3 * model.expert_intermediate_size / expert_tp) * a},
-           dtype="fp8" if w_e == a == 1 else "bf16"),
-    ]
-    if model.shared_expert_intermediate_size:
-        ops += dense_mlp_ops(model, adep, local, count, model.shared_expert_intermediate_size, prefix, "shared_expert")
-    if dep.dp_attention and dep.tp > 1:
-        ops += _dispatch_combine_ops(model, dep, hw, local * model.experts_per_token * D * a * expert_tp, count, prefix)
-    return ops
+    return Op(prefix + "moe_experts", "moe",
+              *moe_expert_terms(pairs_gpu, touched_gpu, D, model.expert_intermediate_size, expert_tp, w_e, a),
+              kernels=5, count=count,
+              eff_tokens=tokens * model.experts_per_token / np.maximum(touched_all, 1.0), surface="moe",
+              shape={"tokens_per_expert": tokens * model.experts_per_token / np.maximum(touched_all, 1.0),
+                     "expert_bytes": touched_gpu * params_slice * w_e, "n": model.expert_intermediate_size / expert_tp,
+                     # the exact layer shape, for a table that measured it (ShapeCorrection)
+                     "tokens": tokens, "num_experts": model.num_experts, "topk": model.experts_per_token,
+                     "hidden": D, "inter": model.expert_intermediate_size, "moe_tp": expert_tp, "moe_ep": dep.ep,
+                     # the work coordinates of its monotone envelope (simulator.physics.monotone.moe_lattice_s)
+                     "touched": touched_all, "sequences": batch, "probabilities": p, "params_slice": params_slice,
+                     "w_bytes": w_e,
+                        "pair_bytes": (2 * D + 3 * model.expert_intermediate_size / expert_tp) * a},
+              dtype="fp8" if w_e == a == 1 else "bf16")
 
 
 def _dispatch_combine_ops(model: ModelSpec, dep: Deployment, hw: Hardware, sent, count: int, prefix: str) -> list[Op]:
@@ -254,35 +271,50 @@ def elementwise_op(model: ModelSpec, dep: Deployment, tokens, count: int, mlp_wi
               kernels=5, count=count, eff_tokens=tokens)
 
 
+# Which ops of a pass a builder gives: all of them; those sized by the busiest attention replica's token
+# count alone ("tokens": the builder's ``batch`` is then that count, whole tokens, priced once per count
+# in a table, simulator.physics.pass_tables); the others ("cells": attention and routed experts, whose
+# price depends on sequences, positions and context, not on the token count alone)
+PASS_PARTS = ("all", "tokens", "cells")
+
+
 def decoder_layers_ops(model: ModelSpec, dep: Deployment, hw: Hardware, batch, queries, context_len: float,
-                       prefix: str = "", layer_counts: tuple[int, int] | None = None) -> list[Op]:
+                       prefix: str = "", layer_counts: tuple[int, int] | None = None, part: str = "all") -> list[Op]:
     """All decoder layers of one pass (dense-MLP and MoE layers, full and sliding attention), per GPU.
 
     Attention, dense MLPs, norms and all-reduces run on the busiest attention replica's sequences
     (all B, or ceil(B / dp) under data-parallel attention) with the attention group's TP; routed
     experts see every replica's tokens (:func:`moe_ops`). All-reduces of T_r D a bytes over the
     attention group: one after attention and one after each MLP / MoE layer; under "dp-ep" the MoE
-    output returns by the combine all-to-all instead.
+    output returns by the combine all-to-all instead. ``part``: :data:`PASS_PARTS`.
     """
     batch = np.asarray(batch, dtype=float)
-    tokens = batch * queries
     adep = attention_deployment(dep)
-    rbatch = np.ceil(batch / dep.attention_dp) if dep.dp_attention else batch
-    rtokens = rbatch * queries
+    if part == "tokens":  # ``batch`` holds the replica's token counts themselves
+        tokens = rbatch = None
+        rtokens = batch
+    else:
+        tokens = batch * queries
+        rbatch = np.ceil(batch / dep.attention_dp) if dep.dp_attention else batch
+        rtokens = rbatch * queries
+    sized, cells = part != "cells", part != "tokens"
     a = DTYPE_BYTES[dep.act_dtype]
     n_dense, n_moe = layer_counts if layer_counts else (model.num_mlp_dense_layers, model.num_moe_layers)
     n_layers = n_dense + n_moe
     n_sliding = sliding_layers(model, None if layer_counts is None else n_layers)
-    ops = attention_projection_ops(model, adep, rtokens, n_layers, prefix)
-    if n_layers - n_sliding:
+    ops = attention_projection_ops(model, adep, rtokens, n_layers, prefix) if sized else []
+    if cells and n_layers - n_sliding:
         ops.append(attention_op(model, adep, rbatch, queries, context_len, n_layers - n_sliding, None, prefix + "attention"))
-    if n_sliding:
+    if cells and n_sliding:
         ops.append(attention_op(model, adep, rbatch, queries, context_len, n_sliding, model.sliding_window,
                                 prefix + "attention_sliding"))
-    if n_dense:
+    if sized and n_dense:
         ops += dense_mlp_ops(model, adep, rtokens, n_dense, model.intermediate_size, prefix)
     if n_moe:
-        ops += moe_ops(model, dep, hw, tokens, n_moe, prefix, batch=batch, queries=queries)
+        ops += moe_ops(model, dep, hw, rtokens if part == "tokens" else tokens, n_moe, prefix, batch=batch,
+                       queries=queries, part=part)
+    if not sized:
+        return ops
     mlp_width = model.intermediate_size if not model.is_moe else model.expert_intermediate_size * model.experts_per_token
     ops.append(elementwise_op(model, adep, rtokens, n_layers, mlp_width, prefix + "elementwise"))
     if adep.tp > 1:
@@ -321,28 +353,36 @@ def head_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, vocab: int
     split = 1 if lm_head == "replicated" else dep.tp
     ops = [Op(prefix + "embedding", "elementwise", 0.0, 2 * tokens * D * a, kernels=1, count=1, eff_tokens=tokens),
            gemm(prefix + "lm_head", tokens, vocab / split, D, w, a, 1, family="lm_head")]
-    sampled_vocab = vocab
     if split > 1 and lm_head == "vocab-parallel-argmax":
         # each rank takes the argmax of its own slice, then two all-reduces of [tokens, tp] (max values
         # and their int64 indices) pick the winner: no logits leave the GPU
-        sampled_vocab = vocab / split
         ops.append(allreduce_op(prefix + "argmax_allreduce", np.asarray(tokens, dtype=float), dep.tp * 8.0, 2, dep, hw))
     elif split > 1:
         gathered = tokens * vocab / dep.tp * a
         ops.append(Op(prefix + "logits_gather", "comm", 0.0, collective_factor("all_gather", dep.tp) * gathered * dep.tp, kernels=1, count=1,
                       comm_s=allgather_s(gathered, dep.tp, hw)))
-    if sampling:
-        ops.append(sampling_op(prefix + "sampling", tokens, sampled_vocab,
-                               dep.kernels.logit_bytes_plain if logit_bytes is None else logit_bytes))
-    return ops
+    return ops + [head_sampling_op(dep, tokens, vocab, prefix, logit_bytes)] if sampling else ops
+
+
+def head_sampling_op(dep: Deployment, tokens, vocab: int, prefix: str = "", logit_bytes=None) -> Op:
+    """The LM head's sampling over its logits (:func:`sampling_op`): each rank's slice under a vocab-parallel
+    argmax, else the whole vocabulary; ``logit_bytes`` None: the plain-decoding figure."""
+    split = 1 if dep.kernels.lm_head == "replicated" else dep.tp
+    sampled = vocab / split if split > 1 and dep.kernels.lm_head == "vocab-parallel-argmax" else vocab
+    return sampling_op(prefix + "sampling", tokens, sampled,
+                       dep.kernels.logit_bytes_plain if logit_bytes is None else logit_bytes)
 
 
 def forward_ops(model: ModelSpec, dep: Deployment, hw: Hardware, batch, queries, context_len: float,
-                prefix: str = "", logit_bytes=None) -> list[Op]:
-    """Ops of one full forward pass of ``model`` over q new tokens for each of B sequences."""
-    return decoder_layers_ops(model, dep, hw, batch, queries, context_len, prefix) + \
-        head_ops(model, attention_deployment(dep), hw, rank_tokens(dep, batch, queries), model.vocab_size, prefix,
-                 logit_bytes=logit_bytes)
+                prefix: str = "", logit_bytes=None, part: str = "all", sampling: bool = True) -> list[Op]:
+    """Ops of one full forward pass of ``model`` over q new tokens for each of B sequences (``part``:
+    :data:`PASS_PARTS`; "tokens": ``batch`` is the busiest replica's token count)."""
+    layers = decoder_layers_ops(model, dep, hw, batch, queries, context_len, prefix, part=part)
+    if part == "cells":
+        return layers
+    head_tokens = np.asarray(batch, dtype=float) if part == "tokens" else rank_tokens(dep, batch, queries)
+    return layers + head_ops(model, attention_deployment(dep), hw, head_tokens, model.vocab_size, prefix,
+                             sampling=sampling, logit_bytes=logit_bytes)
 
 
 def verify_logit_bytes(dep: Deployment, k):

@@ -19,16 +19,16 @@ fits memory", the exports end their ranges there).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numpy as np
 
-from simulator.physics.layers import forward_ops, verify_logit_bytes
 from simulator.plan.acceptance_risk import banded_acceptance_lengths, k_at_each_rate_set, robust_score
 from simulator.physics.memory import step_memory_bytes
 from simulator.physics.operators import PassCost, StepCost, price_pass
-from simulator.physics.draft_cost import DraftSetting, draft_extend_cost, draft_pass_cost
+from simulator.physics.pass_tables import price_plan, verify_plan
+from simulator.physics.draft_cost import DraftSetting, draft_extend_plan, draft_pass_cost, draft_pass_plan
 from simulator.physics.engine_time import (draft_extend_in_graph, draft_in_graph, host_exposed_s, pass_time_s,
                                            verify_in_graph)
 from simulator.physics.experts import experts_touched_correlated
@@ -302,11 +302,7 @@ def _evaluate(sc, b, k, c) -> Grid:
     """Every term of the grid over (B, K, L) arrays: shapes (n_batch, n_k, n_ctx)."""
     B, K, C = b[:, None, None], k[None, :, None], c[None, None, :]
     verify, verify_context = verify_over_context(sc, B, K, C)
-    setting = DraftSetting.of(sc)
-    draft_pass, passes = draft_pass_cost(setting, np.broadcast_to(B, (b.size, 1, c.size)), K, C, price_pass)
-    if isinstance(draft_pass, StepCost):  # a host-side lookup: no ops to price
-        draft_pass = PassCost.of(draft_pass)
-    extend = draft_extend_cost(setting, B, K, C, price_pass)
+    draft_pass, passes, extend = draft_costs(DraftSetting.of(sc), B, K, C)
     verify_s, draft_step_s, in_graph, host_s = engine_pass_times(sc, B, K, verify, draft_pass, passes, extend,
                                                                  verify_context)
     verify_s, draft_step_s, overhead = with_deployment_fit(
@@ -324,6 +320,22 @@ def _evaluate(sc, b, k, c) -> Grid:
                 draft_step_s, in_graph, overhead, itl, al, al[None, :, :] / itl, np.broadcast_to(memory, itl.shape),
                 sc.hardware.memory_bytes * sc.deployment.memory_utilization, touched, sc.schedule_tolerance,
                 None, extend, verify_context)
+
+
+def draft_costs(setting: DraftSetting, B, K, C) -> tuple[PassCost, np.ndarray, PassCost | None]:
+    """(one draft pass over (B, 1, L), passes per step over K, the extend pass over (B, K, L) or None), their
+    token ops read from tables (:mod:`simulator.physics.pass_tables`)."""
+    batch = np.broadcast_to(B, (B.shape[0], 1, C.shape[-1]))
+    plan = draft_pass_plan(setting, batch, C)
+    if plan is None:  # a host-side lookup: no ops to price
+        draft_pass, passes = draft_pass_cost(setting, batch, K, C)
+        draft_pass = PassCost.of(draft_pass)
+    else:
+        draft_pass, passes = price_plan(plan, setting.hw, setting.profile, batch.shape), K
+    extend = draft_extend_plan(setting, B, K, C)
+    if extend is not None:
+        extend = price_plan(extend, setting.hw, setting.profile, np.broadcast_shapes(B.shape, K.shape, C.shape))
+    return draft_pass, passes, extend
 
 
 def _drop_context_axis(grid: Grid) -> Grid:
@@ -364,17 +376,18 @@ def _has_ctx_axis(op, n_ctx: int) -> bool:
 def verify_over_context(sc, B, K, C) -> tuple[PassCost, PassCost | None]:
     """The verify pass over (B, K, L): (its ops priced over (B, K, 1), None) with L of length 1;
     else (the ops whose size does not depend on L, priced once over (B, K, 1); attention, priced over
-    (B, K, L)). The per-op times are those of ``verify_cost``; the verify time is their sum:
+    (B, K, L)). The per-op times are those of ``verify_cost`` (the token ops read from their table,
+    :mod:`simulator.physics.pass_tables`); the verify time is their sum:
 
         t(B, K, L) = sum_{o context-free} t_o(B, K) + sum_{o attention} t_o(B, K, L)
     """
     shape = np.broadcast_shapes(B.shape, K.shape)  # (nb, nk, 1); B and K keep their own axes
     n_ctx = C.shape[-1]
-    ops = forward_ops(sc.model, sc.deployment, sc.hardware, B, K + 1.0, C,
-                      logit_bytes=verify_logit_bytes(sc.deployment, K))
-    ctx_ops = [o for o in ops if n_ctx > 1 and _has_ctx_axis(o, n_ctx)]
-    free_ops = [o for o in ops if not (n_ctx > 1 and _has_ctx_axis(o, n_ctx))]
-    free = price_pass(free_ops, sc.hardware, sc.deployment, sc.profile, shape)
-    if not ctx_ops:
-        return free, None
-    return free, price_pass(ctx_ops, sc.hardware, sc.deployment, sc.profile, shape[:2] + (n_ctx,))
+    plan = verify_plan(sc.model, sc.deployment, sc.hardware, B, K, C)
+    if n_ctx == 1:
+        return price_plan(plan, sc.hardware, sc.profile, shape), None
+    cell_ops = plan.cells()
+    on_ctx = lambda ops, yes: [o for o in ops if _has_ctx_axis(o, n_ctx) == yes]  # noqa: E731
+    free = replace(plan, cells=lambda: on_ctx(cell_ops, False), full=lambda: on_ctx(plan.full(), False))
+    return (price_plan(free, sc.hardware, sc.profile, shape),
+            price_pass(on_ctx(cell_ops, True), sc.hardware, sc.deployment, sc.profile, shape[:2] + (n_ctx,)))

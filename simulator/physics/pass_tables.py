@@ -1,0 +1,127 @@
+"""A pass priced from whole-token tables: the ops sized by a token count alone summed once per count,
+the others priced per cell.
+
+Most ops of a pass (every GEMM, norm, all-reduce, the LM head) are sized by the busiest attention
+replica's token count and nothing else, so their summed time is a function of that count: tabulated once
+at every whole count 0..N, a grid reads one entry per cell. Attention (sequences, positions, context),
+the routed experts (distinct experts from sequences x positions) and a verify pass's sampling (its bytes
+per logit depend on K) are priced per cell as before::
+
+    t_pass(B, q, L) = sum_s table_s[r_s(B, q)] + sum_{o per cell} t_o(B, q, L)
+
+r_s: a segment's token count per cell (the replica's B q; B for a head that reads one row per sequence).
+Entry t of a table is its ops priced at t tokens, each at its own shape (the price a cell with t tokens
+gives them: every such op's price is a function of its token count alone), so the pass's time is the
+per-op sum's up to the order of the sum. Tables are kept per segment and per the objects they are
+priced with (specs, deployment, device, profile) and grow, doubling, when a larger count is asked for.
+The per-op detail (:attr:`PassCost.detail`) is the whole op list's, priced per cell when first read.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import numpy as np
+
+from simulator.physics.layers import (attention_deployment, forward_ops, head_sampling_op, rank_tokens,
+                                      verify_logit_bytes)
+from simulator.physics.operators import PassCost, PassTime, evaluate, pass_time, price_pass
+from simulator.physics.ops import Op
+from simulator.specs.deployment import Deployment
+from simulator.specs.hardware import Hardware
+from simulator.specs.models import ModelSpec
+from simulator.specs.profile import Profile
+
+# Largest token count a table holds (64 K entries, 0.5 MB); a pass asked at more is priced per cell
+MAX_TABLE_TOKENS = 1 << 16
+MIN_TABLE_TOKENS = 1 << 10
+_TABLE_SLOTS = 512
+
+
+@dataclass(frozen=True)
+class Segment:
+    """Ops of a pass sized by one token count: ``build(t)`` gives them at token counts ``t``, ``tokens``
+    is that count per cell and ``key`` what the ops depend on besides it and the plan's objects."""
+
+    key: tuple
+    tokens: np.ndarray
+    build: Callable[[np.ndarray], list[Op]]
+
+
+@dataclass(frozen=True)
+class PassPlan:
+    """One pass: its token segments, the ops priced per cell (``cells()``), all its ops in order
+    (``full()``, for the per-op detail and for cells no table holds), the deployment its ops are priced
+    under and the spec objects its tables depend on beside the device and profile (models, the
+    deployment a derived one comes from)."""
+
+    dep: Deployment
+    specs: tuple
+    segments: tuple[Segment, ...]
+    cells: Callable[[], list[Op]]
+    full: Callable[[], list[Op]]
+
+
+_TABLES: dict = {}  # key -> (the objects whose ids it holds, table, launch s, kernels)
+
+
+def _whole_counts(tokens: np.ndarray) -> np.ndarray | None:
+    """``tokens`` as an index array when every count is whole, >= 1 and within a table, else None."""
+    t = np.asarray(tokens, dtype=float)
+    if not t.size:
+        return None
+    index = t.astype(np.intp)
+    if int(index.min()) < 1 or int(index.max()) > MAX_TABLE_TOKENS or not (index == t).all():
+        return None
+    return index
+
+
+def token_table(seg: Segment, plan: PassPlan, hw: Hardware, profile: Profile | None, top: int):
+    """(time at every whole token count 0..N, N >= ``top``, launches, kernels) of a segment's ops: entry
+    t = :func:`pass_time` of ``seg.build`` at t tokens (entry 0 unused), kept per segment and objects."""
+    objs = (plan.dep, hw, profile) + tuple(plan.specs)
+    key = seg.key + tuple(id(o) for o in objs)
+    hit = _TABLES.get(key)
+    if hit is not None and all(a is b for a, b in zip(hit[0], objs)) and hit[1].size > top:
+        return hit[1:]
+    size = max(MIN_TABLE_TOKENS, 1 << int(np.ceil(np.log2(top + 1))))
+    t = np.arange(1, size + 1, dtype=float)
+    priced = pass_time(seg.build(t), hw, plan.dep, profile, t.shape)
+    entry = (objs, np.concatenate([[0.0], priced.total_s]), float(priced.launch_s), float(priced.n_kernels))
+    if len(_TABLES) >= _TABLE_SLOTS:
+        _TABLES.pop(next(iter(_TABLES)))
+    _TABLES[key] = entry
+    return entry[1:]
+
+
+def price_plan(plan: PassPlan, hw: Hardware, profile: Profile | None, shape) -> PassCost:
+    """The pass's summed time over ``shape``: its segments read from their tables, its per-cell ops priced
+    (:func:`pass_time`); the whole op list priced per cell where a segment's counts are not whole or
+    exceed :data:`MAX_TABLE_TOKENS`. The per-op detail is made from ``plan.full()`` on first read."""
+    indices = [_whole_counts(seg.tokens) for seg in plan.segments]
+    if any(i is None for i in indices):
+        return price_pass(plan.full(), hw, plan.dep, profile, shape)
+    cells = pass_time(plan.cells(), hw, plan.dep, profile, shape)
+    total, launch, kernels = cells.total_s, cells.launch_s, cells.n_kernels
+    for seg, index in zip(plan.segments, indices):
+        table, seg_launch, seg_kernels = token_table(seg, plan, hw, profile, int(index.max()))
+        total = total + table[index]
+        launch, kernels = launch + seg_launch, kernels + seg_kernels
+    return PassCost(PassTime(total, launch, kernels), lambda: evaluate(plan.full(), hw, plan.dep, profile, shape))
+
+
+def verify_plan(model: ModelSpec, dep: Deployment, hw: Hardware, batch, k, context_len) -> PassPlan:
+    """The target pass scoring K drafts (+ the bonus position) for each of B sequences over L cached keys
+    (the ops of :func:`simulator.physics.layers.forward_ops`): its token ops at the replica's B (K + 1)
+    tokens, attention, routed experts and sampling (bytes per logit by K: plain or verifying) per cell."""
+    queries = np.asarray(k, dtype=float) + 1.0
+    logit_bytes = verify_logit_bytes(dep, k)
+    tokens = rank_tokens(dep, batch, queries)
+
+    def cells() -> list[Op]:
+        return forward_ops(model, dep, hw, batch, queries, context_len, part="cells") + [
+            head_sampling_op(attention_deployment(dep), tokens, model.vocab_size, "", logit_bytes)]
+
+    return PassPlan(dep, (model,), (Segment(("verify",), tokens, lambda t: forward_ops(
+        model, dep, hw, t, 1.0, 0.0, part="tokens", sampling=False)),), cells,
+        lambda: forward_ops(model, dep, hw, batch, queries, context_len, logit_bytes=logit_bytes))

@@ -1,0 +1,101 @@
+"""Passes priced from whole-token tables (simulator/physics/pass_tables.py) against the same ops priced per
+cell: every op sized by its token count alone costs, at t tokens, what the table's entry t says, so each
+pass's time equals the per-op sum up to the order of the sum (relative 1e-12), for every draft method,
+dense, MoE and data-parallel-attention deployments, measured-table and datasheet profiles."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from simulator.physics import pass_tables
+from simulator.physics.draft_cost import DraftSetting, draft_extend_plan, draft_pass_plan
+from simulator.physics.layers import forward_ops
+from simulator.physics.operators import pass_time, price_pass
+from simulator.physics.pass_tables import MAX_TABLE_TOKENS, price_plan, verify_plan
+from simulator.specs.scenario import SCENARIO_DIR, load_scenario
+
+CASES = [("llama-3.1-8b-h100", {}), ("qwen3-235b-h200", {}), ("deepseek-v3-dp-ep", {}), ("command-a-h100", {}),
+         ("default", {"draft": "model:llama-3.2-1b"}), ("default", {"draft": "self:512"}),
+         ("default", {"draft": "early-exit:8"}), ("qwen3-235b-h200", {"draft": "mtp"}),
+         ("llama-3.1-8b-h100", {"calibration": "none"}), ("smollm2-cpu", {"draft": "eagle"})]
+
+B = np.arange(1, 97, dtype=float)[:, None, None]
+K = np.arange(6, dtype=float)[None, :, None]
+C = np.array([[[512.0]]])
+
+
+def _scenario(name, overrides):
+    return load_scenario(SCENARIO_DIR / f"{name}.toml", **overrides)
+
+
+def _close(tabled, per_op):
+    np.testing.assert_allclose(tabled.total_s, per_op.total_s, rtol=1e-12, atol=0)
+    assert tabled.n_kernels == per_op.n_kernels
+    np.testing.assert_allclose(tabled.launch_s, per_op.launch_s, rtol=1e-12, atol=1e-18)
+
+
+@pytest.mark.parametrize("name,overrides", CASES)
+def test_each_pass_from_tables_equals_its_ops_priced_per_cell(name, overrides):
+    sc = _scenario(name, overrides)
+    hw, prof = sc.hardware, sc.profile
+    plans = [(verify_plan(sc.model, sc.deployment, hw, B, K, C), (96, 6, 1))]
+    setting = DraftSetting.of(sc)
+    draft = draft_pass_plan(setting, B, C)
+    if draft is not None:
+        plans.append((draft, (96, 1, 1)))
+    extend = draft_extend_plan(setting, B, K, C)
+    if extend is not None:
+        plans.append((extend, (96, 6, 1)))
+    for plan, shape in plans:
+        tabled = price_plan(plan, hw, prof, shape)
+        per_op = price_pass(plan.full(), hw, plan.dep, prof, shape)
+        _close(tabled, per_op)
+        # the per-op detail is the whole op list's, summing to the same time
+        np.testing.assert_allclose(tabled.detail.total_s, per_op.total_s, rtol=1e-12)
+        assert tabled.detail.names == [o.name for o in plan.full()]
+
+
+def test_a_table_entry_is_its_ops_priced_at_that_token_count():
+    """Entry t of the verify table: the token ops built at a single count t and priced alone."""
+    sc = _scenario("llama-3.1-8b-h100", {})
+    plan = verify_plan(sc.model, sc.deployment, sc.hardware, B, K, C)
+    (seg,) = plan.segments
+    table, launch, kernels = pass_tables.token_table(seg, plan, sc.hardware, sc.profile, 600)
+    for t in (1, 7, 64, 333, 576):
+        ops = forward_ops(sc.model, sc.deployment, sc.hardware, np.array([float(t)]), 1.0, 0.0, part="tokens",
+                          sampling=False)
+        assert table[t] == pytest.approx(float(pass_time(ops, sc.hardware, sc.deployment, sc.profile, (1,)).total_s[0]),
+                                         rel=1e-12)
+    # the sampling op is priced per cell (its bytes per logit depend on K), not in the table
+    assert not any(o.name.endswith("sampling") for o in seg.build(np.array([1.0])))
+
+
+def test_tables_grow_and_keep_their_entries():
+    sc = _scenario("command-a-h100", {})
+    plan = verify_plan(sc.model, sc.deployment, sc.hardware, B, K, C)
+    (seg,) = plan.segments
+    small = pass_tables.token_table(seg, plan, sc.hardware, sc.profile, 100)[0].copy()
+    big = pass_tables.token_table(seg, plan, sc.hardware, sc.profile, 5000)[0]
+    assert big.size > 5000 and big.size > small.size - 1
+    np.testing.assert_array_equal(big[:small.size], small)
+
+
+def test_fractional_or_huge_token_counts_are_priced_per_cell():
+    sc = _scenario("llama-3.1-8b-h100", {})
+    hw, prof = sc.hardware, sc.profile
+    for batch in (np.array([[[1.5]], [[3.25]]]), np.array([[[float(MAX_TABLE_TOKENS)]]])):
+        plan = verify_plan(sc.model, sc.deployment, hw, batch, K, C)
+        shape = (batch.shape[0], 6, 1)
+        _close(price_plan(plan, hw, prof, shape), price_pass(plan.full(), hw, plan.dep, prof, shape))
+
+
+def test_a_swapped_profile_gets_its_own_table():
+    """Tables are kept per profile object: a sensitivity run's scaled profile is not read from the other's."""
+    a = _scenario("llama-3.1-8b-h100", {})
+    b = _scenario("llama-3.1-8b-h100", {"calibration": "none"})  # the datasheet roofline
+    pa = verify_plan(a.model, a.deployment, a.hardware, B, K, C)
+    ta = price_plan(pa, a.hardware, a.profile, (96, 6, 1)).total_s
+    tb = price_plan(verify_plan(b.model, b.deployment, b.hardware, B, K, C), b.hardware, b.profile, (96, 6, 1)).total_s
+    assert not np.allclose(ta, tb, rtol=0.01)
+    np.testing.assert_allclose(tb, price_pass(verify_plan(b.model, b.deployment, b.hardware, B, K, C).full(),
+                                              b.hardware, b.deployment, b.profile, (96, 6, 1)).total_s, rtol=1e-12)
