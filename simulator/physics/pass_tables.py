@@ -12,8 +12,9 @@ per logit depend on K) are priced per cell as before::
 r_s: a segment's token count per cell (the replica's B q; B for a head that reads one row per sequence).
 Entry t of a table is its ops priced at t tokens, each at its own shape (the price a cell with t tokens
 gives them: every such op's price is a function of its token count alone), so the pass's time is the
-per-op sum's up to the order of the sum. Tables are kept per segment and per the objects they are
-priced with (specs, deployment, device, profile) and grow, doubling, when a larger count is asked for.
+per-op sum's up to the order of the sum. Tables are kept per segment and per what they are priced with
+(specs, deployment and device by value, the profile object) and grow, doubling, when a larger count is
+asked for: the scenarios of a sweep that share a model, device and deployment share them.
 The per-op detail (:attr:`PassCost.detail`) is the whole op list's, priced per cell when first read.
 """
 from __future__ import annotations
@@ -56,13 +57,13 @@ class PassPlan:
     deployment a derived one comes from)."""
 
     dep: Deployment
-    specs: tuple
+    specs: tuple  # hashable (frozen dataclasses): the tables are kept per their values
     segments: tuple[Segment, ...]
     cells: Callable[[], list[Op]]
     full: Callable[[], list[Op]]
 
 
-_TABLES: dict = {}  # key -> (the objects whose ids it holds, table, launch s, kernels)
+_TABLES: dict = {}  # key -> (the profile whose id it holds, table, launch s, kernels)
 
 
 def _whole_counts(tokens: np.ndarray) -> np.ndarray | None:
@@ -79,15 +80,16 @@ def _whole_counts(tokens: np.ndarray) -> np.ndarray | None:
 def token_table(seg: Segment, plan: PassPlan, hw: Hardware, profile: Profile | None, top: int):
     """(time at every whole token count 0..N, N >= ``top``, launches, kernels) of a segment's ops: entry
     t = :func:`pass_time` of ``seg.build`` at t tokens (entry 0 unused), kept per segment and objects."""
-    objs = (plan.dep, hw, profile) + tuple(plan.specs)
-    key = seg.key + tuple(id(o) for o in objs)
+    # specs and device by value (frozen dataclasses: every scenario of a sweep builds its own deployment),
+    # the profile by identity (a sensitivity run swaps in a scaled copy)
+    key = seg.key + (hw, id(profile)) + tuple(plan.specs)
     hit = _TABLES.get(key)
-    if hit is not None and all(a is b for a, b in zip(hit[0], objs)) and hit[1].size > top:
+    if hit is not None and hit[0] is profile and hit[1].size > top:
         return hit[1:]
     size = max(MIN_TABLE_TOKENS, 1 << int(np.ceil(np.log2(top + 1))))
     t = np.arange(1, size + 1, dtype=float)
     priced = pass_time(seg.build(t), hw, plan.dep, profile, t.shape)
-    entry = (objs, np.concatenate([[0.0], priced.total_s]), float(priced.launch_s), float(priced.n_kernels))
+    entry = (profile, np.concatenate([[0.0], priced.total_s]), float(priced.launch_s), float(priced.n_kernels))
     if len(_TABLES) >= _TABLE_SLOTS:
         _TABLES.pop(next(iter(_TABLES)))
     _TABLES[key] = entry
