@@ -325,13 +325,13 @@ def _evaluate(sc, b, k, c) -> Grid:
 def draft_costs(setting: DraftSetting, B, K, C) -> tuple[PassCost, np.ndarray, PassCost | None]:
     """(one draft pass over (B, 1, L), passes per step over K, the extend pass over (B, K, L) or None), their
     token ops read from tables (:mod:`simulator.physics.pass_tables`)."""
-    batch = np.broadcast_to(B, (B.shape[0], 1, C.shape[-1]))
-    plan = draft_pass_plan(setting, batch, C)
+    shape = (B.shape[0], 1, C.shape[-1])
+    plan = draft_pass_plan(setting, B, C)  # ops over B alone (token ops, routed experts) stay (B, 1, 1)
     if plan is None:  # a host-side lookup: no ops to price
-        draft_pass, passes = draft_pass_cost(setting, batch, K, C)
+        draft_pass, passes = draft_pass_cost(setting, np.broadcast_to(B, shape), K, C)
         draft_pass = PassCost.of(draft_pass)
     else:
-        draft_pass, passes = price_plan(plan, setting.hw, setting.profile, batch.shape), K
+        draft_pass, passes = price_plan(plan, setting.hw, setting.profile, shape), K
     extend = draft_extend_plan(setting, B, K, C)
     if extend is not None:
         extend = price_plan(extend, setting.hw, setting.profile, np.broadcast_shapes(B.shape, K.shape, C.shape))
