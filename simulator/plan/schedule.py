@@ -44,11 +44,12 @@ def schedule_k_index(goodput: np.ndarray, fits: np.ndarray, tolerance: float = S
         return argmax_k_index(goodput, fits)
     nb, nk = goodput.shape[:2]
     cells = goodput.shape[2:]
-    g = np.where(fits, goodput, -np.inf).reshape(nb, nk, -1)
+    g = (goodput if np.all(fits) else np.where(fits, goodput, -np.inf)).reshape(nb, nk, -1)
     best = g.max(axis=1)  # (nb, nc)
     none = ~np.isfinite(best)
     with np.errstate(invalid="ignore", divide="ignore"):
-        rel = np.where(none[:, None, :], 0.0, g / np.where(none, 1.0, best)[:, None, :])
+        rel = np.where(none[:, None, :], 0.0, g / np.where(none, 1.0, best)[:, None, :]) if none.any() \
+            else g / best[:, None, :]
     # states 0..nk-1 are the K; state nk is "nothing fits", the only state where no K fits. A state's
     # penalty is minus its relative goodput where it is allowed (0 for "nothing fits"), inf where not
     penalty = np.full((nb, nk + 1, rel.shape[2]), np.inf)
@@ -70,9 +71,13 @@ def _forward(penalty: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     switched from the best state at i-1), that best state, and the best state at the end."""
     keys = _forward_keys(penalty) if penalty.shape[2] == 1 else _forward_keys_cells(penalty)
     prev = keys[:-1]
-    stayed = np.concatenate([np.zeros_like(keys[:1], dtype=bool),
-                             prev <= prev.min(axis=1, keepdims=True) + RANGE_WEIGHT])
-    source = np.concatenate([np.zeros_like(keys[:1, 0], dtype=np.int64), prev.argmin(axis=1)])
+    stayed = np.empty(keys.shape, dtype=bool)  # filled in place: no copies of the (rows, states, cells) arrays
+    stayed[0] = False
+    best = prev.min(axis=1, keepdims=True)
+    np.less_equal(prev, np.add(best, RANGE_WEIGHT, out=best), out=stayed[1:])
+    source = np.empty(keys.shape[::2], dtype=np.int64)
+    source[0] = 0
+    np.argmin(prev, axis=1, out=source[1:])
     return stayed, source, keys[-1].argmin(axis=0)
 
 
