@@ -99,3 +99,23 @@ def test_a_swapped_profile_gets_its_own_table():
     assert not np.allclose(ta, tb, rtol=0.01)
     np.testing.assert_allclose(tb, price_pass(verify_plan(b.model, b.deployment, b.hardware, B, K, C).full(),
                                               b.hardware, b.deployment, b.profile, (96, 6, 1)).total_s, rtol=1e-12)
+
+
+def test_scenarios_with_equal_specs_share_a_table_and_others_do_not():
+    """Tables are kept by the specs' values: two scenarios loaded apart (each with its own deployment
+    object) read one table; another TP degree or weight dtype prices its own (FP8 weights: half the bytes)."""
+    a = _scenario("command-a-h100", {})
+    b = _scenario("command-a-h100", {})
+    assert a.deployment is not b.deployment and a.deployment == b.deployment
+    plan_a = verify_plan(a.model, a.deployment, a.hardware, B, K, C)
+    plan_b = verify_plan(b.model, b.deployment, b.hardware, B, K, C)
+    ta = pass_tables.token_table(plan_a.segments[0], plan_a, a.hardware, a.profile, 600)[0]
+    tb = pass_tables.token_table(plan_b.segments[0], plan_b, b.hardware, b.profile, 600)[0]
+    assert ta is tb
+    for overrides in ({"tp": 4}, {"weight_dtype": "fp8"}):
+        c = _scenario("command-a-h100", overrides)
+        plan_c = verify_plan(c.model, c.deployment, c.hardware, B, K, C)
+        tc = pass_tables.token_table(plan_c.segments[0], plan_c, c.hardware, c.profile, 600)[0]
+        assert tc is not ta and not np.allclose(tc[1:600], ta[1:600], rtol=0.01)
+        _close(price_plan(plan_c, c.hardware, c.profile, (96, 6, 1)),
+               price_pass(plan_c.full(), c.hardware, plan_c.dep, c.profile, (96, 6, 1)))

@@ -82,7 +82,7 @@ def token_table(seg: Segment, plan: PassPlan, hw: Hardware, profile: Profile | N
     t = :func:`pass_time` of ``seg.build`` at t tokens (entry 0 unused), kept per segment and objects."""
     # specs and device by value (frozen dataclasses: every scenario of a sweep builds its own deployment),
     # the profile by identity (a sensitivity run swaps in a scaled copy)
-    key = seg.key + (hw, id(profile)) + tuple(plan.specs)
+    key = seg.key + (plan.dep, hw, id(profile)) + tuple(plan.specs)
     hit = _TABLES.get(key)
     if hit is not None and hit[0] is profile and hit[1].size > top:
         return hit[1:]
