@@ -156,6 +156,9 @@ def pass_time(ops: list[Op], hw: Hardware, dep: Deployment, profile: Profile | N
         t = np.multiply(t, op.count * s)
         key = np.shape(t)
         by_shape[key] = t if key not in by_shape else by_shape[key] + t
+    if len(by_shape) == 1 and next(iter(by_shape)) == tuple(shape):  # one shape, the pass's own: no fill
+        (t,) = by_shape.values()
+        return PassTime(t + launch if launch else t, launch, kernels)
     total = np.full(shape, launch)
     for t in by_shape.values():
         total += t
