@@ -29,12 +29,12 @@ def gemm_terms(m, n, k, w, a):
 
 def attention_decode_flops(batch, queries, keys, hq, d):
     """F of decode attention over ``keys`` cached keys plus the q new ones."""
-    return 4.0 * batch * queries * (keys + (queries + 1) / 2) * hq * d
+    return (4.0 * hq * d) * batch * queries * (keys + (queries + 1) / 2)  # scalars first: one op over the cells
 
 
 def attention_decode_bytes(batch, queries, keys, hq, hkv, d, kv, a):
     """(KV bytes read once, Q/O bytes) of decode attention."""
-    return batch * (keys + queries) * 2 * hkv * d * kv, 2.0 * batch * queries * hq * d * a
+    return (2 * hkv * d * kv) * batch * (keys + queries), (2.0 * hq * d * a) * batch * queries
 
 
 def attention_decode_terms(batch, queries, keys, hq, hkv, d, kv, a):
@@ -45,13 +45,13 @@ def attention_decode_terms(batch, queries, keys, hq, hkv, d, kv, a):
 
 def mla_decode_flops(batch, queries, keys, hq, kv_lora, rope):
     """F of absorbed MLA: every head scores against the shared latent."""
-    return 2.0 * batch * queries * (keys + (queries + 1) / 2) * hq * (2 * kv_lora + rope)
+    return (2.0 * hq * (2 * kv_lora + rope)) * batch * queries * (keys + (queries + 1) / 2)
 
 
 def mla_decode_bytes(batch, queries, keys, hq, kv_lora, rope, kv, a):
     """(latent bytes read, Q/O bytes) of absorbed MLA."""
     latent = kv_lora + rope
-    return batch * (keys + queries) * latent * kv, 2.0 * batch * queries * hq * latent * a
+    return (latent * kv) * batch * (keys + queries), (2.0 * hq * latent * a) * batch * queries
 
 
 def mla_decode_terms(batch, queries, keys, hq, kv_lora, rope, kv, a):
