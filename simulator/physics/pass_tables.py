@@ -104,12 +104,13 @@ def price_plan(plan: PassPlan, hw: Hardware, profile: Profile | None, shape) -> 
     if any(i is None for i in indices):
         return price_pass(plan.full(), hw, plan.dep, profile, shape)
     cells = pass_time(plan.cells(), hw, plan.dep, profile, shape)
-    total, launch, kernels = cells.total_s, cells.launch_s, cells.n_kernels
+    tokens_s, launch, kernels = 0.0, cells.launch_s, cells.n_kernels
     for seg, index in zip(plan.segments, indices):
         table, seg_launch, seg_kernels = token_table(seg, plan, hw, profile, int(index.max()))
-        total = total + table[index]
+        tokens_s = tokens_s + table[index]  # at the segments' own (smaller) shape, then once onto the cells
         launch, kernels = launch + seg_launch, kernels + seg_kernels
-    return PassCost(PassTime(total, launch, kernels), lambda: evaluate(plan.full(), hw, plan.dep, profile, shape))
+    return PassCost(PassTime(cells.total_s + tokens_s, launch, kernels),
+                    lambda: evaluate(plan.full(), hw, plan.dep, profile, shape))
 
 
 def verify_plan(model: ModelSpec, dep: Deployment, hw: Hardware, batch, k, context_len) -> PassPlan:

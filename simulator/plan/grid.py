@@ -243,7 +243,9 @@ def engine_pass_times(sc, B, K, verify: PassCost, draft_pass: PassCost, passes, 
         total_s = total_s + verify_context.total_s
         launch_s = launch_s + verify_context.launch_s
         kernels = kernels + verify_context.n_kernels
-    verify_s = pass_time_s(total_s, launch_s, kernels, in_graph, eng.eager_launch_per_kernel_s)
+    # on a context axis the sum is this function's own array: no copy of it
+    verify_s = pass_time_s(total_s, launch_s, kernels, in_graph, eng.eager_launch_per_kernel_s,
+                           copy=verify_context is None)
     host_draft = sc.draft.method == "ngram"  # prompt lookup runs on the host: no kernels, no draft loop
     draft_one = draft_pass.total_s if host_draft else pass_time_s(
         draft_pass.total_s, draft_pass.launch_s, draft_pass.n_kernels, draft_in_graph(eng, B),
@@ -252,8 +254,13 @@ def engine_pass_times(sc, B, K, verify: PassCost, draft_pass: PassCost, passes, 
         draft_step_s = draft_one * passes
     else:
         extend_s = pass_time_s(extend.total_s, extend.launch_s, extend.n_kernels,
-                               draft_extend_in_graph(eng, B, K, in_graph), eng.eager_launch_per_kernel_s)
-        draft_step_s = np.where(K > 0, draft_one * (passes - 1) + extend_s, 0.0)
+                               draft_extend_in_graph(eng, B, K, in_graph), eng.eager_launch_per_kernel_s, copy=False)
+        draft_step_s = draft_one * (passes - 1)
+        if np.shape(draft_step_s) == np.broadcast_shapes(np.shape(draft_step_s), np.shape(extend_s)) and K.ndim == 3:
+            draft_step_s += extend_s  # in place, and K = 0 (no draft) zeroed along the K axis: no select
+            draft_step_s[:, K[0, :, 0] <= 0] = 0.0
+        else:
+            draft_step_s = np.where(K > 0, draft_step_s + extend_s, 0.0)
     host_s = host_exposed_s(eng, B, K, verify_s + draft_step_s, draft_step_s, sc.deployment.tp)
     if not host_draft:
         host_s = host_s + passes * eng.per_draft_pass_s
