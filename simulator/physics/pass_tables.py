@@ -36,7 +36,7 @@ from simulator.specs.profile import Profile
 # Largest token count a table holds (64 K entries, 0.5 MB); a pass asked at more is priced per cell
 MAX_TABLE_TOKENS = 1 << 16
 MIN_TABLE_TOKENS = 1 << 10
-_TABLE_SLOTS = 512
+_TABLE_SLOTS = 256  # a 512 x 9 grid's tables hold 8 K entries (64 KB): ~16 MB when full
 
 
 @dataclass(frozen=True)
