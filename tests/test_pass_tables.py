@@ -60,24 +60,35 @@ def test_a_table_entry_is_its_ops_priced_at_that_token_count():
     sc = _scenario("llama-3.1-8b-h100", {})
     plan = verify_plan(sc.model, sc.deployment, sc.hardware, B, K, C)
     (seg,) = plan.segments
-    table, launch, kernels = pass_tables.token_table(seg, plan, sc.hardware, sc.profile, 600)
-    for t in (1, 7, 64, 333, 576):
+    counts = np.array([1, 7, 64, 333, 576])
+    values, launch, kernels = pass_tables.token_table(seg, plan, sc.hardware, sc.profile, counts)
+    for t, value in zip(counts, values):
         ops = forward_ops(sc.model, sc.deployment, sc.hardware, np.array([float(t)]), 1.0, 0.0, part="tokens",
                           sampling=False)
-        assert table[t] == pytest.approx(float(pass_time(ops, sc.hardware, sc.deployment, sc.profile, (1,)).total_s[0]),
-                                         rel=1e-12)
+        assert value == pytest.approx(float(pass_time(ops, sc.hardware, sc.deployment, sc.profile, (1,)).total_s[0]),
+                                      rel=1e-12)
     # the sampling op is priced per cell (its bytes per logit depend on K), not in the table
     assert not any(o.name.endswith("sampling") for o in seg.build(np.array([1.0])))
 
 
-def test_tables_grow_and_keep_their_entries():
+def test_tables_price_each_count_once_and_the_same_whatever_is_asked_beside_it():
+    """A count priced alone, among others or after the table grew past it: one value (the table's entry)."""
     sc = _scenario("command-a-h100", {})
     plan = verify_plan(sc.model, sc.deployment, sc.hardware, B, K, C)
     (seg,) = plan.segments
-    small = pass_tables.token_table(seg, plan, sc.hardware, sc.profile, 100)[0].copy()
-    big = pass_tables.token_table(seg, plan, sc.hardware, sc.profile, 5000)[0]
-    assert big.size > 5000 and big.size > small.size - 1
-    np.testing.assert_array_equal(big[:small.size], small)
+    key = seg.key + (plan.dep, sc.hardware, id(sc.profile)) + tuple(plan.specs)
+    pass_tables._TABLES.pop(key, None)
+    alone = pass_tables.token_table(seg, plan, sc.hardware, sc.profile, np.array([100]))[0][0]
+    table = pass_tables._TABLES[key][1]
+    assert np.isnan(table[99]) and table[100] == alone  # only the count asked for is priced
+    among = pass_tables.token_table(seg, plan, sc.hardware, sc.profile, np.arange(1, 401))[0]
+    assert among[99] == alone and not np.isnan(pass_tables._TABLES[key][1][1:401]).any()
+    grown = pass_tables.token_table(seg, plan, sc.hardware, sc.profile, np.array([100, 5000]))[0]
+    assert pass_tables._TABLES[key][1].size > 5000 and grown[0] == alone
+    fresh = np.array([float(pass_time(forward_ops(sc.model, sc.deployment, sc.hardware, np.array([100.0, 5000.0]),
+                                                  1.0, 0.0, part="tokens", sampling=False),
+                                      sc.hardware, sc.deployment, sc.profile, (2,)).total_s[i]) for i in (0, 1)])
+    np.testing.assert_array_equal(grown, fresh)
 
 
 def test_fractional_or_huge_token_counts_are_priced_per_cell():
@@ -109,13 +120,15 @@ def test_scenarios_with_equal_specs_share_a_table_and_others_do_not():
     assert a.deployment is not b.deployment and a.deployment == b.deployment
     plan_a = verify_plan(a.model, a.deployment, a.hardware, B, K, C)
     plan_b = verify_plan(b.model, b.deployment, b.hardware, B, K, C)
-    ta = pass_tables.token_table(plan_a.segments[0], plan_a, a.hardware, a.profile, 600)[0]
-    tb = pass_tables.token_table(plan_b.segments[0], plan_b, b.hardware, b.profile, 600)[0]
-    assert ta is tb
+    counts = np.arange(1, 600)
+    pass_tables.token_table(plan_a.segments[0], plan_a, a.hardware, a.profile, counts)
+    key = lambda p, sc: p.segments[0].key + (p.dep, sc.hardware, id(sc.profile)) + tuple(p.specs)  # noqa: E731
+    assert pass_tables._TABLES[key(plan_a, a)] is pass_tables._TABLES[key(plan_b, b)]
+    ta = pass_tables.token_table(plan_b.segments[0], plan_b, b.hardware, b.profile, counts)[0]
     for overrides in ({"tp": 4}, {"weight_dtype": "fp8"}):
         c = _scenario("command-a-h100", overrides)
         plan_c = verify_plan(c.model, c.deployment, c.hardware, B, K, C)
-        tc = pass_tables.token_table(plan_c.segments[0], plan_c, c.hardware, c.profile, 600)[0]
-        assert tc is not ta and not np.allclose(tc[1:600], ta[1:600], rtol=0.01)
+        tc = pass_tables.token_table(plan_c.segments[0], plan_c, c.hardware, c.profile, counts)[0]
+        assert key(plan_c, c) != key(plan_a, a) and not np.allclose(tc, ta, rtol=0.01)
         _close(price_plan(plan_c, c.hardware, c.profile, (96, 6, 1)),
                price_pass(plan_c.full(), c.hardware, plan_c.dep, c.profile, (96, 6, 1)))

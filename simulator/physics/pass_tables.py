@@ -12,9 +12,10 @@ per logit depend on K) are priced per cell as before::
 r_s: a segment's token count per cell (the replica's B q; B for a head that reads one row per sequence).
 Entry t of a table is its ops priced at t tokens, each at its own shape (the price a cell with t tokens
 gives them: every such op's price is a function of its token count alone), so the pass's time is the
-per-op sum's up to the order of the sum. Tables are kept per segment and per what they are priced with
-(specs, deployment and device by value, the profile object) and grow, doubling, when a larger count is
-asked for: the scenarios of a sweep that share a model, device and deployment share them.
+per-op sum's up to the order of the sum. A table prices a count the first time a cell asks for it, grows
+(doubling) when a larger count is asked for, and is kept per segment and per what it is priced with (specs,
+deployment and device by value, the profile object): the scenarios of a sweep that share a model, device
+and deployment share it.
 The per-op detail (:attr:`PassCost.detail`) is the whole op list's, priced per cell when first read.
 """
 from __future__ import annotations
@@ -63,7 +64,7 @@ class PassPlan:
     full: Callable[[], list[Op]]
 
 
-_TABLES: dict = {}  # key -> (the profile whose id it holds, table, launch s, kernels)
+_TABLES: dict = {}  # key -> [the profile whose id it holds, table (NaN: not priced yet), launch s, kernels]
 
 
 def _whole_counts(tokens: np.ndarray) -> np.ndarray | None:
@@ -77,23 +78,38 @@ def _whole_counts(tokens: np.ndarray) -> np.ndarray | None:
     return index
 
 
-def token_table(seg: Segment, plan: PassPlan, hw: Hardware, profile: Profile | None, top: int):
-    """(time at every whole token count 0..N, N >= ``top``, launches, kernels) of a segment's ops: entry
-    t = :func:`pass_time` of ``seg.build`` at t tokens (entry 0 unused), kept per segment and objects."""
+def token_table(seg: Segment, plan: PassPlan, hw: Hardware, profile: Profile | None, index: np.ndarray):
+    """(the segment's time at whole token counts 0..N, N >= every count in ``index``, launches, kernels):
+    entry t = :func:`pass_time` of ``seg.build`` at t tokens, priced the first time a cell asks for t (at
+    the asking cells themselves: a new table costs what pricing its cells costs), NaN where no cell has
+    asked yet; entry 0 unused. Kept per segment and what it is priced with."""
     # specs and device by value (frozen dataclasses: every scenario of a sweep builds its own deployment),
     # the profile by identity (a sensitivity run swaps in a scaled copy)
     key = seg.key + (plan.dep, hw, id(profile)) + tuple(plan.specs)
     hit = _TABLES.get(key)
-    if hit is not None and hit[0] is profile and hit[1].size > top:
-        return hit[1:]
-    size = max(MIN_TABLE_TOKENS, 1 << int(np.ceil(np.log2(top + 1))))
-    t = np.arange(1, size + 1, dtype=float)
-    priced = pass_time(seg.build(t), hw, plan.dep, profile, t.shape)
-    entry = (profile, np.concatenate([[0.0], priced.total_s]), float(priced.launch_s), float(priced.n_kernels))
-    if len(_TABLES) >= _TABLE_SLOTS:
-        _TABLES.pop(next(iter(_TABLES)))
-    _TABLES[key] = entry
-    return entry[1:]
+    if hit is None or hit[0] is not profile:
+        hit = None
+        if len(_TABLES) >= _TABLE_SLOTS:
+            _TABLES.pop(next(iter(_TABLES)))
+    top = int(index.max())
+    if hit is None or hit[1].size <= top:  # a new table, or a larger one holding the entries priced so far
+        table = np.full(max(MIN_TABLE_TOKENS, 1 << int(np.ceil(np.log2(top + 1)))) + 1, np.nan)
+        if hit is not None:
+            table[:hit[1].size] = hit[1]
+        hit = _TABLES[key] = [profile, table] + (hit[2:] if hit is not None else [None, None])
+    table = hit[1]
+    if hit[2] is None:  # a new table: the cells priced at their own counts, as without one, and kept
+        priced = pass_time(seg.build(index.astype(float)), hw, plan.dep, profile, index.shape)
+        table[index] = values = priced.total_s
+        hit[2], hit[3] = float(priced.launch_s), float(priced.n_kernels)
+        return values, hit[2], hit[3]
+    values = table[index]
+    missing = np.isnan(values)
+    if missing.any():  # counts no cell asked before: priced now, at those cells alone
+        asked = index[missing]
+        values[missing] = table[asked] = pass_time(seg.build(asked.astype(float)), hw, plan.dep, profile,
+                                                   asked.shape).total_s
+    return values, hit[2], hit[3]
 
 
 def price_plan(plan: PassPlan, hw: Hardware, profile: Profile | None, shape) -> PassCost:
@@ -106,8 +122,8 @@ def price_plan(plan: PassPlan, hw: Hardware, profile: Profile | None, shape) -> 
     cells = pass_time(plan.cells(), hw, plan.dep, profile, shape)
     tokens_s, launch, kernels = 0.0, cells.launch_s, cells.n_kernels
     for seg, index in zip(plan.segments, indices):
-        table, seg_launch, seg_kernels = token_table(seg, plan, hw, profile, int(index.max()))
-        tokens_s = tokens_s + table[index]  # at the segments' own (smaller) shape, then once onto the cells
+        seg_s, seg_launch, seg_kernels = token_table(seg, plan, hw, profile, index)
+        tokens_s = tokens_s + seg_s  # at the segments' own (smaller) shape, then once onto the cells
         launch, kernels = launch + seg_launch, kernels + seg_kernels
     return PassCost(PassTime(cells.total_s + tokens_s, launch, kernels),
                     lambda: evaluate(plan.full(), hw, plan.dep, profile, shape))
