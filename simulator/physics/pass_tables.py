@@ -90,7 +90,10 @@ def token_table(seg: Segment, plan: PassPlan, hw: Hardware, profile: Profile | N
     if hit is None or hit[0] is not profile:
         hit = None
         if len(_TABLES) >= _TABLE_SLOTS:
-            _TABLES.pop(next(iter(_TABLES)))
+            try:  # the oldest goes (a dashboard's sessions share the tables: another thread may be at it too)
+                _TABLES.pop(next(iter(_TABLES)), None)
+            except (StopIteration, RuntimeError):
+                pass
     top = int(index.max())
     if hit is None or hit[1].size <= top:  # a new table, or a larger one holding the entries priced so far
         table = np.full(max(MIN_TABLE_TOKENS, 1 << int(np.ceil(np.log2(top + 1)))) + 1, np.nan)
