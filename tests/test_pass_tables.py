@@ -1,8 +1,7 @@
 """Passes priced from whole-token tables (simulator/physics/pass_tables.py) against the same ops priced per
 cell: every op sized by its token count alone costs, at t tokens, what the table's entry t says, so each
 pass's time equals the per-op sum up to the order of the sum (relative 1e-12), for every draft method,
-dense, MoE and data-parallel-attention deployments, measured-table and datasheet profiles. And the cell lookup the
-lattices' interpolation uses (specs/surfaces.py cell_index) against the binary search it replaces."""
+dense, MoE and data-parallel-attention deployments, measured-table and datasheet profiles."""
 from __future__ import annotations
 
 import numpy as np
@@ -133,19 +132,3 @@ def test_scenarios_with_equal_specs_share_a_table_and_others_do_not():
         assert key(plan_c, c) != key(plan_a, a) and not np.allclose(tc, ta, rtol=0.01)
         _close(price_plan(plan_c, c.hardware, c.profile, (96, 6, 1)),
                price_pass(plan_c.full(), c.hardware, plan_c.dep, c.profile, (96, 6, 1)))
-
-
-@pytest.mark.parametrize("grid", [np.arange(0, 17 * 16 + 1) / 16.0,  # the lattices' log2 nodes, 1/16 octave apart
-                                  np.log2(np.geomspace(8, 256, 97)),  # distinct experts, geometric
-                                  np.log2(np.array([1, 2, 4, 8, 16, 32, 64, 128, 256, 512.0])),  # a measured axis
-                                  np.log2(np.array([1, 3, 4, 9, 16, 100, 128, 1000.0]))])  # an uneven one
-def test_cell_index_is_the_binary_search_index(grid):
-    """The lower node of each value's cell, as ``searchsorted(side="right") - 1`` clipped finds it, on nodes,
-    between them, at both ends and a rounding step either side of every node."""
-    from simulator.specs.surfaces import cell_index
-    rng = np.random.default_rng(7)
-    near = np.concatenate([grid, np.nextafter(grid, -np.inf), np.nextafter(grid, np.inf)])
-    v = np.clip(np.concatenate([near, rng.uniform(grid[0], grid[-1], 5000)]), grid[0], grid[-1])
-    expected = np.clip(np.searchsorted(grid, v, side="right") - 1, 0, grid.size - 2)
-    np.testing.assert_array_equal(cell_index(grid, v), expected)
-    np.testing.assert_array_equal(cell_index(grid, v.reshape(-1, 1)), expected.reshape(-1, 1))

@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.physics.experts import busiest_group_load, experts_touched
-from simulator.specs.surfaces import cell_index, isotonic_increasing
+from simulator.specs.surfaces import isotonic_increasing
 
 # Bytes per kernel call below which data can stay in on-chip L2 (40-126 MB on A100-B200) between
 # the timing repeats of a kernel table, so a measured kernel may beat the DRAM roofline.
@@ -120,7 +120,7 @@ def lattice_interp(t: np.ndarray, log_x: np.ndarray, y: np.ndarray, qx, qy) -> n
     """Bilinear interpolation of lattice ``t`` [len(log_x), len(y)] at (log2 qx, qy), clamped."""
     def locate(g, v):
         v = np.clip(v, g[0], g[-1])
-        i = cell_index(g, v)
+        i = np.clip(np.searchsorted(g, v, side="right") - 1, 0, g.size - 2)
         return i, (v - g[i]) / (g[i + 1] - g[i])
 
     i, fx = locate(log_x, np.log2(np.maximum(np.asarray(qx, dtype=float), 1e-300)))
