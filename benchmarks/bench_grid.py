@@ -3,8 +3,9 @@
 Targets: issue #2, one default grid in under 5 ms on the 2-core dev machine and every catalog model
 x every catalog device in a few seconds; issue #20, >= 2 M cells/s with the speculative-step terms;
 issue #22, >= 10 M cells/s, printed beside a naive broadcast numpy roofline of the same grid run in the
-same process (the ratio says what the measured-table pricing costs per cell). The grid's arrays alone
-and with the K* schedule read from them (the fewest-range dynamic programme over the batch axis). Prints
+same process (the ratio says what the measured-table pricing costs per cell). The grid's arrays alone,
+with the K* schedule read from them (the fewest-range dynamic programme over the batch axis), and with its
+passes' token tables new (what a scenario's first grid costs). Prints
 medians over interleaved repeats (the machine is shared).
 
     python benchmarks/bench_grid.py
@@ -16,6 +17,7 @@ import time
 
 import numpy as np
 
+from simulator.physics import pass_tables
 from simulator.physics.memory import kv_bytes_per_gpu, weight_bytes_per_gpu
 from simulator.plan.grid import evaluate_grid  # the grid computed afresh each call (compute_grid keeps the last few)
 from simulator.specs.hardware import list_hardware
@@ -61,6 +63,13 @@ def naive_roofline(sc, b, ks):
     return ks[np.argmax(goodput, axis=1)]
 
 
+def new_tables_grid(sc, b, ks):
+    """The grid with its passes' token tables dropped first: what a scenario's first grid costs (a new model,
+    device or deployment; simulator/physics/pass_tables.py), the lattices of the measured tables kept."""
+    pass_tables._TABLES.clear()
+    return evaluate_grid(sc, b, ks)
+
+
 def memory_limits(cells: int) -> tuple[float, float, float]:
     """(this machine's DRAM bandwidth in bytes/s from a 256 MB copy, seconds of one pass over a float64
     array of ``cells`` at that bandwidth (read two, write one), seconds of one numpy add on such arrays)."""
@@ -84,10 +93,13 @@ def main() -> None:
           f" tens of times more than streaming its few output arrays once at the bandwidth limit")
     for name in ("llama-3.1-8b-h100", "command-a-h100", "qwen3-235b-h200"):
         sc = load_scenario(SCENARIO_DIR / f"{name}.toml")
-        t, t_k, t_ref = interleaved_medians([lambda: evaluate_grid(sc, b, ks), lambda: evaluate_grid(sc, b, ks).k_star,
-                                             lambda: naive_roofline(sc, b, ks)])
+        t, t_k, t_new, t_ref = interleaved_medians([lambda: evaluate_grid(sc, b, ks),
+                                                    lambda: evaluate_grid(sc, b, ks).k_star,
+                                                    lambda: new_tables_grid(sc, b, ks),
+                                                    lambda: naive_roofline(sc, b, ks)])
         print(f"  {name:32s} median {t * 1e3:6.2f} ms  ({cells / t / 1e6:.2f} M cells/s; targets 2 M / 10 M);"
               f" with its K* schedule {t_k * 1e3:.2f} ms ({cells / t_k / 1e6:.2f} M cells/s);"
+              f" its token tables new {t_new * 1e3:.2f} ms ({cells / t_new / 1e6:.2f} M cells/s);"
               f" naive numpy roofline {t_ref * 1e3:.2f} ms ({cells / t_ref / 1e6:.1f} M cells/s): {t / t_ref:.0f}x;"
               f" = {t / add_s:.0f} numpy adds' time, {t / pass_s:.0f} passes at the bandwidth limit")
     # the same grid with a calibration profile applied (efficiencies interpolated per op, vectorized)
