@@ -23,9 +23,9 @@ import numpy as np
 
 from simulator.physics.layers import (attention_deployment, decoder_layers_ops, forward_ops, gemm, head_ops,
                                       rank_tokens)
-from simulator.physics.operators import StepCost, evaluate
+from simulator.physics.operators import PassCost, StepCost, evaluate
 from simulator.physics.ops import Op
-from simulator.physics.pass_tables import PassPlan, Segment
+from simulator.physics.pass_tables import PassPlan, Segment, price_plan
 from simulator.specs.deployment import Deployment
 from simulator.specs.drafts import DraftSpec, draft_defaults, draft_deployment
 from simulator.specs.hardware import DTYPE_BYTES, Hardware
@@ -190,6 +190,12 @@ def draft_pass_plan(setting: DraftSetting, batch, context_len) -> PassPlan | Non
         ("all", rank_tokens(dep, batch, 1.0), lambda t: head_layer(t, 0.0, "tokens"))], head_layer, batch, context_len)
 
 
+def draft_passes(draft: DraftSpec, k) -> np.ndarray:
+    """Draft passes per step at K drafts: K (heads, draft models, self-speculation), one host lookup for n-gram."""
+    k = np.asarray(k, dtype=float)
+    return np.minimum(k, 1.0) if draft.method == "ngram" else k
+
+
 def draft_pass_cost(setting: DraftSetting, batch, k, context_len, price=evaluate) -> tuple[StepCost, np.ndarray]:
     """(cost of one draft pass at the shape of ``batch``, number of passes = K); ``price`` as for
     :func:`draft_extend_cost` (a host-side n-gram lookup is a StepCost either way).
@@ -206,6 +212,22 @@ def draft_pass_cost(setting: DraftSetting, batch, k, context_len, price=evaluate
         host = np.asarray(host_s, dtype=float).reshape((1,) + batch.shape)
         # host-side work: counted as launch-like time, neither compute- nor memory-bound on the device
         return StepCost(["draft.ngram_lookup"], ["elementwise"], zero, zero, zero, zero, host, host), \
-            np.minimum(k, 1.0)
+            draft_passes(setting.draft, k)
     plan = draft_pass_plan(setting, batch, context_len)
-    return price(plan.full(), setting.hw, plan.dep, setting.profile, batch.shape), k
+    return price(plan.full(), setting.hw, plan.dep, setting.profile, batch.shape), draft_passes(setting.draft, k)
+
+
+def draft_costs(setting: DraftSetting, B, K, C) -> tuple[PassCost, np.ndarray, PassCost | None]:
+    """(one draft pass over (B, 1, L), passes per step over K, the extend pass over (B, K, L) or None), their
+    token ops read from tables (:mod:`simulator.physics.pass_tables`)."""
+    shape = (B.shape[0], 1, C.shape[-1])
+    plan = draft_pass_plan(setting, B, C)  # ops over B alone (token ops, routed experts) stay (B, 1, 1)
+    if plan is None:  # a host-side lookup: no ops to price
+        draft_pass, passes = draft_pass_cost(setting, np.broadcast_to(B, shape), K, C)
+        draft_pass = PassCost.of(draft_pass)
+    else:
+        draft_pass, passes = price_plan(plan, setting.hw, setting.profile, shape), draft_passes(setting.draft, K)
+    extend = draft_extend_plan(setting, B, K, C)
+    if extend is not None:
+        extend = price_plan(extend, setting.hw, setting.profile, np.broadcast_shapes(B.shape, K.shape, C.shape))
+    return draft_pass, passes, extend

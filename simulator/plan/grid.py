@@ -28,7 +28,7 @@ from simulator.plan.acceptance_risk import banded_acceptance_lengths, k_at_each_
 from simulator.physics.memory import step_memory_bytes
 from simulator.physics.operators import PassCost, StepCost, price_pass
 from simulator.physics.pass_tables import price_plan, verify_plan
-from simulator.physics.draft_cost import DraftSetting, draft_extend_plan, draft_pass_cost, draft_pass_plan
+from simulator.physics.draft_cost import DraftSetting, draft_costs
 from simulator.physics.engine_time import (draft_extend_in_graph, draft_in_graph, host_exposed_s, pass_time_s,
                                            verify_in_graph)
 from simulator.physics.experts import experts_touched_correlated
@@ -327,22 +327,6 @@ def _evaluate(sc, b, k, c) -> Grid:
                 draft_step_s, in_graph, overhead, itl, al, al[None, :, :] / itl, np.broadcast_to(memory, itl.shape),
                 sc.hardware.memory_bytes * sc.deployment.memory_utilization, touched, sc.schedule_tolerance,
                 None, extend, verify_context)
-
-
-def draft_costs(setting: DraftSetting, B, K, C) -> tuple[PassCost, np.ndarray, PassCost | None]:
-    """(one draft pass over (B, 1, L), passes per step over K, the extend pass over (B, K, L) or None), their
-    token ops read from tables (:mod:`simulator.physics.pass_tables`)."""
-    shape = (B.shape[0], 1, C.shape[-1])
-    plan = draft_pass_plan(setting, B, C)  # ops over B alone (token ops, routed experts) stay (B, 1, 1)
-    if plan is None:  # a host-side lookup: no ops to price
-        draft_pass, passes = draft_pass_cost(setting, np.broadcast_to(B, shape), K, C)
-        draft_pass = PassCost.of(draft_pass)
-    else:
-        draft_pass, passes = price_plan(plan, setting.hw, setting.profile, shape), K
-    extend = draft_extend_plan(setting, B, K, C)
-    if extend is not None:
-        extend = price_plan(extend, setting.hw, setting.profile, np.broadcast_shapes(B.shape, K.shape, C.shape))
-    return draft_pass, passes, extend
 
 
 def _drop_context_axis(grid: Grid) -> Grid:

@@ -27,13 +27,33 @@ from bisect import bisect_left
 
 import numpy as np
 
-from simulator.physics.draft_cost import DraftSetting, draft_extend_cost, draft_pass_cost, has_extend_pass
+from simulator.physics.draft_cost import (DraftSetting, draft_extend_cost, draft_pass_cost, draft_passes,
+                                         has_extend_pass)
 from simulator.physics.engine_time import draft_extend_in_graph, host_exposed_s, host_exposed_scalar_s
 from simulator.physics.layers import MAX_DECODE_SURFACE_QUERIES, attention_op, forward_ops, sampling_op
 from simulator.physics.operators import pass_time
 from simulator.plan.grid import step_overhead_s
 from simulator.serving.engine import EngineConfig
 from simulator.specs.scenario import Scenario
+
+
+_LINS: dict = {}  # (model, deployment, device, id(profile), T_max) -> (profile, lin(T), lin(T) as a list)
+
+
+def _lin_table(m, dep, hw, prof, t_top: int) -> tuple[np.ndarray, list]:
+    """lin(T) for T = 0..t_top (read-only) and as a list: the same ops priced over the same token counts for
+    every pricer of equal specs and profile (a sweep's traffic mixes of one scenario), so priced once."""
+    key = (m, dep, hw, id(prof), int(t_top))
+    hit = _LINS.get(key)
+    if hit is None or hit[0] is not prof:
+        t = np.arange(1, t_top + 1, dtype=float)
+        ops = [o for o in forward_ops(m, dep, hw, t, 1.0, 0.0) if o.family != "attention"]
+        lin = np.concatenate([[0.0], pass_time(ops, hw, dep, prof, t.shape).total_s])
+        lin.flags.writeable = False
+        if len(_LINS) >= 32:
+            _LINS.clear()
+        hit = _LINS[key] = (prof, lin, lin.tolist())
+    return hit[1], hit[2]
 
 
 class StepPricer:
@@ -66,8 +86,7 @@ class StepPricer:
             self._setting = DraftSetting.of(sc)
             self.draft = np.full((b_top, n_ctx), np.nan)  # [B-1, iL], one pass; columns priced on first use
             # passes per step by K (K for heads and draft models; one host lookup for n-gram)
-            _, passes = draft_pass_cost(self._setting, np.ones(1), np.arange(k_max + 1.0), 0.0, pass_time)
-            self.passes = np.broadcast_to(passes, (k_max + 1,)).astype(float).tolist()
+            self.passes = draft_passes(sc.draft, np.arange(k_max + 1.0)).tolist()
             self.extend = np.full((b_top, k_max + 1, n_ctx), np.nan) \
                 if has_extend_pass(sc.draft, sc.deployment) else None
         else:
@@ -87,9 +106,7 @@ class StepPricer:
         sc, k_max, b_top = self.sc, self.k_max, self.b_top
         m, dep, hw, prof = sc.model, sc.deployment, sc.hardware, sc.profile
         # lin(T): all target ops but attention, at T = 0..t_top tokens (T = 0 costs nothing)
-        t = np.arange(1, self.t_top + 1, dtype=float)
-        ops = [o for o in forward_ops(m, dep, hw, t, 1.0, 0.0) if o.family != "attention"]
-        self.lin = np.concatenate([[0.0], pass_time(ops, hw, dep, prof, t.shape).total_s])
+        self.lin, self._lin_list = _lin_table(m, dep, hw, prof, self.t_top)
         full_ops = forward_ops(m, dep, hw, 1.0, 1.0, 1.0)
         self.n_kernels = float(sum(o.kernels * o.count for o in full_ops))
         # decode attention over context buckets (linear in L between buckets), [B-1, q-1, iL]: each
@@ -110,7 +127,6 @@ class StepPricer:
                                                              np.arange(k_max + 1, dtype=float)[None, :]),
                                              (b_top + 1, k_max + 1))
         # step_s reads these as Python scalars (see _rows)
-        self._lin_list = self.lin.tolist()
         self._overhead0 = self.overhead_prof[0].tolist()
 
     def price_context_buckets(self, js=None) -> None:
