@@ -380,5 +380,6 @@ def verify_over_context(sc, B, K, C) -> tuple[PassCost, PassCost | None]:
     cell_ops = plan.cells()
     on_ctx = lambda ops, yes: [o for o in ops if _has_ctx_axis(o, n_ctx) == yes]  # noqa: E731
     free = replace(plan, cells=lambda: on_ctx(cell_ops, False), full=lambda: on_ctx(plan.full(), False))
+    ctx_ops = on_ctx(cell_ops, True)
     return (price_plan(free, sc.hardware, sc.profile, shape),
-            price_pass(on_ctx(cell_ops, True), sc.hardware, sc.deployment, sc.profile, shape[:2] + (n_ctx,)))
+            price_pass(ctx_ops, sc.hardware, sc.deployment, sc.profile, shape[:2] + (n_ctx,)) if ctx_ops else None)
