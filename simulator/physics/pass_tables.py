@@ -2,8 +2,8 @@
 the others priced per cell.
 
 Most ops of a pass (every GEMM, norm, all-reduce, the LM head) are sized by the busiest attention
-replica's token count and nothing else, so their summed time is a function of that count: tabulated once
-at every whole count 0..N, a grid reads one entry per cell. Attention (sequences, positions, context),
+replica's token count and nothing else, so their summed time is a function of that count: tabulated
+over whole counts (each the first time a cell asks for it), a grid reads one entry per cell. Attention (sequences, positions, context),
 the routed experts (distinct experts from sequences x positions) and a verify pass's sampling (its bytes
 per logit depend on K) are priced per cell as before::
 
