@@ -33,6 +33,23 @@ class Op:
                                    np.shape(self.comm_s) if self.comm_s is not None else ())
 
 
+class _MadeOnRead:
+    """An op's attribute made on its first read by the op's ``_fill()`` (None until then), set like any other."""
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.slot = "_" + name
+
+    def __get__(self, op, owner=None):
+        if op is None:
+            return self
+        if getattr(op, self.slot) is None:
+            op._fill()
+        return getattr(op, self.slot)
+
+    def __set__(self, op, value) -> None:
+        setattr(op, self.slot, value)
+
+
 class GemmOp(Op):
     """A GEMM whose FLOPs and bytes (``terms(m, n, k, w_bytes, a_bytes)`` of its shape) are computed on
     first read: its price comes from the envelope at its token count, so a grid reads them only for
@@ -42,29 +59,12 @@ class GemmOp(Op):
         self._terms = terms
         super().__init__(name, family, None, None, shape=shape, **kw)
 
+    flops = _MadeOnRead()
+    nbytes = _MadeOnRead()
+
     def _fill(self) -> None:
         sh = self.shape
         self._flops, self._nbytes = self._terms(sh["m"], sh["n"], sh["k"], sh["w_bytes"], sh["a_bytes"])
-
-    @property
-    def flops(self):
-        if self._flops is None:
-            self._fill()
-        return self._flops
-
-    @flops.setter
-    def flops(self, value) -> None:
-        self._flops = value
-
-    @property
-    def nbytes(self):
-        if self._nbytes is None:
-            self._fill()
-        return self._nbytes
-
-    @nbytes.setter
-    def nbytes(self, value) -> None:
-        self._nbytes = value
 
     def cells_shape(self) -> tuple:
         return np.shape(self.shape["m"])
@@ -96,19 +96,14 @@ class AttentionOp(Op):
         self._io = io
         super().__init__(name, family, flops, None, shape=_LazyShape(shape, self._byte_entries), **kw)
 
+    nbytes = _MadeOnRead()
+
     def _byte_entries(self) -> dict:
         kv_read, q_io = self._io()
         return {"kv_bytes": kv_read, "bytes": kv_read + q_io}
 
-    @property
-    def nbytes(self):
-        if self._nbytes is None:
-            self._nbytes = self.shape["bytes"]
-        return self._nbytes
-
-    @nbytes.setter
-    def nbytes(self, value) -> None:
-        self._nbytes = value
+    def _fill(self) -> None:
+        self._nbytes = self.shape["bytes"]
 
     def cells_shape(self) -> tuple:
         return np.shape(self.flops)  # the bytes vary over the same B, q and L
