@@ -255,12 +255,7 @@ def engine_pass_times(sc, B, K, verify: PassCost, draft_pass: PassCost, passes, 
     else:
         extend_s = pass_time_s(extend.total_s, extend.launch_s, extend.n_kernels,
                                draft_extend_in_graph(eng, B, K, in_graph), eng.eager_launch_per_kernel_s, copy=False)
-        draft_step_s = draft_one * (passes - 1)
-        if np.shape(draft_step_s) == np.broadcast_shapes(np.shape(draft_step_s), np.shape(extend_s)) and K.ndim == 3:
-            draft_step_s += extend_s  # in place, and K = 0 (no draft) zeroed along the K axis: no select
-            draft_step_s[:, K[0, :, 0] <= 0] = 0.0
-        else:
-            draft_step_s = np.where(K > 0, draft_step_s + extend_s, 0.0)
+        draft_step_s = np.where(K > 0, draft_one * (passes - 1) + extend_s, 0.0)
     host_s = host_exposed_s(eng, B, K, verify_s + draft_step_s, draft_step_s, sc.deployment.tp)
     if not host_draft:
         host_s = host_s + passes * eng.per_draft_pass_s
