@@ -9,7 +9,7 @@ import warnings
 import numpy as np
 import pytest
 
-from simulator.physics.layers import attention_op, per_query_head_kernel
+from simulator.physics.attention import attention_op, per_query_head_kernel
 from simulator.specs.engines import load_engine
 from simulator.specs.hardware import load_hardware
 from simulator.specs.models import load_model

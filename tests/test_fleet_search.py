@@ -11,7 +11,7 @@ import pytest
 
 from simulator import serving
 from simulator.physics.engine_time import host_exposed_s, host_exposed_scalar_s
-from simulator.physics.layers import attention_op
+from simulator.physics.attention import attention_op
 from simulator.physics.operators import evaluate
 from simulator.serving.steady import littles_law, steady_state
 from simulator.sizing import Candidate, candidate_scenario, memory_fit, parse_sizing, search_capacity, traffic_lengths

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from calibration import import_tables as it
-from simulator.physics import layers
+from simulator.physics import attention, layers
 from simulator.physics.operators import Op, evaluate
 from simulator.specs.deployment import Deployment
 from simulator.specs.hardware import DTYPE_BYTES, load_hardware
@@ -51,7 +51,7 @@ def test_attention_decode(tp, kv_table, kv):
         "kv_cache_dtype": kv_table, "attn_dtype": "bfloat16", "isl": 1, "batch_size": TOKENS, "step": context,
         "num_heads": model.num_heads // tp, "num_key_value_heads": model.num_kv_heads // tp,
         "head_dim": model.head_dim, "kernel_source": "k", "window_size": 0, "beam_width": 1})
-    op = layers.attention_op(model, dep, TOKENS, 1.0, context, 1, None, "attn")
+    op = attention.attention_op(model, dep, TOKENS, 1.0, context, 1, None, "attn")
     np.testing.assert_allclose(t0, planner_roofline([op], dep), rtol=1e-12)
 
 
@@ -62,7 +62,7 @@ def test_mla_decode():
     context = 2048.0
     t0 = importer_t0("mla_decode", {"kv_cache_dtype": "bfloat16", "mla_dtype": "bfloat16", "isl": 1,
                                     "batch_size": TOKENS, "step": context, "num_heads": model.num_heads // 8})
-    op = layers.attention_op(model, dep, TOKENS, 1.0, context, 1, None, "mla")
+    op = attention.attention_op(model, dep, TOKENS, 1.0, context, 1, None, "mla")
     np.testing.assert_allclose(t0, planner_roofline([op], dep), rtol=1e-12)
 
 

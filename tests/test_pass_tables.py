@@ -9,9 +9,8 @@ import pytest
 
 from simulator.physics import pass_tables
 from simulator.physics.draft_cost import DraftSetting, draft_extend_plan, draft_pass_plan
-from simulator.physics.layers import forward_ops
 from simulator.physics.operators import pass_time, price_pass
-from simulator.physics.pass_tables import MAX_TABLE_TOKENS, price_plan, verify_plan
+from simulator.physics.pass_tables import MAX_TABLE_TOKENS, price_plan, verify_plan, verify_token_ops
 from simulator.specs.scenario import SCENARIO_DIR, load_scenario
 
 CASES = [("llama-3.1-8b-h100", {}), ("qwen3-235b-h200", {}), ("deepseek-v3-dp-ep", {}), ("command-a-h100", {}),
@@ -63,8 +62,7 @@ def test_a_table_entry_is_its_ops_priced_at_that_token_count():
     counts = np.array([1, 7, 64, 333, 576])
     values, launch, kernels = pass_tables.token_table(seg, plan, sc.hardware, sc.profile, counts)
     for t, value in zip(counts, values):
-        ops = forward_ops(sc.model, sc.deployment, sc.hardware, np.array([float(t)]), 1.0, 0.0, part="tokens",
-                          sampling=False)
+        ops = verify_token_ops(sc.model, sc.deployment, sc.hardware, np.array([float(t)]))
         assert value == pytest.approx(float(pass_time(ops, sc.hardware, sc.deployment, sc.profile, (1,)).total_s[0]),
                                       rel=1e-12)
     # the sampling op is priced per cell (its bytes per logit depend on K), not in the table
@@ -85,8 +83,7 @@ def test_tables_price_each_count_once_and_the_same_whatever_is_asked_beside_it()
     assert among[99] == alone and not np.isnan(pass_tables._TABLES[key][1][1:401]).any()
     grown = pass_tables.token_table(seg, plan, sc.hardware, sc.profile, np.array([100, 5000]))[0]
     assert pass_tables._TABLES[key][1].size > 5000 and grown[0] == alone
-    fresh = np.array([float(pass_time(forward_ops(sc.model, sc.deployment, sc.hardware, np.array([100.0, 5000.0]),
-                                                  1.0, 0.0, part="tokens", sampling=False),
+    fresh = np.array([float(pass_time(verify_token_ops(sc.model, sc.deployment, sc.hardware, np.array([100.0, 5000.0])),
                                       sc.hardware, sc.deployment, sc.profile, (2,)).total_s[i]) for i in (0, 1)])
     np.testing.assert_array_equal(grown, fresh)
 

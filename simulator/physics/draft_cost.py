@@ -21,30 +21,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulator.physics.layers import (attention_deployment, decoder_layers_ops, forward_ops, gemm, head_ops,
-                                      rank_tokens)
+from simulator.physics.layers import FORWARD_PARTS, LAYER_PARTS, attention_deployment, gemm, head_ops, rank_tokens
 from simulator.physics.operators import PassCost, StepCost, evaluate
-from simulator.physics.ops import Op
 from simulator.physics.pass_tables import PassPlan, Segment, price_plan
 from simulator.specs.deployment import Deployment
 from simulator.specs.drafts import DraftSpec, draft_defaults, draft_deployment
 from simulator.specs.hardware import DTYPE_BYTES, Hardware
 from simulator.specs.models import ModelSpec
 from simulator.specs.profile import Profile
-
-
-def _head_layer_ops(target: ModelSpec, dep: Deployment, hw: Hardware, batch, context_len, fusion: int,
-                    vocab: int, moe_layer: bool, part: str = "all") -> list[Op]:
-    """One pass of an EAGLE/MTP head: fusion projection, one decoder layer, LM head (``part``:
-    :data:`simulator.physics.layers.PASS_PARTS`; "tokens": ``batch`` is the replica's token count)."""
-    layers = (0, 1) if moe_layer else (1, 0)
-    if part == "cells":
-        return decoder_layers_ops(target, dep, hw, batch, 1.0, context_len, "draft.", layer_counts=layers, part=part)
-    w, a, D = DTYPE_BYTES[dep.weight_dtype], DTYPE_BYTES[dep.act_dtype], target.hidden_size
-    local = np.asarray(batch, dtype=float) if part == "tokens" else rank_tokens(dep, batch, 1.0)
-    ops = [gemm("draft.fusion", local, D, fusion * D, w, a, 1)]
-    ops += decoder_layers_ops(target, dep, hw, batch, 1.0, context_len, "draft.", layer_counts=layers, part=part)
-    return ops + head_ops(target, attention_deployment(dep), hw, local, vocab, "draft.", sampling=True)
 
 
 @dataclass(frozen=True)
@@ -74,6 +58,11 @@ def has_extend_pass(draft: DraftSpec, dep: Deployment | None = None) -> bool:
                                               and dep.kernels.self_spec_catch_up)
 
 
+def _rows(dep: Deployment, batch, queries, part: str):
+    """A part's token count: the builder's own (part "tokens", simulator.physics.layers), else the replica's."""
+    return np.asarray(batch, dtype=float) if part == "tokens" else rank_tokens(dep, batch, queries)
+
+
 def _plan(dep: Deployment, specs: tuple, key: tuple, segments: list, ops, batch, context_len) -> PassPlan:
     """A pass whose ops ``ops(batch, context, part)`` builds; ``segments``: (key suffix, token count per
     cell, the part of ``ops`` at token counts t) of its token ops."""
@@ -96,7 +85,7 @@ def draft_extend_plan(setting: DraftSetting, batch, k, context_len) -> PassPlan 
         # few sequences on; priced every step (at one sequence, where it is not, two memory-bound
         # tokens cost what one does)
         def self_ops(b, L, part):
-            return forward_ops(target, dep, hw, b, 2.0, np.minimum(L, draft.kv_budget), "draft_extend.", part=part)
+            return FORWARD_PARTS[part](target, dep, hw, b, 2.0, np.minimum(L, draft.kv_budget), "draft_extend.")
         return _plan(dep, (target, dep), ("extend-self",), [("all", rank_tokens(dep, batch, 2.0),
                                                              lambda t: self_ops(t, 0.0, "tokens"))],
                      self_ops, batch, context_len)
@@ -106,7 +95,7 @@ def draft_extend_plan(setting: DraftSetting, batch, k, context_len) -> PassPlan 
         adep = attention_deployment(ddep)
 
         def model_ops(b, L, part):
-            ops = decoder_layers_ops(m, ddep, hw, b, queries, L, "draft_extend.", part=part)
+            ops = LAYER_PARTS[part](m, ddep, hw, b, queries, L, "draft_extend.")
             if part == "all":
                 ops += head_ops(m, adep, hw, rank_tokens(ddep, b, 1.0), m.vocab_size, "draft_extend.")
             return ops
@@ -122,9 +111,9 @@ def draft_extend_plan(setting: DraftSetting, batch, k, context_len) -> PassPlan 
     adep = attention_deployment(dep)
 
     def layer_ops(b, L, part):
-        ops = [] if part == "cells" else [gemm("draft_extend.fusion", b if part == "tokens" else rank_tokens(
-            dep, b, queries), D, cfg["fusion_inputs"] * D, w, a, 1)]
-        return ops + decoder_layers_ops(target, dep, hw, b, queries, L, "draft_extend.", layer_counts=layers, part=part)
+        ops = [] if part == "cells" else [gemm("draft_extend.fusion", _rows(dep, b, queries, part), D,
+                                               cfg["fusion_inputs"] * D, w, a, 1)]
+        return ops + LAYER_PARTS[part](target, dep, hw, b, queries, L, "draft_extend.", layer_counts=layers)
 
     def head_ops_at(t):
         return head_ops(target, adep, hw, t, vocab, "draft_extend.")
@@ -162,11 +151,10 @@ def draft_pass_plan(setting: DraftSetting, batch, context_len) -> PassPlan | Non
         adep = attention_deployment(dep)
 
         def exit_ops(b, L, part):
-            ops = decoder_layers_ops(target, dep, hw, b, 1.0, L, "draft.", layer_counts=counts, part=part)
+            ops = LAYER_PARTS[part](target, dep, hw, b, 1.0, L, "draft.", layer_counts=counts)
             if part == "cells":
                 return ops
-            t = b if part == "tokens" else rank_tokens(dep, b, 1.0)
-            return ops + head_ops(target, adep, hw, t, target.vocab_size, "draft.")
+            return ops + head_ops(target, adep, hw, _rows(dep, b, 1.0, part), target.vocab_size, "draft.")
         return _plan(dep, (target, dep), ("draft-early-exit", counts), [
             ("all", rank_tokens(dep, batch, 1.0), lambda t: exit_ops(t, 0.0, "tokens"))], exit_ops, batch, context_len)
     if draft.method in ("self", "model"):  # the whole target over its compressed KV cache, or a draft model
@@ -175,7 +163,7 @@ def draft_pass_plan(setting: DraftSetting, batch, context_len) -> PassPlan | Non
 
         def lm_ops(b, L, part):
             L = np.minimum(L, draft.kv_budget) if draft.method == "self" else L
-            return forward_ops(m, mdep, hw, b, 1.0, L, "draft.", part=part)
+            return FORWARD_PARTS[part](m, mdep, hw, b, 1.0, L, "draft.")
         return _plan(mdep, (m, dep), ("draft-" + draft.method,), [
             ("all", rank_tokens(mdep, batch, 1.0), lambda t: lm_ops(t, 0.0, "tokens"))], lm_ops, batch, context_len)
     # EAGLE heads and MTP modules: one target-sized decoder layer per pass (an MTP module of an MoE target
@@ -183,9 +171,16 @@ def draft_pass_plan(setting: DraftSetting, batch, context_len) -> PassPlan | Non
     cfg = draft_defaults()[draft.method]
     vocab = min(cfg.get("draft_vocab") or target.vocab_size, target.vocab_size)
     moe_layer = draft.method == "mtp" and target.is_moe
+    w, a, D = DTYPE_BYTES[dep.weight_dtype], DTYPE_BYTES[dep.act_dtype], target.hidden_size
+    adep = attention_deployment(dep)
 
-    def head_layer(b, L, part):
-        return _head_layer_ops(target, dep, hw, b, L, cfg["fusion_inputs"], vocab, moe_layer, part)
+    def head_layer(b, L, part):  # the fusion projection, one decoder layer, the LM head
+        ops = LAYER_PARTS[part](target, dep, hw, b, 1.0, L, "draft.", layer_counts=(0, 1) if moe_layer else (1, 0))
+        if part == "cells":
+            return ops
+        rows = _rows(dep, b, 1.0, part)
+        return [gemm("draft.fusion", rows, D, cfg["fusion_inputs"] * D, w, a, 1)] + ops + \
+            head_ops(target, adep, hw, rows, vocab, "draft.", sampling=True)
     return _plan(dep, (target, dep), ("draft-head", draft.method, vocab, cfg["fusion_inputs"], moe_layer), [
         ("all", rank_tokens(dep, batch, 1.0), lambda t: head_layer(t, 0.0, "tokens"))], head_layer, batch, context_len)
 

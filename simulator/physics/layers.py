@@ -9,12 +9,12 @@ import numpy as np
 
 from dataclasses import replace
 
+from simulator.physics.attention import attention_op
 from simulator.physics.experts import busiest_group_load, experts_touched_correlated
 from simulator.physics.fabric import allgather_s, allreduce_fabric_s, alltoall_s, node_split
 from simulator.physics.operators import StepCost, evaluate
-from simulator.physics.ops import AttentionOp, GemmOp, Op
-from simulator.physics.terms import (attention_decode_bytes, attention_decode_flops, gemm_terms, mla_decode_bytes,
-                                     mla_decode_flops, moe_expert_terms)
+from simulator.physics.ops import GemmOp, Op
+from simulator.physics.terms import gemm_terms, moe_expert_terms
 from simulator.specs.deployment import Deployment, kv_heads_per_gpu, sliding_layers
 from simulator.specs.hardware import DTYPE_BYTES, Hardware
 from simulator.specs.models import ModelSpec
@@ -44,89 +44,6 @@ def gemm_kernel_dtype(w_bytes: float, a_bytes: float) -> str:
 def allreduce_s(nbytes, gpus: int, hw: Hardware):
     """Ring all-reduce: latency + 2 (t-1)/t * bytes / link bandwidth (one direction)."""
     return hw.interconnect_latency_s + collective_factor("all_reduce", gpus) * nbytes / hw.interconnect_bandwidth_bytes_per_s
-
-
-# Largest queries per sequence priced by the decode-attention surfaces: verify passes (K + 1 <= 17)
-# and small draft-tree passes; longer runs of queries are prompt chunks.
-MAX_DECODE_SURFACE_QUERIES = 32
-
-
-def per_query_head_kernel(dep: Deployment, group: float, batch_heads):
-    """Whether decode attention runs one block per query head (True) rather than one per KV head.
-    Grouped kernels serve a KV head's g query heads with one read; TensorRT-LLM <= 0.10 built its
-    grouped kernel (XQA) for g = 8 only, and used it only when KV heads x sequences fill the SMs
-    (engine profile [attention]); elsewhere its MMHA kernel has every query-head block load its KV head."""
-    if not dep.kernels.grouped_decode_groups or group <= 1:
-        return False
-    return ~((round(group) in dep.kernels.grouped_decode_groups)
-             & (np.asarray(batch_heads, dtype=float) >= dep.kernels.grouped_decode_min_batch_heads))
-
-
-def kv_reads(dep: Deployment, group: float, per_query_head) -> float | np.ndarray:
-    """HBM-equivalent reads of each KV byte: 1, or for a per-query-head kernel the first read from HBM
-    and the g - 1 sibling blocks' re-reads from L2 (they run side by side), priced at the device's L2
-    re-read cost: max(1, g x HBM / L2 bandwidth) (g when no L2 figure is published)."""
-    return np.where(per_query_head, max(1.0, group * dep.kernels.l2_reread_cost), 1.0)
-
-
-def attention_op(model: ModelSpec, dep: Deployment, batch, queries, context_len: float, count: int,
-                 window: int | None, name: str) -> Op:
-    """Decode attention of q queries per sequence over L cached keys plus the q new ones.
-
-    F = 4 B q (L_eff + (q+1)/2) H_q d (QK^T and PV, causal within the q new tokens)
-    M = B (L_eff + q) * kv_bytes_per_token + 2 B q H_q d a   (the KV read is paid once per step,
-    whatever q is: long contexts make verifying K drafts relatively cheap)
-    """
-    a = DTYPE_BYTES[dep.act_dtype]
-    kv = DTYPE_BYTES[dep.kv_dtype]
-    keys = np.minimum(context_len, window) if window else context_len
-    hq = model.num_heads / dep.tp
-    if model.attention == "mla":
-        # absorbed MLA: every head scores against the shared latent (kv_lora + rope) and reads it once
-        latent = model.kv_lora_rank + model.qk_rope_head_dim
-        lora, rope = model.kv_lora_rank, model.qk_rope_head_dim
-        flops = mla_decode_flops(batch, queries, keys, hq, lora, rope)
-        io = lambda: mla_decode_bytes(batch, queries, keys, hq, lora, rope, kv, a)  # noqa: E731
-        shape = {"q_heads": hq, "kv_elem_bytes": kv, "a_bytes": a, "keys": keys, "queries": queries, "sequences": batch,
-                 "latent": latent, "score_width": 2 * model.kv_lora_rank + model.qk_rope_head_dim}
-    else:
-        d = model.head_dim
-        hkv = kv_heads_per_gpu(model, dep.tp)
-        group = hq / hkv
-        per_head = per_query_head_kernel(dep, group, batch * hkv)
-        # a grouped kernel everywhere (every engine but TensorRT-LLM <= 0.10): no array work here
-        reads, blocks = (1.0, 1.0) if per_head is False else (kv_reads(dep, group, per_head),
-                                                               np.where(per_head, group, 1.0))
-        flops = attention_decode_flops(batch, queries, keys, hq, d)
-
-        def io():
-            kv_read, q_io = attention_decode_bytes(batch, queries, keys, hq, hkv, d, kv, a)
-            return kv_read * reads, q_io  # per-query-head kernels re-read each KV head (kv_reads)
-        # surface axes as the q = 1 decode tables measured them: group = hq / hkv. A verify pass packs
-        # its q g query rows per KV head into tensor-core tiles and stays bound by the same KV read;
-        # the tables' slow large-group decode kernels (g >= 48, ~3x at equal bytes) are a q = 1
-        # kernel choice, so q enters through the roofline FLOPs, not through the group axis. A
-        # per-query-head kernel is an MHA kernel over hq heads: group 1
-        shape = {"batch_heads": batch * hkv * blocks, "head_dim": float(d), "group": group / blocks}
-        if per_head is False:  # the work coordinates of its monotone envelope (physics.monotone)
-            shape |= {"q_heads": hq, "kv_heads": hkv, "kv_elem_bytes": kv, "a_bytes": a, "keys": keys,
-                      "queries": queries, "sequences": batch}
-    # the decode surfaces were measured at q = 1 and price decode and verify passes; a prompt chunk
-    # is a compute-bound prefill kernel they never saw (their efficiency at one sequence is the
-    # latency floor of a tiny decode kernel). A prefill kernel runs, per sequence and KV head, the
-    # GEMMs S = Q K^T (m = q g query rows, n = keys, k = d) and S V: it borrows the GEMM surface at
-    # that shape (MLA prefill: the roofline). One op, one path, chosen by its largest query count: a
-    # caller with chunks on both sides of the limit prices each side apart (serving.pricer)
-    if float(np.max(queries)) <= MAX_DECODE_SURFACE_QUERIES:
-        surface = "mla_decode" if model.attention == "mla" else "attention_decode"
-    elif model.attention != "mla":
-        surface = "gemm"
-        shape = {"m": queries * shape["group"], "n": keys + queries, "k": shape["head_dim"]}
-    else:
-        surface = None
-    return AttentionOp(name, "attention", flops, io, kernels=2, count=count, eff_tokens=batch * queries,
-                       surface=surface, shape={"tokens": batch * queries, "batch": batch, "context": keys + 1.0, **shape},
-                       dtype=dep.kv_dtype)
 
 
 def attention_projection_ops(model: ModelSpec, dep: Deployment, tokens, count: int, prefix: str = "") -> list[Op]:
@@ -169,7 +86,7 @@ def dense_mlp_ops(model: ModelSpec, dep: Deployment, tokens, count: int, width: 
 
 
 def moe_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, count: int, prefix: str = "",
-            batch=None, queries=None, part: str = "all") -> list[Op]:
+            batch=None, queries=None) -> list[Op]:
     """Routed experts (+ router, shared experts, dispatch/combine) of one MoE layer, on the busiest GPU.
 
     ``tokens`` = all T = B q tokens of the step (every attention replica's); ``batch`` / ``queries``
@@ -185,25 +102,17 @@ def moe_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, count: int,
     token-expert pair to the rank owning the expert (a share (ep - 1)/ep leaves the GPU) and gets
     the results back: dispatch and combine all-to-alls of T_r k D a bytes per rank, each
     latency + (ep - 1)/ep x bytes / link bandwidth. Router and shared experts run on the rank's own
-    tokens with the attention group's TP.
-
-    ``part`` (:data:`PASS_PARTS`): "tokens" gives the ops sized by the rank's token count alone (router,
-    shared experts, all-to-alls), ``tokens`` then being that count; "cells" the routed experts alone.
+    tokens with the attention group's TP (:func:`moe_token_ops`; the routed experts: :func:`routed_experts_op`).
     """
     tokens = np.asarray(tokens, dtype=float)
-    if part == "tokens":
-        return _moe_token_ops(model, dep, hw, tokens, count, prefix)
     if batch is None:
         batch, queries = tokens, np.ones_like(tokens)
     local = rank_tokens(dep, batch, queries) if dep.dp_attention else tokens
-    experts = _routed_experts_op(model, dep, tokens, count, prefix, batch, queries)
-    if part == "cells":
-        return [experts]
-    token_ops = _moe_token_ops(model, dep, hw, local, count, prefix)
-    return token_ops[:1] + [experts] + token_ops[1:]
+    token_ops = moe_token_ops(model, dep, hw, local, count, prefix)
+    return token_ops[:1] + [routed_experts_op(model, dep, tokens, count, prefix, batch, queries)] + token_ops[1:]
 
 
-def _moe_token_ops(model: ModelSpec, dep: Deployment, hw: Hardware, local, count: int, prefix: str) -> list[Op]:
+def moe_token_ops(model: ModelSpec, dep: Deployment, hw: Hardware, local, count: int, prefix: str) -> list[Op]:
     """The MoE layer's ops sized by the rank's own ``local`` tokens: router, shared experts, "dp-ep" all-to-alls."""
     w, a, D = DTYPE_BYTES[dep.weight_dtype], DTYPE_BYTES[dep.act_dtype], model.hidden_size
     ops = [gemm(prefix + "moe_router", local, model.num_experts, D, w, a, count)]
@@ -216,7 +125,7 @@ def _moe_token_ops(model: ModelSpec, dep: Deployment, hw: Hardware, local, count
     return ops
 
 
-def _routed_experts_op(model: ModelSpec, dep: Deployment, tokens, count: int, prefix: str, batch, queries) -> Op:
+def routed_experts_op(model: ModelSpec, dep: Deployment, tokens, count: int, prefix: str, batch, queries) -> Op:
     """The routed experts of one MoE layer on the busiest GPU (:func:`moe_ops`)."""
     w_e = DTYPE_BYTES[dep.expert_dtype_for(model)]
     a = DTYPE_BYTES[dep.act_dtype]
@@ -271,26 +180,45 @@ def elementwise_op(model: ModelSpec, dep: Deployment, tokens, count: int, mlp_wi
               kernels=5, count=count, eff_tokens=tokens)
 
 
-# Which ops of a pass a builder gives: all of them; those sized by the busiest attention replica's token
-# count alone ("tokens": the builder's ``batch`` is then that count, whole tokens, priced once per count
-# in a table, simulator.physics.pass_tables); the others ("cells": attention and routed experts, whose
-# price depends on sequences, positions and context, not on the token count alone)
-PASS_PARTS = ("all", "tokens", "cells")
-
-
 def decoder_layers_ops(model: ModelSpec, dep: Deployment, hw: Hardware, batch, queries, context_len: float,
-                       prefix: str = "", layer_counts: tuple[int, int] | None = None, part: str = "all") -> list[Op]:
+                       prefix: str = "", layer_counts: tuple[int, int] | None = None) -> list[Op]:
     """All decoder layers of one pass (dense-MLP and MoE layers, full and sliding attention), per GPU.
 
     Attention, dense MLPs, norms and all-reduces run on the busiest attention replica's sequences
     (all B, or ceil(B / dp) under data-parallel attention) with the attention group's TP; routed
     experts see every replica's tokens (:func:`moe_ops`). All-reduces of T_r D a bytes over the
     attention group: one after attention and one after each MLP / MoE layer; under "dp-ep" the MoE
-    output returns by the combine all-to-all instead. ``part``: :data:`PASS_PARTS`.
+    output returns by the combine all-to-all instead.
     """
+    return _layer_ops(model, dep, hw, (batch, queries, context_len), prefix, layer_counts, "all")
+
+
+# A pass's ops in two parts (simulator.physics.pass_tables): those sized by the busiest attention replica's
+# token count alone, priced once per count in a table ("tokens": the builder's first size is that count,
+# its queries and context unused), and the others, priced per cell ("cells": attention and routed experts).
+# Each part's builder takes the arguments of the whole pass's.
+def decoder_token_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, queries=1.0, context_len=0.0,
+                      prefix: str = "", layer_counts: tuple[int, int] | None = None) -> list[Op]:
+    """The ops of :func:`decoder_layers_ops` sized by the replica's token count, at ``tokens`` tokens."""
+    return _layer_ops(model, dep, hw, (tokens, 1.0, 0.0), prefix, layer_counts, "tokens")
+
+
+def decoder_cell_ops(model: ModelSpec, dep: Deployment, hw: Hardware, batch, queries, context_len: float,
+                     prefix: str = "", layer_counts: tuple[int, int] | None = None) -> list[Op]:
+    """The attention and routed experts of :func:`decoder_layers_ops`."""
+    return _layer_ops(model, dep, hw, (batch, queries, context_len), prefix, layer_counts, "cells")
+
+
+LAYER_PARTS = {"all": decoder_layers_ops, "tokens": decoder_token_ops, "cells": decoder_cell_ops}
+
+
+def _layer_ops(model: ModelSpec, dep: Deployment, hw: Hardware, sizes: tuple, prefix: str,
+               layer_counts: tuple[int, int] | None, part: str) -> list[Op]:
+    """:func:`decoder_layers_ops` at ``sizes`` = (B, q, L), or its ``part`` ("tokens": B is the token count)."""
+    batch, queries, context_len = sizes
     batch = np.asarray(batch, dtype=float)
     adep = attention_deployment(dep)
-    if part == "tokens":  # ``batch`` holds the replica's token counts themselves
+    if part == "tokens":
         tokens = rbatch = None
         rtokens = batch
     else:
@@ -310,9 +238,11 @@ def decoder_layers_ops(model: ModelSpec, dep: Deployment, hw: Hardware, batch, q
                                 prefix + "attention_sliding"))
     if sized and n_dense:
         ops += dense_mlp_ops(model, adep, rtokens, n_dense, model.intermediate_size, prefix)
-    if n_moe:
-        ops += moe_ops(model, dep, hw, rtokens if part == "tokens" else tokens, n_moe, prefix, batch=batch,
-                       queries=queries, part=part)
+    if n_moe and part == "all":
+        ops += moe_ops(model, dep, hw, tokens, n_moe, prefix, batch=batch, queries=queries)
+    elif n_moe:
+        ops += moe_token_ops(model, dep, hw, rtokens, n_moe, prefix) if part == "tokens" else [
+            routed_experts_op(model, dep, tokens, n_moe, prefix, batch, queries)]
     if not sized:
         return ops
     mlp_width = model.intermediate_size if not model.is_moe else model.expert_intermediate_size * model.experts_per_token
@@ -374,15 +304,28 @@ def head_sampling_op(dep: Deployment, tokens, vocab: int, prefix: str = "", logi
 
 
 def forward_ops(model: ModelSpec, dep: Deployment, hw: Hardware, batch, queries, context_len: float,
-                prefix: str = "", logit_bytes=None, part: str = "all", sampling: bool = True) -> list[Op]:
-    """Ops of one full forward pass of ``model`` over q new tokens for each of B sequences (``part``:
-    :data:`PASS_PARTS`; "tokens": ``batch`` is the busiest replica's token count)."""
-    layers = decoder_layers_ops(model, dep, hw, batch, queries, context_len, prefix, part=part)
-    if part == "cells":
-        return layers
-    head_tokens = np.asarray(batch, dtype=float) if part == "tokens" else rank_tokens(dep, batch, queries)
-    return layers + head_ops(model, attention_deployment(dep), hw, head_tokens, model.vocab_size, prefix,
-                             sampling=sampling, logit_bytes=logit_bytes)
+                prefix: str = "", logit_bytes=None) -> list[Op]:
+    """Ops of one full forward pass of ``model`` over q new tokens for each of B sequences."""
+    return decoder_layers_ops(model, dep, hw, batch, queries, context_len, prefix) + \
+        head_ops(model, attention_deployment(dep), hw, rank_tokens(dep, batch, queries), model.vocab_size, prefix,
+                 logit_bytes=logit_bytes)
+
+
+def forward_token_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, queries=1.0, context_len=0.0,
+                      prefix: str = "", logit_bytes=None) -> list[Op]:
+    """The ops of :func:`forward_ops` sized by the replica's token count (the head's included), at ``tokens``."""
+    tokens = np.asarray(tokens, dtype=float)
+    return decoder_token_ops(model, dep, hw, tokens, prefix=prefix) + \
+        head_ops(model, attention_deployment(dep), hw, tokens, model.vocab_size, prefix, logit_bytes=logit_bytes)
+
+
+def forward_cell_ops(model: ModelSpec, dep: Deployment, hw: Hardware, batch, queries, context_len: float,
+                     prefix: str = "", logit_bytes=None) -> list[Op]:
+    """The attention and routed experts of :func:`forward_ops` (its head's ops are all token-sized)."""
+    return decoder_cell_ops(model, dep, hw, batch, queries, context_len, prefix)
+
+
+FORWARD_PARTS = {"all": forward_ops, "tokens": forward_token_ops, "cells": forward_cell_ops}
 
 
 def verify_logit_bytes(dep: Deployment, k):

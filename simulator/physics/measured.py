@@ -101,7 +101,7 @@ def _envelope_s(op: Op, surf, fix, peak: float, bw: float):
     if n.size != 1 or k.size != 1 or not m.size:
         return None
     n, k, w, a = float(n.ravel()[0]), float(k.ravel()[0]), float(shape["w_bytes"]), float(shape["a_bytes"])
-    whole, top = _whole_tokens(m)
+    whole, top = whole_tokens(m)
     if whole is not None and top <= MAX_LATTICE_TOKENS:  # the common case: a table read per cell
         return _gemm_whole_token_table(surf, n, k, w, a, peak, bw, top)[whole]
     covered = (m >= 1) & (m <= MAX_LATTICE_TOKENS)
@@ -153,7 +153,7 @@ def _gemm_whole_token_table(surf, n: float, k: float, w: float, a: float, peak: 
 _RECENT_WHOLE: tuple = ()  # ((token array, its whole-number index or None, its max), ...): the last few asked
 
 
-def _whole_tokens(m: np.ndarray):
+def whole_tokens(m: np.ndarray):
     """(m as an index array, max m) when every m is a whole number >= 1, else (None, 0). The ops of a
     pass share a few size arrays (tokens, sequences), asked in turn, so the last few answers are kept
     (the entries hold their arrays, so an id is never reused while kept; a tuple read: safe across
@@ -178,7 +178,7 @@ def _attention_envelope_s(op: Op, surf, peak: float, bw: float):
         return None
     seqs, keys = (np.asarray(shape[a], dtype=float) for a in ("sequences", "keys"))
     if seqs.ndim and 1 <= keys.size <= MAX_WHOLE_BATCH_CONTEXTS and float(keys.min()) >= 1:
-        whole, top = _whole_tokens(seqs)
+        whole, top = whole_tokens(seqs)
         if whole is not None:  # whole sequences at a few context lengths: a table read per cell
             if keys.size == 1:
                 t_1 = _attention_whole_batch_table(surf, shape, float(keys.ravel()[0]), peak, bw, top)[whole]
@@ -270,7 +270,7 @@ def collective_op_time_s(op: Op, profile: Profile | None):
         return None
     tokens = op.shape.get("tokens")
     if tokens is not None and np.ndim(tokens):
-        whole, top = _whole_tokens(np.asarray(tokens))
+        whole, top = whole_tokens(np.asarray(tokens))
         if whole is not None:  # a message of whole tokens: one table read per cell
             return _collective_whole_token_table(profile.collectives, kind, gpus, op.shape["bytes_per_token"], top)[whole]
     return collective_time_s(profile.collectives, gpus, op.shape["bytes"], op=kind, monotone=True)

@@ -25,8 +25,9 @@ from typing import Callable
 
 import numpy as np
 
-from simulator.physics.layers import (attention_deployment, forward_ops, head_sampling_op, rank_tokens,
-                                      verify_logit_bytes)
+from simulator.physics.layers import (attention_deployment, decoder_token_ops, forward_cell_ops, forward_ops,
+                                      head_ops, head_sampling_op, rank_tokens, verify_logit_bytes)
+from simulator.physics.measured import whole_tokens
 from simulator.physics.operators import PassCost, PassTime, evaluate, pass_time, price_pass
 from simulator.physics.ops import Op
 from simulator.specs.deployment import Deployment
@@ -65,17 +66,6 @@ class PassPlan:
 
 
 _TABLES: dict = {}  # key -> [the profile whose id it holds, table (NaN: not priced yet), launch s, kernels]
-
-
-def _whole_counts(tokens: np.ndarray) -> np.ndarray | None:
-    """``tokens`` as an index array when every count is whole, >= 1 and within a table, else None."""
-    t = np.asarray(tokens, dtype=float)
-    if not t.size:
-        return None
-    index = t.astype(np.intp)
-    if int(index.min()) < 1 or int(index.max()) > MAX_TABLE_TOKENS or not (index == t).all():
-        return None
-    return index
 
 
 def token_table(seg: Segment, plan: PassPlan, hw: Hardware, profile: Profile | None, index: np.ndarray):
@@ -119,12 +109,12 @@ def price_plan(plan: PassPlan, hw: Hardware, profile: Profile | None, shape) -> 
     """The pass's summed time over ``shape``: its segments read from their tables, its per-cell ops priced
     (:func:`pass_time`); the whole op list priced per cell where a segment's counts are not whole or
     exceed :data:`MAX_TABLE_TOKENS`. The per-op detail is made from ``plan.full()`` on first read."""
-    indices = [_whole_counts(seg.tokens) for seg in plan.segments]
-    if any(i is None for i in indices):
+    indices = [whole_tokens(seg.tokens) for seg in plan.segments]  # (index, largest count) or (None, 0)
+    if any(i is None or top > MAX_TABLE_TOKENS for i, top in indices):
         return price_pass(plan.full(), hw, plan.dep, profile, shape)
     cells = pass_time(plan.cells(), hw, plan.dep, profile, shape)
     tokens_s, launch, kernels = 0.0, cells.launch_s, cells.n_kernels
-    for seg, index in zip(plan.segments, indices):
+    for seg, (index, _) in zip(plan.segments, indices):
         seg_s, seg_launch, seg_kernels = token_table(seg, plan, hw, profile, index)
         tokens_s = tokens_s + seg_s  # at the segments' own (smaller) shape, then once onto the cells
         launch, kernels = launch + seg_launch, kernels + seg_kernels
@@ -141,9 +131,16 @@ def verify_plan(model: ModelSpec, dep: Deployment, hw: Hardware, batch, k, conte
     tokens = rank_tokens(dep, batch, queries)
 
     def cells() -> list[Op]:
-        return forward_ops(model, dep, hw, batch, queries, context_len, part="cells") + [
+        return forward_cell_ops(model, dep, hw, batch, queries, context_len) + [
             head_sampling_op(attention_deployment(dep), tokens, model.vocab_size, "", logit_bytes)]
 
-    return PassPlan(dep, (model,), (Segment(("verify",), tokens, lambda t: forward_ops(
-        model, dep, hw, t, 1.0, 0.0, part="tokens", sampling=False)),), cells,
-        lambda: forward_ops(model, dep, hw, batch, queries, context_len, logit_bytes=logit_bytes))
+    return PassPlan(dep, (model,), (Segment(("verify",), tokens, lambda t: verify_token_ops(model, dep, hw, t)),),
+                    cells, lambda: forward_ops(model, dep, hw, batch, queries, context_len, logit_bytes=logit_bytes))
+
+
+def verify_token_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens) -> list[Op]:
+    """The verify pass's token-sized ops at ``tokens`` tokens: every op of the forward pass but attention,
+    routed experts and sampling (:func:`verify_plan` prices those per cell)."""
+    tokens = np.asarray(tokens, dtype=float)
+    return decoder_token_ops(model, dep, hw, tokens) + head_ops(model, attention_deployment(dep), hw, tokens,
+                                                                model.vocab_size, sampling=False)

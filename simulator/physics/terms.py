@@ -9,7 +9,7 @@ L cached keys, T tokens); w, a, kv bytes per weight, activation and KV element.
 * GEMM Y[m, n] = X[m, k] W[k, n]:  F = 2 m n k,  M = n k w + m (n + k) a
 * decode attention (GQA), hq / hkv heads, head dim d:  F = 4 B q (L + (q+1)/2) hq d,
   M = B (L + q) 2 hkv d kv + 2 B q hq d a   (a kernel that re-reads KV per query head multiplies the
-  KV term by its reads: physics/layers.kv_reads)
+  KV term by its reads: physics/attention.kv_reads)
 * absorbed MLA, latent = kv_lora + rope:  F = 2 B q (L + (q+1)/2) hq (2 kv_lora + rope),
   M = B (L + q) latent kv + 2 B q hq latent a
 * routed experts on the busiest GPU, P token-expert pairs and X experts touched there, hidden D,

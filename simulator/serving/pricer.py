@@ -30,7 +30,8 @@ import numpy as np
 from simulator.physics.draft_cost import (DraftSetting, draft_extend_cost, draft_pass_cost, draft_passes,
                                          has_extend_pass)
 from simulator.physics.engine_time import draft_extend_in_graph, host_exposed_s, host_exposed_scalar_s
-from simulator.physics.layers import MAX_DECODE_SURFACE_QUERIES, attention_op, forward_ops, sampling_op
+from simulator.physics.attention import MAX_DECODE_SURFACE_QUERIES, attention_op
+from simulator.physics.layers import forward_ops, sampling_op
 from simulator.physics.operators import pass_time
 from simulator.plan.grid import step_overhead_s
 from simulator.serving.engine import EngineConfig
@@ -235,7 +236,7 @@ class StepPricer:
     def _prefill_pairs_s(self, chunks: np.ndarray, cached: np.ndarray) -> np.ndarray:
         """Each pair on its own kernel's path, whatever is priced beside it: a chunk of up to
         MAX_DECODE_SURFACE_QUERIES tokens as a multi-query decode, a longer one as a prefill kernel
-        (physics.layers.attention_op chooses by the largest chunk it is given)."""
+        (physics.attention.attention_op chooses by the largest chunk it is given)."""
         small = chunks <= MAX_DECODE_SURFACE_QUERIES
         if small.all() or not small.any():
             return self._prefill_group_s(chunks, cached)
