@@ -45,18 +45,17 @@ def schedule_k_index(goodput: np.ndarray, fits: np.ndarray, tolerance: float = S
     nb, nk = goodput.shape[:2]
     cells = goodput.shape[2:]
     g = (goodput if np.all(fits) else np.where(fits, goodput, -np.inf)).reshape(nb, nk, -1)
-    best = g.max(axis=1)  # (nb, nc)
+    best = _max_over_states(g)  # (nb, nc)
     none = ~np.isfinite(best)
     with np.errstate(invalid="ignore", divide="ignore"):
-        rel = np.where(none[:, None, :], 0.0, g / np.where(none, 1.0, best)[:, None, :]) if none.any() \
-            else g / best[:, None, :]
+        rel = g / best[:, None, :]  # NaN (-inf / -inf) where nothing fits: below every tolerance
     # states 0..nk-1 are the K; state nk is "nothing fits", the only state where no K fits. A state's
     # penalty is minus its relative goodput where it is allowed (0 for "nothing fits"), inf where not
     penalty = np.full((nb, nk + 1, rel.shape[2]), np.inf)
     with np.errstate(invalid="ignore"):
-        np.negative(rel, out=penalty[:, :nk], where=(rel >= 1.0 - tolerance) & ~none[:, None, :])
+        np.negative(rel, out=penalty[:, :nk], where=rel >= 1.0 - tolerance)
     penalty[:, nk] = np.where(none, -0.0, np.inf)
-    idx = _backtrack(*_forward(penalty))
+    idx = _solve_column(penalty)[:, None] if penalty.shape[2] == 1 else _backtrack(*_forward(penalty))
     return np.where(idx == nk, -1, idx).reshape((nb,) + cells)
 
 
@@ -69,15 +68,15 @@ def _forward(penalty: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Forward pass of the DP over (i, state, cell), C_i = min(C_{i-1}, min_J C_{i-1}(J) + W) + p_i with
     p_i = -g_i (inf where a state is not allowed): whether each state at i stayed on its K (else it
     switched from the best state at i-1), that best state, and the best state at the end."""
-    keys = _forward_keys(penalty) if penalty.shape[2] == 1 else _forward_keys_cells(penalty)
+    keys = _forward_keys_cells(penalty)
     prev = keys[:-1]
     stayed = np.empty(keys.shape, dtype=bool)  # filled in place: no copies of the (rows, states, cells) arrays
     stayed[0] = False
-    best = prev.min(axis=1, keepdims=True)
-    np.less_equal(prev, np.add(best, RANGE_WEIGHT, out=best), out=stayed[1:])
+    best, at = _min_argmin_over_states(prev)
+    np.less_equal(prev, np.add(best, RANGE_WEIGHT, out=best)[:, None, :], out=stayed[1:])
     source = np.empty(keys.shape[::2], dtype=np.int64)
     source[0] = 0
-    np.argmin(prev, axis=1, out=source[1:])
+    source[1:] = at
     return stayed, source, keys[-1].argmin(axis=0)
 
 
@@ -110,8 +109,8 @@ def _single_state_runs(penalty: np.ndarray) -> list[int]:
     """Per row i: the last row j >= i of a stretch in which every cell allows exactly one state, the
     state its row i - 1 allowed alone; -1 where row i does not continue such a stretch."""
     finite = np.isfinite(penalty)  # (rows, states, cells)
-    one = finite.sum(axis=1) == 1
-    state = np.argmax(finite, axis=1)
+    count, state = _count_and_first(finite)
+    one = count == 1
     cont = np.zeros(len(penalty), dtype=bool)
     cont[1:] = (one[1:] & one[:-1] & (state[1:] == state[:-1])).all(axis=1)
     return _run_ends(cont).tolist()
@@ -125,11 +124,28 @@ def _run_ends(cont: np.ndarray) -> np.ndarray:
     return np.where(cont, ends, -1)
 
 
-def _forward_keys(penalty: np.ndarray) -> np.ndarray:
-    """:func:`_forward_keys_cells` for one cell column, over the allowed states of each row only (a
-    state a row does not allow has key inf there, and a row allows one or two K at most batch sizes): the
-    same IEEE minima and sums as the numpy rows, so the same keys. Where consecutive rows allow one and
-    the same state its key only accumulates the penalties, summed left to right in one call."""
+def _solve_column(penalty: np.ndarray) -> np.ndarray:
+    """The schedule of one cell column, (nb,) states: :func:`_backtrack` of :func:`_forward`, both in
+    Python over the allowed states of each row (:func:`_forward_column`)."""
+    since, source, last = _forward_column(penalty)
+    idx = np.empty(len(since), dtype=np.int64)
+    i, k = len(since) - 1, last
+    while True:
+        r = since[i][k]
+        idx[r:i + 1] = k
+        if r == 0:
+            return idx
+        i, k = r - 1, source[r]
+
+
+def _forward_column(penalty: np.ndarray) -> tuple[list, list, int]:
+    """:func:`_forward` for one cell column over the allowed states of each row only (a state a row
+    does not allow has key inf there, and a row allows one or two K at most batch sizes), in Python
+    floats: the same IEEE minima and sums as the numpy rows, so the same keys, the same stays (a key at
+    most the switch stays, as ``less_equal``) and the same sources (the first state of least key, as
+    ``argmin``). Where consecutive rows allow one and the same state its key only accumulates the
+    penalties, left to right. Returns, per row, each allowed state's range start (the row where it last
+    switched), the state a switch at that row comes from, and the state of least key at the end."""
     pen = penalty[:, :, 0]
     finite = np.isfinite(pen)
     counts = finite.sum(axis=1)
@@ -137,38 +153,41 @@ def _forward_keys(penalty: np.ndarray) -> np.ndarray:
     states = np.nonzero(finite)[1].tolist()  # row-major: each row's allowed states in order
     values = pen[finite].tolist()
     offsets = np.concatenate([[0], np.cumsum(counts)]).tolist()
-    counts = counts.tolist()
-    rows_out, states_out, keys_out = [], [], []
-    prev: dict = {}
-    i = 0
-    while i < len(counts):
-        at, n = offsets[i], counts[i]
-        if i == 0:
-            cur = {st: v + RANGE_WEIGHT for st, v in zip(states[:n], values[:n])}
-        elif run_end[i] >= 0:  # rows i..j keep the one state of row i - 1: key_r = key_{r-1} + pen_r
-            j = run_end[i]
-            (st, k0), = prev.items()
-            run = np.add.accumulate(np.array([k0] + values[at:offsets[j + 1]])).tolist()[1:]
-            rows_out += range(i, j + 1)
-            states_out += [st] * len(run)
-            keys_out += run
-            prev = {st: run[-1]}
+    pairs = list(zip(states, values))
+    nb = len(offsets) - 1
+    keys: list = [None] * nb
+    since: list = [None] * nb
+    source = [0] * nb
+    keys[0] = {st: v + RANGE_WEIGHT for st, v in pairs[:offsets[1]]}
+    since[0] = dict.fromkeys(keys[0], 0)
+    inf = float("inf")
+    i = 1
+    while i < nb:
+        prev, prev_since = keys[i - 1], since[i - 1]
+        j = run_end[i]
+        if j >= 0:  # rows i..j keep the one state of row i - 1: key_r = key_{r-1} + pen_r
+            (st, key), = prev.items()
+            for v in values[offsets[i]:offsets[j + 1]]:
+                key += v
+            # the rows inside the stretch are read back only through their range's first row
+            keys[j], since[j], source[i:j + 1] = {st: key}, prev_since, [st] * (j + 1 - i)
             i = j + 1
             continue
-        else:
-            switch = min(prev.values()) + RANGE_WEIGHT
-            cur = {}
-            for st, v in zip(states[at:at + n], values[at:at + n]):
-                k = prev.get(st, switch)
-                cur[st] = (k if k < switch else switch) + v
-        rows_out += [i] * n
-        states_out += list(cur)
-        keys_out += list(cur.values())
-        prev = cur
+        least = inf
+        for st, k in prev.items():  # the first state of least key (dict order: ascending states)
+            if k < least:
+                src, least = st, k
+        switch = least + RANGE_WEIGHT
+        cur, cur_since = {}, {}
+        for st, v in pairs[offsets[i]:offsets[i + 1]]:
+            k = prev.get(st, inf)
+            if k <= switch:  # stays (a tie stays: the same key either way)
+                cur[st], cur_since[st] = k + v, prev_since[st]
+            else:
+                cur[st], cur_since[st] = switch + v, i
+        keys[i], since[i], source[i] = cur, cur_since, src
         i += 1
-    keys = np.full(pen.shape, np.inf)
-    keys[rows_out, states_out] = keys_out
-    return keys[:, :, None]
+    return since, source, min(keys[-1], key=keys[-1].get)
 
 
 def _backtrack(stayed: np.ndarray, source: np.ndarray, last: np.ndarray) -> np.ndarray:
@@ -187,6 +206,47 @@ def _backtrack(stayed: np.ndarray, source: np.ndarray, last: np.ndarray) -> np.n
                 break
             i, k = r - 1, int(source[r, c])
     return idx
+
+
+# numpy reduces over the middle axis of a (rows, states, cells) array several times slower than it
+# combines its (rows, cells) slices, and a row allows few states: the helpers below go slice by slice
+
+def _max_over_states(a: np.ndarray) -> np.ndarray:
+    """``a.max(axis=1)``, the same values (a maximum rounds nothing; NaN propagates alike)."""
+    if a.shape[2] == 1:  # one cell: the states are the last axis in memory, one reduction is faster
+        return a.max(axis=1)
+    out = a[:, 0].copy()
+    for s in range(1, a.shape[1]):
+        np.maximum(out, a[:, s], out=out)
+    return out
+
+
+def _min_argmin_over_states(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(``a.min(axis=1)``, ``a.argmin(axis=1)``) of an array without NaN: the first state on ties."""
+    if a.shape[2] == 1:
+        return a.min(axis=1), a.argmin(axis=1)
+    low = a[:, 0].copy()
+    at = np.zeros(low.shape, dtype=np.int64)
+    for s in range(1, a.shape[1]):
+        col = a[:, s]
+        below = col < low
+        np.copyto(low, col, where=below)
+        np.copyto(at, s, where=below)
+    return low, at
+
+
+def _count_and_first(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(``mask.sum(axis=1)``, ``mask.argmax(axis=1)``) of a boolean array: True states per (row, cell)
+    and the first of them (0 where none is)."""
+    if mask.shape[2] == 1:
+        return mask.sum(axis=1), mask.argmax(axis=1)
+    count = np.zeros(mask[:, 0].shape, dtype=np.int64)
+    first = np.zeros(mask[:, 0].shape, dtype=np.int64)
+    for s in range(mask.shape[1] - 1, -1, -1):
+        col = mask[:, s]
+        count += col
+        np.copyto(first, s, where=col)
+    return count, first
 
 
 def schedule_ranges(k_index: np.ndarray) -> int:
