@@ -13,7 +13,7 @@ from simulator.physics.attention import attention_op
 from simulator.physics.experts import busiest_group_load, experts_touched_correlated
 from simulator.physics.fabric import allgather_s, allreduce_fabric_s, alltoall_s, node_split
 from simulator.physics.operators import StepCost, evaluate
-from simulator.physics.ops import GemmOp, Op
+from simulator.physics.ops import GemmOp, Op, array_key, share_op
 from simulator.physics.terms import gemm_terms, moe_expert_terms
 from simulator.specs.deployment import Deployment, kv_heads_per_gpu, sliding_layers
 from simulator.specs.hardware import DTYPE_BYTES, Hardware
@@ -109,7 +109,26 @@ def moe_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, count: int,
         batch, queries = tokens, np.ones_like(tokens)
     local = rank_tokens(dep, batch, queries) if dep.dp_attention else tokens
     token_ops = moe_token_ops(model, dep, hw, local, count, prefix)
-    return token_ops[:1] + [routed_experts_op(model, dep, tokens, count, prefix, batch, queries)] + token_ops[1:]
+    return token_ops[:1] + [_routed_experts(model, dep, tokens, count, prefix, batch, queries)] + token_ops[1:]
+
+
+# A layer's attention and routed experts as the verify pass and a draft head's extend pass both build them
+# (simulator.physics.ops.share_op: built and priced once inside a scope of shared ops)
+def _attention(model: ModelSpec, dep: Deployment, adep: Deployment, sizes: tuple, count: int, window, name: str) -> Op:
+    """:func:`attention_op` under ``adep``, the attention deployment of ``dep`` (which keys it: ``adep`` may be
+    made anew for each pass), at ``sizes`` = (B of the replica, q, L)."""
+    batch, queries, context_len = sizes
+    return share_op(lambda: attention_op(model, adep, batch, queries, context_len, count, window, name), count, name,
+                    lambda: (("attention", id(model), id(dep), array_key(batch), array_key(queries),
+                              array_key(context_len), window), (model, dep)))
+
+
+def _routed_experts(model: ModelSpec, dep: Deployment, tokens, count: int, prefix: str, batch, queries) -> Op:
+    """:func:`routed_experts_op`, shared by its inputs (``tokens`` by value too: callers size it themselves)."""
+    return share_op(lambda: routed_experts_op(model, dep, tokens, count, prefix, batch, queries), count,
+                    prefix + "moe_experts",
+                    lambda: (("moe_experts", id(model), id(dep), array_key(tokens), array_key(batch),
+                              array_key(queries)), (model, dep)))
 
 
 def moe_token_ops(model: ModelSpec, dep: Deployment, hw: Hardware, local, count: int, prefix: str) -> list[Op]:
@@ -232,17 +251,18 @@ def _layer_ops(model: ModelSpec, dep: Deployment, hw: Hardware, sizes: tuple, pr
     n_sliding = sliding_layers(model, None if layer_counts is None else n_layers)
     ops = attention_projection_ops(model, adep, rtokens, n_layers, prefix) if sized else []
     if cells and n_layers - n_sliding:
-        ops.append(attention_op(model, adep, rbatch, queries, context_len, n_layers - n_sliding, None, prefix + "attention"))
+        ops.append(_attention(model, dep, adep, (rbatch, queries, context_len), n_layers - n_sliding, None,
+                              prefix + "attention"))
     if cells and n_sliding:
-        ops.append(attention_op(model, adep, rbatch, queries, context_len, n_sliding, model.sliding_window,
-                                prefix + "attention_sliding"))
+        ops.append(_attention(model, dep, adep, (rbatch, queries, context_len), n_sliding, model.sliding_window,
+                              prefix + "attention_sliding"))
     if sized and n_dense:
         ops += dense_mlp_ops(model, adep, rtokens, n_dense, model.intermediate_size, prefix)
     if n_moe and part == "all":
         ops += moe_ops(model, dep, hw, tokens, n_moe, prefix, batch=batch, queries=queries)
     elif n_moe:
         ops += moe_token_ops(model, dep, hw, rtokens, n_moe, prefix) if part == "tokens" else [
-            routed_experts_op(model, dep, tokens, n_moe, prefix, batch, queries)]
+            _routed_experts(model, dep, tokens, n_moe, prefix, batch, queries)]
     if not sized:
         return ops
     mlp_width = model.intermediate_size if not model.is_moe else model.expert_intermediate_size * model.experts_per_token

@@ -36,7 +36,7 @@ from simulator.specs.deployment import Deployment
 from simulator.specs.hardware import Hardware
 from simulator.specs.profile import Profile
 from simulator.physics.measured import collective_op_time_s, surface_op_time_s
-from simulator.physics.ops import AttentionOp, GemmOp, Op  # noqa: F401 (the operators it prices; re-exported)
+from simulator.physics.ops import AttentionOp, GemmOp, Op, shared_scope  # noqa: F401 (the operators it prices; re-exported)
 
 
 @dataclass
@@ -120,6 +120,20 @@ def _instance_s(op: Op, profile: Profile | None, engine: str, peak: float, bw: f
     return np.maximum(*parts), False, parts
 
 
+def _shared_instance_s(scope: dict, op: Op, hw: Hardware, dep: Deployment, profile: Profile | None, peak: float,
+                       bw: float):
+    """:func:`_instance_s` of an op shared in a scope (simulator.physics.ops.share_op), priced once per device,
+    deployment and profile there; the name is part of the key only where a fitted profile reads
+    efficiency by op name."""
+    key = ("priced", op.recipe, id(hw), id(dep), id(profile),
+           op.name if profile is not None and not profile.surfaces else "")
+    hit = scope.get(key)
+    if hit is None:
+        hit = scope[key] = _instance_s(op, profile, dep.kernels.engine, peak, bw)
+        scope["keep"].append((hw, dep, profile))
+    return hit
+
+
 def _device_terms(hw: Hardware, dep: Deployment, profile: Profile | None) -> tuple[float, float, float, float]:
     """(peak FLOP/s, HBM bytes/s, launch s per kernel, engine scale) the ops of a pass are priced with."""
     tau = profile.launch_overhead_s if profile else hw.launch_overhead_s
@@ -145,8 +159,10 @@ def pass_time(ops: list[Op], hw: Hardware, dep: Deployment, profile: Profile | N
     peak, bw, tau, scale = _device_terms(hw, dep, profile)
     by_shape: dict[tuple, np.ndarray] = {}
     launch, kernels = 0.0, 0.0
+    scope = shared_scope()
     for op in ops:
-        t, measured, parts = _instance_s(op, profile, dep.kernels.engine, peak, bw)
+        t, measured, parts = _instance_s(op, profile, dep.kernels.engine, peak, bw) if scope is None or \
+            op.recipe is None else _shared_instance_s(scope, op, hw, dep, profile, peak, bw)
         if instances is not None:
             instances.append((t, measured, parts))
         s = 1.0 if op.comm_s is not None else scale

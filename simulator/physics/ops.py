@@ -4,6 +4,9 @@ reads it at (:class:`Op`); a GEMM's FLOPs and bytes and decode attention's bytes
 :mod:`simulator.physics.measured` reads their shapes."""
 from __future__ import annotations
 
+import copy
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,6 +29,7 @@ class Op:
     dtype: str = "bf16"  # which dtype's surface prices it
     collective: tuple[str, int] | None = None  # (kind, GPUs) of a communication op; shape["bytes"] = message
     fabric_s: np.ndarray | float = 0.0  # inter-node stage added to the node's collective (physics/fabric.py)
+    recipe: tuple | None = None  # what built it, inside a scope of shared ops (:func:`share_op`)
 
     def cells_shape(self) -> tuple:
         """The grid shape the op's size varies over."""
@@ -107,3 +111,52 @@ class AttentionOp(Op):
 
     def cells_shape(self) -> tuple:
         return np.shape(self.flops)  # the bytes vary over the same B, q and L
+
+
+# --- ops built and priced once per scope -------------------------------------------------------------
+# A grid's verify pass and a draft head's extend pass run the target's own layer over the same B, K + 1
+# and L: inside :func:`shared_ops`, the second asks for the attention and routed experts the first built
+# (a copy with its own count and name) and reads the price the first paid (operators.pass_time).
+
+_SHARED: ContextVar = ContextVar("shared_ops", default=None)
+
+
+@contextmanager
+def shared_ops():
+    """A scope in which an op built from the same inputs is built and priced once (one per context: a
+    dashboard's sessions run in threads of their own)."""
+    token = _SHARED.set({"keep": []})
+    try:
+        yield
+    finally:
+        _SHARED.reset(token)
+
+
+def shared_scope() -> dict | None:
+    """The current scope's ops and prices by key (None outside :func:`shared_ops`)."""
+    return _SHARED.get()
+
+
+def array_key(x) -> tuple:
+    """An array's value as part of a key: dtype, shape and bytes."""
+    a = np.asarray(x)
+    return a.dtype.str, a.shape, a.tobytes()
+
+
+def share_op(build, count: float, name: str, inputs) -> Op:
+    """``build()``, an op of ``count`` instances named ``name``; inside :func:`shared_ops`, an op an earlier
+    call built from the same ``inputs()`` (objects by identity, kept alive for the scope; arrays by
+    :func:`array_key`) is copied with this count and name instead: the same op, its arrays shared."""
+    scope = _SHARED.get()
+    if scope is None:
+        return build()
+    key, keep = inputs()
+    proto = scope.get(key)
+    if proto is None:
+        proto = scope[key] = build()
+        proto.recipe = key
+        scope["keep"].append(keep)
+        return proto
+    op = copy.copy(proto)
+    op.count, op.name = count, name
+    return op

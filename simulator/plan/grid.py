@@ -27,6 +27,7 @@ import numpy as np
 from simulator.plan.acceptance_risk import banded_acceptance_lengths, k_at_each_rate_set, robust_score
 from simulator.physics.memory import step_memory_bytes
 from simulator.physics.operators import PassCost, StepCost, price_pass
+from simulator.physics.ops import shared_ops
 from simulator.physics.pass_tables import price_plan, verify_plan
 from simulator.physics.draft_cost import DraftSetting, draft_costs
 from simulator.physics.engine_time import (draft_extend_in_graph, draft_in_graph, host_exposed_s, pass_time_s,
@@ -303,8 +304,9 @@ def evaluate_grid(scenario, batch_sizes=None, ks=None, context_lens=None) -> Gri
 def _evaluate(sc, b, k, c) -> Grid:
     """Every term of the grid over (B, K, L) arrays: shapes (n_batch, n_k, n_ctx)."""
     B, K, C = b[:, None, None], k[None, :, None], c[None, None, :]
-    verify, verify_context = verify_over_context(sc, B, K, C)
-    draft_pass, passes, extend = draft_costs(DraftSetting.of(sc), B, K, C)
+    with shared_ops():  # a draft head's extend pass reads the verify pass's attention and experts
+        verify, verify_context = verify_over_context(sc, B, K, C)
+        draft_pass, passes, extend = draft_costs(DraftSetting.of(sc), B, K, C)
     verify_s, draft_step_s, in_graph, host_s = engine_pass_times(sc, B, K, verify, draft_pass, passes, extend,
                                                                  verify_context)
     verify_s, draft_step_s, overhead = with_deployment_fit(
