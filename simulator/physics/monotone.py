@@ -118,6 +118,10 @@ def lattice_time_s(lattice, x) -> np.ndarray:
 
 def lattice_interp(t: np.ndarray, log_x: np.ndarray, y: np.ndarray, qx, qy) -> np.ndarray:
     """Bilinear interpolation of lattice ``t`` [len(log_x), len(y)] at (log2 qx, qy), clamped."""
+    qx, qy = np.asarray(qx, dtype=float), np.asarray(qy, dtype=float)
+    if qx.size == 1 and qy.size == 1:  # one point (a serving step's prompt chunk): Python floats
+        return np.full(np.broadcast_shapes(qx.shape, qy.shape), _lattice_point(t, log_x, y, qx, qy))
+
     def locate(g, v):
         v = np.clip(v, g[0], g[-1])
         i = np.clip(np.searchsorted(g, v, side="right") - 1, 0, g.size - 2)
@@ -127,6 +131,20 @@ def lattice_interp(t: np.ndarray, log_x: np.ndarray, y: np.ndarray, qx, qy) -> n
     j, fy = locate(y, np.asarray(qy, dtype=float))
     return ((1 - fx) * ((1 - fy) * t[i, j] + fy * t[i, j + 1])
             + fx * ((1 - fy) * t[i + 1, j] + fy * t[i + 1, j + 1]))
+
+
+def _lattice_point(t: np.ndarray, log_x: np.ndarray, y: np.ndarray, qx: np.ndarray, qy: np.ndarray) -> float:
+    """:func:`lattice_interp` at one point: the same IEEE operations in the same order on Python floats
+    (numpy's own log2), where the array path's calls cost more than its arithmetic."""
+    def locate(g, v):
+        v = min(max(v, g.item(0)), g.item(-1))
+        i = min(max(int(np.searchsorted(g, v, side="right")) - 1, 0), g.size - 2)
+        return i, (v - g.item(i)) / (g.item(i + 1) - g.item(i))
+
+    i, fx = locate(log_x, np.log2(np.maximum(qx.reshape(-1), 1e-300)).item(0))
+    j, fy = locate(y, qy.item(0) if qy.ndim else qy.item())
+    return ((1 - fx) * ((1 - fy) * t.item(i, j) + fy * t.item(i, j + 1))
+            + fx * ((1 - fy) * t.item(i + 1, j) + fy * t.item(i + 1, j + 1)))
 
 
 def moe_lattice_s(surface, correction, shape: dict, top_tokens: float, top_queries: float, peak: float, bw: float):

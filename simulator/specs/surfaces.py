@@ -20,6 +20,7 @@ A collective table (``profile["collectives"]["all_reduce"]["8"]``) holds ``alpha
 """
 from __future__ import annotations
 
+from bisect import bisect_right
 from typing import Mapping, Sequence
 
 import numpy as np
@@ -32,7 +33,7 @@ __all__ = ["Surface", "ShapeCorrection", "collective_time_s"]
 class Surface:
     """An N-D efficiency grid, interpolated linearly in log2(axis), clamped at the ends."""
 
-    __slots__ = ("axes", "log_grid", "values", "_strides", "_slices", "_by_integer", "envelopes")
+    __slots__ = ("axes", "log_grid", "values", "_strides", "_slices", "_by_integer", "envelopes", "_point")
 
     def __init__(self, axes: Sequence[str], grid: Sequence[Sequence[float]], efficiency) -> None:
         self.axes = tuple(axes)
@@ -49,6 +50,7 @@ class Surface:
         self._slices: dict = {}
         self._by_integer = np.empty(0)  # one-axis surfaces: value at x = 0, 1, 2, ... (token counts)
         self.envelopes: dict = {}  # the planner's monotone time envelopes over this surface (cache)
+        self._point = None  # (grids, values) as Python lists, for one-point queries (_at_one_point)
 
     @classmethod
     def from_dict(cls, d: Mapping) -> "Surface":
@@ -123,11 +125,13 @@ class Surface:
             lx = np.log2(np.maximum(x, 1e-300))
             return np.interp(lx, self.log_grid[0], self.values) if self.log_grid[0].size > 1 \
                 else np.full(arrays[0].shape, float(self.values[0]))
+        shape = np.broadcast_shapes(*(x.shape for x in arrays))
+        if all(x.size == 1 for x in arrays):  # one point (a serving step's prompt chunk): Python floats
+            return np.full(shape, self._at_one_point(arrays))
         # locate each axis on its own (un-broadcast) values, then combine the 2^n cell corners: corner c
         # (bit d set: the upper node on axis d) weighs prod_d (f_d or 1 - f_d), multiplied in axis order,
         # and the corners are summed in the order of c; the weights and flat offsets of the corners are
         # built a level (an axis) at a time, so a corner shares the products of the axes before it
-        shape = np.broadcast_shapes(*(x.shape for x in arrays))
         flat = self.values.ravel()
         corners = [(None, 0)]  # (weight so far, None for 1.0; flat offset so far), in corner order
         for g, x, stride in zip(self.log_grid, arrays, self._strides.tolist()):
@@ -140,6 +144,30 @@ class Surface:
             corners = [(lower if w is None else w * lower, lin + base) for w, lin in corners] + \
                       [(f if w is None else w * f, lin + upper) for w, lin in corners]
         out = np.zeros(shape)
+        for w, lin in corners:
+            out += (1.0 if w is None else w) * flat[lin]
+        return out
+
+    def _at_one_point(self, arrays: list) -> float:
+        """:meth:`__call__` at one point (every axis one value), the same IEEE operations in the same
+        order on Python floats (numpy's own log2, per axis): a call's array work costs more than its
+        arithmetic there."""
+        if self._point is None:
+            self._point = ([g.tolist() for g in self.log_grid], self.values.ravel().tolist())
+        grids, flat = self._point
+        logs = np.log2(np.maximum(np.concatenate([x.ravel() for x in arrays]), 1e-300)).tolist()
+        corners = [(None, 0)]
+        for g, lx, stride in zip(grids, logs, self._strides.tolist()):
+            if len(g) == 1:
+                continue  # one node: offset 0, no upper corner (as _locate and the array path)
+            lx = min(max(lx, g[0]), g[-1])
+            i = min(max(bisect_right(g, lx) - 1, 0), len(g) - 2)
+            lo = g[i]
+            f = (lx - lo) / (g[i + 1] - lo)
+            base, lower = i * stride, 1.0 - f
+            corners = [(lower if w is None else w * lower, lin + base) for w, lin in corners] + \
+                      [(f if w is None else w * f, lin + base + stride) for w, lin in corners]
+        out = 0.0
         for w, lin in corners:
             out += (1.0 if w is None else w) * flat[lin]
         return out
