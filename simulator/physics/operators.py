@@ -36,7 +36,8 @@ from simulator.specs.deployment import Deployment
 from simulator.specs.hardware import Hardware
 from simulator.specs.profile import Profile
 from simulator.physics.measured import collective_op_time_s, surface_op_time_s
-from simulator.physics.ops import AttentionOp, GemmOp, Op, shared_scope  # noqa: F401 (the operators it prices; re-exported)
+# the operators it prices (re-exported), and the scope in which shared ones are priced once
+from simulator.physics.ops import AttentionOp, GemmOp, Op, shared_scope  # noqa: F401
 
 
 @dataclass

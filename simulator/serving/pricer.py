@@ -31,7 +31,7 @@ from simulator.physics.draft_cost import (DraftSetting, draft_extend_cost, draft
                                          has_extend_pass)
 from simulator.physics.engine_time import draft_extend_in_graph, host_exposed_s, host_exposed_scalar_s
 from simulator.physics.attention import MAX_DECODE_SURFACE_QUERIES, attention_op
-from simulator.physics.layers import forward_ops, sampling_op
+from simulator.physics.layers import decoder_cell_ops, forward_ops, sampling_op
 from simulator.physics.operators import pass_time
 from simulator.plan.grid import step_overhead_s
 from simulator.serving.engine import EngineConfig
@@ -165,8 +165,9 @@ class StepPricer:
         sc, b_top, k_max = self.sc, self.b_top, self.k_max
         B = np.arange(1, b_top + 1, dtype=float)[:, None, None]
         q = np.arange(1, k_max + 2, dtype=float)[None, :, None]
-        ops = [o for o in forward_ops(sc.model, sc.deployment, sc.hardware, B, q, self.ctx[new_attn][None, None, :])
-               if o.family == "attention"]
+        # the attention of the pass's per-cell ops (the same ops forward_ops builds, without its token ops)
+        L = self.ctx[new_attn][None, None, :]
+        ops = [o for o in decoder_cell_ops(sc.model, sc.deployment, sc.hardware, B, q, L) if o.family == "attention"]
         self.attn[:, :, new_attn] = pass_time(ops, sc.hardware, sc.deployment, sc.profile,
                                               (b_top, k_max + 1, len(new_attn))).total_s
         for j in new_attn:
