@@ -222,11 +222,53 @@ def test_bracket_orders_its_runs_by_the_far_end_forecast(far_meets, threshold, w
     assert (lo, hi, tried) == want
 
 
+
+@pytest.mark.parametrize("threshold, want", [
+    (3.0, (2.0, 4.0, [2.0, 4.0])),  # the step up passes: the first load is not run (2 runs, was 3)
+    (5.0, (4.0, 8.0, [2.0, 4.0, 64.0, 8.0])),  # on up as without it, the far end at 4 unchanged
+    (1.5, (1.0, 2.0, [2.0, 1.0])),  # the step up fails: the first load next, the same 2 runs
+    (0.7, (0.5, 1.0, [2.0, 1.0, 0.5])),  # fails at the first load too: one run more than without it
+])
+def test_a_transient_run_steps_up_first_and_ends_at_the_same_bracket(threshold, want):
+    # hand, as above (loads pass iff <= threshold, first load 1, resolution 2, the far end forecast to
+    # fail): every case ends at the (lo, hi) of the plain walk: 2 / 4, 4 / 8, 1 / 2, 1/2 / 1
+    from simulator.sizing.search import _bracket
+    tried = []
+
+    def trial(load):
+        if load not in tried:
+            tried.append(load)
+        return load <= threshold, {"load": load}, [] if load <= threshold else ["over"]
+
+    lo, lo_sum, hi, _ = _bracket(trial, 1.0, 2.0, False, 10**6, lambda load: False, step_up_first=True)
+    assert (lo, hi, tried) == want and lo_sum["load"] == lo
+    tried.clear()
+    assert _bracket(trial, 1.0, 2.0, False, 10**6, lambda load: False)[::2] == want[:2]  # the plain walk's
+
+
+def test_a_run_shorter_than_two_lifetimes_is_transient(dense):
+    # hand: lambda(B) = B / 2 s (a request lives L = 2 s at every batch size): at 10 req/s the steady
+    # state decodes B = 20 sequences; 39 requests arrive in 3.9 s < 2 L: transient; 40 cover 2 lifetimes: not
+    from simulator.serving.steady import SteadyState
+    from simulator.sizing.search import TRANSIENT_LIFETIMES, first_load, requests_for, transient_run
+    b = np.arange(1.0, 65.0)
+    one = np.ones(b.size)
+    st = SteadyState(b, one, one, one, one * 0.0, b / 2.0, one, 64, 100.0)
+    assert st.batch_at_rate(10.0) == 20.0 and st.batch_at_rate(9.9) == 20.0 and st.batch_at_rate(99.0) == 64.0
+    assert TRANSIENT_LIFETIMES == 2.0
+    assert transient_run(st, 10.0, 39) and not transient_run(st, 10.0, 40) and not transient_run(None, 10.0, 1)
+    # the bundled sizing's runs cover four lifetimes by default (requests_for): not transient there
+    sc, spec = dense
+    csc = candidate_scenario(sc, Candidate("h100-sxm", 8))
+    x, start, steady = first_load(csc, "dsd", spec, memory_fit(csc, sum(traffic_lengths(sc)))["max_seqs"])
+    assert start == "steady state" and not transient_run(steady, x, requests_for(csc, spec, "rate", x))
+
 def test_burst_forecast_matches_the_simulated_burst():
     """Short runs (the bench sweep's: 20-60 requests over 2 s, resolution 2) of Command A on 8 x H200, chat
     512 / 100, plain: the walk's far end, 64 x the steady-state rate, is a burst of 60 requests; the forecast
     says it meets the SLOs, the simulation agrees, and the search answers with that one run, as the walk
-    would. On 4 x H200 the forecast says it misses: the search walks, with the walk's answer."""
+    would. On 4 x H200 the forecast says it misses: the search walks, with the walk's answer, from the walk's
+    first step up (the runs cover less than two request lifetimes: transient_run)."""
     from simulator.sizing.search import MAX_EXPANSIONS, _bracket, _Trials, burst_meets, first_load
     from simulator.specs.scenario import build_scenario, read_scenario_file
     raw = read_scenario_file("sizing-dense-command-a")
@@ -245,7 +287,7 @@ def test_burst_forecast_matches_the_simulated_burst():
         if meets:
             assert (s.capacity, len(s.points), s.points[0]["meets"]) == (far, 1, True)
         else:
-            assert far not in [p["load"] for p in s.points[:3]]
+            assert s.points[0]["load"] == 2.0 * x and far not in [p["load"] for p in s.points[:2]]
 
 
 def test_pricer_is_reused_across_loads(dense):

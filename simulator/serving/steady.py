@@ -60,6 +60,12 @@ class SteadyState:
         ok = tpot <= tpot_limit_s if tpot_limit_s is not None else np.ones(len(tpot), dtype=bool)
         return int(self.batch[ok].max()) if ok.any() else 0
 
+    def batch_at_rate(self, rate: float) -> float:
+        """Sequences decoding at once in the steady state at ``rate``: the smallest B whose lambda(B) reaches
+        it (B_max when none does)."""
+        ok = np.isfinite(self.rate) & (self.rate >= rate)
+        return float(self.batch[ok][0]) if ok.any() else float(self.b_max)
+
     def burst_latency(self, n_requests: int) -> tuple[float, float]:
         """(TTFT of the 99th-percentile request, mean TPOT) when ``n_requests`` arrive at once: a run at a
         load far above the sustainable one, whose arrivals span less than a request's lifetime.

@@ -264,12 +264,29 @@ def _walk(x0: float, rho: float, up: bool, integer: bool, max_seqs: int) -> list
         x, factor = nxt, min(factor * factor, 2.0)
 
 
-def _bracket(trial: _Trials, x: float, rho: float, integer: bool, max_seqs: int, forecast=None):
+# A run whose arrivals cover fewer request lifetimes than this ends before it reaches its steady state
+TRANSIENT_LIFETIMES = 2.0
+
+
+def transient_run(st: SteadyState | None, load: float, n_requests: int) -> bool:
+    """Whether a run of ``n_requests`` arriving at ``load`` (a rate) ends before it reaches its steady
+    state: its arrivals span n / lambda seconds, a request's lifetime is L = B / lambda (Little's law, B
+    the steady state's sequences decoding at once), so they cover n / B lifetimes. Below
+    :data:`TRANSIENT_LIFETIMES` the run's batch never builds up to B, nor its TPOT to the steady state's,
+    and its capacity lies above the steady state's: the search runs the next load up first (:func:`_bracket`).
+    Runs sized as :func:`requests_for` sizes them by default (four lifetimes) are not transient."""
+    return st is not None and n_requests < TRANSIENT_LIFETIMES * st.batch_at_rate(load)
+
+
+def _bracket(trial: _Trials, x: float, rho: float, integer: bool, max_seqs: int, forecast=None,
+             step_up_first: bool = False):
     """From the first load, step up while the SLOs hold and down while they fail (:func:`_walk`) until a
     pass and a fail are found or the walk ends: (lo, lo summary, hi, violations at hi). When the
     walk has gone a factor 2 from the first load without a change, the first load was a poor estimate and
     the walk's far end is tried next: if it agrees too, every load between does (the search assumes pass /
     fail monotone in load) and the walk would have ended there, so it ends there at once.
+    ``step_up_first`` (:func:`transient_run`): the walk's first load up is run before the first load; when
+    it meets the SLOs so does the first load, which is not run.
 
     ``forecast(load)``, whether a run at the far end of the walk up is forecast to meet the SLOs
     (:func:`burst_meets`; None: no forecast): True tries that end first (one run answers when it passes:
@@ -281,7 +298,8 @@ def _bracket(trial: _Trials, x: float, rho: float, integer: bool, max_seqs: int,
         ok, summary, _ = trial(up[-1])
         if ok:
             return up[-1], summary, None, []
-    ok0, summary, bad = trial(x)
+    stepped = bool(step_up_first and up and trial(up[0])[0])  # a pass there: the first load passes too
+    ok0, summary, bad = (True, None, []) if stepped else trial(x)
     lo, lo_sum, hi, last_bad = (x, summary, None, []) if ok0 else (None, None, x, bad)
     path = up if ok0 else _walk(x, rho, False, integer, max_seqs)
     probed = False
@@ -291,7 +309,7 @@ def _bracket(trial: _Trials, x: float, rho: float, integer: bool, max_seqs: int,
             probed = True
             if trial(path[-1])[0] == ok0:
                 nxt = path[-1]
-        ok, summary, bad = trial(nxt)  # the far end, tried already, comes from the trials' cache
+        ok, summary, bad = trial(nxt)  # the far end (and a first step up), tried already, come from the cache
         if ok:
             lo, lo_sum = nxt, summary
         else:
@@ -334,7 +352,8 @@ def search_capacity(sc: Scenario, policy: str, spec: SizingSpec, max_seqs: int, 
             return Search(cand, policy, 0.0, None, trial.points, True,
                           f"misses the SLOs even at {_fmt(x_try)} {spec.load_unit} (batch 1 misses the TPOT limit"
                           f" in the steady state): {'; '.join(bad)}", sc.cost_source, rho, start)
-    lo, lo_sum, hi, last_bad = _bracket(trial, x, rho, integer, max_seqs, forecast)
+    transient = forecast is not None and transient_run(st, x, requests_for(sc, spec, "rate", x))
+    lo, lo_sum, hi, last_bad = _bracket(trial, x, rho, integer, max_seqs, forecast, transient)
     if lo is None:
         return Search(cand, policy, 0.0, None, trial.points, True,
                       f"misses the SLOs even at {_fmt(hi)} {spec.load_unit}: {'; '.join(last_bad)}", sc.cost_source,
