@@ -141,8 +141,8 @@ def _lattice_point(t: np.ndarray, log_x: np.ndarray, y: np.ndarray, qx: np.ndarr
         i = min(max(int(np.searchsorted(g, v, side="right")) - 1, 0), g.size - 2)
         return i, (v - g.item(i)) / (g.item(i + 1) - g.item(i))
 
-    i, fx = locate(log_x, np.log2(np.maximum(qx.reshape(-1), 1e-300)).item(0))
-    j, fy = locate(y, qy.item(0) if qy.ndim else qy.item())
+    i, fx = locate(log_x, np.log2(np.maximum(qx, 1e-300)).item(0))
+    j, fy = locate(y, qy.item(0))
     return ((1 - fx) * ((1 - fy) * t.item(i, j) + fy * t.item(i, j + 1))
             + fx * ((1 - fy) * t.item(i + 1, j) + fy * t.item(i + 1, j + 1)))
 

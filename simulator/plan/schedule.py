@@ -86,7 +86,7 @@ def _forward_keys_cells(penalty: np.ndarray) -> np.ndarray:
     key is its row's minimum, a barred one stays inf): the stretch is summed down the rows in one call."""
     keys = np.empty_like(penalty)
     keys[0] = penalty[0] + RANGE_WEIGHT
-    run_end = _single_state_runs(penalty)
+    run_end = _single_state_runs(np.isfinite(penalty))
     best = np.empty(penalty.shape[2:])  # min_J C_{i-1}(J) + W, one per cell
     reduce_min, minimum, add = np.minimum.reduce, np.minimum, np.add  # bound once: ufunc calls per row
     i, n = 1, len(keys)
@@ -105,13 +105,13 @@ def _forward_keys_cells(penalty: np.ndarray) -> np.ndarray:
     return keys
 
 
-def _single_state_runs(penalty: np.ndarray) -> list[int]:
+def _single_state_runs(finite: np.ndarray) -> list[int]:
     """Per row i: the last row j >= i of a stretch in which every cell allows exactly one state, the
-    state its row i - 1 allowed alone; -1 where row i does not continue such a stretch."""
-    finite = np.isfinite(penalty)  # (rows, states, cells)
+    state its row i - 1 allowed alone; -1 where row i does not continue such a stretch. ``finite``: the
+    allowed states, (rows, states, cells)."""
     count, state = _count_and_first(finite)
     one = count == 1
-    cont = np.zeros(len(penalty), dtype=bool)
+    cont = np.zeros(len(finite), dtype=bool)
     cont[1:] = (one[1:] & one[:-1] & (state[1:] == state[:-1])).all(axis=1)
     return _run_ends(cont).tolist()
 
@@ -149,28 +149,27 @@ def _forward_column(penalty: np.ndarray) -> tuple[list, list, int]:
     pen = penalty[:, :, 0]
     finite = np.isfinite(pen)
     counts = finite.sum(axis=1)
-    run_end = _single_state_runs(penalty)  # >= 0 where row i continues a run of one allowed state
+    run_end = _single_state_runs(finite[:, :, None])  # >= 0 where row i continues a run of one allowed state
     states = np.nonzero(finite)[1].tolist()  # row-major: each row's allowed states in order
     values = pen[finite].tolist()
     offsets = np.concatenate([[0], np.cumsum(counts)]).tolist()
     pairs = list(zip(states, values))
     nb = len(offsets) - 1
-    keys: list = [None] * nb
     since: list = [None] * nb
     source = [0] * nb
-    keys[0] = {st: v + RANGE_WEIGHT for st, v in pairs[:offsets[1]]}
-    since[0] = dict.fromkeys(keys[0], 0)
+    prev = {st: v + RANGE_WEIGHT for st, v in pairs[:offsets[1]]}  # the keys of the row before
+    since[0] = dict.fromkeys(prev, 0)
     inf = float("inf")
     i = 1
     while i < nb:
-        prev, prev_since = keys[i - 1], since[i - 1]
+        prev_since = since[i - 1]
         j = run_end[i]
         if j >= 0:  # rows i..j keep the one state of row i - 1: key_r = key_{r-1} + pen_r
             (st, key), = prev.items()
             for v in values[offsets[i]:offsets[j + 1]]:
                 key += v
             # the rows inside the stretch are read back only through their range's first row
-            keys[j], since[j], source[i:j + 1] = {st: key}, prev_since, [st] * (j + 1 - i)
+            prev, since[j], source[i:j + 1] = {st: key}, prev_since, [st] * (j + 1 - i)
             i = j + 1
             continue
         least = inf
@@ -185,9 +184,9 @@ def _forward_column(penalty: np.ndarray) -> tuple[list, list, int]:
                 cur[st], cur_since[st] = k + v, prev_since[st]
             else:
                 cur[st], cur_since[st] = switch + v, i
-        keys[i], since[i], source[i] = cur, cur_since, src
+        prev, since[i], source[i] = cur, cur_since, src
         i += 1
-    return since, source, min(keys[-1], key=keys[-1].get)
+    return since, source, min(prev, key=prev.get)
 
 
 def _backtrack(stayed: np.ndarray, source: np.ndarray, last: np.ndarray) -> np.ndarray:
@@ -223,8 +222,6 @@ def _max_over_states(a: np.ndarray) -> np.ndarray:
 
 def _min_argmin_over_states(a: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(``a.min(axis=1)``, ``a.argmin(axis=1)``) of an array without NaN: the first state on ties."""
-    if a.shape[2] == 1:
-        return a.min(axis=1), a.argmin(axis=1)
     low = a[:, 0].copy()
     at = np.zeros(low.shape, dtype=np.int64)
     for s in range(1, a.shape[1]):
