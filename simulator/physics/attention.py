@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from simulator.physics.monotone import CACHE_RESIDENT_BYTES
 from simulator.physics.ops import AttentionOp, Op
 from simulator.physics.terms import attention_decode_bytes, attention_decode_flops, mla_decode_bytes, mla_decode_flops
 from simulator.specs.deployment import Deployment, kv_heads_per_gpu
@@ -95,3 +96,41 @@ def attention_op(model: ModelSpec, dep: Deployment, batch, queries, context_len:
     return AttentionOp(name, "attention", flops, io, kernels=2, count=count, eff_tokens=batch * queries,
                        surface=surface, shape={"tokens": batch * queries, "batch": batch, "context": keys + 1.0, **shape},
                        dtype=dep.kv_dtype)
+
+
+def prompt_chunk_point_s(model: ModelSpec, dep: Deployment, peak: float, bw: float, profile, layers,
+                         chunk: float, cached: float) -> float | None:
+    """Seconds of one prompt chunk's attention (``chunk`` queries over ``cached`` keys, one sequence) over
+    ``layers`` ((op name, count) per attention kind), as ``pass_time`` prices :func:`attention_op` there
+    with a profile of measured tables: the GEMM surface's efficiency at (q g, keys + q, d) and the surface
+    time's cap, in Python floats with the same IEEE operations in the same order (a serving step prices
+    one chunk, where array calls cost more than their arithmetic). None where another path prices it:
+    a chunk the decode surfaces take, MLA, a per-query-head kernel, a per-shape correction or no surface."""
+    if chunk <= MAX_DECODE_SURFACE_QUERIES or model.attention == "mla" or profile is None or not profile.surfaces:
+        return None
+    surf = profile.surface("gemm", dep.kv_dtype)
+    if surf is None or tuple(surf.axes) != ("m", "n", "k") or profile.shape_correction("gemm", dep.kv_dtype):
+        return None
+    hq, d, hkv = model.num_heads / dep.tp, model.head_dim, kv_heads_per_gpu(model, dep.tp)
+    group = hq / hkv
+    if per_query_head_kernel(dep, group, 1.0 * hkv) is not False:
+        return None
+    a, kv, scale = DTYPE_BYTES[dep.act_dtype], DTYPE_BYTES[dep.kv_dtype], profile.engine_scale
+    total = None
+    for name, count in layers:
+        window = model.sliding_window if name.endswith("sliding") else None
+        keys = float(min(cached, window)) if window else cached  # np.minimum's value
+        flops = attention_decode_flops(1.0, chunk, keys, hq, d)
+        kv_read, q_io = attention_decode_bytes(1.0, chunk, keys, hq, hkv, d, kv, a)
+        nbytes = kv_read * 1.0 + q_io
+        eta = surf._at_one_point([np.array([chunk * (group / 1.0)]), np.array([keys + chunk]), np.array([float(d)])])
+        t = _surface_time_point_s(flops, nbytes, eta, peak, bw) * (count * scale)
+        total = t if total is None else total + t
+    return total
+
+
+def _surface_time_point_s(flops: float, nbytes: float, eta: float, peak: float, bw: float) -> float:
+    """:func:`simulator.physics.monotone.surface_time_s` at one point."""
+    in_cache = nbytes < CACHE_RESIDENT_BYTES and flops / peak < nbytes / bw
+    eta = eta if in_cache else min(eta, 1.0)
+    return max(flops / (eta * peak), nbytes / (eta * bw))

@@ -102,9 +102,11 @@ def simulate(scenario: Scenario, policy: str = "dsd", workload: Workload | None 
     ctx = Run(engine, pol, pricer, reqs, cap, max_seqs, pol.speculative, reqs.prompt.tolist(), reqs.out_len.tolist())
     st = LoopState.start(workload, reqs.arrival_times, n)
     if stop is not None:
-        # a plain step commits one token per sequence; a speculative one at most K_max + 1
-        stop = stop.with_floor(step_floor_s(pricer, max_seqs, pol.speculative), pol.k_max + 1 if pol.speculative else 1)
-        missed = _run_checked(ctx, st, n, stop)
+        # a plain step commits one token per sequence; a speculative one at most K_max + 1. The floor is
+        # priced only when a check needs it: a short run ends before its first check
+        per_step = pol.k_max + 1 if pol.speculative else 1
+        missed, stop = _run_checked(ctx, st, n, stop, lambda: step_floor_s(pricer, max_seqs, pol.speculative),
+                                    per_step)
         if missed is not None:
             summary = bounded_summary(pol.label, st, reqs.out_len, missed, stop)
             return ServingResult(pol.label, summary, cap, engine, workload, st.rec)
@@ -131,21 +133,25 @@ def _advance(ctx: Run, st: LoopState, max_steps: int) -> None:
         run_step(ctx, st)
 
 
-def _run_checked(ctx: Run, st: LoopState, n: int, stop: PercentileStop) -> str | None:
+def _run_checked(ctx: Run, st: LoopState, n: int, stop: PercentileStop, floor_s, tokens_per_step: int):
     """The step loop with ``stop`` checked after ``stop.every`` steps, then after every ``stop.every`` or
     1/32 of the steps so far (whichever is more: a long run checks about a hundred times, and runs at most
-    3% longer than needed): the key bound to miss its limit (the run stopped there), else None."""
-    out_len, next_check = ctx.reqs.out_len, stop.every
+    3% longer than needed). ``floor_s()``: the step floor the checks count with (priced at the first check).
+    Returns (the key bound to miss its limit, the run stopped there; else None) and the stop rule with its
+    floor (without it when no check ran)."""
+    out_len, next_check, floored = ctx.reqs.out_len, stop.every, False
     while st.n_done < n:
         if admit_arrivals(st):
             _advance(ctx, st, next_check - len(st.rec))
             done = len(st.rec)
             if done >= next_check:
+                if not floored:
+                    stop, floored = stop.with_floor(floor_s(), tokens_per_step), True
                 missed = stop(st, out_len)
                 if missed is not None:
-                    return missed
+                    return missed, stop
                 next_check = done + max(stop.every, done // 32)
-    return None
+    return None, stop
 
 
 def wave_sweep(scenario: Scenario, batch_sizes, multiplier: int = 20, policies=("plain", "fixed", "dsd"),

@@ -30,7 +30,7 @@ import numpy as np
 from simulator.physics.draft_cost import (DraftSetting, draft_extend_cost, draft_pass_cost, draft_passes,
                                          has_extend_pass)
 from simulator.physics.engine_time import draft_extend_in_graph, host_exposed_s, host_exposed_scalar_s
-from simulator.physics.attention import MAX_DECODE_SURFACE_QUERIES, attention_op
+from simulator.physics.attention import MAX_DECODE_SURFACE_QUERIES, attention_op, prompt_chunk_point_s
 from simulator.physics.layers import decoder_cell_ops, forward_ops, sampling_op
 from simulator.physics.operators import pass_time
 from simulator.plan.grid import step_overhead_s
@@ -99,6 +99,8 @@ class StepPricer:
         self._have = [False] * n_ctx
         self._lin_extra: dict[int, float] = {}
         self._prefill_memo: dict[tuple[int, int], float] = {}
+        self._peak = sc.hardware.peak_flops_per_s(sc.deployment.weight_dtype, sc.deployment.act_dtype)
+        self._bw = sc.hardware.hbm_bandwidth_bytes_per_s
         self._pad_memo: dict[int, tuple[int, bool]] = {}
         self._rows_memo: dict[tuple[int, int], tuple] = {}
 
@@ -227,12 +229,26 @@ class StepPricer:
         except KeyError:
             pass
         keys = list(zip(chunks, cached))
-        new = [k for k in dict.fromkeys(keys) if k not in memo]
+        new = []
+        for k in dict.fromkeys(keys):
+            if k not in memo:
+                t = self._prefill_point_s(*k)
+                if t is None:
+                    new.append(k)
+                else:
+                    memo[k] = t
         if new:
             c = np.array([k[0] for k in new], dtype=float)
             p = np.array([k[1] for k in new], dtype=float)
             memo.update(zip(new, self._prefill_pairs_s(c, p).tolist()))
         return float(sum(memo[k] for k in keys))
+
+    def _prefill_point_s(self, chunk: int, cached: int) -> float | None:
+        """One pair's price in Python floats where physics.attention.prompt_chunk_point_s takes it (a
+        prefill chunk on a profile of measured tables), else None; equal to :meth:`_prefill_pairs_s`."""
+        sc = self.sc
+        return prompt_chunk_point_s(sc.model, sc.deployment, self._peak, self._bw, sc.profile,
+                                    self._attn_ops_layers, float(chunk), float(cached))
 
     def _prefill_pairs_s(self, chunks: np.ndarray, cached: np.ndarray) -> np.ndarray:
         """Each pair on its own kernel's path, whatever is priced beside it: a chunk of up to
