@@ -266,3 +266,23 @@ def test_dry_run_lists_the_expansion_and_runs_nothing(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "6 combinations, 5 tasks x 2 rows, 1 filtered" in text and "filtered (memory) x1" in text
     assert not out.exists()
+
+
+
+def test_tasks_under_two_traffic_mixes_share_one_grid(tmp_path, monkeypatch):
+    """Issue 22 item 1: a configuration's K* grid reads no [traffic], so its tasks under the chat and RAG
+    mixes price it once per worker; each task's grid columns are what its own scenario's grid gives."""
+    import simulator.sweep.task as task_mod
+    from simulator.specs.scenario import build_scenario
+    text = SPEC.replace('hardware = ["h100-sxm", "h200"]', 'hardware = ["h200"]').replace("tp = [2, 4, 8]", "tp = [8]")
+    text = text.replace("[run]", "[traffic.rag]\nrate_per_s = 4.0\nprompt_len = 2048\noutput_len = 80\n[run]")
+    text = text.replace('policies = ["plain", "dsd"]', 'policies = ["plain", "dsd"]\ntraffic = ["chat", "rag"]')
+    tasks = parse_sweep(_spec(tmp_path, text)).tasks
+    assert [t.axes["traffic"] for t in tasks] == ["chat", "rag"] and tasks[0].raw["traffic"] != tasks[1].raw["traffic"]
+    own, computed = task_mod._grid_columns, []
+    monkeypatch.setattr(task_mod, "_GRIDS", {})
+    monkeypatch.setattr(task_mod, "_grid_columns", lambda sc: computed.append(sc) or own(sc))
+    scenarios = [build_scenario(t.raw, t.origin, t.base_dir) for t in tasks]
+    shared = [task_mod._shared_grid_columns(t, sc) for t, sc in zip(tasks, scenarios)]
+    assert len(computed) == 1 and shared[0] == shared[1]
+    assert own(scenarios[1]) == shared[1]  # the RAG task's own grid, computed apart, is the shared one

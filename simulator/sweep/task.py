@@ -5,6 +5,7 @@ Runs in a worker process (local pool or Ray): takes a :class:`SweepTask`, return
 """
 from __future__ import annotations
 
+import json
 import time
 
 import numpy as np
@@ -52,12 +53,31 @@ def _grid_columns(sc) -> dict:
     } | {f"prov_{k}": str(v) for k, v in pred.provenance.items() if k not in ("scenario", "origin", "context_len")}
 
 
+# The K* grid reads no [traffic]: a configuration's tasks under several traffic mixes (expanded next to each
+# other) share one grid per worker, the last few kept
+_GRIDS: dict = {}
+_GRID_SLOTS = 8
+
+
+def _shared_grid_columns(task, sc) -> dict:
+    """:func:`_grid_columns` of ``sc``, computed once per task scenario apart from its [traffic] table."""
+    key = json.dumps([{k: v for k, v in task.raw.items() if k != "traffic"}, task.origin, task.base_dir],
+                     sort_keys=True, default=str)
+    hit = _GRIDS.get(key)
+    if hit is None:
+        hit = _grid_columns(sc)
+        if len(_GRIDS) >= _GRID_SLOTS:
+            _GRIDS.pop(next(iter(_GRIDS)))
+        _GRIDS[key] = hit
+    return dict(hit)
+
+
 def run_task(task) -> dict:
     """Rows for one task: one per policy (or one with policy '-' when sizing is off)."""
     t0, c0 = time.perf_counter(), time.process_time()
     sc = build_scenario(task.raw, task.origin, task.base_dir)
     base = {"task": task.key} | task.axes
-    grid = _grid_columns(sc)
+    grid = _shared_grid_columns(task, sc)
     err, note = uncertainty(sc)
     unc = {"rel_error": err if err is not None else float("nan"), "uncertainty": note}
     rows = []
