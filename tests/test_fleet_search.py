@@ -68,6 +68,13 @@ def test_vector_steady_steps_equal_the_loop_steps_to_the_bit(name, tmp_path):
                 loop = [pricer.step_s(int(x), int(y), int(t), ctx, spec_mode, prefill_s)[0]
                         for x, y, t in zip(b, k, tokens)]
                 np.testing.assert_array_equal(vector, loop)
+        # the steady state's one call: the steps without and with a chunk stacked, a prefill price per step
+        for spec_mode in (True, False):
+            tokens = np.concatenate([b * (k + 1), b * (k + 1) + 512])
+            bb, kk, pre = np.concatenate([b, b]), np.concatenate([k, k]), [0.0] * 300 + [2e-4] * 300
+            stacked = pricer.decode_steps_s(bb, kk, tokens, 3100.5, spec_mode, np.array(pre))
+            loop = [pricer.step_s(int(x), int(y), int(t), 3100.5, spec_mode, p)[0] for x, y, t, p in zip(bb, kk, tokens, pre)]
+            np.testing.assert_array_equal(stacked, loop)
 
 
 @pytest.mark.parametrize("name", ["sizing-dense-command-a", "qwen3-235b-h200"])

@@ -329,9 +329,10 @@ class StepPricer:
         return time, padded, graph
 
     def decode_steps_s(self, n_dec: np.ndarray, k_step: np.ndarray, tokens: np.ndarray, mean_ctx: float,
-                       spec_mode: bool, prefill_attn_s: float) -> np.ndarray:
+                       spec_mode: bool, prefill_attn_s) -> np.ndarray:
         """:meth:`step_s`'s seconds for many steps at one mean context (the steady state's B = 1..n), the same
-        arithmetic in the same order elementwise (n_dec >= 1); tests hold the two equal to the bit."""
+        arithmetic in the same order elementwise (n_dec >= 1); tests hold the two equal to the bit.
+        ``prefill_attn_s``: one prompt chunk's attention for every step, or one per step."""
         eng, sc = self.engine, self.sc
         n_dec, k_step, tokens = (np.asarray(a, dtype=np.intp) for a in (n_dec, k_step, tokens))
         padded, graph = eng.pad_tokens_array(tokens)

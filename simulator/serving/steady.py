@@ -113,8 +113,12 @@ def steady_state(sc: Scenario, policy: str, workload: Workload, seed: int = 0,
     n = b_max
     b = np.arange(1, n + 1)
     k_b = ks[np.minimum(b, len(ks)) - 1]
-    step = pricer.decode_steps_s(b, k_b, b * (k_b + 1), ctx, pol.speculative, 0.0)
-    with_prompt = pricer.decode_steps_s(b, k_b, b * (k_b + 1) + chunk, ctx, pol.speculative, p_attn)
+    # the steps without and with a prompt chunk riding along, in one call (each step priced on its own)
+    tokens = b * (k_b + 1)
+    both = pricer.decode_steps_s(np.concatenate([b, b]), np.concatenate([k_b, k_b]),
+                                 np.concatenate([tokens, tokens + chunk]), ctx, pol.speculative,
+                                 np.concatenate([np.zeros(n), np.full(n, p_attn)]))
+    step, with_prompt = both[:n], both[n:]
     pre = (with_prompt - step) * prompt / max(chunk, 1)
     tau = tau_k[np.minimum(k_b, len(tau_k) - 1)]
     batch = b.astype(float)
