@@ -1,9 +1,10 @@
 """A serving step's new prompt chunk is priced in Python floats (physics/attention.py prompt_chunk_point_s,
 read by serving/pricer.py StepPricer._prefill_point_s): the same IEEE operations in the same order as
 pass_time over attention_op on a one-pair array, so the same value, bit for bit, on every shipped profile of
-measured tables, for dense, grouped-query and sliding-window models, both KV dtypes, and chunks and caches
-from a few tokens to past the tables' ends. Where the decode surfaces, MLA or no measured table price the
-chunk, the point path declines (None) and the array path prices it."""
+measured tables, a fitted CPU profile, the MI300X's published prior and the datasheet alone, for dense,
+grouped-query and sliding-window models, both KV dtypes, and chunks and caches from a few tokens to past
+the tables' ends. Where the decode surfaces or MLA price the chunk, the point path declines (None) and
+the array path prices it."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -16,15 +17,20 @@ from simulator.serving.engine import engine_from_scenario
 from simulator.serving.pricer import StepPricer
 from simulator.specs.scenario import build_scenario
 
-PROFILES = sorted((Path(__file__).resolve().parents[1] / "simulator" / "data" / "profiles").glob("*.json"))
+ROOT = Path(__file__).resolve().parents[1]
+MEASURED = sorted((ROOT / "simulator" / "data" / "profiles").glob("*.json"))
+# (hardware, engine, calibration profile): every measured-table profile, then the other kinds of basis
+BASES = [(p.name.split(".", 1)[0], p.name.split(".")[1].split("-")[0], str(p)) for p in MEASURED] + [
+    ("mi300x", "vllm", ""),  # no profile named: the published prior in the hardware file
+    ("cpu-xeon-2c", "vllm", str(ROOT / "calibration" / "data" / "cpu-xeon-2c.profile.json")),  # a fitted profile
+    ("h100-sxm", "vllm", "none")]  # the datasheet roofline
 MODELS = ("llama-3.1-8b", "command-a", "qwen3-32b", "llama-3.1-70b")
 
 
-def _pricer(profile: Path, model: str, kv: str, tp: int) -> StepPricer:
-    hw, engine = profile.name.split(".", 1)[0], profile.name.split(".")[1].split("-")[0]
+def _pricer(hw: str, engine: str, profile: str, model: str, kv: str, tp: int) -> StepPricer:
     raw = {"model": {"name": model}, "hardware": {"name": hw, "tp": tp},
            "precision": {"weights": "bf16", "activations": "bf16", "kv_cache": kv},
-           "engine": {"name": engine}, "calibration": {"profile": str(profile)},
+           "engine": {"name": engine}, **({"calibration": {"profile": profile}} if profile else {}),
            "workload": {"context_len": 512, "batch_sizes": [1], "k_max": 2, "fixed_k": 2}, "draft": {"method": "ngram"}}
     sc = build_scenario(raw, origin="test")
     return StepPricer(sc, engine_from_scenario(sc), 2, 8, 4096, False)
@@ -34,12 +40,15 @@ def _array_s(pricer: StepPricer, chunk: int, cached: int) -> float:
     return float(pricer._prefill_pairs_s(np.array([chunk], dtype=float), np.array([cached], dtype=float))[0])
 
 
-@pytest.mark.parametrize("profile", PROFILES, ids=lambda p: p.name.split(".profile")[0])
-def test_a_prompt_chunk_point_price_equals_the_array_path(profile):
-    rng = np.random.default_rng(abs(hash(profile.name)) % 2**32)
+@pytest.mark.parametrize("basis", BASES, ids=lambda b: f"{b[0]}-{Path(b[2]).name.split('.profile')[0] or 'prior'}")
+def test_a_prompt_chunk_point_price_equals_the_array_path(basis):
+    rng = np.random.default_rng(abs(hash(basis)) % 2**32)
     taken = 0
     for i, model in enumerate(MODELS):
-        pricer = _pricer(profile, model, ("bf16", "fp8")[i % 2], (1, 4)[i % 2])
+        pricer = _pricer(*basis, model, ("bf16", "fp8")[i % 2], (1, 4)[i % 2])
+        prof = pricer.sc.profile  # the basis is the one named: tables, a fitted or published profile, or none
+        assert (prof is None) == (basis[2] == "none") and (prof is not None and bool(prof.surfaces)) == (
+            basis[2].startswith(str(ROOT / "simulator")))
         chunks = rng.integers(MAX_DECODE_SURFACE_QUERIES + 1, 20000, 12).tolist() + [MAX_DECODE_SURFACE_QUERIES + 1]
         cached = rng.integers(0, 200000, 13).tolist()
         for c, p in zip(chunks, cached):
@@ -52,12 +61,6 @@ def test_a_prompt_chunk_point_price_equals_the_array_path(profile):
     assert taken == 13 * len(MODELS)
 
 
-def test_the_point_path_declines_mla_and_profiles_without_tables():
-    mla = _pricer(PROFILES[0], "deepseek-v3", "bf16", 8)
+def test_the_point_path_declines_mla():
+    mla = _pricer(*BASES[0], "deepseek-v3", "bf16", 8)
     assert mla._prefill_point_s(512, 0) is None and _array_s(mla, 512, 0) > 0
-    raw = {"model": {"name": "llama-3.1-8b"}, "hardware": {"name": "h100-sxm", "tp": 1},
-           "calibration": {"profile": "none"},
-           "workload": {"context_len": 512, "batch_sizes": [1], "k_max": 2, "fixed_k": 2}, "draft": {"method": "ngram"}}
-    sc = build_scenario(raw, origin="test")
-    datasheet = StepPricer(sc, engine_from_scenario(sc), 2, 8, 4096, False)
-    assert datasheet._prefill_point_s(512, 0) is None and _array_s(datasheet, 512, 0) > 0

@@ -99,8 +99,6 @@ class StepPricer:
         self._have = [False] * n_ctx
         self._lin_extra: dict[int, float] = {}
         self._prefill_memo: dict[tuple[int, int], float] = {}
-        self._peak = sc.hardware.peak_flops_per_s(sc.deployment.weight_dtype, sc.deployment.act_dtype)
-        self._bw = sc.hardware.hbm_bandwidth_bytes_per_s
         self._pad_memo: dict[int, tuple[int, bool]] = {}
         self._rows_memo: dict[tuple[int, int], tuple] = {}
 
@@ -245,10 +243,10 @@ class StepPricer:
 
     def _prefill_point_s(self, chunk: int, cached: int) -> float | None:
         """One pair's price in Python floats where physics.attention.prompt_chunk_point_s takes it (a
-        prefill chunk on a profile of measured tables), else None; equal to :meth:`_prefill_pairs_s`."""
+        prefill chunk), else None; equal to :meth:`_prefill_pairs_s`."""
         sc = self.sc
-        return prompt_chunk_point_s(sc.model, sc.deployment, self._peak, self._bw, sc.profile,
-                                    self._attn_ops_layers, float(chunk), float(cached))
+        return prompt_chunk_point_s(sc.model, sc.deployment, sc.hardware, sc.profile, self._attn_ops_layers,
+                                    float(chunk), float(cached))
 
     def _prefill_pairs_s(self, chunks: np.ndarray, cached: np.ndarray) -> np.ndarray:
         """Each pair on its own kernel's path, whatever is priced beside it: a chunk of up to
