@@ -1,4 +1,4 @@
-"""A serving step's new prompt chunk is priced in Python floats (physics/attention.py prompt_chunk_point_s,
+"""A serving step's new prompt chunk is priced in Python floats (physics/operators.py prompt_chunk_point_s,
 read by serving/pricer.py StepPricer._prefill_point_s): the same IEEE operations in the same order as
 pass_time over attention_op on a one-pair array, so the same value, bit for bit, on every shipped profile of
 measured tables, a fitted CPU profile, the MI300X's published prior and the datasheet alone, for dense,

@@ -88,6 +88,12 @@ def surface_time_s(flops, nbytes, eta, peak: float, bw: float) -> np.ndarray:
     return np.maximum(flops / (eta * peak), nbytes / (eta * bw))
 
 
+def surface_time_point_s(flops: float, nbytes: float, eta: float, peak: float, bw: float) -> float:
+    """:func:`surface_time_s` at one point, in Python floats (the same operations in the same order)."""
+    in_cache = nbytes < CACHE_RESIDENT_BYTES and flops / peak < nbytes / bw
+    eta = eta if in_cache else min(eta, 1.0)
+    return max(flops / (eta * peak), nbytes / (eta * bw))
+
 def affine_envelope_s(x: np.ndarray, eta: np.ndarray, f1: float, f0: float, m1: float, m0: float,
                       peak: float, bw: float) -> np.ndarray:
     """Monotone time at the work nodes ``x`` (increasing; log-spaced in use, so that each octave of work

@@ -32,10 +32,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulator.specs.deployment import Deployment
-from simulator.specs.hardware import Hardware
+from simulator.specs.deployment import Deployment, kv_heads_per_gpu
+from simulator.specs.hardware import DTYPE_BYTES, Hardware
+from simulator.specs.models import ModelSpec
 from simulator.specs.profile import Profile
+from simulator.physics.attention import MAX_DECODE_SURFACE_QUERIES, per_query_head_kernel
 from simulator.physics.measured import collective_op_time_s, surface_op_time_s
+from simulator.physics.monotone import surface_time_point_s
+from simulator.physics.terms import attention_decode_bytes, attention_decode_flops
 # the operators it prices (re-exported), and the scope in which shared ones are priced once
 from simulator.physics.ops import AttentionOp, GemmOp, Op, shared_scope  # noqa: F401
 
@@ -106,6 +110,16 @@ def _roofline_parts_s(op: Op, profile: Profile | None, peak: float, bw: float):
     eta_c = profile.compute_efficiency(op.name, op.family, op.eff_tokens)
     eta_m = profile.memory_efficiency(op.family, op.nbytes)
     return np.divide(op.flops, np.multiply(eta_c, peak)), np.divide(op.nbytes, np.multiply(eta_m, bw))
+
+
+def _roofline_point_s(flops: float, nbytes: float, name: str, tokens: float, profile, peak: float,
+                      bw: float) -> float:
+    """:func:`_roofline_parts_s`'s max for an attention op at one point."""
+    if profile is None:
+        return max(flops * (1.0 / peak), nbytes * (1.0 / bw))
+    eta_c = np.asarray(profile.compute_efficiency(name, "attention", np.array([tokens])), dtype=float).item(0)
+    eta_m = np.asarray(profile.memory_efficiency("attention", np.array([nbytes])), dtype=float).item(0)
+    return max(flops / (eta_c * peak), nbytes / (eta_m * bw))
 
 
 def _instance_s(op: Op, profile: Profile | None, engine: str, peak: float, bw: float):
@@ -180,6 +194,48 @@ def pass_time(ops: list[Op], hw: Hardware, dep: Deployment, profile: Profile | N
     for t in by_shape.values():
         total += t
     return PassTime(total, launch, kernels)
+
+
+def prompt_chunk_point_s(model: ModelSpec, dep: Deployment, hw: Hardware, profile, layers, chunk: float,
+                         cached: float) -> float | None:
+    """Seconds of one prompt chunk's attention (``chunk`` queries over ``cached`` keys, one sequence) over
+    ``layers`` ((op name, count) per attention kind), launches left out, as :func:`pass_time` prices
+    :func:`simulator.physics.attention.attention_op` there: with measured tables the GEMM surface's
+    efficiency at (q g, keys + q, d) and the surface time's cap; with a fitted profile, a published prior
+    or the datasheet the roofline at its efficiencies. Python floats with the same IEEE operations in the
+    same order as on a one-pair array (a serving step prices one chunk, where array calls cost more than
+    their arithmetic). None where another path prices it: a chunk the decode surfaces take, MLA, a
+    per-query-head kernel, a per-shape correction, or tables without a GEMM surface."""
+    if chunk <= MAX_DECODE_SURFACE_QUERIES or model.attention == "mla":
+        return None
+    measured = profile is not None and bool(profile.surfaces)
+    surf = profile.surface("gemm", dep.kv_dtype) if measured else None
+    if measured and (surf is None or tuple(surf.axes) != ("m", "n", "k")
+                     or profile.shape_correction("gemm", dep.kv_dtype)):
+        return None
+    hq, d, hkv = model.num_heads / dep.tp, model.head_dim, kv_heads_per_gpu(model, dep.tp)
+    group = hq / hkv
+    if per_query_head_kernel(dep, group, 1.0 * hkv) is not False:
+        return None
+    a, kv = DTYPE_BYTES[dep.act_dtype], DTYPE_BYTES[dep.kv_dtype]
+    peak, bw, tau, scale = _device_terms(hw, dep, profile)
+    total, launch = None, 0.0
+    for name, count in layers:
+        window = model.sliding_window if name.endswith("sliding") else None
+        keys = float(min(cached, window)) if window else cached  # np.minimum's value
+        flops = attention_decode_flops(1.0, chunk, keys, hq, d)
+        kv_read, q_io = attention_decode_bytes(1.0, chunk, keys, hq, hkv, d, kv, a)
+        nbytes = kv_read * 1.0 + q_io
+        if measured:
+            eta = surf._at_one_point([np.array([chunk * (group / 1.0)]), np.array([keys + chunk]),
+                                      np.array([float(d)])])
+            t = surface_time_point_s(flops, nbytes, eta, peak, bw)
+        else:
+            t = _roofline_point_s(flops, nbytes, name, 1.0 * chunk, profile, peak, bw)
+            launch += count * 2 * tau * scale  # an attention op's two kernels, not in a measured time
+        t = t * (count * scale)
+        total = t if total is None else total + t
+    return (total + launch) - launch if launch else total
 
 
 def evaluate(ops: list[Op], hw: Hardware, dep: Deployment, profile: Profile | None, shape,

@@ -30,9 +30,9 @@ import numpy as np
 from simulator.physics.draft_cost import (DraftSetting, draft_extend_cost, draft_pass_cost, draft_passes,
                                          has_extend_pass)
 from simulator.physics.engine_time import draft_extend_in_graph, host_exposed_s, host_exposed_scalar_s
-from simulator.physics.attention import MAX_DECODE_SURFACE_QUERIES, attention_op, prompt_chunk_point_s
+from simulator.physics.attention import MAX_DECODE_SURFACE_QUERIES, attention_op
 from simulator.physics.layers import decoder_cell_ops, forward_ops, sampling_op
-from simulator.physics.operators import pass_time
+from simulator.physics.operators import pass_time, prompt_chunk_point_s
 from simulator.plan.grid import step_overhead_s
 from simulator.serving.engine import EngineConfig
 from simulator.specs.scenario import Scenario
@@ -242,7 +242,7 @@ class StepPricer:
         return float(sum(memo[k] for k in keys))
 
     def _prefill_point_s(self, chunk: int, cached: int) -> float | None:
-        """One pair's price in Python floats where physics.attention.prompt_chunk_point_s takes it (a
+        """One pair's price in Python floats where physics.operators.prompt_chunk_point_s takes it (a
         prefill chunk), else None; equal to :meth:`_prefill_pairs_s`."""
         sc = self.sc
         return prompt_chunk_point_s(sc.model, sc.deployment, sc.hardware, sc.profile, self._attn_ops_layers,
