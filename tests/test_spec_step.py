@@ -52,10 +52,27 @@ def test_sglang_044_runs_the_extend_pass_eagerly():
     sc = eager.scenario
     ext = draft_extend_cost(DraftSetting.of(sc), np.array([[8.0]]), np.array([[3.0]]), 512.0)
     per_kernel = sc.engine.eager_launch_per_kernel_s
-    expected_extend = max(ext.total_s[0, 0] - ext.launch_s[:, 0, 0].sum(), ext.n_kernels * per_kernel)
+    # outside a graph: the slower of the GPU time (its per-kernel launch gaps kept) and the host's launches
+    expected_extend = max(ext.total_s[0, 0], ext.n_kernels * per_kernel)
     per_pass, _ = draft_pass_cost(DraftSetting.of(sc), np.array([[8.0]]), 1.0, 512.0)
     g = eager.grid
     assert g.draft_step_s[0, g.k_index(3)] == pytest.approx(2 * per_pass.total_s[0, 0] + expected_extend)
+
+
+def test_a_pass_beyond_the_capture_limit_is_never_faster_than_in_a_graph():
+    # vLLM 0.14.0 captures verify passes of up to 512 tokens: at K = 8, B = 56 is 504 tokens (a graph),
+    # B = 57 is 513 (eager). On the datasheet roofline each kernel carries its 2 us launch gap
+    # (h100-sxm.toml launch_overhead_s); launched by the host it reaches the GPU no sooner, so the
+    # eager pass takes max(GPU time, kernels x 8 us) and is never below the GPU time
+    sc = _scenario(engine={"name": "vllm", "version": "0.14.0"}, batch_sizes=[56, 57], k_max=8)
+    g = predict(sc).grid
+    k8 = g.k_index(8)
+    assert bool(g.in_graph[0, k8]) and not bool(g.in_graph[1, k8])
+    gpu_57 = float(np.asarray(g.verify.total_s)[1, k8])
+    launches = g.verify.n_kernels * sc.engine.eager_launch_per_kernel_s
+    assert g.verify_s[1, k8] == pytest.approx(max(gpu_57, launches))
+    assert g.verify_s[1, k8] >= gpu_57 > float(np.asarray(g.verify.total_s)[0, k8]) == g.verify_s[0, k8]
+    assert g.itl_s[1, k8] > g.itl_s[0, k8]
 
 
 def test_sampling_bytes_follow_the_engine_code_and_the_temperature():

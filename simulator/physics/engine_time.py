@@ -74,18 +74,20 @@ def draft_extend_in_graph(engine: EngineProfile, batch, k, verify_graph=None) ->
     return verify_graph & draft_in_graph(engine, batch)
 
 
-def pass_time_s(gpu_s, launch_s, kernels, in_graph, eager_per_kernel_s: float, copy: bool = True) -> np.ndarray:
-    """A pass in a graph pays its graph-replay launches; outside one, the host launches each kernel
-    while the GPU runs the previous ones, so the slower of the two sets the pass time. ``copy`` False:
-    ``gpu_s`` itself where every cell replays a graph and it has the answer's shape (a caller that only
-    reads the answer, or hands over its own array)."""
+def pass_time_s(gpu_s, kernels, in_graph, eager_per_kernel_s: float, copy: bool = True) -> np.ndarray:
+    """A pass in a graph takes its GPU time; outside one, the host launches each kernel while the GPU
+    runs the previous ones, so the slower of the two sets the pass time: max(GPU time, kernels x eager
+    launch). The GPU time keeps its per-kernel launch gaps: a kernel launched by the host reaches the GPU
+    no sooner than one replayed from a graph, so a pass is never faster outside a graph than in one.
+    ``copy`` False: ``gpu_s`` itself where every cell replays a graph and it has the answer's shape (a
+    caller that only reads the answer, or hands over its own array)."""
     in_graph = np.asarray(in_graph)
-    shape = np.broadcast_shapes(np.shape(gpu_s), np.shape(launch_s), np.shape(kernels), in_graph.shape)
+    shape = np.broadcast_shapes(np.shape(gpu_s), np.shape(kernels), in_graph.shape)
     if in_graph.all():  # every cell replays a graph (the common case): no select over the whole grid
         if not copy and np.shape(gpu_s) == shape:
             return gpu_s
         return np.array(np.broadcast_to(gpu_s, shape), dtype=float)
-    eager = np.maximum(gpu_s - launch_s, kernels * eager_per_kernel_s)
+    eager = np.maximum(gpu_s, kernels * eager_per_kernel_s)
     if not in_graph.any():
         return eager if np.shape(eager) == shape else np.array(np.broadcast_to(eager, shape), dtype=float)
     return np.where(in_graph, gpu_s, eager)

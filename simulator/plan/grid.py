@@ -239,22 +239,20 @@ def engine_pass_times(sc, B, K, verify: PassCost, draft_pass: PassCost, passes, 
     pass is ``verify`` plus, on a context axis, its L-dependent ops ``verify_context``."""
     eng = sc.engine
     in_graph = verify_in_graph(eng, B, K)
-    total_s, launch_s, kernels = verify.total_s, verify.launch_s, verify.n_kernels
+    total_s, kernels = verify.total_s, verify.n_kernels
     if verify_context is not None:
         total_s = total_s + verify_context.total_s
-        launch_s = launch_s + verify_context.launch_s
         kernels = kernels + verify_context.n_kernels
     # on a context axis the sum is this function's own array: no copy of it
-    verify_s = pass_time_s(total_s, launch_s, kernels, in_graph, eng.eager_launch_per_kernel_s,
-                           copy=verify_context is None)
+    verify_s = pass_time_s(total_s, kernels, in_graph, eng.eager_launch_per_kernel_s, copy=verify_context is None)
     host_draft = sc.draft.method == "ngram"  # prompt lookup runs on the host: no kernels, no draft loop
     draft_one = draft_pass.total_s if host_draft else pass_time_s(
-        draft_pass.total_s, draft_pass.launch_s, draft_pass.n_kernels, draft_in_graph(eng, B),
+        draft_pass.total_s, draft_pass.n_kernels, draft_in_graph(eng, B),
         eng.eager_launch_per_kernel_s)
     if extend is None:
         draft_step_s = draft_one * passes
     else:
-        extend_s = pass_time_s(extend.total_s, extend.launch_s, extend.n_kernels,
+        extend_s = pass_time_s(extend.total_s, extend.n_kernels,
                                draft_extend_in_graph(eng, B, K, in_graph), eng.eager_launch_per_kernel_s, copy=False)
         draft_step_s = np.where(K > 0, draft_one * (passes - 1) + extend_s, 0.0)
     host_s = host_exposed_s(eng, B, K, verify_s + draft_step_s, draft_step_s, sc.deployment.tp)

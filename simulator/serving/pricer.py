@@ -191,7 +191,7 @@ class StepPricer:
         # in a graph by the same rule as the planner's grid (the engine profile's capture limits)
         in_graph = draft_extend_in_graph(self.sc.engine, *np.broadcast_arrays(B, K))
         gpu = cost.total_s
-        return np.where(in_graph, gpu, np.maximum(gpu - cost.launch_s, cost.n_kernels * self.eager_s))
+        return np.where(in_graph, gpu, np.maximum(gpu, cost.n_kernels * self.eager_s))
 
     def _lin(self, tokens: int) -> float:
         if tokens <= self.t_top:
