@@ -54,6 +54,31 @@ def test_step_time_equals_core_itl_grid(command_a):
             assert t == pytest.approx(g.itl_s[i, j], rel=1e-5)
 
 
+def test_draft_passes_beyond_the_capture_limit_run_eagerly_as_in_the_grid(llama):
+    # SGLang 0.4.4 with EAGLE captures batch sizes 1..32 (cuda_graph_runner.py: list(range(1, 33)) with a
+    # speculative algorithm): a draft pass of 33 or more sequences is launched by the host and takes the
+    # slower of its launches and its GPU time, as the grid prices it; at 32 sequences it replays its graph
+    # and takes its GPU time. At [serving] eager_overhead_per_kernel_s = 50 us the EAGLE-3 layer's 17
+    # kernels (850 us) outlast its GPU time (~0.37 ms at B = 33 on the H100 tables)
+    from dataclasses import replace
+    from simulator.physics.draft_cost import DraftSetting, draft_pass_cost
+    from simulator.physics.operators import pass_time
+    sc = llama.with_overrides(engine="sglang", engine_version="0.4.4")
+    eng = replace(sv.engine_from_scenario(sc), eager_overhead_per_kernel_s=5e-5)
+    pricer = sv.StepPricer(sc, eng, 3, 64, 2000, True)
+    pricer.price_context_buckets()
+    j = int(np.argmin(abs(pricer.ctx - 1024)))
+    for b in (32, 33, 64):
+        at = np.array([[float(b)]]), 1.0, np.array([[pricer.ctx[j]]])
+        gpu = draft_pass_cost(DraftSetting.of(sc), *at, pass_time)[0]
+        launches = gpu.n_kernels * 5e-5
+        want = gpu.total_s[0, 0] if b <= 32 else max(gpu.total_s[0, 0], launches)
+        assert pricer.draft[b - 1, j] == pytest.approx(want, rel=1e-12)
+    assert pricer.draft[32, j] == pytest.approx(17 * 5e-5) and pricer.draft[31, j] < 17 * 5e-5
+    g = compute_grid(sc, batch_sizes=[32, 33], ks=[3])
+    assert g.draft_step_s[1, 0] > g.draft_step_s[0, 0]
+
+
 def test_cuda_graph_padding_and_required_graphs(command_a):
     # hand: vLLM capture sizes 1, 2, 4, 8, 16, ..., 512; 1024 tokens run eager
     eng = sv.EngineConfig()

@@ -29,7 +29,8 @@ import numpy as np
 
 from simulator.physics.draft_cost import (DraftSetting, draft_extend_cost, draft_pass_cost, draft_passes,
                                          has_extend_pass)
-from simulator.physics.engine_time import draft_extend_in_graph, host_exposed_s, host_exposed_scalar_s
+from simulator.physics.engine_time import (draft_extend_in_graph, draft_in_graph, host_exposed_s, host_exposed_scalar_s,
+                                           pass_time_s)
 from simulator.physics.attention import MAX_DECODE_SURFACE_QUERIES, attention_op
 from simulator.physics.layers import decoder_cell_ops, forward_ops, sampling_op
 from simulator.physics.operators import pass_time, prompt_chunk_point_s
@@ -149,7 +150,7 @@ class StepPricer:
         self._fill_attention(js)
         if self.speculative:
             bb, ll = np.broadcast_arrays(B[:, 0, :], L[None, :])
-            self.draft[:, js] = draft_pass_cost(self._setting, bb, 1.0, ll, pass_time)[0].total_s
+            self.draft[:, js] = self._draft_columns(bb, ll)
             if self.extend is not None:
                 self.extend[:, :, js] = self._extend_columns(B, L)
         for j in js:
@@ -183,6 +184,15 @@ class StepPricer:
             js = sorted(js + [js[0] + 1 if js[0] + 1 < len(self.ctx) else js[0] - 1])
         return js
 
+    def _draft_columns(self, B: np.ndarray, L: np.ndarray) -> np.ndarray:
+        """One draft pass at batch sizes B and context buckets L, [B-1, len(L)], as the engine runs it: in a
+        graph by the planner's grid rule (the engine profile's capture limits), else the slower of GPU time
+        and kernel launches; a host-side n-gram lookup as it is."""
+        cost = draft_pass_cost(self._setting, B, 1.0, L, pass_time)[0]
+        if self.sc.draft.method == "ngram":
+            return cost.total_s
+        return pass_time_s(cost.total_s, cost.n_kernels, draft_in_graph(self.sc.engine, B), self.eager_s)
+
     def _extend_columns(self, B: np.ndarray, L: np.ndarray) -> np.ndarray:
         """The draft's extend pass over B (K + 1) verified tokens at context buckets L, [B-1, K, len(L)];
         as the engine runs it (eager: the slower of GPU time and kernel launches)."""
@@ -190,8 +200,7 @@ class StepPricer:
         cost = draft_extend_cost(self._setting, B, K, L[None, None, :], pass_time)
         # in a graph by the same rule as the planner's grid (the engine profile's capture limits)
         in_graph = draft_extend_in_graph(self.sc.engine, *np.broadcast_arrays(B, K))
-        gpu = cost.total_s
-        return np.where(in_graph, gpu, np.maximum(gpu, cost.n_kernels * self.eager_s))
+        return pass_time_s(cost.total_s, cost.n_kernels, in_graph, self.eager_s)
 
     def _lin(self, tokens: int) -> float:
         if tokens <= self.t_top:
