@@ -70,9 +70,11 @@ def _plan(dep: Deployment, specs: tuple, key: tuple, segments: list, ops, batch,
                     lambda: ops(batch, context_len, "cells"), lambda: ops(batch, context_len, "all"))
 
 
-def draft_extend_plan(setting: DraftSetting, batch, k, context_len) -> PassPlan | None:
+def draft_extend_plan(setting: DraftSetting, batch, k, context_len, expert_batch=None) -> PassPlan | None:
     """The extend pass over the (B, K) grid (:func:`draft_extend_cost`) as a :class:`PassPlan`: the draft's
-    layers' token ops at the replica's B (K + 1) tokens, its head's at B rows, attention per cell."""
+    layers' token ops at the replica's B (K + 1) tokens, its head's at B rows, attention per cell; a head's
+    routed experts (an MTP layer of an MoE target) at ``expert_batch`` sequences where given (the padding
+    rows of a padded graph the router sends to experts: simulator.physics.engine_time.expert_batch)."""
     draft, target, dep, hw = setting.draft, setting.target, setting.dep, setting.hw
     if not has_extend_pass(draft, dep):
         return None
@@ -113,7 +115,8 @@ def draft_extend_plan(setting: DraftSetting, batch, k, context_len) -> PassPlan 
     def layer_ops(b, L, part):
         ops = [] if part == "cells" else [gemm("draft_extend.fusion", _rows(dep, b, queries, part), D,
                                                cfg["fusion_inputs"] * D, w, a, 1)]
-        return ops + LAYER_PARTS[part](target, dep, hw, b, queries, L, "draft_extend.", layer_counts=layers)
+        eb = {} if part == "tokens" or expert_batch is None else {"expert_batch": expert_batch}
+        return ops + LAYER_PARTS[part](target, dep, hw, b, queries, L, "draft_extend.", layer_counts=layers, **eb)
 
     def head_ops_at(t):
         return head_ops(target, adep, hw, t, vocab, "draft_extend.")
@@ -125,13 +128,14 @@ def draft_extend_plan(setting: DraftSetting, batch, k, context_len) -> PassPlan 
         ("head", rank_tokens(dep, batch, 1.0), head_ops_at)], ops, batch, context_len)
 
 
-def draft_extend_cost(setting: DraftSetting, batch, k, context_len, price=evaluate) -> StepCost | None:
+def draft_extend_cost(setting: DraftSetting, batch, k, context_len, price=evaluate,
+                      expert_batch=None) -> StepCost | None:
     """The extend pass over the (B, K) grid: the draft's layers over B (K + 1) verified tokens (their
     attention: K + 1 queries per sequence over the context), its LM head and sampling at B rows;
     for self-speculation on an engine whose first draft pass catches up two tokens, that pass; None for
     methods without one (n-gram, early-exit, other self-speculation). ``price``: :func:`evaluate`
     (per op) or :func:`simulator.physics.operators.price_pass` (the sum first)."""
-    plan = draft_extend_plan(setting, batch, k, context_len)
+    plan = draft_extend_plan(setting, batch, k, context_len, expert_batch)
     if plan is None:
         return None
     shape = np.broadcast_shapes(np.shape(batch), np.shape(k), np.shape(context_len))
@@ -212,9 +216,11 @@ def draft_pass_cost(setting: DraftSetting, batch, k, context_len, price=evaluate
     return price(plan.full(), setting.hw, plan.dep, setting.profile, batch.shape), draft_passes(setting.draft, k)
 
 
-def draft_costs(setting: DraftSetting, B, K, C) -> tuple[PassCost, np.ndarray, PassCost | None]:
+def draft_costs(setting: DraftSetting, B, K, C,
+                extend_expert_batch=None) -> tuple[PassCost, np.ndarray, PassCost | None]:
     """(one draft pass over (B, 1, L), passes per step over K, the extend pass over (B, K, L) or None), their
-    token ops read from tables (:mod:`simulator.physics.pass_tables`)."""
+    token ops read from tables (:mod:`simulator.physics.pass_tables`); ``extend_expert_batch``: as for
+    :func:`draft_extend_plan`."""
     shape = (B.shape[0], 1, C.shape[-1])
     plan = draft_pass_plan(setting, B, C)  # ops over B alone (token ops, routed experts) stay (B, 1, 1)
     if plan is None:  # a host-side lookup: no ops to price
@@ -222,7 +228,7 @@ def draft_costs(setting: DraftSetting, B, K, C) -> tuple[PassCost, np.ndarray, P
         draft_pass = PassCost.of(draft_pass)
     else:
         draft_pass, passes = price_plan(plan, setting.hw, setting.profile, shape), draft_passes(setting.draft, K)
-    extend = draft_extend_plan(setting, B, K, C)
+    extend = draft_extend_plan(setting, B, K, C, extend_expert_batch)
     if extend is not None:
         extend = price_plan(extend, setting.hw, setting.profile, np.broadcast_shapes(B.shape, K.shape, C.shape))
     return draft_pass, passes, extend

@@ -50,6 +50,39 @@ def verify_in_graph(engine: EngineProfile, batch, k) -> np.ndarray:
     return np.where(k > 0, spec, plain)
 
 
+def _padded(size: np.ndarray, sizes: tuple[int, ...]) -> np.ndarray:
+    """Each size rounded up to the next captured size (unchanged above the largest)."""
+    cap = np.asarray(sizes, dtype=float)
+    up = cap[np.minimum(np.searchsorted(cap, size), cap.size - 1)]
+    return np.where(size <= cap[-1], np.maximum(up, size), size)
+
+
+def padding_routed(engine: EngineProfile, model) -> bool:
+    """Whether ``engine``'s router sends a padded graph's padding rows of ``model`` to experts as real tokens."""
+    rule = engine.moe_padding_routed
+    return model.is_moe and (rule == "all" or (rule == "grouped-topk" and model.expert_groups > 0))
+
+
+def expert_batch(engine: EngineProfile, model, batch, k):
+    """Sequences whose routing a verify pass's routed experts load: B, or, where the pass replays a graph
+    padded to a larger captured size and the engine's router sends the padding rows to experts as real
+    tokens (``moe_padding_routed``), the padded size: padded tokens / (K + 1) for token-keyed graphs,
+    the padded batch for sequence-keyed ones (the speculative capture list at K > 0 where the engine has
+    one). None where no cell pads (the routed experts then see B, as without graphs)."""
+    if not padding_routed(engine, model) or not (engine.graphs_enabled and engine.padding) or engine.unlimited \
+            or not engine.capture_sizes:
+        return None
+    batch, k = np.broadcast_arrays(np.asarray(batch, dtype=float), np.asarray(k, dtype=float))
+    if engine.size_unit == "tokens":
+        padded = _padded(batch * (k + 1), engine.capture_sizes) / (k + 1)
+    else:
+        padded = _padded(batch, engine.capture_sizes)
+        if engine.spec_capture_sizes:
+            padded = np.where(k > 0, _padded(batch, engine.spec_capture_sizes), padded)
+    padded = np.where(verify_in_graph(engine, batch, k), padded, batch)
+    return None if np.array_equal(padded, batch) else padded
+
+
 def draft_in_graph(engine: EngineProfile, batch) -> np.ndarray:
     """Whether a draft pass (one token per sequence) replays a captured graph: within the plain limit
     and, with speculation on, within the speculative batch limit too."""
@@ -72,6 +105,16 @@ def draft_extend_in_graph(engine: EngineProfile, batch, k, verify_graph=None) ->
     if verify_graph is None:
         verify_graph = verify_in_graph(engine, batch, k)
     return verify_graph & draft_in_graph(engine, batch)
+
+
+def extend_expert_batch(engine: EngineProfile, batch, k, padded):
+    """The sequences a draft head's extend pass loads experts for: the verify pass's ``padded`` batch
+    (:func:`expert_batch`) where the extend pass replays a graph too, B where it runs eagerly; None
+    without padding."""
+    if padded is None:
+        return None
+    in_graph = draft_extend_in_graph(engine, *np.broadcast_arrays(np.asarray(batch, dtype=float), k))
+    return np.where(in_graph, padded, np.broadcast_to(batch, padded.shape))
 
 
 def pass_time_s(gpu_s, kernels, in_graph, eager_per_kernel_s: float, copy: bool = True) -> np.ndarray:

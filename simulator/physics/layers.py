@@ -86,7 +86,7 @@ def dense_mlp_ops(model: ModelSpec, dep: Deployment, tokens, count: int, width: 
 
 
 def moe_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, count: int, prefix: str = "",
-            batch=None, queries=None) -> list[Op]:
+            batch=None, queries=None, expert_batch=None) -> list[Op]:
     """Routed experts (+ router, shared experts, dispatch/combine) of one MoE layer, on the busiest GPU.
 
     ``tokens`` = all T = B q tokens of the step (every attention replica's); ``batch`` / ``queries``
@@ -109,7 +109,14 @@ def moe_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, count: int,
         batch, queries = tokens, np.ones_like(tokens)
     local = rank_tokens(dep, batch, queries) if dep.dp_attention else tokens
     token_ops = moe_token_ops(model, dep, hw, local, count, prefix)
-    return token_ops[:1] + [_routed_experts(model, dep, tokens, count, prefix, batch, queries)] + token_ops[1:]
+    return token_ops[:1] + [_routed_experts_of(model, dep, count, prefix, batch, queries, expert_batch)] + token_ops[1:]
+
+
+def _routed_experts_of(model: ModelSpec, dep: Deployment, count: int, prefix: str, batch, queries, expert_batch):
+    """The routed experts at B sequences x q positions, or at ``expert_batch`` sequences where a padded CUDA
+    graph's padding rows are routed to experts as real ones (:func:`simulator.physics.engine_time.expert_batch`)."""
+    b = batch if expert_batch is None else np.asarray(expert_batch, dtype=float)
+    return _routed_experts(model, dep, b * queries, count, prefix, b, queries)
 
 
 # A layer's attention and routed experts as the verify pass and a draft head's extend pass both build them
@@ -200,16 +207,17 @@ def elementwise_op(model: ModelSpec, dep: Deployment, tokens, count: int, mlp_wi
 
 
 def decoder_layers_ops(model: ModelSpec, dep: Deployment, hw: Hardware, batch, queries, context_len: float,
-                       prefix: str = "", layer_counts: tuple[int, int] | None = None) -> list[Op]:
+                       prefix: str = "", layer_counts: tuple[int, int] | None = None, expert_batch=None) -> list[Op]:
     """All decoder layers of one pass (dense-MLP and MoE layers, full and sliding attention), per GPU.
 
     Attention, dense MLPs, norms and all-reduces run on the busiest attention replica's sequences
     (all B, or ceil(B / dp) under data-parallel attention) with the attention group's TP; routed
     experts see every replica's tokens (:func:`moe_ops`). All-reduces of T_r D a bytes over the
     attention group: one after attention and one after each MLP / MoE layer; under "dp-ep" the MoE
-    output returns by the combine all-to-all instead.
+    output returns by the combine all-to-all instead. ``expert_batch``: the sequences the routed experts load
+    (padding rows included where the engine routes them; None: B).
     """
-    return _layer_ops(model, dep, hw, (batch, queries, context_len), prefix, layer_counts, "all")
+    return _layer_ops(model, dep, hw, (batch, queries, context_len), prefix, layer_counts, "all", expert_batch)
 
 
 # A pass's ops in two parts (simulator.physics.pass_tables): those sized by the busiest attention replica's
@@ -223,16 +231,16 @@ def decoder_token_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, q
 
 
 def decoder_cell_ops(model: ModelSpec, dep: Deployment, hw: Hardware, batch, queries, context_len: float,
-                     prefix: str = "", layer_counts: tuple[int, int] | None = None) -> list[Op]:
+                     prefix: str = "", layer_counts: tuple[int, int] | None = None, expert_batch=None) -> list[Op]:
     """The attention and routed experts of :func:`decoder_layers_ops`."""
-    return _layer_ops(model, dep, hw, (batch, queries, context_len), prefix, layer_counts, "cells")
+    return _layer_ops(model, dep, hw, (batch, queries, context_len), prefix, layer_counts, "cells", expert_batch)
 
 
 LAYER_PARTS = {"all": decoder_layers_ops, "tokens": decoder_token_ops, "cells": decoder_cell_ops}
 
 
 def _layer_ops(model: ModelSpec, dep: Deployment, hw: Hardware, sizes: tuple, prefix: str,
-               layer_counts: tuple[int, int] | None, part: str) -> list[Op]:
+               layer_counts: tuple[int, int] | None, part: str, expert_batch=None) -> list[Op]:
     """:func:`decoder_layers_ops` at ``sizes`` = (B, q, L), or its ``part`` ("tokens": B is the token count)."""
     batch, queries, context_len = sizes
     batch = np.asarray(batch, dtype=float)
@@ -259,10 +267,10 @@ def _layer_ops(model: ModelSpec, dep: Deployment, hw: Hardware, sizes: tuple, pr
     if sized and n_dense:
         ops += dense_mlp_ops(model, adep, rtokens, n_dense, model.intermediate_size, prefix)
     if n_moe and part == "all":
-        ops += moe_ops(model, dep, hw, tokens, n_moe, prefix, batch=batch, queries=queries)
+        ops += moe_ops(model, dep, hw, tokens, n_moe, prefix, batch=batch, queries=queries, expert_batch=expert_batch)
     elif n_moe:
         ops += moe_token_ops(model, dep, hw, rtokens, n_moe, prefix) if part == "tokens" else [
-            _routed_experts(model, dep, tokens, n_moe, prefix, batch, queries)]
+            _routed_experts_of(model, dep, n_moe, prefix, batch, queries, expert_batch)]
     if not sized:
         return ops
     mlp_width = model.intermediate_size if not model.is_moe else model.expert_intermediate_size * model.experts_per_token
@@ -324,9 +332,9 @@ def head_sampling_op(dep: Deployment, tokens, vocab: int, prefix: str = "", logi
 
 
 def forward_ops(model: ModelSpec, dep: Deployment, hw: Hardware, batch, queries, context_len: float,
-                prefix: str = "", logit_bytes=None) -> list[Op]:
+                prefix: str = "", logit_bytes=None, expert_batch=None) -> list[Op]:
     """Ops of one full forward pass of ``model`` over q new tokens for each of B sequences."""
-    return decoder_layers_ops(model, dep, hw, batch, queries, context_len, prefix) + \
+    return decoder_layers_ops(model, dep, hw, batch, queries, context_len, prefix, expert_batch=expert_batch) + \
         head_ops(model, attention_deployment(dep), hw, rank_tokens(dep, batch, queries), model.vocab_size, prefix,
                  logit_bytes=logit_bytes)
 
@@ -340,9 +348,9 @@ def forward_token_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, q
 
 
 def forward_cell_ops(model: ModelSpec, dep: Deployment, hw: Hardware, batch, queries, context_len: float,
-                     prefix: str = "", logit_bytes=None) -> list[Op]:
+                     prefix: str = "", logit_bytes=None, expert_batch=None) -> list[Op]:
     """The attention and routed experts of :func:`forward_ops` (its head's ops are all token-sized)."""
-    return decoder_cell_ops(model, dep, hw, batch, queries, context_len, prefix)
+    return decoder_cell_ops(model, dep, hw, batch, queries, context_len, prefix, expert_batch=expert_batch)
 
 
 FORWARD_PARTS = {"all": forward_ops, "tokens": forward_token_ops, "cells": forward_cell_ops}

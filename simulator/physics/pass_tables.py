@@ -122,20 +122,22 @@ def price_plan(plan: PassPlan, hw: Hardware, profile: Profile | None, shape) -> 
                     lambda: evaluate(plan.full(), hw, plan.dep, profile, shape))
 
 
-def verify_plan(model: ModelSpec, dep: Deployment, hw: Hardware, batch, k, context_len) -> PassPlan:
+def verify_plan(model: ModelSpec, dep: Deployment, hw: Hardware, batch, k, context_len, expert_batch=None) -> PassPlan:
     """The target pass scoring K drafts (+ the bonus position) for each of B sequences over L cached keys
     (the ops of :func:`simulator.physics.layers.forward_ops`): its token ops at the replica's B (K + 1)
-    tokens, attention, routed experts and sampling (bytes per logit by K: plain or verifying) per cell."""
+    tokens, attention, routed experts and sampling (bytes per logit by K: plain or verifying) per cell;
+    the routed experts at ``expert_batch`` sequences where given (a padded graph's routed padding rows)."""
     queries = np.asarray(k, dtype=float) + 1.0
     logit_bytes = verify_logit_bytes(dep, k)
     tokens = rank_tokens(dep, batch, queries)
 
     def cells() -> list[Op]:
-        return forward_cell_ops(model, dep, hw, batch, queries, context_len) + [
+        return forward_cell_ops(model, dep, hw, batch, queries, context_len, expert_batch=expert_batch) + [
             head_sampling_op(attention_deployment(dep), tokens, model.vocab_size, "", logit_bytes)]
 
     return PassPlan(dep, (model,), (Segment(("verify",), tokens, lambda t: verify_token_ops(model, dep, hw, t)),),
-                    cells, lambda: forward_ops(model, dep, hw, batch, queries, context_len, logit_bytes=logit_bytes))
+                    cells, lambda: forward_ops(model, dep, hw, batch, queries, context_len, logit_bytes=logit_bytes,
+                                               expert_batch=expert_batch))
 
 
 def verify_token_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens) -> list[Op]:
@@ -144,3 +146,34 @@ def verify_token_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens) ->
     tokens = np.asarray(tokens, dtype=float)
     return decoder_token_ops(model, dep, hw, tokens) + head_ops(model, attention_deployment(dep), hw, tokens,
                                                                 model.vocab_size, sampling=False)
+
+
+_LINS: dict = {}  # (model, deployment, device, id(profile), T_max) -> (profile, lin(T), lin(T) as a list)
+
+
+def lin_table(m, dep, hw, prof, t_top: int) -> tuple[np.ndarray, list]:
+    """lin(T), a forward pass's ops but attention at T independent tokens (the serving step pricer's table),
+    for T = 0..t_top (read-only) and as a list: the same ops priced over the same token counts for every
+    pricer of equal specs and profile (a sweep's traffic mixes of one scenario), so priced once."""
+    key = (m, dep, hw, id(prof), int(t_top))
+    hit = _LINS.get(key)
+    if hit is None or hit[0] is not prof:
+        t = np.arange(1, t_top + 1, dtype=float)
+        ops = [o for o in forward_ops(m, dep, hw, t, 1.0, 0.0) if o.family != "attention"]
+        lin = np.concatenate([[0.0], pass_time(ops, hw, dep, prof, t.shape).total_s])
+        lin.flags.writeable = False
+        if len(_LINS) >= 32:
+            _LINS.clear()
+        hit = _LINS[key] = (prof, lin, lin.tolist())
+    return hit[1], hit[2]
+
+
+def skipped_padding_experts_s(model: ModelSpec, dep: Deployment, hw: Hardware, profile: Profile | None,
+                              real: np.ndarray, padded: np.ndarray) -> np.ndarray:
+    """Index 0..N (``real`` = 1..N): experts(real T) - experts(padded T), a pass's routed experts (every MoE
+    layer's, at T independent tokens) that a graph padded from T to ``padded`` tokens does not load when its
+    router skips the padding rows; 0 where nothing pads."""
+    t = np.arange(1, int(padded.max()) + 1, dtype=float)
+    ops = [o for o in forward_ops(model, dep, hw, t, 1.0, 0.0) if o.name.endswith("moe_experts")]
+    experts = np.concatenate([[0.0], pass_time(ops, hw, dep, profile, t.shape).total_s])
+    return np.concatenate([[0.0], np.where(padded == real, 0.0, experts[real] - experts[padded])])

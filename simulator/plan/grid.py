@@ -30,8 +30,8 @@ from simulator.physics.operators import PassCost, StepCost, price_pass
 from simulator.physics.ops import shared_ops
 from simulator.physics.pass_tables import price_plan, verify_plan
 from simulator.physics.draft_cost import DraftSetting, draft_costs
-from simulator.physics.engine_time import (draft_extend_in_graph, draft_in_graph, host_exposed_s, pass_time_s,
-                                           verify_in_graph)
+from simulator.physics.engine_time import (draft_extend_in_graph, draft_in_graph, expert_batch, extend_expert_batch,
+                                           host_exposed_s, pass_time_s, verify_in_graph)
 from simulator.physics.experts import experts_touched_correlated
 from simulator.plan.schedule import SCHEDULE_TOLERANCE, argmax_k_index, schedule_k_index
 from simulator.specs.acceptance import acceptance_length_prefix
@@ -302,9 +302,12 @@ def evaluate_grid(scenario, batch_sizes=None, ks=None, context_lens=None) -> Gri
 def _evaluate(sc, b, k, c) -> Grid:
     """Every term of the grid over (B, K, L) arrays: shapes (n_batch, n_k, n_ctx)."""
     B, K, C = b[:, None, None], k[None, :, None], c[None, None, :]
+    # a padded graph's padding rows load experts where the engine routes them (physics.engine_time.expert_batch)
+    padded = expert_batch(sc.engine, sc.model, B, K)
     with shared_ops():  # a draft head's extend pass reads the verify pass's attention and experts
-        verify, verify_context = verify_over_context(sc, B, K, C)
-        draft_pass, passes, extend = draft_costs(DraftSetting.of(sc), B, K, C)
+        verify, verify_context = verify_over_context(sc, B, K, C, padded)
+        draft_pass, passes, extend = draft_costs(DraftSetting.of(sc), B, K, C,
+                                                 extend_expert_batch(sc.engine, B, K, padded))
     verify_s, draft_step_s, in_graph, host_s = engine_pass_times(sc, B, K, verify, draft_pass, passes, extend,
                                                                  verify_context)
     verify_s, draft_step_s, overhead = with_deployment_fit(
@@ -359,7 +362,7 @@ def _has_ctx_axis(op, n_ctx: int) -> bool:
     return len(shape) == 3 and shape[2] == n_ctx
 
 
-def verify_over_context(sc, B, K, C) -> tuple[PassCost, PassCost | None]:
+def verify_over_context(sc, B, K, C, expert_batch=None) -> tuple[PassCost, PassCost | None]:
     """The verify pass over (B, K, L): (its ops priced over (B, K, 1), None) with L of length 1;
     else (the ops whose size does not depend on L, priced once over (B, K, 1); attention, priced over
     (B, K, L)). The per-op times are those of ``verify_cost`` (the token ops read from their table,
@@ -369,7 +372,7 @@ def verify_over_context(sc, B, K, C) -> tuple[PassCost, PassCost | None]:
     """
     shape = np.broadcast_shapes(B.shape, K.shape)  # (nb, nk, 1); B and K keep their own axes
     n_ctx = C.shape[-1]
-    plan = verify_plan(sc.model, sc.deployment, sc.hardware, B, K, C)
+    plan = verify_plan(sc.model, sc.deployment, sc.hardware, B, K, C, expert_batch)
     if n_ctx == 1:
         return price_plan(plan, sc.hardware, sc.profile, shape), None
     cell_ops = plan.cells()

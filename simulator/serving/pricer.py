@@ -29,33 +29,15 @@ import numpy as np
 
 from simulator.physics.draft_cost import (DraftSetting, draft_extend_cost, draft_pass_cost, draft_passes,
                                          has_extend_pass)
-from simulator.physics.engine_time import (draft_extend_in_graph, draft_in_graph, host_exposed_s, host_exposed_scalar_s,
-                                           pass_time_s)
+from simulator.physics.engine_time import (draft_extend_in_graph, draft_in_graph, expert_batch, extend_expert_batch,
+                                           host_exposed_s, host_exposed_scalar_s, padding_routed, pass_time_s)
 from simulator.physics.attention import MAX_DECODE_SURFACE_QUERIES, attention_op
 from simulator.physics.layers import decoder_cell_ops, forward_ops, sampling_op
 from simulator.physics.operators import pass_time, prompt_chunk_point_s
+from simulator.physics.pass_tables import lin_table, skipped_padding_experts_s
 from simulator.plan.grid import step_overhead_s
 from simulator.serving.engine import EngineConfig
 from simulator.specs.scenario import Scenario
-
-
-_LINS: dict = {}  # (model, deployment, device, id(profile), T_max) -> (profile, lin(T), lin(T) as a list)
-
-
-def _lin_table(m, dep, hw, prof, t_top: int) -> tuple[np.ndarray, list]:
-    """lin(T) for T = 0..t_top (read-only) and as a list: the same ops priced over the same token counts for
-    every pricer of equal specs and profile (a sweep's traffic mixes of one scenario), so priced once."""
-    key = (m, dep, hw, id(prof), int(t_top))
-    hit = _LINS.get(key)
-    if hit is None or hit[0] is not prof:
-        t = np.arange(1, t_top + 1, dtype=float)
-        ops = [o for o in forward_ops(m, dep, hw, t, 1.0, 0.0) if o.family != "attention"]
-        lin = np.concatenate([[0.0], pass_time(ops, hw, dep, prof, t.shape).total_s])
-        lin.flags.writeable = False
-        if len(_LINS) >= 32:
-            _LINS.clear()
-        hit = _LINS[key] = (prof, lin, lin.tolist())
-    return hit[1], hit[2]
 
 
 class StepPricer:
@@ -63,7 +45,8 @@ class StepPricer:
 
     # the tables of the target pass alone (plain and speculative pricers of one setting share them)
     TARGET_TABLES = ("lin", "n_kernels", "ctx", "_ctx_list", "attn", "_attn_have", "_attn_ops_layers",
-                     "verify_sampling_s_per_token", "overhead_prof", "_lin_list", "_overhead0")
+                     "verify_sampling_s_per_token", "overhead_prof", "_lin_list", "_overhead0", "_pad_experts",
+                     "_pad_experts_list")
 
     def __init__(self, sc: Scenario, engine: EngineConfig, k_max: int, max_seqs: int, max_context: int,
                  speculative: bool, twin: "StepPricer | None" = None):
@@ -108,7 +91,8 @@ class StepPricer:
         sc, k_max, b_top = self.sc, self.k_max, self.b_top
         m, dep, hw, prof = sc.model, sc.deployment, sc.hardware, sc.profile
         # lin(T): all target ops but attention, at T = 0..t_top tokens (T = 0 costs nothing)
-        self.lin, self._lin_list = _lin_table(m, dep, hw, prof, self.t_top)
+        self.lin, self._lin_list = lin_table(m, dep, hw, prof, self.t_top)
+        self._pad_experts, self._pad_experts_list = self._padding_experts_delta()
         full_ops = forward_ops(m, dep, hw, 1.0, 1.0, 1.0)
         self.n_kernels = float(sum(o.kernels * o.count for o in full_ops))
         # decode attention over context buckets (linear in L between buckets), [B-1, q-1, iL]: each
@@ -130,6 +114,18 @@ class StepPricer:
                                              (b_top + 1, k_max + 1))
         # step_s reads these as Python scalars (see _rows)
         self._overhead0 = self.overhead_prof[0].tolist()
+
+    def _padding_experts_delta(self) -> tuple[np.ndarray | None, list | None]:
+        """Per real T: the experts lin(padded T) holds for padding rows the engine's router skips (None where
+        they load experts as real tokens, or the model has none; simulator.physics.engine_time.padding_routed)."""
+        sc = self.sc
+        if not sc.model.is_moe or padding_routed(sc.engine, sc.model):
+            return None, None
+        real = np.arange(1, self.t_top + 1)
+        padded, graph = self.engine.pad_tokens_array(real)
+        delta = skipped_padding_experts_s(sc.model, sc.deployment, sc.hardware, sc.profile, real,
+                                          np.where(graph & (padded <= self.t_top), padded, real))
+        return delta, delta.tolist()
 
     def price_context_buckets(self, js=None) -> None:
         """Price context buckets ``js`` (default: all) now rather than on first use, a few at a time as
@@ -197,9 +193,11 @@ class StepPricer:
         """The draft's extend pass over B (K + 1) verified tokens at context buckets L, [B-1, K, len(L)];
         as the engine runs it (eager: the slower of GPU time and kernel launches)."""
         K = np.arange(self.k_max + 1, dtype=float)[None, :, None]
-        cost = draft_extend_cost(self._setting, B, K, L[None, None, :], pass_time)
-        # in a graph by the same rule as the planner's grid (the engine profile's capture limits)
+        # in a graph by the same rule as the planner's grid (the engine profile's capture limits), with its
+        # padding rows' experts where the engine routes them (plan.grid.extend_expert_batch)
         in_graph = draft_extend_in_graph(self.sc.engine, *np.broadcast_arrays(B, K))
+        experts = extend_expert_batch(self.sc.engine, B, K, expert_batch(self.sc.engine, self.sc.model, B, K))
+        cost = draft_extend_cost(self._setting, B, K, L[None, None, :], pass_time, experts)
         return pass_time_s(cost.total_s, cost.n_kernels, in_graph, self.eager_s)
 
     def _lin(self, tokens: int) -> float:
@@ -305,7 +303,10 @@ class StepPricer:
         """Seconds of one step, the tokens the target pass runs at, and whether it ran as a graph."""
         eng = self.engine
         padded, graph = self._pad(tokens)
-        kernels = (self._lin_list[padded] if padded <= self.t_top else self._lin(padded)) + prefill_attn_s
+        kernels = self._lin_list[padded] if padded <= self.t_top else self._lin(padded)
+        if self._pad_experts_list is not None and tokens <= self.t_top:  # padding rows that load no experts
+            kernels += self._pad_experts_list[tokens]
+        kernels += prefill_attn_s
         draft = 0.0
         if n_dec:
             j, w = self._ctx_weight(mean_ctx)
@@ -347,6 +348,9 @@ class StepPricer:
         kernels = self.lin[np.where(inside, padded, 0)]
         if not inside.all():  # beyond the table: priced on their own (_lin)
             kernels[~inside] = [self._lin(int(p)) for p in padded[~inside].tolist()]
+        if self._pad_experts is not None:  # padding rows that load no experts (as step_s)
+            delta = self._pad_experts[np.minimum(tokens, self.t_top)]
+            kernels = np.where(tokens <= self.t_top, kernels + delta, kernels)
         kernels = kernels + prefill_attn_s
         j, w = self._ctx_weight(mean_ctx)
         if k_step.any():

@@ -68,6 +68,9 @@ class EngineProfile:
     # read) serves; () = every group. Other groups run a per-query-head kernel that reads its KV head
     # once per query head (TensorRT-LLM <= 0.10: XQA for 8 only, else MMHA)
     grouped_decode_groups: tuple[int, ...] = ()
+    # MoE under a padded CUDA graph: whose padding rows the router sends to experts as real tokens ("all",
+    # "none", or "grouped-topk": only a grouped top-k router's, as DeepSeek's)
+    moe_padding_routed: str = "all"
     grouped_decode_min_blocks_per_sm: float = 0.0  # the grouped kernel only when KV heads x B >= this x SMs
     # SGLang: the denser list captured (and padded to) when a speculative algorithm is set; () = capture_sizes
     spec_capture_sizes: tuple[int, ...] = ()
@@ -212,10 +215,14 @@ def engine_from_dict(data: dict, origin: str) -> EngineProfile:
         grouped_decode_min_blocks_per_sm=get("attention", "grouped_decode_min_blocks_per_sm", float, 0.0),
         draft_extend_captured=_optional_bool(get, "cuda_graphs", "draft_extend_captured"),
         sampling_bytes=tuple(get("sampling", key, float, 0.0 if "top_p" in key else 8.0) for key in SAMPLING_KEYS),
-        spec_capture_sizes=spec_sizes)
+        spec_capture_sizes=spec_sizes,
+        moe_padding_routed=_choice(get("cuda_graphs", "moe_padding_routed", str, "all"), MOE_PADDING_RULES,
+                                   "moe_padding_routed", origin, "cuda_graphs"))
     _refuse_unknown(data, read, origin)
     return profile
 
+
+MOE_PADDING_RULES = ("all", "none", "grouped-topk")
 
 # [sampling] keys, in EngineProfile.sampling_bytes order (absent: 8 bytes per logit, one fp32 read and
 # write, and nothing more for top-p)
@@ -276,9 +283,9 @@ ALLREDUCE_KINDS = ("custom", "nccl")
 LM_HEAD_KINDS = ("vocab-parallel", "vocab-parallel-argmax", "replicated")
 
 
-def _choice(kind: str, allowed: tuple[str, ...], key: str, origin: str) -> str:
+def _choice(kind: str, allowed: tuple[str, ...], key: str, origin: str, section: str = "collectives") -> str:
     if kind not in allowed:
-        raise PlannerError(f"{origin}: [collectives] {key} must be one of {', '.join(allowed)}, got {kind!r}")
+        raise PlannerError(f"{origin}: [{section}] {key} must be one of {', '.join(allowed)}, got {kind!r}")
     return kind
 
 

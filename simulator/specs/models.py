@@ -59,6 +59,7 @@ class ModelSpec:
     num_dense_layers: int = 0  # layers with a dense MLP in an MoE model (DeepSeek's first 3)
     expert_weight_dtype: str | None = None  # e.g. gpt-oss ships experts in mxfp4
     num_mtp_layers: int = 0  # multi-token-prediction modules shipped with the model
+    expert_groups: int = 0  # DeepSeek's n_group: a grouped top-k router picks groups, then experts (0: plain top-k)
     max_position_embeddings: int | None = None  # longest context the model was trained for (None: not given)
 
     @property
@@ -284,6 +285,7 @@ def _deepseek_fields(cfg: dict, origin: str, quant: str | None) -> dict:
         expert_intermediate_size=F_e, shared_expert_intermediate_size=_opt(cfg, "n_shared_experts", origin) * F_e,
         num_dense_layers=_opt(cfg, "first_k_dense_replace", origin),
         num_mtp_layers=_opt(cfg, "num_nextn_predict_layers", origin),
+        expert_groups=_opt(cfg, "n_group", origin) if _opt(cfg, "n_group", origin) > 1 else 0,
         expert_weight_dtype="fp8" if quant == "fp8" else None,
     )
 
