@@ -81,3 +81,23 @@ def test_moe_padding_rule_is_checked():
         engine_from_dict({"name": "x", "cuda_graphs": {"eager_launch_per_kernel_s": 0.0, "moe_padding_routed": "some"},
                           "host": {"step_fixed_s": 0.0, "step_per_sequence_s": 0.0},
                           "speculative": {"step_fixed_s": 0.0}}, "x.toml")
+
+
+def test_a_serving_decode_step_loads_the_experts_the_grid_prices():
+    # Qwen3-235B with [routing] reuse = 0.5 (the bundled scenario's): a decode step of B sequences x (K + 1)
+    # positions loads experts_touched(B, K + 1, 0.5) experts, as the grid prices it, not those of B (K + 1)
+    # independent tokens. At token counts that are capture sizes (16, 24, 32: no padding) and at a context
+    # bucket's own length the step equals the grid's ITL
+    from simulator.specs.scenario import SCENARIO_DIR, load_scenario
+    sc = load_scenario(SCENARIO_DIR / "qwen3-235b-h200.toml")
+    assert sc.deployment.routing.reuse == 0.5
+    pricer = sv.StepPricer(sc, sv.engine_from_scenario(sc), 4, 64, 3000, True)
+    ctx = float(round(pricer.ctx[np.argmin(abs(pricer.ctx - 1024))]))
+    cells = [(8, 1), (4, 3), (16, 1), (8, 2), (8, 3)]
+    g = compute_grid(sc.with_overrides(context_len=int(ctx)), batch_sizes=[4, 8, 16], ks=[1, 2, 3])
+    for b, k in cells:
+        t, tokens, graph = pricer.step_s(b, k, b * (k + 1), ctx, True, 0.0)
+        assert tokens == b * (k + 1) and graph
+        assert t == pytest.approx(g.itl_s[[4, 8, 16].index(b), [1, 2, 3].index(k)], rel=1e-5)
+    # independent tokens would load more: 16 tokens as 8 x 2 correlated positions touch fewer experts
+    assert pricer._dec_experts[8, 1] < 0

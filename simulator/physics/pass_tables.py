@@ -166,14 +166,3 @@ def lin_table(m, dep, hw, prof, t_top: int) -> tuple[np.ndarray, list]:
             _LINS.clear()
         hit = _LINS[key] = (prof, lin, lin.tolist())
     return hit[1], hit[2]
-
-
-def skipped_padding_experts_s(model: ModelSpec, dep: Deployment, hw: Hardware, profile: Profile | None,
-                              real: np.ndarray, padded: np.ndarray) -> np.ndarray:
-    """Index 0..N (``real`` = 1..N): experts(real T) - experts(padded T), a pass's routed experts (every MoE
-    layer's, at T independent tokens) that a graph padded from T to ``padded`` tokens does not load when its
-    router skips the padding rows; 0 where nothing pads."""
-    t = np.arange(1, int(padded.max()) + 1, dtype=float)
-    ops = [o for o in forward_ops(model, dep, hw, t, 1.0, 0.0) if o.name.endswith("moe_experts")]
-    experts = np.concatenate([[0.0], pass_time(ops, hw, dep, profile, t.shape).total_s])
-    return np.concatenate([[0.0], np.where(padded == real, 0.0, experts[real] - experts[padded])])

@@ -6,7 +6,9 @@ The step time is a table lookup, never a cost-model call:
                        + attn_prefill(chunks) + overhead(B) [+ eager launches] [+ DSD-at-K=0 cost]
 
 - lin(T): every operator of the target pass except attention (GEMMs, norms, all-reduce, LM head,
-  sampling) at T tokens, precomputed for T = 1..T_max (they depend on the token count only).
+  sampling) at T tokens, precomputed for T = 1..T_max (they depend on the token count only); for an
+  MoE model the routed experts corrected to the grid's (correlated positions, routed padding rows:
+  simulator/serving/step_experts.py).
 - attn(B, q, L): decode attention of B sequences with q queries over L cached keys, on a grid of
   context buckets and interpolated linearly in L (its FLOPs and bytes are linear in L, so the mean
   context of the batch prices the whole batch). A bucket's column (every B and q, and the draft's
@@ -30,13 +32,14 @@ import numpy as np
 from simulator.physics.draft_cost import (DraftSetting, draft_extend_cost, draft_pass_cost, draft_passes,
                                          has_extend_pass)
 from simulator.physics.engine_time import (draft_extend_in_graph, draft_in_graph, expert_batch, extend_expert_batch,
-                                           host_exposed_s, host_exposed_scalar_s, padding_routed, pass_time_s)
+                                           host_exposed_s, host_exposed_scalar_s, pass_time_s)
 from simulator.physics.attention import MAX_DECODE_SURFACE_QUERIES, attention_op
 from simulator.physics.layers import decoder_cell_ops, forward_ops, sampling_op
 from simulator.physics.operators import pass_time, prompt_chunk_point_s
-from simulator.physics.pass_tables import lin_table, skipped_padding_experts_s
+from simulator.physics.pass_tables import lin_table
 from simulator.plan.grid import step_overhead_s
 from simulator.serving.engine import EngineConfig
+from simulator.serving.step_experts import step_expert_tables
 from simulator.specs.scenario import Scenario
 
 
@@ -46,7 +49,7 @@ class StepPricer:
     # the tables of the target pass alone (plain and speculative pricers of one setting share them)
     TARGET_TABLES = ("lin", "n_kernels", "ctx", "_ctx_list", "attn", "_attn_have", "_attn_ops_layers",
                      "verify_sampling_s_per_token", "overhead_prof", "_lin_list", "_overhead0", "_pad_experts",
-                     "_pad_experts_list")
+                     "_pad_experts_list", "_dec_experts", "_dec_experts_list")
 
     def __init__(self, sc: Scenario, engine: EngineConfig, k_max: int, max_seqs: int, max_context: int,
                  speculative: bool, twin: "StepPricer | None" = None):
@@ -92,7 +95,10 @@ class StepPricer:
         m, dep, hw, prof = sc.model, sc.deployment, sc.hardware, sc.profile
         # lin(T): all target ops but attention, at T = 0..t_top tokens (T = 0 costs nothing)
         self.lin, self._lin_list = lin_table(m, dep, hw, prof, self.t_top)
-        self._pad_experts, self._pad_experts_list = self._padding_experts_delta()
+        # an MoE step's routed experts as the grid prices them (serving.step_experts)
+        self._pad_experts, self._dec_experts = step_expert_tables(sc, self.engine, b_top, k_max, self.t_top)
+        self._pad_experts_list = None if self._pad_experts is None else self._pad_experts.tolist()
+        self._dec_experts_list = None if self._dec_experts is None else self._dec_experts.tolist()
         full_ops = forward_ops(m, dep, hw, 1.0, 1.0, 1.0)
         self.n_kernels = float(sum(o.kernels * o.count for o in full_ops))
         # decode attention over context buckets (linear in L between buckets), [B-1, q-1, iL]: each
@@ -114,18 +120,6 @@ class StepPricer:
                                              (b_top + 1, k_max + 1))
         # step_s reads these as Python scalars (see _rows)
         self._overhead0 = self.overhead_prof[0].tolist()
-
-    def _padding_experts_delta(self) -> tuple[np.ndarray | None, list | None]:
-        """Per real T: the experts lin(padded T) holds for padding rows the engine's router skips (None where
-        they load experts as real tokens, or the model has none; simulator.physics.engine_time.padding_routed)."""
-        sc = self.sc
-        if not sc.model.is_moe or padding_routed(sc.engine, sc.model):
-            return None, None
-        real = np.arange(1, self.t_top + 1)
-        padded, graph = self.engine.pad_tokens_array(real)
-        delta = skipped_padding_experts_s(sc.model, sc.deployment, sc.hardware, sc.profile, real,
-                                          np.where(graph & (padded <= self.t_top), padded, real))
-        return delta, delta.tolist()
 
     def price_context_buckets(self, js=None) -> None:
         """Price context buckets ``js`` (default: all) now rather than on first use, a few at a time as
@@ -304,8 +298,11 @@ class StepPricer:
         eng = self.engine
         padded, graph = self._pad(tokens)
         kernels = self._lin_list[padded] if padded <= self.t_top else self._lin(padded)
-        if self._pad_experts_list is not None and tokens <= self.t_top:  # padding rows that load no experts
-            kernels += self._pad_experts_list[tokens]
+        if self._dec_experts_list is not None:  # MoE: experts as the grid prices them (serving.step_experts)
+            if n_dec and tokens == n_dec * (k_step + 1):
+                kernels += self._dec_experts_list[n_dec][k_step]
+            elif self._pad_experts_list is not None and tokens <= self.t_top:
+                kernels += self._pad_experts_list[tokens]
         kernels += prefill_attn_s
         draft = 0.0
         if n_dec:
@@ -348,9 +345,11 @@ class StepPricer:
         kernels = self.lin[np.where(inside, padded, 0)]
         if not inside.all():  # beyond the table: priced on their own (_lin)
             kernels[~inside] = [self._lin(int(p)) for p in padded[~inside].tolist()]
-        if self._pad_experts is not None:  # padding rows that load no experts (as step_s)
-            delta = self._pad_experts[np.minimum(tokens, self.t_top)]
-            kernels = np.where(tokens <= self.t_top, kernels + delta, kernels)
+        if self._dec_experts is not None:  # MoE: experts as the grid prices them (as step_s)
+            mixed = 0.0 if self._pad_experts is None else np.where(
+                tokens <= self.t_top, self._pad_experts[np.minimum(tokens, self.t_top)], 0.0)
+            decode = (n_dec >= 1) & (tokens == n_dec * (k_step + 1))
+            kernels = kernels + np.where(decode, self._dec_experts[n_dec, k_step], mixed)
         kernels = kernels + prefill_attn_s
         j, w = self._ctx_weight(mean_ctx)
         if k_step.any():
