@@ -2,7 +2,7 @@
 
 The step time is a table lookup, never a cost-model call:
 
-    step(B, K, L, T) = lin(pad(T)) + attn(B, K+1, L) + (K - 1) * draft_pass(pad(B), L) + extend(B, K, L)
+    step(B, K, L, T) = lin(pad(T)) + attn(B, K+1, L) + (K - 1) * draft_pass(B, L) + extend(B, K, L)
                        + attn_prefill(chunks) + overhead(B) [+ eager launches] [+ DSD-at-K=0 cost]
 
 - lin(T): every operator of the target pass except attention (GEMMs, norms, all-reduce, LM head,
@@ -286,7 +286,7 @@ class StepPricer:
             attn = self.attn[n_dec - 1, k_step].tolist()
             d = e = None
             if k_step:
-                d = self.draft[min(self._pad(n_dec)[0], self.b_top) - 1].tolist()
+                d = self.draft[n_dec - 1].tolist()  # real sequences, as the grid: padding rows read no KV
                 if self.extend is not None:
                     e = self.extend[min(n_dec, self.b_top) - 1, k_step].tolist()
             hit = self._rows_memo[key] = (attn, d, e, float(self.overhead_prof[min(n_dec, self.b_top), k_step]))
@@ -361,7 +361,7 @@ class StepPricer:
         spec = k_step > 0
         kernels = kernels + np.where(spec, self.verify_sampling_s_per_token * n_dec * (k_step + 1), 0.0)
         passes = np.asarray(self.passes)[k_step]
-        d = self.draft[np.minimum(eng.pad_tokens_array(n_dec)[0], self.b_top) - 1]
+        d = self.draft[n_dec - 1]
         d_ctx = d[:, j] + w * (d[:, j + 1] - d[:, j])
         if self.extend is None:
             draft = passes * d_ctx
