@@ -5,10 +5,13 @@ Every point has a key; ``run_plan`` appends one raw row per point (``calibration
 keys already in the file, so an interrupted run resumes where it stopped.
 
 Cold weights: a decode step streams all weights once, so a GEMM timed over and over on the same
-weights would read them from cache. On GPU the L2 is flushed before every timed call; on CPU (L3 of
-hundreds of MiB) each call uses another copy of the weights, rotating through a pool of at least
-twice the L3 (the CPU analogue of the flush). The bandwidth benchmark is deliberately hot: its
-curve over bytes shows the cache levels.
+weights would read them from cache. Each call uses another copy of the weights, rotating through a
+pool of at least twice the last-level cache (L2 on GPU, L3 of hundreds of MiB on CPU). On GPU the
+copies' calls are captured in one CUDA graph and replayed back to back (``timing.time_graph_calls``),
+as a decode pass replays its layers: an L2 flush before each event-timed call (``gpu_timing="flush"``,
+the method before) charged every call the flush's dirty write-back and the host's launch, about
+20 us per call on an H200 (``calibration/data/runs/gpu-h200/README.md``). The bandwidth benchmark is
+deliberately hot: its curve over bytes shows the cache levels.
 
 Letters: M tokens (rows of the activation), N output features, K input features; B batch, S keys
 per sequence (context + new tokens), q query tokens per sequence (K+1 when verifying K drafts),
@@ -23,7 +26,7 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 
 from calibration.rawio import RawWriter
-from calibration.timing import QuietWaiter, Timing, load_average, time_calls, time_loop
+from calibration.timing import QuietWaiter, Timing, load_average, time_calls, time_graph_calls, time_loop
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 
@@ -83,6 +86,7 @@ def _geom(lo: float, hi: float, per_octave: int) -> tuple[int, ...]:
 
 
 KiB, MiB, GiB = 2**10, 2**20, 2**30
+MAX_COPIES = 256  # calls per captured graph: small ops' copies still cover twice a GPU's L2 (256 x 0.5 MB)
 MODES = {
     "tiny": Mode("tiny", 1, 3, 0.02, 2, 0.01, 1.0, (1, 16, 128), (64 * KiB, 1 * MiB), 2,
                  (1,), (256,), (1, 4), (1,), (2,), (1, 8)),
@@ -177,7 +181,7 @@ def build_plan(mode: Mode, model, moe_model, dtype: str, extra_m=(), device_coun
 class Bench:
     """Buffers shared by the benchmarks of one run (torch imported lazily)."""
 
-    def __init__(self, device: str, dtype: str, cache_bytes: int, max_bw_bytes: int = 0):
+    def __init__(self, device: str, dtype: str, cache_bytes: int, max_bw_bytes: int = 0, gpu_timing: str = "graph"):
         import torch
 
         self.torch = torch
@@ -190,6 +194,8 @@ class Bench:
         self._flush = None
         self._bw = None
         self.max_bw_bytes = max_bw_bytes
+        self.rotate = device != "cuda" or gpu_timing == "graph"  # rotating cold copies (else one copy + flush)
+        self.copies = 1  # copies the last built call rotates through
 
     def pool(self, need_elems: int):
         """Flat tensor of at least 2x cache (and 2x ``need_elems``) elements for cold copies (CPU)."""
@@ -200,17 +206,20 @@ class Bench:
         return self._pool
 
     def cold(self, n: int):
-        """``get(i)``: the i-th of rotating copies of n elements (CPU); one fixed tensor on GPU."""
-        if self.device == "cuda":
+        """``get(i)``: the i-th of rotating copies of n elements (at least 2, at most MAX_COPIES); one
+        fixed tensor on a GPU timed with a flush."""
+        if not self.rotate:
             t = self.torch.empty(n, dtype=self.dtype, device=self.dev).uniform_(-0.05, 0.05)
+            self.copies = 1
             return lambda i: t
         stride = (n + 255) // 256 * 256
         pool = self.pool(n)
-        slots = max(pool.numel() // stride, 1)
+        slots = min(max(pool.numel() // stride, 1), MAX_COPIES)
+        self.copies = slots
         return lambda i: pool[(i % slots) * stride:(i % slots) * stride + n]
 
     def before(self):
-        """L2 flush before each timed call on GPU (None on CPU: rotation does it)."""
+        """L2 flush before each call timed on its own on a GPU (None on CPU: rotation does it)."""
         if self.device != "cuda":
             return None
         if self._flush is None:
@@ -297,12 +306,13 @@ class Bench:
 
 
 def run_plan(points: list[Point], raw_path, meta: dict, mode: Mode, device: str, cache_bytes: int,
-             progress: bool = True, stop_after: int | None = None) -> int:
-    """Measure the points not yet in ``raw_path``; returns the number measured now."""
+             progress: bool = True, stop_after: int | None = None, gpu_timing: str = "graph") -> int:
+    """Measure the points not yet in ``raw_path``; returns the number measured now. ``gpu_timing``:
+    "graph" (rotating cold copies replayed in a CUDA graph) or "flush" (an L2 flush before each call)."""
     writer = RawWriter(raw_path, meta)
     todo = [p for p in points if p.key not in writer.done]
     max_bw = max((p.M * DTYPE_BYTES[p.dtype] for p in points if p.bench == "bandwidth"), default=0)
-    bench = Bench(device, meta["dtype"], cache_bytes, max_bw)
+    bench = Bench(device, meta["dtype"], cache_bytes, max_bw, gpu_timing)
     bench.torch.manual_seed(0)
     bar = _progress(len(todo), progress)
     quiet = QuietWaiter(mode.quiet_wait_s) if device == "cpu" else (lambda: True)
@@ -319,8 +329,7 @@ def run_plan(points: list[Point], raw_path, meta: dict, mode: Mode, device: str,
                 results = []  # measured all at once below
             else:
                 call = getattr(bench, p.bench)(p)
-                results = [(p, time_calls(call, device, mode.warmup, mode.repeats, mode.budget_s, mode.min_repeats,
-                                          bench.before()))]
+                results = [(p, _time_point(call, p, bench, device, mode))]
                 del call
             for q, tm in results:
                 writer.write({**asdict(q), **asdict(tm), "device": meta["device_name"], "load": load_average(),
@@ -335,6 +344,14 @@ def run_plan(points: list[Point], raw_path, meta: dict, mode: Mode, device: str,
         writer.close()
         bar(None)
     return done
+
+
+def _time_point(call, p: Point, bench: Bench, device: str, mode: Mode) -> Timing:
+    """A kernel point's timing: on a GPU with rotating copies, its copies' calls replayed in one graph;
+    otherwise (and for the bandwidth benchmark, which rotates nothing) call by call."""
+    if device == "cuda" and bench.rotate and p.bench != "bandwidth":
+        return time_graph_calls(call, max(bench.copies, 2), mode.repeats, mode.budget_s, mode.min_repeats)
+    return time_calls(call, device, mode.warmup, mode.repeats, mode.budget_s, mode.min_repeats, bench.before())
 
 
 def _progress(total: int, enabled: bool):
