@@ -82,11 +82,12 @@ def run_time_s(sc: Scenario, batch: int, prompt: int, output: int) -> float:
 
 def closed_loop(sc: Scenario, policy: str, concurrency: int, prompt: int, output: int):
     """A closed-loop serving benchmark under ``policy``: ``concurrency`` users, each sending its next
-    ``prompt`` + ``output`` token request when the last finishes (GenAI-Perf's concurrency mode)."""
+    ``prompt`` + ``output`` token request when the last finishes (GenAI-Perf's concurrency mode). The server
+    runs with its defaults: every user's request at once, except where the engine caps the running requests
+    itself once it speculates (SGLang: 48; the benchmarks published set no --max-running-requests)."""
     wl = serving.Workload(arrival="closed", concurrency=concurrency, n_requests=max(4 * concurrency, 16),
                           prompt_len=prompt, output_len=output, max_num_seqs=concurrency)
-    eng = serving.engine_from_scenario(sc, max_num_seqs=concurrency)
-    return serving.simulate(sc, policy, workload=wl, engine=eng)
+    return serving.simulate(sc, policy, workload=wl, engine=serving.engine_from_scenario(sc))
 
 
 def serving_tpot_s(sc: Scenario, concurrency: int, prompt: int, output: int) -> float:

@@ -199,6 +199,41 @@ def test_sglang_0513_source_lines():
     assert sa[1444 - 1].strip().startswith("def _handle_gpu_memory_settings")
 
 
+@pytest.mark.parametrize("version, member, line, cap", [
+    ("0.4.4", "sglang/srt/server_args.py", 282, 32),  # if self.speculative_algorithm == "EAGLE": ...
+    ("0.4.5", "sglang/srt/server_args.py", 334, 48),
+    ("0.5.13", "sglang/srt/arg_groups/speculative_hook.py", 283, 48),  # _handle_eagle_family
+])
+def test_sglang_speculation_resets_the_running_cap(version, member, line, cap):
+    # the engine profiles' [speculative] max_running_default, against the released code: with a speculative
+    # algorithm and no --max-running-requests SGLang sets its own cap (32 in 0.4.4, 48 from 0.4.5)
+    src = wheel_lines("sglang", version, member)
+    assert src[line - 1].strip() == f"server_args.max_running_requests = {cap}".replace(
+        "server_args.", "self." if member.endswith("server_args.py") else "server_args.")
+    assert "max_running_requests is None" in src[line - 2]
+    profile = "0.4.4" if version == "0.4.4" else "0.5.19"
+    assert load_engine("sglang", profile).spec_max_running == cap
+    assert load_engine("vllm", "0.29.0").spec_max_running == 0  # vLLM's max_num_seqs does not depend on SD
+
+
+def test_sglang_speculative_default_cap_in_the_advice():
+    # SGLang 0.5.19, EAGLE-3 planned over B 1-128: no cap given, so the engine's own 48 binds above 48;
+    # the gain is the table's throughput at B over the best throughput at 48 (a table of that one batch size)
+    kw = dict(model="llama-3.1-8b", hardware="h100-sxm", engine="sglang", draft="eagle3")
+    p = predict(batch_sizes="1-128", **kw)
+    (a,) = [x for x in p.engine_advice() if x.setting == "--max-running-requests"]
+    assert a.current == 48 and a.suggested == 128 and min(a.at_batch_sizes) == 49
+    assert "speculative decoding on" in a.why
+    fits = p.table[p.table.fits_memory]
+    at = {int(r.batch_size): r.throughput for r in fits.itertuples()}
+    at_cap = float(predict(batch_sizes="48", **kw).table.throughput.iloc[0])
+    assert a.goodput_gain_share == pytest.approx(max(at[b] / at_cap - 1 for b in a.at_batch_sizes), rel=1e-9)
+    # a cap the scenario sets is the server's own: no speculative default then
+    p = predict(model="llama-3.1-8b", hardware="h100-sxm", engine="sglang", draft="eagle3", batch_sizes="1-128",
+                max_num_seqs=256)
+    assert not [x for x in p.engine_advice() if x.setting == "--max-running-requests"]
+
+
 # --- the CLI ---------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("flag", ["--max-capture-size", "--max-num-seqs", "--max-num-batched-tokens"])

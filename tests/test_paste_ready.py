@@ -92,3 +92,14 @@ def test_trtllm_and_sglang_carry_the_draft_checkpoint():
     assert e.payload["speculative_model"] == PLACEHOLDER and any("placeholder" in w for w in e.warnings)
     ngram = predict(None, model="llama-3.1-8b", hardware="h100-sxm", draft="ngram", batch_sizes="1-16")
     assert "speculative_model" not in ngram.export("trtllm").payload  # n-gram loads no checkpoint
+
+
+def test_sglang_line_raises_the_speculative_running_cap():
+    # SGLang resets --max-running-requests to 48 with speculation (sglang 0.5.13 speculative_hook.py:282-283,
+    # checked in tests/test_advice.py): a plan over B 1-128 must say 128, one over B 1-48 needs no flag
+    from simulator.plan.api import predict
+    kw = dict(model="llama-3.1-8b", hardware="h100-sxm", draft="eagle3", draft_checkpoint=EAGLE3, engine="sglang")
+    argv = shlex.split(predict(None, batch_sizes="1-128", **kw).export("sglang").how_to_use)
+    assert _flag(argv, "--max-running-requests") == "128"
+    argv = shlex.split(predict(None, batch_sizes="1-48", **kw).export("sglang").how_to_use)
+    assert "--max-running-requests" not in argv

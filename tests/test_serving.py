@@ -365,3 +365,21 @@ def test_padding_an_array_of_token_counts_as_one_at_a_time():
     assert [eng.pad_tokens(int(t)) for t in tokens] == list(zip(padded.tolist(), graph.tolist()))
     eager = sv.EngineConfig(cuda_graphs=False).pad_tokens_array(tokens)
     assert eager[0].tolist() == tokens.tolist() and not eager[1].any()
+
+
+def test_sglang_speculation_caps_the_running_requests_at_its_default(llama):
+    # engine code: SGLang resets --max-running-requests to 48 when a speculative algorithm is on and the
+    # user sets none (sglang 0.5.13 speculative_hook.py:282-283; tests/test_advice.py checks the line); a
+    # closed loop of 64 users then decodes at most 48 at once under fixed K, all 64 under plain decoding,
+    # and all 64 again once the scenario sets the cap itself
+    sc = llama.with_overrides(engine="sglang")
+    assert sc.engine.spec_max_running == 48
+    wl = sv.Workload(arrival="closed", concurrency=64, n_requests=128, max_num_seqs=64, prompt_len=200,
+                     output_len=60)
+    running = {p: int(sv.simulate(sc, p, workload=wl).steps.batch_size.max()) for p in ("plain", "fixed")}
+    assert running == {"plain": 64, "fixed": 48}
+    set_cap = sv.engine_from_scenario(sc, max_num_seqs=64)
+    assert set_cap.spec_max_num_seqs == 0
+    assert int(sv.simulate(sc, "fixed", workload=wl, engine=set_cap).steps.batch_size.max()) == 64
+    # vLLM sets no cap of its own with speculation
+    assert int(sv.simulate(llama, "fixed", workload=wl).steps.batch_size.max()) == 64

@@ -16,10 +16,11 @@ import argparse
 import json
 import math
 import sys
+import warnings
 
 import pandas as pd
 
-from simulator.errors import PlannerError
+from simulator.errors import PlannerError, PlannerWarning
 from simulator.cli.common import OneLineParser, add_dtype_args, add_setting_args, command, dtype_overrides, dtypes_text
 from simulator.specs.scenario import DEFAULT_SCENARIO, load_scenario
 
@@ -165,15 +166,25 @@ def _run(args) -> int:
     from simulator import serving
     policies = _policies(args.policy)
     sc = load_scenario(args.scenario, acceptance=args.acceptance, deployment=args.deployment, **dtype_overrides(args))
-    engine = serving.engine_from_scenario(sc)
     workload = _workload(sc, args)
+    # --max-num-seqs, or a wave's batch size, is the server's running cap: the engine's own default with
+    # speculation (SGLang's 48) applies only where neither sets one
+    explicit = args.max_num_seqs if args.max_num_seqs is not None else (workload.max_num_seqs if args.waves else None)
+    engine = serving.engine_from_scenario(sc, max_num_seqs=explicit)
+    capped = [p for p in policies if p != "plain" and serving.running_cap(engine, workload, True)
+              < serving.running_cap(engine, workload, False)]
+    if capped:
+        warnings.warn(PlannerWarning(
+            f"{sc.engine.display_name} runs at most {engine.spec_max_num_seqs} requests at once with speculative"
+            f" decoding on and no cap set (its --max-running-requests default): {', '.join(capped)} simulated at"
+            f" that cap; give [serving] max_num_seqs or --max-num-seqs N to set the server's own"))
     results = [serving.simulate(sc, p, workload=workload, seed=args.seed, engine=engine) for p in policies]
     df = pd.DataFrame([r.summary for r in results])
     text = render(df, args.format)
     if args.graphs:
-        max_seqs = int(workload.max_num_seqs or engine.max_num_seqs)
-        frames = [serving.required_graphs(serving.policy_k_table(sc, p, max_seqs, engine), engine)
-                  .assign(policy=p) for p in policies]
+        frames = [serving.required_graphs(serving.policy_k_table(
+            sc, p, serving.running_cap(engine, workload, p != "plain"), engine), engine).assign(policy=p)
+            for p in policies]
         graphs = pd.concat(frames, ignore_index=True)[["policy", "tokens", "k", "batch_min", "batch_max",
                                                        "captured"]]
         if args.format == "json":

@@ -10,7 +10,9 @@ setting binds. "Planned load": the batch sizes of the K* table that fit in memor
   runs eagerly; suggested = the smallest limit on the engine's stride that covers K* of the grid rerun
   with every size captured; gain = goodput at K* with that limit / goodput now.
 - max_num_seqs: a running-batch cap M below the largest planned batch size B_max: the engine never runs
-  more than M sequences; gain = throughput(B_max) / throughput(M).
+  more than M sequences; gain = throughput(B_max) / throughput(M). M is the scenario's, else the engine's
+  default with speculation on where it sets one (engine profile [speculative] max_running_default), else
+  its GPU default.
 - max_num_batched_tokens: a step's token budget T below B (K* + 1): only T // (K + 1) sequences verify
   per step; gain = throughput(B, K*) / max_K throughput(min(B, T // (K + 1)), K).
 - dsd_k0: vLLM's drafter still runs its first pass over the B verified tokens at a K = 0 entry, so K = 0
@@ -201,8 +203,14 @@ def serving_value(sc, key: str) -> int | None:
 def max_num_seqs_advice(pred, rule: dict, predict_scenario) -> Advice | None:
     """Raise the running-batch cap where it sits below the largest planned batch size."""
     sc = pred.scenario
-    cap = serving_value(sc, "max_num_seqs") or gpu_default(rule, sc.hardware.memory_bytes, sc.hardware.name)
-    b, _, good = planned(pred)
+    b, k, good = planned(pred)
+    cap = serving_value(sc, "max_num_seqs")
+    why = "the engine runs at most {} sequences at once"
+    if cap is None and sc.engine.spec_max_running and (k > 0).any():
+        # the engine's own default once a draft is loaded (SGLang resets --max-running-requests to 48)
+        cap = sc.engine.spec_max_running
+        why = "with speculative decoding on and no cap given the engine runs at most {} sequences at once"
+    cap = cap or gpu_default(rule, sc.hardware.memory_bytes, sc.hardware.name)
     if not cap or not b.size or cap >= b.max():
         return None
     capped = predict_scenario(sc, batch_sizes=[cap], ks=pred.grid.ks).table
@@ -215,7 +223,7 @@ def max_num_seqs_advice(pred, rule: dict, predict_scenario) -> Advice | None:
     if not hit.any():
         return None
     return Advice(rule["setting"], int(cap), int(b.max()), float(gain[hit].max()), tuple(int(x) for x in b[above][hit]),
-                  engine_label(sc.engine), rule["source"], f"the engine runs at most {cap} sequences at once")
+                  engine_label(sc.engine), rule["source"], why.format(cap))
 
 
 def token_budget_advice(pred, rule: dict, predict_scenario) -> Advice | None:

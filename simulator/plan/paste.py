@@ -94,7 +94,9 @@ def sglang_serve_command(pred, config_file: str = "adaptive.json") -> tuple[str,
         parts += ["--speculative-draft-model-path", ckpt]
     if sc.draft.method in ("eagle", "eagle3"):
         parts += ["--speculative-eagle-topk", "1"]  # adaptive speculation runs EAGLE with topk 1 only
-    if (~pred.table.fits_memory).any():
+    # memory binds, or the plan runs more sequences than SGLang's own cap with speculation on (48)
+    spec_cap = sc.engine.spec_max_running if sc.engine is not None else 0
+    if (~pred.table.fits_memory).any() or (spec_cap and max_num_seqs(pred.table) > spec_cap):
         parts += ["--max-running-requests", str(max_num_seqs(pred.table))]
     parts += ["--speculative-adaptive", "--speculative-adaptive-config", config_file]
     return " ".join(shlex.quote(p) for p in parts), warns

@@ -10,7 +10,7 @@ The K policies themselves live one floor down, in simulator.plan.policies.
 from simulator.plan.policies import (POLICIES, Policy, PolicySettings, PolicyTables, make_policy, parse_policy,
                                      policy_k_table, policy_tables)
 from simulator.serving.engine import (VLLM_CAPTURE_SIZES, EngineConfig, engine_from_scenario, kv_capacity_blocks,
-                                      required_graphs)
+                                      required_graphs, running_cap)
 from simulator.serving.loop import simulate, wave_sweep
 from simulator.serving.pricer import StepPricer
 from simulator.serving.results import SUMMARY_KEYS, ServingResult, tail_phases
@@ -22,5 +22,5 @@ __all__ = [
     "Category", "EngineConfig", "LengthDist", "Policy", "PolicySettings", "PolicyTables", "ServingResult",
     "StepPricer", "Workload",
     "engine_from_scenario", "kv_capacity_blocks", "make_policy", "parse_length", "parse_policy", "policy_k_table",
-    "policy_tables", "required_graphs", "simulate", "tail_phases", "wave_sweep", "workload_from_scenario",
+    "policy_tables", "required_graphs", "running_cap", "simulate", "tail_phases", "wave_sweep", "workload_from_scenario",
 ]

@@ -40,6 +40,10 @@ class EngineConfig:
     schedule_overhead_per_seq_s: float = 0.0
     spec_k0_overhead_frac: float = 0.02  # assumed: DSD machinery on at K = 0 (bookkeeping, rejection sampler)
     spec_k0_overhead_s: float = 0.0
+    # the engine's own cap on running requests once it speculates, where the scenario sets none ([serving] or
+    # [traffic] max_num_seqs): SGLang's --max-running-requests default with speculation (engine profile
+    # [speculative] max_running_default); 0: none
+    spec_max_num_seqs: int = 0
     # policy knobs (the policies read them off this object; defaults live with the policies)
     fixed_k: int | None = PolicySettings.fixed_k  # None: the scenario's fixed_k
     cutoff_batch_size: int | None = PolicySettings.cutoff_batch_size  # None: where fixed K stops beating plain
@@ -52,6 +56,7 @@ class EngineConfig:
         object.__setattr__(self, "cuda_graph_sizes", sizes)
         checks = [
             (self.max_num_seqs >= 1, "max_num_seqs must be >= 1"),
+            (self.spec_max_num_seqs >= 0, "spec_max_num_seqs must be >= 0"),
             (self.max_num_batched_tokens >= 1, "max_num_batched_tokens must be >= 1"),
             (self.block_size >= 1, "block_size must be >= 1"),
             (self.prefill in ("chunked", "whole"), f"prefill must be 'chunked' or 'whole', got '{self.prefill}'"),
@@ -100,10 +105,23 @@ def engine_from_scenario(sc: Scenario, **overrides) -> EngineConfig:
             raise PlannerError(f"{sc.origin}: key 'serving.cuda_graph_sizes' must be a list of integers >= 1")
     table.update({k: v for k, v in overrides.items() if v is not None})
     eng = sc.engine
+    traffic_cap = "max_num_seqs" in (sc.extra.get("traffic") or {})
+    if eng is not None and eng.spec_max_running and "max_num_seqs" not in table and not traffic_cap:
+        table.setdefault("spec_max_num_seqs", eng.spec_max_running)
     if "cuda_graph_sizes" not in table and eng is not None and eng.size_unit == "tokens" and eng.capture_sizes:
         table["cuda_graph_sizes"] = list(eng.capture_sizes)
     return EngineConfig(**table)
 
+
+
+def running_cap(engine: EngineConfig, workload, speculative: bool) -> int:
+    """Most sequences the engine runs at once: the workload's cap ([traffic] or [serving] max_num_seqs, else
+    the engine's default), and with a draft loaded at most the engine's own default with speculation when
+    the scenario sets no cap (SGLang resets --max-running-requests to 48 then)."""
+    cap = int(workload.max_num_seqs or engine.max_num_seqs)
+    if speculative and engine.spec_max_num_seqs:
+        cap = min(cap, int(engine.spec_max_num_seqs))
+    return cap
 
 
 def kv_capacity_blocks(sc: Scenario, engine: EngineConfig, speculative: bool, max_tokens_per_step: int) -> tuple[int, float]:

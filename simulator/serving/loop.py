@@ -32,7 +32,7 @@ from simulator.errors import PlannerError
 from simulator.plan.policies import make_policy, parse_policy
 from simulator.serving.decode_span import run_span, span_length
 from simulator.serving.early_stop import PercentileStop, bounded_summary, step_floor_s
-from simulator.serving.engine import EngineConfig, engine_from_scenario, kv_capacity_blocks
+from simulator.serving.engine import EngineConfig, engine_from_scenario, kv_capacity_blocks, running_cap
 from simulator.serving.pricer import StepPricer
 from simulator.serving.phases import LoopState, Run, accept_runs, admit_arrivals, run_step  # noqa: F401 (accept_runs: re-export)
 from simulator.serving.results import ServingResult, summarize
@@ -86,10 +86,10 @@ def simulate(scenario: Scenario, policy: str = "dsd", workload: Workload | None 
     miss its limit; the summary then holds lower bounds (:mod:`simulator.serving.early_stop`).
     """
     sc = scenario
-    parse_policy(policy)  # a bad name fails before the scenario's sections are read
+    speculative = parse_policy(policy)[0] != "plain"  # a bad name fails before the scenario's sections are read
     engine = engine or engine_from_scenario(sc)
     workload = workload or workload_from_scenario(sc)
-    max_seqs = int(workload.max_num_seqs or engine.max_num_seqs)
+    max_seqs = running_cap(engine, workload, speculative)
     if workload.arrival in ("closed", "waves"):
         max_seqs = min(max_seqs, int(workload.concurrency))
     pol = make_policy(sc, policy, max_seqs, engine)

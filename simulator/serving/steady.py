@@ -28,8 +28,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from simulator.plan.policies import make_policy
-from simulator.serving.engine import EngineConfig, engine_from_scenario, kv_capacity_blocks
+from simulator.plan.policies import make_policy, parse_policy
+from simulator.serving.engine import EngineConfig, engine_from_scenario, kv_capacity_blocks, running_cap
 from simulator.serving.loop import pricer_for
 from simulator.serving.workload import Workload, draw_requests
 from simulator.specs.scenario import Scenario
@@ -92,7 +92,7 @@ def steady_state(sc: Scenario, policy: str, workload: Workload, seed: int = 0,
                  engine: EngineConfig | None = None) -> SteadyState:
     """The steady state of ``workload``'s traffic under ``policy`` for every batch size (module docstring)."""
     engine = engine or engine_from_scenario(sc)
-    max_seqs = int(workload.max_num_seqs or engine.max_num_seqs)
+    max_seqs = running_cap(engine, workload, parse_policy(policy)[0] != "plain")
     pol = make_policy(sc, policy, max_seqs, engine)
     reqs = draw_requests(sc, workload, seed, pol.k_max)
     prompt, out = float(reqs.prompt.mean()), float(reqs.out_len.mean())

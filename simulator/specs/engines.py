@@ -12,7 +12,7 @@ citations under ``[sources]``.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -79,6 +79,9 @@ class EngineProfile:
     # [sampling]: HBM bytes read + written per logit element by the sampler (plain) and by the
     # verification path (rejection sampler), greedy or at temperature > 0, plus what top-p adds
     sampling_bytes: tuple[float, ...] = (8.0, 8.0, 0.0, 8.0, 8.0, 0.0)
+    # the running-request cap the engine sets when a speculative algorithm is on and the user sets none
+    # (SGLang's --max-running-requests default with speculation); 0: speculation sets no cap of its own
+    spec_max_running: int = 0
 
     def logit_bytes(self, temperature: float, top_p: float) -> tuple[float, float]:
         """(plain, verify) bytes per logit element at this temperature and top-p."""
@@ -216,10 +219,12 @@ def engine_from_dict(data: dict, origin: str) -> EngineProfile:
         draft_extend_captured=_optional_bool(get, "cuda_graphs", "draft_extend_captured"),
         sampling_bytes=tuple(get("sampling", key, float, 0.0 if "top_p" in key else 8.0) for key in SAMPLING_KEYS),
         spec_capture_sizes=spec_sizes,
+        spec_max_running=_count(get("speculative", "max_running_default", int, 0), "max_running_default", origin),
         moe_padding_routed=_choice(get("cuda_graphs", "moe_padding_routed", str, "all"), MOE_PADDING_RULES,
                                    "moe_padding_routed", origin, "cuda_graphs"))
     _refuse_unknown(data, read, origin)
-    return profile
+    # every key read by now: the assumed ones include those read after the list was first taken
+    return replace(profile, assumed=tuple(assumed_keys))
 
 
 MOE_PADDING_RULES = ("all", "none", "grouped-topk")
@@ -239,6 +244,12 @@ def _optional_bool(get, section: str, key: str) -> bool | None:
         return None
     if not isinstance(value, bool):
         raise PlannerError(f"[{section}] {key} must be true or false, got {value!r}")
+    return value
+
+
+def _count(value: int, key: str, origin: str) -> int:
+    if isinstance(value, bool) or value < 0:
+        raise PlannerError(f"{origin}: [speculative] {key} must be a whole number >= 0 (0: no cap), got {value!r}")
     return value
 
 
@@ -312,7 +323,6 @@ def with_capture_limit(engine: EngineProfile, limit: int) -> EngineProfile:
     size unit): what `--cuda-graph-sizes` / `--max-cudagraph-capture-size` (vLLM) or
     `--cuda-graph-max-bs` (SGLang) set. The captured lists are extended on their own stride so the
     serving simulation's padding sees the same ceiling."""
-    from dataclasses import replace
     if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
         raise PlannerError(f"CUDA-graph capture limit must be a whole number >= 1, got {limit!r}")
     tokens_cap = engine.spec_capture_max_tokens > 0
