@@ -3,10 +3,11 @@
 Targets: issue #2, one default grid in under 5 ms on the 2-core dev machine and every catalog model
 x every catalog device in a few seconds; issue #20, >= 2 M cells/s with the speculative-step terms;
 issue #22, >= 10 M cells/s, printed beside a naive broadcast numpy roofline of the same grid run in the
-same process (the ratio says what the measured-table pricing costs per cell). The grid's arrays alone,
-with the K* schedule read from them (the fewest-range dynamic programme over the batch axis), and with its
-passes' token tables new (what a scenario's first grid costs). Prints
-medians over interleaved repeats (the machine is shared).
+same process (the ratio says what the measured-table pricing costs per cell). The grid's arrays alone
+(its passes' token tables and per-cell prices kept from the grids before, as a dashboard's acceptance
+slider or a sweep's traffic mixes and policies find them), with the K* schedule read from them (the
+fewest-range dynamic programme over the batch axis), and with those tables new (what a scenario's
+first grid costs). Prints medians over interleaved repeats (the machine is shared).
 
     python benchmarks/bench_grid.py
 """
@@ -64,9 +65,11 @@ def naive_roofline(sc, b, ks):
 
 
 def new_tables_grid(sc, b, ks):
-    """The grid with its passes' token tables dropped first: what a scenario's first grid costs (a new model,
-    device or deployment; simulator/physics/pass_tables.py), the lattices of the measured tables kept."""
+    """The grid with its passes' token tables and per-cell prices dropped first: what a scenario's first grid
+    costs (a new model, device or deployment; simulator/physics/pass_tables.py), the lattices of the measured
+    tables kept."""
     pass_tables._TABLES.clear()
+    pass_tables._CELLS.clear()
     return evaluate_grid(sc, b, ks)
 
 
@@ -99,7 +102,7 @@ def main() -> None:
                                                     lambda: naive_roofline(sc, b, ks)])
         print(f"  {name:32s} median {t * 1e3:6.2f} ms  ({cells / t / 1e6:.2f} M cells/s; targets 2 M / 10 M);"
               f" with its K* schedule {t_k * 1e3:.2f} ms ({cells / t_k / 1e6:.2f} M cells/s);"
-              f" its token tables new {t_new * 1e3:.2f} ms ({cells / t_new / 1e6:.2f} M cells/s);"
+              f" its tables new {t_new * 1e3:.2f} ms ({cells / t_new / 1e6:.2f} M cells/s);"
               f" naive numpy roofline {t_ref * 1e3:.2f} ms ({cells / t_ref / 1e6:.1f} M cells/s): {t / t_ref:.0f}x;"
               f" = {t / add_s:.0f} numpy adds' time, {t / pass_s:.0f} passes at the bandwidth limit")
     # the same grid with a calibration profile applied (efficiencies interpolated per op, vectorized)

@@ -4,6 +4,8 @@ pass's time equals the per-op sum up to the order of the sum (relative 1e-12), f
 dense, MoE and data-parallel-attention deployments, measured-table and datasheet profiles."""
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import pytest
 
@@ -129,3 +131,30 @@ def test_scenarios_with_equal_specs_share_a_table_and_others_do_not():
         assert key(plan_c, c) != key(plan_a, a) and not np.allclose(tc, ta, rtol=0.01)
         _close(price_plan(plan_c, c.hardware, c.profile, (96, 6, 1)),
                price_pass(plan_c.full(), c.hardware, plan_c.dep, c.profile, (96, 6, 1)))
+
+
+@pytest.mark.parametrize("name,overrides", CASES)
+def test_kept_per_cell_prices_are_the_prices_themselves(name, overrides):
+    """A pass's per-cell ops priced once and read again (pass_tables.cells_time): the same arrays, bit for bit,
+    as pricing them (the plan without a key), cold and warm, read-only; a plan over other arrays (another
+    draft, context, expert batch) or priced with another profile object is priced anew."""
+    sc = _scenario(name, overrides)
+    hw, prof = sc.hardware, sc.profile
+    setting = DraftSetting.of(sc)
+    plans = [(verify_plan(sc.model, sc.deployment, hw, B, K, C), (96, 6, 1)),
+             (draft_pass_plan(setting, B, C), (96, 1, 1)), (draft_extend_plan(setting, B, K, C), (96, 6, 1))]
+    for plan, shape in [(p, s) for p, s in plans if p is not None]:
+        fresh = pass_time(plan.cells(), hw, plan.dep, prof, shape)
+        pass_tables._CELLS.clear()
+        cold = pass_tables.cells_time(plan, hw, prof, shape)
+        warm = pass_tables.cells_time(plan, hw, prof, shape)
+        assert warm is cold and not warm.total_s.flags.writeable
+        assert np.array_equal(cold.total_s, np.broadcast_to(fresh.total_s, shape))
+        assert (cold.launch_s, cold.n_kernels) == (fresh.launch_s, fresh.n_kernels)
+        if prof is not None:  # a sensitivity run's scaled copy is another object: priced, not read
+            other = pass_tables.cells_time(plan, hw, copy.copy(prof), shape)
+            assert other is not cold and np.array_equal(other.total_s, cold.total_s)
+    # a longer context is another key: its attention is priced, not read
+    longer = verify_plan(sc.model, sc.deployment, hw, B, K, C * 4)
+    short = pass_tables.cells_time(plans[0][0], hw, prof, (96, 6, 1))
+    assert pass_tables.cells_time(longer, hw, prof, (96, 6, 1)) is not short

@@ -23,7 +23,7 @@ import numpy as np
 
 from simulator.physics.layers import FORWARD_PARTS, LAYER_PARTS, attention_deployment, gemm, head_ops, rank_tokens
 from simulator.physics.operators import PassCost, StepCost, evaluate
-from simulator.physics.pass_tables import PassPlan, Segment, price_plan
+from simulator.physics.pass_tables import PassPlan, Segment, cell_inputs, price_plan
 from simulator.specs.deployment import Deployment
 from simulator.specs.drafts import DraftSpec, draft_defaults, draft_deployment
 from simulator.specs.hardware import DTYPE_BYTES, Hardware
@@ -63,11 +63,14 @@ def _rows(dep: Deployment, batch, queries, part: str):
     return np.asarray(batch, dtype=float) if part == "tokens" else rank_tokens(dep, batch, queries)
 
 
-def _plan(dep: Deployment, specs: tuple, key: tuple, segments: list, ops, batch, context_len) -> PassPlan:
+def _plan(dep: Deployment, specs: tuple, key: tuple, segments: list, ops, batch, context_len,
+          cell_key: tuple) -> PassPlan:
     """A pass whose ops ``ops(batch, context, part)`` builds; ``segments``: (key suffix, token count per
-    cell, the part of ``ops`` at token counts t) of its token ops."""
+    cell, the part of ``ops`` at token counts t) of its token ops; ``cell_key``: what its per-cell ops
+    are built from besides ``key`` and ``specs`` (PassPlan.cell_key)."""
     return PassPlan(dep, specs, tuple(Segment(key + (name,), tokens, build) for name, tokens, build in segments),
-                    lambda: ops(batch, context_len, "cells"), lambda: ops(batch, context_len, "all"))
+                    lambda: ops(batch, context_len, "cells"), lambda: ops(batch, context_len, "all"),
+                    cell_key=key + cell_key)
 
 
 def draft_extend_plan(setting: DraftSetting, batch, k, context_len, expert_batch=None) -> PassPlan | None:
@@ -80,6 +83,7 @@ def draft_extend_plan(setting: DraftSetting, batch, k, context_len, expert_batch
         return None
     batch, k = np.asarray(batch, dtype=float), np.asarray(k, dtype=float)
     queries = k + 1.0  # batch and K keep their own axes: batch-only ops are priced over B alone
+    cells = (draft,) + cell_inputs(batch, k, context_len, expert_batch)
     if draft.method == "self":
         # after a step in which any sequence accepted all K drafts, the draft's cache lacks the last draft
         # token: the first pass runs it and the bonus token for every sequence (two queries each). The
@@ -90,7 +94,7 @@ def draft_extend_plan(setting: DraftSetting, batch, k, context_len, expert_batch
             return FORWARD_PARTS[part](target, dep, hw, b, 2.0, np.minimum(L, draft.kv_budget), "draft_extend.")
         return _plan(dep, (target, dep), ("extend-self",), [("all", rank_tokens(dep, batch, 2.0),
                                                              lambda t: self_ops(t, 0.0, "tokens"))],
-                     self_ops, batch, context_len)
+                     self_ops, batch, context_len, cells)
     if draft.method == "model":
         m = draft.model
         ddep = draft_deployment(m, dep)
@@ -104,7 +108,7 @@ def draft_extend_plan(setting: DraftSetting, batch, k, context_len, expert_batch
         return _plan(ddep, (m, dep), ("extend-model",), [
             ("layers", rank_tokens(ddep, batch, queries), lambda t: model_ops(t, 0.0, "tokens")),
             ("head", rank_tokens(ddep, batch, 1.0), lambda t: head_ops(m, adep, hw, t, m.vocab_size, "draft_extend."))],
-            model_ops, batch, context_len)
+            model_ops, batch, context_len, cells)
     cfg = draft_defaults()[draft.method]
     vocab = min(cfg.get("draft_vocab") or target.vocab_size, target.vocab_size)
     w, a = DTYPE_BYTES[dep.weight_dtype], DTYPE_BYTES[dep.act_dtype]
@@ -125,7 +129,7 @@ def draft_extend_plan(setting: DraftSetting, batch, k, context_len, expert_batch
         return layer_ops(b, L, part) + (head_ops_at(rank_tokens(dep, b, 1.0)) if part == "all" else [])
     return _plan(dep, (target, dep), ("extend-head", draft.method, vocab, cfg["fusion_inputs"], layers), [
         ("layers", rank_tokens(dep, batch, queries), lambda t: layer_ops(t, 0.0, "tokens")),
-        ("head", rank_tokens(dep, batch, 1.0), head_ops_at)], ops, batch, context_len)
+        ("head", rank_tokens(dep, batch, 1.0), head_ops_at)], ops, batch, context_len, cells)
 
 
 def draft_extend_cost(setting: DraftSetting, batch, k, context_len, price=evaluate,
@@ -149,6 +153,7 @@ def draft_pass_plan(setting: DraftSetting, batch, context_len) -> PassPlan | Non
     batch = np.asarray(batch, dtype=float)
     if draft.method == "ngram":
         return None
+    cells = (draft,) + cell_inputs(batch, context_len)
     if draft.method == "early-exit":
         dense = min(draft.layers, target.num_mlp_dense_layers)
         counts = (dense, draft.layers - dense)
@@ -160,7 +165,8 @@ def draft_pass_plan(setting: DraftSetting, batch, context_len) -> PassPlan | Non
                 return ops
             return ops + head_ops(target, adep, hw, _rows(dep, b, 1.0, part), target.vocab_size, "draft.")
         return _plan(dep, (target, dep), ("draft-early-exit", counts), [
-            ("all", rank_tokens(dep, batch, 1.0), lambda t: exit_ops(t, 0.0, "tokens"))], exit_ops, batch, context_len)
+            ("all", rank_tokens(dep, batch, 1.0), lambda t: exit_ops(t, 0.0, "tokens"))], exit_ops, batch, context_len,
+            cells)
     if draft.method in ("self", "model"):  # the whole target over its compressed KV cache, or a draft model
         m = target if draft.method == "self" else draft.model
         mdep = dep if draft.method == "self" else draft_deployment(m, dep)
@@ -169,7 +175,8 @@ def draft_pass_plan(setting: DraftSetting, batch, context_len) -> PassPlan | Non
             L = np.minimum(L, draft.kv_budget) if draft.method == "self" else L
             return FORWARD_PARTS[part](m, mdep, hw, b, 1.0, L, "draft.")
         return _plan(mdep, (m, dep), ("draft-" + draft.method,), [
-            ("all", rank_tokens(mdep, batch, 1.0), lambda t: lm_ops(t, 0.0, "tokens"))], lm_ops, batch, context_len)
+            ("all", rank_tokens(mdep, batch, 1.0), lambda t: lm_ops(t, 0.0, "tokens"))], lm_ops, batch, context_len,
+            cells)
     # EAGLE heads and MTP modules: one target-sized decoder layer per pass (an MTP module of an MoE target
     # is a full MoE block: its busiest-GPU expert load, dispatch and combine as in the target)
     cfg = draft_defaults()[draft.method]
@@ -186,7 +193,8 @@ def draft_pass_plan(setting: DraftSetting, batch, context_len) -> PassPlan | Non
         return [gemm("draft.fusion", rows, D, cfg["fusion_inputs"] * D, w, a, 1)] + ops + \
             head_ops(target, adep, hw, rows, vocab, "draft.", sampling=True)
     return _plan(dep, (target, dep), ("draft-head", draft.method, vocab, cfg["fusion_inputs"], moe_layer), [
-        ("all", rank_tokens(dep, batch, 1.0), lambda t: head_layer(t, 0.0, "tokens"))], head_layer, batch, context_len)
+        ("all", rank_tokens(dep, batch, 1.0), lambda t: head_layer(t, 0.0, "tokens"))], head_layer, batch, context_len,
+        cells)
 
 
 def draft_passes(draft: DraftSpec, k) -> np.ndarray:

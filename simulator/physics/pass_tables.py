@@ -29,7 +29,7 @@ from simulator.physics.layers import (attention_deployment, decoder_token_ops, f
                                       head_ops, head_sampling_op, rank_tokens, verify_logit_bytes)
 from simulator.physics.measured import whole_tokens
 from simulator.physics.operators import PassCost, PassTime, evaluate, pass_time, price_pass
-from simulator.physics.ops import Op
+from simulator.physics.ops import Op, array_key
 from simulator.specs.deployment import Deployment
 from simulator.specs.hardware import Hardware
 from simulator.specs.models import ModelSpec
@@ -63,6 +63,9 @@ class PassPlan:
     segments: tuple[Segment, ...]
     cells: Callable[[], list[Op]]
     full: Callable[[], list[Op]]
+    # what ``cells()`` is built from besides ``specs`` and ``dep`` (arrays by value: ops.array_key); the
+    # per-cell ops' summed time is kept per it (:func:`cells_time`); None: priced every time
+    cell_key: tuple | None = None
 
 
 _TABLES: dict = {}  # key -> [the profile whose id it holds, table (NaN: not priced yet), launch s, kernels]
@@ -105,6 +108,34 @@ def token_table(seg: Segment, plan: PassPlan, hw: Hardware, profile: Profile | N
     return values, hit[2], hit[3]
 
 
+_CELLS: dict = {}  # key -> (the profile whose id it holds, the per-cell ops' PassTime, read-only)
+_CELL_SLOTS = 64  # a grid's three passes; a context grid's; the last few scenarios' of a sweep or dashboard
+
+
+def cells_time(plan: PassPlan, hw: Hardware, profile: Profile | None, shape) -> PassTime:
+    """:func:`pass_time` of the plan's per-cell ops over ``shape``, kept per what they are built from
+    (``plan.cell_key``, specs and deployment by value, the device, the profile object): a grid asked again
+    over the same axes for the same model, device, deployment and profile (another acceptance, engine
+    host terms, SLO or traffic mix) reads the same arrays instead of pricing them again."""
+    if plan.cell_key is None:
+        return pass_time(plan.cells(), hw, plan.dep, profile, shape)
+    key = plan.cell_key + (plan.dep, hw, id(profile), tuple(shape)) + tuple(plan.specs)
+    hit = _CELLS.get(key)
+    if hit is not None and hit[0] is profile:
+        return hit[1]
+    priced = pass_time(plan.cells(), hw, plan.dep, profile, shape)
+    total = np.array(priced.total_s, dtype=float)  # its own array (a caller may hold the priced one)
+    total.flags.writeable = False
+    priced = PassTime(total, priced.launch_s, priced.n_kernels)
+    if len(_CELLS) >= _CELL_SLOTS:
+        try:  # the oldest goes (a dashboard's sessions share the memo: another thread may be at it too)
+            _CELLS.pop(next(iter(_CELLS)), None)
+        except (StopIteration, RuntimeError):
+            pass
+    _CELLS[key] = (profile, priced)
+    return priced
+
+
 def price_plan(plan: PassPlan, hw: Hardware, profile: Profile | None, shape) -> PassCost:
     """The pass's summed time over ``shape``: its segments read from their tables, its per-cell ops priced
     (:func:`pass_time`); the whole op list priced per cell where a segment's counts are not whole or
@@ -112,7 +143,7 @@ def price_plan(plan: PassPlan, hw: Hardware, profile: Profile | None, shape) -> 
     indices = [whole_tokens(seg.tokens) for seg in plan.segments]  # (index, largest count) or (None, 0)
     if any(i is None or top > MAX_TABLE_TOKENS for i, top in indices):
         return price_pass(plan.full(), hw, plan.dep, profile, shape)
-    cells = pass_time(plan.cells(), hw, plan.dep, profile, shape)
+    cells = cells_time(plan, hw, profile, shape)
     tokens_s, launch, kernels = 0.0, cells.launch_s, cells.n_kernels
     for seg, (index, _) in zip(plan.segments, indices):
         seg_s, seg_launch, seg_kernels = token_table(seg, plan, hw, profile, index)
@@ -137,7 +168,13 @@ def verify_plan(model: ModelSpec, dep: Deployment, hw: Hardware, batch, k, conte
 
     return PassPlan(dep, (model,), (Segment(("verify",), tokens, lambda t: verify_token_ops(model, dep, hw, t)),),
                     cells, lambda: forward_ops(model, dep, hw, batch, queries, context_len, logit_bytes=logit_bytes,
-                                               expert_batch=expert_batch))
+                                               expert_batch=expert_batch),
+                    cell_key=("verify",) + cell_inputs(batch, k, context_len, expert_batch))
+
+
+def cell_inputs(*arrays) -> tuple:
+    """Arrays (or None) by value, as part of a :attr:`PassPlan.cell_key`."""
+    return tuple(None if a is None else array_key(a) for a in arrays)
 
 
 def verify_token_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens) -> list[Op]:

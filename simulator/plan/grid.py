@@ -377,7 +377,8 @@ def verify_over_context(sc, B, K, C, expert_batch=None) -> tuple[PassCost, PassC
         return price_plan(plan, sc.hardware, sc.profile, shape), None
     cell_ops = plan.cells()
     on_ctx = lambda ops, yes: [o for o in ops if _has_ctx_axis(o, n_ctx) == yes]  # noqa: E731
-    free = replace(plan, cells=lambda: on_ctx(cell_ops, False), full=lambda: on_ctx(plan.full(), False))
+    free = replace(plan, cells=lambda: on_ctx(cell_ops, False), full=lambda: on_ctx(plan.full(), False),
+                   cell_key=None if plan.cell_key is None else plan.cell_key + ("context-free",))
     ctx_ops = on_ctx(cell_ops, True)
     return (price_plan(free, sc.hardware, sc.profile, shape),
             price_pass(ctx_ops, sc.hardware, sc.deployment, sc.profile, shape[:2] + (n_ctx,)) if ctx_ops else None)
