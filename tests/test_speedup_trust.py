@@ -178,3 +178,17 @@ def test_self_speculation_quotes_its_published_parts():
     assert f"{(1 + med['plain']) / (1 + med['step']) - 1:+.0%} optimistic" in text
     eagle = predict(model="llama-3.1-8b", hardware="a100-80gb", tp=8, draft="eagle", batch_sizes=[1, 32])
     assert "by part" not in eagle.provenance["speedup_uncertainty"]  # no published parts for EAGLE heads
+
+
+def test_rows_sized_at_sglangs_own_speculative_cap_say_so():
+    # SGLang resets --max-running-requests to 48 with speculation (sglang 0.5.13 speculative_hook.py:282-283,
+    # tests/test_advice.py): a speculative row sized there says so; plain rows, vLLM rows and a scenario
+    # that sets the cap itself do not
+    from simulator.sizing.ranking import running_cap_note
+    from simulator.specs.scenario import SCENARIO_DIR, load_scenario
+    sgl = load_scenario(SCENARIO_DIR / "llama-3.1-8b-h100.toml", engine="sglang")
+    note = running_cap_note({"policy": "dsd"}, sgl)
+    assert "48 running requests" in note and "--max-running-requests" in note
+    assert running_cap_note({"policy": "plain"}, sgl) == ""
+    assert running_cap_note({"policy": "dsd"}, load_scenario(SCENARIO_DIR / "llama-3.1-8b-h100.toml")) == ""
+    assert running_cap_note({"policy": "dsd"}, sgl.with_overrides(max_num_seqs=256)) == ""

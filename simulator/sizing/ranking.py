@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
+from simulator.serving.engine import engine_from_scenario
 from simulator.specs.hardware import load_hardware
 from simulator.specs.uncertainty import speedup_band_at
 
@@ -148,7 +149,24 @@ def speculation_margin(best, same: pd.DataFrame, sc=None) -> str:
 
 def speculation_caveat(best, plain_load: float | None, sc=None) -> str:
     """:func:`speculation_margin` of a row (a mapping) given plain decoding's capacity on the same
-    hardware (None: no plain row)."""
+    hardware (None: no plain row), and :func:`running_cap_note`."""
+    return _optimism_caveat(best, plain_load, sc) + running_cap_note(best, sc)
+
+
+def running_cap_note(best, sc=None) -> str:
+    """"; ..." when a speculative row ran under the engine's own running-request cap with speculation on
+    (SGLang's --max-running-requests default, 48 from 0.4.5: engine profile [speculative]
+    max_running_default), which the serving simulation applies where the scenario sets no cap."""
+    if sc is None or best["policy"] == "plain" or sc.engine is None:
+        return ""
+    cap = engine_from_scenario(sc).spec_max_num_seqs
+    if not cap:
+        return ""
+    return (f"; sized at {sc.engine.display_name}'s own cap of {cap} running requests with speculative decoding"
+            " (no --max-running-requests given; [serving] max_num_seqs sets it)")
+
+
+def _optimism_caveat(best, plain_load: float | None, sc=None) -> str:
     if best["policy"] == "plain" or load_hardware(best["hardware"]).kind == "cpu":
         return ""
     if sc is not None and getattr(sc, "deployment_fit", None) is not None and best["hardware"] == sc.hardware.name:
