@@ -22,5 +22,6 @@ __all__ = [
     "Category", "EngineConfig", "LengthDist", "Policy", "PolicySettings", "PolicyTables", "ServingResult",
     "StepPricer", "Workload",
     "engine_from_scenario", "kv_capacity_blocks", "make_policy", "parse_length", "parse_policy", "policy_k_table",
-    "policy_tables", "required_graphs", "running_cap", "simulate", "tail_phases", "wave_sweep", "workload_from_scenario",
+    "policy_tables", "required_graphs", "running_cap", "simulate", "tail_phases", "wave_sweep",
+    "workload_from_scenario",
 ]
