@@ -71,6 +71,15 @@ class PassPlan:
 _TABLES: dict = {}  # key -> [the profile whose id it holds, table (NaN: not priced yet), launch s, kernels]
 
 
+def make_room(kept: dict, slots: int) -> None:
+    """Drop the oldest entry of a full cache (a dashboard's sessions share it: another thread may be at it too)."""
+    if len(kept) >= slots:
+        try:
+            kept.pop(next(iter(kept)), None)
+        except (StopIteration, RuntimeError):
+            pass
+
+
 def token_table(seg: Segment, plan: PassPlan, hw: Hardware, profile: Profile | None, index: np.ndarray):
     """(the segment's time at whole token counts 0..N, N >= every count in ``index``, launches, kernels):
     entry t = :func:`pass_time` of ``seg.build`` at t tokens, priced the first time a cell asks for t (at
@@ -82,11 +91,7 @@ def token_table(seg: Segment, plan: PassPlan, hw: Hardware, profile: Profile | N
     hit = _TABLES.get(key)
     if hit is None or hit[0] is not profile:
         hit = None
-        if len(_TABLES) >= _TABLE_SLOTS:
-            try:  # the oldest goes (a dashboard's sessions share the tables: another thread may be at it too)
-                _TABLES.pop(next(iter(_TABLES)), None)
-            except (StopIteration, RuntimeError):
-                pass
+        make_room(_TABLES, _TABLE_SLOTS)
     top = int(index.max())
     if hit is None or hit[1].size <= top:  # a new table, or a larger one holding the entries priced so far
         table = np.full(max(MIN_TABLE_TOKENS, 1 << int(np.ceil(np.log2(top + 1)))) + 1, np.nan)
@@ -127,11 +132,7 @@ def cells_time(plan: PassPlan, hw: Hardware, profile: Profile | None, shape) -> 
     total = np.array(priced.total_s, dtype=float)  # its own array (a caller may hold the priced one)
     total.flags.writeable = False
     priced = PassTime(total, priced.launch_s, priced.n_kernels)
-    if len(_CELLS) >= _CELL_SLOTS:
-        try:  # the oldest goes (a dashboard's sessions share the memo: another thread may be at it too)
-            _CELLS.pop(next(iter(_CELLS)), None)
-        except (StopIteration, RuntimeError):
-            pass
+    make_room(_CELLS, _CELL_SLOTS)
     _CELLS[key] = (profile, priced)
     return priced
 
