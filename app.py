@@ -134,6 +134,14 @@ def tab_kstar(pg: Page) -> None:
     if risk:
         st.caption(f"Note: {risk}.")
     st.dataframe(compute.kstar_view(t), hide_index=True, width="stretch", height=260)
+    changes = compute.k_changes_view(pg.p)
+    if not changes.empty:
+        with st.expander(f"Where K* changes, and why ({len(changes)} changes)"):
+            st.caption("At each batch size where K* changes: what the old and the new K give over plain decoding"
+                       " there (acceptance length / step-time ratio), which term bounds that step and, for MoE,"
+                       " how many experts each loads; a change where the CUDA graphs pad plain and speculative"
+                       " batches to different sizes comes from the padding, not the work.")
+            st.dataframe(changes, hide_index=True, width="stretch")
     advice = advice_lines(pg.p.engine_advice())  # nothing (no heading) when no setting costs goodput
     if advice:
         st.markdown("**Engine settings:** " + advice[0].split(" (")[0])

@@ -148,3 +148,19 @@ def kstar_view(table: pd.DataFrame) -> pd.DataFrame:
             view[col] = view[col].astype(float).round(digits)
     return view.rename(columns={c: KSTAR_COLUMNS[c][0] for c in cols})
 
+
+
+def k_changes_view(p: Prediction) -> pd.DataFrame:
+    """One row per change of K* and per K of the change (> 0): what it gives over plain decoding there
+    (:meth:`Prediction.k_changes`)."""
+    rows = []
+    for rec in p.k_changes():
+        pads = rec.get("padded", {})
+        for c in rec["cells"]:
+            rows.append({"from B": rec["batch_size"], "K* change": f"{rec['k_from']} -> {rec['k_to']}", "K": c["k"],
+                         "vs plain": f"{c['vs_plain']:.2f}x", "step / plain": f"{c['step_vs_plain']:.2f}x",
+                         "acceptance length": round(c["acceptance_length"], 2), "bound": c.get("bound", ""),
+                         **({"experts at K / at 0": f"{c['experts_touched']:.0f} / {rec['experts_touched_plain']:.0f}"}
+                            if "experts_touched" in c else {}),
+                         "graph padding": ", ".join(f"{'plain' if k == 0 else f'K={k}'} {v}" for k, v in pads.items())})
+    return pd.DataFrame(rows)

@@ -134,6 +134,17 @@ def test_moe_tab_explains_k_and_compares_layouts_and_reuse_moves_k():
     assert list(kstar_data(at)["k_opt"]) != list(before)  # fewer new experts per draft token
 
 
+def test_kstar_tab_says_where_k_changes_and_why():
+    # qwen3-235b-h200: K* 3 -> 5 at B = 6, as the CLI says (tests/test_k_changes.py); each row one K of a change
+    at = new_app()
+    sb(at, "selectbox", "scenario").set_value("qwen3-235b-h200").run()
+    assert_clean(at)
+    (exp,) = [e for e in at.expander if e.label.startswith("Where K* changes, and why")]
+    changes = next(d.value for d in at.dataframe if "K* change" in d.value.columns)
+    assert changes.loc[changes["from B"] == 6, "K* change"].tolist() == ["3 -> 5", "3 -> 5"]
+    assert set(changes.loc[changes["from B"] == 6, "K"]) == {3, 5} and "experts at K / at 0" in changes.columns
+
+
 def test_dense_model_moe_tab_says_so():
     at = new_app()
     set_view(at, "MoE experts")

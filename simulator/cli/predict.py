@@ -130,9 +130,24 @@ def _table_facts(pred: Prediction, shown: int) -> list[str]:
     why = pred.k_rise_attribution()
     if why:
         lines.append(f"why K* moves (MoE): {why}")
+    lines += k_change_lines(pred.k_changes())
     falls = falling_token_time(pred)
     if falls:
         lines.append(f"note: {falls}")
+    return lines
+
+
+K_CHANGES_SHOWN = 6  # lines of "where K* changes" under the table; --format json lists every one
+
+
+def k_change_lines(changes: list[dict]) -> list[str]:
+    """'where K* changes:' and one indented line per change (the first K_CHANGES_SHOWN)."""
+    if not changes:
+        return []
+    lines = ["where K* changes (what the old and new K give over plain decoding there):"]
+    lines += [f"  {c['text']}" for c in changes[:K_CHANGES_SHOWN]]
+    if len(changes) > K_CHANGES_SHOWN:
+        lines.append(f"  ... {len(changes) - K_CHANGES_SHOWN} more (--format json lists them under k_changes)")
     return lines
 
 

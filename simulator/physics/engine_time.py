@@ -57,6 +57,22 @@ def _padded(size: np.ndarray, sizes: tuple[int, ...]) -> np.ndarray:
     return np.where(size <= cap[-1], np.maximum(up, size), size)
 
 
+def graph_batch(engine: EngineProfile, batch, k) -> np.ndarray:
+    """The batch size the verify pass of B sequences x (K + 1) tokens runs at: the captured size it is
+    padded to where it replays a padded graph (the speculative capture list at K > 0 where the engine
+    has one; padded tokens / (K + 1) for token-keyed graphs), else B."""
+    batch, k = np.broadcast_arrays(np.asarray(batch, dtype=float), np.asarray(k, dtype=float))
+    if not (engine.graphs_enabled and engine.padding) or engine.unlimited or not engine.capture_sizes:
+        return batch.copy()
+    if engine.size_unit == "tokens":
+        padded = _padded(batch * (k + 1), engine.capture_sizes) / (k + 1)
+    else:
+        padded = _padded(batch, engine.capture_sizes)
+        if engine.spec_capture_sizes:
+            padded = np.where(k > 0, _padded(batch, engine.spec_capture_sizes), padded)
+    return np.where(verify_in_graph(engine, batch, k), padded, batch)
+
+
 def padding_routed(engine: EngineProfile, model) -> bool:
     """Whether ``engine``'s router sends a padded graph's padding rows of ``model`` to experts as real tokens."""
     rule = engine.moe_padding_routed
@@ -73,13 +89,7 @@ def expert_batch(engine: EngineProfile, model, batch, k):
             or not engine.capture_sizes:
         return None
     batch, k = np.broadcast_arrays(np.asarray(batch, dtype=float), np.asarray(k, dtype=float))
-    if engine.size_unit == "tokens":
-        padded = _padded(batch * (k + 1), engine.capture_sizes) / (k + 1)
-    else:
-        padded = _padded(batch, engine.capture_sizes)
-        if engine.spec_capture_sizes:
-            padded = np.where(k > 0, _padded(batch, engine.spec_capture_sizes), padded)
-    padded = np.where(verify_in_graph(engine, batch, k), padded, batch)
+    padded = graph_batch(engine, batch, k)
     return None if np.array_equal(padded, batch) else padded
 
 

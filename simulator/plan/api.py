@@ -23,9 +23,11 @@ from simulator.plan.acceptance_risk import break_even_acceptance_length
 from simulator.plan.advice import engine_advice
 from simulator.plan.answer import _span, answer_notes, schedule_text  # noqa: F401 (schedule_text: API)
 from simulator.plan.grid import MS, Grid, compute_grid, kstar_columns
+from simulator.plan.k_changes import describe_change, k_changes
 from simulator.plan.schedule import schedule_loss, schedule_ranges
 from simulator.plan.speedup_trust import speedup_trust_columns, speedup_trust_text
 from simulator.physics.attribution import describe_growth, verify_growth
+from simulator.physics.engine_time import graph_batch
 from simulator.specs.uncertainty import Band, step_time_band
 from simulator.specs.scenario import DEFAULT_SCENARIO, Scenario, apply_overrides, build_scenario, load_scenario
 
@@ -71,6 +73,22 @@ class Prediction:
                                rows.k_opt.to_numpy(float), sc.context_len, sc.profile)
         return "; ".join(f"B={int(b)} (K*={int(kk)}): {describe_growth(growth, i)}"
                          for i, (b, kk) in enumerate(zip(rows.batch_size, rows.k_opt)))
+
+    def k_changes(self) -> list[dict]:
+        """Each change of K* over the batch sizes, with what the old and new K cost against plain decoding
+        there, the acceptance length each reaches, its bound and (MoE) the experts it loads
+        (:mod:`simulator.plan.k_changes`); each record's ``text`` says it in one line."""
+        g = self.grid
+        if g.itl_s.ndim != 2:
+            return []
+        eng = self.scenario.engine
+        per = (lambda k: k + 1) if eng is not None and eng.size_unit == "tokens" else (lambda k: 1)
+        padded = (lambda b, k: (b * per(k), round(float(graph_batch(eng, b, k)) * per(k)))) if eng else None
+        recs = k_changes(g.batch_sizes, g.ks, g.itl_s, g.acceptance_length, g.k_star, g.regime(),
+                         g.experts_touched, padded)
+        experts = self.scenario.model.num_experts if self.scenario.model.is_moe else None
+        unit = eng.size_unit if eng is not None else "sequences"
+        return [r | {"text": describe_change(r, experts, unit)} for r in recs]
 
     @cached_property
     def uncertainty(self):
@@ -351,7 +369,7 @@ class Prediction:
     def to_dict(self) -> dict:
         rows = json.loads(self.table.to_json(orient="records"))
         return {"provenance": self.provenance, "schedule": self.schedule_text(),
-                "schedule_trade": self.schedule_summary(), "notes": self.notes(),
+                "schedule_trade": self.schedule_summary(), "k_changes": self.k_changes(), "notes": self.notes(),
                 "fixed_k": self.scenario.fixed_k,
                 "engine_advice": [a.to_dict() for a in self.engine_advice()],
                 "vllm": self.vllm(), "trtllm": {"draft_len_schedule": self.trtllm()}, "rows": rows}
