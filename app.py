@@ -19,6 +19,7 @@ from calibration.measured import mape, match  # noqa: E402
 from dashboard import compute, state as S  # noqa: E402
 from dashboard.sidebar import sidebar  # noqa: E402
 from simulator.errors import PlannerError  # noqa: E402
+from simulator.specs.deployment_fit import DeploymentMismatch  # noqa: E402
 from simulator.plan.advice import advice_lines  # noqa: E402
 from simulator.plan.speedup_trust import gain_at_risk_text  # noqa: E402
 
@@ -364,7 +365,12 @@ def main() -> None:
         return
     key = S.scenario_key(inputs.raw)
     try:
-        p = cached_prediction(key, inputs.origin)
+        try:
+            p = cached_prediction(key, inputs.origin)
+        except DeploymentMismatch as err:  # a fit for another deployment: said, and the planner's own terms
+            st.warning(f"Deployment fit ignored: {err}")
+            key = S.scenario_key(S.without_deployment_fit(inputs.raw))
+            p = cached_prediction(key, inputs.origin)
         k = compute.inspect_k(p, inputs.inspect_b, inputs.inspect_k)
     except PlannerError as err:
         st.error(str(err))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import streamlit as st
 
@@ -303,6 +304,31 @@ def _calibration_controls():
     return profile
 
 
+@st.cache_data(max_entries=16, show_spinner=False)
+def _uploaded_fit(data: bytes, name: str):
+    return S.uploaded_deployment_fit(data, name)
+
+
+def _deployment_fit_controls():
+    """A ``calibration.fit_deployment`` file: (its stored path, the fit), or (None, None) without one or
+    when it is rejected (the reason at the control; the page stays on the planner's own terms)."""
+    sb = st.sidebar
+    up = sb.file_uploader("Deployment fit (python -m calibration.fit_deployment ... --output fit.json)", type=["json"],
+                          key="deployment_fit",
+                          help="Engine terms fitted on 2-4 measured steps of your own deployment: step times, their"
+                               " interval and (when the rows carried it) the measured acceptance replace the"
+                               " planner's own for the model, GPU, TP, engine release and draft it was fitted on.")
+    if up is None:
+        return None, None
+    try:
+        path, fit = _uploaded_fit(up.getvalue(), up.name)
+    except PlannerError as err:
+        sb.error(f"Deployment fit rejected: {err}. Showing the planner's own step times until it is fixed.")
+        return None, None
+    sb.caption(fit.label)
+    return path, fit
+
+
 def _operating_point_controls() -> None:
     ss, sb = st.session_state, st.sidebar
     sb.subheader("Operating point (roofline, breakdown)")
@@ -315,6 +341,11 @@ def _operating_point_controls() -> None:
     sb.selectbox("Draft length K", k_opts, key="insp_k", help="K* = the optimal K at this batch size.")
 
 
+def up_name(fit) -> str:
+    """The uploaded file's own name (the stored copy keeps it)."""
+    return Path(fit.path).name
+
+
 def sidebar() -> Inputs:
     """Draw the sidebar; return the scenario dict the controls describe."""
     _init_state()
@@ -325,11 +356,17 @@ def sidebar() -> Inputs:
     rates, source, acceptance_ok = _acceptance_controls(base_raw, base_controls)
     _workload_controls()
     profile = _calibration_controls()
+    fit_path, fit = _deployment_fit_controls()
+    if fit is not None and fit.acceptance_rates and ss["acc_mode"] in (S.ACC_IID, S.ACC_LIST):
+        # measured on the deployment: wins over the preset / typed rates, not over an uploaded acceptance file
+        rates = [min(float(r), S.MAX_RATE) for r in fit.acceptance_rates]
+        source = f"measured on this deployment ({up_name(fit)})"
+        st.sidebar.caption(f"Acceptance: {source}; the acceptance controls above are not used while it is loaded.")
     _operating_point_controls()
 
     controls = {k: ss[k] for k in base_controls}
     ss["_shadow"].update(controls, insp_b=ss["insp_b"], insp_k=ss["insp_k"])
     raw = S.scenario_raw(base_raw, controls, acceptance=rates, acceptance_source=source, model=model,
-                         profile=profile) if model_ok and acceptance_ok else None
+                         profile=profile, deployment_fit=fit_path) if model_ok and acceptance_ok else None
     return Inputs(raw=raw, origin=f"dashboard (from scenarios/{ss['scenario']}.toml)", inspect_b=int(ss["insp_b"]),
                   inspect_k=None if ss["insp_k"] == "K*" else int(ss["insp_k"]), acceptance_note=source)

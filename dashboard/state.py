@@ -19,6 +19,7 @@ import pandas as pd
 
 from calibration.measured import read_measured
 from simulator.specs.acceptance_files import AcceptanceFile, parse_acceptance_bytes
+from simulator.specs.deployment_fit import load_deployment_fit
 from simulator.errors import PlannerError
 from simulator.specs.models import list_models, model_from_hf_config
 from simulator.specs.scenario import FALLBACK_RATE, REPO_ROOT, SCENARIO_DIR, read_scenario_file
@@ -143,7 +144,7 @@ def read_scenario(name: str) -> dict:
 
 
 def scenario_raw(base: dict, c: dict, *, acceptance: list[float], acceptance_source: str,
-                 model: str, profile: str | None) -> dict:
+                 model: str, profile: str | None, deployment_fit: str | None = None) -> dict:
     """Overlay the controls ``c`` on a scenario dict (keeps its routing, expert dtype, open sections)."""
     raw = copy.deepcopy(base)
     raw.setdefault("model", {})["name"] = model
@@ -182,6 +183,8 @@ def scenario_raw(base: dict, c: dict, *, acceptance: list[float], acceptance_sou
     raw.pop("calibration", None)
     if profile:
         raw["calibration"] = {"profile": profile}
+    if deployment_fit:
+        raw.setdefault("calibration", {})["deployment"] = deployment_fit
     return raw
 
 
@@ -236,6 +239,34 @@ def uploaded_model(data: bytes, filename: str) -> str:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
     return str(path)
+
+
+def uploaded_deployment_fit(data: bytes, filename: str):
+    """Validate an uploaded ``calibration.fit_deployment`` file and store it where the scenario reads it:
+    (path, the loaded DeploymentFit). Whether it was fitted for this scenario's deployment is checked when
+    the scenario is built (DeploymentMismatch)."""
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(filename).name) or "fit.json"
+    digest = hashlib.sha256(data).hexdigest()[:12]
+    path = Path(tempfile.gettempdir()) / "dsd-dashboard-uploads" / digest / stem
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data)
+    try:
+        fit = load_deployment_fit(path)
+    except PlannerError as err:  # name the upload, not the stored copy
+        raise PlannerError(str(err).replace(str(path), filename)) from None
+    return str(path), fit
+
+
+def without_deployment_fit(raw: dict) -> dict:
+    """The scenario dict without its deployment fit (what the page falls back to when the fit is for
+    another deployment)."""
+    out = copy.deepcopy(raw)
+    cal = out.get("calibration") or {}
+    cal.pop("deployment", None)
+    if not cal:
+        out.pop("calibration", None)
+    return out
 
 
 def _clean_rates(rates: list, filename: str) -> list[float]:

@@ -317,6 +317,60 @@ def test_uploaded_config_json_is_used():
     assert "my-qwen" in provenance(at)
 
 
+def _default_fit(tmp_path, acceptance: str = "") -> bytes:
+    """A deployment fit of the dashboard's first scenario (scenarios/default.toml) on two measured steps
+    (``acceptance``: the K = 3 row's measured acceptance length, if any)."""
+    from calibration.fit_deployment import main as fit_main
+
+    (tmp_path / "runs.csv").write_text(f"batch_size,k,itl_ms,acceptance_length\n8,0,25.0,\n8,3,35.0,{acceptance}\n")
+    out = tmp_path / "fit.json"
+    assert fit_main(["--scenario", "default", "--measured", str(tmp_path / "runs.csv"), "--output", str(out)]) == 0
+    return out.read_bytes()
+
+
+def test_uploaded_deployment_fit_corrects_step_times_and_says_so(tmp_path):
+    data = _default_fit(tmp_path)
+    at = new_app()
+    before = at.dataframe[0].value.set_index("B (sequences)")
+    at.sidebar.file_uploader(key="deployment_fit").set_value(("my-fit.json", data, "application/json")).run()
+    assert_clean(at)
+    text = provenance(at)
+    assert "deployment fit my-fit.json (2 points: B=8 K=0, B=8 K=3" in text  # step times rest on it
+    assert "deployment fit my-fit.json on 2 measured points" in text  # and its interval is the band
+    after = at.dataframe[0].value.set_index("B (sequences)")
+    # two points, two terms: the fit reproduces the measured plain step at B = 8 (25.0 ms) exactly
+    assert after.loc[8, "plain ms per token"] == pytest.approx(25.0, abs=0.01)
+    assert before.loc[8, "plain ms per token"] != pytest.approx(25.0, abs=0.5)
+    # another GPU: the fit does not apply; said once, and the page shows the planner's own terms
+    sb(at, "selectbox", "hw_name").set_value("h100-sxm").run()
+    assert_clean(at)
+    assert any("Deployment fit ignored" in w.value and "fitted for another deployment" in w.value for w in at.warning)
+    assert "deployment fit" not in provenance(at)
+
+
+def test_deployment_fit_with_measured_acceptance_sets_the_rates(tmp_path):
+    data = _default_fit(tmp_path, acceptance="2.4")
+    fit = json.loads(data)
+    at = new_app()
+    at.sidebar.file_uploader(key="deployment_fit").set_value(("my-fit.json", data, "application/json")).run()
+    assert_clean(at)
+    text = provenance(at)
+    assert "measured on this deployment (my-fit.json)" in text
+    # the rates the fit measured (scenario rates scaled to reach AL 2.4 at K = 3), as the dashboard shows them
+    assert f"per-position {','.join(f'{r:g}' for r in fit['acceptance']['rates'][:2])}" in text
+    a = fit["acceptance"]["rates"]  # hand: AL(3) = 1 + a1 + a1 a2 + a1 a2 a3 = the measured 2.4
+    assert 1 + a[0] + a[0] * a[1] + a[0] * a[1] * a[2] == pytest.approx(2.4, abs=1e-3)
+
+
+def test_bad_deployment_fit_is_rejected_at_its_control():
+    at = new_app()
+    at.sidebar.file_uploader(key="deployment_fit").set_value(("fit.json", b"{}", "application/json")).run()
+    assert_clean(at, errors_ok=True)
+    assert any("Deployment fit rejected" in e.value and "fit.json: not a deployment calibration file" in e.value
+               for e in at.sidebar.error)
+    assert charts(at) and headline(at).startswith("K schedule:")
+
+
 @pytest.mark.parametrize("payload,reason", [
     (b"{\"model_type\": \"llama\", ", "not valid JSON"),
     (b"[1, 2, 3]", "expected a JSON object"),

@@ -158,10 +158,14 @@ def load_deployment_fit(path: str | Path, origin: str | None = None, identity: d
     return fit
 
 
+class DeploymentMismatch(PlannerError):
+    """A deployment fit made for another model, GPU, TP, engine release or draft than the scenario's."""
+
+
 def check_fit_matches(fit: DeploymentFit, identity: dict, origin: str) -> None:
     """Refuse a fit made for another model, GPU, TP, engine release or draft (its terms would not apply)."""
     diff = [f"{k} {fit.identity.get(k)!r} (scenario: {identity[k]!r})" for k in IDENTITY
             if str(fit.identity.get(k)) != str(identity[k])]
     if diff:
-        raise PlannerError(f"{fit.path}: fitted for another deployment than {origin}: {'; '.join(diff)}; refit it"
+        raise DeploymentMismatch(f"{fit.path}: fitted for another deployment than {origin}: {'; '.join(diff)}; refit it"
                            " for this scenario with python -m calibration.fit_deployment")
