@@ -339,6 +339,22 @@ def test_size_refuses_a_fit_of_another_deployment(tmp_path, capsys):
     assert "fitted for another deployment" in line and not out.exists()
 
 
+def test_size_with_a_fit_of_its_deployment_writes_reports_that_name_it(tmp_path):
+    # a fit of the bundled sizing scenario's own deployment (Command A, 8 x H100, vLLM, EAGLE): the reports
+    # are written (the output-file check once read the loaded scenario as a path and crashed) and say so
+    from simulator.cli import size as size_cli
+    (tmp_path / "runs.csv").write_text("batch_size,k,itl_ms\n16,0,30.0\n16,3,42.0\n")
+    fit = tmp_path / "fit.json"
+    assert fd.main(["--scenario", "sizing-dense-command-a", "--measured", str(tmp_path / "runs.csv"),
+                    "--output", str(fit)]) == 0
+    out = tmp_path / "reports"
+    assert size_cli.main(["--scenario", "sizing-dense-command-a", "--deployment", str(fit), "--output-dir", str(out),
+                          "--format", "markdown", "--candidates", "h100-sxm", "--tp", "8", "--no-sensitivity",
+                          "--quiet"]) == 0
+    text = (out / "sizing-dense-command-a.md").read_text()
+    assert "deployment fit fit.json (2 points: B=16 K=0, B=16 K=3" in text
+
+
 # --- the interval of a few-point fit: bootstrap plus the extrapolation error of such fits ---------
 
 def test_two_shot_interval_takes_the_other_curves_error_by_hand():

@@ -60,10 +60,13 @@ def _overrides(args) -> SizingOverrides:
 def _names(scenarios) -> list[str]:
     """The scenario names the output files are named after (a scenario that does not load is refused by
     the search itself, with its own message)."""
-    from simulator.specs.scenario import load_scenario
+    from simulator.specs.scenario import Scenario, load_scenario
 
     out = []
     for scenario in scenarios:
+        if isinstance(scenario, Scenario):  # already loaded (--deployment)
+            out.append(scenario.name)
+            continue
         try:
             out.append(load_scenario(str(scenario)).name)
         except PlannerError:
