@@ -355,6 +355,27 @@ def test_size_with_a_fit_of_its_deployment_writes_reports_that_name_it(tmp_path)
     assert "deployment fit fit.json (2 points: B=16 K=0, B=16 K=3" in text
 
 
+def test_a_fit_records_its_precision_and_another_precision_refuses_it(tmp_path, capsys):
+    # steps measured in bf16 say nothing of an fp8 deployment: the file names the precision and predict
+    # refuses it there in one line (exit 2); a file without the precision keys (older fits) still loads
+    (tmp_path / "runs.csv").write_text("batch_size,k,itl_ms\n16,0,16.0\n16,3,23.1\n")
+    fit = tmp_path / "fit.json"
+    assert fd.main(["--scenario", "sizing-dense-command-a", "--measured", str(tmp_path / "runs.csv"),
+                    "--output", str(fit)]) == 0
+    ident = json.loads(fit.read_text())["scenario"]
+    assert (ident["weights"], ident["activations"], ident["kv_cache"]) == ("bf16", "bf16", "bf16")
+    capsys.readouterr()
+    assert predict_cli.main(["--scenario", "sizing-dense-command-a", "--deployment", str(fit), "--dtype", "fp8"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "fitted for another deployment" in err and "weights 'bf16' (scenario: 'fp8')" in err
+    doc = json.loads(fit.read_text())
+    for key in ("weights", "activations", "kv_cache"):
+        doc["scenario"].pop(key)
+    fit.write_text(json.dumps(doc))
+    assert predict_cli.main(["--scenario", "sizing-dense-command-a", "--deployment", str(fit), "--dtype", "fp8",
+                             "--batch-sizes", "1,16"]) == 0
+
+
 # --- the interval of a few-point fit: bootstrap plus the extrapolation error of such fits ---------
 
 def test_two_shot_interval_takes_the_other_curves_error_by_hand():

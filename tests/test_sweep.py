@@ -286,3 +286,65 @@ def test_tasks_under_two_traffic_mixes_share_one_grid(tmp_path, monkeypatch):
     shared = [task_mod._shared_grid_columns(t, sc) for t, sc in zip(tasks, scenarios)]
     assert len(computed) == 1 and shared[0] == shared[1]
     assert own(scenarios[1]) == shared[1]  # the RAG task's own grid, computed apart, is the shared one
+
+
+# --- a deployment fit in a sweep (issue 20: --deployment for predict / serve / size / sweep) ----------
+FIT_SPEC = """
+name = "fit-sweep"
+[sweep]
+base = "sizing-dense-command-a"
+models = ["command-a"]
+hardware = ["h100-sxm"]
+tp = [4, 8]
+policies = ["dsd"]
+[run]
+n_requests = 30
+search_steps = 0
+duration_s = 2.0
+max_requests = 60
+workers = 1
+[output]
+formats = ["csv"]
+"""
+
+
+def _command_a_fit(tmp_path: Path) -> Path:
+    """A fit of the bundled sizing scenario's deployment: Command A on 8 x H100, vLLM 0.29.0, EAGLE, bf16."""
+    from calibration.fit_deployment import main as fit_main
+    # the planner says 13.4 ms plain and 17.1 ms at K = 3 there; measured 20% and 35% slower
+    (tmp_path / "runs.csv").write_text("batch_size,k,itl_ms\n16,0,16.0\n16,3,23.1\n")
+    fit = tmp_path / "fit.json"
+    assert fit_main(["--scenario", "sizing-dense-command-a", "--measured", str(tmp_path / "runs.csv"),
+                     "--output", str(fit)]) == 0
+    return fit
+
+
+def test_sweep_applies_a_deployment_fit_only_where_it_was_measured(tmp_path, capsys):
+    from simulator.cli.sweep import main
+    from simulator.plan.api import predict
+    fit = _command_a_fit(tmp_path)
+    spec = _spec(tmp_path, FIT_SPEC)
+    assert main([str(spec), "--output-dir", str(tmp_path / "dry"), "--dry-run", "--deployment", str(fit)]) == 0
+    assert "2 combinations, 2 tasks x 1 rows, 0 filtered, 1 on a deployment fit" in capsys.readouterr().out
+    assert main([str(spec), "--output-dir", str(tmp_path / "out"), "--deployment", str(fit), "--quiet"]) == 0
+    rows = pd.read_csv(tmp_path / "out" / "results.csv").set_index("tp")
+    assert rows.loc[8, "prov_deployment_fit"].startswith("deployment fit fit.json (2 points: B=16 K=0, B=16 K=3")
+    assert pd.isna(rows.loc[4, "prov_deployment_fit"])  # TP 4 was not measured: the planner's own terms
+    # the fitted row's grid is predict's with the same fit (plain step at B = 16: the measured 16.0 ms)
+    fitted = predict("sizing-dense-command-a", deployment=str(fit))
+    assert rows.loc[8, "grid_itl_ms_b1"] == pytest.approx(float(fitted.table.itl_ms.iloc[0]), rel=1e-9)
+    assert float(fitted.grid.itl_s[15, 0]) * 1e3 == pytest.approx(16.0, rel=1e-4)
+    assert rows.loc[8, "grid_itl_ms_b1"] != pytest.approx(float(predict("sizing-dense-command-a").table.itl_ms.iloc[0]),
+                                                           rel=1e-3)
+
+
+def test_sweep_deployment_flag_refuses_bad_files_and_names_unused_fits(tmp_path):
+    fit = _command_a_fit(tmp_path)
+    spec = _spec(tmp_path, FIT_SPEC)
+    missing = run_main("simulator.sweep", spec, "--dry-run", "--deployment", tmp_path / "nope.json")
+    assert missing.returncode == 2 and missing.stderr.startswith("error: --deployment ") and missing.stderr.count("\n") == 1
+    twice = run_main("simulator.sweep", spec, "--dry-run", "--deployment", fit, fit)
+    assert twice.returncode == 2 and "were both fitted on command-a on 8 x h100-sxm" in twice.stderr
+    other = _spec(tmp_path, FIT_SPEC.replace('hardware = ["h100-sxm"]', 'hardware = ["h200"]'), "other.toml")
+    unused = run_main("simulator.sweep", other, "--dry-run", "--deployment", fit)
+    assert unused.returncode == 0 and "none of the sweep's 2 combinations" in unused.stderr and "0 on a deployment fit" in unused.stdout

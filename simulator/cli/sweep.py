@@ -24,6 +24,10 @@ def build_parser():
     p.add_argument("--ray-address", help="run on Ray: auto | HOST[:PORT] | ray://HOST:10001 | local")
     p.add_argument("--max-tasks", type=int, help="stop after computing this many tasks (rerun to continue)")
     p.add_argument("--dry-run", action="store_true", help="print the expansion and the filtered combinations; run nothing")
+    p.add_argument("--deployment", nargs="+", default=[], metavar="FIT.json",
+                   help="deployment fit(s) from python -m calibration.fit_deployment: each replaces the planner's own"
+                        " engine terms in the combinations of the deployment it was fitted on (model, GPU, TP, engine"
+                        " release, draft, precision), and those rows say so (prov_deployment_fit)")
     p.add_argument("--quiet", action="store_true", help="no progress line and no 'warning:' lines")
     return p
 
@@ -37,10 +41,11 @@ def run(args) -> int:
         raise PlannerError(f"--max-tasks must be >= 0, got {args.max_tasks}")
     if args.output_dir and not args.dry_run:  # before the expansion; the file names once it is read
         check_output_dir(args.output_dir)
-    spec = parse_sweep(args.spec, output_dir=args.output_dir, workers=args.workers)
+    spec = parse_sweep(args.spec, output_dir=args.output_dir, workers=args.workers, deployment=args.deployment)
     if args.dry_run:
+        fitted = f", {spec.fitted_tasks} on a deployment fit" if spec.deployment_fits else ""
         print(f"{spec.name}: {spec.n_combinations} combinations, {len(spec.tasks)} tasks"
-              f" x {len(spec.policies) if spec.run['size'] else 1} rows, {len(spec.filtered)} filtered;"
+              f" x {len(spec.policies) if spec.run['size'] else 1} rows, {len(spec.filtered)} filtered{fitted};"
               f" output {spec.output['dir']}")
         counts: dict = {}
         for f in spec.filtered:

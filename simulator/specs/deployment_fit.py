@@ -13,7 +13,8 @@ neutral value (s = 1, c = 0) and are listed as not fitted. When the rows carried
 per-position rates replace the scenario's. Format::
 
     {"format": "dsd-planner-deployment-fit", "format_version": 1,
-     "scenario": {"model": ..., "hardware": ..., "tp": ..., "engine": ..., "engine_version": ..., "draft": ...},
+     "scenario": {"model": ..., "hardware": ..., "tp": ..., "engine": ..., "engine_version": ..., "draft": ...,
+                  "weights": ..., "activations": ..., "kv_cache": ...},
      "terms": {"kernel_scale": {"value": 1.1, "interval": [1.0, 1.2], "fitted": true}, ...},
      "acceptance": {"rates": [...], "interval": [[lo, hi], ...], "source": "..."} | null,
      "uncertainty": {"step_time_rel": 0.03, "goodput_rel": 0.05, "interval": "90% bootstrap"},
@@ -40,6 +41,8 @@ TERMS = {
     "spec_per_token_s": (0.0, 0.0, 1e-3),
 }
 IDENTITY = ("model", "hardware", "tp", "engine", "engine_version", "draft")
+# written by fits since 2026-12-05 and checked where a file has them: the precision the steps ran in
+PRECISION_IDENTITY = ("weights", "activations", "kv_cache")
 
 
 def added_step_s(c_step, c_seq, c_spec, batch, k) -> np.ndarray:
@@ -49,10 +52,19 @@ def added_step_s(c_step, c_seq, c_spec, batch, k) -> np.ndarray:
 
 
 def scenario_identity(model, hardware, deployment, engine, draft) -> dict:
-    """What a deployment fit is valid for: the same target, GPU, TP, engine release and draft."""
+    """What a deployment fit is valid for: the same target, GPU, TP, engine release, draft and precision."""
     return {"model": model.name, "hardware": hardware.name, "tp": int(deployment.tp),
             "engine": engine.name if engine else "ideal", "engine_version": engine.version if engine else "",
-            "draft": draft.label}
+            "draft": draft.label, "weights": deployment.weight_dtype, "activations": deployment.act_dtype,
+            "kv_cache": deployment.kv_dtype}
+
+
+def fit_mismatches(fit_identity: dict, identity: dict) -> list[str]:
+    """What differs between the deployment a fit was made on and ``identity`` (empty: the fit applies);
+    the precision only where the fit file records it."""
+    keys = IDENTITY + tuple(k for k in PRECISION_IDENTITY if k in fit_identity)
+    return [f"{k} {fit_identity.get(k)!r} (scenario: {identity[k]!r})" for k in keys
+            if str(fit_identity.get(k)) != str(identity[k])]
 
 
 @dataclass(frozen=True)
@@ -163,9 +175,9 @@ class DeploymentMismatch(PlannerError):
 
 
 def check_fit_matches(fit: DeploymentFit, identity: dict, origin: str) -> None:
-    """Refuse a fit made for another model, GPU, TP, engine release or draft (its terms would not apply)."""
-    diff = [f"{k} {fit.identity.get(k)!r} (scenario: {identity[k]!r})" for k in IDENTITY
-            if str(fit.identity.get(k)) != str(identity[k])]
+    """Refuse a fit made for another model, GPU, TP, engine release, draft or precision (its terms would
+    not apply)."""
+    diff = fit_mismatches(fit.identity, identity)
     if diff:
         raise DeploymentMismatch(f"{fit.path}: fitted for another deployment than {origin}: {'; '.join(diff)}; refit it"
                            " for this scenario with python -m calibration.fit_deployment")

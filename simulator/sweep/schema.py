@@ -54,6 +54,8 @@ class SweepSpec:
     output: dict
     tasks: list = field(default_factory=list)
     filtered: list = field(default_factory=list)  # {axes..., reason}
+    deployment_fits: tuple = ()  # DeploymentFit files (--deployment): each applies where it was measured
+    fitted_tasks: int = 0  # tasks whose step times rest on one of them
 
     @property
     def n_combinations(self) -> int:
