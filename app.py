@@ -137,7 +137,8 @@ def tab_kstar(pg: Page) -> None:
     st.dataframe(compute.kstar_view(t), hide_index=True, width="stretch", height=260)
     changes = compute.k_changes_view(pg.p)
     if not changes.empty:
-        with st.expander(f"Where K* changes, and why ({len(changes)} changes)"):
+        n = changes["from B"].nunique()
+        with st.expander(f"Where K* changes, and why ({n} change{'s' if n != 1 else ''})"):
             st.caption("At each batch size where K* changes: what the old and the new K give over plain decoding"
                        " there (acceptance length / step-time ratio), which term bounds that step and, for MoE,"
                        " how many experts each loads; a change where the CUDA graphs pad plain and speculative"

@@ -154,6 +154,8 @@ def k_changes_view(p: Prediction) -> pd.DataFrame:
     """One row per change of K* and per K of the change (> 0): what it gives over plain decoding there
     (:meth:`Prediction.k_changes`)."""
     rows = []
+    eng = p.scenario.engine
+    unit = eng.size_unit if eng is not None else "sequences"
     for rec in p.k_changes():
         pads = rec.get("padded", {})
         for c in rec["cells"]:
@@ -162,5 +164,6 @@ def k_changes_view(p: Prediction) -> pd.DataFrame:
                          "acceptance length": round(c["acceptance_length"], 2), "bound": c.get("bound", ""),
                          **({"experts at K / at 0": f"{c['experts_touched']:.0f} / {rec['experts_touched_plain']:.0f}"}
                             if "experts_touched" in c else {}),
-                         "graph padding": ", ".join(f"{'plain' if k == 0 else f'K={k}'} {v}" for k, v in pads.items())})
+                         "graph padding": (", ".join(f"{'plain' if k == 0 else f'K={k}'} to {v}" for k, v in pads.items())
+                                           + f" {unit}") if pads else ""})
     return pd.DataFrame(rows)

@@ -359,7 +359,7 @@ def sidebar() -> Inputs:
     fit_path, fit = _deployment_fit_controls()
     if fit is not None and fit.acceptance_rates and ss["acc_mode"] in (S.ACC_IID, S.ACC_LIST):
         # measured on the deployment: wins over the preset / typed rates, not over an uploaded acceptance file
-        rates = [min(float(r), S.MAX_RATE) for r in fit.acceptance_rates]
+        rates = [round(min(float(r), S.MAX_RATE), 4) for r in fit.acceptance_rates]  # as the other controls show them
         source = f"measured on this deployment ({up_name(fit)})"
         st.sidebar.caption(f"Acceptance: {source}; the acceptance controls above are not used while it is loaded.")
     _operating_point_controls()

@@ -357,8 +357,8 @@ def test_deployment_fit_with_measured_acceptance_sets_the_rates(tmp_path):
     text = provenance(at)
     assert "measured on this deployment (my-fit.json)" in text
     # the rates the fit measured (scenario rates scaled to reach AL 2.4 at K = 3), as the dashboard shows them
-    assert f"per-position {','.join(f'{r:g}' for r in fit['acceptance']['rates'][:2])}" in text
-    a = fit["acceptance"]["rates"]  # hand: AL(3) = 1 + a1 + a1 a2 + a1 a2 a3 = the measured 2.4
+    assert f"per-position {','.join(f'{round(r, 4):g}' for r in fit['acceptance']['rates'][:2])}" in text
+    a = [round(r, 4) for r in fit["acceptance"]["rates"]]  # hand: AL(3) = 1 + a1 + a1 a2 + a1 a2 a3 = the measured 2.4
     assert 1 + a[0] + a[0] * a[1] + a[0] * a[1] * a[2] == pytest.approx(2.4, abs=1e-3)
 
 
