@@ -53,6 +53,10 @@ class Points:
     kernel0_s: np.ndarray  # the same at (B, 0): the plain step a speedup divides by
     overhead0_s: np.ndarray
     rates: np.ndarray  # per-position acceptance rates the scale multiplies
+    # a closed-loop benchmark whose speculating server runs fewer requests than plain decoding does: plain's
+    # batch (None: ``batch``) and the speculative throughput's share R / B of it (None: 1)
+    batch0: np.ndarray | None = None
+    share: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.batch.size)
@@ -80,8 +84,10 @@ def predict_log(kind: str, theta: np.ndarray, pts: Points) -> np.ndarray:
     t = step_time_s(th, pts.batch, pts.k, pts.kernel_s, pts.overhead_s)
     if kind == "step":
         return np.log(t)
-    t0 = step_time_s(th, pts.batch, np.zeros_like(pts.k), pts.kernel0_s, pts.overhead0_s)
-    return np.log(acceptance_length(th[:, 4], pts.rates, pts.k)) + np.log(t0) - np.log(t)
+    batch0 = pts.batch if pts.batch0 is None else pts.batch0
+    t0 = step_time_s(th, batch0, np.zeros_like(pts.k), pts.kernel0_s, pts.overhead0_s)
+    share = 0.0 if pts.share is None else np.log(pts.share)
+    return np.log(acceptance_length(th[:, 4], pts.rates, pts.k)) + np.log(t0) - np.log(t) + share
 
 
 def jacobian(kind: str, theta: np.ndarray, pts: Points) -> np.ndarray:
@@ -123,10 +129,12 @@ def identified(jac: np.ndarray, idx: list[int]) -> bool:
 MAX_LOO_POINTS = 30
 
 
-def subset(pts: Points, keep: np.ndarray) -> Points:
-    """The points where ``keep`` is true."""
-    return Points(*(getattr(pts, f)[keep] for f in ("batch", "k", "kernel_s", "overhead_s", "kernel0_s",
-                                                      "overhead0_s", "rates")))
+POINT_FIELDS = ("batch", "k", "kernel_s", "overhead_s", "kernel0_s", "overhead0_s", "rates", "batch0", "share")
+
+
+def subset(pts: Points, keep) -> Points:
+    """The points ``keep`` selects (a mask or indices)."""
+    return Points(*(None if getattr(pts, f) is None else np.asarray(getattr(pts, f))[keep] for f in POINT_FIELDS))
 
 
 def loo_error(kind: str, pts: Points, y_log: np.ndarray, terms: list[str]) -> float:

@@ -116,6 +116,28 @@ def speedup_grid(sc: Scenario, case: Case):
     return compute_grid(sc, batch_sizes=[int(case.row.batch_size)], ks=[0, int(case.row.k)])
 
 
+def speculative_running(sc: Scenario, case: Case) -> int:
+    """Requests the speculating server runs at once in the row's benchmark: B, or in a closed loop of B
+    users the engine's own running-request cap with speculation where it is below B (the others queue:
+    the published runs set no --max-running-requests)."""
+    B = int(case.row.batch_size)
+    cap = sc.engine.spec_max_running if sc.engine is not None else 0
+    return min(B, cap) if case.closed_loop and cap else B
+
+
+def step_speedup(sc: Scenario, case: Case) -> float:
+    """A speedup row's step speedup: goodput per sequence at K over plain at B; in a closed loop whose
+    speculating server runs only R < B requests at once, the throughputs' ratio R gp_K(R) / (B gp_0(B))
+    (mean request latency in a closed loop of B users is B / throughput: Little's law)."""
+    B, K = int(case.row.batch_size), int(case.row.k)
+    R = speculative_running(sc, case)
+    if R == B:
+        g = speedup_grid(sc, case)
+        return float(g.goodput_per_seq[0, 1] / g.goodput_per_seq[0, 0])
+    g = compute_grid(sc, batch_sizes=[R, B], ks=[0, K])
+    return float(R * g.goodput_per_seq[0, 1] / (B * g.goodput_per_seq[1, 0]))
+
+
 def predict_case(case: Case, basis: str, acceptance_length: float | None) -> tuple[float, str]:
     """(predicted value in the measured unit, what the prediction rests on)."""
     B, K = int(case.row.batch_size), int(case.row.k) if not pd.isna(case.row.k) else 0
@@ -123,8 +145,7 @@ def predict_case(case: Case, basis: str, acceptance_length: float | None) -> tup
         sc = speedup_scenario(case, basis, acceptance_length)
         if case.end_to_end:
             return serving_e2e_speedup(sc, B, int(case.row.input_len), int(case.row.output_len), K), sc.cost_source
-        g = speedup_grid(sc, case)
-        return float(g.goodput_per_seq[0, 1] / g.goodput_per_seq[0, 0]), sc.cost_source
+        return step_speedup(sc, case), sc.cost_source
     sc = scenario_for(case.raw, basis)
     if case.kind == "run":
         out, inp = int(case.row.output_len), int(case.row.input_len)

@@ -60,6 +60,9 @@ class Case:
     measured: float  # ms per step (plain, run) or the speedup
     note: str = ""
     end_to_end: bool = False  # a speedup of whole-request latency (prefill and queueing included)
+    # a closed-loop benchmark at a concurrency ("batch_size = max concurrency"): the server runs at most its
+    # own running-request cap of them at once (SGLang with speculation: 48), the others queue
+    closed_loop: bool = False
 
 
 def _num(v) -> float | None:
@@ -166,7 +169,8 @@ def case_for(row: pd.Series) -> Case | str:
         if K < 1:
             return "speedup without K"
         e2e = "end-to-end" in str(row.notes).lower() and inp is not None and out is not None
-        return Case(row, "speedup", raw, float(row.value), hw_note, end_to_end=e2e)
+        return Case(row, "speedup", raw, float(row.value), hw_note, end_to_end=e2e,
+                    closed_loop="max concurrency" in str(row.notes).lower())
     return f"metric {m} with draft {row.draft_method} is not scored"
 
 

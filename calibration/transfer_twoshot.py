@@ -22,6 +22,7 @@ import numpy as np
 import pandas as pd
 
 from calibration import fewshot
+from calibration.transfer import speculative_running
 from calibration.transfer_cases import CORPUS, OUT_DIR, Case, case_for, iid_rate, scenario_for
 from simulator.cli.common import OneLineParser, run_cli
 from simulator.errors import PlannerError, PlannerWarning
@@ -59,22 +60,27 @@ def curve_points(members: list[Case], basis: str) -> tuple[fewshot.Points, bool]
     """The planner's components at every point of a curve, and whether acceptance is given by the rows."""
     given = all(not pd.isna(c.row.acceptance_length) for c in members)
     k_max = max(int(c.row.k) for c in members)
-    parts, rates = [], []
+    parts, rates, running = [], [], []
     for c in members:
         B, K = int(c.row.batch_size), int(c.row.k)
-        g = compute_grid(scenario_for(c.raw, basis), batch_sizes=[B], ks=[0, K])
-        kern = np.broadcast_to(g.verify_s + g.draft_step_s, g.itl_s.shape)[0]
-        over = np.broadcast_to(g.overhead_s, g.itl_s.shape)[0]
-        parts.append((B, K, kern[1], over[1], kern[0], over[0]))
+        sc = scenario_for(c.raw, basis)
+        R = speculative_running(sc, c)  # as the zero-shot prices the row (calibration.transfer.step_speedup)
+        g = compute_grid(sc, batch_sizes=sorted({R, B}), ks=[0, K])
+        kern = np.broadcast_to(g.verify_s + g.draft_step_s, g.itl_s.shape)
+        over = np.broadcast_to(g.overhead_s, g.itl_s.shape)
+        r, b = (0, 1) if R < B else (0, 0)
+        parts.append((R, K, kern[r, 1], over[r, 1], kern[b, 0], over[b, 0]))
+        running.append((B, R / B))
         a = iid_rate(float(c.row.acceptance_length), K) if given else START_RATE
         rates.append([a] * k_max)
     cols = np.array(parts, dtype=float).T
-    return fewshot.Points(*cols, np.array(rates)), given
+    batch0, share = np.array(running, dtype=float).T
+    capped = bool((share < 1).any())
+    return fewshot.Points(*cols, np.array(rates), batch0 if capped else None, share if capped else None), given
 
 
 def _subset(p: fewshot.Points, idx) -> fewshot.Points:
-    return fewshot.Points(*(np.asarray(getattr(p, f))[idx] for f in
-                            ("batch", "k", "kernel_s", "overhead_s", "kernel0_s", "overhead0_s", "rates")))
+    return fewshot.subset(p, list(idx))
 
 
 def two_shot_curve(members: list[Case], basis: str = "planner") -> list[dict]:

@@ -52,6 +52,19 @@ def _points(batch, k, kernel_ms, overhead_ms, rates=0.6):
                           np.full((batch.size, int(max(k.max(), 1))), rates))
 
 
+def test_capped_speedup_point_by_hand():
+    # a closed loop of 64 users whose speculating server runs 48: speedup = AL x (48 / 64) x T0(64) / T(48)
+    # with T = s kernel + overhead + c_seq B (+ c_spec B (K + 1) at K > 0); here s = 1.1, c_seq = 20 us
+    pts = fewshot.Points(np.array([48.0]), np.array([2.0]), np.array([20e-3]), np.array([1e-3]), np.array([15e-3]),
+                         np.array([0.5e-3]), np.array([[0.8, 0.5]]), batch0=np.array([64.0]), share=np.array([0.75]))
+    theta = np.array([1.1, 0.0, 20e-6, 0.0, 1.0])
+    t_spec = 1.1 * 20e-3 + 1e-3 + 20e-6 * 48
+    t_plain = 1.1 * 15e-3 + 0.5e-3 + 20e-6 * 64
+    hand = 2.2 * 0.75 * t_plain / t_spec
+    assert np.exp(fewshot.predict_log("speedup", theta, pts)[0, 0]) == pytest.approx(hand, rel=1e-12)
+    assert fewshot.subset(pts, [0]).batch0[0] == 64.0 and fewshot.subset(pts, [0]).share[0] == 0.75
+
+
 def test_recovers_known_terms_from_synthetic_steps():
     # measured = 1.3 * kernel + overhead + 4 us * B * (K + 1) [K > 0], written out by hand per point
     batch, k = [1, 8, 32, 64], [0, 3, 3, 1]

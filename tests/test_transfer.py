@@ -179,3 +179,27 @@ def test_every_expressible_row_with_published_parts_is_priced_by_part(corpus):
     assert {int(c.row.row_id) for c, _ in priced} == expressible and len(expressible) >= 20
     for case, grid in priced:  # one batch size, K = 0 and the row's K
         assert grid.itl_s.shape == (1, 2) and int(grid.ks[1]) == int(case.row.k)
+
+
+def test_closed_loop_rows_run_the_speculating_server_at_its_own_cap(corpus):
+    # AMD ROCm MTP blog Table 2 (ShareGPT): "batch_size = max concurrency" on SGLang 0.5.0rc0, whose
+    # speculative servers run at most 48 requests at once with no --max-running-requests (its
+    # server_args.py:624-626; engine profile sglang-0.5.0rc0.toml). At 64 users 16 queue: the mean-latency
+    # ratio is the throughput ratio (Little's law), R gp_K(R) / (B gp_0(B)) with R = 48, B = 64.
+    from simulator.plan.grid import compute_grid
+    wide, narrow = _rows(corpus, [178, 176])
+    assert wide.closed_loop and narrow.closed_loop
+    sc = T.speedup_scenario(wide, "planner", 2.6)
+    assert sc.engine.version == "0.5.0rc0" and T.speculative_running(sc, wide) == 48
+    g = compute_grid(sc, batch_sizes=[48, 64], ks=[0, 2])
+    hand = 48 * g.goodput_per_seq[0, 1] / (64 * g.goodput_per_seq[1, 0])
+    assert T.step_speedup(sc, wide) == pytest.approx(hand, rel=1e-12)
+    assert hand < g.goodput_per_seq[1, 1] / g.goodput_per_seq[1, 0]  # the cap costs speculation throughput
+    # below the cap nothing queues: the plain step speedup at B
+    sc16 = T.speedup_scenario(narrow, "planner", 2.6)
+    g16 = compute_grid(sc16, batch_sizes=[16], ks=[0, 2])
+    assert T.speculative_running(sc16, narrow) == 16
+    assert T.step_speedup(sc16, narrow) == pytest.approx(g16.goodput_per_seq[0, 1] / g16.goodput_per_seq[0, 0])
+    # the EAGLE-3 paper's SGLang rows state a batch size, not a concurrency: no cap is assumed there
+    (eagle,) = _rows(corpus, [43])
+    assert not eagle.closed_loop
