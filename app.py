@@ -246,6 +246,30 @@ def tab_validation(pg: Page) -> None:
         else:
             st.info("The CSV has no goodput_per_seq column: only ITL is compared.")
     st.dataframe(m, hide_index=True, width="stretch")
+    fit_measured_rows(pg, data, up.name)
+
+
+def fit_measured_rows(pg: Page, data: bytes, name: str) -> None:
+    """Correct the planner with the uploaded rows: the engine terms of `calibration.fit_deployment`, fitted
+    here, used for every prediction on the page (the sidebar's deployment fit) and offered as its file."""
+    st.markdown("**Correct the planner with these rows** (`python -m calibration.fit_deployment`): a kernel-time scale"
+                " and host times per step, sequence and speculative token, as many as the rows identify, with 90%"
+                " intervals; the predictions then rest on them, and it says which (B, K) to measure next.")
+    if st.button("Fit this deployment's engine terms to these rows", key="fit_rows"):
+        try:
+            fit_name, fit_bytes, text = S.fit_from_measured(pg.p.scenario, data, name)
+        except PlannerError as err:
+            st.error(f"Fit refused: {err}")
+            return
+        st.session_state["validation_fit"] = (fit_name, fit_bytes)
+        st.session_state["validation_fit_report"] = text
+        st.rerun()
+    made = st.session_state.get("validation_fit")
+    if made is None:
+        return
+    st.code(st.session_state.get("validation_fit_report", ""), language=None)
+    st.download_button(f"Download {made[0]} (use it with --deployment)", made[1], file_name=made[0],
+                       mime="application/json", key="dl_validation_fit")
 
 
 def context_axis(p) -> list[int]:

@@ -318,10 +318,17 @@ def _deployment_fit_controls():
                           help="Engine terms fitted on 2-4 measured steps of your own deployment: step times, their"
                                " interval and (when the rows carried it) the measured acceptance replace the"
                                " planner's own for the model, GPU, TP, engine release and draft it was fitted on.")
-    if up is None:
+    made = st.session_state.get("validation_fit")  # (name, bytes): fitted in the Validation tab
+    if up is None and made is None:
         return None, None
+    name, data = (up.name, up.getvalue()) if up is not None else made
+    if up is None:
+        sb.caption("Deployment fit made in the Validation tab from your measured rows:")
+        if sb.button("Stop using it", key="drop_validation_fit"):
+            st.session_state.pop("validation_fit", None)
+            st.rerun()
     try:
-        path, fit = _uploaded_fit(up.getvalue(), up.name)
+        path, fit = _uploaded_fit(data, name)
     except PlannerError as err:
         sb.error(f"Deployment fit rejected: {err}. Showing the planner's own step times until it is fixed.")
         return None, None

@@ -315,6 +315,18 @@ def acceptance_from_metrics(data: bytes, filename: str) -> list[float]:
 
 # --- validation against measured runs -----------------------------------------------------------
 
+def fit_from_measured(sc, data: bytes, filename: str) -> tuple[str, bytes, str]:
+    """``calibration.fit_deployment`` on an uploaded measured-runs CSV for the scenario ``sc`` (its own step
+    times, without any fit it carries): (the fit file's name, its bytes, the command's report)."""
+    from calibration.fit_deployment import check_rows, document, fit, report
+
+    rows = read_measured_csv(data, filename).assign(file=filename)
+    check_rows(rows, sc)
+    doc = document(sc, fit(sc, rows), [filename])
+    name = f"fit-{Path(filename).stem or 'measured'}.json"
+    return name, (json.dumps(doc, indent=1) + "\n").encode(), report(doc)
+
+
 def read_measured_csv(data: bytes, filename: str) -> pd.DataFrame:
     """An uploaded measured-runs CSV (the schema `calibration.validate` reads)."""
     _check_upload(data, filename, allow_empty=True)  # the reader names what an empty CSV lacks

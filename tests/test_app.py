@@ -464,6 +464,27 @@ def test_validation_tab_matches_rows_and_reports_mape():
     assert len(charts(at)) == 2
 
 
+def test_validation_tab_fits_the_planner_to_the_rows_and_uses_the_fit():
+    # two measured cells, both 25% slower than predicted (error -20% before); two terms fit two points
+    # exactly, so once the fit is used the same rows match (0.0%); dropping it brings back the -20%
+    grid = predict("scenarios/default.toml").grid_rows
+    meas = grid[(grid["batch_size"] == 8) & grid["k"].isin([0, 2])][["batch_size", "k", "itl_ms"]].copy()
+    meas["itl_ms"] *= 1.25
+    at = new_app()
+    set_view(at, "Validation")
+    at.file_uploader(key="measured_csv").set_value(("runs.csv", meas.to_csv(index=False).encode(), "text/csv")).run()
+    assert {m.label: m.value for m in at.metric}["ITL error (MAPE)"] == "20.0%"
+    at.button(key="fit_rows").click().run()
+    assert_clean(at)
+    assert {m.label: m.value for m in at.metric}["ITL error (MAPE)"] == "0.0%"
+    assert "deployment fit fit-runs.json (2 points: B=8 K=0, B=8 K=2" in provenance(at)
+    assert any("kernel_scale" in c.value and "next: " in c.value for c in at.code)
+    assert "Download fit-runs.json (use it with --deployment)" in [b.label for b in at.get("download_button")]
+    at.sidebar.button(key="drop_validation_fit").click().run()
+    assert "deployment fit" not in provenance(at)
+    assert {m.label: m.value for m in at.metric}["ITL error (MAPE)"] == "20.0%"
+
+
 def test_validation_tab_lists_the_published_rows_behind_the_band():
     # the default scenario runs on H200: its band rests on the committed transfer rows for h200
     rows = pd.read_csv(ROOT / "calibration" / "data" / "transfer" / "transfer_rows.csv")
