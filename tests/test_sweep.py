@@ -345,6 +345,8 @@ def test_sweep_deployment_flag_refuses_bad_files_and_names_unused_fits(tmp_path)
     assert missing.returncode == 2 and missing.stderr.startswith("error: --deployment ") and missing.stderr.count("\n") == 1
     twice = run_main("simulator.sweep", spec, "--dry-run", "--deployment", fit, fit)
     assert twice.returncode == 2 and "were both fitted on command-a on 8 x h100-sxm" in twice.stderr
+    rel = run_main("simulator.sweep", spec, "--dry-run", "--deployment", "fit.json", cwd=tmp_path)  # from its folder
+    assert rel.returncode == 0 and "1 on a deployment fit" in rel.stdout
     other = _spec(tmp_path, FIT_SPEC.replace('hardware = ["h100-sxm"]', 'hardware = ["h200"]'), "other.toml")
     unused = run_main("simulator.sweep", other, "--dry-run", "--deployment", fit)
     assert unused.returncode == 0 and "none of the sweep's 2 combinations" in unused.stderr and "0 on a deployment fit" in unused.stdout

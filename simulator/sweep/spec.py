@@ -365,7 +365,7 @@ def _with_fit(spec: SweepSpec, raw: dict, base_dir):
     hit = next((f for f in spec.deployment_fits if not fit_mismatches(f.identity, ident)), None)
     if hit is None:
         return sc
-    raw.setdefault("calibration", {})["deployment"] = hit.path
+    raw.setdefault("calibration", {})["deployment"] = hit.path  # absolute: the base's folder does not resolve it
     return build_scenario(raw, spec.base, base_dir)
 
 
@@ -374,7 +374,7 @@ def _deployment_fits(paths) -> tuple:
     fits = []
     for path in paths:
         try:
-            fit = load_deployment_fit(path)
+            fit = load_deployment_fit(Path(path).resolve())
         except PlannerError as err:
             raise PlannerError(f"--deployment {err}") from None
         twin = next((f for f in fits if not fit_mismatches(f.identity, fit.identity)
