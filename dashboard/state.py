@@ -321,7 +321,10 @@ def fit_from_measured(sc, data: bytes, filename: str) -> tuple[str, bytes, str]:
     from calibration.fit_deployment import check_rows, document, fit, report
 
     rows = read_measured_csv(data, filename).assign(file=filename)
-    check_rows(rows, sc)
+    try:
+        check_rows(rows, sc)
+    except PlannerError as err:  # the command's flag is this upload here
+        raise PlannerError(f"{filename}: {str(err).removeprefix('--measured: ')}") from None
     doc = document(sc, fit(sc, rows), [filename])
     name = f"fit-{Path(filename).stem or 'measured'}.json"
     return name, (json.dumps(doc, indent=1) + "\n").encode(), report(doc)

@@ -483,6 +483,14 @@ def test_validation_tab_fits_the_planner_to_the_rows_and_uses_the_fit():
     at.sidebar.button(key="drop_validation_fit").click().run()
     assert "deployment fit" not in provenance(at)
     assert {m.label: m.value for m in at.metric}["ITL error (MAPE)"] == "20.0%"
+    # one measured cell identifies nothing: refused where it was asked, the page stays
+    one = meas.iloc[:1].to_csv(index=False).encode()
+    at.file_uploader(key="measured_csv").set_value(("one.csv", one, "text/csv")).run()
+    at.button(key="fit_rows").click().run()
+    assert_clean(at, errors_ok=True)
+    assert any(e.value.startswith("Fit refused: one.csv: 1 distinct (batch_size, k, context_len) point(s)")
+               for e in at.error), [e.value for e in at.error]
+    assert "deployment fit" not in provenance(at)
 
 
 def test_validation_tab_lists_the_published_rows_behind_the_band():
