@@ -160,6 +160,22 @@ def test_dsd_k0_costs_the_drafter_first_pass():
     assert g.goodput_per_seq[row, g.k_index(k)] > 1.0 / step[row]
 
 
+def test_sglang_adaptive_k0_costs_the_draft_extend_too():
+    # the default scenario on SGLang 0.5.19 at B up to 1024: where the adaptive config's step 0 is the
+    # schedule's K, SGLang still runs the draft extend over the B verified tokens (0.5.23 wheel lines below),
+    # so K = 0 costs plain + that pass and K = 1 beats it at some of those batch sizes
+    p = predict("scenarios/default.toml", batch_sizes="1-1024", engine="sglang")
+    (a,) = [x for x in p.engine_advice() if x.setting == "--speculative-adaptive-config"]
+    assert a.current == "K=0" and a.engine_version == "SGLang 0.5.19" and "eagle_worker_v2.py:1469-1471" in a.rule_source
+    g, step = p.grid, A.k0_step_s(p.grid)
+    t = p.table.set_index("batch_size")
+    assert all(int(t.k_opt[b]) == 0 for b in a.at_batch_sizes)
+    row = list(g.batch_sizes.astype(int)).index(a.at_batch_sizes[0])
+    k = int(a.suggested.split("=")[1].split()[0].split("/")[0])
+    assert g.goodput_per_seq[row, g.k_index(k)] > 1.0 / step[row] > 0
+    assert step[row] > g.itl_s[row, g.k_index(0)]  # the warm-draft pass is never free
+
+
 def test_nothing_binds_nothing_said():
     # command-a-h100 as shipped: B <= 256 = max_num_seqs, 2 x 256 tokens <= 8192, verify within 512 requests
     p = predict("scenarios/command-a-h100.toml")
@@ -197,6 +213,19 @@ def test_sglang_0513_source_lines():
     assert sa[735 - 1].strip() == "cuda_graph_max_bs: Optional[int] = None"
     assert sa[425 - 1].strip() == "max_running_requests: Optional[int] = None"
     assert sa[1444 - 1].strip().startswith("def _handle_gpu_memory_settings")
+
+
+def test_sglang_0523_step_zero_keeps_the_draft_warm():
+    w = wheel_lines("sglang", "0.5.23", "sglang/srt/speculative/eagle_worker_v2.py")
+    assert w[1469 - 1].strip() == "elif self.speculative_num_steps == 0:"
+    assert "_draft_extend below still" in w[1470 - 1] and "keeping draft KV warm" in w[1471 - 1]
+    assert w[1503 - 1].strip() == "self.draft_worker._draft_extend_for_decode("
+    env = wheel_lines("sglang", "0.5.23", "sglang/srt/environ.py")
+    assert env[1577 - 1].strip() == "SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND = EnvBool(False)"
+    adaptive = wheel_lines("sglang", "0.5.23", "sglang/srt/speculative/adaptive_spec_params.py")
+    assert adaptive[47 - 1].strip() == '"64": {' and adaptive[48 - 1].strip() == '"candidate_steps": [0],'
+    old = wheel_lines("sglang", "0.5.13", "sglang/srt/speculative/adaptive_spec_params.py")
+    assert "s > 0 for s in steps" in "\n".join(old[97:104])  # 0.5.13 refuses step 0
 
 
 @pytest.mark.parametrize("version, member, line, cap", [

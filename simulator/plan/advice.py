@@ -15,8 +15,9 @@ setting binds. "Planned load": the batch sizes of the K* table that fit in memor
   its GPU default.
 - max_num_batched_tokens: a step's token budget T below B (K* + 1): only T // (K + 1) sequences verify
   per step; gain = throughput(B, K*) / max_K throughput(min(B, T // (K + 1)), K).
-- dsd_k0: vLLM's drafter still runs its first pass over the B verified tokens at a K = 0 entry, so K = 0
-  is not plain decoding there; where K >= 1 beats that, the entry should say so.
+- dsd_k0: vLLM's drafter still runs its first pass over the B verified tokens at a K = 0 entry (and
+  SGLang's draft extend at an adaptive step 0, keeping the draft warm), so K = 0 is not plain decoding
+  there; where K >= 1 beats that, the entry should say so.
 - dp_dsd_off: vLLM turns the per-batch-size table off at data_parallel_size > 1 and runs
   num_speculative_tokens (the table's largest K) at every batch size; suggested = the single K best
   over the planned load.
