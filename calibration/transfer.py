@@ -43,7 +43,7 @@ from scipy.optimize import brentq
 
 # re-exported: tests, calibration.transfer_twoshot and the rows' notes ("see DEVICES in calibration/transfer.py")
 from calibration.transfer_cases import (CORPUS, DEVICES, MOE_REUSE, OUT_DIR, REPO, Case, case_for,  # noqa: F401
-                                        iid_rate, scenario_for)
+                                        iid_rate, scenario_for, speculative_running)
 from calibration.transfer_components import part_rows, published_parts, summarize_parts
 from calibration.transfer_peer import peer_speedup, peer_tpot_ms
 from calibration.transfer_report import bands, markdown, summarize
@@ -114,15 +114,6 @@ def speedup_scenario(case: Case, basis: str, acceptance_length: float) -> Scenar
 def speedup_grid(sc: Scenario, case: Case):
     """The (B, [0, K]) grid of a speedup row: plain decoding and the row's K at its batch size."""
     return compute_grid(sc, batch_sizes=[int(case.row.batch_size)], ks=[0, int(case.row.k)])
-
-
-def speculative_running(sc: Scenario, case: Case) -> int:
-    """Requests the speculating server runs at once in the row's benchmark: B, or in a closed loop of B
-    users the engine's own running-request cap with speculation where it is below B (the others queue:
-    the published runs set no --max-running-requests)."""
-    B = int(case.row.batch_size)
-    cap = sc.engine.spec_max_running if sc.engine is not None else 0
-    return min(B, cap) if case.closed_loop and cap else B
 
 
 def step_speedup(sc: Scenario, case: Case) -> float:

@@ -174,6 +174,15 @@ def case_for(row: pd.Series) -> Case | str:
     return f"metric {m} with draft {row.draft_method} is not scored"
 
 
+def speculative_running(sc, case: Case) -> int:
+    """Requests the speculating server runs at once in the row's benchmark: B, or in a closed loop of B
+    users the engine's own running-request cap with speculation where it is below B (the others queue:
+    the published runs set no --max-running-requests)."""
+    B = int(case.row.batch_size)
+    cap = sc.engine.spec_max_running if sc.engine is not None else 0
+    return min(B, cap) if case.closed_loop and cap else B
+
+
 def scenario_for(raw: dict, basis: str):
     """The row's scenario on a basis: "planner" (the best evidence shipped for its device, its engine's
     profile) or "datasheet" (datasheet peaks, the ideal engine)."""

@@ -22,8 +22,7 @@ import numpy as np
 import pandas as pd
 
 from calibration import fewshot
-from calibration.transfer import speculative_running
-from calibration.transfer_cases import CORPUS, OUT_DIR, Case, case_for, iid_rate, scenario_for
+from calibration.transfer_cases import CORPUS, OUT_DIR, Case, case_for, iid_rate, scenario_for, speculative_running
 from simulator.cli.common import OneLineParser, run_cli
 from simulator.errors import PlannerError, PlannerWarning
 from simulator.plan.grid import compute_grid
