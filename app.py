@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from pathlib import Path
 
 import streamlit as st
 
@@ -393,7 +394,8 @@ def main() -> None:
         try:
             p = cached_prediction(key, inputs.origin)
         except DeploymentMismatch as err:  # a fit for another deployment: said, and the planner's own terms
-            st.warning(f"Deployment fit ignored: {err}")
+            stored = inputs.raw["calibration"]["deployment"]  # the upload's copy: name the file, not the copy
+            st.warning(f"Deployment fit ignored: {str(err).replace(stored, Path(stored).name)}")
             key = S.scenario_key(S.without_deployment_fit(inputs.raw))
             p = cached_prediction(key, inputs.origin)
         k = compute.inspect_k(p, inputs.inspect_b, inputs.inspect_k)

@@ -348,11 +348,6 @@ def _operating_point_controls() -> None:
     sb.selectbox("Draft length K", k_opts, key="insp_k", help="K* = the optimal K at this batch size.")
 
 
-def up_name(fit) -> str:
-    """The uploaded file's own name (the stored copy keeps it)."""
-    return Path(fit.path).name
-
-
 def sidebar() -> Inputs:
     """Draw the sidebar; return the scenario dict the controls describe."""
     _init_state()
@@ -367,7 +362,7 @@ def sidebar() -> Inputs:
     if fit is not None and fit.acceptance_rates and ss["acc_mode"] in (S.ACC_IID, S.ACC_LIST):
         # measured on the deployment: wins over the preset / typed rates, not over an uploaded acceptance file
         rates = [round(min(float(r), S.MAX_RATE), 4) for r in fit.acceptance_rates]  # as the other controls show them
-        source = f"measured on this deployment ({up_name(fit)})"
+        source = f"measured on this deployment ({Path(fit.path).name})"  # the stored copy keeps the upload's name
         st.sidebar.caption(f"Acceptance: {source}; the acceptance controls above are not used while it is loaded.")
     _operating_point_controls()
 

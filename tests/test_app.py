@@ -344,7 +344,8 @@ def test_uploaded_deployment_fit_corrects_step_times_and_says_so(tmp_path):
     # another GPU: the fit does not apply; said once, and the page shows the planner's own terms
     sb(at, "selectbox", "hw_name").set_value("h100-sxm").run()
     assert_clean(at)
-    assert any("Deployment fit ignored" in w.value and "fitted for another deployment" in w.value for w in at.warning)
+    assert any(w.value.startswith("Deployment fit ignored: my-fit.json: fitted for another deployment")
+               for w in at.warning), [w.value for w in at.warning]
     assert "deployment fit" not in provenance(at)
 
 

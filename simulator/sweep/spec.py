@@ -58,11 +58,11 @@ from simulator.files import read_toml_file
 from simulator.sizing.spec import POLICIES, memory_fit, parse_sizing, traffic_lengths
 from simulator.specs.acceptance import parse_acceptance
 from simulator.specs.acceptance_files import read_acceptance_file
-from simulator.specs.deployment_fit import DeploymentMismatch, fit_mismatches, load_deployment_fit, scenario_identity
 from simulator.specs.drafts import parse_draft
 from simulator.specs.hardware import DTYPE_BYTES, list_hardware
 from simulator.specs.models import list_models
 from simulator.specs.scenario import OVERRIDE_KEYS, apply_overrides, build_scenario, check_table, read_scenario_file
+from simulator.sweep.fits import deployment_fits, fit_deployment_text, with_fit
 from simulator.sweep.schema import (AXES, FORMAT_VERSION, FORMATS, LATENCY_COLUMNS, OUTPUT_SCHEMA,  # noqa: F401 (API)
                                     OVERRIDE, RUN_DEFAULTS, RUN_SCHEMA, SWEEP_DIR, SWEEP_SCHEMA, SweepSpec, SweepTask)
 
@@ -193,8 +193,8 @@ def parse_sweep(path: str | Path, output_dir: str | None = None, workers: int | 
                 deployment: list | tuple = ()) -> SweepSpec:
     """Read and validate a sweep file, then expand it (see :func:`expand`). Refuses bad values.
     ``deployment``: deployment fit files (``calibration.fit_deployment``), each applied to the combinations
-    of the deployment it was fitted on (:func:`_with_fit`)."""
-    fits = _deployment_fits(deployment)
+    of the deployment it was fitted on (:func:`simulator.sweep.fits.with_fit`)."""
+    fits = deployment_fits(deployment)
     raw = _read(path)
     origin = raw.pop("_path")
     sweep, run, output = _sections(raw, origin)
@@ -315,7 +315,7 @@ def expand(spec: SweepSpec) -> None:
         label = _combo_label(combo)
         raw = _apply(spec, combo)
         try:
-            sc = _with_fit(spec, raw, base_dir)  # divisibility (check_deployment), draft fit, dtypes
+            sc = with_fit(spec, raw, base_dir)  # divisibility (check_deployment), draft fit, dtypes
         except PlannerError as err:
             spec.filtered.append(label | {"filter": "layout", "reason": " ".join(str(err).split())})
             continue
@@ -336,7 +336,7 @@ def expand(spec: SweepSpec) -> None:
                                     spec.policies, dict(spec.run)))
     for fit in spec.deployment_fits:
         if not any(t.raw.get("calibration", {}).get("deployment") == fit.path for t in spec.tasks):
-            warnings.warn(f"--deployment {fit.path}: fitted on {_fit_deployment_text(fit)}, which none of the sweep's"
+            warnings.warn(f"--deployment {fit.path}: fitted on {fit_deployment_text(fit)}, which none of the sweep's"
                           f" {spec.n_combinations} combinations is; it is not used", PlannerWarning, stacklevel=2)
     keys = [t.key for t in spec.tasks]
     if len(set(keys)) != len(keys):
@@ -344,51 +344,6 @@ def expand(spec: SweepSpec) -> None:
     if not spec.tasks:
         reasons = "; ".join(sorted({f["reason"] for f in spec.filtered})[:3])
         raise PlannerError(f"{spec.path}: every one of the {len(spec.filtered)} combinations is filtered out ({reasons})")
-
-
-def _with_fit(spec: SweepSpec, raw: dict, base_dir):
-    """The combination's scenario, with the deployment fit measured on its deployment (model, GPU, TP,
-    engine release, draft, precision) where one is given, without any other (a base scenario's own fit
-    holds only where it was measured). ``raw`` is updated to what was built."""
-    cal = raw.get("calibration") or {}
-    if cal.get("deployment") is not None:
-        try:
-            return build_scenario(raw, spec.base, base_dir)
-        except DeploymentMismatch:
-            cal.pop("deployment")
-            if not cal:
-                raw.pop("calibration", None)
-    sc = build_scenario(raw, spec.base, base_dir)
-    if not spec.deployment_fits or sc.deployment_fit is not None:
-        return sc
-    ident = scenario_identity(sc.model, sc.hardware, sc.deployment, sc.engine, sc.draft)
-    hit = next((f for f in spec.deployment_fits if not fit_mismatches(f.identity, ident)), None)
-    if hit is None:
-        return sc
-    raw.setdefault("calibration", {})["deployment"] = hit.path  # absolute: the base's folder does not resolve it
-    return build_scenario(raw, spec.base, base_dir)
-
-
-def _deployment_fits(paths) -> tuple:
-    """The --deployment files, read and checked; two fitted on the same deployment are refused."""
-    fits = []
-    for path in paths:
-        try:
-            fit = load_deployment_fit(Path(path).resolve())
-        except PlannerError as err:
-            raise PlannerError(f"--deployment {err}") from None
-        twin = next((f for f in fits if not fit_mismatches(f.identity, fit.identity)
-                     and not fit_mismatches(fit.identity, f.identity)), None)
-        if twin is not None:
-            raise PlannerError(f"--deployment {twin.path} and {fit.path} were both fitted on"
-                               f" {_fit_deployment_text(fit)}; give one")
-        fits.append(fit)
-    return tuple(fits)
-
-
-def _fit_deployment_text(fit) -> str:
-    i = fit.identity
-    return f"{i['model']} on {i['tp']} x {i['hardware']}, {i['engine']} {i['engine_version']}, draft {i['draft']}"
 
 
 def _base_value(sc, axis: str):
