@@ -78,17 +78,13 @@ def curve_points(members: list[Case], basis: str) -> tuple[fewshot.Points, bool]
     return fewshot.Points(*cols, np.array(rates), batch0 if capped else None, share if capped else None), given
 
 
-def _subset(p: fewshot.Points, idx) -> fewshot.Points:
-    return fewshot.subset(p, list(idx))
-
-
 def two_shot_curve(members: list[Case], basis: str = "planner") -> list[dict]:
     """Fit on the two points, predict every point: one record per held-out point."""
     pts, given = curve_points(members, basis)
     train = list(fit_indices(len(members)))
     y = np.log([members[i].measured for i in train])
     priority = tuple(n for n in fewshot.SPEEDUP_PRIORITY if not (given and n == "acceptance_scale"))
-    res = fewshot.fit_with_intervals("speedup", _subset(pts, train), y, priority, N_BOOT)
+    res = fewshot.fit_with_intervals("speedup", fewshot.subset(pts, train), y, priority, N_BOOT)
     pred = np.exp(fewshot.predict_log("speedup", res["theta"], pts)[0])
     lo, hi = fewshot.interval(np.exp(fewshot.predict_log("speedup", res["samples"], pts)))
     out = []
