@@ -1,84 +1,287 @@
-"""Writing outputs so that a failure never leaves a half-written or half-replaced file: each file is
-written beside its target (a set of files into a staging directory) and renamed into place; a
-replaced file keeps its mode. The ground floor of the package: CLIs, sweeps and calibration share it.
+"""Reading inputs and writing outputs, for every command (the ground floor: CLIs, sweeps and calibration
+share it).
+
+Reading (:func:`read_input_bytes` and the readers on it): a regular file only (a FIFO, a device or a
+directory is refused at once, never waited on), at most a cap per kind of file (the cap in the
+message), UTF-8 text, nesting at most :data:`MAX_DEPTH` deep. Messages name the file, never quote it.
+
+Writing (:func:`write_atomically`): a regular file (or a new name) is written beside its target and
+renamed over it, keeping its mode; a character device or a FIFO (``/dev/null``, ``/dev/stdout``, a
+terminal) is written through, and a symlink is followed to what it names, never replaced itself. A set
+of files (:func:`write_files_atomically`) is published by one exchange of the output directory with a
+complete copy of it (``renameat2(RENAME_EXCHANGE)``): a reader, and a signal at any instant, finds the
+old set or the new set, never a mix. Where a directory cannot be exchanged (it holds sub-directories,
+it is the working directory, a mount point, its parent is read-only) the files are renamed one by one
+with SIGINT / SIGTERM / SIGHUP held off until the last rename. Staging left by a killed run is removed
+by the next run that writes there.
 """
 from __future__ import annotations
 
+import ctypes
+import errno
+import fcntl
 import json
 import os
 import shutil
+import signal
 import stat
 import tempfile
+import threading
 import tomllib
+from contextlib import contextmanager
 from pathlib import Path
 
 from simulator.errors import PlannerError
 
+MiB = 2**20
+# the most a reader takes of each kind of input: 10-100x the largest real one (a model config.json is
+# ~10 KB, a measured-table profile ~2 MB, a vLLM per-request dump of 10k requests ~20 MB)
+CAPS = {"scenario": 1 * MiB, "sweep": 1 * MiB, "hardware": 1 * MiB, "engine profile": 1 * MiB,
+        "engine settings": 1 * MiB, "model config.json": 8 * MiB, "deployment calibration": 8 * MiB,
+        "calibration profile": 64 * MiB, "acceptance": 64 * MiB, "prompt lengths": 64 * MiB,
+        "measured runs": 64 * MiB, "journal": 1024 * MiB}
+DEFAULT_CAP = 64 * MiB
+MAX_DEPTH = 64  # nesting of a JSON / TOML input (the deepest real one is 5)
 
-def read_json_file(path: str | Path, what: str):
-    """A JSON file's content; PlannerError naming the file and ``what`` it should be when it is a
-    directory, missing, unreadable or not JSON."""
-    path = Path(path)
-    if path.is_dir():
-        raise PlannerError(f"{path}: is a directory; give the {what} file")
+
+# --- reading ---------------------------------------------------------------------------------------
+
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def file_kind(mode: int) -> str:
+    """'a directory', 'a FIFO (named pipe)', ... for a st_mode that is not a regular file."""
+    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
+
+
+def cap_text(cap: int) -> str:
+    return f"{cap // MiB} MB" if cap >= MiB else f"{cap // 1024} KB"
+
+
+def read_input_bytes(path: str | Path, what: str, cap: int | None = None, flag: str | None = None,
+                     missing_hint: str = "") -> bytes:
+    """The bytes of a regular file, at most ``cap`` (default :data:`CAPS` of ``what``). Opened without
+    blocking (a FIFO with no writer, a terminal) and checked on the open descriptor, so nothing but a
+    regular file is read; PlannerError naming ``flag`` and the file when it is missing, not a regular
+    file, unreadable or larger than the cap."""
+    cap = cap if cap is not None else CAPS.get(what, DEFAULT_CAP)
+    where = f"{flag} {path}" if flag else f"{path}"
     try:
-        return json.loads(path.read_text())
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
-        raise PlannerError(f"{path}: {what} not found") from None
-    except (ValueError, UnicodeDecodeError, RecursionError) as err:
-        raise PlannerError(f"{path}: {what} is not valid JSON ({str(err)[:120]})") from None
+        raise PlannerError(f"{where}: {what} file not found{missing_hint}") from None
+    except IsADirectoryError:
+        raise PlannerError(f"{where}: is a directory; give the {what} file") from None
     except OSError as err:
-        raise PlannerError(f"{path}: cannot read the {what} ({err.strerror or err})") from None
-
-
-def read_toml_file(path: str | Path, what: str, missing_hint: str = "") -> dict:
-    """A TOML file's tables; PlannerError naming the file and ``what`` it should be when it is a
-    directory, missing (``missing_hint`` appended), unreadable, not text or not TOML."""
-    path = Path(path)
-    if path.is_dir():
-        raise PlannerError(f"{path}: is a directory; give the {what} TOML file")
+        raise PlannerError(f"{where}: cannot read the {what} file ({err.strerror or err})") from None
     try:
-        return tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise PlannerError(f"{path}: {what} file not found{missing_hint}") from None
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            if stat.S_ISDIR(st.st_mode):
+                raise PlannerError(f"{where}: is a directory; give the {what} file")
+            raise PlannerError(f"{where}: is {file_kind(st.st_mode)}, not a regular file; give the {what} file")
+        if st.st_size > cap:
+            raise PlannerError(f"{where}: {st.st_size / MiB:.1f} MB is larger than the {cap_text(cap)} a {what}"
+                               f" file may hold")
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+        chunks, size = [], 0
+        while size <= cap:  # the size may have grown since fstat (or lie, as in /proc): read at most cap + 1
+            chunk = os.read(fd, min(1 * MiB, cap + 1 - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > cap:
+            raise PlannerError(f"{where}: larger than the {cap_text(cap)} a {what} file may hold")
+        return b"".join(chunks)
+    except OSError as err:
+        raise PlannerError(f"{where}: cannot read the {what} file ({err.strerror or err})") from None
+    finally:
+        os.close(fd)
+
+
+def read_input_text(path: str | Path, what: str, cap: int | None = None, flag: str | None = None,
+                    missing_hint: str = "") -> str:
+    """:func:`read_input_bytes` decoded as UTF-8 (a byte-order mark dropped); PlannerError naming the byte
+    offset, never the bytes, when it is not UTF-8."""
+    data = read_input_bytes(path, what, cap, flag, missing_hint)
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        where = f"{flag} {path}" if flag else f"{path}"
+        raise PlannerError(f"{where}: not UTF-8 text (byte {err.start}); give the {what} file") from None
+
+
+def nesting_depth(value) -> int:
+    """How deep lists and dicts nest in a parsed document (iteratively: a deep one is what is refused)."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        v, d = stack.pop()
+        if isinstance(v, dict):
+            v = list(v.values())
+        if isinstance(v, list):
+            deepest = max(deepest, d)
+            if d > MAX_DEPTH:
+                return d
+            stack.extend((x, d + 1) for x in v)
+    return deepest
+
+
+def _check_depth(value, where: str, what: str):
+    if nesting_depth(value) > MAX_DEPTH:
+        raise PlannerError(f"{where}: nested more than {MAX_DEPTH} levels deep; not a {what} file")
+    return value
+
+
+def parse_json_text(text: str, where: str, what: str):
+    """A JSON document whose nesting is at most :data:`MAX_DEPTH`; PlannerError naming ``where`` else."""
+    try:
+        return _check_depth(json.loads(text), where, what)
+    except RecursionError:
+        raise PlannerError(f"{where}: nested more than {MAX_DEPTH} levels deep; not a {what} file") from None
+    except ValueError as err:
+        msg = f"{err.msg} at line {err.lineno} column {err.colno}" if isinstance(err, json.JSONDecodeError) else "bad value"
+        raise PlannerError(f"{where}: {what} is not valid JSON ({msg})") from None
+
+
+def read_json_file(path: str | Path, what: str, cap: int | None = None):
+    """A JSON file's content; PlannerError naming the file and ``what`` it should be when it is a
+    directory, missing, unreadable, not a regular file, over its cap, not UTF-8 or not JSON."""
+    return parse_json_text(read_input_text(path, what, cap), str(path), what)
+
+
+def read_toml_file(path: str | Path, what: str, missing_hint: str = "", cap: int | None = None) -> dict:
+    """A TOML file's tables; PlannerError naming the file and ``what`` it should be when it is a
+    directory, missing (``missing_hint`` appended), unreadable, not a regular file, over its cap, not
+    text or not TOML."""
+    text = read_input_text(path, what, cap, missing_hint=missing_hint)
+    try:
+        return _check_depth(tomllib.loads(text), str(path), what)
+    except RecursionError:
+        raise PlannerError(f"{path}: nested more than {MAX_DEPTH} levels deep; not a {what} file") from None
     except tomllib.TOMLDecodeError as err:
         raise PlannerError(f"{path}: malformed TOML: {err}") from None
-    except UnicodeDecodeError:
-        raise PlannerError(f"{path}: not a text file; give the {what} TOML file") from None
-    except OSError as err:
-        raise PlannerError(f"{path}: cannot read the {what} file ({err.strerror or err})") from None
 
 
-def _check_target(target: Path, flag: str) -> None:
+def resolve_named_path(name: str | Path, base_dir: str | Path | None) -> Path:
+    """A path named inside an input file: relative to that file's folder (``base_dir``), never to the
+    working directory."""
+    p = Path(name).expanduser()
+    return p if p.is_absolute() or not base_dir else Path(base_dir) / p
+
+
+# --- writing one file ----------------------------------------------------------------------------
+
+def _names_proc(path: Path) -> bool:
+    """Whether ``path`` is, or its chain of symlinks passes through, /proc or /dev/fd (/dev/stdout ->
+    /proc/self/fd/1): a descriptor of some process, written through, never renamed over."""
+    p = os.path.abspath(path)
+    for _ in range(40):
+        if p.startswith(("/proc/", "/dev/fd/")):
+            return True
+        try:
+            link = os.readlink(p)
+        except OSError:
+            return False
+        p = os.path.normpath(os.path.join(os.path.dirname(p), link))
+    return False
+
+
+def output_target(path: str | Path, flag: str = "--output") -> tuple[bool, Path]:
+    """(written through?, the path to write) for an output path: a character device or a FIFO (or a
+    symlink to one, or a descriptor under /proc) is written through; a symlink to a regular file (or to
+    nothing yet) is followed and its target replaced; a regular file or a new name is replaced."""
+    target = Path(path)
     if not target.name:
         raise PlannerError(f"{flag} '{target}': give a file name")
-    if target.is_dir():
+    try:
+        lst = os.lstat(target)
+    except FileNotFoundError:
+        return False, target
+    except OSError as err:
+        raise PlannerError(f"{flag} {target}: cannot use it ({err.strerror or err})") from None
+    mode = lst.st_mode
+    if stat.S_ISLNK(mode):
+        try:
+            mode = os.stat(target).st_mode
+        except FileNotFoundError:
+            return False, Path(os.path.realpath(target))  # a link to a file not made yet: make that file
+        except OSError as err:
+            raise PlannerError(f"{flag} {target}: a symlink that cannot be followed ({err.strerror or err})") from None
+        if stat.S_ISREG(mode):
+            return (True, target) if _names_proc(target) else (False, Path(os.path.realpath(target)))
+    if stat.S_ISREG(mode):
+        return False, target
+    if stat.S_ISCHR(mode) or stat.S_ISFIFO(mode):
+        return True, target
+    if stat.S_ISDIR(mode):
         raise PlannerError(f"{flag} {target}: is a directory; give a file name")
+    raise PlannerError(f"{flag} {target}: is {file_kind(mode)}; give a file, a character device or a FIFO")
+
+
+def _check_replaceable(target: Path, flag: str, shown: Path) -> None:
     parent = target.parent if str(target.parent) else Path(".")
     if not parent.is_dir():
-        raise PlannerError(f"{flag} {target}: directory {parent} does not exist")
+        raise PlannerError(f"{flag} {shown}: directory {parent} does not exist")
     if not os.access(parent, os.W_OK):
-        raise PlannerError(f"{flag} {target}: directory {parent} is not writable")
-    _probe_write(parent, target, flag)
+        raise PlannerError(f"{flag} {shown}: directory {parent} is not writable")
+    _probe_write(parent, shown, flag)
 
 
-def write_atomically(path: str | Path, text: str, flag: str = "--output") -> None:
-    """Write beside the target, then rename: a failure leaves the old file intact; its mode is kept."""
-    target = Path(path)
-    _check_target(target, flag)
+def check_output_file(path: str | Path, flag: str = "--output") -> Path:
+    """Refuse an output file that cannot be written before any work is done."""
+    through, real = output_target(path, flag)
+    if through:
+        if not os.access(real, os.W_OK):
+            raise PlannerError(f"{flag} {path}: not writable")
+    else:
+        _check_replaceable(real, flag, Path(path))
+    return Path(path)
+
+
+def _write_through(path: Path, data: bytes, flag: str) -> None:
+    """Write into a device, a FIFO or a descriptor (never blocking on a FIFO nobody reads)."""
+    append = os.O_APPEND if stat.S_ISREG(os.stat(path).st_mode) else 0  # /dev/stdout redirected to a file
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0) | append)
+    except OSError as err:
+        if err.errno == errno.ENXIO:
+            raise PlannerError(f"{flag} {path}: a FIFO that no process is reading; start the reader first") from None
+        raise PlannerError(f"{flag} {path}: cannot write it ({err.strerror or err})") from None
+    try:
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError as err:
+        raise PlannerError(f"{flag} {path}: cannot write it ({err.strerror or err})") from None
+    finally:
+        os.close(fd)
+
+
+def write_atomically(path: str | Path, text: str | bytes, flag: str = "--output") -> None:
+    """Write an output: a regular file beside its target, then renamed over it (a failure leaves the old
+    file intact; its mode is kept); a device, a FIFO or a descriptor written through; a symlink followed."""
+    data = text if isinstance(text, bytes) else text.encode()
+    through, target = output_target(path, flag)
+    if through:
+        _write_through(target, data, flag)
+        return
+    _check_replaceable(target, flag, Path(path))
     mode = stat.S_IMODE(target.stat().st_mode) if target.exists() else 0o644
     try:
         fd, tmp = tempfile.mkstemp(dir=target.parent if str(target.parent) else ".", prefix=f".{target.name}.")
     except OSError as err:
-        raise PlannerError(f"{flag} {target}: cannot write there ({err.strerror or err})") from None
+        raise PlannerError(f"{flag} {path}: cannot write there ({err.strerror or err})") from None
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         os.chmod(tmp, mode)
         os.replace(tmp, target)
     except OSError as err:
         Path(tmp).unlink(missing_ok=True)
-        raise PlannerError(f"{flag} {target}: cannot write it ({err.strerror or err}); nothing was changed") from None
+        raise PlannerError(f"{flag} {path}: cannot write it ({err.strerror or err}); nothing was changed") from None
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -115,20 +318,140 @@ def _probe_write(folder: Path, target: Path, flag: str) -> None:
         raise PlannerError(f"{flag} {target}: cannot write in {folder} ({err.strerror or err})") from None
 
 
-def check_output_file(path: str | Path, flag: str = "--output") -> Path:
-    """Refuse an output file that cannot be written before any work is done."""
-    target = Path(path)
-    _check_target(target, flag)
-    return target
+# --- publishing a set of files -------------------------------------------------------------------
+
+STAGING = ".staging-"  # in the names of staging directories: '.<dir>.staging-<pid>-*' beside, '.staging-<pid>-*' inside
+_HELD_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+AT_FDCWD, RENAME_EXCHANGE = -100, 2
+
+
+@contextmanager
+def signals_held():
+    """SIGINT, SIGTERM and SIGHUP wait until the block is over (then act as usual); main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def exchange_paths(a: Path, b: Path) -> None:
+    """Swap two directory entries in one step (Linux renameat2 RENAME_EXCHANGE); OSError where the
+    system or the filesystem cannot."""
+    fn = getattr(ctypes.CDLL(None, use_errno=True), "renameat2", None)
+    if fn is None:
+        raise OSError(errno.ENOSYS, "renameat2 is not available")
+    if fn(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_staging_debris(out: Path) -> None:
+    """Remove the staging directories a killed run left beside and inside ``out`` (those of a process
+    still running are left alone: it may be publishing now)."""
+    for folder, prefix in ((out.parent, f".{out.name}{STAGING}"), (out, STAGING)):
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            continue
+        for e in entries:
+            if not e.name.startswith(prefix) or not e.is_dir(follow_symlinks=False):
+                continue
+            pid = e.name[len(prefix):].split("-")[0]
+            if pid.isdigit() and int(pid) != os.getpid() and _pid_alive(int(pid)):
+                continue
+            shutil.rmtree(e.path, ignore_errors=True)
+
+
+class _NotExchangeable(Exception):
+    pass
+
+
+def _staged_mode(target: Path) -> int:
+    try:
+        return stat.S_IMODE(os.stat(target).st_mode)
+    except FileNotFoundError:
+        return 0o644
+
+
+def _fill(folder: Path, out: Path, files: dict) -> None:
+    for name, content in files.items():
+        tmp = folder / name
+        tmp.write_bytes(content if isinstance(content, bytes) else content.encode())
+        os.chmod(tmp, _staged_mode(out / name))
+
+
+def _publish_by_exchange(out: Path, files: dict) -> None:
+    """A complete copy of ``out`` (the new files, hard links to everything else) swapped with it in one
+    step; _NotExchangeable (nothing changed) where that cannot be done."""
+    if out == Path.cwd().resolve() or os.path.ismount(out) or not os.access(out.parent, os.W_OK):
+        raise _NotExchangeable
+    try:
+        staging = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}{STAGING}{os.getpid()}-"))
+    except OSError:
+        raise _NotExchangeable from None
+    swapped = False
+    try:
+        st = os.stat(out)
+        os.chmod(staging, stat.S_IMODE(st.st_mode))
+        if os.geteuid() == 0:
+            os.chown(staging, st.st_uid, st.st_gid)
+        _fill(staging, out, files)
+        for e in os.scandir(out):
+            if e.name in files or e.name.startswith(STAGING):
+                continue
+            if e.is_dir(follow_symlinks=False):
+                raise _NotExchangeable  # a folder cannot be hard-linked into the copy
+            os.link(e.path, staging / e.name, follow_symlinks=False)
+        exchange_paths(staging, out)
+        swapped = True
+    except OSError as err:
+        if err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS):
+            raise
+        raise _NotExchangeable from None
+    finally:
+        if swapped:  # staging now holds the old set: keep what appeared in out meanwhile, drop the rest
+            for e in os.scandir(staging):
+                if not os.path.lexists(out / e.name) and not e.is_dir(follow_symlinks=False):
+                    try:
+                        os.link(e.path, out / e.name, follow_symlinks=False)
+                    except OSError:
+                        pass
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _publish_by_renames(out: Path, files: dict) -> None:
+    """Every file staged inside ``out``, then renamed over its target with signals held off."""
+    staging = Path(tempfile.mkdtemp(dir=out, prefix=f"{STAGING}{os.getpid()}-"))
+    try:
+        _fill(staging, out, files)
+        with signals_held():
+            for name in files:
+                os.replace(staging / name, out / name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def write_files_atomically(out_dir: str | Path, files: dict[str, str | bytes], flag: str = "--output-dir") -> list[Path]:
-    """Write several files into ``out_dir`` all or nothing: every file is rendered into a temporary
-    directory first, then each is renamed over its target (renames do not fail half-way on one filesystem).
-    Replaced files keep their mode; new ones get 0644."""
+    """Publish several files into ``out_dir`` all or nothing (module docstring): a reader, a failure or a
+    signal at any instant leaves the old set or the new set. Replaced files keep their mode; new ones
+    get 0644. A name that is a symlink or a device in ``out_dir`` is written through after the set."""
     out = Path(out_dir)
     for name in files:
-        if not name or Path(name).name != name:
+        if not name or Path(name).name != name or name.startswith(STAGING):
             raise PlannerError(f"{flag} {out}: bad output file name {name!r}")
     if out.exists() and not out.is_dir():
         raise PlannerError(f"{flag} {out}: exists and is not a directory")
@@ -141,23 +464,17 @@ def write_files_atomically(out_dir: str | Path, files: dict[str, str | bytes], f
     for name in files:
         if (out / name).is_dir():
             raise PlannerError(f"{flag} {out}: {name} is a directory; remove it or choose another directory")
+    real = Path(os.path.realpath(out))
+    remove_staging_debris(real)
+    linked = {n: c for n, c in files.items() if os.path.lexists(real / n) and not stat.S_ISREG(os.lstat(real / n).st_mode)}
+    staged = {n: c for n, c in files.items() if n not in linked}
     try:
-        staging = Path(tempfile.mkdtemp(dir=out, prefix=".staging-"))
-    except OSError as err:
-        raise PlannerError(f"{flag} {out}: cannot write there ({err.strerror or err})") from None
-    try:
-        for name, content in files.items():
-            target = out / name
-            mode = stat.S_IMODE(target.stat().st_mode) if target.exists() else 0o644
-            tmp = staging / name
-            tmp.write_bytes(content if isinstance(content, bytes) else content.encode())
-            os.chmod(tmp, mode)
-        written = []
-        for name in files:
-            os.replace(staging / name, out / name)
-            written.append(out / name)
-        return written
+        try:
+            _publish_by_exchange(real, staged)
+        except _NotExchangeable:
+            _publish_by_renames(real, staged)
     except OSError as err:
         raise PlannerError(f"{flag} {out}: cannot write the outputs ({err.strerror or err}); nothing was replaced") from None
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
+    for name, content in linked.items():
+        write_atomically(out / name, content, flag)
+    return [out / name for name in files]

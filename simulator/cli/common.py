@@ -8,7 +8,10 @@ half-written or half-replaced file (or set of files) behind.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import signal
 import sys
+import threading
 import warnings
 from typing import Callable
 
@@ -52,13 +55,54 @@ def _warning_printer(quiet: bool = False):
 _ORIGINAL_SHOWWARNING = warnings.showwarning
 
 
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP, raised in the main thread so that every ``finally`` and worker pool cleans up
+    (a BaseException: no ``except Exception`` swallows it), as KeyboardInterrupt is for SIGINT."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated(signum)
+
+
+@contextlib.contextmanager
+def signals_as_exceptions():
+    """SIGTERM / SIGHUP raise :class:`Terminated` (SIGINT raises KeyboardInterrupt) inside the block; the
+    previous handlers come back after it. Only the main thread can set handlers; elsewhere nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    wanted = {signal.SIGTERM: _raise_terminated, signal.SIGHUP: _raise_terminated,
+              signal.SIGINT: signal.default_int_handler}
+    old = {}
+    for signum, handler in wanted.items():
+        if signal.getsignal(signum) == signal.SIG_IGN:
+            continue  # ignored by whoever started us (nohup: SIGHUP): stays ignored
+        old[signum] = signal.signal(signum, handler)
+    try:
+        yield
+    finally:
+        for signum, handler in old.items():
+            signal.signal(signum, handler)
+
+
+def interrupted_line(signum: int) -> str:
+    """The one line a command prints when a signal stops it."""
+    return (f"interrupted by {signal.Signals(signum).name}: stopped; every output is whole"
+            " (the old version or the new one)")
+
+
 def run_cli(body: Callable[[], int | None], quiet: bool = False) -> int:
-    """Run a command's body: PlannerError -> one line on stderr, exit 2; a closed pipe is not an error.
+    """Run a command's body: PlannerError -> one line on stderr, exit 2; a closed pipe is not an error;
+    Ctrl-C (SIGINT) -> one line, exit 130; SIGTERM / SIGHUP -> one line, exit 128 + the signal (143, 129).
 
     Inputs accepted with a caveat (PlannerWarning) print as one 'warning: ...' line each, once, on
     stderr (never into the command's output); ``quiet``: not at all (errors still print).
     """
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), signals_as_exceptions():
         warnings.simplefilter("always", PlannerWarning)
         warnings.showwarning = _warning_printer(quiet)
         try:
@@ -68,6 +112,12 @@ def run_cli(body: Callable[[], int | None], quiet: bool = False) -> int:
             return 2
         except BrokenPipeError:
             return 0
+        except KeyboardInterrupt:
+            print(interrupted_line(signal.SIGINT), file=sys.stderr)
+            return 128 + signal.SIGINT
+        except Terminated as stop:
+            print(interrupted_line(stop.signum), file=sys.stderr)
+            return 128 + stop.signum
 
 
 def command(build_parser: Callable[[], argparse.ArgumentParser], body: Callable[[argparse.Namespace], int | None]):

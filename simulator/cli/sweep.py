@@ -10,9 +10,10 @@ prints one line on stderr and exits with code 2, before anything runs.
 """
 from __future__ import annotations
 
+import signal
 import sys
 
-from simulator.cli.common import OneLineParser, check_output_dir, command, say_written
+from simulator.cli.common import OneLineParser, Terminated, check_output_dir, command, say_written
 from simulator.errors import PlannerError
 
 
@@ -57,10 +58,11 @@ def run(args) -> int:
     try:
         res = run_sweep(spec, output_dir=args.output_dir, ray_address=args.ray_address, max_tasks=args.max_tasks,
                         progress=not args.quiet)
-    except KeyboardInterrupt:
-        print(f"\ninterrupted: finished tasks are in {spec.output['dir']}/journal.jsonl;"
-              " rerun the same command to resume", file=sys.stderr)
-        return 130
+    except (KeyboardInterrupt, Terminated) as stop:
+        signum = getattr(stop, "signum", signal.SIGINT)
+        print(f"{chr(10) if sys.stderr.isatty() else ''}interrupted by {signal.Signals(signum).name}: finished tasks are in"
+              f" {spec.output['dir']}/journal.jsonl; rerun the same command to resume", file=sys.stderr)
+        return 128 + signum
     done = res.resumed + res.computed
     if not res.complete:
         print(f"{spec.name}: {done}/{len(spec.tasks)} tasks in {spec.output['dir']}/journal.jsonl;"

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
 from simulator import serving
 from simulator.sizing.search import Search, search_capacity
+from simulator.workers import worker_pool
 from simulator.sizing.spec import Candidate, SizingSpec
 from simulator.specs.scenario import Scenario
 
@@ -68,7 +68,7 @@ def run_all(tasks: list[Task], workers: int, meanwhile=None) -> list[tuple[str, 
             meanwhile()
         found = [_run_batch([t for _, t in b]) for b in batches]
     else:
-        with ProcessPoolExecutor(max_workers=min(workers, len(batches))) as pool:
+        with worker_pool(min(workers, len(batches))) as pool:
             pending = pool.map(_run_batch, [[t for _, t in b] for b in batches])  # submitted at once
             if meanwhile is not None:
                 meanwhile()

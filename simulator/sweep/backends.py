@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import sys
 import time
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, wait
 from typing import Callable
 
 from simulator.errors import PlannerError
 from simulator.sweep.task import run_task
+from simulator.workers import worker_pool
 
 RAY_MISSING = "--ray-address needs Ray, which is not installed: pip install 'dsd-planner[cluster]'"
 
@@ -27,7 +28,7 @@ def run_local(tasks: list, workers: int, on_result: Callable[[dict], None]) -> N
     if workers <= 1 or len(tasks) <= 1:
         return run_inline(tasks, on_result)
     todo = iter(tasks)
-    with ProcessPoolExecutor(max_workers=min(workers, len(tasks))) as pool:
+    with worker_pool(min(workers, len(tasks))) as pool:
         pending = set()
         try:
             for t in todo:
