@@ -14,10 +14,16 @@ import numpy as np
 import pandas as pd
 
 from simulator.errors import PlannerError
+from simulator.files import read_input_bytes
 
 MIN_COLUMNS = ("batch_size", "k", "itl_ms")
 NUMERIC = ("batch_size", "k", "itl_ms", "goodput_per_seq", "acceptance_length", "context_len", "experts_touched",
            "verify_ms", "n_steps")
+
+
+# where a measured value can lie (a step of 1000 s, a context of 16M tokens: a typo or a wrong unit)
+RANGES = {"context_len": (0, 1 << 24), "itl_ms": (0, 1e6), "verify_ms": (0, 1e6), "goodput_per_seq": (0, 1e6),
+          "experts_touched": (0, 1e6), "n_steps": (0, 1e12)}
 
 
 def read_measured(source: str | Path | bytes, name: str | None = None, required=MIN_COLUMNS) -> pd.DataFrame:
@@ -26,15 +32,10 @@ def read_measured(source: str | Path | bytes, name: str | None = None, required=
     Numeric columns must hold finite numbers; batch_size >= 1, 0 <= k <= 32, itl_ms > 0.
     """
     name = name or (str(source) if not isinstance(source, bytes) else "measured.csv")
+    if not isinstance(source, bytes):  # a regular file under its cap (a FIFO or a device is refused, not read)
+        source = read_input_bytes(source, "measured runs")
     try:
-        if isinstance(source, bytes):
-            df = pd.read_csv(io.BytesIO(source))
-        else:
-            if Path(source).is_dir():
-                raise PlannerError(f"{name}: is a directory; give a measured-runs CSV file")
-            df = pd.read_csv(source)
-    except FileNotFoundError:
-        raise PlannerError(f"{name}: measured runs file not found") from None
+        df = pd.read_csv(io.BytesIO(source))
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as err:
         raise PlannerError(f"{name}: not a readable measured-runs CSV ({(str(err).splitlines() or [''])[0][:120]})") from None
     except OSError as err:
@@ -56,6 +57,13 @@ def read_measured(source: str | Path | bytes, name: str | None = None, required=
             raise PlannerError(f"{name}: column '{col}' line {row} holds {df[col].iloc[row - 2]!r},"
                                " not a finite number; fix or drop that row")
         df[col] = values
+    for col, (lo, hi) in RANGES.items():
+        if col in df.columns:
+            bad = df[col].notna() & ~df[col].between(lo, hi)
+            if bad.any():
+                row = int(np.flatnonzero(bad.to_numpy())[0]) + 2
+                raise PlannerError(f"{name}: column '{col}' line {row} holds {df[col].iloc[row - 2]:g}, outside"
+                                   f" [{lo:g}, {hi:g}]; fix or drop that row")
     bad = df[(df.batch_size < 1) | (df.k < 0) | ~(df.itl_ms > 0)]
     if len(bad):
         raise PlannerError(f"{name}: {len(bad)} row(s) with batch_size < 1, k < 0 or non-positive itl_ms")

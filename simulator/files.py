@@ -60,7 +60,7 @@ def cap_text(cap: int) -> str:
 
 
 def read_input_bytes(path: str | Path, what: str, cap: int | None = None, flag: str | None = None,
-                     missing_hint: str = "") -> bytes:
+                     missing_hint: str = "", not_found: str = "") -> bytes:
     """The bytes of a regular file, at most ``cap`` (default :data:`CAPS` of ``what``). Opened without
     blocking (a FIFO with no writer, a terminal) and checked on the open descriptor, so nothing but a
     regular file is read; PlannerError naming ``flag`` and the file when it is missing, not a regular
@@ -70,7 +70,7 @@ def read_input_bytes(path: str | Path, what: str, cap: int | None = None, flag: 
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
-        raise PlannerError(f"{where}: {what} file not found{missing_hint}") from None
+        raise PlannerError(f"{where}: {not_found or what + ' file not found'}{missing_hint}") from None
     except IsADirectoryError:
         raise PlannerError(f"{where}: is a directory; give the {what} file") from None
     except OSError as err:
@@ -102,10 +102,10 @@ def read_input_bytes(path: str | Path, what: str, cap: int | None = None, flag: 
 
 
 def read_input_text(path: str | Path, what: str, cap: int | None = None, flag: str | None = None,
-                    missing_hint: str = "") -> str:
+                    missing_hint: str = "", not_found: str = "") -> str:
     """:func:`read_input_bytes` decoded as UTF-8 (a byte-order mark dropped); PlannerError naming the byte
     offset, never the bytes, when it is not UTF-8."""
-    data = read_input_bytes(path, what, cap, flag, missing_hint)
+    data = read_input_bytes(path, what, cap, flag, missing_hint, not_found)
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as err:
@@ -148,7 +148,7 @@ def parse_json_text(text: str, where: str, what: str):
 def read_json_file(path: str | Path, what: str, cap: int | None = None):
     """A JSON file's content; PlannerError naming the file and ``what`` it should be when it is a
     directory, missing, unreadable, not a regular file, over its cap, not UTF-8 or not JSON."""
-    return parse_json_text(read_input_text(path, what, cap), str(path), what)
+    return parse_json_text(read_input_text(path, what, cap, not_found=f"{what} not found"), str(path), what)
 
 
 def read_toml_file(path: str | Path, what: str, missing_hint: str = "", cap: int | None = None) -> dict:

@@ -20,7 +20,7 @@ from simulator.files import check_output_dir, check_output_file, write_atomicall
 
 __all__ = ["OneLineParser", "run_cli", "command", "say_written", "one_line", "check_output_dir", "check_output_file", "write_atomically",
            "write_files_atomically", "add_dtype_args", "dtype_overrides", "dtypes_text", "add_setting_args",
-           "setting_overrides"]
+           "setting_overrides", "blame_flag", "Terminated", "signals_as_exceptions"]
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -161,6 +161,33 @@ def setting_overrides(args: argparse.Namespace, *names: str) -> dict:
         value = getattr(args, s.dest)
         out[name] = s.from_flag(value, s.flag) if s.from_flag else value
     return out
+
+
+def blame_flag(err: PlannerError, build: Callable[..., object], overrides: dict, keep=("model", "hardware")) -> PlannerError:
+    """``err`` (a scenario built with flag overrides was refused) said of the flag whose value alone makes
+    the scenario refused: '--k-max -1: K must be >= 0 ...' rather than the scenario file's name. ``build``:
+    overrides -> scenario; ``keep``: overrides every build needs (a scenario made of flags alone). Asked
+    only on the error path; ``err`` itself when the scenario is refused without the flags, or no single
+    flag is."""
+    from simulator.specs.settings import BY_NAME
+    given = {n: v for n, v in overrides.items() if v is not None}
+    base = {n: v for n, v in given.items() if n in keep}
+    rest = {n: v for n, v in given.items() if n not in keep and n in BY_NAME and BY_NAME[n].flag}
+    if not rest:
+        return err
+    try:
+        build(**base)
+    except PlannerError:
+        return err
+    for name, value in rest.items():
+        try:
+            build(**base, **{name: value})
+        except PlannerError as alone:
+            origin, _, text = str(alone).partition(": ")
+            if not text or not (origin.endswith(".toml") or origin == "flags"):
+                return err  # the message names what is wrong already (a file the flag gave, say)
+            return PlannerError(f"{BY_NAME[name].flag} {value}: {text}")  # not the scenario file: the flag
+    return err
 
 
 DTYPE_SETTINGS = ("dtype", "act_dtype", "kv_dtype")

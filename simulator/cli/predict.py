@@ -19,11 +19,11 @@ import pandas as pd
 
 from simulator.plan import exports
 from simulator.plan.advice import advice_lines
-from simulator.plan.api import Prediction, predict
+from simulator.plan.api import Prediction, predict, scenario_for
 from simulator.plan.fit import shortfall_text
 from simulator.plan.notes import falling_token_time
 from simulator.plan.speedup_trust import gain_at_risk_text
-from simulator.cli.common import command, dtypes_text, setting_overrides, write_atomically
+from simulator.cli.common import blame_flag, command, dtypes_text, setting_overrides, write_atomically
 from simulator.cli.predict_args import EXPORT_FORMATS, FORMATS, SETTING_FLAGS, build_parser  # noqa: F401 (FORMATS: API)
 from simulator.files import check_output_file
 from simulator.errors import PlannerError, PlannerWarning
@@ -259,7 +259,10 @@ def _run(args) -> int:
     scenario = args.scenario
     if scenario is None and not (args.model and args.hardware):
         scenario = str(DEFAULT_SCENARIO)
-    pred = predict(scenario, **overrides)
+    try:
+        pred = predict(scenario, **overrides)
+    except PlannerError as err:
+        raise blame_flag(err, lambda **o: scenario_for(scenario, **o), overrides) from None
     if not args.breakdown and not pred.table.fits_memory.any():
         b = pred.table.batch_size.to_numpy()
         raise PlannerError(f"nothing fits memory at batch sizes {b.min()}-{b.max()}: {shortfall_text(pred.scenario, int(b.min()))}")

@@ -9,6 +9,7 @@ and exit with code 2.
 """
 from __future__ import annotations
 
+import math
 import sys
 
 from simulator.errors import PlannerError
@@ -74,15 +75,27 @@ def _names(scenarios) -> list[str]:
     return out
 
 
+def check_sizing_flags(args) -> None:
+    """Each numeric flag finite and in its range (the caps of [sizing], simulator.sizing.spec), named by its flag."""
+    from simulator.sizing.spec import MAX_TARGET_LOAD, SETTING_CAPS
+
+    if args.workers is not None and not 1 <= args.workers <= SETTING_CAPS["workers"]:
+        raise PlannerError(f"--workers must be between 1 and {SETTING_CAPS['workers']}, got {args.workers}")
+    if args.rate is not None and not (math.isfinite(args.rate) and 0 < args.rate <= MAX_TARGET_LOAD):
+        raise PlannerError(f"--rate must be a finite load > 0 and at most {MAX_TARGET_LOAD:g}, got {args.rate}")
+    if args.n_requests is not None and not 20 <= args.n_requests <= SETTING_CAPS["n_requests"]:
+        raise PlannerError(f"--n-requests {args.n_requests}: give between 20 (stable percentiles) and"
+                           f" {SETTING_CAPS['n_requests']} requests per serving run")
+    if args.search_steps is not None and not 0 <= args.search_steps <= SETTING_CAPS["search_steps"]:
+        raise PlannerError(f"--search-steps {args.search_steps}: give between 0 and {SETTING_CAPS['search_steps']}")
+
+
 def run(args) -> int:
     from simulator.sizing import bundled_sizing_scenarios, size
     from simulator.sizing.report import render_html, render_json, render_markdown
     from simulator.specs.scenario import Scenario, load_scenario
 
-    if args.workers is not None and args.workers < 1:
-        raise PlannerError(f"--workers must be >= 1, got {args.workers}")
-    if args.rate is not None and not args.rate > 0:
-        raise PlannerError(f"--rate must be > 0, got {args.rate}")
+    check_sizing_flags(args)
     # checked before the (long) search, the files it will write included; written at the end, all or none
     out_dir = check_output_dir(args.output_dir) if args.output_dir else None
     formats = args.format or (["html", "markdown"] if out_dir else ["markdown"])

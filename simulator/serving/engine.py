@@ -8,6 +8,7 @@ bytes of one block (target KV + draft KV when there is a draft).
 """
 from __future__ import annotations
 
+import math
 from bisect import bisect_left
 from dataclasses import dataclass
 
@@ -61,8 +62,9 @@ class EngineConfig:
             (self.block_size >= 1, "block_size must be >= 1"),
             (self.prefill in ("chunked", "whole"), f"prefill must be 'chunked' or 'whole', got '{self.prefill}'"),
             (not sizes or sizes[0] >= 1, "cuda_graph_sizes must be >= 1"),
-            (min(self.eager_overhead_per_kernel_s or 0.0, self.schedule_overhead_s, self.schedule_overhead_per_seq_s,
-                 self.spec_k0_overhead_frac, self.spec_k0_overhead_s) >= 0, "overheads must be >= 0"),
+            *[(getattr(self, key) is None or getattr(self, key) >= 0, f"{key} = {getattr(self, key)} must be >= 0")
+              for key in ("eager_overhead_per_kernel_s", "schedule_overhead_s", "schedule_overhead_per_seq_s",
+                          "spec_k0_overhead_frac", "spec_k0_overhead_s")],
             (self.fixed_k is None or self.fixed_k >= 0, "fixed_k must be >= 0"),
             (self.cutoff_batch_size is None or self.cutoff_batch_size >= 0, "cutoff_batch_size must be >= 0"),
             (0 < self.adapt_ewma <= 1 and 0 < self.per_request_ewma <= 1, "EWMA weights must be in (0, 1]"),
@@ -103,6 +105,9 @@ def engine_from_scenario(sc: Scenario, **overrides) -> EngineConfig:
         sizes = table["cuda_graph_sizes"]
         if not all(isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in sizes):
             raise PlannerError(f"{sc.origin}: key 'serving.cuda_graph_sizes' must be a list of integers >= 1")
+    for key, value in table.items():
+        if SERVING_SCHEMA.get(key) is NUM and not math.isfinite(value):
+            raise PlannerError(f"{sc.origin}: key 'serving.{key}' must be a finite number, got {value}")
     table.update({k: v for k, v in overrides.items() if v is not None})
     eng = sc.engine
     traffic_cap = "max_num_seqs" in (sc.extra.get("traffic") or {})
@@ -110,7 +115,10 @@ def engine_from_scenario(sc: Scenario, **overrides) -> EngineConfig:
         table.setdefault("spec_max_num_seqs", eng.spec_max_running)
     if "cuda_graph_sizes" not in table and eng is not None and eng.size_unit == "tokens" and eng.capture_sizes:
         table["cuda_graph_sizes"] = list(eng.capture_sizes)
-    return EngineConfig(**table)
+    try:
+        return EngineConfig(**table)
+    except PlannerError as err:
+        raise PlannerError(f"{sc.origin}: {err}") from None
 
 
 

@@ -9,6 +9,7 @@ gives every policy the same requests (see :mod:`simulator.serving.loop`).
 from __future__ import annotations
 
 import csv
+import io
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,11 +17,13 @@ from pathlib import Path
 import numpy as np
 
 from simulator.errors import PlannerError, did_you_mean
+from simulator.files import read_input_text, resolve_named_path
 from simulator.serving.engine import engine_from_scenario
 from simulator.specs.scenario import NUM, Scenario, check_table
 
 ARRIVALS = ("poisson", "bursty", "closed", "waves")
 DISTS = ("fixed", "uniform", "lognormal", "pareto", "data")
+MAX_LENGTH = 1 << 30  # tokens: the cap LengthDist.max defaults to
 
 
 @dataclass(frozen=True)
@@ -41,7 +44,7 @@ class LengthDist:
     scale: float = 0.0
     alpha: float = 0.0
     min: int = 1
-    max: int = 1 << 30
+    max: int = MAX_LENGTH
     values: tuple = ()
 
     def __post_init__(self):
@@ -113,26 +116,29 @@ def parse_length(spec, where: str = "length", base_dir: str | None = None) -> Le
 
 
 def _read_column(path: str, column: str | None, where: str, base_dir: str | None) -> list[int]:
-    p = Path(path)
-    if not p.is_absolute() and base_dir and (Path(base_dir) / p).exists():
-        p = Path(base_dir) / p
+    """A column of token counts from a CSV named in a scenario: resolved relative to the scenario's folder,
+    a regular UTF-8 file under its cap; messages name the file and the column, never its content."""
+    p = resolve_named_path(path, base_dir)
+    text = read_input_text(p, "prompt lengths", flag=f"{where}: path")
     try:
-        with open(p, newline="", encoding="utf-8-sig") as fh:
-            rows = list(csv.DictReader(fh))
-    except OSError:
-        raise PlannerError(f"{where}: cannot read CSV file '{path}'") from None
-    except (UnicodeDecodeError, csv.Error):
-        raise PlannerError(f"{where}: '{path}' is not a UTF-8 CSV text file (binary?); give a CSV with a column of"
-                           " token counts") from None
+        rows = list(csv.DictReader(io.StringIO(text, newline="")))
+    except csv.Error:
+        raise PlannerError(f"{where}: '{path}' is not a CSV file; give a CSV with a column of token counts") from None
     if not rows:
         raise PlannerError(f"{where}: CSV file '{path}' has no rows")
+    named = f"column '{column}'" if column else "the first column"  # a header line is content: never echoed
     column = column or next(iter(rows[0]))
     if column not in rows[0]:
-        raise PlannerError(f"{where}: CSV file '{path}' has no column '{column}' (has: {', '.join(rows[0])})")
+        raise PlannerError(f"{where}: CSV file '{path}' has no column named '{column}'; set column to one in its"
+                           " header line")
     try:
-        return [int(float(r[column])) for r in rows if r[column] not in ("", None)]
-    except (ValueError, OverflowError):
-        raise PlannerError(f"{where}: column '{column}' of '{path}' holds non-numeric or non-finite values") from None
+        values = [float(r[column]) for r in rows if r[column] not in ("", None)]
+    except (ValueError, TypeError):
+        raise PlannerError(f"{where}: {named} of '{path}' holds non-numeric values") from None
+    if not values or not all(math.isfinite(v) and 0 < v <= MAX_LENGTH for v in values):
+        raise PlannerError(f"{where}: {named} of '{path}' must hold finite token counts in [1, {MAX_LENGTH}]"
+                           " (found a non-finite, zero or negative one)")
+    return [int(v) for v in values]
 
 
 @dataclass(frozen=True)

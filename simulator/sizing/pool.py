@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import pickle
 from dataclasses import dataclass
 
 from simulator import serving
@@ -31,6 +32,10 @@ def _run_task(task: Task) -> tuple[str, Search]:
 
 def _run_batch(tasks: list[Task]) -> list[Search]:
     return [_run_task(t)[1] for t in tasks]
+
+
+def _run_pickled_batch(blob: bytes) -> list[Search]:
+    return _run_batch(pickle.loads(blob))
 
 
 _SEARCHES: dict = {}  # search key -> Search: a search depends on none of the fleet settings (target, prices)
@@ -69,7 +74,10 @@ def run_all(tasks: list[Task], workers: int, meanwhile=None) -> list[tuple[str, 
         found = [_run_batch([t for _, t in b]) for b in batches]
     else:
         with worker_pool(min(workers, len(batches))) as pool:
-            pending = pool.map(_run_batch, [[t for _, t in b] for b in batches])  # submitted at once
+            # pickled here, before ``meanwhile`` runs: the pool's feeder thread would pickle them while
+            # ``meanwhile`` fills the same scenarios' caches ('dictionary changed size during iteration')
+            blobs = [pickle.dumps([t for _, t in b], protocol=pickle.HIGHEST_PROTOCOL) for b in batches]
+            pending = pool.map(_run_pickled_batch, blobs)  # submitted at once
             if meanwhile is not None:
                 meanwhile()
             found = list(pending)

@@ -21,6 +21,7 @@ fit the usable memory (``memory_bytes * memory_utilization``) are rejected with 
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -229,9 +230,16 @@ def _target_load(table: dict, traffic: dict, target_load, origin) -> tuple[str, 
                            " or [sizing] target_rate_per_s")
     if target_load is not None:
         load = target_load
-    if not load > 0:
-        raise PlannerError(f"{origin}: target load must be > 0, got {load}")
+    if not (math.isfinite(load) and 0 < load <= MAX_TARGET_LOAD):
+        raise PlannerError(f"{origin}: target load must be > 0 and at most {MAX_TARGET_LOAD:g}, got {load}")
     return kind, float(load)
+
+
+# Upper bounds of the sizing settings: each serving run holds a few arrays of n_requests (8 bytes each), a
+# search runs 2 x search_steps of them per candidate; far above any real use, far below a memory error
+SETTING_CAPS = {"n_requests": 1_000_000, "max_requests": 1_000_000, "search_steps": 40, "max_replicas": 100_000,
+                "duration_s": 1e7, "workers": 1024, "gpus_per_node": 1024}
+MAX_TARGET_LOAD = 1e9  # requests/s (or sequences in flight)
 
 
 def _parse_settings(table: dict, over: dict, origin) -> dict:
@@ -251,6 +259,9 @@ def _parse_settings(table: dict, over: dict, origin) -> dict:
         raise PlannerError(f"{origin}: [sizing] search_steps must be >= 0")
     if settings.get("n_requests", 200) < 20:
         raise PlannerError(f"{origin}: [sizing] n_requests must be >= 20 for stable percentiles")
+    for key, cap in SETTING_CAPS.items():
+        if key in settings and settings[key] > cap:
+            raise PlannerError(f"{origin}: [sizing] {key} = {settings[key]} is above the cap of {cap}")
     return settings
 
 

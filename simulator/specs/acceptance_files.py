@@ -30,12 +30,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from simulator.errors import PlannerError
+from simulator.files import read_input_bytes
 from simulator.specs.acceptance import Acceptance
 from simulator.specs.acceptance_readers import (read_csv_rows, read_modelopt, read_vllm_bench, read_vllm_requests)
 from simulator.specs.prometheus_text import acceptance_from_counters, spec_decode_counters
@@ -153,15 +155,10 @@ def is_acceptance_path(value) -> bool:
 
 def read_acceptance_file(path: str | Path, flag: str = "--acceptance") -> AcceptanceFile:
     p = Path(path)
-    try:
-        data = p.read_bytes()
-    except FileNotFoundError:
+    if not os.path.lexists(p):
         raise PlannerError(f"{flag} {p}: no such file; expected a rate like 0.8, per-position rates like"
-                           f" 0.7,0.5,0.3, or an acceptance file ({_expected()})") from None
-    except IsADirectoryError:
-        raise PlannerError(f"{flag} {p}: is a directory; give an acceptance file") from None
-    except OSError as err:
-        raise PlannerError(f"{flag} {p}: cannot read it ({err.strerror or err})") from None
+                           f" 0.7,0.5,0.3, or an acceptance file ({_expected()})")
+    data = read_input_bytes(p, "acceptance", MAX_BYTES, flag=flag)  # a regular file, at most MAX_BYTES
     return parse_acceptance_bytes(data, str(p))
 
 

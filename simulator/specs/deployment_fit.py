@@ -129,6 +129,10 @@ def _terms(data: dict, path: str) -> tuple[dict, dict, tuple]:
         if not (isinstance(iv, list) and len(iv) == 2):
             raise PlannerError(f"{path}: terms.{name}.interval must be [lo, hi]")
         intervals[name] = tuple(_number(x, f"{path}: terms.{name}.interval", lo, hi) for x in iv)
+        if not intervals[name][0] <= values[name] <= intervals[name][1]:
+            raise PlannerError(f"{path}: terms.{name}.interval [{intervals[name][0]:g}, {intervals[name][1]:g}] must be"
+                               f" [lo, hi] around its value {values[name]:g}; refit it with"
+                               " python -m calibration.fit_deployment")
         if entry.get("fitted"):
             fitted.append(name)
     return values, intervals, tuple(fitted)
@@ -156,15 +160,28 @@ def load_deployment_fit(path: str | Path, origin: str | None = None, identity: d
         if not isinstance(r, list) or not r:
             raise PlannerError(f"{path}: acceptance.rates must be a non-empty list of rates in [0, 1)")
         rates = tuple(_number(x, f"{path}: acceptance.rates", 0.0, 0.999) for x in r)
-    unc = data.get("uncertainty") if isinstance(data.get("uncertainty"), dict) else {}
+    unc = data.get("uncertainty")
+    if not isinstance(unc, dict) or any(k not in unc for k in ("step_time_rel", "goodput_rel")):
+        raise PlannerError(f"{path}: 'uncertainty' must be a table with step_time_rel and goodput_rel (a fit without"
+                           " them would claim no error); refit it with python -m calibration.fit_deployment")
+    rel = {k: _number(unc[k], f"{path}: uncertainty.{k}", 0, 10) for k in ("step_time_rel", "goodput_rel")}
+    if not all(rel.values()):
+        raise PlannerError(f"{path}: uncertainty.step_time_rel and goodput_rel must be > 0 (a measured fit has an"
+                           " error); refit it with python -m calibration.fit_deployment")
     points = data.get("points")
     if not isinstance(points, list) or not points or not all(isinstance(p, dict) and "batch_size" in p and "k" in p
                                                              for p in points):
         raise PlannerError(f"{path}: 'points' must list the measured points the terms were fitted on")
-    fit = DeploymentFit(path, dict(ident), values, intervals, fitted, rates,
-                        _number(unc.get("step_time_rel", 0.0), f"{path}: uncertainty.step_time_rel", 0, 10),
-                        _number(unc.get("goodput_rel", 0.0), f"{path}: uncertainty.goodput_rel", 0, 10),
-                        tuple(points), dict(data.get("provenance") or {}))
+    for i, p in enumerate(points):
+        for key in ("batch_size", "k"):
+            if isinstance(p[key], bool) or not isinstance(p[key], int) or not 0 <= p[key] <= 1 << 20:
+                raise PlannerError(f"{path}: points[{i}].{key} must be a whole number >= 0, got {p[key]!r}")
+    provenance = data.get("provenance")
+    if provenance is not None and not isinstance(provenance, dict):
+        raise PlannerError(f"{path}: 'provenance' must be a table (JSON object), got {type(provenance).__name__};"
+                           " refit it with python -m calibration.fit_deployment")
+    fit = DeploymentFit(path, dict(ident), values, intervals, fitted, rates, rel["step_time_rel"], rel["goodput_rel"],
+                        tuple(points), dict(provenance or {}))
     if identity is not None:
         check_fit_matches(fit, identity, origin or "the scenario")
     return fit

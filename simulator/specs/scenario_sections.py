@@ -6,6 +6,8 @@ from them; every name here is also importable from :mod:`simulator.specs.scenari
 """
 from __future__ import annotations
 
+import contextlib
+
 from pathlib import Path
 
 from simulator.errors import PlannerError
@@ -137,9 +139,22 @@ def _workload(get, origin: str, model: ModelSpec) -> dict:
         raise PlannerError(f"{origin}: schedule_tolerance={tol:g} is outside [0, 0.5): the share of the best goodput"
                            " a K* schedule may give up at any batch size for fewer ranges (0.01 = 1%; 0 = per-batch"
                            " argmax)")
+    with named_key(origin, "[workload] batch_sizes"):
+        batch_sizes = parse_batch_sizes(get("workload", "batch_sizes", default("workload", "batch_sizes")))
     return {"context_len": int(context_len), "k_max": int(k_max), "fixed_k": int(fixed_k), "schedule_tolerance": tol,
-            "batch_sizes": parse_batch_sizes(get("workload", "batch_sizes", default("workload", "batch_sizes"))),
-            "context_lens": context_lens, "warnings": warnings_}
+            "batch_sizes": batch_sizes, "context_lens": context_lens, "warnings": warnings_}
+
+
+@contextlib.contextmanager
+def named_key(origin: str, key: str):
+    """A PlannerError raised inside says which file and key it is about (when it does not already)."""
+    try:
+        yield
+    except PlannerError as err:
+        text = str(err)
+        if text.startswith(str(origin)):
+            raise
+        raise PlannerError(f"{origin}: {key}: {text}") from None
 
 
 FALLBACK_RATE = 0.7  # used only where no preset exists (early-exit) and the scenario gives none
@@ -169,7 +184,9 @@ def _table_acceptance(acc_tbl: dict, method: str, origin: str) -> Acceptance:
     if explicit and "preset" in acc_tbl:
         raise PlannerError(f"{origin}: [acceptance] give either 'preset' or 'rate'/'rates', not both")
     if explicit:
-        return parse_acceptance(acc_tbl.get("rates", acc_tbl.get("rate")), acc_tbl.get("source", "assumed"))
+        key = "rates" if "rates" in acc_tbl else "rate"
+        with named_key(origin, f"[acceptance] {key}"):
+            return parse_acceptance(acc_tbl[key], acc_tbl.get("source", "assumed"))
     name = acc_tbl.get("preset", method)
     preset = preset_for(name)
     if preset is None and "preset" in acc_tbl:

@@ -71,12 +71,13 @@ def share_from_text(text: str | None, flag: str) -> float | None:
     return value
 
 
-def engine_count(example: str) -> Callable:
-    """An engine setting given on the command line: a whole number >= 1, else one line naming the flag."""
+def engine_count(example: str, default: str = "the engine's default") -> Callable:
+    """A count given on the command line: a whole number >= 1, else one line naming the flag (0 is not
+    read as 'the default')."""
     def check(value: int | None, flag: str) -> int | None:
         if value is not None and value < 1:
             raise PlannerError(f"{flag} {value}: give a whole number >= 1 (e.g. {flag} {example}), or leave it out"
-                               " for the engine's default")
+                               f" for {default}")
         return value
     return check
 
@@ -116,10 +117,11 @@ SETTINGS: tuple[Setting, ...] = (
     S("hardware", "name", name="hardware", flag="--hardware",
       help="catalog hardware name (e.g. h100-sxm, h200, mi300x)"),
     S("hardware", "tp", int, 1, name="tp", flag="--tp", arg_type=int, help="tensor-parallel degree"),
-    S("hardware", "ep", int, name="ep", flag="--ep", arg_type=int, help="expert-parallel groups (MoE; must divide tp)"),
+    S("hardware", "ep", int, name="ep", flag="--ep", arg_type=int, from_flag=engine_count("8", "the layout's default"),
+      help="expert-parallel groups (MoE; must divide tp)"),
     S("hardware", "layout", name="layout", flag="--layout", choices=("tp", "tp-ep", "dp-ep"),
       help="MoE parallel layout: TP attention + TP experts, TP attention + EP, or DP attention + EP"),
-    S("hardware", "dp", int, name="dp", flag="--dp", arg_type=int,
+    S("hardware", "dp", int, name="dp", flag="--dp", arg_type=int, from_flag=engine_count("8", "the layout's default"),
       help="attention data-parallel groups (layout dp-ep; default = tp)"),
     S("hardware", "peak_bf16_flops_per_s", NUM, name="peak_bf16_flops_per_s"),
     S("hardware", "peak_fp8_flops_per_s", NUM),

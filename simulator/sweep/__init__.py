@@ -72,7 +72,7 @@ def run_sweep(spec: str | Path | SweepSpec, output_dir=None, workers=None, ray_a
     if max_tasks is not None and max_tasks < 0:
         raise PlannerError(f"--max-tasks must be >= 0, got {max_tasks}")
     out = _output_dir(spec, output_dir, write, ray_address)
-    records = read_journal(out / JOURNAL)
+    records = read_journal(out / JOURNAL, {t.key: t for t in spec.tasks})
     todo = [t for t in spec.tasks if t.key not in records]
     resumed = len(spec.tasks) - len(todo)
     if max_tasks is not None:
