@@ -137,12 +137,13 @@ def _check_depth(value, where: str, what: str):
 def parse_json_text(text: str, where: str, what: str):
     """A JSON document whose nesting is at most :data:`MAX_DEPTH`; PlannerError naming ``where`` else."""
     try:
-        return _check_depth(json.loads(text), where, what)
+        value = json.loads(text)
     except RecursionError:
         raise PlannerError(f"{where}: nested more than {MAX_DEPTH} levels deep; not a {what} file") from None
     except ValueError as err:
         msg = f"{err.msg} at line {err.lineno} column {err.colno}" if isinstance(err, json.JSONDecodeError) else "bad value"
         raise PlannerError(f"{where}: {what} is not valid JSON ({msg})") from None
+    return _check_depth(value, where, what)
 
 
 def read_json_file(path: str | Path, what: str, cap: int | None = None):
@@ -157,11 +158,12 @@ def read_toml_file(path: str | Path, what: str, missing_hint: str = "", cap: int
     text or not TOML."""
     text = read_input_text(path, what, cap, missing_hint=missing_hint)
     try:
-        return _check_depth(tomllib.loads(text), str(path), what)
+        value = tomllib.loads(text)
     except RecursionError:
         raise PlannerError(f"{path}: nested more than {MAX_DEPTH} levels deep; not a {what} file") from None
     except tomllib.TOMLDecodeError as err:
         raise PlannerError(f"{path}: malformed TOML: {err}") from None
+    return _check_depth(value, str(path), what)
 
 
 def resolve_named_path(name: str | Path, base_dir: str | Path | None) -> Path:

@@ -183,10 +183,13 @@ def blame_flag(err: PlannerError, build: Callable[..., object], overrides: dict,
         try:
             build(**base, **{name: value})
         except PlannerError as alone:
-            origin, _, text = str(alone).partition(": ")
-            if not text or not (origin.endswith(".toml") or origin == "flags"):
-                return err  # the message names what is wrong already (a file the flag gave, say)
-            return PlannerError(f"{BY_NAME[name].flag} {value}: {text}")  # not the scenario file: the flag
+            text, flag = str(alone), BY_NAME[name].flag
+            if text.startswith((str(value), flag)):
+                return alone  # it names what is wrong already (the file the flag gave, say)
+            origin, _, rest = text.partition(": ")
+            if rest and (origin.endswith(".toml") or origin == "flags"):
+                text = rest  # not the scenario file: the flag
+            return PlannerError(f"{flag} {value}: {text}")
     return err
 
 
