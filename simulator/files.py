@@ -329,15 +329,26 @@ AT_FDCWD, RENAME_EXCHANGE = -100, 2
 
 @contextmanager
 def signals_held():
-    """SIGINT, SIGTERM and SIGHUP wait until the block is over (then act as usual); main thread only."""
+    """SIGINT, SIGTERM and SIGHUP wait until the block is over, then act as they would have (main thread
+    only). Deferred by a Python handler that notes them, not by the signal mask: the kernel hands a
+    process's signal to any thread that does not block it (numpy's, a renderer's)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    old = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD_SIGNALS)
+    pending: list[int] = []
+    old = {}
+    for signum in _HELD_SIGNALS:
+        handler = signal.getsignal(signum)
+        if handler in (signal.SIG_IGN, None):
+            continue
+        old[signum] = signal.signal(signum, lambda n, frame: pending.append(n))
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        for signum, handler in old.items():
+            signal.signal(signum, handler)
+        for signum in dict.fromkeys(pending):
+            signal.raise_signal(signum)
 
 
 def exchange_paths(a: Path, b: Path) -> None:

@@ -13,19 +13,24 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
 DELAY_S = 0.1
+LANES = 2  # runs at once (two cores)
 ARGS = ["--scenario", "sizing-dense-command-a", "--candidates", "h200", "--tp", "8", "--no-sensitivity",
         "--n-requests", "20", "--search-steps", "0", "--workers", "1", "--format", "markdown", "--format", "json"]
 NAMES = ("sizing-dense-command-a.md", "sizing-dense-command-a.json")
 OLD = {"sizing-dense-command-a.md": b"OLD markdown report\n", "sizing-dense-command-a.json": b'{"old": true}\n'}
 
 
-def _slowed(fn, marks: Path):
+_MARKS: list[Path] = []  # the publish-marks file of this (forked) run
+
+
+def _slowed(fn):
     def slow(*a, **kw):
-        with marks.open("a") as f:
+        with _MARKS[0].open("a") as f:
             f.write(f"{time.monotonic()}\n")
         time.sleep(DELAY_S)
         out = fn(*a, **kw)
@@ -54,14 +59,16 @@ def reset(out: Path) -> None:
         (out / n).write_bytes(data)
 
 
-def run_child(out: Path, kill_at: float | None, marks: Path | None = None) -> tuple[int, float]:
-    """Fork, run size's main in the child; SIGTERM it ``kill_at`` seconds in (with ``marks``: seconds after
-    the child starts publishing, seen as a new line in that file). (exit status, seconds)."""
-    seen = marks.read_text().count("\n") if marks is not None and marks.exists() else 0
+def run_child(out: Path, kill_at: float | None, in_publish: bool = False) -> tuple[int, float]:
+    """Fork, run size's main in the child; SIGTERM it ``kill_at`` seconds in (``in_publish``: seconds after
+    the child starts publishing, seen as a new line in its marks file). (exit status, seconds)."""
+    marks = out.parent / "publish-marks.txt"
+    seen = marks.read_text().count("\n") if marks.exists() else 0
     from simulator.cli import size as size_cli
     t0 = time.monotonic()
     pid = os.fork()
     if pid == 0:
+        _MARKS[:] = [marks]
         try:
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, 1)
@@ -71,7 +78,7 @@ def run_child(out: Path, kill_at: float | None, marks: Path | None = None) -> tu
             rc = 99
         os._exit(rc)
     if kill_at is not None:
-        if marks is not None:  # wait for the publish step to begin (or the child to end)
+        if in_publish:  # wait for the publish step to begin (or the child to end)
             while not (marks.exists() and marks.read_text().count("\n") > seen):
                 if os.waitpid(pid, os.WNOHANG) != (0, 0):
                     return -1, time.monotonic() - t0  # ended without publishing: not a valid instant
@@ -98,27 +105,39 @@ def main(work: Path, n: int) -> dict:
         assert size_cli.main(ARGS + ["--output-dir", str(work / "warm-up")]) == 0
     finally:
         os.dup2(saved, 2)
-    marks = work / "publish-marks.txt"
-    files.exchange_paths = _slowed(files.exchange_paths, marks)
-    files.os.replace = _slowed(os.replace, marks)  # the fallback path (files.os is the os module: all renames)
-    out = work / "out"
-    reset(out)
+    files.exchange_paths = _slowed(files.exchange_paths)
+    files.os.replace = _slowed(os.replace)  # the fallback path (files.os is the os module: all renames)
+    lanes = [work / f"lane{i}" for i in range(LANES)]
+    for lane in lanes:
+        lane.mkdir()
+        reset(lane / "out")
     t_start = time.monotonic()
-    code, total = run_child(out, None)  # a whole run: how long it takes and when it publishes
+    code, total = run_child(lanes[0] / "out", None)  # a whole run: how long it takes and when it publishes
+    marks = lanes[0] / "publish-marks.txt"
     first = [float(x) for x in marks.read_text().split()] if marks.exists() else []
-    assert code == 0 and state(out) == "new" and first, (code, state(out))
+    assert code == 0 and state(lanes[0] / "out") == "new" and first, (code, state(lanes[0] / "out"))
     publish_at = first[0] - t_start
     # half the instants spread over the whole run, half over the slowed publish step
     instants = [(0.9 * total * (i + 0.5) / (n - n // 2), False) for i in range(n - n // 2)]
     instants += [(2 * DELAY_S * (i + 0.5) / (n // 2), True) for i in range(n // 2)]
-    seen = []
-    for at, in_publish in instants:
-        reset(out)
-        code, _ = run_child(out, at, marks if in_publish else None)
-        seen.append({"at": round(at, 3), "publishing": in_publish, "exit": code, "state": state(out),
-                     "debris": sorted(p.name for p in list(out.iterdir()) + list(work.iterdir()) if ".staging-" in p.name)})
+    seen: list = []
+
+    def lane_runs(lane: Path, mine: list) -> None:
+        out = lane / "out"
+        for at, in_publish in mine:
+            reset(out)
+            code, _ = run_child(out, at, in_publish)
+            seen.append({"at": round(at, 3), "publishing": in_publish, "exit": code, "state": state(out),
+                         "debris": sorted(p.name for p in list(out.iterdir()) + list(lane.iterdir())
+                                          if ".staging-" in p.name)})
+    threads = [threading.Thread(target=lane_runs, args=(lane, instants[i::LANES])) for i, lane in enumerate(lanes)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    out = lanes[0] / "out"
     code, _ = run_child(out, None)  # the next run
-    after = sorted(p.name for p in list(out.iterdir()) + list(work.iterdir()) if ".staging-" in p.name)
+    after = sorted(p.name for p in list(out.iterdir()) + list(lanes[0].iterdir()) if ".staging-" in p.name)
     return {"total_s": round(total, 3), "publish_at_s": round(publish_at, 3), "runs": seen, "next_exit": code,
             "next_state": state(out), "debris_after_next": after}
 

@@ -205,6 +205,30 @@ def test_report_set_in_a_folder_with_subfolders_still_whole(tmp_path):
     assert sorted(p.name for p in out.iterdir()) == ["a.md", "b.md", "sub"]
 
 
+def test_renames_hold_a_signal_until_the_set_is_whole(tmp_path, monkeypatch):
+    """Where the folder cannot be swapped (it holds a subfolder), the renames run with SIGTERM held: one
+    arriving after the first rename acts only once the last is done."""
+    import simulator.files as files
+    from simulator.cli.common import Terminated, signals_as_exceptions
+
+    out = tmp_path / "out"
+    (out / "sub").mkdir(parents=True)
+    for name in ("a.md", "b.md"):
+        (out / name).write_text("old\n")
+    real, done = os.replace, []
+
+    def replace(a, b):
+        real(a, b)
+        done.append(b)
+        if len(done) == 1:
+            os.kill(os.getpid(), signal.SIGTERM)
+    monkeypatch.setattr(files.os, "replace", replace)
+    with pytest.raises(Terminated), signals_as_exceptions():
+        files.write_files_atomically(out, {"a.md": "new\n", "b.md": "new\n"})
+    assert [(out / n).read_text() for n in ("a.md", "b.md")] == ["new\n", "new\n"]
+    assert sorted(p.name for p in out.iterdir()) == ["a.md", "b.md", "sub"]
+
+
 def test_staging_left_by_a_killed_run_is_removed_by_the_next(tmp_path):
     from simulator.files import write_files_atomically
 
