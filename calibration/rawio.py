@@ -12,6 +12,7 @@ import math
 from pathlib import Path
 
 from simulator.errors import PlannerError
+from simulator.files import read_input_text
 
 COLUMNS = [
     "key", "bench", "op", "family", "variant", "dtype", "device", "round",
@@ -61,11 +62,9 @@ def read_raw(path: str | Path) -> list[dict]:
     """
     path = Path(path)
     try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise CalibrationError(f"{path}: raw sample file not found") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise CalibrationError(f"{path}: unreadable raw sample file ({err})") from None
+        text = read_input_text(path, "raw sample")  # a regular file under its cap: never a FIFO or a device
+    except PlannerError as err:
+        raise CalibrationError(str(err)) from None
     lines = text.splitlines()
     if not lines:
         return []

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from simulator.errors import PlannerError
+from simulator.files import read_input_text
 from simulator.specs import prometheus_text
 
 SOURCE_BENCH = "vllm-bench-serve"
@@ -90,12 +91,12 @@ _HINT = "was it written by `vllm bench serve --save-result`?"
 
 
 def _read_text(path: Path) -> str:
+    """A regular text file under its cap (simulator.files.read_input_text: a FIFO or a device is refused)."""
     try:
-        return path.read_text()
-    except OSError as e:
-        raise VllmFormatError(f"{path.name}: cannot read: {e.strerror or e}") from None
-    except UnicodeDecodeError:
-        raise VllmFormatError(f"{path.name}: not a text file") from None
+        return read_input_text(path, "vLLM output", not_found="cannot read: no such file")
+    except PlannerError as err:
+        text = str(err).removeprefix(f"{path}: ")
+        raise VllmFormatError(f"{path.name}: {'not a text file' if 'not UTF-8' in text else text}") from None
 
 
 def bench_acceptance(data: dict, where: str = "bench.json") -> list[float | None]:
