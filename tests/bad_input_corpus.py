@@ -356,11 +356,21 @@ def write_folder(root: Path) -> Path:
 # --- what every case checks -----------------------------------------------------------------------
 
 def snapshot(root: Path) -> dict:
-    """Every file and folder under root: path -> (mode, sha256 of the content)."""
+    """Every file and folder under root: path -> (mode, sha256 of the content); a symlink -> its target (never
+    followed), a device -> its major/minor, a FIFO or socket -> its kind (never opened)."""
     out = {}
     for p in sorted(root.rglob("*")):
         st_ = p.lstat()
-        digest = hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+        if stat.S_ISLNK(st_.st_mode):
+            digest = "link -> " + os.readlink(p)
+        elif stat.S_ISREG(st_.st_mode):
+            digest = hashlib.sha256(p.read_bytes()).hexdigest()
+        elif stat.S_ISDIR(st_.st_mode):
+            digest = "dir"
+        elif stat.S_ISCHR(st_.st_mode) or stat.S_ISBLK(st_.st_mode):
+            digest = f"device {stat.S_IFMT(st_.st_mode):o} {os.major(st_.st_rdev)},{os.minor(st_.st_rdev)} inode {st_.st_ino}"
+        else:
+            digest = f"special {stat.S_IFMT(st_.st_mode):o} inode {st_.st_ino}"
         out[str(p.relative_to(root))] = (stat.S_IMODE(st_.st_mode), digest)
     return out
 

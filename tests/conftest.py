@@ -31,7 +31,7 @@ def fx(tmp_path_factory):
 # 6, 6, 6, 4; the test_bad_input_* files are the old 21 s test_bad_input.py split per command, their share of
 # it from one run of the split files (readers 43%, predict 29%, calibration 19%; the hypothesis file 3-30%,
 # as its random examples fall); files not listed keep their order after them.
-LONGEST_FIRST = ("test_engine.py", "test_app.py", "test_sweep.py", "test_sizing.py", "test_browser.py",
+LONGEST_FIRST = ("test_engine.py", "test_app.py", "test_sweep.py", "test_hostile.py", "test_sizing.py", "test_browser.py",
                  "test_monotone.py", "test_validate.py", "test_serving.py", "test_gpu_tables.py", "test_calibration.py",
                  "test_bad_input_readers.py", "test_exports.py", "test_answers.py", "test_core.py",
                  "test_bad_input_predict.py", "test_bad_input_hypothesis.py", "test_actionable.py",

@@ -105,6 +105,7 @@ def test_output_symlink_is_followed_not_replaced(tmp_path):
     assert sorted(p.name for p in real.parent.iterdir()) == ["table.txt"]  # no temporary left
 
 
+@pytest.mark.slow
 def test_output_through_a_stdout_link(tmp_path):
     """--output /dev/stdout as root once replaced the system's link; here a link of our own to /proc/self/fd/1."""
     link = tmp_path / "stdout"
