@@ -320,6 +320,15 @@ def test_a_bad_flag_is_named(tmp_path, flag, value):
     assert line.startswith(f"error: {flag} ") and "default.toml" not in line, line
 
 
+@pytest.mark.parametrize("module,argv", [
+    ("simulator.serve", ["--scenario", "command-a-h100", "--policy", "plain", "--acceptance", "1.5"]),
+    ("simulator.size", ["--scenario", "sizing-dense-command-a", "--acceptance", "1.5"]),
+    ("simulator.size", ["--scenario", "sizing-dense-command-a", "--dtype", "fp3"])])
+def test_serve_and_size_name_the_flag(tmp_path, module, argv):
+    line = refused(module, argv, tmp_path)
+    assert line.startswith(f"error: {argv[-2]} {argv[-1]}: "), line
+
+
 @pytest.mark.parametrize("flag,value,expect", [("--rate", "inf", "--rate"), ("--rate", "nan", "--rate"),
                                                ("--n-requests", "1000000000", "1000000"),
                                                ("--search-steps", "100000", "--search-steps")])
@@ -419,7 +428,7 @@ def test_a_hand_edited_fit_is_one_line(tmp_path, key, value, expect):
 @pytest.mark.parametrize("column,value", [("context_len", "-2048"), ("itl_ms", "1e308")])
 def test_fit_deployment_refuses_impossible_rows(tmp_path, column, value):
     rows = tmp_path / "runs.csv"
-    rows.write_text(f"batch_size,k,itl_ms,context_len\n1,0,10,2048\n8,2,20,2048\n")
+    rows.write_text("batch_size,k,itl_ms,context_len\n1,0,10,2048\n8,2,20,2048\n")
     text = rows.read_text().splitlines()
     header = text[0].split(",")
     cells = text[2].split(",")

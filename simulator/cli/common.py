@@ -20,7 +20,7 @@ from simulator.files import check_output_dir, check_output_file, write_atomicall
 
 __all__ = ["OneLineParser", "run_cli", "command", "say_written", "one_line", "check_output_dir", "check_output_file", "write_atomically",
            "write_files_atomically", "add_dtype_args", "dtype_overrides", "dtypes_text", "add_setting_args",
-           "setting_overrides", "blame_flag", "Terminated", "signals_as_exceptions"]
+           "setting_overrides", "blame_flag", "load_with_flags", "Terminated", "signals_as_exceptions"]
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -191,6 +191,15 @@ def blame_flag(err: PlannerError, build: Callable[..., object], overrides: dict,
                 text = rest  # not the scenario file: the flag
             return PlannerError(f"{flag} {value}: {text}")
     return err
+
+
+def load_with_flags(path, **overrides):
+    """load_scenario(path, **overrides), a refusal said of the flag that causes it (:func:`blame_flag`)."""
+    from simulator.specs.scenario import load_scenario
+    try:
+        return load_scenario(path, **overrides)
+    except PlannerError as err:
+        raise blame_flag(err, lambda **o: load_scenario(path, **o), overrides, keep=()) from None
 
 
 DTYPE_SETTINGS = ("dtype", "act_dtype", "kv_dtype")

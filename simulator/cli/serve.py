@@ -21,8 +21,8 @@ import warnings
 import pandas as pd
 
 from simulator.errors import PlannerError, PlannerWarning
-from simulator.cli.common import OneLineParser, add_dtype_args, add_setting_args, command, dtype_overrides, dtypes_text
-from simulator.specs.scenario import DEFAULT_SCENARIO, load_scenario
+from simulator.cli.common import OneLineParser, add_dtype_args, add_setting_args, command, dtype_overrides, dtypes_text, load_with_flags
+from simulator.specs.scenario import DEFAULT_SCENARIO
 
 FORMATS = ("table", "json", "csv")
 # Bounds that keep one simulation within a laptop's memory and minutes: the step loop keeps a few
@@ -165,7 +165,7 @@ def _run(args) -> int:
     check_flags(args)
     from simulator import serving
     policies = _policies(args.policy)
-    sc = load_scenario(args.scenario, acceptance=args.acceptance, deployment=args.deployment, **dtype_overrides(args))
+    sc = load_with_flags(args.scenario, acceptance=args.acceptance, deployment=args.deployment, **dtype_overrides(args))
     workload = _workload(sc, args)
     # --max-num-seqs, or a wave's batch size, is the server's running cap: the engine's own default with
     # speculation (SGLang's 48) applies only where neither sets one

@@ -13,7 +13,7 @@ import math
 import sys
 
 from simulator.errors import PlannerError
-from simulator.cli.common import (OneLineParser, add_dtype_args, add_setting_args, check_output_dir, command, dtype_overrides, say_written,
+from simulator.cli.common import (OneLineParser, add_dtype_args, add_setting_args, check_output_dir, command, dtype_overrides, load_with_flags, say_written,
                                  write_files_atomically)
 
 FORMATS = ("html", "markdown", "json")
@@ -93,7 +93,7 @@ def check_sizing_flags(args) -> None:
 def run(args) -> int:
     from simulator.sizing import bundled_sizing_scenarios, size
     from simulator.sizing.report import render_html, render_json, render_markdown
-    from simulator.specs.scenario import Scenario, load_scenario
+    from simulator.specs.scenario import Scenario
 
     check_sizing_flags(args)
     # checked before the (long) search, the files it will write included; written at the end, all or none
@@ -104,7 +104,7 @@ def run(args) -> int:
     scenarios = bundled_sizing_scenarios() if args.all_bundled else [args.scenario]
     precision = dtype_overrides(args)
     if args.deployment:
-        scenarios = [load_scenario(args.scenario, deployment=args.deployment, acceptance=args.acceptance, **precision)]
+        scenarios = [load_with_flags(args.scenario, deployment=args.deployment, acceptance=args.acceptance, **precision)]
     if not scenarios:
         raise PlannerError("no bundled sizing scenarios (scenarios/sizing-*.toml)")
     if out_dir is not None:
@@ -116,7 +116,7 @@ def run(args) -> int:
     files: dict[str, str] = {}
     for scenario in scenarios:
         if (args.acceptance or any(v is not None for v in precision.values())) and not args.deployment:
-            scenario = load_scenario(str(scenario), acceptance=args.acceptance, **precision)
+            scenario = load_with_flags(str(scenario), acceptance=args.acceptance, **precision)
         res = size(scenario if isinstance(scenario, Scenario) else str(scenario), _overrides(args))
         for fmt in dict.fromkeys(formats):
             text = renderers[fmt](res)

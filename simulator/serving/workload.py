@@ -12,7 +12,6 @@ import csv
 import io
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
