@@ -164,12 +164,17 @@ def setting_overrides(args: argparse.Namespace, *names: str) -> dict:
 
 
 def blame_flag(err: PlannerError, build: Callable[..., object], overrides: dict, keep=("model", "hardware")) -> PlannerError:
-    """``err`` (a scenario built with flag overrides was refused) said of the flag whose value alone makes
-    the scenario refused: '--k-max -1: K must be >= 0 ...' rather than the scenario file's name. ``build``:
+    """``err`` (a scenario built with flag overrides was refused) said of the flag whose value alone gives
+    the same refusal: '--k-max -1: K must be >= 0 ...' rather than the scenario file's name. ``build``:
     overrides -> scenario; ``keep``: overrides every build needs (a scenario made of flags alone). Asked
-    only on the error path; ``err`` itself when the scenario is refused without the flags, or no single
-    flag is."""
+    only on the error path; ``err`` itself when the scenario is refused without the flags, or when no
+    single flag gives that refusal (a clash of two flags is the scenario's message to give)."""
     from simulator.specs.settings import BY_NAME
+
+    def bare(text: str) -> str:
+        origin, _, rest = text.partition(": ")
+        return rest if rest and (origin.endswith(".toml") or origin == "flags") else text
+
     given = {n: v for n, v in overrides.items() if v is not None}
     base = {n: v for n, v in given.items() if n in keep}
     rest = {n: v for n, v in given.items() if n not in keep and n in BY_NAME and BY_NAME[n].flag}
@@ -183,12 +188,9 @@ def blame_flag(err: PlannerError, build: Callable[..., object], overrides: dict,
         try:
             build(**base, **{name: value})
         except PlannerError as alone:
-            text, flag = str(alone), BY_NAME[name].flag
-            if text.startswith((str(value), flag)):
-                return alone  # it names what is wrong already (the file the flag gave, say)
-            origin, _, rest = text.partition(": ")
-            if rest and (origin.endswith(".toml") or origin == "flags"):
-                text = rest  # not the scenario file: the flag
+            text, flag = bare(str(alone)), BY_NAME[name].flag
+            if text != bare(str(err)) or text.startswith((str(value), flag)):
+                continue  # another refusal, or one that names what is wrong already
             return PlannerError(f"{flag} {value}: {text}")
     return err
 
