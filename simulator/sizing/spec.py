@@ -300,8 +300,9 @@ def candidate_scenario(sc: Scenario, cand: Candidate, acceptance_scale: float = 
     if flops_scale != 1.0:
         dev = load_hardware(cand.hardware)
         hw["peak_bf16_flops_per_s"] = float(hw.get("peak_bf16_flops_per_s", dev.peak_bf16_flops_per_s)) * flops_scale
-        if dev.peak_fp8_flops_per_s:
-            hw["peak_fp8_flops_per_s"] = float(hw.get("peak_fp8_flops_per_s", dev.peak_fp8_flops_per_s)) * flops_scale
+        for key in ("peak_fp8_flops_per_s", "peak_fp4_flops_per_s"):
+            if getattr(dev, key):
+                hw[key] = float(hw.get(key, getattr(dev, key))) * flops_scale
     raw["hardware"] = hw
     if sc.profile is not None and sc.profile.hardware != cand.hardware:
         raw.pop("calibration", None)

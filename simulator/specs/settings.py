@@ -93,7 +93,8 @@ def _dtype_help(kind: str) -> Callable[[], str]:
             return (f"weight dtype: {', '.join(WEIGHT_DTYPES)} (weights only; sizing's fp8 is W8A8:"
                     " --dtype fp8 --act-dtype fp8)")
         if kind == "activations":
-            return f"activation dtype: {', '.join(ACT_DTYPES)} (fp8 with fp8 weights runs fp8 tensor cores)"
+            return (f"activation dtype: {', '.join(ACT_DTYPES)} (fp8 with fp8 weights runs fp8 tensor cores;"
+                    " nvfp4 / mxfp4 with weights of the same format FP4 ones, where the GPU has them)")
         return f"KV-cache dtype: {', '.join(KV_DTYPES)}"
     return text
 
@@ -122,7 +123,7 @@ SETTINGS: tuple[Setting, ...] = (
     S("hardware", "dp", int, name="dp", flag="--dp", arg_type=int,
       help="attention data-parallel groups (layout dp-ep; default = tp)"),
     S("hardware", "peak_bf16_flops_per_s", NUM, name="peak_bf16_flops_per_s"),
-    S("hardware", "peak_fp8_flops_per_s", NUM),
+    S("hardware", "peak_fp8_flops_per_s", NUM), S("hardware", "peak_fp4_flops_per_s", NUM),
     S("hardware", "hbm_bandwidth_bytes_per_s", NUM, name="hbm_bandwidth_bytes_per_s"),
     S("hardware", "memory_bytes", NUM), S("hardware", "price_per_gpu_hour_usd", NUM),
     # your nccl-tests busbw: the flag takes GB/s, the TOML and the override bytes/s
