@@ -247,3 +247,17 @@ def test_reference_csv_and_docs_table_hold_the_same_figures():
         peak = float(fp4.split()[0]) * 1e12 if fp4 != "-" else None
         assert peak == (pytest.approx(hw.peak_fp4_flops_per_s) if hw.fp4_formats else None)
         assert domain == str(hw.scale_up_domain_gpus or "-")
+
+
+def test_rtx_pro_6000_tp_goes_over_pcie():
+    # no NVLink: a TP 2 all-reduce of S = 8192 B (one Llama-8B token, bf16) over PCIe Gen5 x16,
+    # NCCL's small-message time (24 us measured on 8 of these cards) + 2 (1/2) S / 64 GB/s
+    rtx = load_hardware("rtx-pro-6000")
+    assert rtx.interconnect_latency_s == rtx.published["allreduce_small_latency_s"] == pytest.approx(24e-6, rel=0.01)
+    assert allreduce_s(8192.0, 2, rtx) == pytest.approx(rtx.interconnect_latency_s + 8192.0 / 64e9)
+    # the published 8-GPU NCCL busbw (41.1 GB/s) is below the datasheet link (64 GB/s one way)
+    assert rtx.published["allreduce_busbw_8gpu_bytes_per_s"] < rtx.interconnect_bandwidth_bytes_per_s
+    p = predict(model="llama-3.1-70b", hardware="rtx-pro-6000", tp=2, calibration="none", batch_sizes=[1])
+    d = p.breakdown(1, 0)
+    assert d[(d.step == "verify") & (d.op == "allreduce")].time_ms.iloc[0] == pytest.approx(
+        160 * (allreduce_s(16384.0, 2, rtx) + rtx.launch_overhead_s) * 1e3, rel=1e-6)
