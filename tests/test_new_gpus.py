@@ -261,3 +261,16 @@ def test_rtx_pro_6000_tp_goes_over_pcie():
     d = p.breakdown(1, 0)
     assert d[(d.step == "verify") & (d.op == "allreduce")].time_ms.iloc[0] == pytest.approx(
         160 * (allreduce_s(16384.0, 2, rtx) + rtx.launch_overhead_s) * 1e3, rel=1e-6)
+
+
+def test_sizing_makes_fp4_variants_only_where_the_tensor_cores_run_them():
+    from simulator.sizing.spec import _parse_candidates, candidate_scenario
+    from simulator.specs.scenario import load_scenario
+    sc = load_scenario("sizing-dense-command-a")
+    cands = _parse_candidates(sc, {}, ["h100-sxm", "b200", "mi355x"], [8], ["", "nvfp4", "mxfp4"])
+    assert {(c.hardware, c.dtype) for c in cands} == {
+        ("h100-sxm", ""), ("b200", ""), ("b200", "nvfp4"), ("b200", "mxfp4"), ("mi355x", ""), ("mi355x", "mxfp4")}
+    dep = candidate_scenario(sc, next(c for c in cands if c.dtype == "nvfp4")).deployment
+    assert (dep.weight_dtype, dep.act_dtype) == ("nvfp4", "nvfp4")
+    with pytest.raises(PlannerError, match="dtypes entries must be"):
+        _parse_candidates(sc, {}, ["b200"], [8], ["fp4"])
