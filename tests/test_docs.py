@@ -139,9 +139,13 @@ def test_readme_two_commands_and_one_example_per_engine():
     assert "make test" in (REPO / ".ci" / "run").read_text()
 
 
-def test_readme_links_exist():
-    for target in re.findall(r"\]\(([^)#]+)(?:#[^)]*)?\)", _readme()):
-        assert (REPO / target).exists(), target
+def test_doc_links_exist():
+    """Every relative link of the README and docs/*.md names a file that exists (detail moved out of the README
+    is reached through them)."""
+    for doc in [README, *sorted((REPO / "docs").glob("*.md"))]:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", doc.read_text()):
+            if not target.startswith(("http://", "https://")):
+                assert (doc.parent / target).exists(), f"{doc.name}: {target}"
 
 
 def test_trust_table_quotes_the_transfer_report():
@@ -196,17 +200,12 @@ def _cli_parsers():
 
 
 def test_cli_help_is_grouped_and_complete():
-    """Each command's flags sit in named groups (not argparse's catch-all 'options'), each with help; predict has
-    a flag for every setting of the settings table that has one, with that setting's help."""
-    from simulator.specs.settings import SETTINGS
+    """Each command's flags sit in named groups (not argparse's catch-all 'options'), each with help (predict's
+    flags are the settings table's: tests/test_settings.py)."""
     for name, parser in _cli_parsers().items():
         for group in parser._action_groups:
             flags = [a for a in group._group_actions if a.option_strings and a.dest not in ("help", "quiet")]
             assert group.title not in ("options", "optional arguments") or not flags, (name, [a.dest for a in flags])
             for action in flags:
                 assert action.help and len(action.help) > 10, (name, action.option_strings)
-    predict = {a.option_strings[0]: a for a in _cli_parsers()["predict"]._actions if a.option_strings}
-    for s in SETTINGS:
-        if s.flag:
-            assert s.flag in predict, s.flag
-            assert predict[s.flag].help == s.help_text(), s.flag
+        assert len(parser._action_groups) >= 4, name  # positional, options and at least two named groups

@@ -136,7 +136,7 @@ SETTINGS: tuple[Setting, ...] = (
     S("hardware", "interconnect_bandwidth_bytes_per_s", NUM, name="allreduce_busbw", flag="--allreduce-busbw",
       arg_type=float, metavar="GB/s", from_flag=busbw_from_gbps,
       help="your server's all-reduce bus bandwidth (nccl-tests all_reduce_perf busbw at large messages);"
-           " prices every all-reduce's bandwidth term (PCIe servers differ by up to 10x)"),
+           " prices every all-reduce's bandwidth term (PCIe servers differ by up to 10x); the TOML key holds bytes/s"),
     S("precision", "weights", default="bf16", name="dtype", aliases=("weight_dtype",), flag="--dtype",
       help=_dtype_help("weights")),
     S("precision", "activations", default="bf16", name="act_dtype", flag="--act-dtype", help=_dtype_help("activations")),
@@ -163,7 +163,7 @@ SETTINGS: tuple[Setting, ...] = (
       help="1-256 (every integer), 1,2,4,8, or 1-256:pow2 (its powers of two and both ends)"),
     S("workload", "k_max", int, 8, name="k_max", flag="--k-max", arg_type=int, help="largest K considered"),
     S("workload", "fixed_k", int, 3, name="fixed_k", flag="--fixed-k", arg_type=int,
-      help="the fixed-K policy compared against (default 3)"),
+      help="the fixed-K policy compared against"),
     S("workload", "temperature", NUM, 0.0, name="temperature", flag="--temperature", arg_type=float,
       help="sampling temperature (0 = greedy, the default): prices the engine's sampling and rejection passes over"
            " the logits"),
