@@ -58,9 +58,13 @@ def test_no_repo_file_points_at_shared():
 
 # Commands the README shows that this test does not run, each with the reason; every other command in it runs.
 NOT_RUN = {
+    "make test-fast": "a subset of this suite",
     "make test": "this suite itself (CI runs it through .ci/run)",
+    "make transfer": "rewrites the committed calibration/data/transfer/ files from the published corpus (minutes;"
+                     " tests/test_transfer.py checks the scoring)",
     "make demo": "installs into .venv first; its command, python -m simulator.predict, runs below and its output is checked",
     "vllm serve": "needs a GPU and vLLM",
+    "vllm bench serve": "measures a running vLLM server (GPU); its JSON is what fit_deployment reads",
     "python -m sglang.launch_server": "needs a GPU and SGLang",
     "streamlit run app.py": "serves the dashboard until stopped; tests/test_browser.py drives it in Chromium",
 }
@@ -76,7 +80,7 @@ def _readme() -> str:
 
 def readme_commands(text: str) -> list[str]:
     """Every command the README shows, in order: the lines of its ```bash blocks (continuations joined,
-    comments cut) and the commands in backticks in its tables."""
+    comments cut) and the commands in backticks elsewhere (tables and prose)."""
     out, block, joined = [], False, ""
     for line in text.splitlines():
         if line.startswith("```"):
@@ -88,9 +92,9 @@ def readme_commands(text: str) -> list[str]:
             if not code.endswith("\\") and joined.strip():
                 out.append(joined.strip())
                 joined = ""
-        elif line.startswith("|"):
+        elif not block:
             out += [span for span in re.findall(r"`([^`]+)`", line) if span.startswith(COMMAND_STARTS)]
-    return out
+    return list(dict.fromkeys(out))  # each once, first place first
 
 
 def _not_run(command: str) -> str | None:
