@@ -19,6 +19,12 @@ FORMATS = ("html", "markdown", "json")
 SUFFIX = {"html": ".html", "markdown": ".md", "json": ".json"}
 
 
+def _default(key: str):
+    """What a scenario without [sizing] KEY gets (SizingSpec's default), for the help text."""
+    from simulator.sizing.spec import SizingSpec
+    return SizingSpec.__dataclass_fields__[key].default
+
+
 def build_parser():
     p = OneLineParser(prog="python -m simulator.size", description=__doc__.split("\n\n")[0])
     what = p.add_argument_group("scenario", "what to size: a scenario with [traffic], [slo], [sizing], and flags that"
@@ -26,7 +32,8 @@ def build_parser():
     src = what.add_mutually_exclusive_group(required=True)
     src.add_argument("--scenario", help="scenario TOML with [traffic], [slo], [sizing] (path or bundled name)")
     src.add_argument("--all-bundled", action="store_true", help="size every bundled scenarios/sizing-*.toml")
-    what.add_argument("--rate", type=float, help="target load (overrides the scenario's target)")
+    what.add_argument("--rate", type=float, help="target load in the scenario's unit: requests/s ([sizing] target_rate_per_s),"
+                      " or users where it sizes by [sizing] target_concurrency (overrides the scenario's target)")
     add_setting_args(what, "acceptance")
     add_dtype_args(what)  # the scenario's precision (the [sizing] dtypes entry ""); fp8 candidates stay W8A8
     search = p.add_argument_group("search", "the candidates and how hard to look (default: the scenario's [sizing])")
@@ -34,10 +41,10 @@ def build_parser():
     search.add_argument("--tp", help="comma-separated TP degrees (overrides [sizing] tp)")
     add_setting_args(search, "deployment", notes={
         "deployment": "for the scenario's own deployment; candidates on other hardware or TP are sized without it"})
-    search.add_argument("--workers", type=int, help="parallel worker processes (default [sizing] workers, else 2)")
-    search.add_argument("--n-requests", type=int, help="requests per serving simulation")
-    search.add_argument("--search-steps", type=int, help="bisection steps after bracketing")
-    search.add_argument("--no-sensitivity", action="store_true", help="skip the acceptance / bandwidth reruns")
+    search.add_argument("--workers", type=int, help=f"parallel worker processes (default [sizing] workers, else {_default('workers')})")
+    search.add_argument("--n-requests", type=int, help=f"requests per serving simulation (default [sizing] n_requests, else {_default('n_requests')})")
+    search.add_argument("--search-steps", type=int, help=f"bisection steps after bracketing (default [sizing] search_steps, else {_default('search_steps')})")
+    search.add_argument("--no-sensitivity", action="store_true", help="skip the acceptance / bandwidth reruns (also [sizing] sensitivity = false)")
     out = p.add_argument_group("output", "what to write and where")
     out.add_argument("--output-dir", help="write <scenario>.html/.md/.json here (default: print to stdout)")
     out.add_argument("--format", action="append", choices=FORMATS,
