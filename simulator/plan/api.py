@@ -332,6 +332,14 @@ class Prediction:
         ``version`` (default: the newest release checked); ``.json()`` / ``.markdown()`` render it."""
         table = self.kstar_map(context_lens if context_lens is not None or fmt != "vllm-ctx"
                             else self.default_context_lens())
+        draft = self.scenario.draft
+        if fmt in exports.FORMATS:  # a draft the engine (or that release) does not run: one line naming one that does
+            paste.check_draft_export(draft, fmt, version or exports.DEFAULT_VERSION[fmt])
+        if fmt == "sglang" and (draft.is_tree or draft.is_block):
+            version, notes = exports.check_version(fmt, version)
+            exp = paste.sglang_fixed_export(self, table, version, planned_batch_size)
+            exp.notes = notes + exp.notes
+            return exp
         if cuda_graph_bs is None:
             cuda_graph_bs = self.cuda_graph_bs()
         method_cfg, draft_warnings = paste.vllm_method(self.scenario)
