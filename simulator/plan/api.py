@@ -355,6 +355,10 @@ class Prediction:
             entry, warns = paste.trtllm_draft_entry(self.scenario)
             exp.payload = entry | exp.payload
             exp.warnings += warns
+            if draft.method == "pard":
+                exp.warnings.append("PARD runs in TensorRT-LLM as its own decoding config (PARDDecodingConfig,"
+                                    " tensorrt_llm/_torch/speculative/pard.py): its keys were not read from a wheel"
+                                    " here; add its decoding_type and draft model by hand")
         elif fmt == "sglang":
             exp.how_to_use, warns = paste.sglang_serve_command(self)
             exp.warnings += warns
