@@ -218,3 +218,22 @@ def test_engines_sglang_0523_reads_the_launch_flags(draft):
     if p.scenario.draft.is_tree:
         assert spec.speculative_eagle_topk == p.scenario.draft.topk
     assert not {"P-EAGLE", "PARD"} & _skip_unavailable(sg.builtin_algorithms, "0.5.23")
+
+
+def test_catalog_lists_the_new_drafts_with_their_basis():
+    from simulator.cli.catalog import catalog_text
+    text = catalog_text("drafts")
+    for syntax, basis in (("dflash", "arXiv:2602.06036"), ("dspark", "preset dspark"), ("p-eagle", "parallel_drafting"),
+                          ("pard or pard:NAME", "pard.py"), ("eagle3:tree:TxN", "sgl-project/sglang PR #4247")):
+        line = next(x for x in text.splitlines() if x.startswith(syntax + " "))
+        assert basis in line, syntax
+
+
+def test_dflash_memory_hand():
+    # 5 target-sized layers + the 5D -> D fc (bf16), the draft's own KV in each of its 5 layers
+    from simulator.physics.memory import draft_memory_bytes
+    sc = predict(model="qwen3-8b", hardware="h100-sxm", draft="dflash").scenario
+    weights = float(draft_memory_bytes(sc.draft, sc.model, sc.deployment, 0.0, 0.0))
+    assert weights == pytest.approx((5 * QWEN3_8B + 5 * 4096 * 4096) * 2, rel=1e-9)
+    kv = float(draft_memory_bytes(sc.draft, sc.model, sc.deployment, 1.0, 1000.0)) - weights
+    assert kv == pytest.approx(5 * 1000 * 2 * 8 * 128 * 2, rel=1e-9)

@@ -348,6 +348,12 @@ class Prediction:
                              draft_method=self.scenario.draft.method)
         if fmt in ("vllm", "vllm-ctx"):
             exp.warnings += draft_warnings
+            if draft.is_block:
+                exp.notes.append(f"vLLM 0.33.0 drafts {draft.label}'s whole block every step, sized by"
+                                 " num_speculative_tokens (dflash/speculator.py: num_query_per_req = 1 + K); the"
+                                 " per-batch-size schedule trims the drafts verified, not the draft pass: where"
+                                 " K* is below num_speculative_tokens the engine's one draft pass is wider than"
+                                 " the one priced here")
             exp.notes += paste.serve_notes(self)
             exp.how_to_use = paste.vllm_serve_command(self, exp.payload) + (
                 "  (a build of PR #48944 only)" if fmt == "vllm-ctx" else "")
