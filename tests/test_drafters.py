@@ -237,3 +237,10 @@ def test_dflash_memory_hand():
     assert weights == pytest.approx((5 * QWEN3_8B + 5 * 4096 * 4096) * 2, rel=1e-9)
     kv = float(draft_memory_bytes(sc.draft, sc.model, sc.deployment, 1.0, 1000.0)) - weights
     assert kv == pytest.approx(5 * 1000 * 2 * 8 * 128 * 2, rel=1e-9)
+
+
+def test_a_tree_accepts_at_most_its_n_tokens():
+    # eagle3:tree:2x4 holds 4 draft tokens: depth 6 accepts no more than depth 4 (AL <= N + 1 = 5)
+    g = predict(model="llama-3.1-8b", hardware="h100-sxm", draft="eagle:tree:2x4", k_max=6, batch_sizes="1-4").grid
+    al = np.asarray(g.acceptance_length)
+    assert al[list(g.ks).index(6)] == al[list(g.ks).index(4)] <= 5.0

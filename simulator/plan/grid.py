@@ -316,7 +316,9 @@ def _evaluate(sc, b, k, c) -> Grid:
         getattr(sc, "deployment_fit", None), verify_s, draft_step_s, step_overhead_s(sc.profile, B, K) + host_s, B, K)
     itl = verify_s + draft_step_s + overhead
     scale = sc.acceptance_context.factor(c) if getattr(sc, "acceptance_context", None) is not None else None
-    al = acceptance_lengths(sc.acceptance, k.astype(int), scale, c.size)  # acceptance may fall with context
+    # acceptance may fall with context; a tree of N draft tokens accepts at most N (depth beyond N adds none)
+    deep = np.minimum(k, sc.draft.tree_tokens) if sc.draft.is_tree else k
+    al = acceptance_lengths(sc.acceptance, deep.astype(int), scale, c.size)
     memory = step_memory_bytes(sc.draft, sc.model, sc.deployment, B, Kv, C + Kv + 1)
     touched = None
     if sc.model.is_moe:
