@@ -63,15 +63,15 @@ def _engines() -> list[str]:
 
 def _drafts() -> list[str]:
     from simulator.specs.acceptance import load_presets
-    from simulator.specs.drafts import DRAFT_METHODS, DRAFT_SYNTAX
+    from simulator.specs.drafts import DRAFT_METHODS, DRAFT_SYNTAX, TREE_SYNTAX
     from simulator.specs.scenario import FALLBACK_RATE
     presets = load_presets()
     out = ["# draft methods (--draft): syntax, what is priced; default acceptance rests on"]
-    for method in DRAFT_METHODS:
-        syntax, what = DRAFT_SYNTAX[method]
-        p = presets.get(method)
+    rows = [(DRAFT_SYNTAX[m][0], DRAFT_SYNTAX[m][1], m) for m in DRAFT_METHODS] + [TREE_SYNTAX + ("eagle3-tree",)]
+    for syntax, what, key in rows:
+        p = presets.get(key)
         acc = f"{p['source']}" if p else f"no published preset: i.i.d. {FALLBACK_RATE:g} assumed; give measured rates (--acceptance)"
-        out.append(f"{syntax:14s} {what:80s}  {acc}")
+        out.append(f"{syntax:18s} {what:100s}  {acc}")
     return out
 
 

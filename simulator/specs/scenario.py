@@ -102,7 +102,7 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
     except PlannerError as err:
         raise PlannerError(f"{origin}: {err}") from None
     draft = _draft(get, origin, base_dir, model, deployment)
-    acceptance, acc_file = _scenario_acceptance(raw.get("acceptance", {}), draft.method, origin, base_dir)
+    acceptance, acc_file = _scenario_acceptance(raw.get("acceptance", {}), draft.preset_key, origin, base_dir)
     wl = _workload(get, origin, model)
     if acc_file is not None:
         wl["k_max"], wl["fixed_k"], notes = acc_file.cap(wl["k_max"], wl["fixed_k"])
