@@ -152,3 +152,16 @@ def sliding_layers(model: ModelSpec, layers: int | None = None) -> int:
     if layers is None:
         return model.num_sliding_layers
     return layers if model.num_sliding_layers == model.num_layers else 0
+
+
+def layer_kind_counts(model: ModelSpec, layers: int | None = None) -> dict[str, int]:
+    """Layers per attention kind (:meth:`ModelSpec.layer_kinds`) among all of the model's layers, or among a
+    draft head's ``layers``: a head copies the model's global kind (full, or sparse MLA with its indexer)
+    unless every layer slides."""
+    if layers is None:
+        return model.layer_kinds()
+    if not layers:
+        return {}
+    if sliding_layers(model, layers):
+        return {"sliding": layers}
+    return {"sparse" if model.is_sparse_attention else "full": layers}
