@@ -59,6 +59,8 @@ def attention_op(model: ModelSpec, dep: Deployment, batch, queries, context_len:
                  "latent": latent, "score_width": 2 * model.kv_lora_rank + model.qk_rope_head_dim}
     else:
         d = model.head_dim
+        if model.kv_shares_k_and_v:  # Gemma 4 global layers cache K alone and read it as V too: half the bytes
+            kv = kv / 2
         hkv = kv_heads_per_gpu(model, dep.tp)
         group = hq / hkv
         per_head = per_query_head_kernel(dep, group, batch * hkv)
