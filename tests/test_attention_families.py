@@ -310,3 +310,27 @@ def test_weights_per_gpu_count_each_kind():
     v32 = load_model("deepseek-v3.2")
     assert weight_bytes_per_gpu(v32, BF16) == pytest.approx(
         2 * v32.total_params() - 2 * v32.num_moe_layers * v32.num_experts * v32.expert_params() * (1 - 0.5), rel=1e-9)
+
+
+# --- a predict command that answers for each new catalog model (docs/attention_families.md) -------------------------
+
+PREDICT = {
+    "gemma-3-27b": "--hardware h100-sxm --tp 2 --draft eagle3",
+    "qwen3-next-80b-a3b": "--hardware h100-sxm --tp 4 --draft mtp",
+    "deepseek-v3.2": "--hardware h200 --tp 8 --draft mtp --kv-dtype fp8",
+    "kimi-k2": "--hardware b200 --tp 8 --draft eagle3",
+    "glm-4.6": "--hardware h200 --tp 8 --draft mtp --dtype fp8",
+    "minimax-m2": "--hardware h200 --tp 4 --draft eagle3",
+    "llama-4-maverick": "--hardware h200 --tp 8 --draft eagle3 --dtype fp8",
+    "gpt-oss-20b": "--hardware h100-sxm --tp 1 --draft eagle3",
+}
+
+
+@pytest.mark.parametrize("model", list(PREDICT))
+def test_predict_answers_for_each_new_model(model):
+    from tests.cli_inprocess import run_main
+    args = ["--model", model, *PREDICT[model].split(), "--context-len", "32768", "--batch-sizes", "1,8", "--format", "csv"]
+    r = run_main("simulator.predict", *args, cwd=ROOT)
+    assert r.returncode == 0, r.stderr
+    rows = [line for line in r.stdout.splitlines() if line[:2] in ("1,", "8,")]
+    assert len(rows) == 2, r.stdout  # both batch sizes fit and get a K*

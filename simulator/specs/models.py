@@ -631,7 +631,7 @@ def _mixtral_fields(cfg: dict, origin: str, quant: str | None) -> dict:
         intermediate_size=_need(cfg, "intermediate_size", origin), num_experts=E,
         experts_per_token=_need(cfg, "num_experts_per_tok", origin),
         expert_intermediate_size=_need(cfg, "intermediate_size", origin),
-        expert_weight_dtype="mxfp4" if quant == "mxfp4" else None,
+        expert_weight_dtype=quant if quant in ("mxfp4", "fp8") else None,  # MiniMax-M2 ships fp8 experts
     )
 
 
