@@ -195,7 +195,7 @@ def linear_state_bytes_per_gpu(model: ModelSpec, dep: Deployment) -> tuple[float
     """(delta-rule state bytes, conv state bytes) of one sequence in one Gated DeltaNet layer on one GPU
     (heads split over the attention group's TP): H_v d_k d_v x state dtype, (kernel - 1) channels x act dtype."""
     state, conv = model.linear_state_elements()
-    t = dep.tp
+    t = dep.attention_tp
     return state * DTYPE_BYTES[model.linear_state_dtype] / t, conv * DTYPE_BYTES[dep.act_dtype] / t
 
 

@@ -126,6 +126,10 @@ def check_deployment(model: ModelSpec, dep: Deployment) -> None:
     if model.num_heads % dep.attention_tp:
         raise PlannerError(f"tp={dep.attention_tp} does not divide the {model.num_heads} attention heads of {model.name}"
                            f" (try one of {[t for t in (1, 2, 4, 8, 16) if model.num_heads % t == 0]})")
+    if model.num_linear_layers and (model.linear_num_key_heads % dep.attention_tp
+                                    or model.linear_num_value_heads % dep.attention_tp):
+        raise PlannerError(f"tp={dep.attention_tp} does not divide the {model.linear_num_key_heads} key /"
+                           f" {model.linear_num_value_heads} value heads of {model.name}'s linear-attention layers")
     if dep.ep > 1:
         if not model.is_moe:
             raise PlannerError(f"ep={dep.ep} needs an MoE model; {model.name} is dense")
