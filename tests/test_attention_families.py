@@ -255,7 +255,19 @@ QWEN35_MOE = {"model_type": "qwen3_5_moe", "tie_word_embeddings": False,
                               "shared_expert_intermediate_size": 512, "vocab_size": 248320}}
 
 
+QWEN35_9B = {"model_type": "qwen3_5", "tie_word_embeddings": False,
+             "text_config": {"model_type": "qwen3_5_text", "attn_output_gate": True, "head_dim": 256,
+                             "hidden_size": 4096, "intermediate_size": 12288,
+                             "layer_types": (["linear_attention"] * 3 + ["full_attention"]) * 8,
+                             "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128, "linear_num_key_heads": 16,
+                             "linear_num_value_heads": 32, "linear_value_head_dim": 128, "mamba_ssm_dtype": "float32",
+                             "num_attention_heads": 16, "num_hidden_layers": 32, "num_key_value_heads": 4,
+                             "vocab_size": 248320}}
+
+
 def test_family_configs_read():
+    q9 = model_from_hf_config(QWEN35_9B, "qwen3.5-9b", "test")
+    assert q9.layer_kinds() == {"full": 8, "linear": 24} and not q9.is_moe and q9.attention_output_gate
     g2 = model_from_hf_config(GEMMA2_9B, "gemma-2-9b", "test")
     # Gemma 2 alternates sliding (even) and global (odd) layers; softcaps 50 / 30; embeddings tied
     assert g2.layer_kinds() == {"full": 21, "sliding": 21}
@@ -334,3 +346,16 @@ def test_predict_answers_for_each_new_model(model):
     assert r.returncode == 0, r.stderr
     rows = [line for line in r.stdout.splitlines() if line[:2] in ("1,", "8,")]
     assert len(rows) == 2, r.stdout  # both batch sizes fit and get a K*
+
+
+def test_fit_report_counts_the_states_as_the_grid_does():
+    # plan.fit's memory terms (what a 'does not fit' answer shows) and the grid's step memory agree for a hybrid
+    from simulator.plan.fit import memory_terms
+    from simulator.physics.memory import step_memory_bytes as step
+    from simulator.specs.overrides import apply_overrides
+    from simulator.specs.scenario import build_scenario
+    sc = build_scenario(apply_overrides({"model": {}, "hardware": {}}, dict(
+        model="qwen3-next-80b-a3b", hardware="h100-sxm", tp=4, draft="mtp", context_len=32768)))
+    for k in (0, 3):
+        t = memory_terms(sc, 8, k)
+        assert t["need"] == pytest.approx(float(step(sc.draft, sc.model, sc.deployment, 8.0, k, 32768 + k + 1)))

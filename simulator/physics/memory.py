@@ -191,11 +191,17 @@ def draft_weight_bytes(draft: DraftSpec, target: ModelSpec, dep: Deployment, spe
     return float(draft_memory_bytes(draft, target, dep, 0.0, 0.0)) if speculative else 0.0
 
 
-def kv_bytes_per_sequence(draft: DraftSpec, target: ModelSpec, dep: Deployment, tokens, speculative: bool = True):
-    """KV cache of one sequence of ``tokens`` tokens per GPU: the target's, plus the draft's own when speculating."""
+def kv_bytes_per_sequence(draft: DraftSpec, target: ModelSpec, dep: Deployment, tokens, speculative: bool = True,
+                          k=None):
+    """KV cache of one sequence of ``tokens`` tokens per GPU: the target's, plus the draft's own when speculating.
+    With ``k`` (the drafts verified a step), a hybrid's recurrent states too: K + 1 while speculating, one
+    without (:func:`recurrent_state_bytes`); without it, the token-proportional part alone (a KV block's
+    share, as serving's block budget counts it)."""
     kv = kv_bytes_per_gpu(target, dep, 1.0, tokens)
     if speculative:
         kv = kv + draft_memory_bytes(draft, target, dep, 1.0, tokens) - draft_weight_bytes(draft, target, dep)
+    if k is not None and target.num_linear_layers:
+        kv = kv + recurrent_state_bytes(target, dep, k if speculative else 0)
     return kv
 
 
