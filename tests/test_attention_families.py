@@ -359,3 +359,20 @@ def test_fit_report_counts_the_states_as_the_grid_does():
     for k in (0, 3):
         t = memory_terms(sc, 8, k)
         assert t["need"] == pytest.approx(float(step(sc.draft, sc.model, sc.deployment, 8.0, k, 32768 + k + 1)))
+
+
+def test_hand_count_qwen3_next_parameters():
+    # hand, qwen3-next-80b-a3b (D 2048, 48 layers: 12 gated full attention, 36 Gated DeltaNet, 512 experts of 512):
+    #   full attention a layer: q + gate 2048 * (16 * 256 * 2) = 16,777,216; k, v 2048 * (2 * 2 * 256) = 2,097,152;
+    #     o 4096 * 2048 = 8,388,608 -> 27,262,976; x 12 = 327,155,712
+    #   Gated DeltaNet a layer: in_proj_qkvz 2048 * 12,288 = 25,165,824; in_proj_ba 2048 * 64 = 131,072;
+    #     conv 8192 * 4 = 32,768; out_proj 4096 * 2048 = 8,388,608 -> 33,718,272; x 36 = 1,213,857,792
+    #   MoE a layer: 512 * 3 * 2048 * 512 = 1,610,612,736 + shared 3,145,728 + router 1,048,576; x 48 = 77,510,737,920
+    #   embeddings 2 * 151,936 * 2048 = 622,329,856;  total 79,674,081,280
+    # The checkpoints of this config (Qwen/Qwen3-Coder-Next shares its shapes) hold 79,674,391,296 parameters
+    # (safetensors count); the 310,016 between are vectors the cost model does not price: RMSNorms 2 x 2048 x 48
+    # + 2048, q/k norms 2 x 256 x 12, GDN norm 128 x 36, A_log and dt_bias 2 x 32 x 36, shared-expert gates 2048 x 48
+    m = load_model("qwen3-next-80b-a3b")
+    assert m.total_params() == 79_674_081_280
+    vectors = 2 * 2048 * 48 + 2048 + 2 * 256 * 12 + 128 * 36 + 2 * 32 * 36 + 2048 * 48
+    assert m.total_params() + vectors == 79_674_391_296
