@@ -291,6 +291,11 @@ REFUSED = [
     ("linear-outside-qwen", {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
                              "vocab_size": 10, "intermediate_size": 8,
                              "layer_types": ["linear_attention", "full_attention"]}, "linear_attention"),
+    ("chunked-without-chunk", {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
+                               "num_attention_heads": 4, "vocab_size": 10, "intermediate_size": 8,
+                               "layer_types": ["chunked_attention", "full_attention"]}, "attention_chunk_size"),
+    ("state-dtype-list", {**QWEN35_MOE, "text_config": {**QWEN35_MOE["text_config"], "mamba_ssm_dtype": ["x"]}},
+     "mamba_ssm_dtype"),
     ("gemma4-moe-block", {**GEMMA4_31B, "text_config": {**GEMMA4_31B["text_config"], "enable_moe_block": True}},
      "MoE block"),
     ("gemma4-per-layer-embeddings", {**GEMMA4_31B, "text_config": {**GEMMA4_31B["text_config"],
@@ -376,3 +381,64 @@ def test_hand_count_qwen3_next_parameters():
     assert m.total_params() == 79_674_081_280
     vectors = 2 * 2048 * 48 + 2048 + 2 * 256 * 12 + 128 * 36 + 2 * 32 * 36 + 2048 * 48
     assert m.total_params() + vectors == 79_674_391_296
+
+
+# --- hostile edits of the new families' own fields: refused in one PlannerError, or priced finite and positive ------
+
+def _catalog_config(name):
+    return json.loads((ROOT / "simulator" / "data" / "models" / f"{name}.json").read_text())
+
+
+_FAMILY_KEYS = ["linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_conv_kernel_dim",
+                "full_attention_interval", "layer_types", "mamba_ssm_dtype", "index_topk", "index_n_heads",
+                "index_head_dim", "attention_chunk_size", "no_rope_layers", "interleave_moe_layer_step", "moe_layers",
+                "global_head_dim", "num_global_key_value_heads", "attention_k_eq_v", "final_logit_softcapping",
+                "attn_type_list", "text_config", "sliding_window_pattern"]
+
+
+OUTCOMES = []
+
+
+def test_hostile_family_fields_refused_or_sane(tmp_path):
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from simulator.plan.api import predict_scenario
+    from simulator.specs.scenario import build_scenario
+    values = st.one_of(st.integers(min_value=-3, max_value=70), st.integers(min_value=-2**40, max_value=2**40),
+                       st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=5), st.booleans(), st.none(),
+                       st.lists(st.sampled_from([0, 1, "linear_attention", "full_attention", "chunked_attention", 7]),
+                                max_size=4))
+    bases = {"qwen3-next-80b-a3b": _catalog_config("qwen3-next-80b-a3b"),
+             "deepseek-v3.2": _catalog_config("deepseek-v3.2"), "minimax-m2": _catalog_config("minimax-m2"),
+             "llama-4-maverick": _catalog_config("llama-4-maverick")["text_config"],
+             "gemma-4-31b": GEMMA4_31B["text_config"]}
+
+    @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(base=st.sampled_from(sorted(bases)),
+           edits=st.dictionaries(st.sampled_from(_FAMILY_KEYS), values, min_size=1, max_size=3))
+    def check(base, edits):
+        cfg = {**bases[base], **edits}
+        folder = tmp_path / str(len(OUTCOMES))  # a path of its own: load_model caches by path
+        folder.mkdir()
+        path = folder / "config.json"
+        try:
+            path.write_text(json.dumps(cfg, allow_nan=True))
+        except (TypeError, ValueError):
+            OUTCOMES.append(("unwritable", base, edits))
+            return
+        raw = {"model": {"name": str(path)}, "hardware": {"name": "b200", "tp": 8}, "draft": {"method": "eagle"},
+               "precision": {"weights": "fp8"},
+               "workload": {"context_len": 4096, "batch_sizes": "1,8", "k_max": 3}}
+        try:
+            pred = predict_scenario(build_scenario(raw))
+        except PlannerError as e:
+            OUTCOMES.append(("refused", base, edits, str(e)[:150]))
+            return
+        OUTCOMES.append(("priced", base, edits))
+        t = pred.table[pred.table.fits_memory]
+        for col in ("itl_ms", "goodput_per_seq", "memory_gb_per_gpu"):
+            v = t[col].to_numpy(dtype=float)
+            assert np.all(np.isfinite(v)) and np.all(v > 0), (base, edits, col)
+
+    check()

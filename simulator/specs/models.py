@@ -364,6 +364,9 @@ def _chunked_layers(cfg: dict, num_layers: int, origin: str, layer_types: list[s
     `no_rope_layer_interval`-th layer, 4 by default: transformers Llama4TextConfig)."""
     chunk = _opt(cfg, "attention_chunk_size", origin)
     if not chunk:
+        if layer_types is not None and "chunked_attention" in layer_types:
+            raise PlannerError(f"{origin}: 'layer_types' lists chunked_attention layers but 'attention_chunk_size'"
+                               " is not given; give the chunk length")
         return None, 0
     if layer_types is not None and "chunked_attention" in layer_types:
         return chunk, sum(1 for t in layer_types if t == "chunked_attention")
@@ -505,7 +508,7 @@ def _refuse_unpriced_parts(cfg: dict, origin: str, model_type: str) -> None:
         if types and 0 in types:
             parts.append("lightning attention layers (attn_type_list 0)")
     if model_type.startswith("gemma4"):
-        if cfg.get("enable_moe_block"):
+        if _opt_bool(cfg, "enable_moe_block", origin, False):
             parts.append("the Gemma 4 MoE block (enable_moe_block)")
         if _opt(cfg, "hidden_size_per_layer_input", origin):
             parts.append("per-layer input embeddings (hidden_size_per_layer_input)")
@@ -564,8 +567,8 @@ def _linear_fields(cfg: dict, origin: str, n_linear: int) -> dict:
     """Gated DeltaNet layers (Qwen3-Next / Qwen3.5): heads and dims of the recurrent state and the short conv."""
     if not n_linear:
         return {}
-    state_dtype = cfg.get("mamba_ssm_dtype", "float32")
-    if state_dtype not in _STATE_DTYPES:
+    state_dtype = cfg.get("mamba_ssm_dtype") or "float32"
+    if not isinstance(state_dtype, str) or state_dtype not in _STATE_DTYPES:
         raise PlannerError(f"{origin}: field 'mamba_ssm_dtype' must be one of {', '.join(_STATE_DTYPES)},"
                            f" got {state_dtype!r}")
     return dict(num_linear_layers=n_linear,
