@@ -571,7 +571,7 @@ def _linear_fields(cfg: dict, origin: str, n_linear: int) -> dict:
     if not isinstance(state_dtype, str) or state_dtype not in _STATE_DTYPES:
         raise PlannerError(f"{origin}: field 'mamba_ssm_dtype' must be one of {', '.join(_STATE_DTYPES)},"
                            f" got {state_dtype!r}")
-    return dict(num_linear_layers=n_linear,
+    return dict(num_linear_layers=n_linear, num_mtp_layers=_opt(cfg, "mtp_num_hidden_layers", origin),
                 linear_num_key_heads=_need(cfg, "linear_num_key_heads", origin),
                 linear_num_value_heads=_need(cfg, "linear_num_value_heads", origin),
                 linear_key_head_dim=_need(cfg, "linear_key_head_dim", origin),
