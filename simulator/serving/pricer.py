@@ -34,7 +34,7 @@ from simulator.physics.draft_cost import (DraftSetting, draft_extend_cost, draft
                                          has_extend_pass)
 from simulator.physics.engine_time import (draft_extend_in_graph, draft_in_graph, expert_batch, extend_expert_batch,
                                            host_exposed_s, host_exposed_scalar_s, pass_time_s)
-from simulator.physics.attention import MAX_DECODE_SURFACE_QUERIES, attention_op
+from simulator.physics.attention import MAX_DECODE_SURFACE_QUERIES, attention_kind_op, attention_op
 from simulator.physics.layers import decoder_cell_ops, forward_ops, sampling_op
 from simulator.physics.operators import pass_time, prompt_chunk_point_s
 from simulator.physics.pass_tables import lin_table
@@ -270,6 +270,9 @@ class StepPricer:
         m = sc.model
         ops = []
         for name, count in self._attn_ops_layers:
+            if not m.uniform_attention:  # each layer kind's own op (physics.attention.attention_kind_op)
+                ops.append(attention_kind_op(m, sc.deployment, 1.0, chunks, cached, count, name))
+                continue
             window = m.sliding_window if name.endswith("sliding") else None
             ops.append(attention_op(m, sc.deployment, 1.0, chunks, cached, count, window, name))
         cost = pass_time(ops, sc.hardware, sc.deployment, sc.profile, chunks.shape)

@@ -74,6 +74,11 @@ class Scenario:
         """What the step times rest on: kernels (datasheet, calibration profile or measured tables)
         and the engine profile that adds host time and graph capture."""
         kernels = self.profile.label if self.profile else "datasheet only (uncalibrated roofline)"
+        unmeasured = [label for kind, label in (("linear", "Gated DeltaNet layers"),
+                                                ("sparse", "sparse MLA and its indexer"))
+                      if kind in self.model.layer_kinds()]
+        if self.profile is not None and self.profile.surfaces and unmeasured:
+            kernels += f"; {' and '.join(unmeasured)} on the roofline at the tables' streaming bandwidth (no table measured them)"
         fit = f"; {self.deployment_fit.label}" if self.deployment_fit else ""
         if self.engine is None or self.engine.name == "ideal":
             return kernels + fit
