@@ -108,13 +108,13 @@ def engine_from_scenario(sc: Scenario, **overrides) -> EngineConfig:
             raise PlannerError(f"{sc.origin}: key 'serving.cuda_graph_sizes' must be a list of integers >= 1")
     table.update({k: v for k, v in overrides.items() if v is not None})
     eng = sc.engine
+    traffic_cap = "max_num_seqs" in (sc.extra.get("traffic") or {})
+    if eng is not None and eng.spec_max_running and "max_num_seqs" not in table and not traffic_cap:
+        table.setdefault("spec_max_num_seqs", eng.spec_max_running)
     for key in SERVING_KEYS:  # the engine's own default on this GPU where the scenario sets none
         default = serving_default(eng, key, sc.hardware.memory_bytes, sc.hardware.name)
         if key not in table and default is not None:
             table[key] = default
-    traffic_cap = "max_num_seqs" in (sc.extra.get("traffic") or {})
-    if eng is not None and eng.spec_max_running and "max_num_seqs" not in table and not traffic_cap:
-        table.setdefault("spec_max_num_seqs", eng.spec_max_running)
     if "cuda_graph_sizes" not in table and eng is not None and eng.size_unit == "tokens" and eng.capture_sizes:
         table["cuda_graph_sizes"] = list(eng.capture_sizes)
     return EngineConfig(**table)
