@@ -60,6 +60,8 @@ def test_release_distance_counts_lines_then_patches():
     ("vllm", "0.7.3", "0.6.3"),  # V0 line: 0.6.3 and 0.8.5 one line away each, the older
     ("sglang", "0.5.3.post3", "0.5.0rc0"),  # 3 patch releases from 0.5.0rc0 and from 0.5.6: the older
     ("sglang", "0.5.8", "0.5.6"),
+    ("sglang", "0.5.10", "0.5.13"),
+    ("sglang", "0.5.16", "0.5.13"),  # 3 from 0.5.13 and from 0.5.19: the older
     ("sglang", "0.5.21", "0.5.19"),  # 2 from 0.5.19 and 0.5.23: the older
     ("sglang", "0.5.22", "0.5.23"),
     ("trtllm", "1.0", "1.1.0"),  # the same major line before an older major's
@@ -126,7 +128,8 @@ def test_every_release_from_08_and_050_maps_within_one_minor_line(engine, first)
 
 # --- the profiles read from the wheels ---------------------------------------------------------------
 
-NEW_PROFILES = ("vllm-0.8.5", "vllm-0.10.2", "vllm-0.33.0", "sglang-0.5.6", "sglang-0.5.23")
+NEW_PROFILES = ("vllm-0.8.5", "vllm-0.10.2", "vllm-0.17.1", "vllm-0.19.1", "vllm-0.22.1", "vllm-0.25.1", "vllm-0.27.1",
+                "vllm-0.31.0", "vllm-0.33.0", "sglang-0.5.6", "sglang-0.5.13", "sglang-0.5.23")
 
 
 @pytest.mark.parametrize("key", NEW_PROFILES)
@@ -181,6 +184,17 @@ SGLANG_LINES = [
     ("0.5.23", "sglang/srt/arg_groups/speculative_hook.py", 1100, "Non-overlap (synchronous) spec v2"),
     ("0.5.23", "sglang/srt/arg_groups/fields/spec.py", 237, "speculative_adaptive: A["),
     ("0.5.23", "sglang/srt/mem_cache/kv_cache_configurator.py", 3124, "estimated = max(min(estimated, 4096), 2048)"),
+    ("0.5.13", "sglang/srt/environ.py", 620, "SGLANG_ENABLE_SPEC_V2 = EnvBool(True)"),
+    ("0.5.13", "sglang/srt/arg_groups/speculative_hook.py", 283, "server_args.max_running_requests = 48"),
+    ("0.5.13", "sglang/srt/arg_groups/speculative_hook.py", 291, "not envs.SGLANG_ENABLE_SPEC_V2.get()"),
+    ("0.5.13", "sglang/srt/server_args.py", 633, "speculative_adaptive: bool = False"),
+    ("0.5.13", "sglang/srt/server_args.py", 738, "disable_cuda_graph_padding: bool = False"),
+    ("0.5.13", "sglang/srt/server_args.py", 756, "disable_overlap_schedule: bool = False"),
+    ("0.5.13", "sglang/srt/server_args.py", 1506, "self.cuda_graph_max_bs = 256"),
+    ("0.5.13", "sglang/srt/server_args.py", 1681, "capture_bs = [bs for bs in capture_bs if bs <= self.cuda_graph_max_bs]"),
+    ("0.5.13", "sglang/srt/speculative/eagle_worker_v2.py", 809, "class EAGLEWorkerV2"),
+    ("0.5.13", "sglang/srt/model_executor/model_runner_kv_cache_mixin.py", 881,
+     "estimated = max(min(estimated, 4096), 2048)"),
     ("0.5.19", "sglang/srt/mem_cache/kv_cache_configurator.py", 2110, "estimated = max(min(estimated, 4096), 2048)"),
 ]
 
@@ -210,10 +224,10 @@ def test_vllm_capture_lists_are_the_wheels(version):
 
 
 @pytest.mark.engines
-@pytest.mark.parametrize("version", ["0.5.6", "0.5.23"])
+@pytest.mark.parametrize("version", ["0.5.6", "0.5.13", "0.5.23"])
 def test_sglang_capture_lists_are_the_wheels(version):
     """The lists at max_bs 256 are what the release's own function returns (0.5.23: the hook module, run
-    by tests/engine_code.py; 0.5.6: ServerArgs._generate_cuda_graph_batch_sizes cut out of the wheel)."""
+    by tests/engine_code.py; 0.5.6, 0.5.13: ServerArgs._generate_cuda_graph_batch_sizes cut out of the wheel)."""
     import engine_code as ec
     e = load_engine("sglang", version)
     if version == "0.5.23":
