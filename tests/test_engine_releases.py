@@ -402,3 +402,26 @@ def test_releases_file_lists_pypi_versions_from_the_accepted_lines():
     assert "0.33.0" in data["vllm"]["releases"] and "0.5.23" in data["sglang"]["releases"]
     assert min(parse_version(r) for r in data["vllm"]["releases"]) >= parse_version("0.6")
     assert engine_versions("vllm")[-1] == "0.33.0"
+
+
+def test_sglang_05_releases_are_within_three_patch_releases():
+    for r in engine_releases()["sglang"]["releases"]:
+        if parse_version(r) >= parse_version("0.5.0"):
+            assert release_distance(nearest_profile("sglang", r), r)[:2] == (0, 0)
+            assert release_distance(nearest_profile("sglang", r), r)[2] <= 3, r
+
+
+def test_docs_table_is_the_rule():
+    """docs/engines.md lists each release line's releases and the profile the rule gives them."""
+    from pathlib import Path
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "engines.md").read_text()
+    rows = [r for r in doc.splitlines() if re.match(r"\| \d+\.\d+(\.\d+)? \| ", r)]
+    seen = set()
+    for row in rows:
+        _, line, releases, profiles, _, _ = row.split("|")
+        names = re.findall(r"`(\w+)-([\w.]+)`(?: \(([^)]*)\))?", profiles)
+        for engine, version, which in names:
+            for r in (which.split(", ") if which else releases.strip().split(", ")):
+                assert nearest_profile(engine, r.strip()) == version, row
+                seen.add((engine, r.strip()))
+    assert {(e, r) for e in ("vllm", "sglang") for r in engine_releases()[e]["releases"]} == seen
