@@ -47,4 +47,4 @@ def test_engine_version_given_without_trailing_zero():
     with pytest.raises(PlannerError, match="nearest profile is vllm-0.33.0: pass --engine-version 0.33.0"):
         load_engine("vllm", "0.40")  # more than one minor line past the newest profile
     trt = [k for k in list_engines() if k.startswith("trtllm-")]
-    assert trt == ["trtllm-0.9.0", "trtllm-0.12.0", "trtllm-1.1.0", "trtllm-1.4.0rc4"]  # numeric order, rc last here
+    assert trt == ["trtllm-0.9.0", "trtllm-0.12.0", "trtllm-1.1.0", "trtllm-1.2.1", "trtllm-1.4.0rc4"]  # numeric order
