@@ -171,9 +171,10 @@ def test_sizing_report_states_schedule_gpu_range_and_nodes(tmp_path):
     # a server capped at 256 running requests (vLLM's default below 70 GiB; the engine's own default on these
     # GPUs is 1024, engine profile [serving]): the capacity band then spans more than one GPU count
     capped = tmp_path / "sizing-moe-qwen3-235b.toml"
-    capped.write_text((ROOT / "scenarios" / "sizing-moe-qwen3-235b.toml").read_text() + "\n[serving]\nmax_num_seqs = 256\n")
-    res = size(capped, SizingOverrides(candidates=["h200", "mi300x"], tp=[8], policies=["dsd"], workers=1, n_requests=40,
-                                       duration_s=15.0, max_requests=300, search_steps=1))
+    base = (ROOT / "scenarios" / "sizing-moe-qwen3-235b.toml").read_text()
+    capped.write_text(base + "\n[serving]\nmax_num_seqs = 256\n")
+    res = size(capped, SizingOverrides(candidates=["h200", "mi300x"], tp=[8], policies=["dsd"], workers=1,
+                                       n_requests=40, duration_s=15.0, max_requests=300, search_steps=1))
     md = render_markdown(res)
     head = md.split("## Scenario")[0]
     assert "**K schedule (" in head and "K=" in head

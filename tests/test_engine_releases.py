@@ -191,7 +191,7 @@ SGLANG_LINES = [
     ("0.5.13", "sglang/srt/server_args.py", 738, "disable_cuda_graph_padding: bool = False"),
     ("0.5.13", "sglang/srt/server_args.py", 756, "disable_overlap_schedule: bool = False"),
     ("0.5.13", "sglang/srt/server_args.py", 1506, "self.cuda_graph_max_bs = 256"),
-    ("0.5.13", "sglang/srt/server_args.py", 1681, "capture_bs = [bs for bs in capture_bs if bs <= self.cuda_graph_max_bs]"),
+    ("0.5.13", "sglang/srt/server_args.py", 1681, "if bs <= self.cuda_graph_max_bs]"),
     ("0.5.13", "sglang/srt/speculative/eagle_worker_v2.py", 809, "class EAGLEWorkerV2"),
     ("0.5.13", "sglang/srt/model_executor/model_runner_kv_cache_mixin.py", 881,
      "estimated = max(min(estimated, 4096), 2048)"),
@@ -265,10 +265,12 @@ def test_line_profiles_rest_on_the_lines_they_cite(version):
     e = load_engine("vllm", version)
     text = (ENGINES_DIR / f"vllm-{version}.toml").read_text()
     with zipfile.ZipFile(_wheel("vllm", version)) as z:
-        ceiling = _find(z, "vllm/config/vllm.py", r"max_num_seqs \* decode_query_len \* 2, (512|default_max_graph_size)")
+        ceiling_code = r"max_num_seqs \* decode_query_len \* 2, (512|default_max_graph_size)"
+        ceiling = _find(z, "vllm/config/vllm.py", ceiling_code)
         on = _find(z, "vllm/config/vllm.py", r"self\.scheduler_config\.async_scheduling = True")
-        drafter = (_find(z, "vllm/v1/spec_decode/eagle.py", r"eagle_cudagraph_mode = CUDAGraphMode\.PIECEWISE")
-                   or _find(z, "vllm/v1/spec_decode/llm_base_proposer.py", r"eagle_cudagraph_mode = CUDAGraphMode\.PIECEWISE"))
+        piecewise = r"eagle_cudagraph_mode = CUDAGraphMode\.PIECEWISE"
+        drafter = (_find(z, "vllm/v1/spec_decode/eagle.py", piecewise)
+                   or _find(z, "vllm/v1/spec_decode/llm_base_proposer.py", piecewise))
         zero = _find(z, "vllm/v1/worker/gpu_model_runner.py", r"self\.optimistic_seq_lens_cpu = torch\.zeros\(")
         dynamic = _find(z, "vllm/config/speculative.py", r"num_speculative_tokens_per_batch_size:")
     assert ceiling and f"config/vllm.py:{ceiling}" in text and e.spec_capture_max_tokens == 512

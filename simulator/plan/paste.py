@@ -11,7 +11,8 @@ warning that says so.
 
 The serve line carries ``--tensor-parallel-size``, ``--max-num-seqs`` where memory binds or the plan
 runs more sequences than the engine's own default on this GPU (the largest batch size the plan found
-to fit; the default from the engine profile's [serving], e.g. 1024 on >= 70 GiB GPUs) and, where the engine profile caps CUDA-graph
+to fit; the default from the engine profile's [serving], e.g. 1024 on >= 70 GiB GPUs) and, where the
+engine profile caps CUDA-graph
 capture, ``--max-cudagraph-capture-size`` (vllm/engine/arg_utils.py of 0.33.0 defines all three).
 """
 from __future__ import annotations
