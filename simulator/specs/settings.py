@@ -185,7 +185,8 @@ SETTINGS: tuple[Setting, ...] = (
       help="serving engine whose host time and CUDA-graph capture to model: vllm, sglang, trtllm or ideal (kernels"
            " only); default vllm on GPUs"),
     S("engine", "version", name="engine_version", flag="--engine-version",
-      help="engine version of the profile (default the newest profile)"),
+      help="engine release (vLLM from 0.6, SGLang from 0.4): priced with its own profile or the nearest one, named in"
+           " the provenance line (docs/engines.md); default the newest profile"),
     # the capture limit: specs.engines.with_capture_limit
     S("engine", "max_capture_size", int, name="max_capture_size", flag="--max-capture-size", arg_type=int,
       metavar="N", from_flag=engine_count("1024"), help=CAPTURE_HELP),
