@@ -12,10 +12,9 @@ from scipy.optimize import brentq
 
 from calibration.transfer_sources import load_sources
 from simulator.errors import PlannerError
-from simulator.specs.engines import engine_versions
+from simulator.specs.engines import engine_versions, nearest_profile
 from simulator.specs.models import list_models
 from simulator.specs.scenario import build_scenario
-from simulator.specs.versions import version_key
 
 # per-source facts (calibration/data/published/sources.toml, with their citations)
 REPO = Path(__file__).resolve().parent.parent
@@ -93,8 +92,9 @@ def _draft(method: str) -> str | None:
 
 
 def engine_for(row) -> dict:
-    """The engine profile a row ran on: its engine, and the newest profile version not newer than the
-    version it states (or its source's release line); the oldest profile when all are newer."""
+    """The engine profile a row ran on: its engine, and the profile the version rule picks for the version
+    it states (or its source's release line): its own, else the nearest release line's, the older at a
+    tie (simulator/specs/engines.py nearest_profile); the newest profile where no version is known."""
     name, version = SOURCE_ENGINES.get(row.source_id, (None, None))
     name = name or ENGINES.get(row.engine, "ideal")
     if not pd.isna(row.engine_version) and str(row.engine_version)[:1].isdigit():
@@ -104,8 +104,7 @@ def engine_for(row) -> dict:
         return {"name": name}
     if version is None:
         return {"name": name, "version": versions[-1]}
-    older = [v for v in versions if version_key(v) <= version_key(version)]
-    return {"name": name, "version": (older or versions)[-1] if older else versions[0]}
+    return {"name": name, "version": nearest_profile(name, version)}
 
 
 def iid_rate(al: float, k: int) -> float:

@@ -168,9 +168,13 @@ def test_report_numbers_never_scientific():
 def test_sizing_report_states_schedule_gpu_range_and_nodes(tmp_path):
     from simulator.sizing import SizingOverrides, size
     from simulator.sizing.report import render_markdown
-    res = size(ROOT / "scenarios" / "sizing-moe-qwen3-235b.toml",
-               SizingOverrides(candidates=["h200", "mi300x"], tp=[8], policies=["dsd"], workers=1, n_requests=40,
-                               duration_s=15.0, max_requests=300, search_steps=1))
+    # a server capped at 256 running requests (vLLM's default below 70 GiB; the engine's own default on these
+    # GPUs is 1024, engine profile [serving]): the capacity band then spans more than one GPU count
+    capped = tmp_path / "sizing-moe-qwen3-235b.toml"
+    base = (ROOT / "scenarios" / "sizing-moe-qwen3-235b.toml").read_text()
+    capped.write_text(base + "\n[serving]\nmax_num_seqs = 256\n")
+    res = size(capped, SizingOverrides(candidates=["h200", "mi300x"], tp=[8], policies=["dsd"], workers=1,
+                                       n_requests=40, duration_s=15.0, max_requests=300, search_steps=1))
     md = render_markdown(res)
     head = md.split("## Scenario")[0]
     assert "**K schedule (" in head and "K=" in head

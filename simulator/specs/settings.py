@@ -192,8 +192,9 @@ SETTINGS: tuple[Setting, ...] = (
     S("engine", "name", name="engine", flag="--engine",
       help=_engine_help),
     S("engine", "version", name="engine_version", flag="--engine-version",
-      help="engine version of the profile, PEP 440 order (0.11 = 0.11.0; default the newest profile); not the"
-           " file format's version (--export-version)"),
+      help="engine release (vLLM from 0.6, SGLang from 0.4), PEP 440 order (0.11 = 0.11.0): priced with its own"
+           " profile or the nearest one, named in the provenance line (docs/engines.md); default the newest profile;"
+           " not the file format's version (--export-version)"),
     # the capture limit: specs.engines.with_capture_limit
     S("engine", "max_capture_size", int, name="max_capture_size", flag="--max-capture-size", arg_type=int,
       metavar="N", from_flag=engine_count("1024"), help=CAPTURE_HELP),
