@@ -193,11 +193,6 @@ def bands(summary: dict) -> dict:
                           "n": summary["step_time"]["datasheet"]["n"]},
            # zero-shot speculative speedups by batch-size range (predict quotes the range of each row)
            "_speedup_by_batch": summary["speedup"]["by_batch"]}
-    two = summary.get("two_shot") or {}
-    if two.get("n"):
-        out["_two_shot"] = {"model_error_log_p90": two["model_error_log_p90"], "n": two["n"], "curves": two["curves"],
-                            "what": "90th percentile of |log(predicted / measured)| of two-point fits on held-out"
-                                    " points of published speedup curves (calibration/transfer_twoshot.py)"}
     if summary.get("parts"):  # the speculative step by part, where sources publish the parts
         out["_speedup_parts"] = parts_by_method(summary["parts"])
     for hw, g in summary["by_gpu"].items():
