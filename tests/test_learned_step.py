@@ -182,3 +182,27 @@ def test_new_user_three_points_narrow_the_band(new_user_fit):
 def test_new_user_refit_steps_within_two_percent(new_user_fit):  # issue 47's target
     for p in new_user_fit["points"]:
         assert p["fitted_itl_ms"] == pytest.approx(p["itl_ms"], rel=0.02)
+
+
+# --- decisions that carry their uncertainty -----------------------------------------------------------
+
+def test_no_spread_gives_certain_decisions_equal_to_the_centre():
+    from simulator.plan import decision_risk as D
+    from simulator.specs.step_terms import prior_from
+    sc = load_scenario("command-a-h100")
+    still = replace(sc, step_prior=prior_from(sc.step_prior.mean_fit, np.zeros(6)))  # the population without spread
+    g = compute_grid(still, batch_sizes=[1, 64, 128, 256], ks=[0, 1, 2, 3])
+    p, basis = D.beats_plain(g, still.step_terms)
+    beats = g.goodput_per_seq > g.goodput_per_seq[:, :1]
+    assert np.array_equal(p[:, 1:] == 1.0, beats[:, 1:]) and set(np.unique(p)) <= {0.0, 1.0}
+    assert np.array_equal(D.robust_k(g, still.step_terms), g.ks[np.argmax(g.goodput_per_seq, axis=1)])
+    assert "learned layer" in basis
+
+
+def test_the_seed_case_speculation_is_a_coin_flip_at_b128():
+    # Cohere measured fixed K = 3 at about 0.87x plain at B = 128 (issue 47): the planner's K* there is a
+    # small gain that the terms' spread does not support; the probability says so and the robust K is plain
+    from simulator.plan.api import predict
+    t = predict("command-a-h100", batch_sizes="1,128").table.set_index("batch_size")
+    assert t.loc[1, "p_kopt_beats_plain"] == 1.0
+    assert 0.2 < t.loc[128, "p_speculation_pays"] < 0.9 and t.loc[128, "k_robust"] == 0
