@@ -3,7 +3,7 @@ cannot: the device, engine version, precision, draft and metric of each publishe
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -182,11 +182,14 @@ def speculative_running(sc, case: Case) -> int:
     return min(B, cap) if case.closed_loop and cap else B
 
 
-def scenario_for(raw: dict, basis: str):
-    """The row's scenario on a basis: "planner" (the best evidence shipped for its device, its engine's
-    profile) or "datasheet" (datasheet peaks, the ideal engine)."""
+def scenario_for(raw: dict, basis: str, layer=None):
+    """The row's scenario on a basis: "planner" or "physics" (the best evidence shipped for its device, its
+    engine's profile) or "datasheet" (datasheet peaks, the ideal engine). Never the shipped learned layer
+    (it has seen every row): ``layer``, a population learned without the row's source, is put on "planner"."""
     raw = json.loads(json.dumps(raw))
     if basis == "datasheet":
         raw["calibration"] = {"profile": "none"}
         raw["engine"] = {"name": "ideal"}
-    return build_scenario(raw, origin="corpus")
+    raw.setdefault("calibration", {})["learned"] = False
+    sc = build_scenario(raw, origin="corpus")
+    return replace(sc, step_prior=layer) if basis == "planner" and layer is not None else sc

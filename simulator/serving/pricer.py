@@ -331,9 +331,10 @@ class StepPricer:
         host = host_exposed_scalar_s(self.sc.engine, n_dec, k_step, kernels + draft, draft, self.sc.deployment.tp)
         if k_step and self.sc.draft.method != "ngram":
             host += self.passes[k_step] * self.sc.engine.per_draft_pass_s
-        fit = getattr(self.sc, "deployment_fit", None)  # terms fitted on this deployment (plan.grid does the same)
+        fit = getattr(self.sc, "step_terms", None)  # engine terms on top of the physics (plan.grid does the same)
         if fit is not None:
-            kernels, draft = kernels * fit.kernel_scale, draft * fit.kernel_scale
+            f = float(fit.kernel_factor(k_step))
+            kernels, draft = kernels * f, draft * f
             host += float(fit.added_s(n_dec, k_step))
         time = kernels + draft + host + eng.schedule_overhead_s + eng.schedule_overhead_per_seq_s * n_dec + overhead
         if spec_mode and k_step == 0:
@@ -380,9 +381,10 @@ class StepPricer:
         host = host_exposed_s(sc.engine, n_dec, k_step, kernels + draft, draft, sc.deployment.tp)
         if sc.draft.method != "ngram":
             host = host + np.where(spec, passes * sc.engine.per_draft_pass_s, 0.0)
-        fit = getattr(sc, "deployment_fit", None)
+        fit = getattr(sc, "step_terms", None)
         if fit is not None:
-            kernels, draft = kernels * fit.kernel_scale, draft * fit.kernel_scale
+            f = fit.kernel_factor(k_step)
+            kernels, draft = kernels * f, draft * f
             host = host + fit.added_s(n_dec, k_step)
         overhead = self.overhead_prof[np.minimum(n_dec, self.b_top), k_step]
         time = kernels + draft + host + eng.schedule_overhead_s + eng.schedule_overhead_per_seq_s * n_dec + overhead

@@ -189,6 +189,11 @@ SETTINGS: tuple[Setting, ...] = (
     S("calibration", "deployment", name="deployment", flag="--deployment", metavar="FIT.json", help=DEPLOYMENT_HELP),
     # false: the profile's microbenchmarks alone, without its fitted engine terms (what calibration.validate refits)
     S("calibration", "engine_terms", bool, True, name="engine_terms"),
+    # false: the physics alone, without the engine terms learned from the published corpus (specs.step_terms)
+    S("calibration", "learned", bool, True, name="learned", flag="--physics-only", arg_type=bool,
+      from_flag=lambda on, flag: False if on else None,
+      help="the physics alone: leave out the engine terms learned from published measurements"
+           " (simulator/data/learned_step.json); a deployment fit (--deployment) still applies"),
     S("engine", "name", name="engine", flag="--engine",
       help=_engine_help),
     S("engine", "version", name="engine_version", flag="--engine-version",
