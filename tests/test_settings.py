@@ -34,7 +34,8 @@ def test_predict_flags_are_the_tables():
     for name in SETTING_FLAGS:
         s = settings.BY_NAME[name]
         action = actions[s.flag]
-        assert action.dest == s.dest and action.type is s.arg_type and action.help == s.help_text()
+        switch = s.arg_type is bool and action.nargs == 0  # an on/off flag (store_true) reads no value
+        assert action.dest == s.dest and (switch or action.type is s.arg_type) and action.help == s.help_text()
     flagged = {s.flag for s in settings.SETTINGS if s.flag}
     assert flagged <= set(actions), flagged - set(actions)
 
