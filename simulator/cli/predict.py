@@ -23,7 +23,8 @@ from simulator.plan.api import Prediction, predict
 from simulator.plan.fit import shortfall_text
 from simulator.plan.notes import falling_token_time
 from simulator.plan.speedup_trust import gain_at_risk_text
-from simulator.cli.common import command, dtypes_text, setting_overrides, write_atomically
+from simulator.cli.common import (check_save_scenario, command, dtypes_text, save_scenario, setting_overrides,
+                                 write_atomically)
 from simulator.cli.predict_args import EXPORT_FORMATS, FORMATS, SETTING_FLAGS, build_parser  # noqa: F401 (FORMATS: API)
 from simulator.files import check_output_file
 from simulator.errors import PlannerError, PlannerWarning
@@ -256,6 +257,7 @@ def _run(args) -> int:
         exports.check_version(args.format, args.export_version)  # refuse a wrong version before any work
     if args.output:
         check_output_file(args.output)  # and an output that cannot be written
+    check_save_scenario(args)
     scenario = args.scenario
     if scenario is None and not (args.model and args.hardware):
         scenario = str(DEFAULT_SCENARIO)
@@ -270,6 +272,8 @@ def _run(args) -> int:
         write_atomically(args.output, text)
     else:
         sys.stdout.write(text)
+    if args.save_scenario:
+        save_scenario(args, pred.scenario.raw, pred.scenario.name)
     for w in caught:
         warnings.warn(w.message, w.category, stacklevel=1)
     return 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 from simulator.plan import exports
-from simulator.cli.common import DTYPE_SETTINGS, OneLineParser, add_setting_args
+from simulator.cli.common import DTYPE_SETTINGS, OneLineParser, add_save_scenario_arg, add_setting_args
 from simulator.cli.catalog import KINDS as CATALOG_KINDS
 
 EXPORT_FORMATS = exports.FORMATS  # vllm, vllm-ctx, trtllm, sglang, sglang-sps: engine files
@@ -58,6 +58,7 @@ def _output_args(p) -> None:
     p.add_argument("--list", choices=CATALOG_KINDS, help="list the catalog's models, hardware, engines, drafts or"
                    " dtypes with what each rests on, and exit (also: python -m simulator.catalog)")
     p.add_argument("--breakdown", metavar="B,K", help="print the per-operator breakdown at batch size B and draft length K")
+    add_save_scenario_arg(p)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -386,15 +386,18 @@ def predict(scenario: str | Scenario | None = None, **overrides) -> Prediction:
     no model is given (else an empty base). Keyword overrides: model, hardware, tp, ep, draft,
     acceptance, context_len, batch_sizes, k_max, fixed_k, dtype, kv_dtype, calibration, ...
     """
+    return predict_scenario(resolve_scenario(scenario, **overrides))
+
+
+def resolve_scenario(scenario: str | Scenario | None = None, **overrides) -> Scenario:
+    """The scenario a command runs: a Scenario or a TOML path / bundled name with the overrides applied; with
+    none, model and hardware from the overrides (both needed), else the default scenario."""
     if isinstance(scenario, Scenario):
-        sc = scenario.with_overrides(**overrides) if overrides else scenario
-    elif scenario is not None:
-        sc = load_scenario(scenario, **overrides)
-    elif "model" in overrides or "hardware" in overrides:
-        base = {"model": {}, "hardware": {}}
-        if "model" not in overrides or "hardware" not in overrides:
-            raise PlannerError("give both a model and a hardware name (or a scenario)")
-        sc = build_scenario(apply_overrides(base, overrides))
-    else:
-        sc = load_scenario(DEFAULT_SCENARIO, **overrides)
-    return predict_scenario(sc)
+        return scenario.with_overrides(**overrides) if overrides else scenario
+    if scenario is not None:
+        return load_scenario(scenario, **overrides)
+    if overrides.get("model") is not None or overrides.get("hardware") is not None:
+        if overrides.get("model") is None or overrides.get("hardware") is None:
+            raise PlannerError("give both a model and a hardware name (--model and --hardware), or a scenario")
+        return build_scenario(apply_overrides({"model": {}, "hardware": {}}, overrides))
+    return load_scenario(DEFAULT_SCENARIO, **overrides)
