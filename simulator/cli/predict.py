@@ -79,6 +79,9 @@ def _table_head(pred: Prediction) -> list[str]:
             ""]
 
 
+BOUND_SHOWN = {"memory": "HBM bw", "none fits": "out of memory", "overhead": "host"}
+
+
 def _table_body(t: pd.DataFrame, fixed_k: int) -> str:
     """The K* table's rows, formatted, with short headers."""
     cols = ["batch_size", "k_opt", "goodput_per_seq", "throughput", "itl_ms", "token_latency_ms",
@@ -88,6 +91,7 @@ def _table_body(t: pd.DataFrame, fixed_k: int) -> str:
         cols += ["experts_touched", "experts_touched_plain", "expert_load_share"]
     view = t[cols].copy()
     view["k_opt"] = view.k_opt.astype(object).where(view.k_opt.notna(), "-")
+    view["bound"] = view.bound.map(BOUND_SHOWN).fillna(view.bound)  # "memory": bandwidth, never "out of memory"
     headers = {"batch_size": "B", "k_opt": "K*", "goodput_per_seq": "tok/s/seq", "throughput": "tok/s",
                "itl_ms": "step ms", "token_latency_ms": "ms/token", "plain_token_latency_ms": "plain ms/token",
                "speedup_vs_plain": "vs plain", "speedup_vs_fixed": f"vs K={fixed_k}",
@@ -119,8 +123,7 @@ def _table_facts(pred: Prediction, shown: int) -> list[str]:
     if len(none_fit):
         first = int(none_fit.batch_size.min())
         lines.append(f"batch sizes >= {first} do not fit in memory: {shortfall_text(sc, first)}")
-    lines.append("vLLM num_speculative_tokens_per_batch_size: "
-                 + json.dumps(pred.vllm()["num_speculative_tokens_per_batch_size"]))
+    lines += engine_file_lines(pred)
     if shown < len(pred.table):
         lines.append(f"({shown} of {len(pred.table)} batch sizes shown: powers of two and every change of K*;"
                      " --format csv prints all)")
@@ -135,6 +138,23 @@ def _table_facts(pred: Prediction, shown: int) -> list[str]:
     falls = falling_token_time(pred)
     if falls:
         lines.append(f"note: {falls}")
+    return lines
+
+
+ENGINE_FILE_KEYS = {"vllm": "num_speculative_tokens_per_batch_size", "trtllm": "draft_len_schedule"}
+
+
+def engine_file_lines(pred: Prediction) -> list[str]:
+    """One line per format of the scenario's engine (only that engine's): the schedule its file holds, as
+    --format FMT writes it, or why the engine cannot take it."""
+    lines = []
+    for fmt, exp in pred.engine_exports().items():
+        if isinstance(exp, str):
+            lines.append(f"{exports.ENGINE_OF[fmt]}: {exp}")
+            continue
+        key = ENGINE_FILE_KEYS.get(fmt)
+        body = exp.payload.get(key) if key else exp.payload
+        lines.append(f"{exp.engine} {exp.version} {key or 'adaptive config'} (--format {fmt}): " + json.dumps(body))
     return lines
 
 
@@ -167,7 +187,7 @@ def _layout(sc) -> str:
     return f", layout {dep.layout}, ep={dep.ep}" + (f", dp={dep.dp}" if dep.dp_attention else "")
 
 
-def render(pred: Prediction, fmt: str) -> str:
+def render(pred: Prediction, fmt: str, versions: dict | None = None) -> str:
     if fmt == "table":
         return render_table(pred)
     if fmt == "csv":
@@ -176,7 +196,7 @@ def render(pred: Prediction, fmt: str) -> str:
         head = f"**{pred.scenario.name}**: step times from {pred.provenance['step_time_source']}\n\n"
         return head + markdown_table(condensed(pred.table))
     if fmt == "json":
-        return json.dumps(pred.to_dict(), indent=2, default=_json_default) + "\n"
+        return json.dumps(pred.to_dict(versions), indent=2, default=_json_default) + "\n"
     if fmt == "kmap":
         return render_kmap(pred)
     if fmt in EXPORT_FORMATS:
@@ -248,8 +268,8 @@ def _run(args) -> int:
         sys.stdout.write(catalog_text(args.list))
         return 0
     overrides = setting_overrides(args, *SETTING_FLAGS)
-    export_only = [flag for flag, given in (("--export-version", args.export_version), ("--markdown", args.markdown),
-                                            ("--cuda-graph-bs", args.cuda_graph_bs)) if given]
+    export_only = [flag for flag, given in (("--export-version", args.export_version and args.format != "json"),
+                                            ("--markdown", args.markdown), ("--cuda-graph-bs", args.cuda_graph_bs)) if given]
     if export_only and args.format not in EXPORT_FORMATS:
         raise PlannerError(f"{export_only[0]} applies to an engine export (--format {', '.join(EXPORT_FORMATS)}),"
                            f" not --format {args.format}")
@@ -292,7 +312,12 @@ def _render_answer(pred: Prediction, args) -> str:
                              args.sglang_candidates)
     if args.format == "table":  # the table's reader gets its caveats (json carries them as "notes")
         warn_notes(pred)
-    return render(pred, args.format)
+    versions = None
+    if args.format == "json" and args.export_version:  # the JSON's engine files for that release
+        versions = {fmt: args.export_version for fmt in pred.engine_formats()}
+        for fmt in versions:
+            exports.check_version(fmt, args.export_version)
+    return render(pred, args.format, versions)
 
 
 main = command(build_parser, _run)

@@ -45,7 +45,8 @@ def _output_args(p) -> None:
                    " vllm-ctx (proposal PR #48944), trtllm, sglang (adaptive config), sglang-sps (DSpark step-cost"
                    " table): the engine file")
     p.add_argument("--export-version", help="engine version the export targets (default: the newest release"
-                   " checked: vllm 0.33.0, trtllm 1.2.1, sglang 0.5.23; vllm-ctx: pr48944). Not --engine-version,"
+                   " checked: vllm 0.33.0, trtllm 1.2.1, sglang 0.5.23; vllm-ctx: pr48944); with --format json, of the engine files"
+                   " it embeds. Not --engine-version,"
                    " which picks the engine profile the step times are modelled with")
     p.add_argument("--markdown", action="store_true", help="print an export as a Markdown table of what the engine"
                    " will do per range, instead of the engine file")

@@ -246,8 +246,7 @@ def _engine_tables(scen: dict, k_context: int) -> tuple[dict, dict, dict]:
     for cand, (csc, _) in scen.items():
         pred = predict_scenario(csc.with_overrides(context_len=k_context))
         k_tables[cand.label] = pred.table
-        engine[cand.label] = {"vllm": pred.engine_payload("vllm"), "trtllm": pred.engine_payload("trtllm"),
-                              "predict": predict_command(csc, cand, k_context),
+        engine[cand.label] = {"exports": pred.exports_dict(), "predict": predict_command(csc, cand, k_context),
                               "advice": [a.to_dict() for a in pred.engine_advice()]}
         stops[cand.label] = spec_stops_paying(pred.table, pred.grid)
     return k_tables, engine, stops

@@ -287,16 +287,21 @@ def _k_sections(res: SizingResult, rec: dict | None) -> list:
                    ("p", res.spec_stops[label] + "."), ("p", _break_even_sentence(kt, res.scenario.fixed_k)),
                    *([("p", "Note: " + risk + ".")] if (risk := gain_at_risk_text(kt)) else []),
                    ("table", k_star_table(kt)),
-                   ("p", "The same table from predict:"), ("code", eng.get("predict", "")),
-                   ("p", "vLLM `speculative_config`:"), ("code", compact_json(eng["vllm"])),
-                   ("p", "TensorRT-LLM:"), ("code", compact_json(eng["trtllm"]))]
+                   ("p", "The same table from predict:"), ("code", eng.get("predict", ""))]
+        for fmt, exp in eng.get("exports", {}).items():  # the scenario's engine's files, as --format FMT writes them
+            if "error" in exp:
+                kparts.append(("p", f"{fmt}: {exp['error']}"))
+            else:
+                kparts += [("p", f"{exp['engine']} {exp['version']} (`predict --format {fmt}`):"),
+                           ("code", compact_json(exp["file"]))]
         if rec and n == 0:  # the recommended candidate: the engine settings that cost it goodput, if any
             kparts += [("p", line.strip()) for line in advice_lines(eng.get("advice", []))]
     if len(order) > 3:
         kparts.append(("p", f"K* tables of the other {len(order) - 3} candidates: see the JSON output."))
     kparts.insert(0, ("p", "K* per batch size from the goodput model at the mean context of a running sequence"
-                           " (prompt + half the output); paste the vLLM block as `speculative_config` (add the"
-                           " draft checkpoint as `model`) or the TensorRT-LLM schedule as `draft_len_schedule`."))
+                           " (prompt + half the output); the engine files below are what `python -m simulator.predict"
+                           " --format FMT` writes for the scenario's engine (vLLM: `speculative_config`; SGLang:"
+                           " `--speculative-adaptive-config`; TensorRT-LLM: `draft_len_schedule`)."))
     return kparts
 
 
