@@ -56,7 +56,7 @@ def test_cli_and_json_say_where_k_changes(capsys):
     assert predict_main(argv) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
-    head = lines.index("where K* changes (what the old and new K give over plain decoding there):")
+    head = lines.index("where the schedule's K changes (what the old and new K give over plain decoding there):")
     nine = next(x for x in lines[head:] if x.startswith("  B=9: K* 0 -> 1"))
     assert "plain to 12 sequences, K=1 to 10" in nine and "of 128 experts a layer" in nine
     assert any(x.startswith("  ... ") and "k_changes" in x for x in lines[head:])  # more than 6 changes

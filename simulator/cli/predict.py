@@ -49,6 +49,11 @@ def condensed(table: pd.DataFrame) -> pd.DataFrame:
     keep = (b & (b - 1)) == 0
     keep[[0, -1]] = True
     keep[1:] |= k[1:] != k[:-1]
+    if "k_schedule" in table:  # and where the engine schedule's K changes or differs from K*
+        ks = table.k_schedule.fillna(-1).to_numpy()
+        differs = ks != k
+        keep[1:] |= (ks[1:] != ks[:-1]) | (differs[1:] != differs[:-1])
+        keep[0] |= differs[0]
     return table[keep]
 
 
@@ -89,13 +94,19 @@ def _table_body(t: pd.DataFrame, fixed_k: int) -> str:
             "break_even_acceptance_length", "bound", "memory_gb_per_gpu"]
     if "experts_touched" in t:
         cols += ["experts_touched", "experts_touched_plain", "expert_load_share"]
+    differs = _schedule_differs(t)
+    if differs.any():  # the engine schedule's K where it is not K* (blank elsewhere)
+        cols.insert(cols.index("k_opt") + 1, "k_schedule")
     view = t[cols].copy()
+    if "k_schedule" in view:
+        view["k_schedule"] = [str(v) if d else "" for v, d in zip(view.k_schedule.fillna(-1), differs)]
     view["k_opt"] = view.k_opt.astype(object).where(view.k_opt.notna(), "-")
     view["bound"] = view.bound.map(BOUND_SHOWN).fillna(view.bound)  # "memory": bandwidth, never "out of memory"
     headers = {"batch_size": "B", "k_opt": "K*", "goodput_per_seq": "tok/s/seq", "throughput": "tok/s",
                "itl_ms": "step ms", "token_latency_ms": "ms/token", "plain_token_latency_ms": "plain ms/token",
                "speedup_vs_plain": "vs plain", "speedup_vs_fixed": f"vs K={fixed_k}",
                "fixed_vs_plain": f"K={fixed_k}/plain", "break_even_acceptance_length": f"K={fixed_k} needs AL",
+               "k_schedule": "sched K",
                "bound": "bound", "memory_gb_per_gpu": "GB/GPU",
                "experts_touched": "experts@K*", "experts_touched_plain": "experts@K=0",
                "expert_load_share": "expert share"}
@@ -111,6 +122,35 @@ def _table_body(t: pd.DataFrame, fixed_k: int) -> str:
     return view.to_string(index=False)
 
 
+def _schedule_differs(t: pd.DataFrame) -> np.ndarray:
+    """Per row: whether the engine schedule's K is not K* there."""
+    if "k_schedule" not in t:
+        return np.zeros(len(t), dtype=bool)
+    return (t.k_schedule.fillna(-1).to_numpy() != t.k_opt.fillna(-1).to_numpy())
+
+
+def schedule_differs_line(pred: Prediction) -> str | None:
+    """Where the compressed schedule (the engine files) runs another K than K* at that batch size alone."""
+    t = pred.table
+    differs = _schedule_differs(t)
+    if not differs.any():
+        return None
+    runs, start = [], None
+    b, ks, k = t.batch_size.to_numpy(), t.k_schedule.fillna(-1).to_numpy(int), t.k_opt.fillna(-1).to_numpy(int)
+    for i in range(len(t)):
+        if differs[i] and start is None:
+            start = i
+        end_run = start is not None and (i + 1 == len(t) or not differs[i + 1] or (ks[i + 1], k[i + 1]) != (ks[i], k[i]))
+        if end_run:
+            span = f"{b[start]}" if start == i else f"{b[start]}-{b[i]}"
+            runs.append(f"B {span}: K={ks[i]} (K*={k[i]})")
+            start = None
+    more = f", ... {len(runs) - 6} more" if len(runs) > 6 else ""
+    return (f"the engine schedule runs another K than K* ('sched K') at {', '.join(runs[:6])}{more}: it gives up at most"
+            f" {pred.schedule_summary()['tolerance']:.1%} of the goodput there for fewer ranges over the batch range asked"
+            " (K* at each batch size does not depend on that range)")
+
+
 def _table_facts(pred: Prediction, shown: int) -> list[str]:
     """One-line facts under the table (``shown``: the rows printed)."""
     sc = pred.scenario
@@ -124,6 +164,9 @@ def _table_facts(pred: Prediction, shown: int) -> list[str]:
         first = int(none_fit.batch_size.min())
         lines.append(f"batch sizes >= {first} do not fit in memory: {shortfall_text(sc, first)}")
     lines += engine_file_lines(pred)
+    differs = schedule_differs_line(pred)
+    if differs:
+        lines.append(differs)
     if shown < len(pred.table):
         lines.append(f"({shown} of {len(pred.table)} batch sizes shown: powers of two and every change of K*;"
                      " --format csv prints all)")
@@ -165,7 +208,7 @@ def k_change_lines(changes: list[dict]) -> list[str]:
     """'where K* changes:' and one indented line per change (the first K_CHANGES_SHOWN)."""
     if not changes:
         return []
-    lines = ["where K* changes (what the old and new K give over plain decoding there):"]
+    lines = ["where the schedule's K changes (what the old and new K give over plain decoding there):"]
     lines += [f"  {c['text']}" for c in changes[:K_CHANGES_SHOWN]]
     if len(changes) > K_CHANGES_SHOWN:
         lines.append(f"  ... {len(changes) - K_CHANGES_SHOWN} more (--format json lists them under k_changes)")

@@ -9,6 +9,7 @@
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from dataclasses import dataclass
@@ -135,15 +136,26 @@ class Prediction:
         return df
 
     @cached_property
+    def choice_grid(self) -> Grid:
+        """The grid read per batch size alone: K* at B is the best K at B (of the robust score with an
+        acceptance band; ties to the smaller K), whatever batch range was asked. The compressed schedule of
+        :attr:`grid` (fewest ranges within the schedule tolerance, solved over the range asked) is what the
+        engine files hold; where it runs another K, the table says so at that batch size (``k_schedule``)."""
+        return dataclasses.replace(self.grid, schedule_tolerance=0.0)
+
+    @cached_property
     def columns(self) -> dict:
         """Per batch size, as numpy arrays: what :attr:`table` shows without its per-cell bound regime
-        (:func:`simulator.plan.grid.kstar_columns`; a fleet sweep reads these alone)."""
-        return kstar_columns(self.grid, self.scenario.fixed_k)
+        (:func:`simulator.plan.grid.kstar_columns` at the per-batch choice; a fleet sweep reads these alone),
+        plus ``k_schedule``: the engine schedule's K (-1 where none fits)."""
+        cols = kstar_columns(self.choice_grid, self.scenario.fixed_k)
+        cols["k_schedule"] = self.grid.k_star
+        return cols
 
     @cached_property
     def table(self) -> pd.DataFrame:
         """One row per batch size: K*, its goodput, and plain / fixed-K / dynamic-K compared."""
-        g = self.grid
+        g = self.choice_grid
         sc = self.scenario
         cols = self.columns
         idx = g.optimal_k_index()
@@ -156,6 +168,8 @@ class Prediction:
         df = pd.DataFrame(cols)
         df["k_opt"] = pd.array(np.where(feasible, cols["k_opt"], 0), dtype="Int64")
         df.loc[~feasible, "k_opt"] = pd.NA  # <NA> where K* is -1
+        df["k_schedule"] = pd.array(np.where(cols["k_schedule"] >= 0, cols["k_schedule"], 0), dtype="Int64")
+        df.loc[cols["k_schedule"] < 0, "k_schedule"] = pd.NA
         df.insert(df.columns.get_loc("fits_memory"), "bound", np.where(feasible, g.regime()[rows, safe], "none fits"))
         # the acceptance length the fixed K needs to tie plain decoding here, and what it reaches
         df["break_even_acceptance_length"] = np.where(fits[:, i_fix] & fits[:, i0], break_even_acceptance_length(
