@@ -64,6 +64,6 @@ def test_cli_and_json_say_where_k_changes(capsys):
     d = json.loads(capsys.readouterr().out)
     ks = [r["k_to"] for r in d["k_changes"]]
     assert len(ks) > 6 and all(r["text"].startswith(f"B={r['batch_size']}: K* ") for r in d["k_changes"])
-    rows = {r["batch_size"]: r["k_opt"] for r in d["rows"]}
-    for r in d["k_changes"]:  # each change is where the table's K* changes
+    rows = {r["batch_size"]: r["k_schedule"] for r in d["rows"]}
+    for r in d["k_changes"]:  # each change is where the table's schedule K changes
         assert rows[r["previous_batch_size"]] == r["k_from"] and rows[r["batch_size"]] == r["k_to"]
