@@ -227,7 +227,8 @@ def _layout(sc) -> str:
     dep = sc.deployment
     if not sc.model.is_moe:
         return ""
-    return f", layout {dep.layout}, ep={dep.ep}" + (f", dp={dep.dp}" if dep.dp_attention else "")
+    return (f", layout {dep.layout}, ep={dep.ep}" + (f", dp={dep.dp}" if dep.dp_attention else "")
+            + f", routing {dep.routing.describe()}")
 
 
 def render(pred: Prediction, fmt: str, versions: dict | None = None) -> str:
