@@ -52,7 +52,9 @@ def test_padding_is_named_where_plain_and_speculative_graphs_differ():
 def test_cli_and_json_say_where_k_changes(capsys):
     # gpt-oss-120b / H100 / SGLang: K* leaves 0 at B = 9 because the plain server pads 9 sequences to its
     # 12 graph while the speculative one pads them to 10 (the lists above)
-    argv = ["--model", "gpt-oss-120b", "--hardware", "h100-sxm", "--tp", "1", "--engine", "sglang", "--draft", "eagle3"]
+    # independent routing (reuse 0; the default is 0.5): the case the padding lists above were worked out for
+    argv = ["--model", "gpt-oss-120b", "--hardware", "h100-sxm", "--tp", "1", "--engine", "sglang", "--draft", "eagle3",
+            "--routing-reuse", "0"]
     assert predict_main(argv) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()

@@ -46,10 +46,13 @@ def _plain(value):
 
 
 def _absolute(value, base_dir: str | None):
-    """A relative path naming an existing file beside the original scenario, made absolute."""
-    if isinstance(value, str) and base_dir and value and not Path(value).is_absolute():
-        candidate = Path(base_dir) / value
-        if candidate.is_file() and ("/" in value or "." in Path(value).name):
+    """A relative path naming an existing file beside the original scenario (or, for a flag, in the working
+    directory), made absolute; anything else (catalog names, dtypes) unchanged."""
+    if not isinstance(value, str) or not value or Path(value).is_absolute() or not ("/" in value or "." in value):
+        return value
+    for base in ([Path(base_dir)] if base_dir else []) + [Path.cwd()]:
+        candidate = base / value
+        if candidate.is_file():
             return str(candidate.resolve())
     return value
 
