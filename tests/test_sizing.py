@@ -236,7 +236,7 @@ def test_report_renders_in_chromium(tmp_path):
     assert "http" not in text  # nothing to fetch, not even a namespace URL
     assert "<script" not in text
     # the scenario's engine's file only (vLLM here): no TensorRT-LLM schedule beside it
-    assert "num_speculative_tokens_per_batch_size" in text and "draft_len_schedule" not in text
+    assert "num_speculative_tokens_per_batch_size" in text and "max_draft_len" not in text
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=[
             "--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
