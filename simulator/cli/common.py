@@ -97,8 +97,8 @@ SAVE_FLAG = "--save-scenario"
 
 def add_save_scenario_arg(p: argparse.ArgumentParser) -> None:
     """--save-scenario FILE: every command's way to keep what it ran as a commented scenario TOML."""
-    p.add_argument(SAVE_FLAG, metavar="FILE", help="also write the scenario this command ran (flags folded in) as a"
-                   " commented TOML; --scenario FILE runs it again with the same answer")
+    p.add_argument(SAVE_FLAG, metavar="FILE", help="also write what this command ran (flags folded in) as a commented"
+                   " TOML; given back as the scenario (a sweep: as the sweep file) it gives the same answer")
 
 
 def check_save_scenario(args: argparse.Namespace) -> None:

@@ -49,7 +49,8 @@ def build_parser():
                    " default: the scenario's own alone (a quantized pick names its quality caveat)")
     p.add_argument("--price", metavar="GPU=USD,...", help="price per GPU-hour, e.g. h100-sxm=2.5,h200=3.2 (overrides"
                    " [sizing] prices and the catalog's indicative prices)")
-    p.add_argument("--rate", type=float, help="target load (overrides the scenario's target)")
+    p.add_argument("--rate", type=float, help="target load in requests/s (overrides the scenario's target; without"
+                   " --scenario, Poisson arrivals at this rate)")
     p.add_argument("--workers", type=int, help="parallel worker processes (default [sizing] workers, else 2)")
     p.add_argument("--n-requests", type=int, help="requests per serving simulation")
     p.add_argument("--search-steps", type=int, help="bisection steps after bracketing")
