@@ -18,7 +18,8 @@ from typing import Callable
 from simulator.errors import PlannerError, PlannerWarning
 from simulator.files import check_output_dir, check_output_file, write_atomically, write_files_atomically
 
-__all__ = ["OneLineParser", "run_cli", "command", "say_written", "one_line", "check_output_dir", "check_output_file", "write_atomically",
+__all__ = ["OneLineParser", "run_cli", "command", "say_written", "add_save_scenario_arg", "check_save_scenario",
+           "save_scenario", "command_line", "one_line", "check_output_dir", "check_output_file", "write_atomically",
            "write_files_atomically", "add_dtype_args", "dtype_overrides", "dtypes_text", "add_setting_args",
            "setting_overrides", "blame_flag", "load_with_flags", "Terminated", "signals_as_exceptions"]
 
@@ -129,8 +130,42 @@ def command(build_parser: Callable[[], argparse.ArgumentParser], body: Callable[
             parser.add_argument("--quiet", action="store_true",
                                 help="print no 'warning:' lines on stderr (errors still print)")
         args = parser.parse_args(argv)
+        args.command_line = command_line(parser.prog, argv)  # what --save-scenario's header repeats
         return run_cli(lambda: body(args), quiet=args.quiet)
     return main
+
+
+def command_line(prog: str, argv: list[str] | None) -> str:
+    """The command as typed: PROG ARGS (arguments with spaces quoted)."""
+    import shlex
+    args = sys.argv[1:] if argv is None else argv
+    return " ".join([prog] + [shlex.quote(str(a)) for a in args])
+
+
+SAVE_FLAG = "--save-scenario"
+
+
+def add_save_scenario_arg(p: argparse.ArgumentParser) -> None:
+    """--save-scenario FILE: every command's way to keep what it ran as a commented scenario TOML."""
+    p.add_argument(SAVE_FLAG, metavar="FILE", help="also write what this command ran (flags folded in) as a commented"
+                   " TOML; given back as the scenario (a sweep: as the sweep file) it gives the same answer")
+
+
+def check_save_scenario(args: argparse.Namespace) -> None:
+    """Refuse an unwritable --save-scenario before any work (one line naming the flag)."""
+    if getattr(args, "save_scenario", None):
+        check_output_file(args.save_scenario, SAVE_FLAG)
+
+
+def save_scenario(args: argparse.Namespace, raw: dict, name: str | None = None) -> None:
+    """Write ``raw`` (a scenario's TOML-layout dict) to --save-scenario, atomically, with the command in its
+    header; ``name``: the scenario's name, kept when the file has none; one 'wrote FILE' line on stderr."""
+    from simulator.specs.scenario_toml import scenario_toml
+    if name and "name" not in raw:
+        raw = {"name": name} | raw
+    text = scenario_toml(raw, getattr(args, "command_line", ""))
+    write_atomically(args.save_scenario, text, flag=SAVE_FLAG)
+    say_written([args.save_scenario])
 
 
 def say_written(paths) -> None:
@@ -146,9 +181,21 @@ def add_setting_args(p, *names: str, notes: dict | None = None) -> None:
     for name in names:
         s = BY_NAME[name]
         kwargs = {"type": s.arg_type, "metavar": s.metavar, "choices": s.choices}
+        if s.arg_type is bool:  # an on/off switch: the flag alone
+            kwargs = {"action": "store_true"}
         note = (notes or {}).get(name)
-        p.add_argument(s.flag, help=s.help_text() + (f"; {note}" if note else ""),
+        p.add_argument(s.flag, help=s.help_text() + (f"; {note}" if note else "") + _toml_text(s),
                        **{k: v for k, v in kwargs.items() if v is not None})
+
+
+def _toml_text(s) -> str:
+    """' [TOML: [workload] k_max; default 8]': where the flag's value lives in a scenario, and what a scenario
+    without it gets (the settings table's default), unless the help already says."""
+    if s.key is None:
+        return ""
+    where = f"[{s.section}] {s.key}" if s.section else s.key
+    said = "default" in s.help_text()
+    return f" [TOML: {where}" + ("" if s.default is None or said else f"; default {s.default}") + "]"
 
 
 def setting_overrides(args: argparse.Namespace, *names: str) -> dict:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 from simulator.plan import exports
-from simulator.cli.common import DTYPE_SETTINGS, OneLineParser, add_setting_args
+from simulator.cli.common import DTYPE_SETTINGS, OneLineParser, add_save_scenario_arg, add_setting_args
 from simulator.cli.catalog import KINDS as CATALOG_KINDS
 
 EXPORT_FORMATS = exports.FORMATS  # vllm, vllm-ctx, trtllm, sglang, sglang-sps: engine files
@@ -15,7 +15,7 @@ FORMATS = ("table", "csv", "json", "markdown", "kmap") + EXPORT_FORMATS
 SCENARIO_SETTINGS = ("model", "hardware", "tp", "ep", "draft", "draft_checkpoint", "acceptance", "temperature", "top_p",
                      "acceptance_band")
 WORKLOAD_SETTINGS = ("context_len", "batch_sizes", "k_max", "schedule_tolerance", "fixed_k", *DTYPE_SETTINGS)
-DEPLOYMENT_SETTINGS = ("calibration", "deployment", "layout", "dp", "routing_reuse", "engine", "engine_version",
+DEPLOYMENT_SETTINGS = ("calibration", "deployment", "learned", "layout", "dp", "routing_reuse", "engine", "engine_version",
                        "max_capture_size", "max_num_seqs", "max_num_batched_tokens", "allreduce_busbw")
 OUTPUT_SETTINGS = ("context_lens",)
 SETTING_FLAGS = SCENARIO_SETTINGS + WORKLOAD_SETTINGS + DEPLOYMENT_SETTINGS + OUTPUT_SETTINGS
@@ -45,7 +45,8 @@ def _output_args(p) -> None:
                    " vllm-ctx (proposal PR #48944), trtllm, sglang (adaptive config), sglang-sps (DSpark step-cost"
                    " table): the engine file")
     p.add_argument("--export-version", help="engine version the export targets (default: the newest release"
-                   " checked: vllm 0.33.0, trtllm 1.2.1, sglang 0.5.23; vllm-ctx: pr48944). Not --engine-version,"
+                   " checked: vllm 0.33.0, trtllm 1.2.1, sglang 0.5.23; vllm-ctx: pr48944); with --format json, of the engine files"
+                   " it embeds. Not --engine-version,"
                    " which picks the engine profile the step times are modelled with")
     p.add_argument("--markdown", action="store_true", help="print an export as a Markdown table of what the engine"
                    " will do per range, instead of the engine file")
@@ -58,13 +59,15 @@ def _output_args(p) -> None:
     p.add_argument("--list", choices=CATALOG_KINDS, help="list the catalog's models, hardware, engines, drafts or"
                    " dtypes with what each rests on, and exit (also: python -m simulator.catalog)")
     p.add_argument("--breakdown", metavar="B,K", help="print the per-operator breakdown at batch size B and draft length K")
+    add_save_scenario_arg(p)
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="python -m simulator.predict",
                       description="Predict the goodput-optimal speculative draft length K per batch size.")
-    _scenario_args(p)
-    _workload_args(p)
-    _deployment_args(p)
-    _output_args(p)
+    # one argparse group per function above: --help lists the flags under these headings
+    _scenario_args(p.add_argument_group("scenario", "what runs: the scenario file, and flags that override its values"))
+    _workload_args(p.add_argument_group("grid", "batch sizes, context, K and precisions"))
+    _deployment_args(p.add_argument_group("deployment", "calibration, parallel layout, engine and server"))
+    _output_args(p.add_argument_group("output", "what to print and where"))
     return p

@@ -21,7 +21,8 @@ import warnings
 import pandas as pd
 
 from simulator.errors import PlannerError, PlannerWarning
-from simulator.cli.common import OneLineParser, add_dtype_args, add_setting_args, command, dtype_overrides, dtypes_text, load_with_flags
+from simulator.cli.common import (OneLineParser, add_dtype_args, add_save_scenario_arg, add_setting_args, check_save_scenario,
+                                 command, dtype_overrides, dtypes_text, load_with_flags, save_scenario)
 from simulator.specs.scenario import DEFAULT_SCENARIO
 
 FORMATS = ("table", "json", "csv")
@@ -34,22 +35,57 @@ MAX_SEQS = 65_536
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="python -m simulator.serve",
                       description="Step-level serving simulation of speculative-decoding policies.")
-    p.add_argument("--scenario", default=str(DEFAULT_SCENARIO), help="scenario TOML file or bundled name")
-    p.add_argument("--policy", default="all",
-                   help="plain|fixed|dsd|dsd-adaptive|per-request|cutoff (fixed:K, cutoff:B), a comma list, or all")
-    p.add_argument("--format", default="table", help="table | json | csv")
-    p.add_argument("--requests", type=int, help="number of requests (default: [traffic] n_requests)")
-    p.add_argument("--seed", type=int, default=0)
-    load = p.add_mutually_exclusive_group()
+    what = p.add_argument_group("scenario", "what runs: the scenario file, and flags that override its values")
+    what.add_argument("--scenario", default=str(DEFAULT_SCENARIO),
+                      help="scenario TOML file or bundled name (default scenarios/default.toml)")
+    what.add_argument("--policy", default="all",
+                      help="plain|fixed|dsd|dsd-adaptive|per-request|cutoff (fixed:K, cutoff:B), a comma list, or all"
+                      " (the default)")
+    add_setting_args(what, "acceptance")
+    add_dtype_args(what)
+    traffic = p.add_argument_group("traffic", "the requests (default: the scenario's [traffic]); one arrival process at most")
+    traffic.add_argument("--requests", type=int, help="number of requests (default: [traffic] n_requests)")
+    traffic.add_argument("--seed", type=int, default=0, help="seed of the arrival times and request lengths (default 0)")
+    load = traffic.add_mutually_exclusive_group()
     load.add_argument("--rate", type=float, help="Poisson arrivals at this rate [requests/s]")
     load.add_argument("--concurrency", type=int, help="closed loop with this many users")
     load.add_argument("--waves", help="B,MULT: MULT x B prompts at once, at most B in flight")
-    add_setting_args(p, "deployment", "max_num_seqs", notes={"deployment": "every serving step uses them"})
-    add_dtype_args(p)
-    add_setting_args(p, "acceptance")
-    p.add_argument("--graphs", action="store_true", help="also list the (tokens, K) CUDA graphs each policy's K table needs"
-                   " (decode-only steps; the adaptive policies start from dsd's table)")
+    server = p.add_argument_group("deployment", "calibration and the engine's settings")
+    add_setting_args(server, "deployment", "learned", "max_num_seqs", notes={"deployment": "every serving step uses them"})
+    out = p.add_argument_group("output", "what to print")
+    out.add_argument("--format", default="table", help="table | json | csv (default table)")
+    out.add_argument("--graphs", action="store_true", help="also list the (tokens, K) CUDA graphs each policy's K table needs"
+                     " (decode-only steps; the adaptive policies start from dsd's table)")
+    add_save_scenario_arg(out)
     return p
+
+
+def saved_raw(sc, args) -> dict:
+    """The scenario with the load flags folded into [traffic] and the running cap into [serving]: what
+    --save-scenario writes, which simulates the same workload when loaded back."""
+    raw = dict(sc.raw)
+    traffic = dict(raw.get("traffic") or {})
+    if args.requests is not None:
+        traffic["n_requests"] = args.requests
+    if args.rate is not None:
+        traffic = {k: v for k, v in traffic.items() if k not in ("concurrency", "waves")} | {
+            "arrival": "poisson", "rate_per_s": args.rate}
+    elif args.concurrency is not None:
+        traffic = {k: v for k, v in traffic.items() if k != "waves"} | {"arrival": "closed",
+                                                                      "concurrency": args.concurrency}
+    elif args.waves:
+        b, mult = _waves(args.waves)
+        traffic = {k: v for k, v in traffic.items() if k not in ("concurrency", "n_requests", "arrival")} | {
+            "waves": [b, mult]}
+    if traffic:
+        raw["traffic"] = traffic
+    cap = args.max_num_seqs
+    if cap is None and args.waves:  # a wave's batch size is the server's running cap (as _run sets it)
+        from simulator import serving
+        cap = max(_waves(args.waves)[0], serving.engine_from_scenario(sc).max_num_seqs)
+    if cap is not None:
+        raw["serving"] = dict(raw.get("serving") or {}) | {"max_num_seqs": cap}
+    return raw
 
 
 def _policies(text: str) -> list[str]:
@@ -163,9 +199,11 @@ def render(df: pd.DataFrame, fmt: str) -> str:
 
 def _run(args) -> int:
     check_flags(args)
+    check_save_scenario(args)
     from simulator import serving
     policies = _policies(args.policy)
-    sc = load_with_flags(args.scenario, acceptance=args.acceptance, deployment=args.deployment, **dtype_overrides(args))
+    sc = load_with_flags(args.scenario, acceptance=args.acceptance, deployment=args.deployment,
+                         learned=False if args.physics_only else None, **dtype_overrides(args))
     workload = _workload(sc, args)
     # --max-num-seqs, or a wave's batch size, is the server's running cap: the engine's own default with
     # speculation (SGLang's 48) applies only where neither sets one
@@ -198,6 +236,8 @@ def _run(args) -> int:
     if sc.deployment_fit is not None and args.format == "table":
         text += f"# step times: {sc.deployment_fit.label}\n"
     sys.stdout.write(text)
+    if args.save_scenario:
+        save_scenario(args, saved_raw(sc, args), sc.name)
     return 0
 
 

@@ -13,24 +13,44 @@ from __future__ import annotations
 import signal
 import sys
 
-from simulator.cli.common import OneLineParser, Terminated, check_output_dir, command, say_written
+from simulator.cli.common import (OneLineParser, Terminated, add_save_scenario_arg, check_output_dir, check_save_scenario,
+                                 command, save_scenario, say_written)
 from simulator.errors import PlannerError
 
 
 def build_parser():
     p = OneLineParser(prog="python -m simulator.sweep", description=__doc__.split("\n\n")[0])
-    p.add_argument("spec", help="sweep file (TOML with [sweep], optional [traffic.NAME], [acceptance.NAME], [run], [output])")
-    p.add_argument("--output-dir", help="where the journal and the tables go (default: [output] dir)")
-    p.add_argument("--workers", type=int, help="local worker processes (default: [run] workers, else 2)")
-    p.add_argument("--ray-address", help="run on Ray: auto | HOST[:PORT] | ray://HOST:10001 | local")
-    p.add_argument("--max-tasks", type=int, help="stop after computing this many tasks (rerun to continue)")
-    p.add_argument("--dry-run", action="store_true", help="print the expansion and the filtered combinations; run nothing")
-    p.add_argument("--deployment", nargs="+", default=[], metavar="FIT.json",
-                   help="deployment fit(s) from python -m calibration.fit_deployment: each replaces the planner's own"
-                        " engine terms in the combinations of the deployment it was fitted on (model, GPU, TP, engine"
-                        " release, draft, precision), and those rows say so (prov_deployment_fit)")
-    p.add_argument("--quiet", action="store_true", help="no progress line and no 'warning:' lines")
+    p.add_argument("spec", help="sweep file (TOML with [sweep], optional [traffic.NAME], [acceptance.NAME], [run], [output];"
+                   " docs/sweeps.md)")
+    what = p.add_argument_group("what runs")
+    what.add_argument("--deployment", nargs="+", default=[], metavar="FIT.json",
+                      help="deployment fit(s) from python -m calibration.fit_deployment: each replaces the planner's own"
+                           " engine terms in the combinations of the deployment it was fitted on (model, GPU, TP, engine"
+                           " release, draft, precision), and those rows say so (prov_deployment_fit)")
+    what.add_argument("--dry-run", action="store_true", help="print the expansion and the filtered combinations; run nothing")
+    what.add_argument("--max-tasks", type=int, help="stop after computing this many tasks (rerun to continue)")
+    where = p.add_argument_group("where it runs")
+    where.add_argument("--workers", type=int, help="local worker processes (default: [run] workers, else 2)")
+    where.add_argument("--ray-address", help="run on Ray: auto | HOST[:PORT] | ray://HOST:10001 | local")
+    out = p.add_argument_group("output")
+    out.add_argument("--output-dir", help="where the journal and the tables go (default: [output] dir)")
+    out.add_argument("--quiet", action="store_true", help="no progress line and no 'warning:' lines")
+    add_save_scenario_arg(out)  # here the sweep file, with --workers and --output-dir folded in
     return p
+
+
+def saved_sweep(args) -> dict:
+    """The sweep file as run: its tables with --workers into [run] and --output-dir into [output]."""
+    from pathlib import Path
+
+    from simulator.sweep.spec import _read
+    raw = _read(args.spec)
+    raw["_base_dir"] = str(Path(raw.pop("_path")).parent)
+    if args.workers is not None:
+        raw["run"] = dict(raw.get("run") or {}) | {"workers": args.workers}
+    if args.output_dir:
+        raw["output"] = dict(raw.get("output") or {}) | {"dir": str(Path(args.output_dir).resolve())}
+    return raw
 
 
 def run(args) -> int:
@@ -42,7 +62,10 @@ def run(args) -> int:
         raise PlannerError(f"--max-tasks must be >= 0, got {args.max_tasks}")
     if args.output_dir and not args.dry_run:  # before the expansion; the file names once it is read
         check_output_dir(args.output_dir)
+    check_save_scenario(args)
     spec = parse_sweep(args.spec, output_dir=args.output_dir, workers=args.workers, deployment=args.deployment)
+    if args.save_scenario:
+        save_scenario(args, saved_sweep(args))
     if args.dry_run:
         fitted = f", {spec.fitted_tasks} on a deployment fit" if spec.deployment_fits else ""
         print(f"{spec.name}: {spec.n_combinations} combinations, {len(spec.tasks)} tasks"

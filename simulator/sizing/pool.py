@@ -34,10 +34,6 @@ def _run_batch(tasks: list[Task]) -> list[Search]:
     return [_run_task(t)[1] for t in tasks]
 
 
-def _run_pickled_batch(blob: bytes) -> list[Search]:
-    return _run_batch(pickle.loads(blob))
-
-
 _SEARCHES: dict = {}  # search key -> Search: a search depends on none of the fleet settings (target, prices)
 _SEARCH_SLOTS = 512
 SEARCH_FIELDS = ("slo", "load_kind", "n_requests", "duration_s", "max_requests", "search_steps", "seed", "ttft_guard")
@@ -53,6 +49,10 @@ def search_key(task: Task) -> str:
             "max_seqs": task.max_seqs, "spec": {f: getattr(task.spec, f) for f in SEARCH_FIELDS},
             "sim": f"{getattr(sim, '__module__', '')}.{getattr(sim, '__qualname__', repr(sim))}"}
     return json.dumps(body, sort_keys=True, default=str)
+
+
+def _run_pickled(payload: bytes) -> list:
+    return _run_batch(pickle.loads(payload))
 
 
 def run_all(tasks: list[Task], workers: int, meanwhile=None) -> list[tuple[str, Search]]:
@@ -73,11 +73,11 @@ def run_all(tasks: list[Task], workers: int, meanwhile=None) -> list[tuple[str, 
             meanwhile()
         found = [_run_batch([t for _, t in b]) for b in batches]
     else:
+        # pickled here, before ``meanwhile`` runs: the pool's feeder thread would otherwise pickle the scenarios
+        # while ``meanwhile`` fills the caches they share (a profile's tables), a race pickle refuses
+        payloads = [pickle.dumps([t for _, t in b]) for b in batches]
         with worker_pool(min(workers, len(batches))) as pool:
-            # pickled here, before ``meanwhile`` runs: the pool's feeder thread would pickle them while
-            # ``meanwhile`` fills the same scenarios' caches ('dictionary changed size during iteration')
-            blobs = [pickle.dumps([t for _, t in b], protocol=pickle.HIGHEST_PROTOCOL) for b in batches]
-            pending = pool.map(_run_pickled_batch, blobs)  # submitted at once
+            pending = pool.map(_run_pickled, payloads)  # submitted at once
             if meanwhile is not None:
                 meanwhile()
             found = list(pending)
