@@ -7,19 +7,18 @@ layout that :func:`simulator.specs.scenario.build_scenario` reads, and reads mea
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 import math
 import os
 import re
-import tempfile
 from pathlib import Path
 
 import pandas as pd
 
 from calibration.measured import read_measured
+from dashboard.server_files import safe_name, store_upload
 from simulator.specs.acceptance_files import AcceptanceFile, parse_acceptance_bytes
-from simulator.specs.deployment_fit import load_deployment_fit
+from simulator.specs.deployment_fit import DEPLOYMENT_FORMAT, load_deployment_fit
 from simulator.errors import PlannerError
 from simulator.specs.models import list_models, model_from_hf_config
 from simulator.specs.scenario import FALLBACK_RATE, REPO_ROOT, SCENARIO_DIR, read_scenario_file
@@ -227,35 +226,56 @@ def uploaded_model(data: bytes, filename: str) -> str:
     """Validate an uploaded Hugging Face config.json and store it where ``load_model`` can read it.
 
     Returns the path to pass as the scenario's model name. Adapter: build_scenario takes a model
-    name or a file path, not a config dict, so the upload is written to a content-addressed file.
+    name or a file path, not a config dict, so the upload is written to a fresh file of this process's
+    private directory (dashboard/server_files.py), in a folder named after the model.
     """
     cfg = _json_object(data, filename)
-    stem = str(cfg.get("_name_or_path") or Path(filename).stem or "uploaded").rstrip("/").split("/")[-1]
-    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", stem) or "uploaded"
+    stem = safe_name(str(cfg.get("_name_or_path") or "") or Path(filename).stem, "uploaded")
     model_from_hf_config(cfg, name=stem, origin=filename)  # raises PlannerError with the reason
-    digest = hashlib.sha256(data).hexdigest()[:12]
-    path = Path(tempfile.gettempdir()) / "dsd-dashboard-uploads" / digest / stem / "config.json"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-    return str(path)
+    return str(store_upload(bytes(data), stem, "config.json"))
 
 
 def uploaded_deployment_fit(data: bytes, filename: str):
     """Validate an uploaded ``calibration.fit_deployment`` file and store it where the scenario reads it:
     (path, the loaded DeploymentFit). Whether it was fitted for this scenario's deployment is checked when
     the scenario is built (DeploymentMismatch)."""
-    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(filename).name) or "fit.json"
-    digest = hashlib.sha256(data).hexdigest()[:12]
-    path = Path(tempfile.gettempdir()) / "dsd-dashboard-uploads" / digest / stem
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
+    stem = safe_name(Path(filename).name, "fit.json")
+    doc = _json_object(data, stem)
+    if doc.get("format") == DEPLOYMENT_FORMAT:  # else the reader names what the file is not
+        check_fit_figures(doc, stem)
+    path = store_upload(bytes(data), stem)
     try:
         fit = load_deployment_fit(path)
     except PlannerError as err:  # name the upload, not the stored copy
-        raise PlannerError(str(err).replace(str(path), filename)) from None
+        raise PlannerError(str(err).replace(str(path), stem)) from None
     return str(path), fit
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def check_fit_figures(doc: dict, name: str) -> None:
+    """What a hand-edited fit may get wrong that would print false precision or stop the page: the band
+    (uncertainty.step_time_rel / goodput_rel, > 0 in every file fit_deployment writes: it adds a noise
+    floor), each term inside its interval [lo, hi], the provenance a table (issue 50)."""
+    refit = "; refit it with python -m calibration.fit_deployment"
+    unc = doc.get("uncertainty")
+    for key in ("step_time_rel", "goodput_rel"):
+        value = unc.get(key) if isinstance(unc, dict) else None
+        if not _finite(value) or not 0 < value <= 10:
+            raise PlannerError(f"{name}: uncertainty.{key} is {value!r}, not a share above 0 (e.g. 0.05): the"
+                               f" predictions would claim a +-0% band{refit}")
+    terms = doc.get("terms")
+    for term, entry in (terms.items() if isinstance(terms, dict) else ()):
+        iv = entry.get("interval") if isinstance(entry, dict) else None
+        value = entry.get("value") if isinstance(entry, dict) else None
+        if (isinstance(iv, list) and len(iv) == 2 and all(map(_finite, iv)) and _finite(value)
+                and not iv[0] <= value <= iv[1]):
+            raise PlannerError(f"{name}: terms.{term}.interval {iv} does not hold its value {value:g}"
+                               f" (an interval is [low, high] around the value){refit}")
+    if doc.get("provenance") is not None and not isinstance(doc["provenance"], dict):
+        raise PlannerError(f"{name}: provenance must be a table, got {type(doc['provenance']).__name__}{refit}")
 
 
 def without_deployment_fit(raw: dict) -> dict:
