@@ -20,7 +20,8 @@ from dashboard.server_files import safe_name, store_upload
 from simulator.specs.acceptance_files import AcceptanceFile, parse_acceptance_bytes
 from simulator.specs.deployment_fit import DEPLOYMENT_FORMAT, load_deployment_fit
 from simulator.errors import PlannerError
-from simulator.specs.models import list_models, model_from_hf_config
+from simulator.specs.engines import default_engine, engine_names, engine_versions
+from simulator.specs.models import list_models, load_model, model_from_hf_config
 from simulator.specs.scenario import FALLBACK_RATE, REPO_ROOT, SCENARIO_DIR, read_scenario_file
 from simulator.specs.settings import default
 
@@ -33,6 +34,9 @@ DRAFT_CHOICES = ["eagle", "eagle3", "mtp", "ngram", "model"]
 ACC_IID, ACC_LIST, ACC_BENCH, ACC_METRICS, ACC_FILE = ("i.i.d. rate", "per-position list", "vLLM bench JSON",
                                                        "vLLM /metrics dump", "acceptance file (any format)")
 ACC_MODES = [ACC_IID, ACC_LIST, ACC_BENCH, ACC_METRICS, ACC_FILE]
+# the engines the CLI's --engine takes, the three with engine files first; labels as their users name them
+ENGINE_LABELS = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM", "ideal": "none (kernels only)",
+                 "gpt-fast": "gpt-fast", "magicdec": "MagicDec"}
 BATCH_MAX = 1024
 K_MAX_LIMIT = 16
 MAX_RATE = 0.99  # Acceptance needs rates < 1
@@ -45,14 +49,44 @@ def scenario_names() -> list[str]:
     return (["default"] if "default" in names else []) + [n for n in names if n != "default"]
 
 
+def engine_choices() -> list[str]:
+    """Engine names for the selector: vLLM, SGLang, TensorRT-LLM first, then the other profiles."""
+    names = engine_names()
+    return [n for n in ENGINE_LABELS if n in names] + [n for n in names if n not in ENGINE_LABELS]
+
+
+def engine_label(name: str) -> str:
+    return ENGINE_LABELS.get(name, name)
+
+
+def release_choices(engine: str) -> list[str]:
+    """The engine's profiled releases, newest first (what --engine-version takes)."""
+    return list(reversed(engine_versions(engine)))
+
+
 def profile_files() -> dict[str, str]:
-    """Label -> path of calibration profiles (calibration/data/*.json, plus $DSD_PROFILE_DIR)."""
+    """Label -> path of calibration profiles (calibration/data/*.json, plus $DSD_PROFILE_DIR); the
+    sidecars written beside raw measurements (NAME.raw.csv.meta.json) are not profiles."""
     dirs = [CALIBRATION_DIR] + ([Path(os.environ["DSD_PROFILE_DIR"])] if os.environ.get("DSD_PROFILE_DIR") else [])
     out = {}
     for d in dirs:
         for p in sorted(Path(d).glob("*.json")):
-            out[p.name] = str(p)
+            if not p.name.endswith(".meta.json"):
+                out[p.name] = str(p)
     return out
+
+
+def vocabulary(model: str) -> int:
+    """The vocabulary size of a catalog model or an uploaded config.json's path."""
+    return load_model(model).vocab_size
+
+
+def draft_models_for(target: str) -> list[str]:
+    """Catalog models that can draft for ``target``: the same vocabulary, fewer parameters; smallest first."""
+    t = load_model(target)
+    fits = [load_model(m) for m in list_models() if m != t.name]
+    fits = [m for m in fits if m.vocab_size == t.vocab_size and m.total_params() < t.total_params()]
+    return [m.name for m in sorted(fits, key=lambda m: m.total_params())]
 
 
 def profile_hardware(path: str) -> str:
@@ -105,7 +139,12 @@ def controls_from_scenario(raw: dict) -> dict:
                                    "interconnect_bandwidth_bytes_per_s"))
     model = raw.get("model", {}).get("name", "llama-3.1-8b")
     profile = raw.get("calibration", {}).get("profile")
+    engine = raw.get("engine", {}).get("name") or default_engine(base.kind)
+    engine = engine if engine in engine_names() else default_engine(base.kind)
+    release = str(raw.get("engine", {}).get("version") or release_choices(engine)[0])
     return {
+        "engine_name": engine,
+        "engine_version": release if release in release_choices(engine) else release_choices(engine)[0],
         "hw_name": hw.get("name", "h100-sxm"),
         "hw_custom": custom,
         "hw_peak_tflops": float(hw.get("peak_bf16_flops_per_s", base.peak_bf16_flops_per_s)) / 1e12,
@@ -170,6 +209,12 @@ def scenario_raw(base: dict, c: dict, *, acceptance: list[float], acceptance_sou
             hw["interconnect_bandwidth_bytes_per_s"] = float(c["hw_busbw_gbs"]) * 1e9
     prec = raw.setdefault("precision", {})
     prec.update(weights=c["w_dtype"], activations=c["a_dtype"], kv_cache=c["kv_dtype"])
+    engine = raw.setdefault("engine", {})
+    engine.update(name=c["engine_name"])
+    if c.get("engine_version"):
+        engine["version"] = c["engine_version"]
+    else:
+        engine.pop("version", None)
     raw["draft"] = ({"method": "model", "model": c["draft_model"]} if c["draft_method"] == "model"
                     else {"method": c["draft_method"]})
     raw["acceptance"] = {"rates": [float(r) for r in acceptance], "source": acceptance_source}
