@@ -159,12 +159,12 @@ def _engine_controls() -> None:
     ss, sb = st.session_state, st.sidebar
     if ss.get("engine_version") not in S.release_choices(ss["engine_name"]):
         _engine_changed()
-    c1, c2 = sb.columns([3, 2])
-    c1.selectbox("Serving engine", S.engine_choices(), key="engine_name", format_func=S.engine_label,
+    sb.subheader("Serving engine")
+    sb.selectbox("Engine", S.engine_choices(), key="engine_name", format_func=S.engine_label,
                  on_change=_engine_changed,
                  help="Whose host time per step and CUDA-graph padding the step times include (--engine); the"
                       " Downloads tab writes this engine's files. none (kernels only): the GPU work alone.")
-    c2.selectbox("Release", S.release_choices(ss["engine_name"]), key="engine_version",
+    sb.selectbox("Engine release", S.release_choices(ss["engine_name"]), key="engine_version",
                  format_func=lambda v: v or "-",
                  help="The engine profile's release (--engine-version; simulator/data/engines/), newest first.")
 
@@ -422,6 +422,11 @@ def sidebar() -> Inputs:
 
     controls = {k: ss[k] for k in base_controls}
     ss["_shadow"].update(controls, insp_b=ss["insp_b"], insp_k=ss["insp_k"])
+    if (int(controls["ep"]) > 1 or controls["layout"] != "tp") and not load_model(model).num_experts:
+        # expert parallelism needs experts: a dense target runs TP only (the controls keep their values)
+        controls.update(ep=1, layout="tp")
+        st.sidebar.caption(f"EP and the MoE layout apply to MoE models only: {load_model(model).name} is dense,"
+                           " so it runs on TP alone.")
     raw = S.scenario_raw(base_raw, controls, acceptance=rates, acceptance_source=source, model=model,
                          profile=profile, deployment_fit=fit_path) if model_ok and acceptance_ok else None
     return Inputs(raw=raw, origin=f"dashboard (from scenarios/{ss['scenario']}.toml)", inspect_b=int(ss["insp_b"]),

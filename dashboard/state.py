@@ -27,7 +27,7 @@ from simulator.specs.settings import default
 
 CALIBRATION_DIR = REPO_ROOT / "calibration" / "data"
 NO_PROFILE = "none (datasheet only)"
-AUTO_PROFILE = "best shipped for this device (measured tables, else published prior)"
+AUTO_PROFILE = "best shipped for the device"  # its measured tables, else its published prior (the help says so)
 TP_CHOICES = [1, 2, 4, 8, 16]
 EP_CHOICES = [1, 2, 4, 8]
 DRAFT_CHOICES = ["eagle", "eagle3", "mtp", "ngram", "model"]

@@ -245,3 +245,43 @@ def test_sweep_upload_bytes_read_in_memory():
     df = V.read_table(TABLE.to_csv(index=False).encode(), "results.csv")
     assert len(df) == 1
     assert len(V.read_table(io.BytesIO(TABLE.to_csv(index=False).encode()), "x.csv")) == 1
+
+
+def _listening(port: int) -> set[str]:
+    """Local addresses listening on ``port`` (IPv4 and IPv6, from /proc/net/tcp*)."""
+    out = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            local, state = line.split()[1], line.split()[3]
+            addr, hexport = local.split(":")
+            if state == "0A" and int(hexport, 16) == port:
+                out.add(addr)
+    return out
+
+
+@pytest.mark.slow
+def test_streamlit_run_without_flags_listens_on_localhost_only(tmp_path):
+    """`streamlit run app.py` with no --server.address: the project's .streamlit/config.toml binds it."""
+    import subprocess
+
+    sys.path.insert(0, str(ROOT / "tests"))
+    from test_browser import _free_port, _wait_healthy
+
+    if not Path("/proc/net/tcp").exists():
+        pytest.skip("needs Linux /proc/net/tcp")
+    port = _free_port()
+    with open(tmp_path / "server.log", "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "streamlit", "run", "app.py", "--server.port", str(port),
+                                 "--server.fileWatcherType", "none"], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        _wait_healthy(f"http://127.0.0.1:{port}/_stcore/health", proc)
+        assert _listening(port) == {"0100007F"}  # 127.0.0.1 only: no 0.0.0.0, no ::
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+    log_text = (tmp_path / "server.log").read_text()
+    assert "Network URL" not in log_text and "External URL" not in log_text
