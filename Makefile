@@ -49,7 +49,7 @@ bench: setup
 data: setup
 	scripts/make_measured_data.sh
 
-# refresh docs/dashboard.png (the README's picture) from a real browser
+# refresh docs/dashboard.png (the picture in docs/guide.md) from a real browser
 docs: setup chromium
 	DSD_DOCS_SCREENSHOT=docs/dashboard.png $(PY) -m pytest -q tests/test_browser.py
 

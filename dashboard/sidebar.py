@@ -9,6 +9,7 @@ import streamlit as st
 from dashboard import state as S
 from simulator.errors import PlannerError
 from simulator.specs.acceptance import preset_for
+from simulator.specs.drafts import parse_draft
 from simulator.specs.hardware import ACT_DTYPES, KV_DTYPES, WEIGHT_DTYPES, list_hardware, load_hardware
 from simulator.specs.engines import default_engine
 from simulator.specs.models import list_models, load_model
@@ -37,7 +38,7 @@ def _draft_changed() -> None:
     """A new draft method brings its own acceptance preset and source (simulator/data/acceptance.toml);
     the previous method's rates are dropped. A method without a preset keeps the current rates."""
     ss = st.session_state
-    preset = preset_for(ss["draft_method"])
+    preset = preset_for(parse_draft(ss["draft_method"]).preset_key)  # a tree's preset is per depth
     if preset is None:
         ss.pop("_acc_preset", None)
         return
@@ -190,7 +191,8 @@ def _model_controls() -> tuple[str, bool]:
     _fit_draft_to(model)
     sb.selectbox("Draft method", S.DRAFT_CHOICES, key="draft_method", on_change=_draft_changed,
                  help="eagle / eagle3: a one-layer head; mtp: the model's multi-token-prediction module; "
-                      "ngram: prompt lookup on the host; model: a separate small draft model.")
+                      "ngram: prompt lookup on the host; model: a separate small draft model; dflash / dspark / "
+                      "p-eagle / pard: one-pass block drafters; eagle3:tree:4x8: an EAGLE tree (topk 4, 8 tokens).")
     if ss["draft_method"] == "model":
         sb.selectbox("Draft model", S.draft_models_for(model), key="draft_model",
                      help="Catalog models that share the target's vocabulary and are smaller than it.")

@@ -30,7 +30,7 @@ NO_PROFILE = "none (datasheet only)"
 AUTO_PROFILE = "best shipped for the device"  # its measured tables, else its published prior (the help says so)
 TP_CHOICES = [1, 2, 4, 8, 16]
 EP_CHOICES = [1, 2, 4, 8]
-DRAFT_CHOICES = ["eagle", "eagle3", "mtp", "ngram", "model"]
+DRAFT_CHOICES = ["eagle", "eagle3", "mtp", "ngram", "model", "dflash", "dspark", "p-eagle", "pard", "eagle3:tree:4x8"]
 ACC_IID, ACC_LIST, ACC_BENCH, ACC_METRICS, ACC_FILE = ("i.i.d. rate", "per-position list", "vLLM bench JSON",
                                                        "vLLM /metrics dump", "acceptance file (any format)")
 ACC_MODES = [ACC_IID, ACC_LIST, ACC_BENCH, ACC_METRICS, ACC_FILE]

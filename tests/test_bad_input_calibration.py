@@ -108,7 +108,7 @@ def test_cli_refuses_with_one_line(fx, case_id, module, argv):
 
 
 def test_calibration_run_defaults_to_a_file_of_this_device():
-    """The README's `calibration.run --quick` must not resume the shipped CPU's raw file elsewhere."""
+    """docs/guide.md's `calibration.run --quick` must not resume the shipped CPU's raw file elsewhere."""
     from calibration.device import DeviceInfo
     from calibration.run import device_stem
 

@@ -3,7 +3,7 @@ playwright's sync API (PyPI package, system /usr/bin/chromium; never `playwright
 
 Behaviour checked: the charts render (vega-embed canvas/svg), changing the accelerator changes the
 rendered K* chart and the provenance line. The screenshot goes to a temporary directory;
-`make docs` sets DSD_DOCS_SCREENSHOT=docs/dashboard.png to refresh the README's picture.
+`make docs` sets DSD_DOCS_SCREENSHOT=docs/dashboard.png to refresh docs/guide.md's picture.
 """
 from __future__ import annotations
 

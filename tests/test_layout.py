@@ -13,7 +13,7 @@ ENTRY_SHIMS = {"simulator/sweep/__main__.py"}
 
 
 def test_predict_is_the_function_after_importing_everything():
-    # README's notebook example; importing a CLI module named like the API used to shadow it
+    # docs/guide.md's notebook example; importing a CLI module named like the API used to shadow it
     code = ("import simulator, calibration.validate, simulator.cli.predict, simulator.sizing;"
             " from simulator import predict; assert callable(predict) and not hasattr(predict, '__path__'),"
             " predict")
@@ -32,7 +32,7 @@ def _imports(path: Path) -> set[str]:
 
 
 def test_floors_import_only_downward():
-    # hand: the layout card in README 'Layout'; a floor may import its own and lower floors only
+    # hand: the layout card in README 'Layout' (in full: docs/guide.md 'Layout'); a floor may import its own and lower floors only
     bad = []
     for i, floor in enumerate(FLOORS):
         for path in (ROOT / "simulator" / floor).rglob("*.py"):

@@ -28,13 +28,17 @@ def test_every_schema_key_and_override_is_one_row():
 
 
 def test_predict_flags_are_the_tables():
-    """Every predict flag that sets the scenario is a table row: same flag, type and help."""
+    """Every predict flag that sets the scenario is a table row: same flag, type and help, the help followed by
+    where the value lives in a scenario file (and the table's default)."""
     parser = build_parser()
     actions = {a.option_strings[0]: a for a in parser._actions if a.option_strings}
     for name in SETTING_FLAGS:
         s = settings.BY_NAME[name]
         action = actions[s.flag]
-        assert action.dest == s.dest and action.type is s.arg_type and action.help == s.help_text()
+        assert action.dest == s.dest and action.type is s.arg_type and action.help.startswith(s.help_text())
+        if s.key is not None:
+            assert f"[TOML: [{s.section}] {s.key}" in action.help, s.flag
+    assert "[TOML: [workload] k_max; default 8]" in actions["--k-max"].help  # hand: the table's row
     flagged = {s.flag for s in settings.SETTINGS if s.flag}
     assert flagged <= set(actions), flagged - set(actions)
 

@@ -40,13 +40,14 @@ def _hardware_basis(hw) -> str:
 
 def _hardware() -> list[str]:
     from simulator.specs.hardware import list_hardware, load_hardware
-    out = ["# hardware: name, memory, NVLink domain / inter-node fabric; kernel times rest on"]
+    out = ["# hardware: name, memory, NVLink domain / inter-node fabric, FP4 tensor cores; kernel times rest on"]
     for name in list_hardware():
         hw = load_hardware(name)
         dom = hw.scale_up_domain_gpus
         fabric = (f"{dom}/node, {hw.scale_out['fabric']}" if hw.scale_out else
                   f"{dom}/node, no inter-node fabric (tp <= {dom})" if dom else hw.interconnect)
-        out.append(f"{name:12s} {hw.memory_bytes / 1e9:5.0f} GB  {fabric:60s}  {_hardware_basis(hw)}")
+        fp4 = "fp4: " + "/".join(hw.fp4_formats) if hw.fp4_formats else "no fp4"
+        out.append(f"{name:12s} {hw.memory_bytes / 1e9:5.0f} GB  {fabric:60s}  {fp4:16s}  {_hardware_basis(hw)}")
     return out
 
 
@@ -62,24 +63,26 @@ def _engines() -> list[str]:
 
 def _drafts() -> list[str]:
     from simulator.specs.acceptance import load_presets
-    from simulator.specs.drafts import DRAFT_METHODS, DRAFT_SYNTAX
+    from simulator.specs.drafts import DRAFT_METHODS, DRAFT_SYNTAX, TREE_SYNTAX
     from simulator.specs.scenario import FALLBACK_RATE
     presets = load_presets()
     out = ["# draft methods (--draft): syntax, what is priced; default acceptance rests on"]
-    for method in DRAFT_METHODS:
-        syntax, what = DRAFT_SYNTAX[method]
-        p = presets.get(method)
+    rows = [(DRAFT_SYNTAX[m][0], DRAFT_SYNTAX[m][1], m) for m in DRAFT_METHODS] + [TREE_SYNTAX + ("eagle3-tree",)]
+    for syntax, what, key in rows:
+        p = presets.get(key)
         acc = f"{p['source']}" if p else f"no published preset: i.i.d. {FALLBACK_RATE:g} assumed; give measured rates (--acceptance)"
-        out.append(f"{syntax:14s} {what:80s}  {acc}")
+        out.append(f"{syntax:18s} {what:100s}  {acc}")
     return out
 
 
 def _dtypes() -> list[str]:
-    from simulator.specs.hardware import ACT_DTYPES, KV_DTYPES, WEIGHT_DTYPES
+    from simulator.specs.hardware import ACT_DTYPES, FP4_DTYPES, KV_DTYPES, WEIGHT_DTYPES, fp4_hardware
     return ["# dtypes (bytes per element in simulator/specs/hardware.py DTYPE_BYTES)",
             f"weights (--dtype, [precision] weights):        {', '.join(WEIGHT_DTYPES)}",
             f"activations ([precision] activations):          {', '.join(ACT_DTYPES)}",
-            f"KV cache (--kv-dtype, [precision] kv_cache):    {', '.join(KV_DTYPES)}"]
+            f"KV cache (--kv-dtype, [precision] kv_cache):    {', '.join(KV_DTYPES)}"] + [
+            f"{f} weights and activations (--dtype {f} --act-dtype {f}, FP4 tensor cores): "
+            + ", ".join(n for n, formats in fp4_hardware().items() if f in formats) for f in FP4_DTYPES]
 
 
 def catalog_text(kind: str = "all") -> str:

@@ -97,8 +97,18 @@ def add_setting_args(p, *names: str, notes: dict | None = None) -> None:
         s = BY_NAME[name]
         kwargs = {"type": s.arg_type, "metavar": s.metavar, "choices": s.choices}
         note = (notes or {}).get(name)
-        p.add_argument(s.flag, help=s.help_text() + (f"; {note}" if note else ""),
+        p.add_argument(s.flag, help=s.help_text() + (f"; {note}" if note else "") + _toml_text(s),
                        **{k: v for k, v in kwargs.items() if v is not None})
+
+
+def _toml_text(s) -> str:
+    """' [TOML: [workload] k_max; default 8]': where the flag's value lives in a scenario, and what a scenario
+    without it gets (the settings table's default), unless the help already says."""
+    if s.key is None:
+        return ""
+    where = f"[{s.section}] {s.key}" if s.section else s.key
+    said = "default" in s.help_text()
+    return f" [TOML: {where}" + ("" if s.default is None or said else f"; default {s.default}") + "]"
 
 
 def setting_overrides(args: argparse.Namespace, *names: str) -> dict:

@@ -63,8 +63,9 @@ def _output_args(p) -> None:
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="python -m simulator.predict",
                       description="Predict the goodput-optimal speculative draft length K per batch size.")
-    _scenario_args(p)
-    _workload_args(p)
-    _deployment_args(p)
-    _output_args(p)
+    # one argparse group per function above: --help lists the flags under these headings
+    _scenario_args(p.add_argument_group("scenario", "what runs: the scenario file, and flags that override its values"))
+    _workload_args(p.add_argument_group("grid", "batch sizes, context, K and precisions"))
+    _deployment_args(p.add_argument_group("deployment", "calibration, parallel layout, engine and server"))
+    _output_args(p.add_argument_group("output", "what to print and where"))
     return p

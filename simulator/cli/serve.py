@@ -34,21 +34,27 @@ MAX_SEQS = 65_536
 def build_parser() -> argparse.ArgumentParser:
     p = OneLineParser(prog="python -m simulator.serve",
                       description="Step-level serving simulation of speculative-decoding policies.")
-    p.add_argument("--scenario", default=str(DEFAULT_SCENARIO), help="scenario TOML file or bundled name")
-    p.add_argument("--policy", default="all",
-                   help="plain|fixed|dsd|dsd-adaptive|per-request|cutoff (fixed:K, cutoff:B), a comma list, or all")
-    p.add_argument("--format", default="table", help="table | json | csv")
-    p.add_argument("--requests", type=int, help="number of requests (default: [traffic] n_requests)")
-    p.add_argument("--seed", type=int, default=0)
-    load = p.add_mutually_exclusive_group()
+    what = p.add_argument_group("scenario", "what runs: the scenario file, and flags that override its values")
+    what.add_argument("--scenario", default=str(DEFAULT_SCENARIO),
+                      help="scenario TOML file or bundled name (default scenarios/default.toml)")
+    what.add_argument("--policy", default="all",
+                      help="plain|fixed|dsd|dsd-adaptive|per-request|cutoff (fixed:K, cutoff:B), a comma list, or all"
+                      " (the default)")
+    add_setting_args(what, "acceptance")
+    add_dtype_args(what)
+    traffic = p.add_argument_group("traffic", "the requests (default: the scenario's [traffic]); one arrival process at most")
+    traffic.add_argument("--requests", type=int, help="number of requests (default: [traffic] n_requests)")
+    traffic.add_argument("--seed", type=int, default=0, help="seed of the arrival times and request lengths (default 0)")
+    load = traffic.add_mutually_exclusive_group()
     load.add_argument("--rate", type=float, help="Poisson arrivals at this rate [requests/s]")
     load.add_argument("--concurrency", type=int, help="closed loop with this many users")
     load.add_argument("--waves", help="B,MULT: MULT x B prompts at once, at most B in flight")
-    add_setting_args(p, "deployment", "max_num_seqs", notes={"deployment": "every serving step uses them"})
-    add_dtype_args(p)
-    add_setting_args(p, "acceptance")
-    p.add_argument("--graphs", action="store_true", help="also list the (tokens, K) CUDA graphs each policy's K table needs"
-                   " (decode-only steps; the adaptive policies start from dsd's table)")
+    server = p.add_argument_group("deployment", "calibration and the engine's settings")
+    add_setting_args(server, "deployment", "max_num_seqs", notes={"deployment": "every serving step uses them"})
+    out = p.add_argument_group("output", "what to print")
+    out.add_argument("--format", default="table", help="table | json | csv (default table)")
+    out.add_argument("--graphs", action="store_true", help="also list the (tokens, K) CUDA graphs each policy's K table needs"
+                     " (decode-only steps; the adaptive policies start from dsd's table)")
     return p
 
 

@@ -19,24 +19,36 @@ FORMATS = ("html", "markdown", "json")
 SUFFIX = {"html": ".html", "markdown": ".md", "json": ".json"}
 
 
+def _default(key: str):
+    """What a scenario without [sizing] KEY gets (SizingSpec's default), for the help text."""
+    from simulator.sizing.spec import SizingSpec
+    return SizingSpec.__dataclass_fields__[key].default
+
+
 def build_parser():
     p = OneLineParser(prog="python -m simulator.size", description=__doc__.split("\n\n")[0])
-    src = p.add_mutually_exclusive_group(required=True)
+    what = p.add_argument_group("scenario", "what to size: a scenario with [traffic], [slo], [sizing], and flags that"
+                                " override its values")
+    src = what.add_mutually_exclusive_group(required=True)
     src.add_argument("--scenario", help="scenario TOML with [traffic], [slo], [sizing] (path or bundled name)")
     src.add_argument("--all-bundled", action="store_true", help="size every bundled scenarios/sizing-*.toml")
-    p.add_argument("--output-dir", help="write <scenario>.html/.md/.json here (default: print to stdout)")
-    p.add_argument("--format", action="append", choices=FORMATS,
-                   help="output format, repeatable (default: html and markdown with --output-dir, markdown otherwise)")
-    p.add_argument("--candidates", help="comma-separated hardware names (overrides [sizing] candidates)")
-    p.add_argument("--tp", help="comma-separated TP degrees (overrides [sizing] tp)")
-    p.add_argument("--rate", type=float, help="target load (overrides the scenario's target)")
-    p.add_argument("--workers", type=int, help="parallel worker processes (default [sizing] workers, else 2)")
-    p.add_argument("--n-requests", type=int, help="requests per serving simulation")
-    p.add_argument("--search-steps", type=int, help="bisection steps after bracketing")
-    p.add_argument("--no-sensitivity", action="store_true", help="skip the acceptance / bandwidth reruns")
-    add_setting_args(p, "acceptance", "deployment", notes={
+    what.add_argument("--rate", type=float, help="target load in the scenario's unit: requests/s ([sizing] target_rate_per_s),"
+                      " or users where it sizes by [sizing] target_concurrency (overrides the scenario's target)")
+    add_setting_args(what, "acceptance")
+    add_dtype_args(what)  # the scenario's precision (the [sizing] dtypes entry ""); fp8 candidates stay W8A8
+    search = p.add_argument_group("search", "the candidates and how hard to look (default: the scenario's [sizing])")
+    search.add_argument("--candidates", help="comma-separated hardware names (overrides [sizing] candidates)")
+    search.add_argument("--tp", help="comma-separated TP degrees (overrides [sizing] tp)")
+    add_setting_args(search, "deployment", notes={
         "deployment": "for the scenario's own deployment; candidates on other hardware or TP are sized without it"})
-    add_dtype_args(p)  # the scenario's precision (the [sizing] dtypes entry ""); fp8 candidates stay W8A8
+    search.add_argument("--workers", type=int, help=f"parallel worker processes (default [sizing] workers, else {_default('workers')})")
+    search.add_argument("--n-requests", type=int, help=f"requests per serving simulation (default [sizing] n_requests, else {_default('n_requests')})")
+    search.add_argument("--search-steps", type=int, help=f"bisection steps after bracketing (default [sizing] search_steps, else {_default('search_steps')})")
+    search.add_argument("--no-sensitivity", action="store_true", help="skip the acceptance / bandwidth reruns (also [sizing] sensitivity = false)")
+    out = p.add_argument_group("output", "what to write and where")
+    out.add_argument("--output-dir", help="write <scenario>.html/.md/.json here (default: print to stdout)")
+    out.add_argument("--format", action="append", choices=FORMATS,
+                     help="output format, repeatable (default: html and markdown with --output-dir, markdown otherwise)")
     return p
 
 

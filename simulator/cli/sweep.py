@@ -18,17 +18,21 @@ from simulator.errors import PlannerError
 
 def build_parser():
     p = OneLineParser(prog="python -m simulator.sweep", description=__doc__.split("\n\n")[0])
-    p.add_argument("spec", help="sweep file (TOML with [sweep], optional [traffic.NAME], [acceptance.NAME], [run], [output])")
-    p.add_argument("--output-dir", help="where the journal and the tables go (default: [output] dir)")
-    p.add_argument("--workers", type=int, help="local worker processes (default: [run] workers, else 2)")
-    p.add_argument("--ray-address", help="run on Ray: auto | HOST[:PORT] | ray://HOST:10001 | local")
-    p.add_argument("--max-tasks", type=int, help="stop after computing this many tasks (rerun to continue)")
-    p.add_argument("--dry-run", action="store_true", help="print the expansion and the filtered combinations; run nothing")
-    p.add_argument("--deployment", nargs="+", default=[], metavar="FIT.json",
-                   help="deployment fit(s) from python -m calibration.fit_deployment: each replaces the planner's own"
-                        " engine terms in the combinations of the deployment it was fitted on (model, GPU, TP, engine"
-                        " release, draft, precision), and those rows say so (prov_deployment_fit)")
-    p.add_argument("--quiet", action="store_true", help="no progress line and no 'warning:' lines")
+    p.add_argument("spec", help="sweep file (TOML with [sweep], optional [traffic.NAME], [acceptance.NAME], [run], [output];"
+                   " docs/sweeps.md)")
+    what = p.add_argument_group("what runs")
+    what.add_argument("--deployment", nargs="+", default=[], metavar="FIT.json",
+                      help="deployment fit(s) from python -m calibration.fit_deployment: each replaces the planner's own"
+                           " engine terms in the combinations of the deployment it was fitted on (model, GPU, TP, engine"
+                           " release, draft, precision), and those rows say so (prov_deployment_fit)")
+    what.add_argument("--dry-run", action="store_true", help="print the expansion and the filtered combinations; run nothing")
+    what.add_argument("--max-tasks", type=int, help="stop after computing this many tasks (rerun to continue)")
+    where = p.add_argument_group("where it runs")
+    where.add_argument("--workers", type=int, help="local worker processes (default: [run] workers, else 2)")
+    where.add_argument("--ray-address", help="run on Ray: auto | HOST[:PORT] | ray://HOST:10001 | local")
+    out = p.add_argument_group("output")
+    out.add_argument("--output-dir", help="where the journal and the tables go (default: [output] dir)")
+    out.add_argument("--quiet", action="store_true", help="no progress line and no 'warning:' lines")
     return p
 
 

@@ -14,6 +14,17 @@ decode passes before verify, ``forward_draft_extend_after_decode`` over the acce
 it, run eagerly). So a step prices K - 1 one-token passes and one extend pass:
 
     draft(B, K) = (K - 1) x pass(B) + extend(B, K)      extend: layers at B (K + 1) tokens, head at B
+
+One-pass block drafters (DFlash, DSpark, P-EAGLE, PARD; :data:`simulator.specs.drafts.BLOCK_METHODS`)
+propose all K drafts in ONE forward pass over q(K) query tokens per sequence (K + 1, K or 2K:
+``query_tokens`` in data/drafts.toml), so their step is that one pass, priced in the extend slot, with
+no one-token passes (:func:`draft_passes` = 1 at K > 0):
+
+    draft(B, K) = block(B, K)     layers at B q(K) tokens (attention: q(K) queries over the context),
+                                  LM head at the B K predicted positions; DFlash / DSpark add their
+                                  context step (fc + every layer's K/V over the B (K + 1) verified tokens)
+
+A draft tree (``eagle3:tree:TxN``) runs its K - 1 passes after the first over T candidates per sequence.
 """
 from __future__ import annotations
 
@@ -25,7 +36,8 @@ from simulator.physics.layers import FORWARD_PARTS, LAYER_PARTS, attention_deplo
 from simulator.physics.operators import PassCost, StepCost, evaluate
 from simulator.physics.pass_tables import PassPlan, Segment, cell_inputs, price_plan
 from simulator.specs.deployment import Deployment
-from simulator.specs.drafts import DraftSpec, draft_defaults, draft_deployment
+from simulator.physics.ops import Op
+from simulator.specs.drafts import DraftSpec, block_queries, draft_defaults, draft_deployment
 from simulator.specs.hardware import DTYPE_BYTES, Hardware
 from simulator.specs.models import ModelSpec
 from simulator.specs.profile import Profile
@@ -54,8 +66,8 @@ EXTEND_METHODS = ("eagle", "eagle3", "mtp", "model")
 
 def has_extend_pass(draft: DraftSpec, dep: Deployment | None = None) -> bool:
     """Whether the step's first draft pass differs from the others (priced by :func:`draft_extend_cost`)."""
-    return draft.method in EXTEND_METHODS or (draft.method == "self" and dep is not None
-                                              and dep.kernels.self_spec_catch_up)
+    return draft.method in EXTEND_METHODS or draft.is_block or (draft.method == "self" and dep is not None
+                                                                and dep.kernels.self_spec_catch_up)
 
 
 def _rows(dep: Deployment, batch, queries, part: str):
@@ -84,6 +96,8 @@ def draft_extend_plan(setting: DraftSetting, batch, k, context_len, expert_batch
     batch, k = np.asarray(batch, dtype=float), np.asarray(k, dtype=float)
     queries = k + 1.0  # batch and K keep their own axes: batch-only ops are priced over B alone
     cells = (draft,) + cell_inputs(batch, k, context_len, expert_batch)
+    if draft.is_block:
+        return block_plan(setting, batch, k, context_len, cells)
     if draft.method == "self":
         # after a step in which any sequence accepted all K drafts, the draft's cache lacks the last draft
         # token: the first pass runs it and the bonus token for every sequence (two queries each). The
@@ -132,6 +146,76 @@ def draft_extend_plan(setting: DraftSetting, batch, k, context_len, expert_batch
         ("head", rank_tokens(dep, batch, 1.0), head_ops_at)], ops, batch, context_len, cells)
 
 
+def block_plan(setting: DraftSetting, batch, k, context_len, cells: tuple) -> PassPlan:
+    """A block drafter's one pass over the (B, K) grid (module docstring): q(K) query tokens per sequence
+    through its layers (a draft model's for PARD, target-sized layers for the heads), the LM head at the
+    B K predicted positions; DFlash / DSpark also project the B (K + 1) verified tokens' target features
+    (fc) to every draft layer's K/V (the context step), and DSpark runs K sequential Markov-head products
+    [B, r] x [r, V]."""
+    draft, target, dep, hw = setting.draft, setting.target, setting.dep, setting.hw
+    cfg = draft_defaults()[draft.method]
+    queries = np.maximum(block_queries(draft, k), 1.0)  # K = 0 drafts nothing (the step is not run there)
+    heads = np.maximum(k, 1.0)
+    w, a = DTYPE_BYTES[dep.weight_dtype], DTYPE_BYTES[dep.act_dtype]
+    if draft.method == "pard":  # a separate small LM over [accepted tokens, mask tokens]
+        m = draft.model
+        ddep = draft_deployment(m, dep)
+        adep = attention_deployment(ddep)
+
+        def pard_ops(b, L, part):
+            ops = LAYER_PARTS[part](m, ddep, hw, b, queries, L, "draft_block.")
+            if part == "all":
+                ops += head_ops(m, adep, hw, rank_tokens(ddep, b, heads), m.vocab_size, "draft_block.")
+            return ops
+        return _plan(ddep, (m, dep), ("block-pard", cfg["query_tokens"]), [
+            ("layers", rank_tokens(ddep, batch, queries), lambda t: pard_ops(t, 0.0, "tokens")),
+            ("head", rank_tokens(ddep, batch, heads), lambda t: head_ops(m, adep, hw, t, m.vocab_size, "draft_block."))],
+            pard_ops, batch, context_len, cells)
+    vocab = min(cfg.get("draft_vocab") or target.vocab_size, target.vocab_size)
+    D, n_layers = target.hidden_size, int(cfg["draft_layers"])
+    adep = attention_deployment(dep)
+    verified = k + 1.0  # the verified positions whose target features the context step projects
+    kv_width = n_layers * 2 * target.num_kv_heads * target.head_dim / adep.tp
+
+    def layer_ops(b, L, part):
+        # P-EAGLE fuses [embedding, target features] of its query tokens (EAGLE-3's fc); DFlash / DSpark
+        # queries are embeddings alone (their fc runs in the context step)
+        fuse = part != "cells" and not cfg["context_kv"]
+        ops = [gemm("draft_block.fusion", _rows(dep, b, queries, part), D, cfg["fusion_inputs"] * D, w, a, 1)] \
+            if fuse else []
+        return ops + LAYER_PARTS[part](target, dep, hw, b, queries, L, "draft_block.", layer_counts=(n_layers, 0))
+
+    def context_ops(t):  # fc of the fused target features + one K/V GEMM for every draft layer
+        return [gemm("draft_block.context_fc", t, D, cfg["fusion_inputs"] * D, w, a, 1),
+                gemm("draft_block.context_kv", t, kv_width, D, w, a, 1)]
+
+    def markov_ops(b):  # K sequential [B, r] x [r, V] products: the [r, V] weight read K times
+        r = float(cfg["markov_rank"])
+        rows = rank_tokens(dep, b, 1.0)
+        flops = 2.0 * rows * heads * vocab * r
+        nbytes = heads * (vocab * r * w + rows * (vocab + r) * a)
+        return [Op("draft_block.markov_head", "gemm", flops, nbytes, kernels=2, count=1, eff_tokens=rows)]
+
+    def head_ops_at(t):
+        return head_ops(target, adep, hw, t, vocab, "draft_block.")
+
+    def ops(b, L, part):
+        out = layer_ops(b, L, part)
+        if part == "all":
+            out += head_ops_at(rank_tokens(dep, b, heads))
+            if cfg["context_kv"]:
+                out += context_ops(rank_tokens(dep, b, verified))
+        if part in ("all", "cells") and "markov_rank" in cfg:
+            out += markov_ops(b)
+        return out
+    segments = [("layers", rank_tokens(dep, batch, queries), lambda t: layer_ops(t, 0.0, "tokens")),
+                ("head", rank_tokens(dep, batch, heads), head_ops_at)]
+    if cfg["context_kv"]:
+        segments.append(("context", rank_tokens(dep, batch, verified), context_ops))
+    return _plan(dep, (target, dep), ("block-head", draft.method, vocab, cfg["fusion_inputs"], n_layers,
+                                      cfg["query_tokens"]), segments, ops, batch, context_len, cells)
+
+
 def draft_extend_cost(setting: DraftSetting, batch, k, context_len, price=evaluate,
                       expert_batch=None) -> StepCost | None:
     """The extend pass over the (B, K) grid: the draft's layers over B (K + 1) verified tokens (their
@@ -167,7 +251,7 @@ def draft_pass_plan(setting: DraftSetting, batch, context_len) -> PassPlan | Non
         return _plan(dep, (target, dep), ("draft-early-exit", counts), [
             ("all", rank_tokens(dep, batch, 1.0), lambda t: exit_ops(t, 0.0, "tokens"))], exit_ops, batch, context_len,
             cells)
-    if draft.method in ("self", "model"):  # the whole target over its compressed KV cache, or a draft model
+    if draft.method in ("self", "model", "pard"):  # the whole target over its compressed KV, or a draft model
         m = target if draft.method == "self" else draft.model
         mdep = dep if draft.method == "self" else draft_deployment(m, dep)
 
@@ -185,22 +269,25 @@ def draft_pass_plan(setting: DraftSetting, batch, context_len) -> PassPlan | Non
     w, a, D = DTYPE_BYTES[dep.weight_dtype], DTYPE_BYTES[dep.act_dtype], target.hidden_size
     adep = attention_deployment(dep)
 
+    q = float(draft.topk)  # a tree's passes after the first run T candidates per sequence (a chain: 1)
+
     def head_layer(b, L, part):  # the fusion projection, one decoder layer, the LM head
-        ops = LAYER_PARTS[part](target, dep, hw, b, 1.0, L, "draft.", layer_counts=(0, 1) if moe_layer else (1, 0))
+        ops = LAYER_PARTS[part](target, dep, hw, b, q, L, "draft.", layer_counts=(0, 1) if moe_layer else (1, 0))
         if part == "cells":
             return ops
-        rows = _rows(dep, b, 1.0, part)
+        rows = _rows(dep, b, q, part)
         return [gemm("draft.fusion", rows, D, cfg["fusion_inputs"] * D, w, a, 1)] + ops + \
             head_ops(target, adep, hw, rows, vocab, "draft.", sampling=True)
-    return _plan(dep, (target, dep), ("draft-head", draft.method, vocab, cfg["fusion_inputs"], moe_layer), [
-        ("all", rank_tokens(dep, batch, 1.0), lambda t: head_layer(t, 0.0, "tokens"))], head_layer, batch, context_len,
+    return _plan(dep, (target, dep), ("draft-head", draft.method, vocab, cfg["fusion_inputs"], moe_layer, q), [
+        ("all", rank_tokens(dep, batch, q), lambda t: head_layer(t, 0.0, "tokens"))], head_layer, batch, context_len,
         cells)
 
 
 def draft_passes(draft: DraftSpec, k) -> np.ndarray:
-    """Draft passes per step at K drafts: K (heads, draft models, self-speculation), one host lookup for n-gram."""
+    """Draft passes per step at K drafts: K (heads, draft models, self-speculation; a tree's depth), one host
+    lookup for n-gram, ONE pass for a block drafter (DFlash, DSpark, P-EAGLE, PARD)."""
     k = np.asarray(k, dtype=float)
-    return np.minimum(k, 1.0) if draft.method == "ngram" else k
+    return np.minimum(k, 1.0) if draft.method == "ngram" or draft.is_block else k
 
 
 def draft_pass_cost(setting: DraftSetting, batch, k, context_len, price=evaluate) -> tuple[StepCost, np.ndarray]:

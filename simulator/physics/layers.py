@@ -32,10 +32,13 @@ def gemm(name: str, tokens, n: float, k: float, w_bytes: float, a_bytes: float, 
 
 
 def gemm_kernel_dtype(w_bytes: float, a_bytes: float) -> str:
-    """Which measured GEMM kernel family runs these operand sizes: fp8 x fp8 tensor cores, weight-only
-    int8 / int4 (dequantized into bf16 math), or bf16."""
+    """Which measured GEMM kernel family runs these operand sizes: fp8 x fp8 or FP4 x FP4 tensor cores
+    (a table without an fp4 surface prices them with its bf16 one), weight-only int8 / int4
+    (dequantized into bf16 math), or bf16."""
     if w_bytes == a_bytes == 1:
         return "fp8"
+    if w_bytes == a_bytes < 1:
+        return "fp4"
     if a_bytes == 2 and w_bytes in (1, 0.5):
         return "int8_wo" if w_bytes == 1 else "int4_wo"
     return "bf16"

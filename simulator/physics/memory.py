@@ -94,7 +94,7 @@ def draft_memory_bytes(draft: DraftSpec, target: ModelSpec, dep: Deployment, bat
     w = DTYPE_BYTES[dep.weight_dtype]
     if draft.method == "ngram":
         return np.zeros(np.broadcast(np.asarray(batch), np.asarray(tokens_per_seq)).shape)
-    if draft.method == "model":
+    if draft.method in ("model", "pard"):
         ddep = draft_deployment(draft.model, dep)
         return weight_bytes_per_gpu(draft.model, ddep) + kv_bytes_per_gpu(draft.model, ddep, batch, tokens_per_seq)
     if draft.method == "self":  # shares the target's weights; a compressed KV of at most W tokens
@@ -114,8 +114,12 @@ def draft_memory_bytes(draft: DraftSpec, target: ModelSpec, dep: Deployment, bat
         mlp = moe_layer_bytes_per_gpu(target, dep) if target.is_moe else target.dense_mlp_params() * w / t_a
         weights = depth * (attention_bytes_per_gpu(target, dep) + mlp + extra)
         return weights + kv_bytes_per_gpu(target, dep, batch, tokens_per_seq, layers=depth)
-    weights = attention_bytes_per_gpu(target, dep) + target.dense_mlp_params() * w / t_a + extra
-    return weights + kv_bytes_per_gpu(target, dep, batch, tokens_per_seq, layers=1)
+    # EAGLE heads: one target-sized layer; block heads (DFlash, DSpark, P-EAGLE): draft_layers of them, their
+    # own KV per layer (DSpark: + its Markov head's [V, r] and [r, V])
+    layers = int(cfg.get("draft_layers", 1))
+    extra += 2 * target.vocab_size * cfg.get("markov_rank", 0) * w / t_a
+    weights = layers * (attention_bytes_per_gpu(target, dep) + target.dense_mlp_params() * w / t_a) + extra
+    return weights + kv_bytes_per_gpu(target, dep, batch, tokens_per_seq, layers=layers)
 
 
 # --- the one memory budget -------------------------------------------------------------------------

@@ -332,6 +332,14 @@ class Prediction:
         ``version`` (default: the newest release checked); ``.json()`` / ``.markdown()`` render it."""
         table = self.kstar_map(context_lens if context_lens is not None or fmt != "vllm-ctx"
                             else self.default_context_lens())
+        draft = self.scenario.draft
+        if fmt in exports.FORMATS:  # a draft the engine (or that release) does not run: one line naming one that does
+            paste.check_draft_export(draft, fmt, version or exports.DEFAULT_VERSION[fmt])
+        if fmt == "sglang" and (draft.is_tree or draft.is_block):
+            version, notes = exports.check_version(fmt, version)
+            exp = paste.sglang_fixed_export(self, table, version, planned_batch_size)
+            exp.notes = notes + exp.notes
+            return exp
         if cuda_graph_bs is None:
             cuda_graph_bs = self.cuda_graph_bs()
         method_cfg, draft_warnings = paste.vllm_method(self.scenario)
@@ -340,6 +348,12 @@ class Prediction:
                              draft_method=self.scenario.draft.method)
         if fmt in ("vllm", "vllm-ctx"):
             exp.warnings += draft_warnings
+            if draft.is_block:
+                exp.notes.append(f"vLLM 0.33.0 drafts {draft.label}'s whole block every step, sized by"
+                                 " num_speculative_tokens (dflash/speculator.py: num_query_per_req = 1 + K); the"
+                                 " per-batch-size schedule trims the drafts verified, not the draft pass: where"
+                                 " K* is below num_speculative_tokens the engine's one draft pass is wider than"
+                                 " the one priced here")
             exp.notes += paste.serve_notes(self)
             exp.how_to_use = paste.vllm_serve_command(self, exp.payload) + (
                 "  (a build of PR #48944 only)" if fmt == "vllm-ctx" else "")
@@ -347,6 +361,10 @@ class Prediction:
             entry, warns = paste.trtllm_draft_entry(self.scenario)
             exp.payload = entry | exp.payload
             exp.warnings += warns
+            if draft.method == "pard":
+                exp.warnings.append("PARD runs in TensorRT-LLM as its own decoding config (PARDDecodingConfig,"
+                                    " tensorrt_llm/_torch/speculative/pard.py): its keys were not read from a wheel"
+                                    " here; add its decoding_type and draft model by hand")
         elif fmt == "sglang":
             exp.how_to_use, warns = paste.sglang_serve_command(self)
             exp.warnings += warns

@@ -30,6 +30,7 @@ from simulator.physics.operators import PassCost, StepCost, price_pass
 from simulator.physics.ops import shared_ops
 from simulator.physics.pass_tables import price_plan, verify_plan
 from simulator.physics.draft_cost import DraftSetting, draft_costs
+from simulator.specs.drafts import verify_drafts
 from simulator.physics.engine_time import (draft_extend_in_graph, draft_in_graph, expert_batch, extend_expert_batch,
                                            host_exposed_s, pass_time_s, verify_in_graph)
 from simulator.physics.experts import experts_touched_correlated
@@ -302,10 +303,11 @@ def evaluate_grid(scenario, batch_sizes=None, ks=None, context_lens=None) -> Gri
 def _evaluate(sc, b, k, c) -> Grid:
     """Every term of the grid over (B, K, L) arrays: shapes (n_batch, n_k, n_ctx)."""
     B, K, C = b[:, None, None], k[None, :, None], c[None, None, :]
+    Kv = verify_drafts(sc.draft, K)  # drafts the verify pass checks: K, or a tree's N (specs.drafts)
     # a padded graph's padding rows load experts where the engine routes them (physics.engine_time.expert_batch)
-    padded = expert_batch(sc.engine, sc.model, B, K)
+    padded = expert_batch(sc.engine, sc.model, B, Kv)
     with shared_ops():  # a draft head's extend pass reads the verify pass's attention and experts
-        verify, verify_context = verify_over_context(sc, B, K, C, padded)
+        verify, verify_context = verify_over_context(sc, B, Kv, C, padded)
         draft_pass, passes, extend = draft_costs(DraftSetting.of(sc), B, K, C,
                                                  extend_expert_batch(sc.engine, B, K, padded))
     verify_s, draft_step_s, in_graph, host_s = engine_pass_times(sc, B, K, verify, draft_pass, passes, extend,
@@ -314,13 +316,15 @@ def _evaluate(sc, b, k, c) -> Grid:
         getattr(sc, "deployment_fit", None), verify_s, draft_step_s, step_overhead_s(sc.profile, B, K) + host_s, B, K)
     itl = verify_s + draft_step_s + overhead
     scale = sc.acceptance_context.factor(c) if getattr(sc, "acceptance_context", None) is not None else None
-    al = acceptance_lengths(sc.acceptance, k.astype(int), scale, c.size)  # acceptance may fall with context
-    memory = step_memory_bytes(sc.draft, sc.model, sc.deployment, B, K, C + K + 1)
+    # acceptance may fall with context; a tree of N draft tokens accepts at most N (depth beyond N adds none)
+    deep = np.minimum(k, sc.draft.tree_tokens) if sc.draft.is_tree else k
+    al = acceptance_lengths(sc.acceptance, deep.astype(int), scale, c.size)
+    memory = step_memory_bytes(sc.draft, sc.model, sc.deployment, B, Kv, C + Kv + 1)
     touched = None
     if sc.model.is_moe:
         p = expert_probabilities(sc.deployment.routing, sc.model.num_experts, sc.model.experts_per_token)
         # the count the cost model prices: B sequences x (K + 1) positions that route alike (reuse)
-        touched = experts_touched_correlated(B[..., 0], K[..., 0] + 1, p, sc.deployment.routing.reuse)
+        touched = experts_touched_correlated(B[..., 0], Kv[..., 0] + 1, p, sc.deployment.routing.reuse)
     return Grid(b, k.astype(int), c.astype(int), verify, draft_pass, np.asarray(passes, dtype=float), verify_s,
                 draft_step_s, in_graph, overhead, itl, al, al[None, :, :] / itl, np.broadcast_to(memory, itl.shape),
                 sc.hardware.memory_bytes * sc.deployment.memory_utilization, touched, sc.schedule_tolerance,

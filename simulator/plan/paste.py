@@ -21,7 +21,14 @@ import shlex
 
 import numpy as np
 
-NEEDS_CHECKPOINT = {"eagle": "eagle", "eagle3": "eagle3", "model": "draft_model"}
+from simulator.specs.drafts import verify_drafts
+
+NEEDS_CHECKPOINT = {"eagle": "eagle", "eagle3": "eagle3", "model": "draft_model", "dflash": "dflash", "dspark": "dspark",
+                    "p-eagle": "eagle3", "pard": "draft_model"}
+# vLLM 0.33.0 vllm/config/speculative.py: P-EAGLE is method eagle3 and PARD method draft_model, each with
+# parallel_drafting = true (max_num_new_slots_for_drafting's table); dflash / dspark set it themselves
+PARALLEL_DRAFTING = ("p-eagle", "pard")
+PARD_CHECKPOINTS = {"llama-3.2-1b": "amd/PARD-Llama-3.2-1B"}  # AMD's published PARD drafts of catalog models
 PLACEHOLDER = "<DRAFT CHECKPOINT: pass --draft-model PATH>"
 _HF_ID = re.compile(r"config\.json of ([\w.-]+/[\w.-]+)")
 
@@ -42,12 +49,14 @@ def vllm_method(scenario) -> tuple[dict, list[str]]:
     """(vLLM speculative_config method and model, warnings) for the scenario's draft."""
     d = scenario.draft
     method = NEEDS_CHECKPOINT.get(d.method, d.method)
-    cfg = {"method": method}
+    cfg = {"method": method} | ({"parallel_drafting": True} if d.method in PARALLEL_DRAFTING else {})
     if d.method not in NEEDS_CHECKPOINT:
         return cfg, []
     given = draft_checkpoint(scenario)
     if given:
         return cfg | {"model": given}, []
+    if d.method == "pard" and d.model.name in PARD_CHECKPOINTS:
+        return cfg | {"model": PARD_CHECKPOINTS[d.model.name]}, []
     if d.method == "model" and hf_id(d.model):
         return cfg | {"model": hf_id(d.model)}, []
     return cfg | {"model": PLACEHOLDER}, [
@@ -59,7 +68,77 @@ def vllm_method(scenario) -> tuple[dict, list[str]]:
 # TensorRT-LLM decoding_type (llm_args.py DecodingConfig subclasses) and SGLang --speculative-algorithm
 # (sglang/srt/arg_groups/fields/spec.py of 0.5.23: builtins EAGLE, EAGLE3, NEXTN, STANDALONE, NGRAM, ...)
 TRTLLM_TYPE = {"eagle": "Eagle", "eagle3": "Eagle3", "mtp": "MTP", "model": "Draft_Target", "ngram": "NGram"}
-SGLANG_ALGO = {"eagle": "EAGLE", "eagle3": "EAGLE3", "mtp": "NEXTN", "model": "STANDALONE", "ngram": "NGRAM"}
+SGLANG_ALGO = {"eagle": "EAGLE", "eagle3": "EAGLE3", "mtp": "NEXTN", "model": "STANDALONE", "ngram": "NGRAM",
+               "dflash": "DFLASH", "dspark": "DSPARK"}
+
+# Where each block / tree drafter runs (checked against the wheels named; one line per refusal).
+VLLM_CHECKED = "0.33.0"  # dflash, dspark (SpeculativeMethod), parallel_drafting (P-EAGLE, PARD)
+SGLANG_CHECKED = "0.5.23"  # DFLASH, DSPARK (arg_groups/fields/spec.py builtins); EAGLE trees (topk > 1)
+
+
+def check_draft_export(draft, fmt: str, version: str) -> None:
+    """Refuse, in one line naming a release that runs it, an engine file for a draft the engine (or that
+    release) does not run: trees are SGLang's (vLLM and TensorRT-LLM schedules drive chains), P-EAGLE and
+    PARD vLLM's, DFlash and DSpark vLLM's and SGLang's; releases before the ones checked are not claimed."""
+    from simulator.errors import PlannerError
+    from simulator.specs.versions import parse_version
+    label = draft.label
+    if fmt in ("vllm", "vllm-ctx"):
+        if draft.is_tree:
+            raise PlannerError(f"--draft {label}: vLLM {version} runs EAGLE chains only (no topk > 1 tree); SGLang"
+                               f" {SGLANG_CHECKED} runs EAGLE trees: use --format sglang")
+        if draft.is_block and fmt == "vllm" and parse_version(version, what="--export-version") < \
+                parse_version(VLLM_CHECKED):
+            raise PlannerError(f"--draft {label}: not verified in vLLM {version}; vLLM {VLLM_CHECKED} runs it"
+                               f" ({cfg_text(draft)}): use --export-version {VLLM_CHECKED}")
+    elif fmt == "trtllm":
+        if draft.is_tree or draft.method in ("dflash", "dspark", "p-eagle"):
+            where = f"SGLang {SGLANG_CHECKED} (--format sglang)" if draft.is_tree else \
+                f"vLLM {VLLM_CHECKED} (--format vllm)"
+            raise PlannerError(f"--draft {label}: TensorRT-LLM {version}'s draft_len_schedule does not drive it;"
+                               f" {where} runs it")
+    elif fmt in ("sglang", "sglang-sps"):
+        if draft.method in ("p-eagle", "pard"):
+            raise PlannerError(f"--draft {label}: SGLang {version} has no {label} algorithm (its builtins: EAGLE,"
+                               f" EAGLE3, NEXTN, STANDALONE, NGRAM, DFLASH, DSPARK, UNO); vLLM {VLLM_CHECKED} runs"
+                               " it: use --format vllm")
+        if (draft.is_tree or draft.is_block) and parse_version(version, what="--export-version") < \
+                parse_version(SGLANG_CHECKED):
+            raise PlannerError(f"--draft {label}: not verified in SGLang {version}; SGLang {SGLANG_CHECKED} runs it:"
+                               f" use --export-version {SGLANG_CHECKED}")
+
+
+def cfg_text(draft) -> str:
+    """How vLLM names the draft in speculative_config."""
+    method = NEEDS_CHECKPOINT.get(draft.method, draft.method)
+    return f"method {method}" + (", parallel_drafting true" if draft.method in PARALLEL_DRAFTING else "")
+
+
+def sglang_launch_flags(draft, k: int) -> dict:
+    """SGLang 0.5.23 server flags (field names of sglang/srt/arg_groups/fields/spec.py Spec) that run ``draft``
+    at K drafts: an EAGLE tree at depth K (--speculative-num-steps K, --speculative-eagle-topk T,
+    --speculative-num-draft-tokens N + 1: the verify width counts the root, as SGLang's _handle_eagle_family
+    sets it to num_steps + 1 for topk 1); DFLASH / DSPARK verify K + 1 (their block) with one step, topk 1."""
+    if draft.is_tree:  # a shallow tree holds at most T + (K - 1) T^2 candidates (specs.drafts.verify_drafts)
+        return {"speculative_algorithm": SGLANG_ALGO[draft.method], "speculative_num_steps": int(k),
+                "speculative_eagle_topk": int(draft.topk),
+                "speculative_num_draft_tokens": int(verify_drafts(draft, k)) + 1}
+    return {"speculative_algorithm": SGLANG_ALGO[draft.method], "speculative_num_steps": 1,
+            "speculative_eagle_topk": 1, "speculative_num_draft_tokens": int(k) + 1}
+
+
+def flags_command(pred, flags: dict) -> tuple[str, list[str]]:
+    """`python -m sglang.launch_server ...` with ``flags`` (and the draft checkpoint)."""
+    sc = pred.scenario
+    parts = ["python", "-m", "sglang.launch_server", "--model-path", hf_id(sc.model) or sc.model.name]
+    if sc.deployment.tp > 1:
+        parts += ["--tp-size", str(sc.deployment.tp)]
+    for key, value in flags.items():
+        parts += ["--" + key.replace("_", "-"), str(value)]
+    ckpt, warns = checkpoint_or_placeholder(sc)
+    if ckpt:
+        parts += ["--speculative-draft-model-path", ckpt]
+    return " ".join(shlex.quote(p) for p in parts), warns
 
 
 def checkpoint_or_placeholder(scenario) -> tuple[str | None, list[str]]:
@@ -132,3 +211,34 @@ def serve_notes(pred) -> list[str]:
                    f" ({pred.scenario.hardware.memory_bytes / 1e9:.0f} GB x"
                    f" {pred.scenario.deployment.memory_utilization:.0%} per GPU)")
     return out
+
+
+def sglang_fixed_export(pred, table, version: str, planned_batch_size: int | None = None):
+    """SGLang launch flags for a draft its adaptive config cannot drive (an EAGLE tree: adaptive speculation
+    needs topk 1; DFLASH / DSPARK: one block step): one fixed K, K* at the planned batch size (default: the
+    largest batch size that fits), as a flag dict (``payload``) and the launch line."""
+    from simulator.errors import PlannerError
+    from simulator.plan.exports.common import Export, _column
+    b, k1 = _column(table, np.array(table.k_opt))
+    k_spec = np.asarray(table.best_k(table.ks >= 1))[:, table.context_index]  # best K >= 1 (-1: none fits)
+    fits = np.flatnonzero((k1 >= 0) & (k_spec >= 1))
+    if not fits.size:
+        raise PlannerError(f"no batch size fits in memory with speculation at context {table.context_len}:"
+                           " nothing to export")
+    at = int(planned_batch_size) if planned_batch_size else int(b[fits[-1]])
+    i = int(fits[np.argmin(np.abs(b[fits] - at))])
+    k, warns = int(k1[i]), []
+    if k == 0:
+        k = int(k_spec[i])
+        warns.append(f"K* = 0 at batch size {b[i]}: speculation does not pay there; the flags carry the best K >= 1"
+                     f" ({k}); serve without --speculative-algorithm for that load")
+    d = pred.scenario.draft
+    flags = sglang_launch_flags(d, k)
+    rows = [{"batch size": int(x), "K*": int(kk), "SGLang runs": k} for x, kk in zip(b, k1) if kk >= 0]
+    what = (f"tree depth (--speculative-num-steps) {k}, topk {d.topk}, {d.tree_tokens} draft tokens + the root"
+            if d.is_tree else f"block of {k} drafts (--speculative-num-draft-tokens {k + 1})")
+    notes = [f"SGLang runs one fixed K for {d.label} (adaptive speculation needs EAGLE with topk 1): {what},"
+             f" K* at batch size {b[i]}" + (" (the planned batch size)" if planned_batch_size else
+                                             " (the largest batch size that fits with speculation)")]
+    cmd, ck_warns = flags_command(pred, flags)
+    return Export("sglang", version, flags, rows, warns + ck_warns, notes, cmd)

@@ -29,6 +29,7 @@ from bisect import bisect_left
 
 import numpy as np
 
+from simulator.errors import PlannerError
 from simulator.physics.draft_cost import (DraftSetting, draft_extend_cost, draft_pass_cost, draft_passes,
                                          has_extend_pass)
 from simulator.physics.engine_time import (draft_extend_in_graph, draft_in_graph, expert_batch, extend_expert_batch,
@@ -55,6 +56,9 @@ class StepPricer:
                  speculative: bool, twin: "StepPricer | None" = None):
         """``twin``: a pricer of the same scenario and settings with speculation the other way round, whose
         target tables (they do not depend on speculation) this one reuses instead of pricing them again."""
+        if speculative and sc.draft.is_tree:  # the serving steps verify K + 1 tokens per sequence, a tree N + 1
+            raise PlannerError(f"draft {sc.draft.label}: the serving simulation and sizing price chains only (a tree"
+                               " verifies its N + 1 tokens, not K + 1); plan it with python -m simulator.predict")
         self.sc, self.engine, self.k_max, self.speculative = sc, engine, k_max, speculative
         self.max_context = max_context
         self.eager_s = engine.eager_overhead_per_kernel_s if engine.eager_overhead_per_kernel_s is not None \

@@ -8,7 +8,8 @@ Scenario sections read here (validated with :func:`simulator.specs.scenario.chec
                prices = {h100-sxm = 2.5}           policies = ["plain", "fixed", "dsd"]
                target_rate_per_s = 20.0 (else [traffic] rate_per_s)   n_requests = 200
                search_steps = 4   seed = 0   workers = 2   sensitivity = true
-               dtypes = ["", "fp8"]  ("" = the scenario's precision; fp8 = W8A8 where the GPU has fp8)
+               dtypes = ["", "fp8"]  ("" = the scenario's precision; fp8 = W8A8 where the GPU has fp8;
+                                     nvfp4 / mxfp4 = W4A4 where its tensor cores run that format)
                headroom = 0.2  spare_replicas = 1 (N+1)  gpus_per_node = 8
 
 ``[traffic]`` belongs to the serving simulation; the sizer reads its load (``rate_per_s`` or
@@ -29,7 +30,7 @@ import numpy as np
 from simulator import serving
 from simulator.errors import PlannerError, did_you_mean
 from simulator.physics.memory import draft_weight_bytes, kv_budget_bytes, kv_bytes_per_sequence, weight_bytes_per_gpu
-from simulator.specs.hardware import list_hardware, load_hardware
+from simulator.specs.hardware import FP4_DTYPES, list_hardware, load_hardware
 from simulator.specs.scenario import ACCEPTANCE_GIVEN, NUM, SCENARIO_DIR, Scenario, build_scenario, check_table
 
 GB = 1e9
@@ -46,6 +47,9 @@ POLICIES = ("plain", "fixed", "dsd")
 SETTINGS = ("max_replicas", "n_requests", "search_steps", "seed", "workers", "sensitivity", "duration_s",
             "max_requests", "headroom", "spare_replicas", "gpus_per_node")
 FP8 = "fp8"  # W8A8: fp8 weights and activations (fp8 tensor cores); the KV cache keeps the scenario's dtype
+# W4A4 variants a [sizing] dtypes list may ask for: weights and activations in one FP4 format (FP4 tensor
+# cores), made only for candidates whose hardware file lists that format
+LOW_PRECISION = (FP8,) + FP4_DTYPES
 
 
 def _fmt(x) -> str:
@@ -174,16 +178,17 @@ def _parse_dtypes(sc: Scenario, table: dict, dtypes) -> list[str]:
         own = sc.deployment.weight_dtype
         return [""] if own == FP8 else ["", FP8]
     for d in out:
-        if d not in ("", FP8):
+        if d not in ("",) + LOW_PRECISION:
             raise PlannerError(f"{sc.origin}: [sizing] dtypes entries must be \"\" (the scenario's precision) or"
-                               f" \"fp8\", got {d!r}")
+                               f" one of {', '.join(LOW_PRECISION)}, got {d!r}")
     return list(dict.fromkeys(out)) or [""]
 
 
 def _parse_candidates(sc: Scenario, table: dict, candidates, tp, dtypes=None) -> tuple:
     """(hardware x tp x dtype) candidates: the arguments, else [sizing], else the scenario's own device and TP.
 
-    fp8 variants are made only for GPUs with fp8 tensor cores (peak_fp8_flops_per_s in the catalog)."""
+    fp8 variants are made only for GPUs with fp8 tensor cores (peak_fp8_flops_per_s in the catalog), nvfp4 /
+    mxfp4 ones only for GPUs whose tensor cores run that format (fp4_formats)."""
     origin = sc.origin
     hw_names = candidates if candidates is not None else table.get("candidates", [sc.hardware.name])
     if isinstance(hw_names, str):
@@ -199,7 +204,12 @@ def _parse_candidates(sc: Scenario, table: dict, candidates, tp, dtypes=None) ->
             raise PlannerError(f"{origin}: [sizing] tp must be a list of integers >= 1, got {t!r}")
     variants = _parse_dtypes(sc, table, dtypes)
     return tuple(Candidate(h, int(t), d) for h in hw_names for d in variants for t in tps
-                 if d != FP8 or load_hardware(h).peak_fp8_flops_per_s)
+                 if _runs(load_hardware(h), d))
+
+
+def _runs(hw, dtype: str) -> bool:
+    """Whether a precision variant is made for this device ("" always; fp8 / FP4 where its tensor cores run it)."""
+    return dtype == "" or (dtype == FP8 and bool(hw.peak_fp8_flops_per_s)) or dtype in hw.fp4_formats
 
 
 def _parse_prices(table: dict, origin) -> dict:
@@ -287,8 +297,8 @@ def candidate_scenario(sc: Scenario, cand: Candidate, acceptance_scale: float = 
     raw = copy.deepcopy(sc.raw)
     old = raw.get("hardware", {})
     hw = {"name": cand.hardware, "tp": cand.tp}
-    if cand.dtype == FP8:
-        raw["precision"] = dict(raw.get("precision", {}), weights=FP8, activations=FP8)
+    if cand.dtype in LOW_PRECISION:
+        raw["precision"] = dict(raw.get("precision", {}), weights=cand.dtype, activations=cand.dtype)
     ep = old.get("ep", 1)
     if ep > 1 and cand.tp % ep == 0:
         hw["ep"] = ep
@@ -300,14 +310,15 @@ def candidate_scenario(sc: Scenario, cand: Candidate, acceptance_scale: float = 
     if flops_scale != 1.0:
         dev = load_hardware(cand.hardware)
         hw["peak_bf16_flops_per_s"] = float(hw.get("peak_bf16_flops_per_s", dev.peak_bf16_flops_per_s)) * flops_scale
-        if dev.peak_fp8_flops_per_s:
-            hw["peak_fp8_flops_per_s"] = float(hw.get("peak_fp8_flops_per_s", dev.peak_fp8_flops_per_s)) * flops_scale
+        for key in ("peak_fp8_flops_per_s", "peak_fp4_flops_per_s"):
+            if getattr(dev, key):
+                hw[key] = float(hw.get(key, getattr(dev, key))) * flops_scale
     raw["hardware"] = hw
     if sc.profile is not None and sc.profile.hardware != cand.hardware:
         raw.pop("calibration", None)
     fit = sc.deployment_fit  # a deployment fit holds only for the deployment it was measured on
     if fit is not None and (fit.identity["hardware"], int(fit.identity["tp"])) != (cand.hardware, cand.tp) \
-            or fit is not None and cand.dtype == FP8 and sc.deployment.weight_dtype != FP8:
+            or fit is not None and cand.dtype and sc.deployment.weight_dtype != cand.dtype:
         raw.get("calibration", {}).pop("deployment", None)
     if acceptance_scale != 1.0:
         rates = [min(0.99, r * acceptance_scale) for r in sc.acceptance.rates]

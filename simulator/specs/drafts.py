@@ -17,6 +17,13 @@
   SnapKV-style self-speculation, MagicDec): each pass is a full target pass whose attention reads
   min(L, W) keys; no extra weights, W tokens of extra KV per sequence. It pays at long contexts,
   where the target's own KV read dominates a step.
+- ``dflash`` / ``dspark`` / ``p-eagle`` / ``pard`` / ``pard:NAME``: one-pass block drafters: the whole
+  draft step is ONE forward pass over a block of K + 1 (DFlash), K (DSpark) or 2K (P-EAGLE, PARD)
+  query tokens per sequence (:data:`BLOCK_METHODS`, ``query_tokens`` in ``data/drafts.toml``).
+- ``eagle:tree:TxN`` / ``eagle3:tree:TxN``: an EAGLE draft tree (SGLang --speculative-eagle-topk T,
+  --speculative-num-draft-tokens N + 1): K is the tree depth (--speculative-num-steps); the draft runs
+  K passes, each after the first over T candidates per sequence, and the verify pass runs the N draft
+  tokens plus the root, N + 1 tokens per sequence, through a tree mask (:func:`verify_drafts`).
 
 Method defaults (fusion width, draft vocabulary, host costs) live in ``data/drafts.toml``.
 """
@@ -27,12 +34,18 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+import numpy as np
+
 from simulator.errors import PlannerError
 from simulator.specs.deployment import Deployment
 from simulator.specs.models import ModelSpec, load_model
 
 DRAFTS_FILE = Path(__file__).resolve().parent.parent / "data" / "drafts.toml"
-DRAFT_METHODS = ("eagle", "eagle3", "mtp", "ngram", "model", "early-exit", "self")
+DRAFT_METHODS = ("eagle", "eagle3", "mtp", "ngram", "model", "early-exit", "self", "dflash", "dspark", "p-eagle",
+                 "pard")
+# one forward pass per draft step, whatever K is (data/drafts.toml query_tokens)
+BLOCK_METHODS = ("dflash", "dspark", "p-eagle", "pard")
+TREE_METHODS = ("eagle", "eagle3")  # methods that run as a tree (METHOD:tree:TOPKxTOKENS)
 # How each method is written on a command line and what it prices (one source: --help, the catalog,
 # the parse error)
 DRAFT_SYNTAX = {
@@ -43,7 +56,12 @@ DRAFT_SYNTAX = {
     "model": ("model:NAME", "a separate draft model (catalog name or config.json), K sequential passes"),
     "early-exit": ("early-exit:N", "the target's first N layers as the draft (own KV for them)"),
     "self": ("self:W", "self-speculation over a compressed KV of W tokens"),
+    "dflash": ("dflash", "DFlash block diffusion: ONE pass of K+1 queries/seq, 5 target-sized layers (arXiv:2602.06036)"),
+    "dspark": ("dspark", "DSpark: ONE block pass of K queries/seq + K-step low-rank Markov head (arXiv:2607.05147)"),
+    "p-eagle": ("p-eagle", "P-EAGLE parallel EAGLE-3: ONE pass of 2K tokens/seq, 4 layers (vLLM 0.33 parallel_drafting)"),
+    "pard": ("pard or pard:NAME", "PARD parallel draft model: ONE pass of 2K tokens/seq (TensorRT-LLM pard.py; arXiv:2504.18583)"),
 }
+TREE_SYNTAX = ("eagle3:tree:TxN", "EAGLE tree, topk T, N draft tokens: K = depth passes of T candidates, verify N+1 tokens/seq")
 
 
 
@@ -58,6 +76,21 @@ class DraftSpec:
     model: ModelSpec | None = None  # for method "model"
     layers: int = 0  # for method "early-exit"; MTP depth D for "mtp" (0: the model's own)
     kv_budget: int = 0  # for method "self": cached tokens the draft pass reads (its compressed KV)
+    topk: int = 1  # a draft tree's branching (SGLang --speculative-eagle-topk); 1: a chain
+    tree_tokens: int = 0  # a draft tree's draft tokens N (verify runs N + 1 per sequence); 0: a chain
+
+    @property
+    def is_tree(self) -> bool:
+        return self.tree_tokens > 0
+
+    @property
+    def is_block(self) -> bool:
+        return self.method in BLOCK_METHODS
+
+    @property
+    def preset_key(self) -> str:
+        """The acceptance preset of this draft (data/acceptance.toml): per depth for a tree."""
+        return f"{self.method}-tree" if self.is_tree else self.method
 
     @property
     def label(self) -> str:
@@ -69,6 +102,10 @@ class DraftSpec:
             return f"mtp:{self.layers}"
         if self.method == "self":
             return f"self:{self.kv_budget}"
+        if self.is_tree:
+            return f"{self.method}:tree:{self.topk}x{self.tree_tokens}"
+        if self.method == "pard" and self.model is not None and self.model.name != draft_defaults()["pard"]["default_model"]:
+            return f"pard:{self.model.name}"
         return self.method
 
 
@@ -85,9 +122,49 @@ def _suffix_int(text: str) -> int:
         return 0
 
 
+def block_queries(draft: DraftSpec, k):
+    """Query tokens per sequence of a block drafter's one pass at K drafts (data/drafts.toml query_tokens)."""
+    k = np.asarray(k, dtype=float)
+    rule = draft_defaults()[draft.method]["query_tokens"]
+    return {"k": k, "k+1": k + 1.0, "2k": 2.0 * k}[rule]
+
+
+def verify_drafts(draft: DraftSpec, k):
+    """Draft tokens the verify pass checks per sequence at K (its queries: this + 1). A chain: K. A tree of
+    topk T and N draft tokens at depth K: the N best of the T + (K - 1) T^2 candidates its K passes score
+    (SGLang's EAGLE tree: T children of the root, then T of each of the T kept nodes per level), so
+    min(N, T + (K - 1) T^2); 0 at K = 0."""
+    k = np.asarray(k, dtype=float)
+    if not draft.is_tree:
+        return k
+    t = float(draft.topk)
+    return np.where(k > 0, np.minimum(float(draft.tree_tokens), t + np.maximum(k - 1.0, 0.0) * t * t), 0.0)
+
+
+def _parse_tree(text: str) -> DraftSpec:
+    """'eagle3:tree:4x8' -> an EAGLE-3 tree of topk 4 and 8 draft tokens."""
+    method, _, shape = text.split(":", 2)
+    try:
+        topk, tokens = (int(x) for x in shape.lower().split("x"))
+    except ValueError:
+        topk = tokens = 0
+    if not (1 <= topk <= 10 and 1 <= tokens <= 63 and tokens >= topk):
+        raise PlannerError(f"draft '{text}': a tree is {method}:tree:TOPKxTOKENS with 1 <= TOPK <= 10 and TOPK <="
+                           " TOKENS <= 63, e.g. eagle3:tree:4x8 (SGLang verifies TOKENS + 1 <= 64 tokens per sequence)")
+    return DraftSpec(method, topk=topk, tree_tokens=tokens)
+
+
 def parse_draft(text: str) -> DraftSpec:
-    """'eagle', 'eagle3', 'mtp', 'mtp:D', 'ngram', 'early-exit:N', 'self:W' or 'model:NAME|config.json'."""
+    """'eagle', 'eagle3', 'mtp', 'mtp:D', 'ngram', 'early-exit:N', 'self:W', 'model:NAME|config.json',
+    'dflash', 'dspark', 'p-eagle', 'pard', 'pard:NAME' or 'eagle3:tree:TOPKxTOKENS'."""
     text = text.strip()
+    if any(text.startswith(f"{m}:tree:") for m in TREE_METHODS):
+        return _parse_tree(text)
+    if text == "pard" or text.startswith("pard:"):
+        name = text.split(":", 1)[1] if ":" in text else draft_defaults()["pard"]["default_model"]
+        if not name:
+            raise PlannerError("draft 'pard:' needs the PARD draft model, e.g. pard:llama-3.2-1b")
+        return DraftSpec("pard", load_model(name))
     if text.startswith("early-exit:"):
         layers = _suffix_int(text)
         if layers < 1:
@@ -114,14 +191,18 @@ def parse_draft(text: str) -> DraftSpec:
 
 
 def draft_syntax_list() -> str:
-    """'eagle, eagle3, mtp or mtp:D, ngram, model:NAME, early-exit:N, self:W'."""
-    return ", ".join(DRAFT_SYNTAX[m][0] for m in DRAFT_METHODS)
+    """'eagle, eagle3, mtp or mtp:D, ngram, model:NAME, early-exit:N, self:W, dflash, ..., eagle3:tree:TxN'."""
+    return ", ".join([DRAFT_SYNTAX[m][0] for m in DRAFT_METHODS] + [TREE_SYNTAX[0]])
 
 
 def check_draft(draft: DraftSpec, target: ModelSpec, dep: Deployment) -> None:
     if draft.method == "early-exit" and draft.layers >= target.num_layers:
         raise PlannerError(f"draft early-exit:{draft.layers} must use fewer than the {target.num_layers} layers"
                            f" of {target.name}")
+    if draft.method == "pard" and draft.model.vocab_size != target.vocab_size:
+        raise PlannerError(f"draft {draft.label}: PARD draft model {draft.model.name} has vocabulary"
+                           f" {draft.model.vocab_size}, target {target.name} has {target.vocab_size}; name a PARD"
+                           " model of the target's family: pard:NAME (a catalog model or config.json)")
     if draft.method == "model":
         if draft.model.vocab_size != target.vocab_size:
             raise PlannerError(f"draft model {draft.model.name} has vocabulary {draft.model.vocab_size},"

@@ -17,10 +17,14 @@ from simulator.files import read_toml_file
 
 HARDWARE_DIR = Path(__file__).resolve().parent.parent / "data" / "hardware"
 
-# Bytes per element; mxfp4 carries one 8-bit scale per 32 values (4.25 bits).
-DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "mxfp4": 4.25 / 8}
-WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "int8", "int4", "mxfp4")
-ACT_DTYPES = ("bf16", "fp16", "fp8", "fp32")
+# Bytes per element. The two FP4 formats store 4-bit E2M1 values (half an fp8 byte) plus block scales:
+# mxfp4 (OCP MX) one 8-bit E8M0 scale per 32 values (4.25 bits), nvfp4 one 8-bit E4M3 scale per 16
+# values (4.5 bits; its one fp32 scale per tensor is negligible).
+DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "mxfp4": 4.25 / 8,
+               "nvfp4": 4.5 / 8}
+FP4_DTYPES = ("nvfp4", "mxfp4")
+WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "int8", "int4", "mxfp4", "nvfp4")
+ACT_DTYPES = ("bf16", "fp16", "fp8", "fp32", "nvfp4", "mxfp4")
 KV_DTYPES = ("bf16", "fp16", "fp8", "fp32")
 
 
@@ -53,6 +57,9 @@ class Hardware:
     # [scale_out]: the fabric between nodes (fabric, bandwidth_bytes_per_s per GPU one direction,
     # latency_s per network step, source); empty: a group beyond one domain is refused
     scale_out: dict = field(default_factory=dict, compare=False, hash=False)
+    # FP4 tensor cores: the dense peak and the block formats the datasheet names (nvfp4, mxfp4)
+    peak_fp4_flops_per_s: float | None = None
+    fp4_formats: tuple[str, ...] = ()
 
     @property
     def ridge_point(self) -> float:
@@ -73,13 +80,16 @@ class Hardware:
     def peak_flops_per_s(self, weight_dtype: str, act_dtype: str) -> float:
         """Peak of the math the GEMMs run in.
 
-        fp8 tensor cores are used only when both operands are fp8; int4 / mxfp4 / fp8 weights with
+        fp8 tensor cores are used only when both operands are fp8, FP4 ones only when both are in one
+        FP4 format the device runs (:func:`check_precision`); int4 / mxfp4 / nvfp4 / fp8 weights with
         bf16 activations are dequantized and computed in bf16 (weight-only quantization).
         """
         if act_dtype == "fp32":
             return self.peak_fp32_flops_per_s or self.peak_bf16_flops_per_s
         if act_dtype == "fp8" and weight_dtype in ("fp8", "int8") and self.peak_fp8_flops_per_s:
             return self.peak_fp8_flops_per_s
+        if act_dtype in self.fp4_formats and weight_dtype == act_dtype and self.peak_fp4_flops_per_s:
+            return self.peak_fp4_flops_per_s
         return self.peak_bf16_flops_per_s
 
 
@@ -88,8 +98,8 @@ _REQUIRED = {
     "memory_bytes": (int, float),
 }
 # Optional figures: each, when given, must be a finite number > 0 (latency and launch overhead may be 0).
-_POSITIVE = ("peak_fp8_flops_per_s", "peak_fp32_flops_per_s", "interconnect_bandwidth_bytes_per_s", "tdp_w",
-             "price_per_gpu_hour_usd")
+_POSITIVE = ("peak_fp8_flops_per_s", "peak_fp32_flops_per_s", "peak_fp4_flops_per_s",
+             "interconnect_bandwidth_bytes_per_s", "tdp_w", "price_per_gpu_hour_usd")
 _NON_NEGATIVE = ("interconnect_latency_s", "launch_overhead_s")
 _STRINGS = ("name", "display_name", "vendor", "kind", "interconnect", "source")
 
@@ -156,7 +166,41 @@ def hardware_from_dict(data: dict, origin: str) -> Hardware:
         published=_published(data.get("published", {}), origin),
         scale_up_domain_gpus=_positive_int(data, "scale_up_domain_gpus", origin),
         scale_out=_scale_out(data.get("scale_out", {}), origin),
+        peak_fp4_flops_per_s=_opt_float(data.get("peak_fp4_flops_per_s")),
+        fp4_formats=_fp4_formats(data, origin),
     )
+
+
+def _fp4_formats(data: dict, origin: str) -> tuple[str, ...]:
+    """fp4_formats: a list of FP4_DTYPES, given together with peak_fp4_flops_per_s (both or neither)."""
+    formats = data.get("fp4_formats", [])
+    if not isinstance(formats, list) or any(f not in FP4_DTYPES for f in formats):
+        raise PlannerError(f"{origin}: 'fp4_formats' must be a list of {', '.join(FP4_DTYPES)}, got {formats!r}")
+    if bool(formats) != ("peak_fp4_flops_per_s" in data):
+        raise PlannerError(f"{origin}: give 'fp4_formats' and 'peak_fp4_flops_per_s' together (or neither)")
+    return tuple(formats)
+
+
+def fp4_hardware() -> dict[str, tuple[str, ...]]:
+    """Catalog devices whose tensor cores run FP4, with the formats each runs."""
+    return {n: hw.fp4_formats for n in list_hardware() if (hw := load_hardware(n)).fp4_formats}
+
+
+def check_precision(hw: Hardware, weight_dtype: str, act_dtype: str) -> None:
+    """FP4 activations run FP4 tensor cores: refused (PlannerError, one line naming the device) unless
+    the weights are in the same format and the device's datasheet lists that format. FP4 weights with
+    bf16 activations are weight-only quantization (dequantized into bf16 math) and run anywhere."""
+    if act_dtype not in FP4_DTYPES:
+        return
+    if weight_dtype != act_dtype:
+        raise PlannerError(f"activations {act_dtype} need {act_dtype} weights (--dtype {act_dtype}),"
+                           f" got {weight_dtype}; for weight-only FP4 keep --act-dtype bf16")
+    if act_dtype not in hw.fp4_formats:
+        runs = ", ".join(n for n, f in fp4_hardware().items() if act_dtype in f)
+        has = f"runs only {', '.join(hw.fp4_formats)}" if hw.fp4_formats else "has no FP4 tensor cores"
+        raise PlannerError(f"{act_dtype} weights and activations (FP4 tensor cores) are not supported on {hw.name}"
+                           f" ({hw.display_name}: {has}); {act_dtype} runs on {runs}."
+                           f" Use --act-dtype bf16 for weight-only {act_dtype}")
 
 
 def _positive_int(data: dict, key: str, origin: str) -> int | None:

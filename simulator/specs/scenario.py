@@ -24,7 +24,7 @@ from simulator.specs.drafts import DraftSpec
 from simulator.specs.deployment_fit import DeploymentFit, load_deployment_fit, scenario_identity
 from simulator.errors import PlannerError
 from simulator.files import read_toml_file
-from simulator.specs.hardware import Hardware, check_group_fits
+from simulator.specs.hardware import Hardware, check_group_fits, check_precision
 from simulator.specs.models import ModelSpec
 from simulator.specs.overrides import OVERRIDE_KEYS, apply_overrides  # noqa: F401 (API)
 from simulator.specs.settings import default
@@ -98,10 +98,11 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
     deployment = _deployment(raw, get, origin, model)
     try:
         multi_node = check_group_fits(hardware, deployment.tp, "tp")
+        check_precision(hardware, deployment.weight_dtype, deployment.act_dtype)
     except PlannerError as err:
         raise PlannerError(f"{origin}: {err}") from None
     draft = _draft(get, origin, base_dir, model, deployment)
-    acceptance, acc_file = _scenario_acceptance(raw.get("acceptance", {}), draft.method, origin, base_dir)
+    acceptance, acc_file = _scenario_acceptance(raw.get("acceptance", {}), draft.preset_key, origin, base_dir)
     wl = _workload(get, origin, model)
     if acc_file is not None:
         wl["k_max"], wl["fixed_k"], notes = acc_file.cap(wl["k_max"], wl["fixed_k"])

@@ -81,6 +81,12 @@ def engine_count(example: str) -> Callable:
     return check
 
 
+def _engine_help() -> str:
+    from simulator.specs.engines import engine_names
+    return (f"serving engine whose host time and CUDA-graph capture to model: {', '.join(engine_names())}"
+            " (ideal: kernels only); default vllm on GPUs (--list engines: the releases)")
+
+
 def _draft_help() -> str:
     from simulator.specs.drafts import draft_syntax_list
     return f"draft method: {draft_syntax_list()} (--list drafts: what each prices)"
@@ -93,14 +99,16 @@ def _dtype_help(kind: str) -> Callable[[], str]:
             return (f"weight dtype: {', '.join(WEIGHT_DTYPES)} (weights only; sizing's fp8 is W8A8:"
                     " --dtype fp8 --act-dtype fp8)")
         if kind == "activations":
-            return f"activation dtype: {', '.join(ACT_DTYPES)} (fp8 with fp8 weights runs fp8 tensor cores)"
+            return (f"activation dtype: {', '.join(ACT_DTYPES)} (fp8 with fp8 weights runs fp8 tensor cores;"
+                    " nvfp4 / mxfp4 with weights of the same format FP4 ones, where the GPU has them)")
         return f"KV-cache dtype: {', '.join(KV_DTYPES)}"
     return text
 
 
 ACCEPTANCE_HELP = ("i.i.d. rate (0.8), per-position rates (0.7,0.5,0.3), or a measured file:"
                    " speculation_profile.json, vllm bench serve JSON, vLLM per-request metrics JSON, /metrics dump,"
-                   " runs CSV (recognised by content; max_supported_k caps K)")
+                   " runs CSV (recognised by content; vLLM's unconditional per-position rates become conditional;"
+                   " max_supported_k caps K); default: the draft method's preset (simulator/data/acceptance.toml)")
 DEPLOYMENT_HELP = ("deployment calibration (python -m calibration.fit_deployment):"
                    " engine terms and acceptance fitted on a few measurements of this deployment")
 CAPTURE_HELP = ("the engine's CUDA-graph capture limit for the verify pass, in the unit its setting counts (vLLM"
@@ -122,14 +130,14 @@ SETTINGS: tuple[Setting, ...] = (
     S("hardware", "dp", int, name="dp", flag="--dp", arg_type=int,
       help="attention data-parallel groups (layout dp-ep; default = tp)"),
     S("hardware", "peak_bf16_flops_per_s", NUM, name="peak_bf16_flops_per_s"),
-    S("hardware", "peak_fp8_flops_per_s", NUM),
+    S("hardware", "peak_fp8_flops_per_s", NUM), S("hardware", "peak_fp4_flops_per_s", NUM),
     S("hardware", "hbm_bandwidth_bytes_per_s", NUM, name="hbm_bandwidth_bytes_per_s"),
     S("hardware", "memory_bytes", NUM), S("hardware", "price_per_gpu_hour_usd", NUM),
     # your nccl-tests busbw: the flag takes GB/s, the TOML and the override bytes/s
     S("hardware", "interconnect_bandwidth_bytes_per_s", NUM, name="allreduce_busbw", flag="--allreduce-busbw",
       arg_type=float, metavar="GB/s", from_flag=busbw_from_gbps,
       help="your server's all-reduce bus bandwidth (nccl-tests all_reduce_perf busbw at large messages);"
-           " prices every all-reduce's bandwidth term (PCIe servers differ by up to 10x)"),
+           " prices every all-reduce's bandwidth term (PCIe servers differ by up to 10x); the TOML key holds bytes/s"),
     S("precision", "weights", default="bf16", name="dtype", aliases=("weight_dtype",), flag="--dtype",
       help=_dtype_help("weights")),
     S("precision", "activations", default="bf16", name="act_dtype", flag="--act-dtype", help=_dtype_help("activations")),
@@ -153,10 +161,10 @@ SETTINGS: tuple[Setting, ...] = (
     S("workload", "context_len", int, 2048, name="context_len", flag="--context-len", arg_type=int,
       help="tokens already in each sequence's KV cache"),
     S("workload", "batch_sizes", STR_OR_LIST, "1-512", name="batch_sizes", flag="--batch-sizes",
-      help="e.g. 1-256 or 1,2,4,8"),
+      help="1-256 (every integer), 1,2,4,8, or 1-256:pow2 (its powers of two and both ends)"),
     S("workload", "k_max", int, 8, name="k_max", flag="--k-max", arg_type=int, help="largest K considered"),
     S("workload", "fixed_k", int, 3, name="fixed_k", flag="--fixed-k", arg_type=int,
-      help="the fixed-K policy compared against (default 3)"),
+      help="the fixed-K policy compared against"),
     S("workload", "temperature", NUM, 0.0, name="temperature", flag="--temperature", arg_type=float,
       help="sampling temperature (0 = greedy, the default): prices the engine's sampling and rejection passes over"
            " the logits"),
@@ -182,10 +190,10 @@ SETTINGS: tuple[Setting, ...] = (
     # false: the profile's microbenchmarks alone, without its fitted engine terms (what calibration.validate refits)
     S("calibration", "engine_terms", bool, True, name="engine_terms"),
     S("engine", "name", name="engine", flag="--engine",
-      help="serving engine whose host time and CUDA-graph capture to model: vllm, sglang, trtllm or ideal (kernels"
-           " only); default vllm on GPUs"),
+      help=_engine_help),
     S("engine", "version", name="engine_version", flag="--engine-version",
-      help="engine version of the profile (default the newest profile)"),
+      help="engine version of the profile, PEP 440 order (0.11 = 0.11.0; default the newest profile); not the"
+           " file format's version (--export-version)"),
     # the capture limit: specs.engines.with_capture_limit
     S("engine", "max_capture_size", int, name="max_capture_size", flag="--max-capture-size", arg_type=int,
       metavar="N", from_flag=engine_count("1024"), help=CAPTURE_HELP),
