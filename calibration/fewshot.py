@@ -1,45 +1,42 @@
 """Few-shot fit of a deployment's engine terms: the pure numerics behind ``calibration.fit_deployment``.
 
-Parameters theta = (s, c_step, c_seq, c_spec, s_a), the terms of ``simulator/specs/deployment_fit.py``
-plus a scale on the acceptance rates::
+Parameters theta = the six engine terms of ``simulator/specs/step_terms.py`` plus a scale s_a on the
+acceptance rates::
 
-    T(B, K)  = s * kernel(B, K) + overhead(B, K) + c_step + c_seq B + c_spec B (K + 1) [K > 0]
+    T(B, K)  = s s_spec^[K>0] kernel(B, K) + overhead(B, K) + c_step + c_seq B + (c_seq_spec B + c_spec B (K + 1)) [K > 0]
     AL(K)    = 1 + sum_{j <= K} prod_{i <= j} min(s_a a_i, 0.999)
     speedup  = AL(K) * T(B, 0) / T(B, K)
 
 kernel and overhead are the planner's own components at each point (verify + draft as the engine runs
-them; the engine profile's host time). Observations are log step times or log speedups; the terms are
-fitted by bounded least squares (scipy.optimize.least_squares, trust-region reflective) on those logs,
-only as many as the points identify: with one or two points in a stated priority order by a rank test
-on the Jacobian, with three or more the identified subset whose fits best predict each point left out
-(:func:`select_terms`). Intervals: a parametric bootstrap that redraws every point from the fitted value with the
-residuals' scatter (never below NOISE_FLOOR, the repeat-to-repeat spread of a measured step), refits,
-and reads the 5th and 95th percentiles.
+them; the engine profile's host time). Observations are log step times or log speedups, each with the
+scatter of one measurement (NOISE_FLOOR). The terms are the posterior of a prior (:func:`posterior`: the
+learned population's centre, each term within its a priori spread) given the points: the maximum a
+posteriori by bounded least squares (scipy.optimize.least_squares) and samples of the Laplace
+approximation around it. With no point the answer is the prior; every consistent point narrows it.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from itertools import combinations
 
 import numpy as np
 from scipy.optimize import least_squares
 
 from simulator.specs.deployment_fit import TERMS
+from simulator.specs.step_terms import from_fit, to_fit
+from simulator.specs import step_terms
 
 PARAMS = tuple(TERMS) + ("acceptance_scale",)
+ACCEPTANCE = PARAMS.index("acceptance_scale")
 NEUTRAL = np.array([TERMS[n][0] for n in TERMS] + [1.0])
 LOWER = np.array([TERMS[n][1] for n in TERMS] + [0.02])
 UPPER = np.array([TERMS[n][2] for n in TERMS] + [50.0])  # the acceptance cap of 0.999 bounds it too
 # solver units (so every step of the trust region is of order one): -, ms per step, 10 us per sequence,
-# 1 us per speculative token, -
-UNITS = np.array([1.0, 1e-3, 1e-5, 1e-6, 1.0])
+# 1 us per speculative token, -, 10 us per speculating sequence, -
+UNITS = np.array([1.0, 1e-3, 1e-5, 1e-6, 1.0, 1e-5, 1.0])
 # log-scale scatter of one measured point when the fit leaves no residual to estimate it from:
 # 2% is the repeat-to-repeat spread of step times in this project's engine sweeps and the rounding of
 # published speedups to two digits (1.38x +- 0.005)
 NOISE_FLOOR = 0.02
-COLLINEAR = 0.05  # smallest / largest singular value of the normalized Jacobian columns below this: not identified
-STEP_PRIORITY = ("kernel_scale", "spec_per_token_s", "host_per_step_s", "host_per_seq_s")
-SPEEDUP_PRIORITY = ("acceptance_scale", "spec_per_token_s", "kernel_scale", "host_per_step_s", "host_per_seq_s")
 
 
 @dataclass(frozen=True)
@@ -63,11 +60,8 @@ class Points:
 
 
 def step_time_s(theta: np.ndarray, batch, k, kernel_s, overhead_s) -> np.ndarray:
-    """T = s kernel + overhead + c_step + c_seq B + c_spec B (K + 1) [K > 0]; theta (m, 5) -> (m, n)."""
-    th = np.atleast_2d(theta)
-    s, c0, c1, c2 = (th[:, i, None] for i in range(4))
-    batch, k = np.asarray(batch, dtype=float), np.asarray(k, dtype=float)
-    return s * kernel_s + overhead_s + c0 + c1 * batch + c2 * batch * (k + 1.0) * (k > 0)
+    """The step of simulator/specs/step_terms.py; theta (m, 7) -> (m, n)."""
+    return step_terms.step_time_s(np.atleast_2d(theta)[:, :len(TERMS)], batch, k, kernel_s, overhead_s)
 
 
 def acceptance_length(scale, rates: np.ndarray, k) -> np.ndarray:
@@ -87,46 +81,7 @@ def predict_log(kind: str, theta: np.ndarray, pts: Points) -> np.ndarray:
     batch0 = pts.batch if pts.batch0 is None else pts.batch0
     t0 = step_time_s(th, batch0, np.zeros_like(pts.k), pts.kernel0_s, pts.overhead0_s)
     share = 0.0 if pts.share is None else np.log(pts.share)
-    return np.log(acceptance_length(th[:, 4], pts.rates, pts.k)) + np.log(t0) - np.log(t) + share
-
-
-def jacobian(kind: str, theta: np.ndarray, pts: Points) -> np.ndarray:
-    """d log(observation) / d parameter in solver units, forward differences: (n, 5)."""
-    base = predict_log(kind, theta, pts)[0]
-    cols = []
-    for i in range(len(PARAMS)):
-        step = np.zeros(len(PARAMS))
-        step[i] = 1e-4 * UNITS[i]
-        cols.append((predict_log(kind, theta + step, pts)[0] - base) / 1e-4)
-    return np.stack(cols, axis=1)
-
-
-def choose_terms(kind: str, pts: Points, priority: tuple, max_terms: int) -> list[str]:
-    """Terms in ``priority`` order that the points identify: a term is taken when it moves the
-    observations and its Jacobian column is not (nearly) a combination of those already taken."""
-    jac = jacobian(kind, NEUTRAL, pts)
-    chosen: list[int] = []
-    for name in priority:
-        if len(chosen) >= max_terms:
-            break
-        i = PARAMS.index(name)
-        if identified(jac, chosen + [i]):
-            chosen.append(i)
-    return [PARAMS[i] for i in chosen]
-
-
-def identified(jac: np.ndarray, idx: list[int]) -> bool:
-    """Whether the Jacobian columns ``idx`` all move the observations and none is (nearly) a
-    combination of the others (the rank test of :func:`choose_terms`)."""
-    if any(np.linalg.norm(jac[:, i]) < 1e-9 for i in idx):
-        return False
-    cols = jac[:, idx] / np.linalg.norm(jac[:, idx], axis=0)
-    sv = np.linalg.svd(cols, compute_uv=False)
-    return bool(sv[-1] / sv[0] >= COLLINEAR)
-
-
-# Most points whose fits are compared leave-one-out (beyond, the rank test's choice stands)
-MAX_LOO_POINTS = 30
+    return np.log(acceptance_length(th[:, ACCEPTANCE], pts.rates, pts.k)) + np.log(t0) - np.log(t) + share
 
 
 POINT_FIELDS = ("batch", "k", "kernel_s", "overhead_s", "kernel0_s", "overhead0_s", "rates", "batch0", "share")
@@ -137,64 +92,6 @@ def subset(pts: Points, keep) -> Points:
     return Points(*(None if getattr(pts, f) is None else np.asarray(getattr(pts, f))[keep] for f in POINT_FIELDS))
 
 
-def loo_error(kind: str, pts: Points, y_log: np.ndarray, terms: list[str]) -> float:
-    """Root-mean-square log error of each point predicted by the terms fitted to all the others."""
-    errs = []
-    for i in range(len(pts)):
-        keep = np.arange(len(pts)) != i
-        theta = fit_terms(kind, subset(pts, keep), y_log[keep], terms)
-        errs.append(predict_log(kind, theta, subset(pts, ~keep))[0][0] - y_log[i])
-    return float(np.sqrt(np.mean(np.square(errs))))
-
-
-def select_terms(kind: str, pts: Points, y_log: np.ndarray, priority: tuple, max_terms: int) -> list[str]:
-    """The terms to fit: as many as the rank test takes in priority order (:func:`choose_terms`), and
-    with three or more points (one more than the terms: each point can be left out) the identified
-    subset of that size whose fits predict the left-out point best (:func:`loo_error`; a tie within
-    1e-6 goes to the priority order), so that the points themselves say whether a fixed cost per step,
-    per sequence or per speculative token is what the planner misses. With fewer points there is no
-    point to leave out: the rank test's choice."""
-    n = len(pts)
-    chosen = choose_terms(kind, pts, priority, max_terms)
-    if n < 3 or n > MAX_LOO_POINTS:
-        return chosen
-    jac = jacobian(kind, NEUTRAL, pts)
-    best, best_err = chosen, np.inf
-    for names in combinations(priority, len(chosen)):  # as many terms as the rank test takes
-        if not identified(jac, [PARAMS.index(x) for x in names]):
-            continue
-        err = loo_error(kind, pts, y_log, list(names))
-        if err < best_err - 1e-6:
-            best, best_err = list(names), err
-    return best
-
-
-def max_terms_for(n_points: int) -> int:
-    """At most as many terms as points up to 2 points; one fewer beyond (a residual to judge them by)."""
-    return n_points if n_points <= 2 else n_points - 1
-
-
-def fit_terms(kind: str, pts: Points, y_log: np.ndarray, terms: list[str], start: np.ndarray | None = None
-              ) -> np.ndarray:
-    """theta (5,) minimizing sum (log predicted - y_log)^2 over ``terms`` within their bounds; the
-    others stay neutral (s = 1, c = 0; s_a = 1: the acceptance given)."""
-    idx = [PARAMS.index(n) for n in terms]
-    theta = NEUTRAL.copy() if start is None else start.copy()
-    if not idx:
-        return theta
-    lo, hi = LOWER[idx] / UNITS[idx], UPPER[idx] / UNITS[idx]
-    x0 = np.clip(theta[idx] / UNITS[idx], lo + 1e-6 * (hi - lo), hi - 1e-6 * (hi - lo))
-
-    def resid(x):
-        th = theta.copy()
-        th[idx] = x * UNITS[idx]
-        return predict_log(kind, th, pts)[0] - y_log
-
-    sol = least_squares(resid, x0, bounds=(lo, hi), method="trf", xtol=1e-10, ftol=1e-12)
-    theta[idx] = sol.x * UNITS[idx]
-    return theta
-
-
 def scatter(residuals: np.ndarray, n_terms: int) -> float:
     """Log-scale scatter of one point: the residuals' RMS over the degrees of freedom, at least NOISE_FLOOR."""
     dof = residuals.size - n_terms
@@ -202,32 +99,10 @@ def scatter(residuals: np.ndarray, n_terms: int) -> float:
     return max(rms, NOISE_FLOOR)
 
 
-def bootstrap(kind: str, pts: Points, theta: np.ndarray, terms: list[str], sigma: float, n_boot: int = 200,
-              seed: int = 0) -> np.ndarray:
-    """Parametric bootstrap: each point redrawn as fitted * exp(N(0, sigma^2)) and refitted: (n_boot, 5)."""
-    rng = np.random.default_rng(seed)
-    fitted = predict_log(kind, theta, pts)[0]
-    out = np.empty((n_boot, len(PARAMS)))
-    for i in range(n_boot):
-        out[i] = fit_terms(kind, pts, fitted + rng.normal(0.0, sigma, fitted.size), terms, theta)
-    return out
-
-
 def interval(samples: np.ndarray, level: float = 0.90) -> tuple[np.ndarray, np.ndarray]:
     """Equal-tailed percentile interval over the first axis."""
     tail = (1.0 - level) / 2 * 100
     return np.percentile(samples, tail, axis=0), np.percentile(samples, 100 - tail, axis=0)
-
-
-def fit_with_intervals(kind: str, pts: Points, y_log: np.ndarray, priority: tuple, n_boot: int = 200,
-                       seed: int = 0) -> dict:
-    """Choose the terms, fit them, bootstrap them: theta, samples, terms, residuals, sigma."""
-    terms = select_terms(kind, pts, y_log, priority, max_terms_for(len(pts)))
-    theta = fit_terms(kind, pts, y_log, terms)
-    resid = predict_log(kind, theta, pts)[0] - y_log
-    sigma = scatter(resid, len(terms))
-    samples = bootstrap(kind, pts, theta, terms, sigma, n_boot, seed)
-    return {"theta": theta, "samples": samples, "terms": terms, "residuals": resid, "sigma": sigma}
 
 
 def goodput_samples(samples: np.ndarray, kernel_s: np.ndarray, overhead_s: np.ndarray, batch: np.ndarray,
@@ -271,3 +146,73 @@ def next_measurements(goodput: np.ndarray, batch: np.ndarray, ks: np.ndarray, me
         if len(picked) == n:
             break
     return picked
+
+
+# --- the posterior: a deployment's points update the learned population -----------------------------------
+
+# tight tolerances: at the default ones a first step that happens not to reduce the cost (the cost terms start
+# at their zero bound) ends the solve where it started
+SOLVER = {"xtol": 1e-12, "ftol": 1e-12}
+
+def posterior(kind: str, pts: Points, y_log: np.ndarray, prior_mean_fit, prior_sd_fit, n_samples: int = 200,
+              seed: int = 0, free_acceptance: bool = False) -> dict:
+    """Maximum a posteriori terms given the points and the prior N(mean, sd^2) over the six terms in fit
+    coordinates (log of a scale, microseconds of a cost; a term of spread 0 stays at its mean), and samples of
+    the Laplace approximation around it (the inverse of the whitened Jacobian's J^T J). Each point is a log
+    observation with scatter NOISE_FLOOR; when the points disagree with each other beyond it (their RMS
+    residual above 2 NOISE_FLOOR with residual degrees of freedom), the scatter is the residuals' own and
+    ``disagree`` says so. With no point it is the prior. ``free_acceptance``: also a scale on the rates
+    (flat prior on its log), for speedups without a measured acceptance."""
+    mean, sd = np.asarray(prior_mean_fit, dtype=float), np.asarray(prior_sd_fit, dtype=float)
+    free = np.flatnonzero(sd > 0)
+    n_t = free.size
+    lo_all, hi_all = to_fit(LOWER[:len(TERMS)]), to_fit(UPPER[:len(TERMS)])
+    lo = np.concatenate([lo_all[free], [np.log(LOWER[ACCEPTANCE])] if free_acceptance else []])
+    hi = np.concatenate([hi_all[free], [np.log(UPPER[ACCEPTANCE])] if free_acceptance else []])
+
+    def theta_of(z):
+        phi = mean.copy()
+        phi[free] = z[:n_t]
+        th = np.concatenate([from_fit(phi), [np.exp(z[n_t]) if free_acceptance else 1.0]])
+        return th
+
+    def resid(z, sigma):
+        obs = (predict_log(kind, theta_of(z), pts)[0] - y_log) / sigma if len(pts) else np.zeros(0)
+        return np.concatenate([obs, (z[:n_t] - mean[free]) / sd[free]])
+
+    z0 = np.concatenate([mean[free], [0.0] if free_acceptance else []])
+    z0 = np.clip(z0, lo + 1e-9, hi - 1e-9)
+    scale = np.concatenate([sd[free], [0.1] if free_acceptance else []])
+    sigma, disagree = NOISE_FLOOR, False
+    z = least_squares(resid, z0, bounds=(lo, hi), args=(sigma,), x_scale=scale, method="trf", **SOLVER).x
+    obs = predict_log(kind, theta_of(z), pts)[0] - y_log if len(pts) else np.zeros(0)
+    rms = float(np.sqrt(np.mean(obs ** 2))) if obs.size else 0.0
+    if obs.size >= 3 and rms > 2 * NOISE_FLOOR:  # the points disagree with each other beyond their scatter
+        sigma, disagree = rms, True
+        z = least_squares(resid, z, bounds=(lo, hi), args=(sigma,), x_scale=scale, method="trf", **SOLVER).x
+        obs = predict_log(kind, theta_of(z), pts)[0] - y_log
+    jac = _jacobian_z(lambda v: resid(v, sigma), z)
+    cov = np.linalg.pinv(jac.T @ jac)
+    rng = np.random.default_rng(seed)
+    draws = np.clip(rng.multivariate_normal(z, cov, n_samples, check_valid="ignore", method="eigh"), lo, hi)
+    samples = np.array([theta_of(d) for d in draws])
+    moved = [PARAMS[i] for i in free] + (["acceptance_scale"] if free_acceptance else [])
+    return {"theta": theta_of(z), "samples": samples, "terms": moved, "residuals": obs, "sigma": sigma,
+            "disagree": disagree, "prior_sd_fit": sd, "posterior_sd_fit": np.sqrt(np.clip(np.diag(cov)[:n_t], 0, None))}
+
+
+def _jacobian_z(f, z: np.ndarray, h: float = 1e-5) -> np.ndarray:
+    """Central differences of f at z (n_residuals, n_z)."""
+    cols = []
+    for i in range(z.size):
+        e = np.zeros_like(z)
+        e[i] = h * max(1.0, abs(z[i]))
+        cols.append((f(z + e) - f(z - e)) / (2 * e[i]))
+    return np.stack(cols, axis=1)
+
+
+def prior_samples(prior_mean_fit, prior_sd_fit, n_samples: int = 200, seed: int = 0) -> np.ndarray:
+    """Term vectors (n, 7) drawn from the prior (the zero-shot spread), acceptance scale 1."""
+    rng = np.random.default_rng(seed)
+    phi = rng.normal(np.asarray(prior_mean_fit), np.asarray(prior_sd_fit), (n_samples, len(TERMS)))
+    return np.column_stack([from_fit(phi), np.ones(n_samples)])

@@ -34,7 +34,7 @@ from simulator.plan.grid import compute_grid
 from simulator.specs.acceptance import acceptance_length_prefix
 from simulator.specs.deployment_fit import DEPLOYMENT_FORMAT, DEPLOYMENT_VERSION, TERMS, scenario_identity
 from simulator.specs.scenario import Scenario, load_scenario
-from simulator.specs.uncertainty import two_shot_model_error
+from simulator.specs.step_terms import A_PRIORI_SD, NEUTRAL as TERM_NEUTRAL, TERM_NAMES, to_fit
 
 N_BOOT = 200
 MIN_POINTS = 2
@@ -78,8 +78,8 @@ def cells(rows: pd.DataFrame, sc: Scenario) -> pd.DataFrame:
 
 def planner_parts(sc: Scenario, batch, ks, context_len: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(kernel s, overhead s) of the planner without any deployment fit over batch x ks."""
-    base = replace(sc, deployment_fit=None) if context_len is None else replace(
-        sc, deployment_fit=None, context_len=int(context_len))
+    base = replace(sc, deployment_fit=None, step_prior=None) if context_len is None else replace(
+        sc, deployment_fit=None, step_prior=None, context_len=int(context_len))
     g = compute_grid(base, batch_sizes=np.asarray(batch, dtype=float), ks=np.asarray(ks, dtype=float))
     shape = g.itl_s.shape
     kernel = np.broadcast_to(g.verify_s, shape) + np.broadcast_to(g.draft_step_s, shape)
@@ -171,7 +171,8 @@ def fit(sc: Scenario, rows: pd.DataFrame, n_boot: int = N_BOOT, seed: int = 0) -
     pts_df = cells(rows, sc)
     pts = points_for(sc, pts_df)
     y = np.log(pts_df.itl_ms.to_numpy() / 1e3)
-    res = fewshot.fit_with_intervals("step", pts, y, fewshot.STEP_PRIORITY, n_boot, seed)
+    mean, sd = deployment_prior(sc)
+    res = fewshot.posterior("step", pts, y, mean, sd, n_boot, seed)
     ks = np.arange(sc.k_max + 1)
     acc = fit_acceptance(rows, sc, max(sc.k_max, 1), n_boot, seed)
     al = al_by_k(acc["samples"], ks) if acc else sc.acceptance.acceptance_length(ks)[None, :]
@@ -180,17 +181,36 @@ def fit(sc: Scenario, rows: pd.DataFrame, n_boot: int = N_BOOT, seed: int = 0) -
     steps = fewshot.step_time_s(res["samples"], np.repeat(sc.batch_sizes, ks.size), np.tile(ks, sc.batch_sizes.size),
                                 kernel.ravel(), overhead.ravel())
     measured = {(int(b), int(k)) for b, k in zip(pts_df.batch_size, pts_df.k)}
-    # a few points (two, with up to two terms) fit exactly: the bootstrap sees no misfit, so the interval
-    # of a prediction away from them also carries how far such fits miss on held-out published points;
-    # with MIN_MISFIT_DOF or more residual degrees of freedom the residual scatter measures the misfit
-    model = two_shot_model_error() if len(pts_df) - len(res["terms"]) < MIN_MISFIT_DOF else None
-    extra = float(np.expm1(model[0])) if model else 0.0
+    zero = fewshot.prior_samples(mean, sd, n_boot, seed)
+    zero_steps = fewshot.step_time_s(zero, np.repeat(sc.batch_sizes, ks.size), np.tile(ks, sc.batch_sizes.size),
+                                     kernel.ravel(), overhead.ravel())
+    zero_good = fewshot.goodput_samples(zero, kernel, overhead, sc.batch_sizes, ks, al)
     return {"cells": pts_df, "points": pts, "fit": res, "acceptance": acc, "goodput": good,
-            "step_rel": float(np.hypot(_rel(steps, res["sigma"]), extra)),
-            "goodput_rel": float(np.hypot(_rel_kstar(good, res["sigma"]), extra)),
-            "model_error_rel": extra,
-            "model_error_source": model[1] if model else f"none: {len(pts_df)} points, the residual scatter holds the misfit",
+            "step_rel": _rel(steps, res["sigma"]), "goodput_rel": _rel_kstar(good, res["sigma"]),
+            "zero_shot_step_rel": _rel(zero_steps, fewshot.NOISE_FLOOR),
+            "zero_shot_goodput_rel": _rel_kstar(zero_good, fewshot.NOISE_FLOOR),
+            "disagree": bool(res["disagree"]), "prior": prior_basis(sc),
             "next": fewshot.next_measurements(good, sc.batch_sizes, ks, measured)}
+
+
+# where no population was learned (CPUs, --physics-only) the prior is vague on the kernel scale and the host
+# terms: the GPU engines' a priori spreads say nothing of a CPU engine's host loop (tens of milliseconds a step).
+# The speculative kernel scale stays at the physics there: a few points that mostly speculate trade it against
+# the kernel scale (only a population separates the two)
+VAGUE = np.where(np.array(TERM_NAMES) == "spec_kernel_scale", 0.0, 10.0)
+
+
+def deployment_prior(sc: Scenario) -> tuple[np.ndarray, np.ndarray]:
+    """The prior a deployment's points update: the learned population's centre, each term free to move by its
+    a priori spread (step_terms.A_PRIORI_SD); without a learned layer the physics, with a vague spread."""
+    if sc.step_prior is not None:
+        return np.asarray(sc.step_prior.mean_fit), A_PRIORI_SD.copy()
+    return to_fit(TERM_NEUTRAL), VAGUE * A_PRIORI_SD
+
+
+def prior_basis(sc: Scenario) -> str:
+    return (sc.step_prior.label if sc.step_prior is not None
+            else "the physics with a vague spread (no learned layer on this hardware, or --physics-only)")
 
 
 def _rel(samples: np.ndarray, sigma: float) -> float:
@@ -237,20 +257,21 @@ def document(sc: Scenario, result: dict, files: list[str]) -> dict:
         "scenario": scenario_identity(sc.model, sc.hardware, sc.deployment, sc.engine, sc.draft) | {"name": sc.name},
         "terms": terms, "acceptance": acc_doc,
         "uncertainty": {"step_time_rel": round(result["step_rel"], 5), "goodput_rel": round(result["goodput_rel"], 5),
-                        "interval": "90% parametric bootstrap, with the extrapolation error of few-point fits"
-                                    " in quadrature", "log_scatter": round(res["sigma"], 5),
-                        "noise_floor": fewshot.NOISE_FLOOR, "model_error_rel": round(result["model_error_rel"], 5),
-                        "model_error_source": result["model_error_source"]},
+                        "interval": "90% of the posterior (Laplace approximation around the MAP), with one"
+                                    " point's scatter", "log_scatter": round(res["sigma"], 5),
+                        "noise_floor": fewshot.NOISE_FLOOR,
+                        "zero_shot_step_time_rel": round(result["zero_shot_step_rel"], 5),
+                        "zero_shot_goodput_rel": round(result["zero_shot_goodput_rel"], 5),
+                        "points_disagree": result["disagree"], "prior": result["prior"]},
         "points": [{"batch_size": int(r.batch_size), "k": int(r.k), "context_len": int(r.context_len),
                     "itl_ms": round(float(r.itl_ms), 5), "fitted_itl_ms": round(float(p), 5), "rows": int(r.rows),
                     "file": r.file} for r, p in zip(pts.itertuples(), predicted)],
         "next_measurements": result["next"],
         "provenance": {"files": [Path(f).name for f in files], "scenario_origin": str(sc.origin),
                        "step_time_basis": sc.cost_source, "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-                       "method": "bounded least squares on log step time (calibration/fewshot.py); terms chosen by"
-                                 " a rank test in the order " + ", ".join(fewshot.STEP_PRIORITY)
-                                 + (" and, from 3 points, leave-one-out among the identified subsets" if len(pts) >= 3
-                                    else "")},
+                       "method": "posterior of the engine terms (calibration/fewshot.posterior): the prior is "
+                                 + result["prior"] + ", each term within its a priori spread; the points are log"
+                                 " step times with their scatter"},
     }
 
 
@@ -260,7 +281,7 @@ def report(doc: dict) -> str:
              f" {doc['scenario']['engine']} {doc['scenario']['engine_version']}, draft {doc['scenario']['draft']}"
              f" ({len(doc['points'])} points)"]
     for name, t in doc["terms"].items():
-        unit = (lambda v: f"{v:.3f}") if name == "kernel_scale" else (lambda v: f"{v * 1e6:.2f} us")
+        unit = (lambda v: f"{v:.3f}") if name.endswith("_scale") else (lambda v: f"{v * 1e6:.2f} us")
         state = f"{unit(t['value'])}  90% [{unit(t['interval'][0])}, {unit(t['interval'][1])}]" if t["fitted"] \
             else f"{unit(t['value'])}  (not identified by these points)"
         lines.append(f"  {name:<18} {state}")
@@ -271,13 +292,18 @@ def report(doc: dict) -> str:
         lines.append(f"  B={p['batch_size']:<5} K={p['k']:<2} ctx={p['context_len']:<6} measured {p['itl_ms']:.3f} ms,"
                      f" fitted {p['fitted_itl_ms']:.3f} ms ({p['fitted_itl_ms'] / p['itl_ms'] - 1:+.1%})")
     for name, t in doc["terms"].items():
-        lo, hi = TERMS[name][1:]
+        lo, hi = TERMS[name][1:3]
         if t["fitted"] and (t["value"] >= hi or (name == "kernel_scale" and t["value"] <= lo)):
             lines.append(f"warning: {name} sits at its bound ({t['value']:g}): the planner's step is far from these"
                          " measurements; check the scenario's model, TP, dtypes and context against the deployment")
     u = doc["uncertainty"]
     lines.append(f"uncertainty (90%): step time +-{u['step_time_rel']:.1%}, goodput at K* +-{u['goodput_rel']:.1%}"
-                 f" (of which +-{u.get('model_error_rel', 0.0):.1%}: {u.get('model_error_source', 'none')})")
+                 f" (before these points: +-{u['zero_shot_step_time_rel']:.1%} and +-{u['zero_shot_goodput_rel']:.1%},"
+                 f" the prior: {u['prior']})")
+    if u.get("points_disagree"):
+        lines.append(f"warning: the points disagree with each other beyond a measurement's scatter (RMS log residual"
+                     f" {u['log_scatter']:.3f} > {2 * u['noise_floor']:.3f}): the band is sized by their disagreement;"
+                     " check that they were measured on one deployment, context and load")
     for n in doc["next_measurements"]:
         lines.append(f"next: measure B={n['batch_size']} at K={n['k']}: its goodput interval overlaps K*={n['k_star']}'s"
                      f" by {n['overlap']:.0%} (K={n['k']} wins in {n['rival_wins']:.0%} of the resamples)")

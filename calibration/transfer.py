@@ -36,6 +36,7 @@ from __future__ import annotations
 import json
 import sys
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
@@ -106,9 +107,11 @@ def serving_e2e_speedup(sc: Scenario, concurrency: int, prompt: int, output: int
     return mean_latency("plain") / mean_latency(f"fixed:{k}")
 
 
-def speedup_scenario(case: Case, basis: str, acceptance_length: float) -> Scenario:
+def speedup_scenario(case: Case, basis: str, acceptance_length: float, layer=None) -> Scenario:
     """A speedup row's scenario on ``basis``, its acceptance the i.i.d. rate of the row's acceptance length."""
-    return scenario_for(case.raw, basis).with_overrides(acceptance=iid_rate(acceptance_length, int(case.row.k)))
+    sc = scenario_for(case.raw, basis)
+    return replace(sc.with_overrides(acceptance=iid_rate(acceptance_length, int(case.row.k))),
+                   step_prior=layer if basis == "planner" else None)
 
 
 def speedup_grid(sc: Scenario, case: Case):
@@ -129,15 +132,16 @@ def step_speedup(sc: Scenario, case: Case) -> float:
     return float(R * g.goodput_per_seq[0, 1] / (B * g.goodput_per_seq[1, 0]))
 
 
-def predict_case(case: Case, basis: str, acceptance_length: float | None) -> tuple[float, str]:
-    """(predicted value in the measured unit, what the prediction rests on)."""
+def predict_case(case: Case, basis: str, acceptance_length: float | None, layer=None) -> tuple[float, str]:
+    """(predicted value in the measured unit, what the prediction rests on); ``layer``: the learned terms
+    (a population learned without this row's source) on the "planner" basis, None: the physics alone."""
     B, K = int(case.row.batch_size), int(case.row.k) if not pd.isna(case.row.k) else 0
     if case.kind == "speedup":
-        sc = speedup_scenario(case, basis, acceptance_length)
+        sc = speedup_scenario(case, basis, acceptance_length, layer)
         if case.end_to_end:
             return serving_e2e_speedup(sc, B, int(case.row.input_len), int(case.row.output_len), K), sc.cost_source
         return step_speedup(sc, case), sc.cost_source
-    sc = scenario_for(case.raw, basis)
+    sc = scenario_for(case.raw, basis, layer)
     if case.kind == "run":
         out, inp = int(case.row.output_len), int(case.row.input_len)
         return run_time_s(sc, B, inp, out) * 1e3 / out, sc.cost_source
@@ -166,9 +170,11 @@ def _curve_key(row) -> tuple:
         row.context_len) else -1, row.locator)
 
 
-def anchor_acceptance(cases: list[Case]) -> dict[int, tuple[float | None, bool]]:
+def anchor_acceptance(cases: list[Case], layer_for=None) -> dict[int, tuple[float | None, bool]]:
     """Acceptance length per speedup case: the row's own, else solved so that the smallest-batch row of
-    its curve is reproduced by the datasheet-free planner basis (that anchor row is not scored)."""
+    its curve is reproduced by the datasheet-free planner basis (that anchor row is not scored); where no
+    acceptance length in (1, K + 1) reproduces it, the one that comes closest (the curve is scored all the
+    same: dropping it would hide the miss)."""
     out: dict[int, tuple[float | None, bool]] = {}
     curves: dict[tuple, list[Case]] = {}
     for c in cases:
@@ -182,8 +188,14 @@ def anchor_acceptance(cases: list[Case]) -> dict[int, tuple[float | None, bool]]
         members.sort(key=lambda c: c.row.batch_size)
         first, K = members[0], int(members[0].row.k)
         try:
-            al = brentq(lambda a: predict_case(first, "planner", a)[0] - first.measured, 1.0 + 1e-6, K + 1 - 1e-6)
-        except (ValueError, PlannerError):
+            layer = layer_for(first) if layer_for else None
+            miss = lambda a: predict_case(first, "planner", a, layer)[0] - first.measured  # noqa: E731
+            lo, hi = 1.0 + 1e-6, K + 1 - 1e-6
+            try:
+                al = brentq(miss, lo, hi)
+            except ValueError:  # no acceptance reaches the anchor: the closest one (its curve is still scored)
+                al = min((lo, hi), key=lambda a: abs(miss(a)))
+        except PlannerError:
             al = None
         out[first.row.row_id] = (al, True)
         for c in members[1:]:
@@ -191,15 +203,16 @@ def anchor_acceptance(cases: list[Case]) -> dict[int, tuple[float | None, bool]]
     return out
 
 
-def score(corpus: pd.DataFrame, peer: bool = False) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(scored rows, skipped rows with reasons). Scenario caveats (PlannerWarning) are not printed:
-    the report is about the error, not the inputs."""
+def score(corpus: pd.DataFrame, peer: bool = False, layer_for=None) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(scored rows, skipped rows with reasons). ``layer_for(case)``: the learned layer a row is predicted with
+    (learned without its source, GPU or engine: calibration.learn_step), None: the physics alone. Scenario
+    caveats (PlannerWarning) are not printed: the report is about the error, not the inputs."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PlannerWarning)
-        return _score(corpus, peer)
+        return _score(corpus, peer, layer_for)
 
 
-def _score(corpus: pd.DataFrame, peer: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _score(corpus: pd.DataFrame, peer: bool, layer_for=None) -> tuple[pd.DataFrame, pd.DataFrame]:
     cases, skipped = [], []
     for _, row in corpus.iterrows():
         c = case_for(row)
@@ -208,7 +221,7 @@ def _score(corpus: pd.DataFrame, peer: bool) -> tuple[pd.DataFrame, pd.DataFrame
                             "model": row.model, "metric": row.metric, "reason": c})
         else:
             cases.append(c)
-    acc = anchor_acceptance(cases)
+    acc = anchor_acceptance(cases, layer_for)
     rows = []
     for c in cases:
         al, anchor = acc.get(c.row.row_id, (None, False))
@@ -219,7 +232,7 @@ def _score(corpus: pd.DataFrame, peer: bool) -> tuple[pd.DataFrame, pd.DataFrame
                                       " planner the curve's first measured speedup"})
             continue
         try:
-            pred, basis = predict_case(c, "planner", al)
+            pred, basis = predict_case(c, "planner", al, layer_for(c) if layer_for else None)
             pred_ds, _ = predict_case(c, "datasheet", al)
         except PlannerError as err:
             skipped.append({"row_id": c.row.row_id, "source_id": c.row.source_id, "device": c.row.device,
@@ -246,14 +259,61 @@ def _score(corpus: pd.DataFrame, peer: bool) -> tuple[pd.DataFrame, pd.DataFrame
     return pd.DataFrame(rows), pd.DataFrame(skipped)
 
 
-def two_shot(corpus: pd.DataFrame, rows: pd.DataFrame, summary: dict) -> pd.DataFrame:
+HOLD_OUT = {"source": lambda c: c.row.source_id, "gpu": lambda c: c.raw["hardware"]["name"],
+            "engine": lambda c: str(c.row.engine)}
+
+
+def held_out_layers(learner, column: str):
+    """layer_for(case): the learned layer of calibration.learn_step learned without the case's source, GPU or
+    engine (``column``); a group with no training rows gets the layer of every training row (none of them is its).
+    Each held-out layer is learned once."""
+    layers: dict = {}
+    group = HOLD_OUT[column]
+    present = set(getattr(learner.rows, column).tolist())
+
+    def layer_for(case):
+        g = group(case)
+        key = g if g in present else None
+        if key not in layers:
+            pop = learner.without(column, g) if key is not None else learner.learn()
+            layers[key] = pop.prior({"sources": len(pop.sources), "rows": pop.n_rows}, f"held out {column} {g}")
+        return layers[key]
+
+    return layer_for
+
+
+def held_out_summary(rows: pd.DataFrame) -> dict:
+    """mape / worst / n of plain steps and speedups, and the share of decisions right, of one scoring pass."""
+    plain = rows[rows.kind == "plain"]
+    spec = rows[(rows.kind == "speedup") & ~rows.anchor.astype(bool)]
+    stat = lambda e: {"n": int(e.notna().sum()), "mape": float(e.abs().mean()) if len(e) else float("nan"),  # noqa: E731
+                      "worst": float(e.abs().max()) if len(e) else float("nan")}
+    return {"plain_only": stat(plain.error), "step_time": stat(rows[rows.kind != "speedup"].error),
+            "speedup": stat(spec.error),
+            "decision": {"n": int(len(spec)), "share": float(spec.decision_right.astype(bool).mean()) if len(spec) else float("nan")}}
+
+
+def by_group(rows: pd.DataFrame, column: str) -> dict:
+    """The held-out pass's figures per GPU or engine."""
+    return {str(k): held_out_summary(g) for k, g in rows.groupby(column)}
+
+
+def two_shot(corpus: pd.DataFrame, rows: pd.DataFrame, summary: dict, layer_for=None) -> pd.DataFrame:
     """Two-shot rows of the speedup curves (calibration/transfer_twoshot.py); their summary goes into
-    ``summary["two_shot"]`` beside the zero-shot planner on the same rows."""
+    ``summary["two_shot"]`` beside the zero-shot planner on the same rows. ``layer_for``: the learned layer
+    each curve's posterior starts from (learned without its source)."""
     from calibration.transfer_twoshot import score_two_shot, summarize_two_shot
     cases = [c for c in (case_for(r) for _, r in corpus.iterrows()) if isinstance(c, Case)]
-    two = score_two_shot(cases)
+    two = score_two_shot(cases, layer_for)
     summary["two_shot"] = summarize_two_shot(two, rows)
     return two
+
+
+def learner_summary(learner) -> dict:
+    """The shipped layer's form and the training rows it rests on (the held-out figures are the summary's)."""
+    pop = learner.learn()
+    return {"form": pop.form, "form_loso_mape_on_training_rows": pop.form_errors, "rows": pop.n_rows,
+            "sources": list(pop.sources), "row_log_scatter": pop.row_sigma}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -269,9 +329,26 @@ def main(argv: list[str] | None = None) -> int:
         if not path.is_file():
             raise PlannerError(f"--corpus {path}: not a file (the shipped corpus is {CORPUS.relative_to(REPO)})")
         corpus = pd.read_csv(path)
-        rows, skipped = score(corpus, peer=args.peer)
+        from calibration.learn_step import Learner, corpus_cases, training_rows
+        learner = Learner(training_rows(corpus_cases(corpus)))
+        physics, _ = score(corpus)
+        rows, skipped = score(corpus, peer=args.peer, layer_for=held_out_layers(learner, "source"))
+        by_gpu_rows, _ = score(corpus, layer_for=held_out_layers(learner, "gpu"))
+        by_engine_rows, _ = score(corpus, layer_for=held_out_layers(learner, "engine"))
         summary = summarize(rows)
-        two = two_shot(corpus, rows, summary)
+        loso, phys = held_out_summary(rows), held_out_summary(physics)
+        for block in ("plain_only", "speedup", "step_time"):
+            summary[block]["leave_one_source_out"] = loso[block]
+            summary[block]["physics_only"] = phys[block]
+        summary["decision"]["leave_one_source_out"] = loso["decision"]
+        summary["decision"]["physics_only"] = phys["decision"]
+        summary["physics_only_by_batch"] = summarize(physics)["speedup"]["by_batch"]
+        summary["leave_one_gpu_out"] = by_group(by_gpu_rows, "hardware")
+        summary["leave_one_engine_out"] = by_group(by_engine_rows, "engine")
+        summary["physics_only_by_gpu"] = by_group(physics, "hardware")
+        summary["physics_only_by_engine"] = by_group(physics, "engine")
+        summary["learned_layer"] = learner_summary(learner)
+        two = two_shot(corpus, rows, summary, held_out_layers(learner, "source"))
         parts = part_rows(part_cases(corpus))
         summary["parts"] = summarize_parts(parts)
         text = markdown(summary, rows, skipped, str(path.relative_to(REPO) if path.is_relative_to(REPO) else path))

@@ -3,7 +3,7 @@ cannot: the device, engine version, precision, draft and metric of each publishe
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -12,10 +12,9 @@ from scipy.optimize import brentq
 
 from calibration.transfer_sources import load_sources
 from simulator.errors import PlannerError
-from simulator.specs.engines import engine_versions
+from simulator.specs.engines import engine_versions, nearest_profile
 from simulator.specs.models import list_models
 from simulator.specs.scenario import build_scenario
-from simulator.specs.versions import version_key
 
 # per-source facts (calibration/data/published/sources.toml, with their citations)
 REPO = Path(__file__).resolve().parent.parent
@@ -93,8 +92,9 @@ def _draft(method: str) -> str | None:
 
 
 def engine_for(row) -> dict:
-    """The engine profile a row ran on: its engine, and the newest profile version not newer than the
-    version it states (or its source's release line); the oldest profile when all are newer."""
+    """The engine profile a row ran on: its engine, and the profile the version rule picks for the version
+    it states (or its source's release line): its own, else the nearest release line's, the older at a
+    tie (simulator/specs/engines.py nearest_profile); the newest profile where no version is known."""
     name, version = SOURCE_ENGINES.get(row.source_id, (None, None))
     name = name or ENGINES.get(row.engine, "ideal")
     if not pd.isna(row.engine_version) and str(row.engine_version)[:1].isdigit():
@@ -104,8 +104,7 @@ def engine_for(row) -> dict:
         return {"name": name}
     if version is None:
         return {"name": name, "version": versions[-1]}
-    older = [v for v in versions if version_key(v) <= version_key(version)]
-    return {"name": name, "version": (older or versions)[-1] if older else versions[0]}
+    return {"name": name, "version": nearest_profile(name, version)}
 
 
 def iid_rate(al: float, k: int) -> float:
@@ -183,11 +182,14 @@ def speculative_running(sc, case: Case) -> int:
     return min(B, cap) if case.closed_loop and cap else B
 
 
-def scenario_for(raw: dict, basis: str):
-    """The row's scenario on a basis: "planner" (the best evidence shipped for its device, its engine's
-    profile) or "datasheet" (datasheet peaks, the ideal engine)."""
+def scenario_for(raw: dict, basis: str, layer=None):
+    """The row's scenario on a basis: "planner" or "physics" (the best evidence shipped for its device, its
+    engine's profile) or "datasheet" (datasheet peaks, the ideal engine). Never the shipped learned layer
+    (it has seen every row): ``layer``, a population learned without the row's source, is put on "planner"."""
     raw = json.loads(json.dumps(raw))
     if basis == "datasheet":
         raw["calibration"] = {"profile": "none"}
         raw["engine"] = {"name": "ideal"}
-    return build_scenario(raw, origin="corpus")
+    raw.setdefault("calibration", {})["learned"] = False
+    sc = build_scenario(raw, origin="corpus")
+    return replace(sc, step_prior=layer) if basis == "planner" and layer is not None else sc

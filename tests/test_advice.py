@@ -13,7 +13,7 @@ import pytest
 from simulator import predict
 from simulator.physics.engine_time import verify_in_graph
 from simulator.plan import advice as A
-from simulator.specs.engines import load_engine, with_capture_limit
+from simulator.specs.engines import load_engine, serving_default, with_capture_limit
 from cli_inprocess import run_main
 from engine_code import EngineCodeUnavailable, wheel_path
 
@@ -69,14 +69,13 @@ def test_gain_share_and_span():
 
 def test_gpu_default_tiers():
     # vllm/engine/arg_utils.py (0.11.0:1605-1624): >= 70 GiB and not A100 -> max_num_seqs 1024, else 256;
-    # max_num_batched_tokens 8192 / 2048 for the API server
-    seqs = A.rule_for("max_num_seqs", load_engine("vllm", "0.11.0"))
-    tokens = A.rule_for("max_num_batched_tokens", load_engine("vllm", "0.11.0"))
-    assert A.gpu_default(seqs, 80e9, "h100-sxm") == 1024  # 80e9 B = 74.5 GiB
-    assert A.gpu_default(seqs, 80e9, "a100-sxm-80gb") == 256
-    assert A.gpu_default(seqs, 48e9, "l40s") == 256  # 44.7 GiB
-    assert A.gpu_default(tokens, 80e9, "h100-sxm") == 8192
-    assert A.gpu_default(tokens, 48e9, "l40s") == 2048
+    # max_num_batched_tokens 8192 / 2048 for the API server (the engine profile's [serving])
+    eng = load_engine("vllm", "0.11.0")
+    assert serving_default(eng, "max_num_seqs", 80e9, "h100-sxm") == 1024  # 80e9 B = 74.5 GiB
+    assert serving_default(eng, "max_num_seqs", 80e9, "a100-sxm-80gb") == 256
+    assert serving_default(eng, "max_num_seqs", 48e9, "l40s") == 256  # 44.7 GiB
+    assert serving_default(eng, "max_num_batched_tokens", 80e9, "h100-sxm") == 8192
+    assert serving_default(eng, "max_num_batched_tokens", 48e9, "l40s") == 2048
 
 
 def test_rules_by_engine_version():
@@ -166,7 +165,8 @@ def test_sglang_adaptive_k0_costs_the_draft_extend_too():
     # so K = 0 costs plain + that pass and K = 1 beats it at some of those batch sizes
     p = predict("scenarios/default.toml", batch_sizes="1-1024", engine="sglang")
     (a,) = [x for x in p.engine_advice() if x.setting == "--speculative-adaptive-config"]
-    assert a.current == "K=0" and a.engine_version == "SGLang 0.5.19" and "eagle_worker_v2.py:1469-1471" in a.rule_source
+    assert a.current == "K=0" and a.engine_version == "SGLang 0.5.23"
+    assert "eagle_worker_v2.py:1469-1471" in a.rule_source
     g, step = p.grid, A.k0_step_s(p.grid)
     t = p.table.set_index("batch_size")
     assert all(int(t.k_opt[b]) == 0 for b in a.at_batch_sizes)
@@ -280,7 +280,7 @@ def test_cli_table_and_json_carry_the_advice():
     (a,) = [x for x in json.loads(r.stdout)["engine_advice"] if x["setting"] == "--max-num-seqs"]
     assert set(a) >= {"setting", "current", "suggested", "goodput_gain_share", "at_batch_sizes", "engine_version",
                       "rule_source"}
-    assert a["current"] == 128 and a["engine_version"] == "vLLM 0.29.0"
+    assert a["current"] == 128 and a["engine_version"] == "vLLM 0.33.0"  # the newest vLLM profile
     r = run_predict("--scenario", "scenarios/command-a-h100.toml")
     assert r.returncode == 0 and "engine settings" not in r.stdout  # nothing binds: no empty section
 

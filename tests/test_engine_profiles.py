@@ -21,7 +21,7 @@ def _profile(name: str) -> dict:
 
 
 def test_every_bundled_profile_loads_under_the_schema():
-    assert len(list_engines()) == 14
+    assert len(list_engines()) == 27  # 14 + 13 from issue 48 (docs/engines.md)
     for key in list_engines():
         load_engine(key)
 

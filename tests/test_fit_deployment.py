@@ -16,6 +16,7 @@ from calibration import fit_deployment as fd
 from simulator.cli import predict as predict_cli
 from simulator.errors import PlannerError
 from simulator.specs.deployment_fit import added_step_s, load_deployment_fit
+from simulator.specs.step_terms import A_PRIORI_SD, NEUTRAL, to_fit
 from deployment_fit_docs import cpu_fit_doc
 
 REPO = Path(__file__).resolve().parent.parent
@@ -27,7 +28,7 @@ VLLM = REPO / "tests" / "fixtures" / "vllm"
 # --- the formulas, by hand ------------------------------------------------------------------------
 
 def test_step_time_hand():  # hand: 1.2 * 10 + 0.5 + 1 + 8 * 0.02 + 8 * 4 * 0.003 ms = 13.756 ms
-    theta = np.array([1.2, 1e-3, 2e-5, 3e-6, 1.0])
+    theta = np.array([1.2, 1e-3, 2e-5, 3e-6, 1.0, 0.0, 1.0])
     t = fewshot.step_time_s(theta, [8], [3], np.array([10e-3]), np.array([0.5e-3]))
     assert t[0, 0] == pytest.approx(13.756e-3, rel=1e-12)
     # plain decoding pays no per-speculative-token cost: 12 + 0.5 + 1 + 0.16 ms
@@ -57,7 +58,7 @@ def test_capped_speedup_point_by_hand():
     # with T = s kernel + overhead + c_seq B (+ c_spec B (K + 1) at K > 0); here s = 1.1, c_seq = 20 us
     pts = fewshot.Points(np.array([48.0]), np.array([2.0]), np.array([20e-3]), np.array([1e-3]), np.array([15e-3]),
                          np.array([0.5e-3]), np.array([[0.8, 0.5]]), batch0=np.array([64.0]), share=np.array([0.75]))
-    theta = np.array([1.1, 0.0, 20e-6, 0.0, 1.0])
+    theta = np.array([1.1, 0.0, 20e-6, 0.0, 1.0, 0.0, 1.0])
     t_spec = 1.1 * 20e-3 + 1e-3 + 20e-6 * 48
     t_plain = 1.1 * 15e-3 + 0.5e-3 + 20e-6 * 64
     hand = 2.2 * 0.75 * t_plain / t_spec
@@ -65,69 +66,42 @@ def test_capped_speedup_point_by_hand():
     assert fewshot.subset(pts, [0]).batch0[0] == 64.0 and fewshot.subset(pts, [0]).share[0] == 0.75
 
 
-def test_recovers_known_terms_from_synthetic_steps():
-    # measured = 1.3 * kernel + overhead + 4 us * B * (K + 1) [K > 0], written out by hand per point
+def test_posterior_recovers_known_terms_from_synthetic_steps():
+    # measured = 1.3 * kernel + overhead + 4 us * B * (K + 1) [K > 0], written out by hand per point; the
+    # prior (the physics, each term within its a priori spread) holds the terms the points do not need
     batch, k = [1, 8, 32, 64], [0, 3, 3, 1]
     kernel_ms, overhead_ms = [5.05, 6.0, 9.0, 12.0], [0.2, 0.3, 0.4, 0.6]
     measured_ms = [1.3 * 5.05 + 0.2, 1.3 * 6.0 + 0.3 + 0.004 * 8 * 4, 1.3 * 9.0 + 0.4 + 0.004 * 32 * 4,
                    1.3 * 12.0 + 0.6 + 0.004 * 64 * 2]
     pts = _points(batch, k, kernel_ms, overhead_ms)
-    res = fewshot.fit_with_intervals("step", pts, np.log(np.array(measured_ms) * 1e-3), fewshot.STEP_PRIORITY,
-                                     n_boot=40)
-    assert res["terms"][:2] == ["kernel_scale", "spec_per_token_s"]
+    y = np.log(np.array(measured_ms) * 1e-3)
+    res = fewshot.posterior("step", pts, y, to_fit(NEUTRAL), A_PRIORI_SD, n_samples=40)
     th = res["theta"]
-    assert th[0] == pytest.approx(1.3, rel=1e-4) and th[3] == pytest.approx(4e-6, rel=1e-3)
-    assert th[1] == pytest.approx(0.0, abs=1e-8)  # the third term (host per step) is truly zero
+    assert th[0] == pytest.approx(1.3, rel=0.03)
+    assert np.exp(fewshot.predict_log("step", th, pts)[0]) == pytest.approx(np.exp(y), rel=0.01)
     lo, hi = fewshot.interval(res["samples"])
     assert lo[0] <= 1.3 <= hi[0]
 
 
-def test_left_out_points_choose_a_fixed_step_cost_the_priority_order_would_miss():
-    # measured = 1.2 * kernel + overhead + 20 ms per step, by hand per point; the rank test in priority
-    # order takes kernel_scale, spec_per_token_s and host_per_seq_s here (the per-step column is nearly a
-    # combination of the first two at these points), which cannot express a fixed cost
-    batch, k = [1, 8, 8, 4], [0, 3, 1, 4]
-    kernel_ms, overhead_ms = [60.0, 330.0, 200.0, 245.0], [0.5, 0.5, 0.5, 0.5]
-    measured_ms = [1.2 * 60.0 + 0.5 + 20.0, 1.2 * 330.0 + 0.5 + 20.0, 1.2 * 200.0 + 0.5 + 20.0, 1.2 * 245.0 + 0.5 + 20.0]
-    pts = _points(batch, k, kernel_ms, overhead_ms)
-    y = np.log(np.array(measured_ms) * 1e-3)
-    terms = fewshot.select_terms("step", pts, y, fewshot.STEP_PRIORITY, fewshot.max_terms_for(4))
-    assert "host_per_step_s" in terms and len(terms) == 3
-    th = fewshot.fit_terms("step", pts, y, terms)
-    assert th[0] == pytest.approx(1.2, rel=1e-4) and th[1] == pytest.approx(0.020, rel=1e-3)
-    # each point left out is predicted exactly by the right terms, and worse by the priority order's
-    priority = fewshot.choose_terms("step", pts, fewshot.STEP_PRIORITY, fewshot.max_terms_for(4))
-    assert priority == ["kernel_scale", "spec_per_token_s", "host_per_seq_s"]
-    assert fewshot.loo_error("step", pts, y, terms) < 1e-3  # the solver's tolerance (0.1% in log)
-    assert fewshot.loo_error("step", pts, y, priority) > 0.01
-
-
-def test_two_points_fit_at_most_two_terms_chosen_by_what_they_vary():
-    same_k = _points([1, 64], [0, 0], [5.05, 8.2], [0.2, 0.2])
-    terms = fewshot.choose_terms("step", same_k, fewshot.STEP_PRIORITY, fewshot.max_terms_for(2))
-    assert len(terms) == 2 and "spec_per_token_s" not in terms  # no K > 0 point: no speculative term
-    one_b = _points([16, 16], [0, 4], [5.8, 7.0], [0.2, 0.2])
-    assert fewshot.choose_terms("step", one_b, fewshot.STEP_PRIORITY, 2) == ["kernel_scale", "spec_per_token_s"]
-    assert fewshot.max_terms_for(1) == 1 and fewshot.max_terms_for(3) == 2
-
-
-def test_two_shot_speedup_recovers_acceptance_and_cost():
+def test_two_shot_posterior_recovers_acceptance_and_cost():
     # speedup = AL(K) T(B, 0) / T(B, K), AL of an i.i.d. rate 0.7 at K = 3: 1 + .7 + .49 + .343 = 2.533,
-    # T(B, K) = kernel + overhead + 10 us * B * 4, T(B, 0) = (5 + 0.05 B) + 0.2 ms
+    # T(B, K) = kernel + overhead + 10 us * B * 4, T(B, 0) = (5 + 0.05 B) + 0.2 ms; three points, acceptance free
     al = 1 + 0.7 + 0.49 + 0.343
-    batch = np.array([2.0, 32.0])
-    kern_k = np.array([7.0, 9.0])
+    batch = np.array([2.0, 32.0, 64.0])
+    kern_k = np.array([7.0, 9.0, 11.0])
     t_k = kern_k + 0.3 + 0.010 * batch * 4
     t_0 = 5 + 0.05 * batch + 0.2
-    pts = _points(batch, [3, 3], kern_k, [0.3, 0.3], rates=0.5)
-    th = fewshot.fit_terms("speedup", pts, np.log(al * t_0 / t_k), ["acceptance_scale", "spec_per_token_s"])
-    assert th[4] * 0.5 == pytest.approx(0.7, rel=1e-4) and th[3] == pytest.approx(10e-6, rel=1e-3)
+    pts = _points(batch, [3, 3, 3], kern_k, [0.3, 0.3, 0.3], rates=0.5)
+    res = fewshot.posterior("speedup", pts, np.log(al * t_0 / t_k), to_fit(NEUTRAL), A_PRIORI_SD, n_samples=40,
+                            free_acceptance=True)
+    assert np.exp(fewshot.predict_log("speedup", res["theta"], pts)[0]) == pytest.approx(al * t_0 / t_k, rel=0.01)
+    assert res["theta"][fewshot.ACCEPTANCE] * 0.5 == pytest.approx(0.7, rel=0.05)
 
 
-def test_bounds_hold():  # the measured step is faster than the planner's kernels alone: s stops at 0.5
+def test_posterior_stays_within_bounds():  # the measured step is faster than the planner's kernels alone: s >= 0.5
     pts = _points([1, 2], [0, 0], [10.0, 10.5], [0.0, 0.0])
-    th = fewshot.fit_terms("step", pts, np.log([2e-3, 2.1e-3]), ["kernel_scale", "host_per_step_s"])
-    assert th[0] == pytest.approx(0.5) and th[1] >= 0
+    res = fewshot.posterior("step", pts, np.log([2e-3, 2.1e-3]), to_fit(NEUTRAL), A_PRIORI_SD, n_samples=20)
+    assert res["theta"][0] >= 0.5 - 1e-9 and res["samples"][:, 0].min() >= 0.5 - 1e-9 and res["theta"][1] >= 0
 
 
 def test_next_measurement_is_the_most_overlapping_rival():
@@ -162,7 +136,6 @@ def test_cli_round_trip_applies_the_terms_in_the_grid(tmp_path, capsys):
     doc = json.loads(out.read_text())
     assert doc["format"] == "dsd-planner-deployment-fit" and doc["scenario"]["model"] == "smollm2-135m"
     assert [(p["batch_size"], p["k"]) for p in doc["points"]] == [(1, 0), (16, 3)]
-    assert sum(t["fitted"] for t in doc["terms"].values()) <= 2
     # acceptance: the one K = 3 row's measured per-position rates (calibration/data/runs, B = 16, K = 3)
     runs = pd.read_csv(RUNS)
     measured = json.loads(runs[(runs.batch_size == 16) & (runs.k == 3)].per_position_acceptance.iloc[0])
@@ -175,8 +148,10 @@ def test_cli_round_trip_applies_the_terms_in_the_grid(tmp_path, capsys):
     fitted = predict(CPU_SCENARIO, batch_sizes="8", deployment=str(out))
     g0, g1 = plain.grid, fitted.grid
     s, t = doc["terms"]["kernel_scale"]["value"], doc["terms"]
-    by_hand = (s * (g0.verify_s + g0.draft_step_s) + g0.overhead_s + t["host_per_step_s"]["value"]
-               + t["host_per_seq_s"]["value"] * 8 + t["spec_per_token_s"]["value"] * 8 * (g0.ks + 1) * (g0.ks > 0))
+    spec = g0.ks > 0
+    by_hand = (s * np.where(spec, t["spec_kernel_scale"]["value"], 1.0) * (g0.verify_s + g0.draft_step_s) + g0.overhead_s
+               + t["host_per_step_s"]["value"] + t["host_per_seq_s"]["value"] * 8
+               + (t["spec_host_per_seq_s"]["value"] * 8 + t["spec_per_token_s"]["value"] * 8 * (g0.ks + 1)) * spec)
     np.testing.assert_allclose(g1.itl_s, by_hand, rtol=1e-12)
     assert fit.acceptance_rates[:3] == pytest.approx(measured, abs=1e-6)
     prov = fitted.provenance
@@ -389,45 +364,3 @@ def test_a_fit_records_its_precision_and_another_precision_refuses_it(tmp_path, 
                              "--batch-sizes", "1,16"]) == 0
 
 
-# --- the interval of a few-point fit: bootstrap plus the extrapolation error of such fits ---------
-
-def test_two_shot_interval_takes_the_other_curves_error_by_hand():
-    """Three curves, held-out misses |log err| A: 0.10, 0.30; B: 0.20; C: 0.05, 0.15. A row of curve A is
-    sized by B and C only: 90th percentile of [0.20, 0.05, 0.15] (linear interpolation) = 0.19; its
-    bootstrap half-width log(1.1 / 0.9) / 2 adds in quadrature."""
-    from calibration.transfer_twoshot import with_model_error
-
-    err = {"A": [0.10, 0.30], "B": [0.20], "C": [0.05, 0.15]}
-    rows = [{"source_id": c, "hardware": "h100-sxm", "model": "m", "draft": "eagle", "context_len": 1024,
-             "predicted": 1.0, "measured": float(np.exp(e)), "lo": 0.9, "hi": 1.1} for c, es in err.items() for e in es]
-    df = with_model_error(pd.DataFrame(rows))
-    q_a = np.quantile([0.20, 0.05, 0.15], 0.9)
-    assert q_a == pytest.approx(0.19)
-    assert df.model_error_log.iloc[0] == pytest.approx(q_a)
-    half = np.hypot(np.log(1.1 / 0.9) / 2, q_a)
-    assert df.hi.iloc[0] == pytest.approx(np.exp(half)) and df.lo.iloc[0] == pytest.approx(np.exp(-half))
-    # curve B's row is sized by A and C: quantile of [0.10, 0.30, 0.05, 0.15] = 0.255
-    assert df.model_error_log.iloc[2] == pytest.approx(0.255)
-
-
-
-def test_deployment_fit_interval_carries_the_published_two_shot_error(tmp_path, capsys):
-    """Two measured cells fit exactly (no residual dof): the file's uncertainty carries the two-point fits'
-    held-out error written by calibration.transfer (simulator/data/transfer_error.json) and says so; from
-    fit_deployment.MIN_MISFIT_DOF residual dof on (all 49 cells of the CPU runs) the scatter sizes it."""
-    from simulator.specs.uncertainty import two_shot_model_error
-
-    model = two_shot_model_error()
-    assert model is not None, "run make transfer: transfer_error.json has no _two_shot entry"
-    rows = pd.read_csv(RUNS)
-    two = tmp_path / "two.csv"
-    rows[((rows.batch_size == 1) & (rows.k == 0)) | ((rows.batch_size == 8) & (rows.k == 3))].to_csv(two, index=False)
-    for measured, carried in ((two, True), (RUNS, False)):
-        out = tmp_path / f"fit-{carried}.json"
-        assert fd.main(["--scenario", CPU_SCENARIO, "--measured", str(measured), "--output", str(out)]) == 0
-        u = json.loads(out.read_text())["uncertainty"]
-        if carried:
-            assert u["model_error_rel"] == pytest.approx(np.expm1(model[0]), rel=1e-4)
-            assert u["step_time_rel"] >= u["model_error_rel"] and "published" in u["model_error_source"]
-        else:
-            assert u["model_error_rel"] == 0.0 and "residual scatter" in u["model_error_source"]

@@ -241,3 +241,37 @@ def test_isotonic_fit_by_hand(y, want):
     # weights 1, 3 on the first fall of the first case: (3 x 1 + 2 x 3) / 4 = 2.25
     np.testing.assert_allclose(isotonic_increasing(np.array([3.0, 2.0, 5.0]), np.array([1.0, 3.0, 1.0])),
                                [2.25, 2.25, 5.0], rtol=1e-15)
+
+
+def test_rising_with_work_by_hand():
+    """Times 10, 10, 10 (a flat stretch the monotone fit pooled) at bytes 100, 150, 160 with BW = 10 and
+    no FLOPs: each step up adds its extra bytes' time at full bandwidth: 10, 10 + 5, 15 + 1."""
+    from simulator.physics.monotone import rising_with_work
+    t = rising_with_work(np.array([[10.0], [10.0], [10.0]]), np.zeros((3, 1)), np.array([[100.0], [150.0], [160.0]]),
+                         1.0, 10.0)
+    np.testing.assert_allclose(t[:, 0], [10.0, 15.0, 16.0])
+    kept = rising_with_work(np.array([[10.0], [30.0]]), np.zeros((2, 1)), np.array([[100.0], [150.0]]), 1.0, 10.0)
+    np.testing.assert_allclose(kept[:, 0], [10.0, 30.0])  # already rising faster than the bytes: unchanged
+
+
+@pytest.mark.parametrize("profile", PROFILES, ids=lambda p: p.name.replace(".profile.json", ""))
+def test_routed_experts_rise_with_the_bytes_they_load(profile):
+    """Issue 47: gpt-oss-120b / H100 / vLLM at B = 8 priced moe_experts at 22.04 ms for K = 4, 6 and 8 while its
+    bytes grew from 44 to 55 GB. On every shipped profile and MoE model, wherever K + 1 loads more than 1% more
+    expert bytes, the routed experts' time rises too (by at least half the extra bytes at the HBM peak)."""
+    failures = []
+    for model in MOE_MODELS:
+        sc = _scenario(model, profile)
+        if sc is None:
+            continue
+        cost = verify_cost(sc.model, sc.deployment, sc.hardware, BATCH, KS, sc.context_len, sc.profile)
+        i = cost.names.index("moe_experts")
+        t, nbytes = np.broadcast_to(cost.time_s[i], cost.total_s.shape), np.broadcast_to(cost.nbytes[i], cost.total_s.shape)
+        more = np.diff(nbytes, axis=1) > 0.01 * nbytes[:, :-1]
+        floor = 0.5 * np.diff(nbytes, axis=1) / sc.hardware.hbm_bandwidth_bytes_per_s
+        flat = more & (np.diff(t, axis=1) < floor)
+        if flat.any():
+            b, k = np.argwhere(flat)[0]
+            failures.append(f"{model} tp{sc.deployment.tp} B={int(BATCH[b, 0])} K={k}->{k + 1}:"
+                            f" {t[b, k] * 1e3:.3f} -> {t[b, k + 1] * 1e3:.3f} ms")
+    assert not failures, "routed experts flat while their bytes grow: " + "; ".join(failures)

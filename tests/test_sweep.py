@@ -334,7 +334,8 @@ def test_sweep_applies_a_deployment_fit_only_where_it_was_measured(tmp_path, cap
     # the fitted row's grid is predict's with the same fit (plain step at B = 16: the measured 16.0 ms)
     fitted = predict("sizing-dense-command-a", deployment=str(fit))
     assert rows.loc[8, "grid_itl_ms_b1"] == pytest.approx(float(fitted.table.itl_ms.iloc[0]), rel=1e-9)
-    assert float(fitted.grid.itl_s[15, 0]) * 1e3 == pytest.approx(16.0, rel=1e-4)
+    # (a posterior: the measured point within its 2% scatter)
+    assert float(fitted.grid.itl_s[15, 0]) * 1e3 == pytest.approx(16.0, rel=0.01)
     assert rows.loc[8, "grid_itl_ms_b1"] != pytest.approx(float(predict("sizing-dense-command-a").table.itl_ms.iloc[0]),
                                                            rel=1e-3)
 

@@ -42,7 +42,9 @@ def test_engine_version_given_without_trailing_zero():
     from simulator.specs.engines import engine_versions, list_engines, load_engine
     assert "0.11.0" in engine_versions("vllm")
     assert load_engine("vllm", "0.11").key == "vllm-0.11.0"  # --engine-version 0.11 picks the 0.11.0 profile
-    with pytest.raises(PlannerError, match="no profile for version '0.12'"):
-        load_engine("vllm", "0.12")
+    e = load_engine("vllm", "0.12")  # no profile of its own: the nearest line's (0.11.0, one line older)
+    assert e.key == "vllm-0.11.0" and e.release == "0.12" and "1 minor line older" in e.release_note
+    with pytest.raises(PlannerError, match="nearest profile is vllm-0.33.0: pass --engine-version 0.33.0"):
+        load_engine("vllm", "0.40")  # more than one minor line past the newest profile
     trt = [k for k in list_engines() if k.startswith("trtllm-")]
-    assert trt == ["trtllm-0.9.0", "trtllm-0.12.0", "trtllm-1.1.0", "trtllm-1.4.0rc4"]  # numeric order, rc last here
+    assert trt == ["trtllm-0.9.0", "trtllm-0.12.0", "trtllm-1.1.0", "trtllm-1.2.1", "trtllm-1.4.0rc4"]  # numeric order

@@ -25,6 +25,10 @@ def engine_config(model: str, layers: int | None = None, router_reuse: float = 0
         problems.append(f"{spec.attention} attention")
     if spec.num_sliding_layers:
         problems.append("sliding-window layers")
+    if not spec.uniform_attention:  # chunked, linear, sparse or differently shaped layers
+        problems.append(spec.layer_kinds_label() + " layers")
+    if spec.attention_output_gate or spec.final_logit_softcapping:
+        problems.append("gated attention or logit softcapping")
     if spec.is_moe and (spec.shared_expert_intermediate_size or spec.num_dense_layers):
         problems.append("shared experts or dense leading layers")
     if problems:

@@ -16,12 +16,13 @@ KINDS = ("models", "hardware", "engines", "drafts", "dtypes")
 
 def _models() -> list[str]:
     from simulator.specs.models import list_models, load_model
-    out = ["# models (simulator/data/models/*.json): name, parameters (active for MoE), layers, attention; rests on"]
+    out = ["# models (simulator/data/models/*.json): name, parameters (active for MoE), layers, attention kinds"
+           " (layers each; window, chunk or top-k); rests on"]
     for name in list_models():
         m = load_model(name)
         size = f"{m.total_params() / 1e9:.1f}B" + (f" ({m.active_params() / 1e9:.1f}B active, {m.num_experts} experts)"
                                                    if m.is_moe else "")
-        out.append(f"{name:20s} {size:34s} {m.num_layers:3d} layers  {m.attention:4s}  {m.source}")
+        out.append(f"{name:20s} {size:34s} {m.num_layers:3d} layers  {m.layer_kinds_label():34s}  {m.source}")
     return out
 
 

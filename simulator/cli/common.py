@@ -96,6 +96,8 @@ def add_setting_args(p, *names: str, notes: dict | None = None) -> None:
     for name in names:
         s = BY_NAME[name]
         kwargs = {"type": s.arg_type, "metavar": s.metavar, "choices": s.choices}
+        if s.arg_type is bool:  # an on/off switch: the flag alone
+            kwargs = {"action": "store_true"}
         note = (notes or {}).get(name)
         p.add_argument(s.flag, help=s.help_text() + (f"; {note}" if note else "") + _toml_text(s),
                        **{k: v for k, v in kwargs.items() if v is not None})

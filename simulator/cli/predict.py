@@ -22,7 +22,7 @@ from simulator.plan.advice import advice_lines
 from simulator.plan.api import Prediction, predict
 from simulator.plan.fit import shortfall_text
 from simulator.plan.notes import falling_token_time
-from simulator.plan.speedup_trust import gain_at_risk_text
+from simulator.plan.speedup_trust import decision_risk_text, gain_at_risk_text
 from simulator.cli.common import command, dtypes_text, setting_overrides, write_atomically
 from simulator.cli.predict_args import EXPORT_FORMATS, FORMATS, SETTING_FLAGS, build_parser  # noqa: F401 (FORMATS: API)
 from simulator.files import check_output_file
@@ -127,6 +127,9 @@ def _table_facts(pred: Prediction, shown: int) -> list[str]:
     risk = gain_at_risk_text(pred.table)
     if risk:
         lines.append(f"note: {risk}")
+    unsure = decision_risk_text(pred.table)
+    if unsure:
+        lines.append(f"decision: {unsure}")
     why = pred.k_rise_attribution()
     if why:
         lines.append(f"why K* moves (MoE): {why}")

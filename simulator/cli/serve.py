@@ -50,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     load.add_argument("--concurrency", type=int, help="closed loop with this many users")
     load.add_argument("--waves", help="B,MULT: MULT x B prompts at once, at most B in flight")
     server = p.add_argument_group("deployment", "calibration and the engine's settings")
-    add_setting_args(server, "deployment", "max_num_seqs", notes={"deployment": "every serving step uses them"})
+    add_setting_args(server, "deployment", "learned", "max_num_seqs", notes={"deployment": "every serving step uses them"})
     out = p.add_argument_group("output", "what to print")
     out.add_argument("--format", default="table", help="table | json | csv (default table)")
     out.add_argument("--graphs", action="store_true", help="also list the (tokens, K) CUDA graphs each policy's K table needs"
@@ -171,7 +171,8 @@ def _run(args) -> int:
     check_flags(args)
     from simulator import serving
     policies = _policies(args.policy)
-    sc = load_scenario(args.scenario, acceptance=args.acceptance, deployment=args.deployment, **dtype_overrides(args))
+    sc = load_scenario(args.scenario, acceptance=args.acceptance, deployment=args.deployment,
+                       learned=False if args.physics_only else None, **dtype_overrides(args))
     workload = _workload(sc, args)
     # --max-num-seqs, or a wave's batch size, is the server's running cap: the engine's own default with
     # speculation (SGLang's 48) applies only where neither sets one

@@ -59,6 +59,8 @@ def attention_op(model: ModelSpec, dep: Deployment, batch, queries, context_len:
                  "latent": latent, "score_width": 2 * model.kv_lora_rank + model.qk_rope_head_dim}
     else:
         d = model.head_dim
+        if model.kv_shares_k_and_v:  # Gemma 4 global layers cache K alone and read it as V too: half the bytes
+            kv = kv / 2
         hkv = kv_heads_per_gpu(model, dep.tp)
         group = hq / hkv
         per_head = per_query_head_kernel(dep, group, batch * hkv)
@@ -95,3 +97,133 @@ def attention_op(model: ModelSpec, dep: Deployment, batch, queries, context_len:
     return AttentionOp(name, "attention", flops, io, kernels=2, count=count, eff_tokens=batch * queries,
                        surface=surface, shape={"tokens": batch * queries, "batch": batch, "context": keys + 1.0, **shape},
                        dtype=dep.kv_dtype)
+
+
+# --- the other attention families (docs/attention_families.md) ---------------------------------------------
+# Each layer kind is one op per pass, named by its kind; `attention_kind_op` builds any of them from its name,
+# so a caller that re-prices a pass's attention at other sizes (serving's prompt chunks) builds the same ops.
+
+LAYER_KIND_OPS = {"full": "attention", "sparse": "attention_sparse", "sliding": "attention_sliding",
+                  "chunked": "attention_chunked", "linear": "attention_linear"}
+
+
+def kind_of_op(name: str) -> str:
+    """The layer kind an attention op prices, from its name (prefixes such as "draft." aside)."""
+    base = name.rsplit(".", 1)[-1]
+    if base == "attention_indexer":
+        return "indexer"
+    for kind, op_name in LAYER_KIND_OPS.items():
+        if base == op_name:
+            return kind
+    raise ValueError(f"not an attention op: {name}")
+
+
+def attention_kind_op(model: ModelSpec, dep: Deployment, batch, queries, context_len, count: int, name: str) -> Op:
+    """The attention op ``name`` prices (its kind from the name: :func:`kind_of_op`) for ``count`` layers."""
+    kind = kind_of_op(name)
+    if kind == "full":
+        return attention_op(model.global_layer_model(), dep, batch, queries, context_len, count, None, name)
+    if kind == "sliding":
+        return attention_op(model, dep, batch, queries, context_len, count, model.sliding_window, name)
+    if kind == "chunked":
+        return attention_op(model, dep, batch, queries, context_len, count, model.attention_chunk_size, name)
+    if kind == "sparse":
+        return sparse_mla_op(model, dep, batch, queries, context_len, count, name)
+    if kind == "indexer":
+        return indexer_op(model, dep, batch, queries, context_len, count, name)
+    return linear_attention_op(model, dep, batch, queries, count, name)
+
+
+def sparse_mla_op(model: ModelSpec, dep: Deployment, batch, queries, context_len, count: int, name: str) -> Op:
+    """DeepSeek sparse attention's main pass: absorbed MLA where each of the q queries of a sequence reads only
+    the top-k latent entries its indexer picked (index_topk; all L + q while the context is shorter).
+
+    keys per query  n = min(L + q, k)
+    F = 2 B q n H_q (2 kv_lora + rope)                     (as dense MLA, over n keys a query)
+    M = B q n (kv_lora + rope) kv + 2 B q H_q (kv_lora + rope) a
+    Unlike dense decode the latent read is per query, not per sequence: the q queries' top-k sets differ,
+    and the sparse kernel gathers each query's own (FlashMLA sparse decode). A verify pass of K + 1 queries
+    reads (K + 1) x k entries per sequence: speculation does not ride on a shared KV read here.
+    """
+    a, kv = DTYPE_BYTES[dep.act_dtype], DTYPE_BYTES[dep.kv_dtype]
+    hq = model.num_heads / dep.tp
+    lora, rope = model.kv_lora_rank, model.qk_rope_head_dim
+    latent = lora + rope
+    picked = np.minimum(np.add(context_len, queries), float(model.index_topk))
+    flops = (2.0 * hq * (2 * lora + rope)) * batch * queries * picked
+    nbytes = (latent * kv) * batch * queries * picked + (2.0 * hq * latent * a) * batch * queries
+    return Op(name, "attention", flops, nbytes, kernels=2, count=count, eff_tokens=batch * queries,
+              shape={"tokens": batch * queries, "batch": batch, "context": picked, "queries": queries})
+
+
+# The indexer's key cache per token: index_head_dim fp8 values and one fp32 scale (DeepSeek-V3.2 inference
+# kernel.py act_quant block of 128; vLLM's indexer cache holds 132 bytes a token at index_head_dim 128)
+INDEXER_SCALE_BYTES = 4.0
+INDEXER_LOGIT_BYTES = 4.0  # fp32 logits, written by the scoring kernel and read by the top-k selection
+
+
+def indexer_key_bytes_per_token(model: ModelSpec) -> float:
+    """Bytes of the indexer's key cache per token per layer (replicated on every GPU of the attention group)."""
+    return model.index_head_dim * DTYPE_BYTES["fp8"] + INDEXER_SCALE_BYTES if model.is_sparse_attention else 0.0
+
+
+def indexer_op(model: ModelSpec, dep: Deployment, batch, queries, context_len, count: int, name: str) -> Op:
+    """DeepSeek-V3.2's lightning indexer: each of the q queries scores every cached key with H_i fp8 heads of
+    d_i, weighs the heads and keeps the top-k (index_topk) for the sparse MLA pass. Its heads are not split
+    by TP (each GPU of the attention group runs all of them on its sequences).
+
+    F = 2 B q (L + (q+1)/2) H_i (d_i + 1)                 (q.k per head, then the head weights)
+    M = B (L + q) (d_i + 4) + 2 x 4 B q (L + q) + B q H_i d_i
+        (the indexer key cache read once per sequence: the q queries share it as one MQA; the fp32
+         logits written and read back by the top-k; the fp8 queries)
+    """
+    hi, di = float(model.index_n_heads), float(model.index_head_dim)
+    keys = np.add(context_len, queries)
+    flops = (2.0 * hi * (di + 1.0)) * batch * queries * (np.asarray(context_len, dtype=float) + (queries + 1) / 2)
+    nbytes = (indexer_key_bytes_per_token(model) * batch * keys + (2 * INDEXER_LOGIT_BYTES) * batch * queries * keys
+              + (hi * di * DTYPE_BYTES["fp8"]) * batch * queries)
+    return Op(name, "attention", flops, nbytes, kernels=3, count=count, eff_tokens=batch * queries,
+              shape={"tokens": batch * queries, "batch": batch, "context": keys, "queries": queries})
+
+
+# Gated delta rule per token and value head (the recurrent kernel, e.g. fla fused_recurrent_gated_delta_rule):
+# decay h *= exp(g) (d_k d_v), v - h^T k (2 d_k d_v), rank-1 update h += k v'^T (2 d_k d_v), o = h^T q (2 d_k d_v)
+GDN_FLOPS_PER_STATE_ELEMENT = 7.0
+
+
+def linear_state_bytes_per_gpu(model: ModelSpec, dep: Deployment) -> tuple[float, float]:
+    """(delta-rule state bytes, conv state bytes) of one sequence in one Gated DeltaNet layer on one GPU
+    (heads split over the attention group's TP): H_v d_k d_v x state dtype, (kernel - 1) channels x act dtype."""
+    state, conv = model.linear_state_elements()
+    t = dep.attention_tp
+    return state * DTYPE_BYTES[model.linear_state_dtype] / t, conv * DTYPE_BYTES[dep.act_dtype] / t
+
+
+def linear_attention_op(model: ModelSpec, dep: Deployment, batch, queries, count: int, name: str) -> Op:
+    """A Gated DeltaNet layer over q new tokens per sequence: no KV cache, a recurrent state per sequence.
+
+    S = H_v d_k d_v state elements (state dtype s), C = (kc - 1)(2 H_k d_k + H_v d_v) conv-state elements
+    (act dtype a), per GPU (heads over TP); q tokens a sequence.
+    F = B q (7 S + 2 kc (2 H_k d_k + H_v d_v))
+    M = B (1 + w + r) (S s + C a) + B q (2 H_k d_k + 2 H_v d_v) a
+    w = states written: q in a decode or verify pass (the state after every verified position is kept, so
+    the step can resume from the last accepted one: K + 1 intermediate states), 1 for a prompt chunk (longer
+    than MAX_DECODE_SURFACE_QUERIES: the chunked kernel writes the final state only); r = 2 when q > 1 in a
+    verify pass (restoring the accepted position's state into the sequence's slot: one read and one write),
+    else 0. The state is read once per step whatever q is, like a KV cache, but its size does not grow with
+    the context: a hybrid's verify cost at long context is set by its few full-attention layers.
+    """
+    a = DTYPE_BYTES[dep.act_dtype]
+    state_b, conv_b = linear_state_bytes_per_gpu(model, dep)
+    t = dep.tp
+    qk = model.linear_num_key_heads * model.linear_key_head_dim / t
+    v = model.linear_num_value_heads * model.linear_value_head_dim / t
+    state_elems = model.linear_num_value_heads / t * model.linear_key_head_dim * model.linear_value_head_dim
+    q = np.asarray(queries, dtype=float)
+    verify = (q > 1) & (q <= MAX_DECODE_SURFACE_QUERIES)
+    written = np.where(q <= MAX_DECODE_SURFACE_QUERIES, q, 1.0)
+    moved = 1.0 + written + np.where(verify, 2.0, 0.0)
+    flops = batch * q * (GDN_FLOPS_PER_STATE_ELEMENT * state_elems + 2.0 * model.linear_conv_kernel_dim * (2 * qk + v))
+    nbytes = batch * moved * (state_b + conv_b) + batch * q * (2 * qk + 2 * v) * a
+    return Op(name, "attention", flops, nbytes, kernels=3, count=count, eff_tokens=batch * q,
+              shape={"tokens": batch * q, "batch": batch, "queries": q, "state_bytes": state_b + conv_b})

@@ -9,13 +9,13 @@ import numpy as np
 
 from dataclasses import replace
 
-from simulator.physics.attention import attention_op
+from simulator.physics.attention import LAYER_KIND_OPS, attention_kind_op, attention_op
 from simulator.physics.experts import busiest_group_load, experts_touched_correlated
 from simulator.physics.fabric import allgather_s, allreduce_fabric_s, alltoall_s, node_split
 from simulator.physics.operators import StepCost, evaluate
 from simulator.physics.ops import GemmOp, Op, array_key, share_op
 from simulator.physics.terms import gemm_terms, moe_expert_terms
-from simulator.specs.deployment import Deployment, kv_heads_per_gpu, sliding_layers
+from simulator.specs.deployment import Deployment, kv_heads_per_gpu, layer_kind_counts, sliding_layers
 from simulator.specs.hardware import DTYPE_BYTES, Hardware
 from simulator.specs.models import ModelSpec
 from simulator.specs.profile import Profile
@@ -49,7 +49,8 @@ def allreduce_s(nbytes, gpus: int, hw: Hardware):
     return hw.interconnect_latency_s + collective_factor("all_reduce", gpus) * nbytes / hw.interconnect_bandwidth_bytes_per_s
 
 
-def attention_projection_ops(model: ModelSpec, dep: Deployment, tokens, count: int, prefix: str = "") -> list[Op]:
+def attention_projection_ops(model: ModelSpec, dep: Deployment, tokens, count: int, prefix: str = "",
+                             suffix: str = "") -> list[Op]:
     """Weights on the attention path: QKV (or MLA's low-rank projections) and the output projection.
 
     MLA's down-projections q_a [D -> q_lora] and kv_a [D -> kv_lora + rope] have no head axis and are
@@ -73,9 +74,41 @@ def attention_projection_ops(model: ModelSpec, dep: Deployment, tokens, count: i
         ops.append(gemm(prefix + "attn_o", tokens, D, H * model.v_head_dim, w, a, count))
         return ops
     d = model.head_dim
-    qkv_n = (model.num_heads / t + 2 * kv_heads_per_gpu(model, t)) * d
-    return [gemm(prefix + "attn_qkv", tokens, qkv_n, D, w, a, count),
-            gemm(prefix + "attn_o", tokens, D, model.num_heads / t * d, w, a, count)]
+    kv = 1 if model.kv_shares_k_and_v else 2  # Gemma 4 global layers: K doubles as V
+    gate = model.num_heads / t if model.attention_output_gate else 0.0  # Qwen3-Next: a gate per query head
+    qkv_n = (model.num_heads / t + gate + kv * kv_heads_per_gpu(model, t)) * d
+    return [gemm(prefix + "attn_qkv" + suffix, tokens, qkv_n, D, w, a, count),
+            gemm(prefix + "attn_o" + suffix, tokens, D, model.num_heads / t * d, w, a, count)]
+
+
+def layer_projection_ops(model: ModelSpec, dep: Deployment, tokens, kinds: dict[str, int], prefix: str = "") -> list[Op]:
+    """The weights on every layer's attention path, each kind with its own: softmax-attention layers
+    (:func:`attention_projection_ops`; Gemma 4's global layers at their own shape), DeepSeek-V3.2's
+    indexer projections (replicated: wq_b [q_lora -> H_i d_i], wk [D -> d_i], weights_proj [D -> H_i]), and
+    Gated DeltaNet's in_proj [D -> (2 H_k d_k + 2 H_v d_v + 2 H_v) / t] and out_proj [H_v d_v / t -> D]."""
+    n_linear = kinds.get("linear", 0)
+    n_attn = sum(kinds.values()) - n_linear
+    n_global = kinds.get("full", 0)
+    ops = []
+    if n_attn and model.has_global_shape and n_global:
+        if n_attn - n_global:
+            ops += attention_projection_ops(model, dep, tokens, n_attn - n_global, prefix)
+        ops += attention_projection_ops(model.global_layer_model(), dep, tokens, n_global, prefix, "_global")
+    elif n_attn:
+        ops += attention_projection_ops(model, dep, tokens, n_attn, prefix)
+    if kinds.get("sparse"):
+        w, a, D = DTYPE_BYTES[dep.weight_dtype], DTYPE_BYTES[dep.act_dtype], model.hidden_size
+        n, hi, di = kinds["sparse"], model.index_n_heads, model.index_head_dim
+        ops += [gemm(prefix + "attn_indexer_q", tokens, hi * di, model.q_lora_rank, w, a, n),
+                gemm(prefix + "attn_indexer_k", tokens, di, D, w, a, n),
+                gemm(prefix + "attn_indexer_w", tokens, hi, D, w, a, n)]
+    if n_linear:
+        w, a, D, t = DTYPE_BYTES[dep.weight_dtype], DTYPE_BYTES[dep.act_dtype], model.hidden_size, dep.tp
+        ops += [gemm(prefix + "attn_linear_in", tokens, (model.linear_qkvz_width + 2 * model.linear_num_value_heads) / t,
+                     D, w, a, n_linear),
+                gemm(prefix + "attn_linear_out", tokens, D, model.linear_num_value_heads * model.linear_value_head_dim / t,
+                     w, a, n_linear)]
+    return ops
 
 
 def dense_mlp_ops(model: ModelSpec, dep: Deployment, tokens, count: int, width: int, prefix: str = "",
@@ -131,6 +164,27 @@ def _attention(model: ModelSpec, dep: Deployment, adep: Deployment, sizes: tuple
     return share_op(lambda: attention_op(model, adep, batch, queries, context_len, count, window, name), count, name,
                     lambda: (("attention", id(model), id(dep), array_key(batch), array_key(queries),
                               array_key(context_len), window), (model, dep)))
+
+
+def _attention_kind(model: ModelSpec, dep: Deployment, adep: Deployment, sizes: tuple, count: int, kind: str,
+                    name: str) -> Op:
+    """:func:`attention_kind_op` of layer kind ``kind`` (op ``name``), shared as :func:`_attention` is."""
+    batch, queries, context_len = sizes
+    return share_op(lambda: attention_kind_op(model, adep, batch, queries, context_len, count, name), count, name,
+                    lambda: (("attention-kind", kind, id(model), id(dep), array_key(batch), array_key(queries),
+                              array_key(context_len)), (model, dep)))
+
+
+def attention_kind_ops(model: ModelSpec, dep: Deployment, adep: Deployment, sizes: tuple, kinds: dict[str, int],
+                       prefix: str = "") -> list[Op]:
+    """One attention op per layer kind of a model that is not uniform (:attr:`ModelSpec.uniform_attention`),
+    with DeepSeek-V3.2's indexer beside its sparse MLA."""
+    ops = []
+    for kind, count in kinds.items():
+        ops.append(_attention_kind(model, dep, adep, sizes, count, kind, prefix + LAYER_KIND_OPS[kind]))
+        if kind == "sparse":
+            ops.append(_attention_kind(model, dep, adep, sizes, count, "indexer", prefix + "attention_indexer"))
+    return ops
 
 
 def _routed_experts(model: ModelSpec, dep: Deployment, tokens, count: int, prefix: str, batch, queries) -> Op:
@@ -256,9 +310,15 @@ def _layer_ops(model: ModelSpec, dep: Deployment, hw: Hardware, sizes: tuple, pr
         rbatch = np.ceil(batch / dep.attention_dp) if dep.dp_attention else batch
         rtokens = rbatch * queries
     sized, cells = part != "cells", part != "tokens"
-    a = DTYPE_BYTES[dep.act_dtype]
     n_dense, n_moe = layer_counts if layer_counts else (model.num_mlp_dense_layers, model.num_moe_layers)
     n_layers = n_dense + n_moe
+    if not model.uniform_attention:  # chunked, linear, sparse or differently shaped layers: one op per kind
+        kinds = layer_kind_counts(model, None if layer_counts is None else n_layers)
+        ops = layer_projection_ops(model, adep, rtokens, kinds, prefix) if sized else []
+        if cells:
+            ops += attention_kind_ops(model, dep, adep, (rbatch, queries, context_len), kinds, prefix)
+        return ops + _mlp_ops(model, dep, hw, adep, (batch, queries, tokens, rtokens), prefix, (n_dense, n_moe),
+                              part, expert_batch)
     n_sliding = sliding_layers(model, None if layer_counts is None else n_layers)
     ops = attention_projection_ops(model, adep, rtokens, n_layers, prefix) if sized else []
     if cells and n_layers - n_sliding:
@@ -267,6 +327,19 @@ def _layer_ops(model: ModelSpec, dep: Deployment, hw: Hardware, sizes: tuple, pr
     if cells and n_sliding:
         ops.append(_attention(model, dep, adep, (rbatch, queries, context_len), n_sliding, model.sliding_window,
                               prefix + "attention_sliding"))
+    return ops + _mlp_ops(model, dep, hw, adep, (batch, queries, tokens, rtokens), prefix, (n_dense, n_moe), part,
+                          expert_batch)
+
+
+def _mlp_ops(model: ModelSpec, dep: Deployment, hw: Hardware, adep: Deployment, sizes: tuple, prefix: str,
+             layer_counts: tuple[int, int], part: str, expert_batch) -> list[Op]:
+    """The layers' MLP / MoE, norms and all-reduces (:func:`_layer_ops` after attention)."""
+    batch, queries, tokens, rtokens = sizes
+    n_dense, n_moe = layer_counts
+    n_layers = n_dense + n_moe
+    sized = part != "cells"
+    a = DTYPE_BYTES[dep.act_dtype]
+    ops = []
     if sized and n_dense:
         ops += dense_mlp_ops(model, adep, rtokens, n_dense, model.intermediate_size, prefix)
     if n_moe and part == "all":
@@ -322,7 +395,23 @@ def head_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, vocab: int
         gathered = tokens * vocab / dep.tp * a
         ops.append(Op(prefix + "logits_gather", "comm", 0.0, collective_factor("all_gather", dep.tp) * gathered * dep.tp, kernels=1, count=1,
                       comm_s=allgather_s(gathered, dep.tp, hw)))
+    if model.final_logit_softcapping:
+        ops.append(logit_softcap_op(prefix + "logit_softcap", tokens, vocab))
     return ops + [head_sampling_op(dep, tokens, vocab, prefix, logit_bytes)] if sampling else ops
+
+
+# Final-logit softcapping (Gemma 2 / 4): logits = cap * tanh(logits / cap) over the gathered [tokens, vocab]
+# logits before sampling (vLLM LogitsProcessor), one fused pass reading and writing fp32: 8 bytes and ~4 FLOPs
+# (divide, tanh, multiply) an element.
+SOFTCAP_BYTES_PER_LOGIT = 8.0
+SOFTCAP_FLOPS_PER_LOGIT = 4.0
+
+
+def logit_softcap_op(name: str, tokens, vocab: float) -> Op:
+    """The final-logit softcap over [tokens, vocab] (memory-bound, like sampling)."""
+    elements = np.asarray(tokens, dtype=float) * vocab
+    return Op(name, "elementwise", SOFTCAP_FLOPS_PER_LOGIT * elements, SOFTCAP_BYTES_PER_LOGIT * elements, kernels=1,
+              count=1, eff_tokens=tokens)
 
 
 def head_sampling_op(dep: Deployment, tokens, vocab: int, prefix: str = "", logit_bytes=None) -> Op:

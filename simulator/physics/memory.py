@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.specs.deployment import Deployment, kv_heads_per_gpu, sliding_layers
+from simulator.physics.attention import indexer_key_bytes_per_token, linear_state_bytes_per_gpu
+from simulator.specs.deployment import Deployment, kv_heads_per_gpu, layer_kind_counts, sliding_layers
 from simulator.specs.drafts import DraftSpec, draft_defaults, draft_deployment, mtp_depth
 from simulator.specs.hardware import DTYPE_BYTES
 from simulator.specs.models import ModelSpec
@@ -38,7 +39,8 @@ def attention_bytes_per_gpu(model: ModelSpec, dep: Deployment) -> float:
     rep = replicated_attention_params(model)
     attention = rep + (model.attention_params() - rep) / t
     if model.attention == "gqa":
-        attention += model.hidden_size * 2 * model.head_dim * (kv_heads_per_gpu(model, t) - model.num_kv_heads / t)
+        kv = 1 if model.kv_shares_k_and_v else 2
+        attention += model.hidden_size * kv * model.head_dim * (kv_heads_per_gpu(model, t) - model.num_kv_heads / t)
     return attention * w
 
 
@@ -58,8 +60,25 @@ def weight_bytes_per_gpu(model: ModelSpec, dep: Deployment) -> float:
     dense = model.num_mlp_dense_layers * model.dense_mlp_params() * w / t_a
     moe = model.num_moe_layers * moe_layer_bytes_per_gpu(model, dep) if model.is_moe else 0.0
     embedding_split = 1 if dep.kernels.lm_head == "replicated" else t_a
-    return (model.num_layers * attention_bytes_per_gpu(model, dep) + dense + moe
-            + model.embedding_params() * w / embedding_split)
+    attention = model.num_layers * attention_bytes_per_gpu(model, dep) if model.uniform_attention \
+        else attention_layers_bytes_per_gpu(model, dep)
+    return attention + dense + moe + model.embedding_params() * w / embedding_split
+
+
+def attention_layers_bytes_per_gpu(model: ModelSpec, dep: Deployment) -> float:
+    """Every layer's attention weights on one GPU, each kind with its own (as
+    :func:`simulator.physics.layers.layer_projection_ops` reads them): softmax-attention blocks (Gemma 4's
+    global layers at their own shape), DeepSeek-V3.2's indexer whole on every GPU, Gated DeltaNet blocks
+    split over the attention group."""
+    w = DTYPE_BYTES[dep.weight_dtype]
+    kinds = model.layer_kinds()
+    n_linear = kinds.get("linear", 0)
+    n_global = kinds.get("full", 0) if model.has_global_shape else 0
+    n_attn = model.num_layers - n_linear
+    return ((n_attn - n_global) * attention_bytes_per_gpu(model, dep)
+            + n_global * attention_bytes_per_gpu(model.global_layer_model(), dep)
+            + n_attn * model.indexer_params() * w
+            + n_linear * model.linear_attention_params() * w / dep.attention_tp)
 
 
 def kv_bytes_per_gpu(model: ModelSpec, dep: Deployment, batch, tokens_per_seq, layers: int | None = None) -> np.ndarray:
@@ -72,10 +91,57 @@ def kv_bytes_per_gpu(model: ModelSpec, dep: Deployment, batch, tokens_per_seq, l
     per_token_layer = (per_head_group * kv_heads_per_gpu(model, dep.attention_tp) / model.num_kv_heads
                        + latent) * kv / dep.attention_dp
     n_layers = model.num_layers if layers is None else layers
+    if not model.uniform_attention:
+        return np.asarray(batch, dtype=float) * kinds_kv_bytes(model, dep, tokens_per_seq, layers)
     n_sliding = sliding_layers(model, layers)
     tokens = np.asarray(tokens_per_seq, dtype=float)
     sliding_tokens = np.minimum(tokens, model.sliding_window) if model.sliding_window else tokens
     return np.asarray(batch, dtype=float) * per_token_layer * ((n_layers - n_sliding) * tokens + n_sliding * sliding_tokens)
+
+
+def _kv_bytes_per_token_layer(model: ModelSpec, dep: Deployment) -> float:
+    """One token's KV in one softmax-attention layer on one GPU (:func:`kv_bytes_per_gpu`'s split)."""
+    per_head_group, latent = model.kv_elements_per_token()
+    return (per_head_group * kv_heads_per_gpu(model, dep.attention_tp) / model.num_kv_heads
+            + latent) * DTYPE_BYTES[dep.kv_dtype] / dep.attention_dp
+
+
+def kinds_kv_bytes(model: ModelSpec, dep: Deployment, tokens_per_seq, layers: int | None = None) -> np.ndarray:
+    """One sequence's KV cache per GPU over the layer kinds (:func:`kv_bytes_per_gpu` for a model that is not
+    uniform): full layers keep every token (Gemma 4's global layers at their own shape), sliding and chunked
+    layers at most their window, sparse (DeepSeek-V3.2) layers every token's latent plus its indexer key
+    (fp8 + scale, whole on every GPU), linear layers no KV at all (their state: :func:`recurrent_state_bytes`)."""
+    tokens = np.asarray(tokens_per_seq, dtype=float)
+    kinds = layer_kind_counts(model, layers)
+    base = _kv_bytes_per_token_layer(model, dep)
+    total = np.zeros_like(tokens)
+    for kind, n in kinds.items():
+        if kind == "full":
+            total = total + n * _kv_bytes_per_token_layer(model.global_layer_model(), dep) * tokens
+        elif kind == "sparse":
+            total = total + n * (base + indexer_key_bytes_per_token(model) / dep.attention_dp) * tokens
+        elif kind == "sliding":
+            total = total + n * base * np.minimum(tokens, model.sliding_window)
+        elif kind == "chunked":
+            total = total + n * base * np.minimum(tokens, model.attention_chunk_size)
+    return total
+
+
+def recurrent_state_bytes(model: ModelSpec, dep: Deployment, k=0.0, layers: int | None = None):
+    """One sequence's recurrent states per GPU (Gated DeltaNet layers; 0 for other models): the delta-rule
+    state H_v d_k d_v and the conv state per layer, kept K + 1 times while speculating (the state after each
+    verified position, so a step resumes from the last accepted one), once without."""
+    n_linear = layer_kind_counts(model, layers).get("linear", 0)
+    if not n_linear:
+        return np.zeros(np.shape(k))
+    state_b, conv_b = linear_state_bytes_per_gpu(model, dep)
+    return n_linear * (state_b + conv_b) * (np.asarray(k, dtype=float) + 1.0) / dep.attention_dp
+
+
+def sequence_memory_bytes(model: ModelSpec, dep: Deployment, tokens, k=0.0):
+    """Memory one sequence of ``tokens`` tokens holds per GPU while verifying K drafts: its KV cache (windowed,
+    latent, indexer keys) and its recurrent states with the K speculative ones (:func:`recurrent_state_bytes`)."""
+    return kv_bytes_per_gpu(model, dep, 1.0, tokens) + recurrent_state_bytes(model, dep, k)
 
 
 def activation_bytes_per_gpu(model: ModelSpec, dep: Deployment, tokens) -> np.ndarray:
@@ -129,11 +195,17 @@ def draft_weight_bytes(draft: DraftSpec, target: ModelSpec, dep: Deployment, spe
     return float(draft_memory_bytes(draft, target, dep, 0.0, 0.0)) if speculative else 0.0
 
 
-def kv_bytes_per_sequence(draft: DraftSpec, target: ModelSpec, dep: Deployment, tokens, speculative: bool = True):
-    """KV cache of one sequence of ``tokens`` tokens per GPU: the target's, plus the draft's own when speculating."""
+def kv_bytes_per_sequence(draft: DraftSpec, target: ModelSpec, dep: Deployment, tokens, speculative: bool = True,
+                          k=None):
+    """KV cache of one sequence of ``tokens`` tokens per GPU: the target's, plus the draft's own when speculating.
+    With ``k`` (the drafts verified a step), a hybrid's recurrent states too: K + 1 while speculating, one
+    without (:func:`recurrent_state_bytes`); without it, the token-proportional part alone (a KV block's
+    share, as serving's block budget counts it)."""
     kv = kv_bytes_per_gpu(target, dep, 1.0, tokens)
     if speculative:
         kv = kv + draft_memory_bytes(draft, target, dep, 1.0, tokens) - draft_weight_bytes(draft, target, dep)
+    if k is not None and target.num_linear_layers:
+        kv = kv + recurrent_state_bytes(target, dep, k if speculative else 0)
     return kv
 
 
@@ -154,8 +226,11 @@ def step_memory_bytes(draft: DraftSpec, target: ModelSpec, dep: Deployment, batc
     activations of B (K + 1) tokens. The step fits when this is <= memory_utilization x device memory."""
     batch, k = np.asarray(batch, dtype=float), np.asarray(k, dtype=float)
     spec = k > 0
-    return (weight_bytes_per_gpu(target, dep)
-            + batch * np.where(spec, kv_bytes_per_sequence(draft, target, dep, tokens_per_seq, True),
-                               kv_bytes_per_gpu(target, dep, 1.0, tokens_per_seq))
-            + np.where(spec, draft_weight_bytes(draft, target, dep), 0.0)
-            + activation_bytes_per_gpu(target, dep, batch * (k + 1)))
+    memory = (weight_bytes_per_gpu(target, dep)
+              + batch * np.where(spec, kv_bytes_per_sequence(draft, target, dep, tokens_per_seq, True),
+                                 kv_bytes_per_gpu(target, dep, 1.0, tokens_per_seq))
+              + np.where(spec, draft_weight_bytes(draft, target, dep), 0.0)
+              + activation_bytes_per_gpu(target, dep, batch * (k + 1)))
+    if target.num_linear_layers:  # recurrent states: one per sequence, K + 1 while speculating
+        memory = memory + batch * recurrent_state_bytes(target, dep, k)
+    return memory

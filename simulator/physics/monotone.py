@@ -191,13 +191,30 @@ def moe_lattice_s(surface, correction, shape: dict, top_tokens: float, top_queri
         pairs = pairs_g[:, None] * np.ones_like(E)
         return surface_time_s(2.0 * pairs * s, expert_bytes + pairs * b_pair, eta, peak, bw)
 
-    # independent tokens (the tables' own routing, rho = 0): the monotone fit along T
-    t_rel = monotone_lattice(time_s(e_all0[:, None]))
+    # independent tokens (the tables' own routing, rho = 0): the monotone fit along T, then each step up in T
+    # at least the roofline time of its extra work (:func:`rising_with_work`: no flat spot where more experts load)
+    e_rel = e_all0[:, None]
+    t_rel = rising_with_work(monotone_lattice(time_s(e_rel)), 2.0 * pairs_g[:, None] * s,
+                             c_e[:, None] * e_rel * s * w + pairs_g[:, None] * b_pair, peak, bw)
     # fewer experts than independent tokens touch (reuse): never costlier than the same tokens at rho = 0,
     # and not cheaper than less work (running maximum); e_all0(T) itself keeps t_rel
     t = np.minimum(time_s(np.clip(E_nodes[None, :], e_lo[:, None], e_all0[:, None])), t_rel)
     t = np.where(E_nodes[None, :] >= e_all0[:, None], t_rel, t)
     return log_t, np.log2(E_nodes), monotone_lattice(t, mode="max"), t_rel[:, 0]
+
+
+def rising_with_work(t: np.ndarray, flops: np.ndarray, nbytes: np.ndarray, peak: float, bw: float) -> np.ndarray:
+    """``t`` [n, 1] along growing work, each node at least the one before plus the roofline time of the extra
+    FLOPs and bytes at the peaks: more work never costs less than loading its extra bytes at full bandwidth,
+    so a table whose efficiency rises with size (which the monotone fit pools into a flat stretch) still rises.
+
+        t_i >= t_{i-1} + max(dF_i / peak, dM_i / bw)
+    """
+    extra = np.maximum(np.diff(flops, axis=0) / peak, np.diff(nbytes, axis=0) / bw).clip(min=0.0)
+    out = t.copy()
+    for i in range(1, out.shape[0]):  # a few dozen nodes per lattice, priced once per layer shape
+        out[i] = np.maximum(out[i], out[i - 1] + extra[i - 1])
+    return out
 
 
 def moe_time_s(lattice, tokens, touched, probabilities) -> np.ndarray:

@@ -204,9 +204,10 @@ def prompt_chunk_point_s(model: ModelSpec, dep: Deployment, hw: Hardware, profil
     efficiency at (q g, keys + q, d) and the surface time's cap; with a fitted profile, a published prior
     or the datasheet the roofline at its efficiencies. Python floats with the same IEEE operations in the
     same order as on a one-pair array (a serving step prices one chunk, where array calls cost more than
-    their arithmetic). None where another path prices it: a chunk the decode surfaces take, MLA, a
+    their arithmetic). None where another path prices it: a chunk the decode surfaces take, MLA, a model
+    whose layers are not all one softmax-attention shape (chunked, linear, sparse, Gemma 4), a
     per-query-head kernel, a per-shape correction, or tables without a GEMM surface."""
-    if chunk <= MAX_DECODE_SURFACE_QUERIES or model.attention == "mla":
+    if chunk <= MAX_DECODE_SURFACE_QUERIES or model.attention == "mla" or not model.uniform_attention:
         return None
     measured = profile is not None and bool(profile.surfaces)
     surf = profile.surface("gemm", dep.kv_dtype) if measured else None

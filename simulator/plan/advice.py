@@ -12,7 +12,7 @@ setting binds. "Planned load": the batch sizes of the K* table that fit in memor
 - max_num_seqs: a running-batch cap M below the largest planned batch size B_max: the engine never runs
   more than M sequences; gain = throughput(B_max) / throughput(M). M is the scenario's, else the engine's
   default with speculation on where it sets one (engine profile [speculative] max_running_default), else
-  its GPU default.
+  its default on this GPU (engine profile [serving]).
 - max_num_batched_tokens: a step's token budget T below B (K* + 1): only T // (K + 1) sequences verify
   per step; gain = throughput(B, K*) / max_K throughput(min(B, T // (K + 1)), K).
 - dsd_k0: vLLM's drafter still runs its first pass over the B verified tokens at a K = 0 entry (and
@@ -33,7 +33,7 @@ import numpy as np
 
 from simulator.errors import PlannerError
 from simulator.files import read_toml_file
-from simulator.specs.engines import EngineProfile, with_capture_limit
+from simulator.specs.engines import EngineProfile, serving_default, with_capture_limit
 from simulator.specs.versions import version_key
 
 SETTINGS_FILE = Path(__file__).resolve().parent.parent / "data" / "engine_settings.toml"
@@ -90,14 +90,6 @@ def rule_for(kind: str, engine: EngineProfile | None, rules=None) -> dict | None
 
 def engine_label(engine: EngineProfile) -> str:
     return f"{ENGINE_NAMES.get(engine.name, engine.name)} {engine.version}"
-
-
-def gpu_default(rule: dict, memory_bytes: float, hardware_name: str) -> int:
-    """The engine's default for this GPU: the large-GPU value at >= large_gpu_min_gib unless the GPU is
-    one the engine keeps on the small tier (vLLM: A100, PR #17885)."""
-    small = any(n in hardware_name.lower() for n in rule["small_gpu_names"])
-    large = memory_bytes >= rule["large_gpu_min_gib"] * 2 ** 30 and not small
-    return int(rule["default_large_gpu"] if large else rule["default_small_gpu"])
 
 
 # --- pure arithmetic -------------------------------------------------------------------------------
@@ -211,7 +203,7 @@ def max_num_seqs_advice(pred, rule: dict, predict_scenario) -> Advice | None:
         # the engine's own default once a draft is loaded (SGLang resets --max-running-requests to 48)
         cap = sc.engine.spec_max_running
         why = "with speculative decoding on and no cap given the engine runs at most {} sequences at once"
-    cap = cap or gpu_default(rule, sc.hardware.memory_bytes, sc.hardware.name)
+    cap = cap or serving_default(sc.engine, "max_num_seqs", sc.hardware.memory_bytes, sc.hardware.name)
     if not cap or not b.size or cap >= b.max():
         return None
     capped = predict_scenario(sc, batch_sizes=[cap], ks=pred.grid.ks).table
@@ -230,7 +222,10 @@ def max_num_seqs_advice(pred, rule: dict, predict_scenario) -> Advice | None:
 def token_budget_advice(pred, rule: dict, predict_scenario) -> Advice | None:
     """Raise the step's token budget where B (K* + 1) verify tokens do not fit it."""
     sc = pred.scenario
-    budget = serving_value(sc, "max_num_batched_tokens") or gpu_default(rule, sc.hardware.memory_bytes, sc.hardware.name)
+    budget = serving_value(sc, "max_num_batched_tokens") or serving_default(
+        sc.engine, "max_num_batched_tokens", sc.hardware.memory_bytes, sc.hardware.name)
+    if not budget:
+        return None
     b, k, good = planned(pred)
     need = verify_size(b, k, "tokens")
     over = need > budget

@@ -25,6 +25,7 @@ from simulator.plan.answer import _span, answer_notes, schedule_text  # noqa: F4
 from simulator.plan.grid import MS, Grid, compute_grid, kstar_columns
 from simulator.plan.k_changes import describe_change, k_changes
 from simulator.plan.schedule import schedule_loss, schedule_ranges
+from simulator.plan.decision_risk import N_DRAWS, beats_plain, robust_k, term_draws
 from simulator.plan.speedup_trust import speedup_trust_columns, speedup_trust_text
 from simulator.physics.attribution import describe_growth, verify_growth
 from simulator.physics.engine_time import graph_batch
@@ -54,6 +55,9 @@ class Prediction:
                           f" routing={sc.deployment.routing.describe()}",
             "draft": sc.draft.label, "context_len": sc.context_len,
             "uncertainty": self.uncertainty.describe(), "speedup_uncertainty": speedup_trust_text(sc),
+            "step_basis": sc.step_basis,
+            "decision_uncertainty": f"P(speculation pays) per batch size over {N_DRAWS} draws of "
+                                    + term_draws(sc.step_terms, 1)[1],
         } | ({"deployment_fit": sc.deployment_fit.label} if sc.deployment_fit else {})
 
     def k_rise_attribution(self) -> str | None:
@@ -160,6 +164,13 @@ class Prediction:
             feasible & fits[:, i0], break_even_acceptance_length(np.where(feasible, g.itl_s[rows, safe], nan),
                                                                  g.itl_s[:, i0]), nan)
         df = df.assign(**speedup_trust_columns(df, sc))  # the published speedups' error at each batch size
+        # how sure the decision is under the engine terms' uncertainty (simulator.plan.decision_risk)
+        p = self.beats_plain
+        spec = g.ks > 0
+        df["p_speculation_pays"] = np.where(feasible, np.nanmax(np.where(spec[None, :], p, -1.0), axis=1), nan) \
+            if spec.any() else nan
+        df["p_kopt_beats_plain"] = np.where(feasible & (idx > 0), p[rows, safe], nan)
+        df["k_robust"] = pd.array(np.where(feasible, robust_k(g, sc.step_terms), 0), dtype="Int64")
         sensitive = g.acceptance_sensitive()
         if sensitive is not None:
             df["k_opt_depends_on_acceptance"] = sensitive & feasible
@@ -170,6 +181,11 @@ class Prediction:
             df["experts_touched_plain"] = g.experts_touched[:, i0]
             df["expert_load_share"] = at(expert / g.verify.total_s)
         return df
+
+    @cached_property
+    def beats_plain(self) -> np.ndarray:
+        """P(K beats plain decoding) per (B, K) cell under the engine terms' uncertainty."""
+        return beats_plain(self.grid, self.scenario.step_terms)[0]
 
     def breakdown(self, batch_size: int, k: int) -> pd.DataFrame:
         """Per-operator time, FLOPs, bytes and bound of the draft and verify steps at (B, K)."""

@@ -25,7 +25,7 @@ def memory_terms(sc, batch_size: float, k: int) -> dict:
     tokens = sc.context_len + k + 1
     terms = {"weights": weight_bytes_per_gpu(model, dep),
              "draft": draft_weight_bytes(sc.draft, model, dep, spec),
-             "kv": batch_size * float(kv_bytes_per_sequence(sc.draft, model, dep, tokens, spec)),
+             "kv": batch_size * float(kv_bytes_per_sequence(sc.draft, model, dep, tokens, spec, k=k)),
              "activations": float(activation_bytes_per_gpu(model, dep, batch_size * (k + 1)))}
     terms["need"] = sum(terms.values())
     terms["usable"] = sc.hardware.memory_bytes * dep.memory_utilization

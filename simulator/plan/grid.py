@@ -224,13 +224,14 @@ def step_overhead_s(profile, batch, k) -> np.ndarray:
             + profile.step_overhead_per_token_s * batch * (k + 1))
 
 
-def with_deployment_fit(fit, verify_s, draft_step_s, overhead_s, B, K):
-    """(verify, draft, overhead) with a deployment fit's terms (simulator/specs/deployment_fit.py):
-    kernel time x s, host time + c_step + c_seq B + c_spec B (K + 1) [K > 0]; unchanged without one."""
-    if fit is None:
+def with_step_terms(terms, verify_s, draft_step_s, overhead_s, B, K):
+    """(verify, draft, overhead) with the scenario's engine terms (simulator/specs/step_terms.py: a deployment
+    fit, else the learned layer): kernel time x s s_spec^[K>0], host time + the terms' added seconds;
+    unchanged without terms (--physics-only)."""
+    if terms is None:
         return verify_s, draft_step_s, overhead_s
-    s = fit.kernel_scale
-    return verify_s * s, draft_step_s * s, overhead_s + fit.added_s(B, K)
+    f = terms.kernel_factor(K)
+    return verify_s * f, draft_step_s * f, overhead_s + terms.added_s(B, K)
 
 
 def engine_pass_times(sc, B, K, verify: PassCost, draft_pass: PassCost, passes, extend: PassCost | None = None,
@@ -312,8 +313,8 @@ def _evaluate(sc, b, k, c) -> Grid:
                                                  extend_expert_batch(sc.engine, B, K, padded))
     verify_s, draft_step_s, in_graph, host_s = engine_pass_times(sc, B, K, verify, draft_pass, passes, extend,
                                                                  verify_context)
-    verify_s, draft_step_s, overhead = with_deployment_fit(
-        getattr(sc, "deployment_fit", None), verify_s, draft_step_s, step_overhead_s(sc.profile, B, K) + host_s, B, K)
+    verify_s, draft_step_s, overhead = with_step_terms(
+        getattr(sc, "step_terms", None), verify_s, draft_step_s, step_overhead_s(sc.profile, B, K) + host_s, B, K)
     itl = verify_s + draft_step_s + overhead
     scale = sc.acceptance_context.factor(c) if getattr(sc, "acceptance_context", None) is not None else None
     # acceptance may fall with context; a tree of N draft tokens accepts at most N (depth beyond N adds none)

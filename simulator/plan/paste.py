@@ -9,8 +9,10 @@ the ``--draft-model PATH`` flag or ``[draft] checkpoint``, else, for a catalog d
 Hugging Face id; otherwise a placeholder vLLM refuses (not a path, not a repository id) and a
 warning that says so.
 
-The serve line carries ``--tensor-parallel-size``, ``--max-num-seqs`` where memory binds (the
-largest batch size the plan found to fit) and, where the engine profile caps CUDA-graph
+The serve line carries ``--tensor-parallel-size``, ``--max-num-seqs`` where memory binds or the plan
+runs more sequences than the engine's own default on this GPU (the largest batch size the plan found
+to fit; the default from the engine profile's [serving], e.g. 1024 on >= 70 GiB GPUs) and, where the
+engine profile caps CUDA-graph
 capture, ``--max-cudagraph-capture-size`` (vllm/engine/arg_utils.py of 0.33.0 defines all three).
 """
 from __future__ import annotations
@@ -22,6 +24,7 @@ import shlex
 import numpy as np
 
 from simulator.specs.drafts import verify_drafts
+from simulator.specs.engines import serving_default
 
 NEEDS_CHECKPOINT = {"eagle": "eagle", "eagle3": "eagle3", "model": "draft_model", "dflash": "dflash", "dspark": "dspark",
                     "p-eagle": "eagle3", "pard": "draft_model"}
@@ -193,7 +196,8 @@ def vllm_serve_command(pred, payload: dict) -> str:
     parts = ["vllm", "serve", target]
     if sc.deployment.tp > 1:
         parts += ["--tensor-parallel-size", str(sc.deployment.tp)]
-    if (~pred.table.fits_memory).any():  # memory binds: the engine must not admit more sequences
+    # memory binds (the engine must not admit more sequences) or the plan goes past the engine's default
+    if (~pred.table.fits_memory).any() or _above_default(pred):
         parts += ["--max-num-seqs", str(max_num_seqs(pred.table))]
     cap = getattr(sc.engine, "max_capture_size", 0) if sc.engine is not None and sc.engine.name == "vllm" else 0
     if cap:
@@ -202,9 +206,24 @@ def vllm_serve_command(pred, payload: dict) -> str:
     return " ".join(shlex.quote(p) for p in parts)
 
 
+def engine_default_seqs(pred) -> int | None:
+    """The engine's own running-request cap on the scenario's GPU (engine profile [serving])."""
+    sc = pred.scenario
+    return serving_default(sc.engine, "max_num_seqs", sc.hardware.memory_bytes, sc.hardware.name)
+
+
+def _above_default(pred) -> bool:
+    default = engine_default_seqs(pred)
+    return bool(default) and max_num_seqs(pred.table) > default
+
+
 def serve_notes(pred) -> list[str]:
     t = pred.table
     out = []
+    if _above_default(pred) and t.fits_memory.all():
+        out.append(f"--max-num-seqs {max_num_seqs(t)}: the plan runs batch sizes up to {max_num_seqs(t)}, above"
+                   f" {pred.scenario.engine.display_name}'s default of {engine_default_seqs(pred)} on"
+                   f" {pred.scenario.hardware.name}")
     if (~t.fits_memory).any():
         first = int(t.loc[~t.fits_memory, "batch_size"].min())
         out.append(f"--max-num-seqs {max_num_seqs(t)}: batch sizes from {first} do not fit in memory"

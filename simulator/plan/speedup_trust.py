@@ -60,3 +60,21 @@ def gain_at_risk_text(table: pd.DataFrame) -> str | None:
     return (f"the predicted gain of speculation at {span} ({len(b)} batch sizes, up to"
             f" {hit['speedup_vs_plain'].max():.2f}x) is within the planner's median optimism on published curves"
             f" there (+{worst:.0%}): measure two points (python -m calibration.fit_deployment) before relying on it")
+
+
+def decision_risk_text(table: pd.DataFrame) -> str | None:
+    """Where K* speculates but pays in fewer than 90% of the engine terms' draws, in words (the robust K, best at
+    the pessimistic end of the draws, beside it); None where every speculating K* is that sure."""
+    if "p_kopt_beats_plain" not in table:
+        return None
+    p = table["p_kopt_beats_plain"].to_numpy(dtype=float)
+    unsure = np.isfinite(p) & (p < 0.9)
+    if not unsure.any():
+        return None
+    hit = table[unsure]
+    b = hit["batch_size"].to_numpy()
+    span = f"B {b.min()}" if b.min() == b.max() else f"B {b.min()}-{b.max()}"
+    robust = sorted({int(k) for k in hit["k_robust"].dropna()})
+    return (f"at {span} speculation pays in only {p[unsure].min():.0%}-{p[unsure].max():.0%} of the engine terms'"
+            f" draws (the K best at their pessimistic 10%: {', '.join(map(str, robust))}); p_kopt_beats_plain in"
+            " --format csv/json per batch size")

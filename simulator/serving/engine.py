@@ -17,6 +17,7 @@ import pandas as pd
 from simulator.errors import PlannerError
 from simulator.physics.memory import kv_budget_bytes, kv_bytes_per_sequence
 from simulator.plan.policies import PolicySettings
+from simulator.specs.engines import SERVING_KEYS, serving_default
 from simulator.specs.scenario import NUM, Scenario, check_table
 
 # vLLM's default cudagraph capture sizes (V1): 1, 2, 4, then every 8 up to 512.
@@ -25,9 +26,11 @@ VLLM_CAPTURE_SIZES = (1, 2, 4) + tuple(range(8, 513, 8))
 
 @dataclass(frozen=True)
 class EngineConfig:
-    """Engine settings ([serving] section). Host time per step, eager launch cost and CUDA-graph sizes
-    come from the scenario's engine profile (``simulator/data/engines``); the overheads here are extra
-    terms on top of it (0 by default)."""
+    """Engine settings ([serving] section). Host time per step, eager launch cost, CUDA-graph sizes and,
+    where the scenario sets none, the running-request cap and step token budget come from the scenario's
+    engine profile (``simulator/data/engines``, [serving] by GPU memory; :func:`engine_from_scenario`);
+    the overheads here are extra terms on top of it (0 by default). The two defaults below apply only to
+    a profile without [serving] (vLLM V0's 256 sequences; a budget of 8192 tokens)."""
 
     max_num_seqs: int = 256
     max_num_batched_tokens: int = 8192
@@ -108,6 +111,10 @@ def engine_from_scenario(sc: Scenario, **overrides) -> EngineConfig:
     traffic_cap = "max_num_seqs" in (sc.extra.get("traffic") or {})
     if eng is not None and eng.spec_max_running and "max_num_seqs" not in table and not traffic_cap:
         table.setdefault("spec_max_num_seqs", eng.spec_max_running)
+    for key in SERVING_KEYS:  # the engine's own default on this GPU where the scenario sets none
+        default = serving_default(eng, key, sc.hardware.memory_bytes, sc.hardware.name)
+        if key not in table and default is not None:
+            table[key] = default
     if "cuda_graph_sizes" not in table and eng is not None and eng.size_unit == "tokens" and eng.capture_sizes:
         table["cuda_graph_sizes"] = list(eng.capture_sizes)
     return EngineConfig(**table)

@@ -34,7 +34,7 @@ from simulator.physics.draft_cost import (DraftSetting, draft_extend_cost, draft
                                          has_extend_pass)
 from simulator.physics.engine_time import (draft_extend_in_graph, draft_in_graph, expert_batch, extend_expert_batch,
                                            host_exposed_s, host_exposed_scalar_s, pass_time_s)
-from simulator.physics.attention import MAX_DECODE_SURFACE_QUERIES, attention_op
+from simulator.physics.attention import MAX_DECODE_SURFACE_QUERIES, attention_kind_op, attention_op
 from simulator.physics.layers import decoder_cell_ops, forward_ops, sampling_op
 from simulator.physics.operators import pass_time, prompt_chunk_point_s
 from simulator.physics.pass_tables import lin_table
@@ -270,6 +270,9 @@ class StepPricer:
         m = sc.model
         ops = []
         for name, count in self._attn_ops_layers:
+            if not m.uniform_attention:  # each layer kind's own op (physics.attention.attention_kind_op)
+                ops.append(attention_kind_op(m, sc.deployment, 1.0, chunks, cached, count, name))
+                continue
             window = m.sliding_window if name.endswith("sliding") else None
             ops.append(attention_op(m, sc.deployment, 1.0, chunks, cached, count, window, name))
         cost = pass_time(ops, sc.hardware, sc.deployment, sc.profile, chunks.shape)
@@ -328,9 +331,10 @@ class StepPricer:
         host = host_exposed_scalar_s(self.sc.engine, n_dec, k_step, kernels + draft, draft, self.sc.deployment.tp)
         if k_step and self.sc.draft.method != "ngram":
             host += self.passes[k_step] * self.sc.engine.per_draft_pass_s
-        fit = getattr(self.sc, "deployment_fit", None)  # terms fitted on this deployment (plan.grid does the same)
+        fit = getattr(self.sc, "step_terms", None)  # engine terms on top of the physics (plan.grid does the same)
         if fit is not None:
-            kernels, draft = kernels * fit.kernel_scale, draft * fit.kernel_scale
+            f = float(fit.kernel_factor(k_step))
+            kernels, draft = kernels * f, draft * f
             host += float(fit.added_s(n_dec, k_step))
         time = kernels + draft + host + eng.schedule_overhead_s + eng.schedule_overhead_per_seq_s * n_dec + overhead
         if spec_mode and k_step == 0:
@@ -377,9 +381,10 @@ class StepPricer:
         host = host_exposed_s(sc.engine, n_dec, k_step, kernels + draft, draft, sc.deployment.tp)
         if sc.draft.method != "ngram":
             host = host + np.where(spec, passes * sc.engine.per_draft_pass_s, 0.0)
-        fit = getattr(sc, "deployment_fit", None)
+        fit = getattr(sc, "step_terms", None)
         if fit is not None:
-            kernels, draft = kernels * fit.kernel_scale, draft * fit.kernel_scale
+            f = fit.kernel_factor(k_step)
+            kernels, draft = kernels * f, draft * f
             host = host + fit.added_s(n_dec, k_step)
         overhead = self.overhead_prof[np.minimum(n_dec, self.b_top), k_step]
         time = kernels + draft + host + eng.schedule_overhead_s + eng.schedule_overhead_per_seq_s * n_dec + overhead

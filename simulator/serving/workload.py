@@ -170,7 +170,8 @@ class Workload:
     ``burstiness`` > 1 at mean rate rate_per_s) | closed (``concurrency`` users, each sends its next
     request ``think_time_s`` after the previous one finished) | waves (n_requests prompts submitted
     at once, the client keeps at most ``concurrency`` in flight: RL rollout batches; see
-    :meth:`waves`). max_num_seqs: engine limit on running sequences (None: [serving], else 256).
+    :meth:`waves`). max_num_seqs: engine limit on running sequences (None: [serving], else the engine
+    profile's default for the GPU).
     """
 
     arrival: str = "poisson"

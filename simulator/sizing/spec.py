@@ -373,7 +373,7 @@ def memory_fit(sc: Scenario, context_tokens: float) -> dict:
     spec = sc.k_max > 0
     draft_w = draft_weight_bytes(sc.draft, model, dep, spec)
     tokens = context_tokens + sc.k_max + 1
-    kv_seq = float(kv_bytes_per_sequence(sc.draft, model, dep, tokens, spec))
+    kv_seq = float(kv_bytes_per_sequence(sc.draft, model, dep, tokens, spec, k=sc.k_max))  # + a hybrid's states
     info = {"usable_gb": usable / GB, "weights_gb": weights / GB, "draft_gb": draft_w / GB,
             "kv_gb_per_seq": kv_seq / GB, "context_tokens": int(context_tokens)}
     if weights + draft_w > usable:

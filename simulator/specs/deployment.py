@@ -126,6 +126,10 @@ def check_deployment(model: ModelSpec, dep: Deployment) -> None:
     if model.num_heads % dep.attention_tp:
         raise PlannerError(f"tp={dep.attention_tp} does not divide the {model.num_heads} attention heads of {model.name}"
                            f" (try one of {[t for t in (1, 2, 4, 8, 16) if model.num_heads % t == 0]})")
+    if model.num_linear_layers and (model.linear_num_key_heads % dep.attention_tp
+                                    or model.linear_num_value_heads % dep.attention_tp):
+        raise PlannerError(f"tp={dep.attention_tp} does not divide the {model.linear_num_key_heads} key /"
+                           f" {model.linear_num_value_heads} value heads of {model.name}'s linear-attention layers")
     if dep.ep > 1:
         if not model.is_moe:
             raise PlannerError(f"ep={dep.ep} needs an MoE model; {model.name} is dense")
@@ -152,3 +156,16 @@ def sliding_layers(model: ModelSpec, layers: int | None = None) -> int:
     if layers is None:
         return model.num_sliding_layers
     return layers if model.num_sliding_layers == model.num_layers else 0
+
+
+def layer_kind_counts(model: ModelSpec, layers: int | None = None) -> dict[str, int]:
+    """Layers per attention kind (:meth:`ModelSpec.layer_kinds`) among all of the model's layers, or among a
+    draft head's ``layers``: a head copies the model's global kind (full, or sparse MLA with its indexer)
+    unless every layer slides."""
+    if layers is None:
+        return model.layer_kinds()
+    if not layers:
+        return {}
+    if sliding_layers(model, layers):
+        return {"sliding": layers}
+    return {"sparse" if model.is_sparse_attention else "full": layers}

@@ -1,15 +1,10 @@
 """Deployment calibration files: engine terms fitted from a few measurements of one deployment.
 
 ``python -m calibration.fit_deployment`` writes them; the simulator only reads them (it never imports
-``calibration``). The terms correct the step time the planner predicts for that deployment::
-
-    ITL(B, K) = s * (verify(B, K) + draft(B, K))          kernel time as the engine runs it, scaled
-              + overhead(B, K)                             the engine profile's host time
-              + c_step + c_seq * B                         host time per step and per sequence
-              + c_spec * B * (K + 1) * [K > 0]             per speculative token (sampling, rejection)
-
-with s in [0.5, 2] and every c >= 0 (seconds). Terms the points could not identify stay at their
-neutral value (s = 1, c = 0) and are listed as not fitted. When the rows carried acceptance, the fitted
+``calibration``). The terms (``simulator/specs/step_terms.py``: kernel scales, host time per step, per
+sequence, per sequence and per speculative token when speculating) are the posterior of the learned
+population given the deployment's points; a file written before the speculative terms existed leaves
+them neutral (s = 1, c = 0). When the rows carried acceptance, the fitted
 per-position rates replace the scenario's. Format::
 
     {"format": "dsd-planner-deployment-fit", "format_version": 1,
@@ -30,25 +25,13 @@ import numpy as np
 
 from simulator.errors import PlannerError
 from simulator.files import read_json_file
+from simulator.specs.step_terms import TERMS, added_step_s, kernel_factor  # noqa: F401 (re-exported)
 
 DEPLOYMENT_FORMAT = "dsd-planner-deployment-fit"
 DEPLOYMENT_VERSION = 1
-# name -> (neutral value, lower bound, upper bound); seconds unless a scale
-TERMS = {
-    "kernel_scale": (1.0, 0.5, 2.0),
-    "host_per_step_s": (0.0, 0.0, 0.1),
-    "host_per_seq_s": (0.0, 0.0, 1e-3),
-    "spec_per_token_s": (0.0, 0.0, 1e-3),
-}
 IDENTITY = ("model", "hardware", "tp", "engine", "engine_version", "draft")
 # written by fits since 2026-12-05 and checked where a file has them: the precision the steps ran in
 PRECISION_IDENTITY = ("weights", "activations", "kv_cache")
-
-
-def added_step_s(c_step, c_seq, c_spec, batch, k) -> np.ndarray:
-    """Host time the fit adds to one step [s]: c_step + c_seq B + c_spec B (K + 1) [K > 0]."""
-    batch, k = np.asarray(batch, dtype=float), np.asarray(k, dtype=float)
-    return c_step + c_seq * batch + c_spec * batch * (k + 1.0) * (k > 0)
 
 
 def scenario_identity(model, hardware, deployment, engine, draft) -> dict:
@@ -86,9 +69,13 @@ class DeploymentFit:
     def kernel_scale(self) -> float:
         return self.terms["kernel_scale"]
 
+    def kernel_factor(self, k) -> np.ndarray:
+        return kernel_factor(self.terms["kernel_scale"], self.terms["spec_kernel_scale"], k)
+
     def added_s(self, batch, k) -> np.ndarray:
         t = self.terms
-        return added_step_s(t["host_per_step_s"], t["host_per_seq_s"], t["spec_per_token_s"], batch, k)
+        return added_step_s(t["host_per_step_s"], t["host_per_seq_s"], t["spec_per_token_s"], batch, k,
+                            t["spec_host_per_seq_s"])
 
     @property
     def points_text(self) -> str:
@@ -105,7 +92,7 @@ class DeploymentFit:
 
 
 def _fmt(name: str, value: float) -> str:
-    return f"{value:.3g}" if name == "kernel_scale" else f"{value * 1e6:.3g} us"
+    return f"{value:.3g}" if name.endswith("_scale") else f"{value * 1e6:.3g} us"
 
 
 def _number(value, where: str, lo: float = -np.inf, hi: float = np.inf) -> float:
@@ -120,7 +107,7 @@ def _terms(data: dict, path: str) -> tuple[dict, dict, tuple]:
     if not isinstance(table, dict):
         raise PlannerError(f"{path}: no 'terms' table; refit it with python -m calibration.fit_deployment")
     values, intervals, fitted = {}, {}, []
-    for name, (neutral, lo, hi) in TERMS.items():
+    for name, (neutral, lo, hi, _) in TERMS.items():
         entry = table.get(name, {"value": neutral, "interval": [neutral, neutral], "fitted": False})
         if not isinstance(entry, dict):
             raise PlannerError(f"{path}: terms.{name} is not a table")

@@ -20,9 +20,11 @@ from simulator.errors import PlannerError, did_you_mean
 from simulator.files import read_toml_file
 from simulator.specs.deployment import EngineKernels
 from simulator.specs.hardware import Hardware
-from simulator.specs.versions import same_release, version_key
+from simulator.specs.versions import parse_version, same_release, version_key
 
 ENGINES_DIR = Path(__file__).resolve().parent.parent / "data" / "engines"
+# which releases --engine-version accepts per engine, and the releases each engine published
+RELEASES_FILE = ENGINES_DIR.parent / "engine_releases.toml"
 DEFAULT_GPU_ENGINE = "vllm"
 # The reference torch engine's host terms are fitted into its CPU profile, so CPUs default to "ideal".
 DEFAULT_CPU_ENGINE = "ideal"
@@ -82,6 +84,16 @@ class EngineProfile:
     # the running-request cap the engine sets when a speculative algorithm is on and the user sets none
     # (SGLang's --max-running-requests default with speculation); 0: speculation sets no cap of its own
     spec_max_running: int = 0
+    # [serving]: the engine's own defaults when the user sets none, by GPU memory tier: running-request cap
+    # (vLLM --max-num-seqs) and step token budget (--max-num-batched-tokens); () where the profile has no
+    # [serving] table (the serving simulation's fallback applies)
+    serving_tiers_gib: tuple[float, ...] = ()  # GPU memory floors of the tiers, largest first, the last 0
+    default_max_num_seqs: tuple[int, ...] = ()  # one per tier
+    default_max_num_batched_tokens: tuple[int, ...] = ()
+    small_gpu_names: tuple[str, ...] = ()  # GPUs the engine keeps on the last tier by name (vLLM: A100)
+    # the release asked for when this profile prices another release (the version rule), and why
+    release: str = ""
+    release_note: str = ""
 
     def logit_bytes(self, temperature: float, top_p: float) -> tuple[float, float]:
         """(plain, verify) bytes per logit element at this temperature and top-p."""
@@ -103,7 +115,8 @@ class EngineProfile:
     @property
     def label(self) -> str:
         note = f"; {len(self.assumed)} values assumed, e.g. host time per step" if self.assumed else ""
-        return f"engine {self.display_name}{note}"
+        release = f" for {self.release_note}" if self.release_note else ""
+        return f"engine {self.display_name}{release}{note}"
 
 
 def _split(key: str) -> tuple[str, str]:
@@ -136,20 +149,78 @@ def default_engine(hardware_kind: str) -> str:
 
 @lru_cache(maxsize=None)
 def load_engine(name: str, version: str | None = None) -> EngineProfile:
-    """An engine by name (newest version) or name and version; ``name`` may also be ``name-version``."""
+    """An engine by name (newest version) or name and version; ``name`` may also be ``name-version``.
+    A release without a profile of its own is priced with the profile :func:`nearest_profile` picks,
+    and the profile says so (``release``, ``release_note``, shown in its label)."""
     if version is None and name not in engine_names() and name in list_engines():
         name, version = _split(name)
     if name not in engine_names():
         raise PlannerError(f"unknown engine '{name}'{did_you_mean(name, engine_names())}")
     versions = engine_versions(name)
-    if version is None:
-        version = versions[-1]
-    version = next((v for v in versions if same_release(v, version)), version)  # 0.11 is 0.11.0
-    if version not in versions:
-        raise PlannerError(f"engine {name} has no profile for version '{version}' (profiles: {', '.join(versions)});"
-                           f" pick one of those with --engine-version")
-    path = ENGINES_DIR / (f"{name}-{version}.toml" if version else f"{name}.toml")
-    return engine_from_dict(read_toml_file(path, "engine profile"), str(path))
+    asked = versions[-1] if version is None else str(version).strip()
+    profile_version, note = resolve_release(name, asked)
+    path = ENGINES_DIR / (f"{name}-{profile_version}.toml" if profile_version else f"{name}.toml")
+    profile = engine_from_dict(read_toml_file(path, "engine profile"), str(path))
+    return replace(profile, release=asked, release_note=note) if note else profile
+
+
+@lru_cache(maxsize=None)
+def engine_releases() -> dict:
+    """simulator/data/engine_releases.toml: per engine, ``accepts_from`` and ``releases``."""
+    return read_toml_file(RELEASES_FILE, "engine releases")
+
+
+def release_distance(a: str, b: str) -> tuple[int, int, int]:
+    """How far apart two releases are: (major lines, minor lines, patch releases), each counted only
+    within the line above it (0.9.2 and 0.8.5 are one minor line apart, whatever their patches)."""
+    x, y = version_key(a).head(3), version_key(b).head(3)
+    major, minor, patch = (abs(p - q) for p, q in zip(x, y))
+    return (major, 0, 0) if major else (0, minor, 0) if minor else (0, 0, patch)
+
+
+def nearest_profile(name: str, version: str) -> str:
+    """The version rule: the profile that prices ``version`` of engine ``name``. Its own profile where
+    one exists (0.11 is 0.11.0); else the profile nearest in release lines (major, then minor, then
+    patch within the line); at equal distance the older profile, whose code the release inherits
+    (0.9.x sits between 0.8.5 and 0.10.2 and gets 0.8.5)."""
+    versions = [v for v in engine_versions(name) if v]
+    own = next((v for v in versions if same_release(v, version)), None)
+    if own is not None or not versions:
+        return own or ""
+    asked = version_key(version)
+    return min(versions, key=lambda v: (release_distance(v, version), version_key(v) > asked, version_key(v)))
+
+
+def resolve_release(name: str, version: str) -> tuple[str, str]:
+    """(profile version, note) for a release of ``name``: the note says which release the profile
+    prices in its stead and how far apart they are ('' when the profile is the release's own). A
+    version the engine does not accept (before its ``accepts_from`` line, more than one minor line past
+    its newest profile, or any other version of an engine without a release range) is refused in one
+    line that names the nearest profile."""
+    versions = engine_versions(name)
+    if not any(versions):  # a profile without versions ('ideal')
+        return "", ""
+    parsed = parse_version(version, f"--engine-version / [engine] version for {name}")
+    nearest = nearest_profile(name, version)
+    if same_release(nearest, version):
+        return nearest, ""
+    spec = engine_releases().get(name)
+    newest = versions[-1]
+    too_old = spec is None or parsed.head(2) < version_key(spec["accepts_from"]).head(2)
+    too_new = parsed > version_key(newest) and release_distance(newest, version) > (0, 1, 0)
+    if too_old or too_new:
+        accepted = (f"accepts releases from {spec['accepts_from']} to one minor line past {newest}" if spec
+                    else "has profiles only for")
+        raise PlannerError(f"engine {name} {accepted} ({', '.join(v for v in versions if v)}), not '{version}';"
+                           f" the nearest profile is {name}-{nearest}: pass --engine-version {nearest} to use it")
+    lines = release_distance(nearest, version)
+    way = "newer" if version_key(nearest) > parsed else "older"
+    far = next((f"{n} {what}{'s' if n > 1 else ''} {way}" for n, what in zip(lines, ("major line", "minor line",
+                "patch release")) if n), "same release line")
+    known = "" if not spec or not spec["releases"] or any(same_release(r, version) for r in spec["releases"]) else \
+        f"; '{version}' is not among {name}'s published releases ({RELEASES_FILE.name})"
+    return nearest, (f"{name} {version}: no profile of its own, priced with {name}-{nearest} (nearest profile,"
+                     f" {far}; docs/engines.md){known}")
 
 
 def _reader(data: dict, origin: str):
@@ -220,6 +291,7 @@ def engine_from_dict(data: dict, origin: str) -> EngineProfile:
         sampling_bytes=tuple(get("sampling", key, float, 0.0 if "top_p" in key else 8.0) for key in SAMPLING_KEYS),
         spec_capture_sizes=spec_sizes,
         spec_max_running=_count(get("speculative", "max_running_default", int, 0), "max_running_default", origin),
+        **_serving_defaults(get, origin),
         moe_padding_routed=_choice(get("cuda_graphs", "moe_padding_routed", str, "all"), MOE_PADDING_RULES,
                                    "moe_padding_routed", origin, "cuda_graphs"))
     _refuse_unknown(data, read, origin)
@@ -228,6 +300,43 @@ def engine_from_dict(data: dict, origin: str) -> EngineProfile:
 
 
 MOE_PADDING_RULES = ("all", "none", "grouped-topk")
+SERVING_KEYS = ("max_num_seqs", "max_num_batched_tokens")
+
+
+def _serving_defaults(get, origin: str) -> dict:
+    """[serving]: the engine's defaults by GPU memory tier, each list one value per ``tier_min_gib``
+    (largest first, the last 0: every other GPU); absent table: no defaults."""
+    tiers = get("serving", "tier_min_gib", list, [])
+    lists = {key: get("serving", key, list, []) for key in SERVING_KEYS}
+    names = get("serving", "small_gpu_names", list, [])
+    if not tiers and not any(lists.values()):
+        return {}
+    floors_ok = all(isinstance(t, (int, float)) and not isinstance(t, bool) and t >= 0 for t in tiers)
+    if not tiers or not floors_ok or list(tiers) != sorted(tiers, reverse=True) or tiers[-1] != 0:
+        raise PlannerError(f"{origin}: [serving] tier_min_gib must list GiB floors, largest first, ending at 0;"
+                           f" got {tiers!r}")
+    for key, values in lists.items():  # an empty list: no default of the engine's own for that setting
+        if values and len(values) != len(tiers) or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1
+                                                for v in values):
+            raise PlannerError(f"{origin}: [serving] {key} must hold one whole number >= 1 per tier_min_gib entry"
+                               f" ({len(tiers)}) or be empty, got {values!r}")
+    return {"serving_tiers_gib": tuple(float(t) for t in tiers),
+            "default_max_num_seqs": tuple(lists["max_num_seqs"]),
+            "default_max_num_batched_tokens": tuple(lists["max_num_batched_tokens"]),
+            "small_gpu_names": tuple(str(n).lower() for n in names)}
+
+
+def serving_default(engine: EngineProfile | None, key: str, memory_bytes: float, hardware_name: str) -> int | None:
+    """The engine's own default for ``key`` ('max_num_seqs' or 'max_num_batched_tokens') on a GPU of this
+    memory and name: the first tier whose floor the memory reaches (a GPU named in small_gpu_names only
+    the last tier); None where the profile states no defaults."""
+    values = getattr(engine, f"default_{key}", ()) if engine is not None else ()
+    if not values:
+        return None
+    small = any(n in hardware_name.lower() for n in engine.small_gpu_names)
+    gib = memory_bytes / 2 ** 30
+    return next(v for floor, v in zip(engine.serving_tiers_gib, values)
+                if gib >= floor and not (small and floor > 0) or floor == 0)
 
 # [sampling] keys, in EngineProfile.sampling_bytes order (absent: 8 bytes per logit, one fp32 read and
 # write, and nothing more for top-p)

@@ -22,6 +22,7 @@ from simulator.specs.deployment import Deployment
 from simulator.specs.engines import EngineProfile, default_engine, load_engine, engine_kernels, with_capture_limit
 from simulator.specs.drafts import DraftSpec
 from simulator.specs.deployment_fit import DeploymentFit, load_deployment_fit, scenario_identity
+from simulator.specs.step_terms import LearnedPrior, StepTerms, load_learned_prior
 from simulator.errors import PlannerError
 from simulator.files import read_toml_file
 from simulator.specs.hardware import Hardware, check_group_fits, check_precision
@@ -68,13 +69,33 @@ class Scenario:
     acceptance_band: float = 0.0  # +- on every per-position rate: K* chosen to stay near-best across it
     schedule_tolerance: float = SCHEDULE_TOLERANCE  # [workload] schedule_tolerance: goodput K* may give up for fewer ranges
     acceptance_file: "AcceptanceFile | None" = None  # [acceptance] file / --acceptance PATH: what was read
+    step_prior: LearnedPrior | None = None  # the engine terms learned from the published corpus (GPUs; not --physics-only)
+
+    @property
+    def step_terms(self) -> StepTerms | None:
+        """The engine terms on top of the physics: the deployment's own fit (the posterior), else the learned
+        population's centre, else none (the physics alone)."""
+        return self.deployment_fit if self.deployment_fit is not None else self.step_prior
+
+    @property
+    def step_basis(self) -> str:
+        """Which layer the step times' engine terms come from: deployment fit, learned layer or physics only."""
+        if self.deployment_fit is not None:
+            return "deployment fit"
+        return "learned layer" if self.step_prior is not None else "physics only"
 
     @property
     def cost_source(self) -> str:
         """What the step times rest on: kernels (datasheet, calibration profile or measured tables)
         and the engine profile that adds host time and graph capture."""
         kernels = self.profile.label if self.profile else "datasheet only (uncalibrated roofline)"
-        fit = f"; {self.deployment_fit.label}" if self.deployment_fit else ""
+        unmeasured = [label for kind, label in (("linear", "Gated DeltaNet layers"),
+                                                ("sparse", "sparse MLA and its indexer"))
+                      if kind in self.model.layer_kinds()]
+        if self.profile is not None and self.profile.surfaces and unmeasured:
+            kernels += f"; {' and '.join(unmeasured)} on the roofline at the tables' streaming bandwidth (no table measured them)"
+        fit = (f"; {self.deployment_fit.label}" if self.deployment_fit else
+               f"; {self.step_prior.label}" if self.step_prior is not None else "")
         if self.engine is None or self.engine.name == "ideal":
             return kernels + fit
         return f"{kernels}; {self.engine.label}{fit}"
@@ -134,7 +155,13 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
                        + pcie_collective_caveat(hardware, deployment, profile)),
         context_lens=wl["context_lens"], acceptance_context=acceptance_context,
         acceptance_band=parse_band(get("acceptance", "band", default("acceptance", "band")), origin),
-        schedule_tolerance=wl["schedule_tolerance"], acceptance_file=acc_file, deployment_fit=fit)
+        schedule_tolerance=wl["schedule_tolerance"], acceptance_file=acc_file, deployment_fit=fit,
+        step_prior=learned_layer(hardware, get("calibration", "learned", default("calibration", "learned"))))
+
+
+def learned_layer(hardware, wanted: bool) -> LearnedPrior | None:
+    """The learned engine terms where they were learned (GPUs: the published corpus has no CPU rows) and wanted."""
+    return load_learned_prior() if wanted and hardware.kind != "cpu" else None
 
 
 def _capture_limit(engine: EngineProfile, limit, origin: str) -> EngineProfile:

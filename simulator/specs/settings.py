@@ -189,11 +189,17 @@ SETTINGS: tuple[Setting, ...] = (
     S("calibration", "deployment", name="deployment", flag="--deployment", metavar="FIT.json", help=DEPLOYMENT_HELP),
     # false: the profile's microbenchmarks alone, without its fitted engine terms (what calibration.validate refits)
     S("calibration", "engine_terms", bool, True, name="engine_terms"),
+    # false: the physics alone, without the engine terms learned from the published corpus (specs.step_terms)
+    S("calibration", "learned", bool, True, name="learned", flag="--physics-only", arg_type=bool,
+      from_flag=lambda on, flag: False if on else None,
+      help="the physics alone: leave out the engine terms learned from published measurements"
+           " (simulator/data/learned_step.json); a deployment fit (--deployment) still applies"),
     S("engine", "name", name="engine", flag="--engine",
       help=_engine_help),
     S("engine", "version", name="engine_version", flag="--engine-version",
-      help="engine version of the profile, PEP 440 order (0.11 = 0.11.0; default the newest profile); not the"
-           " file format's version (--export-version)"),
+      help="engine release (vLLM from 0.6, SGLang from 0.4), PEP 440 order (0.11 = 0.11.0): priced with its own"
+           " profile or the nearest one, named in the provenance line (docs/engines.md); default the newest profile;"
+           " not the file format's version (--export-version)"),
     # the capture limit: specs.engines.with_capture_limit
     S("engine", "max_capture_size", int, name="max_capture_size", flag="--max-capture-size", arg_type=int,
       metavar="N", from_flag=engine_count("1024"), help=CAPTURE_HELP),

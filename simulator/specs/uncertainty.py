@@ -69,18 +69,6 @@ def step_time_band(hardware: str, kind: str, basis: str, profile_raw: dict | Non
                 f"published rows on all GPUs ({hardware} has {int(entry.get('n') or 0)}); {src}")
 
 
-def two_shot_model_error() -> tuple[float, str] | None:
-    """(log error, what it rests on) of a few-point deployment fit's extrapolation: the 90th percentile of
-    held-out misses of two-point fits on the published speedup curves; None before calibration.transfer
-    has written it."""
-    two = _bands().get("_two_shot") or {}
-    q = two.get("model_error_log_p90")
-    if q is None:
-        return None
-    return float(q), (f"two-point fits' held-out error on {two.get('n')} points of {two.get('curves')} published"
-                      " speedup curves (calibration/data/transfer/transfer.md)")
-
-
 @dataclass(frozen=True)
 class SpeedupBand:
     """How far the zero-shot speculative speedups of one batch-size range fell from published ones."""

@@ -1,0 +1,343 @@
+"""Learn the engine terms' population from the published corpus: the planner's learned layer.
+
+    python -m calibration.learn_step [--corpus calibration/data/published/corpus.csv] [--output FILE]
+
+What is learned are the six physically named terms of ``simulator/specs/step_terms.py`` (kernel scale,
+speculative kernel scale, host time per step, per sequence, per sequence when speculating, per speculative
+token), as a population: each source of the corpus (one lab's engine, GPU and harness) has its own values,
+drawn from a normal population in fit coordinates (log of a scale, microseconds of a cost). A zero-shot
+prediction uses the population's centre; the population's spread, with the rows' own scatter, is its band.
+
+Rows learned from: plain decode step times (log step time) and speculative step speedups (log speedup),
+priced by the physics alone (``--physics-only``, the row's measured kernel tables and engine profile). A
+speedup curve without a published acceptance length has its own acceptance length, free (a nuisance: its
+rows inform only how the speedup falls with batch size). Serving and static-batch rows need the serving
+simulation for every guess and are not learned from; they are scored with the layer all the same.
+
+The fit: maximum a posteriori over the population mean, each source's values and each curve's acceptance
+(bounded least squares, scipy), with the population spread and the rows' scatter re-estimated from the
+fit a few times (empirical Bayes). The form of the layer, its terms and the starting spreads are fixed
+here, before any score is read; ``calibration.transfer`` scores it on sources it never saw.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import sys
+import warnings
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy.optimize import least_squares
+
+from calibration.transfer_cases import CORPUS, Case, case_for, iid_rate, scenario_for, speculative_running
+from simulator.cli.common import OneLineParser, run_cli, write_atomically
+from simulator.errors import PlannerError, PlannerWarning
+from simulator.plan.grid import compute_grid
+from simulator.specs.step_terms import (A_PRIORI_SD, LEARNED_FILE, LEARNED_FORMAT, LOWER, NEUTRAL, TERM_NAMES, TERMS, UPPER,
+                                        compose_step_s, from_fit, prior_from, to_fit)
+
+N_TERMS = len(TERMS)
+# the population's spread across sources is fixed a priori (step_terms.A_PRIORI_SD): a handful of sources cannot
+# estimate it (point estimates of shrunken per-source values would collapse it)
+START_SD = A_PRIORI_SD
+HYPER_SD = np.array([0.7, 2000.0, 100.0, 50.0, 0.7, 100.0])  # a weak pull of the population mean to the physics
+ROW_SIGMA_START = 0.05  # log-scale scatter of one row inside its source, before it is estimated
+EB_ROUNDS = 2  # the rows' scatter is re-estimated from the fit; the population spread stays START_SD
+LOG_AL_BOUNDS = (np.log(1.0 + 1e-6), np.log(9.0))
+
+
+@dataclass(frozen=True)
+class Rows:
+    """The training rows as arrays (n,): the physics' parts at each row and what was measured."""
+
+    source: np.ndarray  # source id per row
+    gpu: np.ndarray  # hardware name per row
+    engine: np.ndarray  # engine per row
+    kind: np.ndarray  # "step" or "speedup"
+    curve: np.ndarray  # speedup curve id (-1: acceptance given, or a plain row)
+    y_log: np.ndarray  # log measured step [s] or speedup
+    batch: np.ndarray
+    k: np.ndarray
+    kernel_s: np.ndarray
+    overhead_s: np.ndarray
+    batch0: np.ndarray  # plain decoding's batch (a capped closed loop runs fewer speculating)
+    kernel0_s: np.ndarray
+    overhead0_s: np.ndarray
+    log_share: np.ndarray  # log(R / B) of a capped closed loop, else 0
+    log_al: np.ndarray  # log acceptance length when the row gives it, else NaN
+    row_id: np.ndarray
+
+    def __len__(self) -> int:
+        return int(self.y_log.size)
+
+    def take(self, mask) -> "Rows":
+        return Rows(*(np.asarray(getattr(self, f))[mask] for f in self.__dataclass_fields__))
+
+
+def _curve_key(row) -> tuple:
+    return (row.source_id, row.device, row.model, row.draft_method, int(row.k),
+            row.context_len if not pd.isna(row.context_len) else -1, row.locator)
+
+
+def _parts(case: Case) -> tuple | None:
+    """(batch, K, kernel, overhead, batch0, kernel0, overhead0, share) of a row, physics only."""
+    B = int(case.row.batch_size)
+    K = int(case.row.k) if case.kind == "speedup" else 0
+    al = float(case.row.acceptance_length) if case.kind == "speedup" and not pd.isna(case.row.acceptance_length) else 2.0
+    sc = scenario_for(case.raw, "physics")
+    if case.kind == "speedup":
+        sc = sc.with_overrides(acceptance=iid_rate(al, K))
+    R = speculative_running(sc, case) if case.kind == "speedup" else B
+    g = compute_grid(sc, batch_sizes=sorted({R, B}), ks=sorted({0, K}))
+    kern = np.broadcast_to(g.verify_s + g.draft_step_s, g.itl_s.shape)
+    over = np.broadcast_to(g.overhead_s, g.itl_s.shape)
+    r, b = (0, 1) if R < B else (0, 0)
+    j = g.itl_s.shape[1] - 1
+    return R, K, kern[r, j], over[r, j], B, kern[b, 0], over[b, 0], R / B
+
+
+def training_rows(cases: list[Case]) -> Rows:
+    """Plain step rows (priced on the grid) and step-speedup rows of every expressible case."""
+    recs, curves = [], {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PlannerWarning)
+        for c in cases:
+            plain = c.kind == "plain"
+            step_speedup = c.kind == "speedup" and not c.end_to_end
+            if not (plain or step_speedup):
+                continue
+            try:
+                parts = _parts(c)
+            except PlannerError:
+                continue
+            given = step_speedup and not pd.isna(c.row.acceptance_length)
+            curve = -1
+            if step_speedup and not given:
+                curve = curves.setdefault(_curve_key(c.row), len(curves))
+            y = np.log(c.measured * (1e-3 if plain else 1.0))
+            recs.append((c.row.source_id, c.raw["hardware"]["name"], str(c.row.engine),
+                         "step" if plain else "speedup", curve, y, *parts,
+                         np.log(float(c.row.acceptance_length)) if given else np.nan, int(c.row.row_id)))
+    cols = list(zip(*recs))
+    B, K, kern, over, B0, kern0, over0, share = (np.array(cols[i], dtype=float) for i in range(6, 14))
+    obj = lambda i: np.array(cols[i], dtype=object)  # noqa: E731
+    return Rows(obj(0), obj(1), obj(2), obj(3), np.array(cols[4], dtype=int), np.array(cols[5], dtype=float),
+                B, K, kern, over, B0, kern0, over0, np.log(share), np.array(cols[14], dtype=float),
+                np.array(cols[15], dtype=int))
+
+
+def predict_log(rows: Rows, theta_rows: np.ndarray, log_al: np.ndarray) -> np.ndarray:
+    """log of what each row observes given its terms (n, 6) and its log acceptance length (n,)."""
+    t = _step(theta_rows, rows.batch, rows.k, rows.kernel_s, rows.overhead_s)
+    t0 = _step(theta_rows, rows.batch0, np.zeros_like(rows.k), rows.kernel0_s, rows.overhead0_s)
+    spd = log_al + np.log(t0) - np.log(t) + rows.log_share
+    return np.where(rows.kind == "step", np.log(np.where(rows.kind == "step", t, 1.0)), spd)
+
+
+def _step(th: np.ndarray, batch, k, kernel_s, overhead_s) -> np.ndarray:
+    """The step of simulator/specs/step_terms.py with each row's own terms (n, 6)."""
+    return compose_step_s([th[:, i] for i in range(N_TERMS)], batch, k, kernel_s, overhead_s)
+
+
+@dataclass(frozen=True)
+class Population:
+    """What the fit learned: population mean and spread (fit coordinates), the rows' scatter, each source's values."""
+
+    mean_fit: np.ndarray
+    sd_fit: np.ndarray
+    row_sigma: float
+    source_fit: dict  # source -> (6,) fit coordinates
+    n_rows: int
+    sources: tuple
+    form: str = "all terms"
+    form_errors: dict = field(default_factory=dict)  # leave-one-source-out MAPE of each form on the training rows
+
+    def prior(self, learned_from: dict | None = None, path: str = ""):
+        return prior_from(self.mean_fit, self.sd_fit, learned_from, path)
+
+
+# The forms the layer may take (which terms are free; the others stay at the physics), fixed before any score:
+# every term; only what speculation adds (the plain step rests on measured kernel tables already); host time only.
+# Which one a prediction uses is chosen by leave-one-source-out on the training sources alone (:func:`choose_form`),
+# so a held-out source's rows never choose the form that predicts them.
+FORMS = {
+    "all terms": TERM_NAMES,
+    "speculation terms": ("spec_per_token_s", "spec_kernel_scale", "spec_host_per_seq_s"),
+    "host terms": ("host_per_step_s", "host_per_seq_s", "spec_per_token_s", "spec_host_per_seq_s"),
+}
+
+
+def fit_population(rows: Rows, form: str = "all terms", start_sd: np.ndarray = START_SD) -> Population:
+    """Maximum a posteriori population, per-source values and per-curve acceptance of the form's free terms
+    (the others at the physics' neutral values); the rows' scatter by empirical Bayes."""
+    free = np.array([TERM_NAMES.index(n) for n in FORMS[form]])
+    nf = free.size
+    sources = tuple(sorted(set(rows.source)))
+    src_idx = np.array([sources.index(s) for s in rows.source])
+    curve_ids = sorted(set(rows.curve[rows.curve >= 0].tolist()))  # the curves left after a hold-out, renumbered
+    rows = replace(rows, curve=np.array([curve_ids.index(c) if c >= 0 else -1 for c in rows.curve], dtype=int))
+    n_src, n_curves, n = len(sources), len(curve_ids), len(rows)
+    lo, hi = to_fit(LOWER)[free], to_fit(UPPER)[free]
+    neutral_all = to_fit(NEUTRAL)
+    neutral, sd = neutral_all[free], start_sd[free].astype(float)
+    sigma = ROW_SIGMA_START
+    al0 = [np.clip(np.max(rows.y_log[rows.curve == c]), *LOG_AL_BOUNDS) for c in range(n_curves)]
+    x = np.concatenate([neutral, np.tile(neutral, n_src), np.asarray(al0, dtype=float)])
+    lower = np.concatenate([lo, np.tile(lo, n_src), np.full(n_curves, LOG_AL_BOUNDS[0])])
+    upper = np.concatenate([hi, np.tile(hi, n_src), np.full(n_curves, LOG_AL_BOUNDS[1])])
+    x = np.clip(x, lower + 1e-9, upper - 1e-9)
+    cut = nf * (1 + n_src)
+
+    def unpack(v):
+        return v[:nf], v[nf:cut].reshape(n_src, nf), v[cut:]
+
+    def resid(v):
+        mu, per, al = unpack(v)
+        phi = np.tile(neutral_all, (n_src, 1))
+        phi[:, free] = per
+        log_al = np.where(rows.curve >= 0, al[np.maximum(rows.curve, 0)] if n_curves else 0.0, rows.log_al)
+        r_rows = (predict_log(rows, from_fit(phi[src_idx]), np.nan_to_num(log_al)) - rows.y_log) / sigma
+        return np.concatenate([r_rows, ((per - mu) / sd).ravel(), (mu - neutral) / HYPER_SD[free]])
+
+    # which parameters each residual moves: a row its source's terms and its curve's acceptance; a source's
+    # prior residual its own term and the mean; the hyperprior the mean (a sparse Jacobian: fast fits)
+    sparsity = np.zeros((n + n_src * nf + nf, x.size), dtype=bool)
+    for i in range(n):
+        sparsity[i, nf + src_idx[i] * nf: nf + (src_idx[i] + 1) * nf] = True
+        if rows.curve[i] >= 0:
+            sparsity[i, cut + rows.curve[i]] = True
+    for si in range(n_src):
+        for j in range(nf):
+            sparsity[n + si * nf + j, [j, nf + si * nf + j]] = True
+    sparsity[n + n_src * nf + np.arange(nf), np.arange(nf)] = True
+    scale = np.maximum(np.concatenate([sd, np.tile(sd, n_src), np.full(n_curves, 0.1)]), 1e-6)
+    for _ in range(EB_ROUNDS):
+        x = least_squares(resid, x, bounds=(lower, upper), method="trf", x_scale=scale, jac_sparsity=sparsity,
+                          xtol=1e-8, ftol=1e-8).x
+        sigma = max(float(np.sqrt(np.mean((resid(x)[:n] * sigma) ** 2))), 0.01)
+    mu, per, _ = unpack(x)
+    mean, spread = neutral_all.copy(), np.zeros(N_TERMS)
+    mean[free], spread[free] = mu, sd
+    per_all = {}
+    for i, src in enumerate(sources):
+        v = neutral_all.copy()
+        v[free] = per[i]
+        per_all[src] = v
+    return Population(mean, spread, sigma, per_all, n, sources, form)
+
+
+def predict_rows(rows: Rows, pop: Population) -> tuple[np.ndarray, np.ndarray]:
+    """(predicted value, scored?) of each row with the population's centre: a plain step [s] or a speedup. A
+    curve without a published acceptance length is anchored on its smallest batch size (that row not scored),
+    as calibration.transfer anchors it."""
+    theta = np.tile(from_fit(pop.mean_fit), (len(rows), 1))
+    base = predict_log(rows, theta, np.zeros(len(rows)))  # a speedup's log without log AL
+    log_al = rows.log_al.copy()
+    scored = np.ones(len(rows), dtype=bool)
+    for c in set(rows.curve[rows.curve >= 0].tolist()):
+        idx = np.flatnonzero(rows.curve == c)
+        first = idx[np.argmin(rows.batch0[idx] + 1e-3 * rows.k[idx])]
+        log_al[idx] = rows.y_log[first] - base[first]
+        scored[first] = False
+    return np.exp(base + np.where(rows.kind == "step", 0.0, np.nan_to_num(log_al))), scored
+
+
+def held_out_errors(rows: Rows, pop: Population) -> np.ndarray:
+    """|predicted / measured - 1| of the scored rows."""
+    pred, scored = predict_rows(rows, pop)
+    return np.abs(pred / np.exp(rows.y_log) - 1)[scored]
+
+
+class Learner:
+    """Learns layers from subsets of the training rows, each fit kept for the subsets asked again (the nested
+    hold-outs share most of them); it lives as long as one scoring run."""
+
+    def __init__(self, rows: Rows):
+        self.rows = rows
+        self._fits: dict = {}
+
+    def fit(self, mask: np.ndarray, form: str) -> Population:
+        key = (np.flatnonzero(mask).tobytes(), form)
+        if key not in self._fits:
+            self._fits[key] = fit_population(self.rows.take(mask), form)
+        return self._fits[key]
+
+    def form_errors(self, mask: np.ndarray) -> dict:
+        """Leave-one-source-out MAPE of each form over the rows of ``mask`` (each predicted without its source)."""
+        out = {}
+        for form in FORMS:
+            errs = [held_out_errors(self.rows.take(mask & (self.rows.source == src)),
+                                    self.fit(mask & (self.rows.source != src), form))
+                    for src in sorted(set(self.rows.source[mask]))]
+            out[form] = float(np.mean(np.concatenate(errs)))
+        return out
+
+    def learn(self, mask: np.ndarray | None = None) -> Population:
+        """The layer learned from the rows of ``mask``: its form chosen on them by leave-one-source-out, then
+        fitted to all of them."""
+        mask = np.ones(len(self.rows), dtype=bool) if mask is None else mask
+        errs = self.form_errors(mask)
+        form = min(errs, key=errs.get)
+        return replace(self.fit(mask, form), form_errors=errs)
+
+    def without(self, column: str, value) -> Population:
+        """The layer learned from every row whose ``column`` (source, gpu or engine) is not ``value``, form choice
+        included: nothing of the held-out group informs it."""
+        return self.learn(getattr(self.rows, column) != value)
+
+
+def corpus_cases(corpus: pd.DataFrame) -> list[Case]:
+    return [c for c in (case_for(r) for _, r in corpus.iterrows()) if isinstance(c, Case)]
+
+
+def learned_document(pop: Population, corpus_path: Path, rows: Rows) -> dict:
+    """The shipped layer: population per term, what it was learned from and how."""
+    centre = from_fit(pop.mean_fit)
+    return {
+        "format": LEARNED_FORMAT, "format_version": 1,
+        "population": {n: {"centre": float(f"{centre[i]:.6g}"), "mean_fit": float(f"{pop.mean_fit[i]:.6g}"),
+                           "sd_fit": float(f"{pop.sd_fit[i]:.6g}"), "fit_coordinate": TERMS[n][3]}
+                       for i, n in enumerate(TERM_NAMES)},
+        "row_log_scatter": round(pop.row_sigma, 5),
+        "learned_from": {"corpus": str(corpus_path.name), "corpus_sha256": hashlib.sha256(corpus_path.read_bytes()).hexdigest(),
+                         "rows": int(pop.n_rows), "sources": len(pop.sources), "source_ids": list(pop.sources),
+                         "kinds": {k: int((rows.kind == k).sum()) for k in ("step", "speedup")},
+                         "command": "python -m calibration.learn_step",
+                         "date": dt.date.today().isoformat()},
+        "per_source_fit": {s: [float(f"{v:.5g}") for v in pop.source_fit[s]] for s in pop.sources},
+        "form": pop.form, "free_terms": list(FORMS[pop.form]),
+        "form_loso_mape": {k: round(v, 5) for k, v in pop.form_errors.items()},
+        "method": "form chosen by leave-one-source-out MAPE on the training rows; maximum a posteriori of a normal population over per-source terms (fit coordinates), empirical-Bayes"
+                  " spreads; calibration/learn_step.py. Scored leave-one-source-out in calibration/data/transfer/transfer.md",
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = OneLineParser(prog="python -m calibration.learn_step", description=__doc__.split("\n\n")[0])
+    p.add_argument("--corpus", default=str(CORPUS), help="published corpus CSV")
+    p.add_argument("--output", default=str(LEARNED_FILE), help="the learned layer JSON (default: the shipped one)")
+    args = p.parse_args(argv)
+
+    def body() -> int:
+        path = Path(args.corpus)
+        if not path.is_file():
+            raise PlannerError(f"--corpus {path}: not a file")
+        rows = training_rows(corpus_cases(pd.read_csv(path)))
+        pop = Learner(rows).learn()
+        doc = learned_document(pop, path, rows)
+        write_atomically(args.output, json.dumps(doc, indent=1) + "\n")
+        for n, t in doc["population"].items():
+            print(f"{n:<20} centre {t['centre']:.4g}  spread {t['sd_fit']:.3g} ({t['fit_coordinate']})")
+        print(f"{pop.n_rows} rows from {len(pop.sources)} sources; row scatter {pop.row_sigma:.3f} (log)")
+        print(f"wrote {args.output}", file=sys.stderr)
+        return 0
+
+    return run_cli(body)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

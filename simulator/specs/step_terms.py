@@ -1,0 +1,168 @@
+"""The engine terms on top of the physics' step time, and the population they are learned as.
+
+One formula, used by the grid, the serving simulation and both fits (learned prior, deployment posterior)::
+
+    ITL(B, K) = s * s_spec^[K > 0] * (verify(B, K) + draft(B, K))   kernel time as the engine runs it, scaled
+              + overhead(B, K)                                       the engine profile's host time
+              + c_step + c_seq B                                     host time per step and per sequence
+              + c_seq_spec B [K > 0]                                 host time per sequence with speculation on
+              + c_spec B (K + 1) [K > 0]                             per speculative token (sampling, rejection)
+
+Each term is physically named: ``kernel_scale`` (every kernel runs s x its priced time), ``spec_kernel_scale``
+(a speculating step's verify and draft kernels relative to the plain decode kernels: custom-mask or tree
+attention at q = K + 1, drafts outside a CUDA graph), the host terms in seconds. Neutral values leave the
+physics untouched.
+
+The learned layer (``simulator/data/learned_step.json``, written by ``python -m calibration.learn_step``) holds
+the population these terms are drawn from across the published sources: a mean and a spread per term in its
+fit coordinate (log for scales, microseconds for costs). A zero-shot prediction uses the population's centre;
+its spread is the prediction's band. A deployment's own points update it (``calibration.fit_deployment``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from simulator.errors import PlannerError
+from simulator.files import read_json_file
+
+# name -> (neutral value, lower bound, upper bound, fit coordinate); seconds unless a scale
+TERMS = {
+    "kernel_scale": (1.0, 0.5, 2.0, "log"),
+    "host_per_step_s": (0.0, 0.0, 0.1, "us"),
+    "host_per_seq_s": (0.0, 0.0, 1e-3, "us"),
+    "spec_per_token_s": (0.0, 0.0, 1e-3, "us"),
+    "spec_kernel_scale": (1.0, 0.5, 3.0, "log"),
+    "spec_host_per_seq_s": (0.0, 0.0, 1e-3, "us"),
+}
+TERM_NAMES = tuple(TERMS)
+NEUTRAL = np.array([TERMS[n][0] for n in TERMS])
+LOWER = np.array([TERMS[n][1] for n in TERMS])
+UPPER = np.array([TERMS[n][2] for n in TERMS])
+LOG_TERMS = np.array([TERMS[n][3] == "log" for n in TERMS])
+
+# how far each term varies between deployments, fit coordinates (log of a scale; microseconds), fixed a priori
+# from what engines' host loops and kernels are known to span: a kernel scale +-15% between implementations of
+# the same op; host time per step ~100 us (a graph replay to a Python scheduler loop); per sequence ~10 us
+# (scheduling, detokenizing); per speculative token ~5 us (sampling, rejection bookkeeping); per speculating
+# sequence ~20 us (draft / tree bookkeeping on the host). The population's spread (calibration.learn_step) and
+# a deployment's prior (calibration.fit_deployment) start here.
+A_PRIORI_SD = np.array([0.15, 100.0, 10.0, 5.0, 0.15, 20.0])
+
+LEARNED_FORMAT = "dsd-planner-learned-step"
+LEARNED_FILE = Path(__file__).resolve().parent.parent / "data" / "learned_step.json"
+
+
+def kernel_factor(s, s_spec, k) -> np.ndarray:
+    """What the kernel time of a step is multiplied by: s, and s_spec more when the step speculates."""
+    return s * np.where(np.asarray(k) > 0, s_spec, 1.0)
+
+
+def added_step_s(c_step, c_seq, c_spec, batch, k, c_seq_spec=0.0) -> np.ndarray:
+    """Host time the terms add to one step [s]: c_step + c_seq B + (c_seq_spec B + c_spec B (K + 1)) [K > 0]."""
+    batch, k = np.asarray(batch, dtype=float), np.asarray(k, dtype=float)
+    return c_step + c_seq * batch + (c_seq_spec * batch + c_spec * batch * (k + 1.0)) * (k > 0)
+
+
+def compose_step_s(terms, batch, k, kernel_s, overhead_s) -> np.ndarray:
+    """The formula above, elementwise (numpy broadcasting): ``terms`` the six terms in TERM_NAMES order."""
+    s, c0, c1, c2, sv, c3 = terms
+    batch, k = np.asarray(batch, dtype=float), np.asarray(k, dtype=float)
+    return kernel_factor(s, sv, k) * kernel_s + overhead_s + added_step_s(c0, c1, c2, batch, k, c3)
+
+
+def step_time_s(theta: np.ndarray, batch, k, kernel_s, overhead_s) -> np.ndarray:
+    """The formula above for term vectors theta (m, >= 6, TERM_NAMES order) at n points -> (m, n)."""
+    th = np.atleast_2d(theta)
+    return compose_step_s([th[:, i, None] for i in range(6)], batch, k, kernel_s, overhead_s)
+
+
+def to_fit(theta: np.ndarray) -> np.ndarray:
+    """Natural units -> fit coordinates (log of a scale, microseconds of a cost)."""
+    th = np.asarray(theta, dtype=float)
+    return np.where(LOG_TERMS, np.log(np.where(LOG_TERMS, th, 1.0)), th * 1e6)
+
+
+def from_fit(phi: np.ndarray) -> np.ndarray:
+    """Fit coordinates -> natural units, inside each term's bounds."""
+    ph = np.asarray(phi, dtype=float)
+    return np.clip(np.where(LOG_TERMS, np.exp(np.where(LOG_TERMS, ph, 0.0)), ph * 1e-6), LOWER, UPPER)
+
+
+@dataclass(frozen=True)
+class StepTerms:
+    """Term values applied to a step (a learned population's centre, or a deployment's posterior)."""
+
+    values: dict  # name -> natural units
+
+    @property
+    def kernel_scale(self) -> float:
+        return self.values["kernel_scale"]
+
+    def kernel_factor(self, k) -> np.ndarray:
+        v = self.values
+        return kernel_factor(v["kernel_scale"], v.get("spec_kernel_scale", 1.0), k)
+
+    def added_s(self, batch, k) -> np.ndarray:
+        v = self.values
+        return added_step_s(v["host_per_step_s"], v["host_per_seq_s"], v["spec_per_token_s"], batch, k,
+                            v.get("spec_host_per_seq_s", 0.0))
+
+
+@dataclass(frozen=True)
+class LearnedPrior(StepTerms):
+    """The population of the terms learned from the published corpus (mean and spread in fit coordinates)."""
+
+    mean_fit: tuple = ()
+    sd_fit: tuple = ()
+    learned_from: dict = field(default_factory=dict)
+    path: str = ""
+
+    @property
+    def label(self) -> str:
+        f = self.learned_from
+        return (f"learned layer {Path(self.path).name} (population of {len(TERMS)} engine terms over"
+                f" {f.get('sources', '?')} published sources, {f.get('rows', '?')} rows)")
+
+    def samples(self, n: int = 200, seed: int = 0) -> np.ndarray:
+        """Term vectors (n, 6) drawn from the population, natural units (a new deployment's spread)."""
+        rng = np.random.default_rng(seed)
+        phi = rng.normal(np.asarray(self.mean_fit), np.asarray(self.sd_fit), (n, len(TERMS)))
+        return from_fit(phi)
+
+
+def prior_from(mean_fit, sd_fit, learned_from: dict | None = None, path: str = "") -> LearnedPrior:
+    mean = np.asarray(mean_fit, dtype=float)
+    centre = from_fit(mean)
+    return LearnedPrior(dict(zip(TERM_NAMES, map(float, centre))), tuple(map(float, mean)),
+                        tuple(map(float, sd_fit)), dict(learned_from or {}), path)
+
+
+_LOADED: dict = {}  # path -> LearnedPrior: a data file read once per process (it is shipped, not edited at run time)
+
+
+def load_learned_prior(path: str | Path = LEARNED_FILE) -> LearnedPrior | None:
+    """The shipped learned layer, None where no file is shipped (the physics alone)."""
+    path = Path(path)
+    if str(path) in _LOADED:
+        return _LOADED[str(path)]
+    if not path.is_file():
+        return None
+    data = read_json_file(path, "learned step layer")
+    if not isinstance(data, dict) or data.get("format") != LEARNED_FORMAT:
+        raise PlannerError(f"{path}: not a learned step layer ('{LEARNED_FORMAT}'); regenerate it with"
+                           " python -m calibration.learn_step")
+    pop = data.get("population", {})
+    try:
+        mean = [float(pop[n]["mean_fit"]) for n in TERMS]
+        sd = [float(pop[n]["sd_fit"]) for n in TERMS]
+    except (KeyError, TypeError, ValueError):
+        raise PlannerError(f"{path}: 'population' must give mean_fit and sd_fit for {', '.join(TERMS)};"
+                           " regenerate it with python -m calibration.learn_step") from None
+    if not all(np.isfinite(mean + sd)) or min(sd) < 0:
+        raise PlannerError(f"{path}: population values must be finite and spreads >= 0")
+    prior = prior_from(mean, sd, data.get("learned_from", {}), str(path))
+    _LOADED[str(path)] = prior
+    return prior
