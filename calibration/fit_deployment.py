@@ -2,6 +2,8 @@
 
     python -m calibration.fit_deployment --scenario S --measured runs.csv [bench.json ...] --output fit.json
     python -m simulator.predict --scenario S --deployment fit.json
+    python -m calibration.fit_deployment --model llama-3.1-70b --hardware h100-sxm --tp 4 --engine vllm \
+        --draft eagle3 --measured bench.json --output fit.json --save-scenario mine.toml   # no TOML needed
 
 Each FILE is a measured-rows CSV (``batch_size, k, itl_ms``; optional ``context_len``,
 ``acceptance_length``, ``per_position_acceptance``, ``n_steps``) or a ``vllm bench serve --save-result``
@@ -27,15 +29,20 @@ import pandas as pd
 from calibration import fewshot
 from calibration import measured as measured_io
 from calibration.vllm_io import bench_to_row
-from simulator.cli.common import OneLineParser, run_cli, write_atomically
+from simulator.cli.common import (OneLineParser, add_save_scenario_arg, add_setting_args, check_save_scenario, command_line,
+                                 run_cli, save_scenario, setting_overrides, write_atomically)
 from simulator.errors import PlannerError
 from simulator.files import check_output_file
 from simulator.plan.grid import compute_grid
 from simulator.specs.acceptance import acceptance_length_prefix
 from simulator.specs.deployment_fit import DEPLOYMENT_FORMAT, DEPLOYMENT_VERSION, TERMS, scenario_identity
+from simulator.plan.api import resolve_scenario
 from simulator.specs.scenario import Scenario, load_scenario
 from simulator.specs.step_terms import A_PRIORI_SD, NEUTRAL as TERM_NEUTRAL, TERM_NAMES, to_fit
 
+# the deployment measured, by flag instead of a scenario file (the same flags as predict)
+DEPLOYMENT_FLAGS = ("model", "hardware", "tp", "ep", "engine", "engine_version", "draft", "draft_checkpoint", "acceptance",
+                    "context_len", "dtype", "act_dtype", "kv_dtype", "calibration")
 N_BOOT = 200
 MIN_POINTS = 2
 
@@ -314,18 +321,26 @@ def report(doc: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = OneLineParser(prog="python -m calibration.fit_deployment", description=__doc__.split("\n\n")[0])
-    p.add_argument("--scenario", required=True, help="scenario TOML (path or bundled name) of the deployment measured")
+    p.add_argument("--scenario", help="scenario TOML (path or bundled name) of the deployment measured; the flags"
+                   " below override it, or replace it (--model and --hardware)")
+    add_setting_args(p, *DEPLOYMENT_FLAGS)
     p.add_argument("--measured", nargs="+", required=True, metavar="FILE",
                    help="measured-rows CSV(s) (batch_size, k, itl_ms, ...) or vllm bench serve --save-result JSON(s)")
     p.add_argument("--output", required=True, help="deployment calibration JSON to write")
     p.add_argument("--bootstrap", type=int, default=N_BOOT, help=f"bootstrap resamples (default {N_BOOT})")
+    add_save_scenario_arg(p)
     args = p.parse_args(argv)
+    args.command_line = command_line(p.prog, argv)
 
     def body() -> int:
         check_output_file(args.output)
         if not 20 <= args.bootstrap <= 10000:
             raise PlannerError(f"--bootstrap {args.bootstrap}: give 20-10000 resamples")
-        sc = load_scenario(args.scenario)
+        check_save_scenario(args)
+        if args.scenario is None and not (args.model and args.hardware):
+            raise PlannerError("give --scenario FILE of the deployment measured, or --model and --hardware"
+                               " (with --tp, --engine, --draft as deployed)")
+        sc = resolve_scenario(args.scenario, **setting_overrides(args, *DEPLOYMENT_FLAGS))
         if sc.deployment_fit is not None:
             raise PlannerError(f"--scenario {args.scenario}: names a deployment fit already ([calibration] deployment);"
                                " fit from the scenario without it")
@@ -335,6 +350,8 @@ def main(argv: list[str] | None = None) -> int:
         write_atomically(args.output, json.dumps(doc, indent=1) + "\n")
         sys.stdout.write(report(doc))
         print(f"wrote {args.output}", file=sys.stderr)
+        if args.save_scenario:
+            save_scenario(args, sc.raw, sc.name)
         return 0
 
     return run_cli(body)

@@ -207,7 +207,7 @@ def test_sizing_k_table_equals_predict_with_the_same_flags(capsys, name):
     from simulator.sizing.spec import parse_sizing, traffic_lengths
     from simulator.specs.scenario import load_scenario
     sc = load_scenario(name)
-    spec = parse_sizing(sc)
+    spec = parse_sizing(sc, dtypes=["own", "fp8"])  # W8A8 is searched only when asked
     prompt, out = traffic_lengths(sc)
     _, _, _, scen = _plan_candidates(sc, spec, None, max(prompt + out, 1.0))
     k_tables, engine, _ = _engine_tables(scen, k_table_context(sc))

@@ -97,7 +97,8 @@ def test_cli_headline_is_the_schedule_and_sparse_sizes_are_shown_as_given():
     rows = [ln.split()[0] for ln in out.stdout.splitlines() if re.match(r"^\s*\d+\s+\d", ln)]
     assert rows == ["1", "2", "4", "8", "64", "200"]
     assert "given sparsely" in out.stderr and "given sparsely" not in out.stdout  # caveats on stderr
-    assert "TensorRT-LLM turns speculation off" in out.stderr
+    # only the scenario's engine (vLLM), read from its own file: the last range's K carries on
+    assert "vLLM 0.33.0 keeps K=1" in out.stderr and "TensorRT-LLM" not in out.stderr + out.stdout
 
 
 def test_per_token_latency_is_step_time_over_acceptance_length():
@@ -137,8 +138,12 @@ def test_nodes_and_replicas_hand_arithmetic():
     assert replicas_for(spec, 0.0) is None
 
 
-def test_datasheet_candidate_never_ranked_above_overlapping_measured():
+def test_fleet_cost_decides_and_evidence_breaks_ties():
+    """Issue 49: the ranking says "cost at the target, then evidence" and does that: a cheaper fleet on a
+    datasheet leads a dearer measured one (the answer names the measured one, :func:`evidence_margin`); at
+    equal cost the measured one leads."""
     from simulator.sizing.fleet import rank
+    from simulator.sizing.ranking import evidence_margin
     cap = pd.DataFrame([
         # datasheet: cheaper point estimate, band 8-32 GPUs x $2 = $16-64/h
         {"hardware": "a", "tp": 8, "policy": "dsd", "meets_target": True, "fleet_usd_per_hour": 32.0, "gpus": 16,
@@ -149,11 +154,13 @@ def test_datasheet_candidate_never_ranked_above_overlapping_measured():
          "gpus_low": 16, "gpus_high": 24, "price_per_gpu_hour_usd": 2.5, "basis": "measured",
          "usd_per_m_output_tokens": 1.2, "max_load_per_replica": 5.0},
     ])
-    assert list(rank(cap).hardware) == ["b", "a"]
-    # no overlap: the cheaper datasheet row may lead
-    far = cap.copy()
-    far.loc[0, ["gpus_low", "gpus_high", "fleet_usd_per_hour"]] = [4, 8, 10.0]
-    assert list(rank(far).hardware) == ["a", "b"]
+    assert list(rank(cap).hardware) == ["a", "b"]
+    assert "the cheapest on measured evidence is b tp=8 dsd: 16 GPUs (band 16-24) at $40.00/h vs $32.00/h" \
+        in evidence_margin(rank(cap))
+    tie = cap.copy()
+    tie.loc[0, "fleet_usd_per_hour"] = 40.0
+    r = rank(tie)
+    assert list(r.hardware) == ["b", "a"] and "same cost as #1 b tp=8 dsd, on weaker evidence" in r.rank_reason.iloc[1]
 
 
 def test_report_numbers_never_scientific():
@@ -176,9 +183,10 @@ def test_sizing_report_states_schedule_gpu_range_and_nodes(tmp_path):
     res = size(capped, SizingOverrides(candidates=["h200", "mi300x"], tp=[8], policies=["dsd"], workers=1,
                                        n_requests=40, duration_s=15.0, max_requests=300, search_steps=1))
     md = render_markdown(res)
-    head = md.split("## Scenario")[0]
-    assert "**K schedule (" in head and "K=" in head
-    assert re.search(r"buy \d+ node\(s\) of 8 GPUs = \d+ GPUs", md)
+    # issue 49: the answer first, then why, the K schedule after
+    answer, why, k_part = md.index("## Answer"), md.index("## Why"), md.index("**K schedule (")
+    assert answer < why < k_part and "K=" in md[k_part:]
+    assert re.search(r"\*\*Answer:\*\* buy \d+ x \w[\w-]* \(\d+ node\(s\) of 8; TP=\d+", md)
     assert re.search(r"GPUs needed \d+-\d+ across the capacity band", md)
     assert "per GPU-hour (" in md
     assert not re.search(r"\|\s*-?\d+(\.\d+)?e[-+]\d+\s*\|", md)

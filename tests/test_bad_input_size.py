@@ -48,11 +48,11 @@ def test_size_writes_its_reports_together(tmp_path, monkeypatch):
     (tmp_path / "demo.html").write_text("<p>old</p>")
     os.chmod(tmp_path / "demo.html", 0o640)
     (tmp_path / "demo.md").mkdir()
-    rc, err = run_cli("simulator.cli.size", ["--scenario", "x", "--output-dir", str(tmp_path)])
+    rc, err = run_cli("simulator.cli.size", ["--scenario", "sizing-dense-command-a", "--output-dir", str(tmp_path)])
     assert rc == 2 and "demo.md" in err
     assert (tmp_path / "demo.html").read_text() == "<p>old</p>"
     (tmp_path / "demo.md").rmdir()
-    rc, err = run_cli("simulator.cli.size", ["--scenario", "x", "--output-dir", str(tmp_path)])
+    rc, err = run_cli("simulator.cli.size", ["--scenario", "sizing-dense-command-a", "--output-dir", str(tmp_path)])
     assert rc == 0, err
     assert (tmp_path / "demo.html").read_text() == "<p>new</p>" and (tmp_path / "demo.md").read_text() == "new\n"
     assert stat.S_IMODE((tmp_path / "demo.html").stat().st_mode) == 0o640

@@ -21,7 +21,7 @@ from simulator.physics.layers import allreduce_s, gemm, verify_cost
 from simulator.physics.memory import kv_bytes_per_gpu, weight_bytes_per_gpu
 from simulator.specs.deployment import Deployment
 from simulator.errors import PlannerError
-from simulator.plan.exports import k_ranges, trtllm_schedule, vllm_config
+from simulator.plan.exports import k_ranges
 from simulator.specs.hardware import custom_hardware, load_hardware
 from simulator.specs.models import list_models, load_model, model_from_hf_config
 from simulator.physics.experts import busiest_group_load, experts_touched
@@ -287,7 +287,8 @@ def test_memory_fit_marks_rows_and_excludes_them():
     t = predict(SCENARIO_DIR / "command-a-h100.toml", hardware="h100-sxm", tp=4).table
     assert (~t.fits_memory).any() and t.fits_memory.iloc[0]
     assert t.k_opt[~t.fits_memory].isna().all()
-    ranges = predict(SCENARIO_DIR / "command-a-h100.toml", tp=4).vllm()["num_speculative_tokens_per_batch_size"]
+    ranges = predict(SCENARIO_DIR / "command-a-h100.toml", tp=4).export("vllm").payload[
+        "num_speculative_tokens_per_batch_size"]
     assert ranges[-1][1] == t.batch_size[t.fits_memory].max()
 
 
@@ -303,9 +304,6 @@ def test_vllm_ranges_merge_and_cover():
     b = np.arange(1, 11)
     k = np.array([5, 5, 4, 4, 4, 2, 2, 0, 0, 0])
     assert k_ranges(b, k) == [[1, 2, 5], [3, 5, 4], [6, 7, 2], [8, 10, 0]]
-    cfg = vllm_config(b, k)
-    assert cfg["num_speculative_tokens"] == 5
-    assert trtllm_schedule(b, k) == {2: 5, 5: 4, 7: 2, 10: 0}
 
 
 def test_vllm_ranges_from_sparse_batch_sizes_start_at_one():

@@ -52,11 +52,13 @@ def test_padding_is_named_where_plain_and_speculative_graphs_differ():
 def test_cli_and_json_say_where_k_changes(capsys):
     # gpt-oss-120b / H100 / SGLang: K* leaves 0 at B = 9 because the plain server pads 9 sequences to its
     # 12 graph while the speculative one pads them to 10 (the lists above)
-    argv = ["--model", "gpt-oss-120b", "--hardware", "h100-sxm", "--tp", "1", "--engine", "sglang", "--draft", "eagle3"]
+    # independent routing (reuse 0; the default is 0.5): the case the padding lists above were worked out for
+    argv = ["--model", "gpt-oss-120b", "--hardware", "h100-sxm", "--tp", "1", "--engine", "sglang", "--draft", "eagle3",
+            "--routing-reuse", "0"]
     assert predict_main(argv) == 0
     out = capsys.readouterr().out
     lines = out.splitlines()
-    head = lines.index("where K* changes (what the old and new K give over plain decoding there):")
+    head = lines.index("where the schedule's K changes (what the old and new K give over plain decoding there):")
     nine = next(x for x in lines[head:] if x.startswith("  B=9: K* 0 -> 1"))
     assert "plain to 12 sequences, K=1 to 10" in nine and "of 128 experts a layer" in nine
     assert any(x.startswith("  ... ") and "k_changes" in x for x in lines[head:])  # more than 6 changes
@@ -64,6 +66,6 @@ def test_cli_and_json_say_where_k_changes(capsys):
     d = json.loads(capsys.readouterr().out)
     ks = [r["k_to"] for r in d["k_changes"]]
     assert len(ks) > 6 and all(r["text"].startswith(f"B={r['batch_size']}: K* ") for r in d["k_changes"])
-    rows = {r["batch_size"]: r["k_opt"] for r in d["rows"]}
-    for r in d["k_changes"]:  # each change is where the table's K* changes
+    rows = {r["batch_size"]: r["k_schedule"] for r in d["rows"]}
+    for r in d["k_changes"]:  # each change is where the table's schedule K changes
         assert rows[r["previous_batch_size"]] == r["k_from"] and rows[r["batch_size"]] == r["k_to"]

@@ -250,15 +250,16 @@ def test_rising_with_work_by_hand():
     t = rising_with_work(np.array([[10.0], [10.0], [10.0]]), np.zeros((3, 1)), np.array([[100.0], [150.0], [160.0]]),
                          1.0, 10.0)
     np.testing.assert_allclose(t[:, 0], [10.0, 15.0, 16.0])
-    kept = rising_with_work(np.array([[10.0], [30.0]]), np.zeros((2, 1)), np.array([[100.0], [150.0]]), 1.0, 10.0)
-    np.testing.assert_allclose(kept[:, 0], [10.0, 30.0])  # already rising faster than the bytes: unchanged
+    kept = rising_with_work(np.array([[10.0], [12.0]]), np.zeros((2, 1)), np.array([[100.0], [150.0]]), 1.0, 10.0)
+    np.testing.assert_allclose(kept[:, 0], [10.0, 12.0])  # already rising (a measured time): kept as measured
 
 
 @pytest.mark.parametrize("profile", PROFILES, ids=lambda p: p.name.replace(".profile.json", ""))
 def test_routed_experts_rise_with_the_bytes_they_load(profile):
     """Issue 47: gpt-oss-120b / H100 / vLLM at B = 8 priced moe_experts at 22.04 ms for K = 4, 6 and 8 while its
     bytes grew from 44 to 55 GB. On every shipped profile and MoE model, wherever K + 1 loads more than 1% more
-    expert bytes, the routed experts' time rises too (by at least half the extra bytes at the HBM peak)."""
+    expert bytes, the routed experts' time rises too (a measured table may rise by less than the extra bytes at
+    the HBM peak where its kernel grows more efficient: those times are the table's own)."""
     failures = []
     for model in MOE_MODELS:
         sc = _scenario(model, profile)
@@ -268,8 +269,7 @@ def test_routed_experts_rise_with_the_bytes_they_load(profile):
         i = cost.names.index("moe_experts")
         t, nbytes = np.broadcast_to(cost.time_s[i], cost.total_s.shape), np.broadcast_to(cost.nbytes[i], cost.total_s.shape)
         more = np.diff(nbytes, axis=1) > 0.01 * nbytes[:, :-1]
-        floor = 0.5 * np.diff(nbytes, axis=1) / sc.hardware.hbm_bandwidth_bytes_per_s
-        flat = more & (np.diff(t, axis=1) < floor)
+        flat = more & (np.diff(t, axis=1) <= 1e-9 * t[:, :-1])
         if flat.any():
             b, k = np.argwhere(flat)[0]
             failures.append(f"{model} tp{sc.deployment.tp} B={int(BATCH[b, 0])} K={k}->{k + 1}:"

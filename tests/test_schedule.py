@@ -169,14 +169,14 @@ def test_kstar_one_value_read_by_table_schedule_and_exports():
     b, k = p.kstar_by_batch()
     first = int(b[k < 0][0])
     assert 1 < first < 128 and (k[b >= first] == -1).all() and (k[b < first] >= 0).all()
-    table_k = p.table.k_opt
+    table_k = p.table.k_schedule  # the schedule's K beside K* (the per-batch choice, range-free)
     assert table_k.isna().to_numpy().tolist() == (k < 0).tolist()
     assert (table_k.dropna().to_numpy(int) == k[k >= 0]).all()
+    assert p.table.k_opt.isna().to_numpy().tolist() == (k < 0).tolist()
     assert p.schedule_text().endswith(f"nothing fits memory from B {first}")
-    expanded = {bb: kk for lo, hi, kk in p.vllm()["num_speculative_tokens_per_batch_size"] for bb in range(lo, hi + 1)}
-    assert expanded == {int(bb): int(kk) for bb, kk in zip(b, k) if kk >= 0}
     exported = p.export("vllm").payload["num_speculative_tokens_per_batch_size"]
-    assert exported == p.vllm()["num_speculative_tokens_per_batch_size"]
+    expanded = {bb: kk for lo, hi, kk in exported for bb in range(lo, hi + 1)}
+    assert expanded == {int(bb): int(kk) for bb, kk in zip(b, k) if kk >= 0}
     assert (p.kstar_map().k_opt[:, 0] == k).all()
     frame = p.kstar_frame([p.scenario.context_len])
     assert frame[p.scenario.context_len].fillna(-1).to_numpy(int).tolist() == k.tolist()

@@ -35,7 +35,8 @@ def test_predict_flags_are_the_tables():
     for name in SETTING_FLAGS:
         s = settings.BY_NAME[name]
         action = actions[s.flag]
-        assert action.dest == s.dest and action.type is s.arg_type and action.help.startswith(s.help_text())
+        switch = s.arg_type is bool and action.nargs == 0  # an on/off flag (store_true) reads no value
+        assert action.dest == s.dest and (switch or action.type is s.arg_type) and action.help.startswith(s.help_text())
         if s.key is not None:
             assert f"[TOML: [{s.section}] {s.key}" in action.help, s.flag
     assert "[TOML: [workload] k_max; default 8]" in actions["--k-max"].help  # hand: the table's row

@@ -235,7 +235,8 @@ def test_report_renders_in_chromium(tmp_path):
     assert not re.search(r"<(script|link|img)[^>]+(src|href)=[\"']?https?:", text, re.I)
     assert "http" not in text  # nothing to fetch, not even a namespace URL
     assert "<script" not in text
-    assert "num_speculative_tokens_per_batch_size" in text and "draft_len_schedule" in text
+    # the scenario's engine's file only (vLLM here): no TensorRT-LLM schedule beside it
+    assert "num_speculative_tokens_per_batch_size" in text and "max_draft_len" not in text
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=[
             "--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
@@ -252,17 +253,17 @@ def test_report_renders_in_chromium(tmp_path):
                                               "els => els.length")
             bars = page.eval_on_selector_all(
                 "#chart-capacity svg .mark-rect path",
-                "els => els.map(e => [e.getAttribute('aria-label') || '', e.getBoundingClientRect().height])")
+                "els => els.map(e => [e.getAttribute('aria-label') || '', e.getBoundingClientRect().width])")
         finally:
             browser.close()
     # one bar per candidate, dtype and policy, never stacked: as many bars as capacity rows, each bar's value
-    # a row's capacity, and every height that value on one shared scale
+    # a row's capacity, and every length (horizontal bars) that value on one shared scale
     bars = [(label, h) for label, h in bars if "max load per replica" in label]  # not the error bars' ticks
     values = sorted(float(re.search(r"max load per replica[^:]*: ([\d.]+)", label).group(1)) for label, _ in bars)
     table = sorted(round(v, 2) for v in res.capacity.max_load_per_replica)
     assert len(values) == len(table) >= 4 and values == pytest.approx(table, abs=0.006)
-    per_unit = [h / float(re.search(r": ([\d.]+)$", label).group(1)) for label, h in bars
-                if float(re.search(r": ([\d.]+)$", label).group(1)) > 0.5]
+    per_unit = [w / float(re.search(r"max load per replica[^:]*: ([\d.]+)", label).group(1)) for label, w in bars
+                if float(re.search(r"max load per replica[^:]*: ([\d.]+)", label).group(1)) > 0.5]
     assert max(per_unit) <= 1.03 * min(per_unit), per_unit
     assert png[:8] == b"\x89PNG\r\n\x1a\n"
     assert len(sizes) == 2 and all(w > 100 and h > 100 for w, h in sizes)

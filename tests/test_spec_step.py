@@ -15,7 +15,7 @@ from simulator.specs.scenario import build_scenario
 
 def _scenario(engine=None, **workload):
     raw = {"model": {"name": "llama-3.1-8b"}, "hardware": {"name": "h100-sxm", "tp": 1},
-           "draft": {"method": "eagle"}, "calibration": {"profile": "none"},
+           "draft": {"method": "eagle"}, "calibration": {"profile": "none", "learned": False},  # the physics alone
            "workload": {"context_len": 512, "batch_sizes": [8], "k_max": 3, **workload}}
     if engine:
         raw["engine"] = engine

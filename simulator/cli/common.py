@@ -15,7 +15,8 @@ from typing import Callable
 from simulator.errors import PlannerError, PlannerWarning
 from simulator.files import check_output_dir, check_output_file, write_atomically, write_files_atomically
 
-__all__ = ["OneLineParser", "run_cli", "command", "say_written", "one_line", "check_output_dir", "check_output_file", "write_atomically",
+__all__ = ["OneLineParser", "run_cli", "command", "say_written", "add_save_scenario_arg", "check_save_scenario",
+           "save_scenario", "command_line", "one_line", "check_output_dir", "check_output_file", "write_atomically",
            "write_files_atomically", "add_dtype_args", "dtype_overrides", "dtypes_text", "add_setting_args",
            "setting_overrides"]
 
@@ -79,8 +80,42 @@ def command(build_parser: Callable[[], argparse.ArgumentParser], body: Callable[
             parser.add_argument("--quiet", action="store_true",
                                 help="print no 'warning:' lines on stderr (errors still print)")
         args = parser.parse_args(argv)
+        args.command_line = command_line(parser.prog, argv)  # what --save-scenario's header repeats
         return run_cli(lambda: body(args), quiet=args.quiet)
     return main
+
+
+def command_line(prog: str, argv: list[str] | None) -> str:
+    """The command as typed: PROG ARGS (arguments with spaces quoted)."""
+    import shlex
+    args = sys.argv[1:] if argv is None else argv
+    return " ".join([prog] + [shlex.quote(str(a)) for a in args])
+
+
+SAVE_FLAG = "--save-scenario"
+
+
+def add_save_scenario_arg(p: argparse.ArgumentParser) -> None:
+    """--save-scenario FILE: every command's way to keep what it ran as a commented scenario TOML."""
+    p.add_argument(SAVE_FLAG, metavar="FILE", help="also write what this command ran (flags folded in) as a commented"
+                   " TOML; given back as the scenario (a sweep: as the sweep file) it gives the same answer")
+
+
+def check_save_scenario(args: argparse.Namespace) -> None:
+    """Refuse an unwritable --save-scenario before any work (one line naming the flag)."""
+    if getattr(args, "save_scenario", None):
+        check_output_file(args.save_scenario, SAVE_FLAG)
+
+
+def save_scenario(args: argparse.Namespace, raw: dict, name: str | None = None) -> None:
+    """Write ``raw`` (a scenario's TOML-layout dict) to --save-scenario, atomically, with the command in its
+    header; ``name``: the scenario's name, kept when the file has none; one 'wrote FILE' line on stderr."""
+    from simulator.specs.scenario_toml import scenario_toml
+    if name and "name" not in raw:
+        raw = {"name": name} | raw
+    text = scenario_toml(raw, getattr(args, "command_line", ""))
+    write_atomically(args.save_scenario, text, flag=SAVE_FLAG)
+    say_written([args.save_scenario])
 
 
 def say_written(paths) -> None:

@@ -23,7 +23,8 @@ from simulator.plan.api import Prediction, predict
 from simulator.plan.fit import shortfall_text
 from simulator.plan.notes import falling_token_time
 from simulator.plan.speedup_trust import decision_risk_text, gain_at_risk_text
-from simulator.cli.common import command, dtypes_text, setting_overrides, write_atomically
+from simulator.cli.common import (check_save_scenario, command, dtypes_text, save_scenario, setting_overrides,
+                                 write_atomically)
 from simulator.cli.predict_args import EXPORT_FORMATS, FORMATS, SETTING_FLAGS, build_parser  # noqa: F401 (FORMATS: API)
 from simulator.files import check_output_file
 from simulator.errors import PlannerError, PlannerWarning
@@ -48,6 +49,11 @@ def condensed(table: pd.DataFrame) -> pd.DataFrame:
     keep = (b & (b - 1)) == 0
     keep[[0, -1]] = True
     keep[1:] |= k[1:] != k[:-1]
+    if "k_schedule" in table:  # and where the engine schedule's K changes or differs from K*
+        ks = table.k_schedule.fillna(-1).to_numpy()
+        differs = ks != k
+        keep[1:] |= (ks[1:] != ks[:-1]) | (differs[1:] != differs[:-1])
+        keep[0] |= differs[0]
     return table[keep]
 
 
@@ -78,6 +84,9 @@ def _table_head(pred: Prediction) -> list[str]:
             ""]
 
 
+BOUND_SHOWN = {"memory": "HBM bw", "none fits": "out of memory", "overhead": "host"}
+
+
 def _table_body(t: pd.DataFrame, fixed_k: int) -> str:
     """The K* table's rows, formatted, with short headers."""
     cols = ["batch_size", "k_opt", "goodput_per_seq", "throughput", "itl_ms", "token_latency_ms",
@@ -85,12 +94,19 @@ def _table_body(t: pd.DataFrame, fixed_k: int) -> str:
             "break_even_acceptance_length", "bound", "memory_gb_per_gpu"]
     if "experts_touched" in t:
         cols += ["experts_touched", "experts_touched_plain", "expert_load_share"]
+    differs = _schedule_differs(t)
+    if differs.any():  # the engine schedule's K where it is not K* (blank elsewhere)
+        cols.insert(cols.index("k_opt") + 1, "k_schedule")
     view = t[cols].copy()
+    if "k_schedule" in view:
+        view["k_schedule"] = [str(v) if d else "" for v, d in zip(view.k_schedule.fillna(-1), differs)]
     view["k_opt"] = view.k_opt.astype(object).where(view.k_opt.notna(), "-")
+    view["bound"] = view.bound.map(BOUND_SHOWN).fillna(view.bound)  # "memory": bandwidth, never "out of memory"
     headers = {"batch_size": "B", "k_opt": "K*", "goodput_per_seq": "tok/s/seq", "throughput": "tok/s",
                "itl_ms": "step ms", "token_latency_ms": "ms/token", "plain_token_latency_ms": "plain ms/token",
                "speedup_vs_plain": "vs plain", "speedup_vs_fixed": f"vs K={fixed_k}",
                "fixed_vs_plain": f"K={fixed_k}/plain", "break_even_acceptance_length": f"K={fixed_k} needs AL",
+               "k_schedule": "sched K",
                "bound": "bound", "memory_gb_per_gpu": "GB/GPU",
                "experts_touched": "experts@K*", "experts_touched_plain": "experts@K=0",
                "expert_load_share": "expert share"}
@@ -106,6 +122,35 @@ def _table_body(t: pd.DataFrame, fixed_k: int) -> str:
     return view.to_string(index=False)
 
 
+def _schedule_differs(t: pd.DataFrame) -> np.ndarray:
+    """Per row: whether the engine schedule's K is not K* there."""
+    if "k_schedule" not in t:
+        return np.zeros(len(t), dtype=bool)
+    return (t.k_schedule.fillna(-1).to_numpy() != t.k_opt.fillna(-1).to_numpy())
+
+
+def schedule_differs_line(pred: Prediction) -> str | None:
+    """Where the compressed schedule (the engine files) runs another K than K* at that batch size alone."""
+    t = pred.table
+    differs = _schedule_differs(t)
+    if not differs.any():
+        return None
+    runs, start = [], None
+    b, ks, k = t.batch_size.to_numpy(), t.k_schedule.fillna(-1).to_numpy(int), t.k_opt.fillna(-1).to_numpy(int)
+    for i in range(len(t)):
+        if differs[i] and start is None:
+            start = i
+        end_run = start is not None and (i + 1 == len(t) or not differs[i + 1] or (ks[i + 1], k[i + 1]) != (ks[i], k[i]))
+        if end_run:
+            span = f"{b[start]}" if start == i else f"{b[start]}-{b[i]}"
+            runs.append(f"B {span}: K={ks[i]} (K*={k[i]})")
+            start = None
+    more = f", ... {len(runs) - 6} more" if len(runs) > 6 else ""
+    return (f"the engine schedule runs another K than K* ('sched K') at {', '.join(runs[:6])}{more}: it gives up at most"
+            f" {pred.schedule_summary()['tolerance']:.1%} of the goodput there for fewer ranges over the batch range asked"
+            " (K* at each batch size does not depend on that range)")
+
+
 def _table_facts(pred: Prediction, shown: int) -> list[str]:
     """One-line facts under the table (``shown``: the rows printed)."""
     sc = pred.scenario
@@ -118,8 +163,10 @@ def _table_facts(pred: Prediction, shown: int) -> list[str]:
     if len(none_fit):
         first = int(none_fit.batch_size.min())
         lines.append(f"batch sizes >= {first} do not fit in memory: {shortfall_text(sc, first)}")
-    lines.append("vLLM num_speculative_tokens_per_batch_size: "
-                 + json.dumps(pred.vllm()["num_speculative_tokens_per_batch_size"]))
+    lines += engine_file_lines(pred)
+    differs = schedule_differs_line(pred)
+    if differs:
+        lines.append(differs)
     if shown < len(pred.table):
         lines.append(f"({shown} of {len(pred.table)} batch sizes shown: powers of two and every change of K*;"
                      " --format csv prints all)")
@@ -140,6 +187,23 @@ def _table_facts(pred: Prediction, shown: int) -> list[str]:
     return lines
 
 
+ENGINE_FILE_KEYS = {"vllm": "num_speculative_tokens_per_batch_size", "trtllm": "draft_len_schedule"}
+
+
+def engine_file_lines(pred: Prediction) -> list[str]:
+    """One line per format of the scenario's engine (only that engine's): the schedule its file holds, as
+    --format FMT writes it, or why the engine cannot take it."""
+    lines = []
+    for fmt, exp in pred.engine_exports().items():
+        if isinstance(exp, str):
+            lines.append(f"{exports.ENGINE_OF[fmt]}: {exp}")
+            continue
+        key = ENGINE_FILE_KEYS.get(fmt)
+        body = exp.payload.get(key) if key else exp.payload
+        lines.append(f"{exp.engine} {exp.version} {key or 'adaptive config'} (--format {fmt}): " + json.dumps(body))
+    return lines
+
+
 K_CHANGES_SHOWN = 6  # lines of "where K* changes" under the table; --format json lists every one
 
 
@@ -147,7 +211,7 @@ def k_change_lines(changes: list[dict]) -> list[str]:
     """'where K* changes:' and one indented line per change (the first K_CHANGES_SHOWN)."""
     if not changes:
         return []
-    lines = ["where K* changes (what the old and new K give over plain decoding there):"]
+    lines = ["where the schedule's K changes (what the old and new K give over plain decoding there):"]
     lines += [f"  {c['text']}" for c in changes[:K_CHANGES_SHOWN]]
     if len(changes) > K_CHANGES_SHOWN:
         lines.append(f"  ... {len(changes) - K_CHANGES_SHOWN} more (--format json lists them under k_changes)")
@@ -166,10 +230,11 @@ def _layout(sc) -> str:
     dep = sc.deployment
     if not sc.model.is_moe:
         return ""
-    return f", layout {dep.layout}, ep={dep.ep}" + (f", dp={dep.dp}" if dep.dp_attention else "")
+    return (f", layout {dep.layout}, ep={dep.ep}" + (f", dp={dep.dp}" if dep.dp_attention else "")
+            + f", routing {dep.routing.describe()}")
 
 
-def render(pred: Prediction, fmt: str) -> str:
+def render(pred: Prediction, fmt: str, versions: dict | None = None) -> str:
     if fmt == "table":
         return render_table(pred)
     if fmt == "csv":
@@ -178,7 +243,7 @@ def render(pred: Prediction, fmt: str) -> str:
         head = f"**{pred.scenario.name}**: step times from {pred.provenance['step_time_source']}\n\n"
         return head + markdown_table(condensed(pred.table))
     if fmt == "json":
-        return json.dumps(pred.to_dict(), indent=2, default=_json_default) + "\n"
+        return json.dumps(pred.to_dict(versions), indent=2, default=_json_default) + "\n"
     if fmt == "kmap":
         return render_kmap(pred)
     if fmt in EXPORT_FORMATS:
@@ -250,8 +315,8 @@ def _run(args) -> int:
         sys.stdout.write(catalog_text(args.list))
         return 0
     overrides = setting_overrides(args, *SETTING_FLAGS)
-    export_only = [flag for flag, given in (("--export-version", args.export_version), ("--markdown", args.markdown),
-                                            ("--cuda-graph-bs", args.cuda_graph_bs)) if given]
+    export_only = [flag for flag, given in (("--export-version", args.export_version and args.format != "json"),
+                                            ("--markdown", args.markdown), ("--cuda-graph-bs", args.cuda_graph_bs)) if given]
     if export_only and args.format not in EXPORT_FORMATS:
         raise PlannerError(f"{export_only[0]} applies to an engine export (--format {', '.join(EXPORT_FORMATS)}),"
                            f" not --format {args.format}")
@@ -259,6 +324,7 @@ def _run(args) -> int:
         exports.check_version(args.format, args.export_version)  # refuse a wrong version before any work
     if args.output:
         check_output_file(args.output)  # and an output that cannot be written
+    check_save_scenario(args)
     scenario = args.scenario
     if scenario is None and not (args.model and args.hardware):
         scenario = str(DEFAULT_SCENARIO)
@@ -273,6 +339,8 @@ def _run(args) -> int:
         write_atomically(args.output, text)
     else:
         sys.stdout.write(text)
+    if args.save_scenario:
+        save_scenario(args, pred.scenario.raw, pred.scenario.name)
     for w in caught:
         warnings.warn(w.message, w.category, stacklevel=1)
     return 0
@@ -291,7 +359,12 @@ def _render_answer(pred: Prediction, args) -> str:
                              args.sglang_candidates)
     if args.format == "table":  # the table's reader gets its caveats (json carries them as "notes")
         warn_notes(pred)
-    return render(pred, args.format)
+    versions = None
+    if args.format == "json" and args.export_version:  # the JSON's engine files for that release
+        versions = {fmt: args.export_version for fmt in pred.engine_formats()}
+        for fmt in versions:
+            exports.check_version(fmt, args.export_version)
+    return render(pred, args.format, versions)
 
 
 main = command(build_parser, _run)

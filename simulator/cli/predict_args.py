@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 from simulator.plan import exports
-from simulator.cli.common import DTYPE_SETTINGS, OneLineParser, add_setting_args
+from simulator.cli.common import DTYPE_SETTINGS, OneLineParser, add_save_scenario_arg, add_setting_args
 from simulator.cli.catalog import KINDS as CATALOG_KINDS
 
 EXPORT_FORMATS = exports.FORMATS  # vllm, vllm-ctx, trtllm, sglang, sglang-sps: engine files
@@ -45,7 +45,8 @@ def _output_args(p) -> None:
                    " vllm-ctx (proposal PR #48944), trtllm, sglang (adaptive config), sglang-sps (DSpark step-cost"
                    " table): the engine file")
     p.add_argument("--export-version", help="engine version the export targets (default: the newest release"
-                   " checked: vllm 0.33.0, trtllm 1.2.1, sglang 0.5.23; vllm-ctx: pr48944). Not --engine-version,"
+                   " checked: vllm 0.33.0, trtllm 1.2.1, sglang 0.5.23; vllm-ctx: pr48944); with --format json, of the engine files"
+                   " it embeds. Not --engine-version,"
                    " which picks the engine profile the step times are modelled with")
     p.add_argument("--markdown", action="store_true", help="print an export as a Markdown table of what the engine"
                    " will do per range, instead of the engine file")
@@ -58,6 +59,7 @@ def _output_args(p) -> None:
     p.add_argument("--list", choices=CATALOG_KINDS, help="list the catalog's models, hardware, engines, drafts or"
                    " dtypes with what each rests on, and exit (also: python -m simulator.catalog)")
     p.add_argument("--breakdown", metavar="B,K", help="print the per-operator breakdown at batch size B and draft length K")
+    add_save_scenario_arg(p)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -21,7 +21,8 @@ import warnings
 import pandas as pd
 
 from simulator.errors import PlannerError, PlannerWarning
-from simulator.cli.common import OneLineParser, add_dtype_args, add_setting_args, command, dtype_overrides, dtypes_text
+from simulator.cli.common import (OneLineParser, add_dtype_args, add_save_scenario_arg, add_setting_args, check_save_scenario,
+                                 command, dtype_overrides, dtypes_text, save_scenario)
 from simulator.specs.scenario import DEFAULT_SCENARIO, load_scenario
 
 FORMATS = ("table", "json", "csv")
@@ -55,7 +56,36 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--format", default="table", help="table | json | csv (default table)")
     out.add_argument("--graphs", action="store_true", help="also list the (tokens, K) CUDA graphs each policy's K table needs"
                      " (decode-only steps; the adaptive policies start from dsd's table)")
+    add_save_scenario_arg(out)
     return p
+
+
+def saved_raw(sc, args) -> dict:
+    """The scenario with the load flags folded into [traffic] and the running cap into [serving]: what
+    --save-scenario writes, which simulates the same workload when loaded back."""
+    raw = dict(sc.raw)
+    traffic = dict(raw.get("traffic") or {})
+    if args.requests is not None:
+        traffic["n_requests"] = args.requests
+    if args.rate is not None:
+        traffic = {k: v for k, v in traffic.items() if k not in ("concurrency", "waves")} | {
+            "arrival": "poisson", "rate_per_s": args.rate}
+    elif args.concurrency is not None:
+        traffic = {k: v for k, v in traffic.items() if k != "waves"} | {"arrival": "closed",
+                                                                      "concurrency": args.concurrency}
+    elif args.waves:
+        b, mult = _waves(args.waves)
+        traffic = {k: v for k, v in traffic.items() if k not in ("concurrency", "n_requests", "arrival")} | {
+            "waves": [b, mult]}
+    if traffic:
+        raw["traffic"] = traffic
+    cap = args.max_num_seqs
+    if cap is None and args.waves:  # a wave's batch size is the server's running cap (as _run sets it)
+        from simulator import serving
+        cap = max(_waves(args.waves)[0], serving.engine_from_scenario(sc).max_num_seqs)
+    if cap is not None:
+        raw["serving"] = dict(raw.get("serving") or {}) | {"max_num_seqs": cap}
+    return raw
 
 
 def _policies(text: str) -> list[str]:
@@ -169,6 +199,7 @@ def render(df: pd.DataFrame, fmt: str) -> str:
 
 def _run(args) -> int:
     check_flags(args)
+    check_save_scenario(args)
     from simulator import serving
     policies = _policies(args.policy)
     sc = load_scenario(args.scenario, acceptance=args.acceptance, deployment=args.deployment,
@@ -205,6 +236,8 @@ def _run(args) -> int:
     if sc.deployment_fit is not None and args.format == "table":
         text += f"# step times: {sc.deployment_fit.label}\n"
     sys.stdout.write(text)
+    if args.save_scenario:
+        save_scenario(args, saved_raw(sc, args), sc.name)
     return 0
 
 

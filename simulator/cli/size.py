@@ -3,6 +3,9 @@
     python -m simulator.size --scenario scenarios/sizing-dense-command-a.toml --output-dir reports/
     python -m simulator.size --all-bundled --output-dir reports/          # every scenarios/sizing-*.toml
     python -m simulator.size --scenario S --format json                   # to stdout when no --output-dir
+    python -m simulator.size --model llama-3.1-70b --hardware h100-sxm --tp 4 --draft eagle3 \
+        --rate 30 --prompt-len 1024 --output-len 300 --ttft-p99 2 --tpot-p50 0.05 \
+        --candidates h100-sxm,h200 --save-scenario mine.toml             # no TOML needed; saved for next time
 
 Errors in the input (unknown hardware, negative SLO, malformed section) print one line on stderr
 and exit with code 2.
@@ -12,8 +15,10 @@ from __future__ import annotations
 import sys
 
 from simulator.errors import PlannerError
-from simulator.cli.common import (OneLineParser, add_dtype_args, add_setting_args, check_output_dir, command, dtype_overrides, say_written,
-                                 write_files_atomically)
+from simulator.cli.common import (OneLineParser, add_dtype_args, add_save_scenario_arg, add_setting_args, check_output_dir,
+                                 check_save_scenario, command, dtype_overrides, save_scenario, say_written,
+                                 setting_overrides, write_files_atomically)
+from simulator.sizing.spec import SLO_KEYS
 
 FORMATS = ("html", "markdown", "json")
 SUFFIX = {"html": ".html", "markdown": ".md", "json": ".json"}
@@ -27,19 +32,35 @@ def _default(key: str):
 
 def build_parser():
     p = OneLineParser(prog="python -m simulator.size", description=__doc__.split("\n\n")[0])
-    what = p.add_argument_group("scenario", "what to size: a scenario with [traffic], [slo], [sizing], and flags that"
-                                " override its values")
-    src = what.add_mutually_exclusive_group(required=True)
-    src.add_argument("--scenario", help="scenario TOML with [traffic], [slo], [sizing] (path or bundled name)")
+    what = p.add_argument_group("scenario", "what to size: a scenario with [traffic], [slo], [sizing], or flags alone"
+                                " (--model and --hardware with --rate and an SLO flag); flags override its values")
+    src = what.add_mutually_exclusive_group()
+    src.add_argument("--scenario", help="scenario TOML with [traffic], [slo], [sizing] (path or bundled name); the"
+                     " flags below override it, or replace it: --model and --hardware with --rate and an SLO flag")
     src.add_argument("--all-bundled", action="store_true", help="size every bundled scenarios/sizing-*.toml")
+    add_setting_args(what, "model", "hardware", "draft", "engine", "engine_version")
     what.add_argument("--rate", type=float, help="target load in the scenario's unit: requests/s ([sizing] target_rate_per_s),"
-                      " or users where it sizes by [sizing] target_concurrency (overrides the scenario's target)")
+                      " or users where it sizes by [sizing] target_concurrency (overrides the scenario's target; without"
+                      " --scenario, Poisson arrivals at this rate)")
     add_setting_args(what, "acceptance")
     add_dtype_args(what)  # the scenario's precision (the [sizing] dtypes entry ""); fp8 candidates stay W8A8
+    traffic = p.add_argument_group("traffic and SLOs", "instead of [traffic] and [slo]")
+    traffic.add_argument("--prompt-len", type=int, metavar="TOKENS",
+                         help=f"mean prompt length (default [traffic] prompt_len, else {WORKLOAD_DEFAULTS['prompt_len']})")
+    traffic.add_argument("--output-len", type=int, metavar="TOKENS",
+                         help=f"mean output length (default [traffic] output_len, else {WORKLOAD_DEFAULTS['output_len']})")
+    for key in SLO_KEYS:
+        traffic.add_argument(_slo_flag(key), type=float, metavar="SECONDS", help=f"SLO: {key} <= SECONDS ([slo] {key})")
     search = p.add_argument_group("search", "the candidates and how hard to look (default: the scenario's [sizing])")
-    search.add_argument("--candidates", help="comma-separated hardware names (overrides [sizing] candidates)")
-    search.add_argument("--tp", help="comma-separated TP degrees (overrides [sizing] tp)")
-    add_setting_args(search, "deployment", notes={
+    search.add_argument("--candidates", help="comma-separated hardware names (overrides [sizing] candidates; default: the"
+                        " scenario's own hardware)")
+    search.add_argument("--tp", help="comma-separated TP degrees (overrides [sizing] tp); without --scenario the first is"
+                        " the deployment's own")
+    search.add_argument("--dtypes", help="precisions searched, comma-separated: own (the scenario's) and/or fp8 (W8A8);"
+                        " default: the scenario's own alone (a quantized pick names its quality caveat)")
+    search.add_argument("--price", metavar="GPU=USD,...", help="price per GPU-hour, e.g. h100-sxm=2.5,h200=3.2 (overrides"
+                        " [sizing] prices and the catalog's indicative prices)")
+    add_setting_args(search, "deployment", "learned", notes={
         "deployment": "for the scenario's own deployment; candidates on other hardware or TP are sized without it"})
     search.add_argument("--workers", type=int, help=f"parallel worker processes (default [sizing] workers, else {_default('workers')})")
     search.add_argument("--n-requests", type=int, help=f"requests per serving simulation (default [sizing] n_requests, else {_default('n_requests')})")
@@ -49,7 +70,16 @@ def build_parser():
     out.add_argument("--output-dir", help="write <scenario>.html/.md/.json here (default: print to stdout)")
     out.add_argument("--format", action="append", choices=FORMATS,
                      help="output format, repeatable (default: html and markdown with --output-dir, markdown otherwise)")
+    add_save_scenario_arg(out)
     return p
+
+
+WORKLOAD_DEFAULTS = {"prompt_len": 1024, "output_len": 256}  # simulator.serving.Workload's own defaults
+
+
+def _slo_flag(key: str) -> str:
+    """[slo] ttft_p99_s -> --ttft-p99."""
+    return "--" + key.removesuffix("_s").replace("_", "-")
 
 
 def _ints(text: str, flag: str) -> list[int]:
@@ -66,7 +96,90 @@ def _overrides(args) -> SizingOverrides:
     return SizingOverrides(candidates=args.candidates.split(",") if args.candidates else None,
                            tp=_ints(args.tp, "--tp") if args.tp else None, target_load=args.rate,
                            workers=args.workers, n_requests=args.n_requests, search_steps=args.search_steps,
-                           sensitivity=False if args.no_sensitivity else None)
+                           sensitivity=False if args.no_sensitivity else None,
+                           dtypes=[d.strip() for d in args.dtypes.split(",") if d.strip()] if args.dtypes else None,
+                           prices=_prices(args.price) if args.price else None)
+
+
+def _prices(text: str) -> dict:
+    out = {}
+    for item in text.split(","):
+        name, _, usd = item.partition("=")
+        try:
+            out[name.strip()] = float(usd)
+        except ValueError:
+            raise PlannerError(f"--price '{text}': expected GPU=USD per GPU-hour, e.g. h100-sxm=2.5,h200=3.2") from None
+    return out
+
+
+SCENARIO_FLAGS = ("model", "hardware", "draft", "engine", "engine_version", "acceptance", "deployment", "learned",
+                  "dtype", "act_dtype", "kv_dtype")
+SIZING_KEYS = ("candidates", "tp", "policies", "dtypes", "workers", "n_requests", "search_steps", "seed", "sensitivity",
+               "max_replicas", "duration_s", "max_requests", "headroom", "spare_replicas")
+
+
+def flags_scenario(args):
+    """The one scenario this command sizes: the --scenario file (if any) with every flag folded into it
+    ([traffic], [slo], [sizing] included), so that what runs is what --save-scenario writes."""
+    from simulator.sizing.spec import parse_sizing
+    from simulator.specs.scenario import apply_overrides, build_scenario, read_scenario_file
+
+    over = setting_overrides(args, *SCENARIO_FLAGS)
+    ov = _overrides(args)
+    if args.scenario:
+        raw = read_scenario_file(args.scenario)
+        origin = raw.pop("_path")
+    else:
+        if not (args.model and args.hardware):
+            raise PlannerError("give --scenario FILE, or --model and --hardware with --rate and an SLO"
+                               " (e.g. --tpot-p50 0.05): python -m simulator.size --help")
+        raw, origin = {"model": {}, "hardware": {}}, "flags"
+        if ov.tp:
+            over["tp"] = ov.tp[0]  # the deployment's own TP: the first asked
+    raw = apply_overrides(raw, over)
+    traffic = raw.setdefault("traffic", {})
+    if origin == "flags":
+        traffic.setdefault("arrival", "poisson")
+    for key in ("prompt_len", "output_len"):
+        if getattr(args, key) is not None:
+            if getattr(args, key) < 1:
+                raise PlannerError(f"--{key.replace('_', '-')} {getattr(args, key)}: give a token count >= 1")
+            traffic[key] = getattr(args, key)
+        elif origin == "flags":
+            traffic.setdefault(key, WORKLOAD_DEFAULTS[key])
+    slo = {key: getattr(args, _slo_flag(key)[2:].replace("-", "_")) for key in SLO_KEYS}
+    slo = {k: v for k, v in slo.items() if v is not None}
+    for key, value in slo.items():
+        if not value > 0:
+            raise PlannerError(f"{_slo_flag(key)} {value:g}: give the SLO in seconds (> 0), e.g. {_slo_flag(key)} 0.05")
+    if slo:
+        raw["slo"] = dict(raw.get("slo") or {}) | slo
+    if origin == "flags" and args.rate is not None:
+        traffic["rate_per_s"] = args.rate
+    if origin == "flags" and not slo:
+        raise PlannerError("give at least one SLO flag (e.g. --ttft-p99 2 --tpot-p50 0.05, in seconds)")
+    if origin == "flags" and args.rate is None:
+        raise PlannerError("give the target load: --rate REQUESTS_PER_S")
+    sc = build_scenario(raw, origin, raw.get("_base_dir"))
+    # the [sizing] flags into [sizing], the target load where the scenario reads it
+    spec = parse_sizing(sc, **ov.as_kwargs())
+    sizing = dict(raw.get("sizing") or {})
+    given = ov.as_kwargs()
+    for key in SIZING_KEYS:
+        if given.get(key) is not None:
+            sizing[key] = given[key]
+    if given.get("prices"):
+        sizing["prices"] = dict(sizing.get("prices") or {}) | given["prices"]
+    if args.rate is not None and origin != "flags":
+        for key in ("target_rate_per_s", "target_concurrency"):
+            sizing.pop(key, None)
+        if spec.load_kind == "rate":
+            sizing["target_rate_per_s"] = spec.target_load
+        else:
+            sizing["target_concurrency"] = int(spec.target_load)
+    if sizing:
+        raw["sizing"] = sizing
+    return build_scenario(raw, origin, raw.get("_base_dir"))
 
 
 def _names(scenarios) -> list[str]:
@@ -98,12 +211,15 @@ def run(args) -> int:
     # checked before the (long) search, the files it will write included; written at the end, all or none
     out_dir = check_output_dir(args.output_dir) if args.output_dir else None
     formats = args.format or (["html", "markdown"] if out_dir else ["markdown"])
-    if args.deployment and args.all_bundled:
-        raise PlannerError("--deployment applies to one --scenario (the deployment it was fitted on), not --all-bundled")
-    scenarios = bundled_sizing_scenarios() if args.all_bundled else [args.scenario]
+    if args.all_bundled:
+        one_only = [f for f, v in (("--deployment", args.deployment), ("--save-scenario", args.save_scenario),
+                                   ("--model", args.model), ("--hardware", args.hardware), ("--draft", args.draft),
+                                   ("--engine", args.engine)) if v]
+        if one_only:
+            raise PlannerError(f"{one_only[0]} applies to one scenario (--scenario or flags), not --all-bundled")
+    check_save_scenario(args)
     precision = dtype_overrides(args)
-    if args.deployment:
-        scenarios = [load_scenario(args.scenario, deployment=args.deployment, acceptance=args.acceptance, **precision)]
+    scenarios = bundled_sizing_scenarios() if args.all_bundled else [flags_scenario(args)]
     if not scenarios:
         raise PlannerError("no bundled sizing scenarios (scenarios/sizing-*.toml)")
     if out_dir is not None:
@@ -114,9 +230,12 @@ def run(args) -> int:
         start_renderer_warmup()  # the chart renderer starts while the search runs
     files: dict[str, str] = {}
     for scenario in scenarios:
-        if (args.acceptance or any(v is not None for v in precision.values())) and not args.deployment:
-            scenario = load_scenario(str(scenario), acceptance=args.acceptance, **precision)
-        res = size(scenario if isinstance(scenario, Scenario) else str(scenario), _overrides(args))
+        if isinstance(scenario, Scenario):  # one scenario: every flag is in it already
+            res = size(scenario)
+        else:
+            if args.acceptance or any(v is not None for v in precision.values()):
+                scenario = load_scenario(str(scenario), acceptance=args.acceptance, **precision)
+            res = size(scenario if isinstance(scenario, Scenario) else str(scenario), _overrides(args))
         for fmt in dict.fromkeys(formats):
             text = renderers[fmt](res)
             if out_dir is None:
@@ -126,6 +245,8 @@ def run(args) -> int:
         print(f"{res.scenario.name}: {res.message} ({res.elapsed_s:.0f} s)", file=sys.stderr)
     if out_dir is not None:
         say_written(write_files_atomically(out_dir, files))
+    if args.save_scenario:
+        save_scenario(args, scenarios[0].raw, scenarios[0].name)
     return 0
 
 

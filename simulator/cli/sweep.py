@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import sys
 
-from simulator.cli.common import OneLineParser, check_output_dir, command, say_written
+from simulator.cli.common import (OneLineParser, add_save_scenario_arg, check_output_dir, check_save_scenario, command,
+                                 save_scenario, say_written)
 from simulator.errors import PlannerError
 
 
@@ -33,7 +34,22 @@ def build_parser():
     out = p.add_argument_group("output")
     out.add_argument("--output-dir", help="where the journal and the tables go (default: [output] dir)")
     out.add_argument("--quiet", action="store_true", help="no progress line and no 'warning:' lines")
+    add_save_scenario_arg(out)  # here the sweep file, with --workers and --output-dir folded in
     return p
+
+
+def saved_sweep(args) -> dict:
+    """The sweep file as run: its tables with --workers into [run] and --output-dir into [output]."""
+    from pathlib import Path
+
+    from simulator.sweep.spec import _read
+    raw = _read(args.spec)
+    raw["_base_dir"] = str(Path(raw.pop("_path")).parent)
+    if args.workers is not None:
+        raw["run"] = dict(raw.get("run") or {}) | {"workers": args.workers}
+    if args.output_dir:
+        raw["output"] = dict(raw.get("output") or {}) | {"dir": str(Path(args.output_dir).resolve())}
+    return raw
 
 
 def run(args) -> int:
@@ -45,7 +61,10 @@ def run(args) -> int:
         raise PlannerError(f"--max-tasks must be >= 0, got {args.max_tasks}")
     if args.output_dir and not args.dry_run:  # before the expansion; the file names once it is read
         check_output_dir(args.output_dir)
+    check_save_scenario(args)
     spec = parse_sweep(args.spec, output_dir=args.output_dir, workers=args.workers, deployment=args.deployment)
+    if args.save_scenario:
+        save_scenario(args, saved_sweep(args))
     if args.dry_run:
         fitted = f", {spec.fitted_tasks} on a deployment fit" if spec.deployment_fits else ""
         print(f"{spec.name}: {spec.n_combinations} combinations, {len(spec.tasks)} tasks"

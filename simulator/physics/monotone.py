@@ -204,16 +204,19 @@ def moe_lattice_s(surface, correction, shape: dict, top_tokens: float, top_queri
 
 
 def rising_with_work(t: np.ndarray, flops: np.ndarray, nbytes: np.ndarray, peak: float, bw: float) -> np.ndarray:
-    """``t`` [n, 1] along growing work, each node at least the one before plus the roofline time of the extra
-    FLOPs and bytes at the peaks: more work never costs less than loading its extra bytes at full bandwidth,
-    so a table whose efficiency rises with size (which the monotone fit pools into a flat stretch) still rises.
+    """``t`` [n, 1] along growing work with its flat stretches rising: a node the monotone fit leaves no higher
+    than the node before (the fit pooled nodes whose measured time fell with more work, or a stretch before it
+    was lifted) costs at least that node plus the roofline time of its extra FLOPs and bytes at the peaks: more
+    work never costs less than loading its extra bytes at full bandwidth. Nodes that rise on their own keep
+    their measured time.
 
-        t_i >= t_{i-1} + max(dF_i / peak, dM_i / bw)
+        t_i = max(t_i, t_{i-1} + max(dF_i / peak, dM_i / bw))   where t_i <= t_{i-1}
     """
     extra = np.maximum(np.diff(flops, axis=0) / peak, np.diff(nbytes, axis=0) / bw).clip(min=0.0)
     out = t.copy()
     for i in range(1, out.shape[0]):  # a few dozen nodes per lattice, priced once per layer shape
-        out[i] = np.maximum(out[i], out[i - 1] + extra[i - 1])
+        stuck = out[i] <= out[i - 1] * (1.0 + 1e-12)
+        out[i] = np.where(stuck, np.maximum(out[i], out[i - 1] + extra[i - 1]), out[i])
     return out
 
 

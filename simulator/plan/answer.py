@@ -69,9 +69,24 @@ def answer_notes(pred) -> list[str]:
     # not where the table already ends at the memory limit (nothing larger fits)
     if ranges and ranges[-1][2] > 0 and b_all.size > 1 and bool(t["fits_memory"].iloc[-1]):
         last_b, last_k = ranges[-1][1], ranges[-1][2]
-        out.append(f"above B={last_b} (the last batch size exported) vLLM keeps K={last_k} and TensorRT-LLM turns"
-                   " speculation off; extend the batch sizes to the engine's max_num_seqs to plan that range")
+        does = above_last_text(pred, last_b, last_k)
+        if does:
+            out.append(f"above B={last_b} (the last batch size exported) {does}; extend the batch sizes to the"
+                       " engine's max_num_seqs to plan that range")
     return out
+
+
+def above_last_text(pred, last_b: int, last_k: int) -> str:
+    """What the scenario's engine does above the last exported batch size, read from its own exported file by
+    our reading of its lookup rule: 'vLLM 0.33.0 keeps K=3', 'TensorRT-LLM 1.4.0rc4 turns speculation off'."""
+    parts = []
+    for fmt, exp in pred.engine_exports().items():
+        if isinstance(exp, str):
+            continue
+        k = exports.engine_k(exp, last_b + 1, cuda_graph_bs=pred.cuda_graph_bs())
+        parts.append(f"{exp.engine} {exp.version} " + ("turns speculation off" if k == 0 else
+                                                       f"keeps K={k}" if k == last_k else f"runs K={k}"))
+    return " and ".join(parts)
 
 
 def spec_stops_paying(table, grid=None) -> str:

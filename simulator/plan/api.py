@@ -5,10 +5,11 @@
     >>> p.table.head()          # per batch size: k_opt, goodput, speedups, bound regime
     >>> p.grid.k_star           # K* per batch size (numpy; -1 where no K fits memory)
     >>> p.breakdown(8, 3)       # per operator of the verify and draft steps
-    >>> p.vllm()                # {"num_speculative_tokens": ..., "num_speculative_tokens_per_batch_size": ...}
+    >>> p.export("vllm").payload  # {"num_speculative_tokens": ..., "num_speculative_tokens_per_batch_size": ...}
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from dataclasses import dataclass
@@ -31,6 +32,11 @@ from simulator.physics.attribution import describe_growth, verify_growth
 from simulator.physics.engine_time import graph_batch
 from simulator.specs.uncertainty import Band, step_time_band
 from simulator.specs.scenario import DEFAULT_SCENARIO, Scenario, apply_overrides, build_scenario, load_scenario
+
+
+# the K-schedule formats each serving engine reads (simulator/plan/exports)
+ENGINE_FORMATS = {"vllm": ("vllm",), "sglang": ("sglang",), "trtllm": ("trtllm",)}
+SCHEDULE_FORMATS = ("vllm", "trtllm", "sglang")
 
 
 @dataclass
@@ -89,7 +95,7 @@ class Prediction:
         per = (lambda k: k + 1) if eng is not None and eng.size_unit == "tokens" else (lambda k: 1)
         padded = (lambda b, k: (b * per(k), round(float(graph_batch(eng, b, k)) * per(k)))) if eng else None
         recs = k_changes(g.batch_sizes, g.ks, g.itl_s, g.acceptance_length, g.k_star, g.regime(),
-                         g.experts_touched, padded)
+                         g.experts_touched, padded, np.asarray(g.fits_memory))
         experts = self.scenario.model.num_experts if self.scenario.model.is_moe else None
         unit = eng.size_unit if eng is not None else "sequences"
         return [r | {"text": describe_change(r, experts, unit)} for r in recs]
@@ -134,15 +140,26 @@ class Prediction:
         return df
 
     @cached_property
+    def choice_grid(self) -> Grid:
+        """The grid read per batch size alone: K* at B is the best K at B (of the robust score with an
+        acceptance band; ties to the smaller K), whatever batch range was asked. The compressed schedule of
+        :attr:`grid` (fewest ranges within the schedule tolerance, solved over the range asked) is what the
+        engine files hold; where it runs another K, the table says so at that batch size (``k_schedule``)."""
+        return dataclasses.replace(self.grid, schedule_tolerance=0.0)
+
+    @cached_property
     def columns(self) -> dict:
         """Per batch size, as numpy arrays: what :attr:`table` shows without its per-cell bound regime
-        (:func:`simulator.plan.grid.kstar_columns`; a fleet sweep reads these alone)."""
-        return kstar_columns(self.grid, self.scenario.fixed_k)
+        (:func:`simulator.plan.grid.kstar_columns` at the per-batch choice; a fleet sweep reads these alone),
+        plus ``k_schedule``: the engine schedule's K (-1 where none fits)."""
+        cols = kstar_columns(self.choice_grid, self.scenario.fixed_k)
+        cols["k_schedule"] = self.grid.k_star
+        return cols
 
     @cached_property
     def table(self) -> pd.DataFrame:
         """One row per batch size: K*, its goodput, and plain / fixed-K / dynamic-K compared."""
-        g = self.grid
+        g = self.choice_grid
         sc = self.scenario
         cols = self.columns
         idx = g.optimal_k_index()
@@ -155,6 +172,8 @@ class Prediction:
         df = pd.DataFrame(cols)
         df["k_opt"] = pd.array(np.where(feasible, cols["k_opt"], 0), dtype="Int64")
         df.loc[~feasible, "k_opt"] = pd.NA  # <NA> where K* is -1
+        df["k_schedule"] = pd.array(np.where(cols["k_schedule"] >= 0, cols["k_schedule"], 0), dtype="Int64")
+        df.loc[cols["k_schedule"] < 0, "k_schedule"] = pd.NA
         df.insert(df.columns.get_loc("fits_memory"), "bound", np.where(feasible, g.regime()[rows, safe], "none fits"))
         # the acceptance length the fixed K needs to tie plain decoding here, and what it reaches
         df["break_even_acceptance_length"] = np.where(fits[:, i_fix] & fits[:, i0], break_even_acceptance_length(
@@ -219,9 +238,6 @@ class Prediction:
         """(batch sizes, K* at each; -1 where no K fits memory): :attr:`Grid.k_star`."""
         return self.grid.batch_sizes.astype(int), self.grid.k_star
 
-    def vllm(self) -> dict:
-        return exports.vllm_config(*self.kstar_by_batch())
-
     def schedule_text(self) -> str:
         """The K* schedule in words, e.g. "K=4 for B 1-43, K=3 for 44-84, no speculation from 196";
         with an acceptance band, where K* depends on the rates inside it."""
@@ -273,9 +289,6 @@ class Prediction:
         """Warnings a reader of the K* table needs: extrapolated acceptance, sparse batch sizes, engines
         past the last exported batch size. Each one line."""
         return answer_notes(self)
-
-    def trtllm(self) -> dict:
-        return exports.trtllm_schedule(*self.kstar_by_batch())
 
     def engine_advice(self) -> list:
         """Engine settings that cost goodput at the planned load, with the gain of changing each
@@ -386,27 +399,49 @@ class Prediction:
             exp.warnings += warns
         return exp
 
-    def engine_payload(self, fmt: str) -> dict:
-        """The engine file of the newest checked release, warnings silenced (TensorRT-LLM: with its
-        acceptance gate); where the engine cannot take the schedule (TensorRT-LLM with K* = 0 at batch
-        size 1) the bare table."""
-        import warnings
-        try:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                return self.export(fmt).payload
-        except PlannerError:
-            if fmt == "vllm":
-                return self.vllm_method() | self.vllm()
-            return {"draft_len_schedule": {str(k): v for k, v in self.trtllm().items()}}
+    def engine_formats(self) -> tuple[str, ...]:
+        """The K-schedule formats of the scenario's engine (vLLM: vllm; SGLang: sglang; TensorRT-LLM: trtllm);
+        an engine no server reads files for (ideal, research engines): all three."""
+        eng = self.scenario.engine
+        return ENGINE_FORMATS.get(eng.name if eng is not None else "", SCHEDULE_FORMATS)
 
-    def to_dict(self) -> dict:
+    def engine_exports(self, versions: dict | None = None) -> dict:
+        """fmt -> the :class:`exports.Export` of :meth:`export` (``versions``: fmt -> release, default the
+        newest checked) for each of :meth:`engine_formats`, or the one-line reason the engine cannot take
+        the schedule (TensorRT-LLM with K* = 0 at batch size 1). Warnings stay in each Export."""
+        import warnings
+        key = tuple(sorted((versions or {}).items()))
+        cache = self.__dict__.setdefault("_engine_exports", {})
+        if key not in cache:
+            out = {}
+            for fmt in self.engine_formats():
+                try:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore")
+                        out[fmt] = self.export(fmt, (versions or {}).get(fmt))
+                except PlannerError as err:
+                    out[fmt] = str(err)
+            cache[key] = out
+        return cache[key]
+
+    def exports_dict(self, versions: dict | None = None) -> dict:
+        """What the JSON output embeds per format: the engine, release, the file exactly as ``export(fmt)``
+        writes it, its warnings and notes; or the reason the engine cannot take the schedule."""
+        out = {}
+        for fmt, exp in self.engine_exports(versions).items():
+            out[fmt] = {"error": exp} if isinstance(exp, str) else {
+                "engine": exp.engine, "version": exp.version, "file": json.loads(exp.json()),
+                "warnings": list(exp.warnings), "notes": list(exp.notes)}
+        return out
+
+    def to_dict(self, versions: dict | None = None) -> dict:
         rows = json.loads(self.table.to_json(orient="records"))
+        eng = self.scenario.engine
         return {"provenance": self.provenance, "schedule": self.schedule_text(),
                 "schedule_trade": self.schedule_summary(), "k_changes": self.k_changes(), "notes": self.notes(),
                 "fixed_k": self.scenario.fixed_k,
                 "engine_advice": [a.to_dict() for a in self.engine_advice()],
-                "vllm": self.vllm(), "trtllm": {"draft_len_schedule": self.trtllm()}, "rows": rows}
+                "engine": eng.name if eng is not None else None, "exports": self.exports_dict(versions), "rows": rows}
 
 
 def predict_scenario(scenario: Scenario, batch_sizes=None, ks=None) -> Prediction:
@@ -420,15 +455,18 @@ def predict(scenario: str | Scenario | None = None, **overrides) -> Prediction:
     no model is given (else an empty base). Keyword overrides: model, hardware, tp, ep, draft,
     acceptance, context_len, batch_sizes, k_max, fixed_k, dtype, kv_dtype, calibration, ...
     """
+    return predict_scenario(resolve_scenario(scenario, **overrides))
+
+
+def resolve_scenario(scenario: str | Scenario | None = None, **overrides) -> Scenario:
+    """The scenario a command runs: a Scenario or a TOML path / bundled name with the overrides applied; with
+    none, model and hardware from the overrides (both needed), else the default scenario."""
     if isinstance(scenario, Scenario):
-        sc = scenario.with_overrides(**overrides) if overrides else scenario
-    elif scenario is not None:
-        sc = load_scenario(scenario, **overrides)
-    elif "model" in overrides or "hardware" in overrides:
-        base = {"model": {}, "hardware": {}}
-        if "model" not in overrides or "hardware" not in overrides:
-            raise PlannerError("give both a model and a hardware name (or a scenario)")
-        sc = build_scenario(apply_overrides(base, overrides))
-    else:
-        sc = load_scenario(DEFAULT_SCENARIO, **overrides)
-    return predict_scenario(sc)
+        return scenario.with_overrides(**overrides) if overrides else scenario
+    if scenario is not None:
+        return load_scenario(scenario, **overrides)
+    if overrides.get("model") is not None or overrides.get("hardware") is not None:
+        if overrides.get("model") is None or overrides.get("hardware") is None:
+            raise PlannerError("give both a model and a hardware name (--model and --hardware), or a scenario")
+        return build_scenario(apply_overrides({"model": {}, "hardware": {}}, overrides))
+    return load_scenario(DEFAULT_SCENARIO, **overrides)

@@ -8,7 +8,8 @@ For a draft length K at batch size B (both read from the grid, nothing new is pr
     vs plain    AL(K) / r(B, K)                       goodput of K over plain decoding
 
 K* moves from K_a to K_b at B because K_b's goodput there is the better one (within the schedule's
-tolerance). Which term of the step made K_a lose is the regime of the larger K's cell (compute-,
+tolerance), or because K_a no longer fits in memory at B (its KV cache with K_a + 1 verification slots per
+sequence): that is its own reason, "out of memory", never mixed with a bandwidth-bound step. Which term of the step made K_a lose is the regime of the larger K's cell (compute-,
 memory-, launch- or host-bound) and, for MoE, how many experts each K loads per MoE layer: below
 every expert loaded, each extra draft token pays for new expert weights; once a K loads them all,
 more positions ride on them (docs/moe.md, "Why K* rises, then falls").
@@ -25,15 +26,19 @@ def change_points(k_star: np.ndarray) -> np.ndarray:
     return i[(k[i] >= 0) & (k[i - 1] >= 0)]
 
 
+OUT_OF_MEMORY = "out of memory"
+
+
 def k_changes(batch_sizes, ks, itl_s, acceptance_length, k_star, regime=None, experts_touched=None,
-              graph_batch=None) -> list[dict]:
+              graph_batch=None, fits_memory=None) -> list[dict]:
     """One record per change of K* over the batch sizes of a (n_batch, n_k) grid:
     ``{"batch_size", "previous_batch_size", "k_from", "k_to", "cells": [...]}`` with one cell per K of
     the two that is > 0: ``{"k", "step_vs_plain", "acceptance_length", "vs_plain", "bound",
     "experts_touched"}`` (bound and experts where given), plus ``experts_touched_plain`` for MoE.
     ``graph_batch(B, K)``: (the pass's size, the CUDA-graph size it is padded to) in the engine's graph
     unit (sequences or tokens); where plain's or a K's is padded the record carries ``padded``: {K: the
-    padded size} of those padded."""
+    padded size} of those padded. ``fits_memory`` (n_batch, n_k): a K that does not fit at B gets
+    ``fits_memory`` False and the bound "out of memory" (its goodput there is what it would give)."""
     batch_sizes, ks = np.asarray(batch_sizes), np.asarray(ks)
     itl_s, al = np.asarray(itl_s, dtype=float), np.asarray(acceptance_length, dtype=float)
     col = {int(k): j for j, k in enumerate(ks)}
@@ -50,6 +55,10 @@ def k_changes(batch_sizes, ks, itl_s, acceptance_length, k_star, regime=None, ex
                     "vs_plain": float(al[j]) / ratio}
             if regime is not None:
                 cell["bound"] = str(regime[i, j])
+            if fits_memory is not None:
+                cell["fits_memory"] = bool(fits_memory[i, j])
+                if not cell["fits_memory"]:
+                    cell["bound"] = OUT_OF_MEMORY
             if experts_touched is not None:
                 cell["experts_touched"] = float(experts_touched[i, j])
             rec["cells"].append(cell)
@@ -64,7 +73,7 @@ def k_changes(batch_sizes, ks, itl_s, acceptance_length, k_star, regime=None, ex
     return out
 
 
-BOUND_WORDS = {"compute": "compute-bound", "memory": "memory-bound", "comm": "communication-bound",
+BOUND_WORDS = {"compute": "compute-bound", "memory": "HBM-bandwidth-bound", "comm": "communication-bound",
                "launch": "launch-bound", "overhead": "host-bound"}
 
 
@@ -73,6 +82,10 @@ def describe_change(rec: dict, num_experts: int | None = None, graph_unit: str =
     128 experts a layer vs 29 at K=0; memory-bound)', with the CUDA-graph sizes where they pad."""
     parts = []
     for c in rec["cells"]:
+        if c.get("fits_memory") is False:
+            parts.append(f"K={c['k']} does not fit in memory here (its KV cache with {c['k'] + 1} verification slots"
+                         f" per sequence; it would give {c['vs_plain']:.2f}x plain)")
+            continue
         why = [f"step {c['step_vs_plain']:.2f}x plain, acceptance length {c['acceptance_length']:.2f}"]
         if "experts_touched" in c and num_experts:
             why.append(f"{c['experts_touched']:.0f} of {num_experts} experts a layer vs"
@@ -80,7 +93,9 @@ def describe_change(rec: dict, num_experts: int | None = None, graph_unit: str =
         if c.get("bound"):
             why.append(BOUND_WORDS.get(c["bound"], c["bound"]))
         parts.append(f"K={c['k']} {c['vs_plain']:.2f}x plain ({'; '.join(why)})")
-    text = f"B={rec['batch_size']}: K* {rec['k_from']} -> {rec['k_to']}: " + ", ".join(parts)
+    oom = any(c.get("fits_memory") is False for c in rec["cells"])
+    text = (f"B={rec['batch_size']}: K* {rec['k_from']} -> {rec['k_to']}"
+            + (" (out of memory)" if oom else "") + ": " + ", ".join(parts))
     pads = rec.get("padded")
     if pads:  # a change made by CUDA-graph padding, not by the work itself
         sizes = [f"{'plain' if k == 0 else f'K={k}'} to {v}" for k, v in pads.items()]

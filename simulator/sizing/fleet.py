@@ -8,7 +8,10 @@ finds the highest load one replica carries within the SLOs. Then
     GPUs              = nodes x gpus_per_node                      (bought as whole nodes)
     GPU range         = the same with the capacity at the high / low end of its band
     $ per hour        = GPUs x price per GPU-hour
-    $ per M tokens    = price per GPU-hour * tp / (output tokens per hour of one replica at max load) * 1e6
+    $ per M tokens    = fleet $ per hour / (output tokens per hour at the target load) * 1e6
+                        (rate target: rate x mean output tokens x 3600; what the buyer pays per token served)
+    $ per M at full   = price per GPU-hour * tp / (output tokens per hour of one replica at max load) * 1e6
+                        (one replica run at its capacity: a floor the fleet, bought with headroom, never reaches)
     energy per token  = TDP * tp / (output tokens per second at max load)      [J, an estimate: GPUs at TDP]
 
 The capacity band comes from :mod:`simulator.sizing.uncertainty` (measured where a held-out,
@@ -34,7 +37,8 @@ from simulator import serving
 from simulator.errors import PlannerError
 from simulator.plan.answer import spec_stops_paying
 from simulator.plan.api import predict_scenario
-from simulator.sizing.ranking import EVIDENCE, SIMPLICITY, evidence_margin, rank, speculation_margin  # noqa: F401 (re-exported)
+from simulator.sizing.ranking import (EVIDENCE, RANK_RULE, SIMPLICITY, best_per_gpu_type, evidence_margin, rank,
+                                      speculation_margin)  # noqa: F401 (re-exported)
 from simulator.sizing.pool import Task, run_all
 from simulator.sizing.search import Search
 from simulator.sizing.spec import (Candidate, SizingOverrides, SizingSpec, candidate_scenario, k_table_context,
@@ -97,15 +101,28 @@ class SizingResult:
     def message(self) -> str:
         """The headline, composed when first read (a fleet sweep's task never reads it)."""
         if self._message is None:
-            self._message = _recommend_text(self.ranked.iloc[0], self.capacity, self.spec, self.ranked, self.scenario) \
+            self._message = answer_text(self.ranked.iloc[0], self.spec) \
                 if len(self.ranked) else _no_config_text(self.capacity, self.rejected, self.spec)
         return self._message
+
+    def why(self) -> list[str]:
+        """Why the recommendation: its capacity and SLOs, the other policies on the same hardware, the
+        evidence it rests on, the quality caveat of a quantized pick; one sentence each ([] without one)."""
+        if not len(self.ranked):
+            return []
+        return why_lines(self.ranked.iloc[0], self.capacity, self.spec, self.ranked, self.scenario)
+
+    @cached_property
+    def per_gpu_type(self) -> pd.DataFrame:
+        """The best option of every GPU type searched (:func:`simulator.sizing.ranking.best_per_gpu_type`)."""
+        return best_per_gpu_type(self.capacity, self.ranked, self.rejected, [c.hardware for c in self.spec.candidates])
 
     def to_dict(self) -> dict:
         def records(df):
             return json.loads(df.to_json(orient="records")) if len(df) else []
         return {"scenario": self.scenario.name, "message": self.message, "recommendation": self.recommendation,
                 "slo": self.spec.slo.targets, "target_load": self.spec.target_load, "load_unit": self.spec.load_unit,
+                "why": self.why(), "per_gpu_type": records(self.per_gpu_type), "ranking_rule": RANK_RULE,
                 "ranked": records(self.ranked), "capacity": records(self.capacity), "rejected": records(self.rejected),
                 "memory": records(self.memory), "sensitivity": records(self.sensitivity),
                 "engine": self.engine, "spec_stops": self.spec_stops, "uncertainty": self.band_note}
@@ -135,6 +152,14 @@ def replicas_for(spec: SizingSpec, capacity: float) -> int | None:
     if not capacity > 0:
         return None
     return math.ceil(spec.target_load * (1 + spec.headroom) / capacity - 1e-9) + spec.spare_replicas
+
+
+def target_output_tokens_per_hour(spec: SizingSpec, sc: Scenario, thr: float = np.nan, cap: float = np.nan) -> float:
+    """Output tokens per hour the fleet serves at the target load: rate x mean output tokens x 3600 (the
+    traffic's own lengths); a concurrency target: concurrency x tokens/s per sequence at capacity x 3600."""
+    if spec.load_kind == "rate":
+        return spec.target_load * traffic_lengths(sc)[1] * 3600.0
+    return spec.target_load * thr / cap * 3600.0 if cap > 0 and thr == thr else np.nan  # noqa: PLR0124
 
 
 def _capacity_row(sc: Scenario, s: Search, spec: SizingSpec, err: float | None, basis: str = "measured") -> dict:
@@ -183,9 +208,9 @@ def _capacity_row(sc: Scenario, s: Search, spec: SizingSpec, err: float | None, 
         "gpus_low": g_lo, "gpus_high": g_hi, "basis": basis,
         "price_per_gpu_hour_usd": price, "fleet_usd_per_hour": gpus * price if gpus else np.nan,
         "usd_per_m_output_tokens": cost_mtok,
-        # the fleet runs below capacity at the target load: what a million tokens cost there
-        "usd_per_m_tokens_at_target": (gpus * price / (spec.target_load * thr / cap * 3600.0) * 1e6
-                                       if gpus and thr == thr and cap > 0 else np.nan),
+        # what the buyer pays per token: the whole fleet (headroom, spare, whole nodes) at the target load
+        "target_output_tokens_per_hour": (tok_h := target_output_tokens_per_hour(spec, sc, thr, cap)),
+        "usd_per_m_tokens_at_target": (gpus * price / tok_h * 1e6 if gpus and tok_h > 0 else np.nan),
         "energy_j_per_token_est": energy,
         "step_time_source": "calibrated" if sc.profile else "datasheet",
         "price_source": price_src, "reason": reason,
@@ -221,8 +246,7 @@ def _engine_tables(scen: dict, k_context: int) -> tuple[dict, dict, dict]:
     for cand, (csc, _) in scen.items():
         pred = predict_scenario(csc.with_overrides(context_len=k_context))
         k_tables[cand.label] = pred.table
-        engine[cand.label] = {"vllm": pred.engine_payload("vllm"), "trtllm": pred.engine_payload("trtllm"),
-                              "predict": predict_command(csc, cand, k_context),
+        engine[cand.label] = {"exports": pred.exports_dict(), "predict": predict_command(csc, cand, k_context),
                               "advice": [a.to_dict() for a in pred.engine_advice()]}
         stops[cand.label] = spec_stops_paying(pred.table, pred.grid)
     return k_tables, engine, stops
@@ -277,17 +301,44 @@ def _plain(v):
     return None if isinstance(v, float) and not math.isfinite(v) else v
 
 
-def _recommend_text(best, capacity: pd.DataFrame, spec: SizingSpec, ranked: pd.DataFrame | None = None, sc=None) -> str:
+def answer_text(best, spec: SizingSpec) -> str:
+    """The answer in one sentence: what to buy, what it costs per hour and per million output tokens at
+    the target load, and the GPU band."""
+    text = (f"buy {int(best.gpus)} x {best.hardware} ({int(best.nodes)} node(s) of {spec.gpus_per_node}; TP={int(best.tp)},"
+            f" {best['dtype']}, {POLICY_WORDS.get(best.policy, best.policy)})")
+    if best.fleet_usd_per_hour == best.fleet_usd_per_hour:  # noqa: PLR0124 (NaN: no price)
+        text += (f": ${best.fleet_usd_per_hour:,.2f}/h, ${best.usd_per_m_tokens_at_target:.2f} per M output tokens"
+                 f" at {spec.target_load:g} {spec.load_unit}")
+    return text + f"; {best.gpus_range} GPUs across the capacity band ({best.basis})"
+
+
+POLICY_WORDS = {"plain": "no speculation", "fixed": "fixed K", "dsd": "dynamic K per batch size"}
+
+
+def quality_caveat(best, sc: Scenario | None) -> str:
+    """A quantized recommendation the scenario did not run at: what the planner does not check."""
+    if sc is None or best["dtype"] == sc.deployment.weight_dtype or best["dtype"] != "fp8":
+        return ""
+    return (f"quality: the pick runs FP8 weights and activations (W8A8), not the scenario's {sc.deployment.weight_dtype};"
+            " the planner models speed and memory only, not output quality, and the acceptance rates are the"
+            f" {sc.deployment.weight_dtype} ones: check the FP8 checkpoint on your own evaluation (and its acceptance)"
+            " before buying")
+
+
+def why_lines(best, capacity: pd.DataFrame, spec: SizingSpec, ranked: pd.DataFrame | None = None, sc=None) -> list[str]:
     label = f"{best.hardware} tp={int(best.tp)} {best['dtype']}"
-    text = (f"{label} with {best.policy}: buy {int(best.nodes)} node(s) of {spec.gpus_per_node} GPUs ="
-            f" {int(best.gpus)} GPUs ({best.node_layout}; {int(best.replicas)} replicas including"
-            f" {spec.spare_replicas} spare, {spec.headroom:.0%} headroom over {spec.target_load:g} {spec.load_unit});"
-            f" GPUs needed {best.gpus_range} across the capacity band ({best.basis}"
-            f"{': datasheet figures only, not measured' if best.basis == 'datasheet' else ''});"
-            f" {best.max_load_per_replica:.2f} {spec.load_unit} per replica at {spec.slo.describe()}")
-    if best.fleet_usd_per_hour == best.fleet_usd_per_hour:
-        text += (f"; ${best.fleet_usd_per_hour:,.2f}/h at ${best.price_per_gpu_hour_usd:.2f} per GPU-hour"
-                 f" ({best.price_source}), ${best.usd_per_m_output_tokens:.3f} per M output tokens")
+    lines = [f"{label} with {best.policy} carries {best.max_load_per_replica:.2f} {spec.load_unit} per replica at"
+             f" {spec.slo.describe()}; {int(best.replicas)} replicas ({best.node_layout}) = the target"
+             f" {spec.target_load:g} {spec.load_unit} x {1 + spec.headroom:g} (headroom) / capacity, plus"
+             f" {spec.spare_replicas} spare (N+1), rounded up to whole nodes"]
+    if best.fleet_usd_per_hour == best.fleet_usd_per_hour:  # noqa: PLR0124
+        lines.append(f"${best.fleet_usd_per_hour:,.2f}/h = {int(best.gpus)} GPUs x ${best.price_per_gpu_hour_usd:.2f}"
+                     f" per GPU-hour ({best.price_source}); per M output tokens: ${best.fleet_usd_per_hour:,.2f}/h /"
+                     f" {best.target_output_tokens_per_hour / 1e6:.2f} M tokens/h at the target ="
+                     f" ${best.usd_per_m_tokens_at_target:.2f} (one replica at full load would reach"
+                     f" ${best.usd_per_m_output_tokens:.2f})")
+    lines.append(f"GPUs needed {best.gpus_range} across the capacity band ({best.basis}"
+                 f"{': datasheet figures only, not measured; calibrate (python -m calibration.run) before buying' if best.basis == 'datasheet' else ''})")
     same = capacity[(capacity.hardware == best.hardware) & (capacity.tp == best.tp) & (capacity["dtype"] == best["dtype"])]
     others = []
     for _, r in same.iterrows():
@@ -300,14 +351,14 @@ def _recommend_text(best, capacity: pd.DataFrame, spec: SizingSpec, ranked: pd.D
         else:
             others.append(f"{r.policy} cannot meet the SLOs")
     if others:
-        text += "; on the same hardware " + ", ".join(others) + speculation_margin(best, same, sc)
+        lines.append("on the same hardware " + ", ".join(others) + speculation_margin(best, same, sc))
     why = evidence_margin(ranked) if ranked is not None else ""
     if why:
-        text += f"; recommended although {why}"
-    first = str(best.get("rank_reason", ""))
-    if first.startswith("placed above cheaper"):  # the evidence rule moved it up: say over what
-        text += f"; {first}"
-    return text + "."
+        lines.append(f"ranked by cost: {why}")
+    caveat = quality_caveat(best, sc)
+    if caveat:
+        lines.append(caveat)
+    return lines
 
 
 def _no_config_text(capacity: pd.DataFrame, rejected: pd.DataFrame, spec: SizingSpec) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import pickle
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 
@@ -50,6 +51,10 @@ def search_key(task: Task) -> str:
     return json.dumps(body, sort_keys=True, default=str)
 
 
+def _run_pickled(payload: bytes) -> list:
+    return _run_batch(pickle.loads(payload))
+
+
 def run_all(tasks: list[Task], workers: int, meanwhile=None) -> list[tuple[str, Search]]:
     """Run the searches, in a process pool of ``workers`` when there is more than one task. A search this
     process already ran (same :func:`search_key`: sizing the same candidates for another target load,
@@ -68,8 +73,11 @@ def run_all(tasks: list[Task], workers: int, meanwhile=None) -> list[tuple[str, 
             meanwhile()
         found = [_run_batch([t for _, t in b]) for b in batches]
     else:
+        # pickled here, before ``meanwhile`` runs: the pool's feeder thread would otherwise pickle the scenarios
+        # while ``meanwhile`` fills the caches they share (a profile's tables), a race pickle refuses
+        payloads = [pickle.dumps([t for _, t in b]) for b in batches]
         with ProcessPoolExecutor(max_workers=min(workers, len(batches))) as pool:
-            pending = pool.map(_run_batch, [[t for _, t in b] for b in batches])  # submitted at once
+            pending = pool.map(_run_pickled, payloads)  # submitted at once
             if meanwhile is not None:
                 meanwhile()
             found = list(pending)

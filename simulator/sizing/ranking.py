@@ -1,13 +1,10 @@
 """Ranking the candidates that meet the target, with the reason for every place.
 
-Order: cost at the target load (the fleet's $ per hour, which at a fixed target is also its $ per
-million tokens served there), then strength of evidence (EVIDENCE: measured kernel tables > published
-prior > datasheet), then fewer GPUs, cheaper tokens at full load, more headroom, the simpler policy.
-
-One rule overrides cost: a candidate on weaker evidence is never placed above one on stronger evidence
-that meets the target with no more GPUs than the weaker one's band allows (``gpus <= gpus_high``: the
-weaker estimate could need that many). When the weaker one still leads (every stronger candidate needs
-more GPUs than the top of its band), :func:`evidence_margin` says so, with both bands.
+Order: the fleet's cost at the target load ($ per hour of the GPUs bought for it, which at a fixed target is
+also its $ per million output tokens there); ties broken by strength of evidence (EVIDENCE: measured kernel
+tables > published prior > datasheet), then fewer GPUs, cheaper tokens at full load, more headroom, the
+simpler policy. Cost alone decides between different costs: a cheaper candidate on weaker evidence stays
+above a dearer one on stronger evidence, and :func:`evidence_margin` says so beside the answer (both bands).
 """
 from __future__ import annotations
 
@@ -37,11 +34,6 @@ def _band(r) -> str:
     return f"{int(lo)}" if lo == hi else f"{int(lo)}-{int(hi)}"
 
 
-def _high(r) -> float:
-    hi = r.get("gpus_high", np.nan)
-    return float(hi) if hi == hi else float(r["gpus"])  # noqa: PLR0124
-
-
 def _records(df: pd.DataFrame) -> list[dict]:
     """The rows as dicts of Python values (what ``to_dict("records")`` gives, built column-wise: a
     handful of rows costs microseconds instead of milliseconds)."""
@@ -66,64 +58,40 @@ def _cost_order(rows: list[dict]) -> list[dict]:
     return sorted(rows, key=key)
 
 
-def _stronger_within(pool: list, r: dict) -> dict | None:
-    """The cheapest row of ``pool`` on stronger evidence than ``r`` that needs no more GPUs than r's band allows."""
-    ev = EVIDENCE.get(r.get("basis"), 0)
-    for m in pool:
-        if EVIDENCE.get(m.get("basis"), 0) > ev and m["gpus"] <= _high(r):
-            return m
-    return None
-
-
 def rank(capacity: pd.DataFrame) -> pd.DataFrame:
     """Rows meeting the target in the order of the module docstring, numbered, with ``rank_reason``."""
     ranked = capacity[capacity["meets_target"]] if len(capacity) else capacity
     if not len(ranked):
         return ranked
-    pool = _cost_order(_records(ranked))
     out = []
-    while pool:
-        pick = pool[0]
-        passed = []  # cheaper rows this pick was placed above, and why
-        while (better := _stronger_within(pool, pick)) is not None:
-            passed.append(pick)
-            pick = better
-        pool.remove(pick)
-        pick["rank_reason"] = _reason(pick, out, passed)
+    for pick in _cost_order(_records(ranked)):
+        pick["rank_reason"] = _reason(pick, out)
         out.append(pick)
     df = pd.DataFrame(out, columns=list(ranked.columns) + ["rank_reason"]).reset_index(drop=True)
     df.insert(0, "rank", np.arange(1, len(df) + 1))
     return df
 
 
-def _reason(r: dict, above: list, passed: list) -> str:
-    text = ""
-    if passed:
-        w = passed[0]
-        text = (f"placed above cheaper {_label(w)} (${w['fleet_usd_per_hour']:,.2f}/h, {w.get('basis')}): on"
-                f" {r.get('basis')} evidence it meets the target with {int(r['gpus'])} GPUs, within that one's"
-                f" band of {_band(w)} GPUs")
+RANK_RULE = ("sorted by the fleet's cost at the target load ($/h, the same order as $/M output tokens there);"
+             " ties broken by evidence (measured kernel tables > published prior > datasheet), then fewer GPUs")
+
+
+def _reason(r: dict, above: list) -> str:
     if not above:
-        return text or "cheapest at the target load"
+        return "cheapest fleet at the target load"
     best = above[0]
     extra = r["fleet_usd_per_hour"] - best["fleet_usd_per_hour"]
-    if text:
-        return text
-    ev = EVIDENCE.get(r.get("basis"), 0)
-    for m in above:  # placed below a dearer row: one on stronger evidence needs no more GPUs than r's band
-        if m["fleet_usd_per_hour"] > r["fleet_usd_per_hour"] and EVIDENCE.get(m.get("basis"), 0) > ev \
-                and m["gpus"] <= _high(r):
-            return (f"cheaper, but rests on {r.get('basis')} evidence: {_label(m)} ({m.get('basis')}) meets the"
-                    f" target with {int(m['gpus'])} GPUs, within this one's band of {_band(r)} GPUs")
     if extra > 1e-9:
         return f"${extra:,.2f}/h more than #1 {_label(best)} at the target load"
-    if EVIDENCE.get(r.get("basis"), 0) < EVIDENCE.get(best.get("basis"), 0):
+    ev, ev_best = EVIDENCE.get(r.get("basis"), 0), EVIDENCE.get(best.get("basis"), 0)
+    if ev < ev_best:
         return f"same cost as #1 {_label(best)}, on weaker evidence ({r.get('basis')} vs {best.get('basis')})"
     return f"same cost as #1 {_label(best)}; tie broken by GPUs, $/M tokens at full load, headroom, simplicity"
 
 
 def evidence_margin(ranked: pd.DataFrame) -> str:
-    """When #1 rests on weaker evidence than another ranked row: why it still leads (both bands, the margin)."""
+    """When #1 rests on weaker evidence than another ranked row: the cheapest row on stronger evidence,
+    both GPU bands and both costs (the buyer weighs the saving against the evidence); "" otherwise."""
     if not len(ranked) or "basis" not in ranked:
         return ""
     best = ranked.iloc[0].to_dict()
@@ -132,10 +100,42 @@ def evidence_margin(ranked: pd.DataFrame) -> str:
     if not len(stronger):
         return ""
     m = stronger.iloc[0].to_dict()
-    return (f"it rests on a {best.get('basis')} while {_label(m)} rests on {m.get('basis')} evidence, but that one needs"
-            f" {int(m['gpus'])} GPUs (band {_band(m)}), {int(m['gpus'] - _high(best))} more than the top of this"
-            f" one's band ({_band(best)} GPUs), at ${m['fleet_usd_per_hour']:,.2f}/h vs"
-            f" ${best['fleet_usd_per_hour']:,.2f}/h")
+    return (f"#1 rests on {best.get('basis')} evidence (GPUs {_band(best)} across its band); the cheapest on"
+            f" {m.get('basis')} evidence is {_label(m)}: {int(m['gpus'])} GPUs (band {_band(m)}) at"
+            f" ${m['fleet_usd_per_hour']:,.2f}/h vs ${best['fleet_usd_per_hour']:,.2f}/h")
+
+
+def best_per_gpu_type(capacity: pd.DataFrame, ranked: pd.DataFrame, rejected: pd.DataFrame,
+                      hardware_order) -> pd.DataFrame:
+    """One row per GPU type (in ``hardware_order``): its best ranked option (its first place in the
+    ranking), else why none of its options meets the target (the candidate closest to it, or the memory
+    / layout rejection)."""
+    rows = []
+    for hw in dict.fromkeys(hardware_order):
+        mine = ranked[ranked.hardware == hw] if len(ranked) else ranked
+        if len(mine):
+            r = mine.iloc[0]
+            rows.append({"hardware": hw, "rank": int(r["rank"]), "tp": int(r.tp), "dtype": r["dtype"],
+                         "policy": r.policy, "gpus": r.gpus, "nodes": r.nodes, "gpus_range": r.gpus_range,
+                         "fleet_usd_per_hour": r.fleet_usd_per_hour,
+                         "usd_per_m_tokens_at_target": r.usd_per_m_tokens_at_target, "basis": r.basis, "note": ""})
+            continue
+        cap = capacity[capacity.hardware == hw] if len(capacity) else capacity
+        if len(cap):
+            c = cap.sort_values("max_load_per_replica", ascending=False).iloc[0]
+            note = f"does not meet the target: {c.reason}" if c.reason else "does not meet the target"
+            basis = c.basis
+        else:
+            rej = rejected[rejected.hardware == hw] if len(rejected) else rejected
+            note = f"cannot run: {rej.reason.iloc[0]}" if len(rej) else "not searched"
+            basis = "-"
+        rows.append({"hardware": hw, "rank": None, "tp": None, "dtype": "-", "policy": "-", "gpus": np.nan,
+                     "nodes": np.nan, "gpus_range": "-", "fleet_usd_per_hour": np.nan,
+                     "usd_per_m_tokens_at_target": np.nan, "basis": basis, "note": note})
+    df = pd.DataFrame(rows)
+    if len(df):  # the buyer's order: the cheapest fleet first, GPU types that cannot serve last
+        df = df.sort_values(["fleet_usd_per_hour"], na_position="last", kind="stable").reset_index(drop=True)
+    return df
 
 
 def speculation_margin(best, same: pd.DataFrame, sc=None) -> str:

@@ -19,27 +19,32 @@ from simulator.plan.advice import advice_lines
 from simulator.plan.api import schedule_text
 from simulator.plan.speedup_trust import gain_at_risk_text, speedup_trust_text
 from simulator.specs.scenario import REPO_ROOT
-from simulator.sizing.fleet import SizingResult
+from simulator.sizing.fleet import SizingResult, quality_caveat, target_output_tokens_per_hour
+from simulator.sizing.ranking import RANK_RULE
+from simulator.sizing.spec import traffic_lengths
 from simulator.sizing.report_charts import charts, pareto_front  # noqa: F401 (pareto_front: API)
 
 # cost first, then what to buy, then why; the rest is in the capacity table and the JSON output
-RANKED_COLUMNS = ["rank", "fleet_usd_per_hour", "usd_per_m_output_tokens", "price_per_gpu_hour_usd", "hardware",
+RANKED_COLUMNS = ["rank", "fleet_usd_per_hour", "usd_per_m_tokens_at_target", "price_per_gpu_hour_usd", "hardware",
                   "tp", "dtype", "policy", "nodes", "gpus", "gpus_range", "basis", "node_layout",
                   "max_load_per_replica", "tpot_p50_s", "ttft_p99_s", "mean_k"]
 REASON_COLUMNS = ["rank", "hardware", "tp", "dtype", "policy", "basis", "gpus_range", "rank_reason"]
 CAPACITY_COLUMNS = ["hardware", "tp", "dtype", "policy", "max_load_per_replica", "load_band_low", "load_band_high",
-                    "basis", "tok_s_per_gpu", "tpot_p50_s", "ttft_p99_s", "mean_batch_size", "mean_k", "replicas",
+                    "basis", "tok_s_per_gpu", "usd_per_m_output_tokens", "tpot_p50_s", "ttft_p99_s", "mean_batch_size", "mean_k", "replicas",
                     "gpus", "meets_target", "reason"]
 # column headers with units (seconds shown as ms)
-HEADERS = {"fleet_usd_per_hour": "fleet $/h", "usd_per_m_output_tokens": "$/M output tok",
+HEADERS = {"fleet_usd_per_hour": "fleet $/h", "usd_per_m_output_tokens": "$/M tok, 1 replica at full load",
+           "hardware": "GPU", "gpus": "GPUs", "nodes": "nodes", "policy": "policy",
            "price_per_gpu_hour_usd": "$/GPU-h", "gpus_range": "GPUs (band)", "node_layout": "per node",
            "max_load_per_replica": "load/replica", "load_band_low": "load band low", "load_band_high": "load band high",
            "tok_s_per_gpu": "tok/s/GPU", "tpot_p50_s": "TPOT p50 ms", "ttft_p99_s": "TTFT p99 ms",
            "mean_batch_size": "mean B", "mean_k": "mean K", "usable_gb": "usable GB", "weights_gb": "weights GB",
            "draft_gb": "draft GB", "kv_gb_per_seq": "KV GB/seq", "context_tokens": "context tok",
-           "max_seqs": "max seqs", "meets_target": "meets target", "usd_per_m_tokens_at_target": "$/M tok at target",
+           "max_seqs": "max seqs", "meets_target": "meets target", "usd_per_m_tokens_at_target": "fleet $/M output tok at target",
            "energy_j_per_token_est": "J/token (est.)", "speedup_vs_plain": "vs plain", "speedup_vs_fixed": "vs fixed",
            "batch_sizes": "B", "k_opt": "K*", "break_even_acceptance_length": "fixed K needs AL"}
+PER_GPU_COLUMNS = ["hardware", "gpus", "nodes", "fleet_usd_per_hour", "usd_per_m_tokens_at_target", "gpus_range", "tp",
+                   "dtype", "policy", "basis", "rank", "note"]
 MS_COLUMNS = ("tpot_p50_s", "ttft_p99_s")
 
 
@@ -93,13 +98,15 @@ def md_table(df: pd.DataFrame) -> str:
     return "\n".join(rows) + "\n"
 
 
-def html_table(df: pd.DataFrame, wrap: bool = False) -> str:
+def html_table(df: pd.DataFrame, wrap: bool = False, wrap_last: bool = False) -> str:
     if not len(df):
         return "<p><em>(none)</em></p>"
     df = readable(df)
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(_cell(v))}</td>" for v in rec) + "</tr>"
-                   for rec in df.itertuples(index=False))
+    last = len(df.columns) - 1
+    note = ' class="note"'
+    body = "".join("<tr>" + "".join(f"<td{note if wrap_last and i == last else ''}>{html.escape(_cell(v))}</td>"
+                                    for i, v in enumerate(rec)) + "</tr>" for rec in df.itertuples(index=False))
     cls = ' class="wrap"' if wrap else ""
     return f'<div class="tw"><table{cls}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
@@ -177,12 +184,78 @@ def _provenance(res: SizingResult) -> pd.DataFrame:
     ])
 
 
-def _sections(res: SizingResult) -> list[tuple[str, list]]:
-    """[(title, [("p", text) | ("table", df) | ("code", text) | ("chart", name)])]."""
+def answer_items(res: SizingResult) -> list:
+    """The first screen: the answer (what to buy, $/h, $/M output tokens of that fleet at the target, the
+    band), the question it answers, and the best option per GPU type."""
     sc, spec = res.scenario, res.spec
-    prompt = sc.extra.get("traffic", {})
     rec = res.recommendation
-    secs = []
+    prompt_len, out_len = traffic_lengths(sc)
+    question = (f"For {spec.target_load:g} {spec.load_unit}"
+                + (f" of ~{prompt_len:.0f}-token prompts and ~{out_len:.0f}-token answers" if spec.load_kind == "rate" else "")
+                + f" within {spec.slo.describe()}"
+                + (" (plus a stability guard ttft_p99_s <= 30 s: the SLOs set no TTFT bound)" if spec.ttft_guard else "")
+                + f"; {sc.model.name}, draft {sc.draft.label}.")
+    items = [("answer", ("**Answer:** " if rec else "**Result:** ") + res.message + "."), ("p", question)]
+    if rec:
+        items.append(("table", pd.DataFrame([{
+            "hardware": rec["hardware"], "gpus": rec["gpus"], "nodes": rec["nodes"],
+            "fleet_usd_per_hour": rec["fleet_usd_per_hour"], "usd_per_m_tokens_at_target": rec["usd_per_m_tokens_at_target"],
+            "gpus_range": rec["gpus_range"], "tp": rec["tp"], "dtype": rec["dtype"], "policy": rec["policy"],
+            "basis": rec["basis"]}])))
+        caveat = quality_caveat(rec, sc)
+        if caveat:
+            items.append(("p", f"**Caveat, {caveat}.**"))
+    items += [("h3", "Best option per GPU type"),
+              ("per_gpu", _cols(res.per_gpu_type, PER_GPU_COLUMNS)),
+              ("p", f"Ranking: {RANK_RULE}. $/M output tokens = fleet $/h / output tokens per hour at the target"
+                    f" ({_tokens_text(res)}).")]
+    return items
+
+
+def _tokens_text(res: SizingResult) -> str:
+    spec = res.spec
+    if spec.load_kind == "rate":
+        return (f"{spec.target_load:g} req/s x {traffic_lengths(res.scenario)[1]:.0f} output tokens x 3600 ="
+                f" {target_output_tokens_per_hour(spec, res.scenario) / 1e6:.2f} M tokens/h")
+    return "the target concurrency x tokens/s per sequence x 3600"
+
+
+def _sections(res: SizingResult) -> list[tuple[str, list]]:
+    """[(title, [("p", text) | ("ul", [text]) | ("table", df) | ("code", text) | ("chart", name)])]:
+    the answer first, then why, then the evidence, the K schedule after."""
+    sc, spec = res.scenario, res.spec
+    rec = res.recommendation
+    secs = [("Answer", answer_items(res))]
+    why = [("ul", res.why())] if rec else []
+    if rec:
+        label = rec.get("candidate") or f"{rec['hardware']} tp={int(rec['tp'])}"
+        why.append(("p", f"Speculation on {label}: {res.spec_stops.get(label, '')}."))
+        if rec.get("basis") == "datasheet":
+            why.append(("p", "**Flag:** this candidate rests on datasheet figures only; its GPU range is wide."
+                             " Calibrate it (python -m calibration.run) or validate it before a purchase."))
+    why += [("p", sc.description or sc.name),
+             ("p", f"Traffic {json.dumps(sc.extra.get('traffic', {}))}; acceptance {sc.acceptance.label}"
+                   f" ({sc.acceptance.source}); {sc.acceptance.rule}.")]
+    secs.append(("Why", why))
+    secs.append(("Ranked configurations (meet the target within max_replicas)",
+                 [("p", f"{RANK_RULE[0].upper()}{RANK_RULE[1:]}. GPUs are whole nodes of {spec.gpus_per_node},"
+                        f" sized for the target x {1 + spec.headroom:g} (headroom) plus {spec.spare_replicas} spare"
+                        " replica(s) (N+1); GPUs (band) repeats that with the capacity at the ends of its band. basis:"
+                        " measured (kernel tables of the device), published prior (published measurements) or"
+                        " datasheet (flagged, wide band)."),
+                  ("table", _cols(res.ranked, RANKED_COLUMNS)), ("p", "Why each place:"),
+                  ("wtable", _cols(res.ranked, REASON_COLUMNS))]))
+    secs.append(("Capacity per replica, all candidates and policies",
+                 [("chart", "capacity"), ("table", _cols(res.capacity, CAPACITY_COLUMNS)),
+                  ("p", "Candidates that do not meet the target, and why:"), ("wtable", _misses(res.capacity))]))
+    secs.append(("Throughput per GPU vs TPOT (Pareto)", [("chart", "pareto")]))
+    mem = _cols(res.memory, ["hardware", "tp", "dtype", "usable_gb", "weights_gb", "draft_gb", "kv_gb_per_seq",
+                             "context_tokens", "max_seqs", "fits"])
+    secs.append(("Memory fit and rejected configurations",
+                 [("p", "Usable = memory x memory_utilization; a sequence holds prompt + output tokens plus"
+                        " K_max+1 verification slots in the target and draft KV caches."),
+                  ("table", mem), ("wtable", res.rejected)]))
+    k_parts = []
     if rec:
         label = rec.get("candidate") or f"{rec['hardware']} tp={int(rec['tp'])}"
         table = res.k_tables.get(label)
@@ -190,45 +263,9 @@ def _sections(res: SizingResult) -> list[tuple[str, list]]:
             k = table["k_opt"].fillna(-1).astype(int).to_numpy()
             runs = {"plain": "; the recommended policy is plain decoding (K=0 at every batch size)",
                     "fixed": f"; the recommended policy is fixed K={sc.fixed_k} at every batch size"}
-            secs.append(("Schedule", [("p", f"**K schedule ({label}):** "
-                                            f"{schedule_text(table['batch_size'].to_numpy(), k)}"
-                                            f"{runs.get(rec['policy'], '')}.")]))
-    head = [("p", sc.description or sc.name),
-            ("p", f"Target: {spec.target_load:g} {spec.load_unit}; traffic {json.dumps(prompt)};"
-                  f" SLOs: {spec.slo.describe()}"
-                  + (" (plus a stability guard ttft_p99_s <= 30 s: the SLOs set no TTFT bound)" if spec.ttft_guard else "")),
-            ("p", f"Model {sc.model.name}, draft {sc.draft.label}, acceptance {sc.acceptance.label}"
-                  f" ({sc.acceptance.source}); {sc.acceptance.rule}.")]
-    secs.append(("Scenario", head))
-    recs = [("p", ("**Recommendation:** " if rec else "**Result:** ") + res.message)]
-    if rec:
-        label = rec.get("candidate") or f"{rec['hardware']} tp={int(rec['tp'])}"
-        recs.append(("p", f"Speculation on {label}: {res.spec_stops.get(label, '')}."))
-        if rec.get("basis") == "datasheet":
-            recs.append(("p", "**Flag:** this candidate rests on datasheet figures only; its GPU range is wide."
-                              " Calibrate it (python -m calibration.run) or validate it before a purchase."))
-    secs.append(("Recommendation", recs))
-    secs.append(("Ranked configurations (meet the target within max_replicas; cost at the target, then evidence)",
-                 [("p", f"GPUs are whole nodes of {spec.gpus_per_node}, sized for the target x"
-                        f" {1 + spec.headroom:g} (headroom) plus {spec.spare_replicas} spare replica(s) (N+1);"
-                        " GPUs (band) repeats that with the capacity at the ends of its band. basis: measured (kernel"
-                        " tables of the device), published prior (published measurements) or datasheet (flagged,"
-                        " wide band). Ranked by cost at the target load, then strength of evidence; a row on weaker"
-                        " evidence never ranks above one on stronger evidence that meets the target with no more GPUs"
-                        " than the weaker one's band allows."),
-                  ("table", _cols(res.ranked, RANKED_COLUMNS)), ("p", "Why each place:"),
-                  ("wtable", _cols(res.ranked, REASON_COLUMNS))]))
-    secs.append(("Throughput per GPU vs TPOT (Pareto)", [("chart", "pareto")]))
-    secs.append(("Capacity per replica, all candidates and policies",
-                 [("chart", "capacity"), ("table", _cols(res.capacity, CAPACITY_COLUMNS)),
-                  ("p", "Candidates that do not meet the target, and why:"), ("wtable", _misses(res.capacity))]))
-    mem = _cols(res.memory, ["hardware", "tp", "dtype", "usable_gb", "weights_gb", "draft_gb", "kv_gb_per_seq",
-                             "context_tokens", "max_seqs", "fits"])
-    secs.append(("Memory fit and rejected configurations",
-                 [("p", "Usable = memory x memory_utilization; a sequence holds prompt + output tokens plus"
-                        " K_max+1 verification slots in the target and draft KV caches."),
-                  ("table", mem), ("wtable", res.rejected)]))
-    secs.append(("Optimal K per batch size and engine settings", _k_sections(res, rec)))
+            k_parts.append(("p", f"**K schedule ({label}):** {schedule_text(table['batch_size'].to_numpy(), k)}"
+                                 f"{runs.get(rec['policy'], '')}."))
+    secs.append(("K schedule and engine settings", k_parts + _k_sections(res, rec)))
     secs += _closing_sections(res)
     return secs
 
@@ -250,16 +287,21 @@ def _k_sections(res: SizingResult, rec: dict | None) -> list:
                    ("p", res.spec_stops[label] + "."), ("p", _break_even_sentence(kt, res.scenario.fixed_k)),
                    *([("p", "Note: " + risk + ".")] if (risk := gain_at_risk_text(kt)) else []),
                    ("table", k_star_table(kt)),
-                   ("p", "The same table from predict:"), ("code", eng.get("predict", "")),
-                   ("p", "vLLM `speculative_config`:"), ("code", compact_json(eng["vllm"])),
-                   ("p", "TensorRT-LLM:"), ("code", compact_json(eng["trtllm"]))]
+                   ("p", "The same table from predict:"), ("code", eng.get("predict", ""))]
+        for fmt, exp in eng.get("exports", {}).items():  # the scenario's engine's files, as --format FMT writes them
+            if "error" in exp:
+                kparts.append(("p", f"{fmt}: {exp['error']}"))
+            else:
+                kparts += [("p", f"{exp['engine']} {exp['version']} (`predict --format {fmt}`):"),
+                           ("code", compact_json(exp["file"]))]
         if rec and n == 0:  # the recommended candidate: the engine settings that cost it goodput, if any
             kparts += [("p", line.strip()) for line in advice_lines(eng.get("advice", []))]
     if len(order) > 3:
         kparts.append(("p", f"K* tables of the other {len(order) - 3} candidates: see the JSON output."))
     kparts.insert(0, ("p", "K* per batch size from the goodput model at the mean context of a running sequence"
-                           " (prompt + half the output); paste the vLLM block as `speculative_config` (add the"
-                           " draft checkpoint as `model`) or the TensorRT-LLM schedule as `draft_len_schedule`."))
+                           " (prompt + half the output); the engine files below are what `python -m simulator.predict"
+                           " --format FMT` writes for the scenario's engine (vLLM: `speculative_config`; SGLang:"
+                           " `--speculative-adaptive-config`; TensorRT-LLM: `draft_len_schedule`)."))
     return kparts
 
 
@@ -296,7 +338,8 @@ def _closing_sections(res: SizingResult) -> list:
 CSS = """body{font-family:system-ui,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 table{border-collapse:collapse;font-size:12px;margin:.5em 0}td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}
 th{background:#f2f2f2}.tw{overflow-x:auto}td{white-space:nowrap}table.wrap td{white-space:normal;text-align:left}pre{background:#f6f6f6;padding:.6em;font-size:12px;overflow-x:auto}
-.chart svg{max-width:100%;height:auto}.rec{background:#eef7ee;border-left:4px solid #3a3;padding:.5em 1em}"""
+td.note{white-space:normal;text-align:left;min-width:16em}
+.chart svg{max-width:100%;height:auto}.rec{background:#eef7ee;border-left:4px solid #3a3;padding:.5em 1em;font-size:1.25em}"""
 
 
 def _md_inline(text: str) -> str:
@@ -315,8 +358,13 @@ def render_html(res: SizingResult) -> str:
         body.append(f"<h2>{html.escape(title)}</h2>")
         for kind, val in items:
             if kind == "p":
-                cls = ' class="rec"' if title == "Recommendation" else ""
-                body.append(f"<p{cls}>{_md_inline(val)}</p>")
+                body.append(f"<p>{_md_inline(val)}</p>")
+            elif kind == "answer":
+                body.append(f'<p class="rec" id="answer">{_md_inline(val)}</p>')
+            elif kind == "ul":
+                body.append("<ul>" + "".join(f"<li>{_md_inline(v)}.</li>" for v in val) + "</ul>")
+            elif kind == "per_gpu":
+                body.append(f'<div id="per-gpu-type">{html_table(val, wrap_last=True)}</div>')
             elif kind == "h3":
                 body.append(f"<h3>{html.escape(val)}</h3>")
             elif kind in ("table", "wtable"):
@@ -342,8 +390,12 @@ def render_markdown(res: SizingResult) -> str:
     for title, items in _sections(res):
         lines += [f"## {title}", ""]
         for kind, val in items:
-            if kind == "p":
+            if kind in ("p", "answer"):
                 lines += [val, ""]
+            elif kind == "ul":
+                lines += [f"- {v}." for v in val] + [""]
+            elif kind == "per_gpu":
+                lines += [md_table(val)]
             elif kind == "h3":
                 lines += [f"### {val}", ""]
             elif kind in ("table", "wtable"):

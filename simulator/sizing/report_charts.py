@@ -94,29 +94,35 @@ def _pareto_spec(res: SizingResult, pts: pd.DataFrame) -> dict:
     if tpot:
         layers.append({"data": {"values": [{"x": float(tpot)}]}, "mark": {"type": "rule", "color": "red"},
                        "encoding": {"x": _q("x")}})
-    return {"$schema": VEGA_LITE_SCHEMA, "config": _VIEW, "layer": layers, "height": 340, "width": 560,
+    return {"$schema": VEGA_LITE_SCHEMA, "config": _VIEW, "layer": layers, "height": 380, "width": CHART_WIDTH,
             "title": "Throughput per GPU vs TPOT at every load tried (faded: misses an SLO; dashed: Pareto front)"}
 
 
+CHART_WIDTH = 720  # px: the report's column (1100 px) less the axis labels; SVGs scale down, never up
+
+
 def _capacity_spec(res: SizingResult, cap: pd.DataFrame) -> dict:
+    """One horizontal bar per candidate and policy (grouped per candidate, never stacked), on one shared
+    axis at the page's width, 12 px per bar: readable however many candidates were searched."""
     d = cap.copy()
-    d["config"] = d.hardware + " tp=" + d.tp.astype(str) + " " + d["dtype"].astype(str)  # bars never stacked
+    d["config"] = d.hardware + " tp=" + d.tp.astype(str) + " " + d["dtype"].astype(str)
     d["lo"] = d.load_band_low.fillna(d.max_load_per_replica)
     d["hi"] = d.load_band_high.fillna(d.max_load_per_replica)
+    title = f"max load per replica [{res.spec.load_unit}]"
+    y = {"field": "config", "title": None, "type": "nominal", "sort": None, "axis": {"labelLimit": 220}}
     bars = {"mark": {"type": "bar"},
-            "encoding": {"color": {"field": "policy", "type": "nominal"},
-                         "x": {"field": "policy", "title": None, "type": "nominal"},
-                         "y": _q("max_load_per_replica", stack=None,
-                                 title=f"max load per replica [{res.spec.load_unit}]")}}
-    err = {"mark": {"type": "errorbar", "color": "black", "ticks": True},
-           "encoding": {"x": {"field": "policy", "type": "nominal"}, "y": _q("lo", title=""), "y2": {"field": "hi"}}}
-    return {"$schema": VEGA_LITE_SCHEMA, "config": _VIEW,
+            "encoding": {"y": y, "yOffset": {"field": "policy", "type": "nominal"},
+                         "color": {"field": "policy", "type": "nominal", "legend": {"orient": "top"}},
+                         "x": _q("max_load_per_replica", stack=None, title=title),
+                         "tooltip": [{"field": "config", "type": "nominal"}, {"field": "policy", "type": "nominal"},
+                                     _q("max_load_per_replica", title=title)]}}
+    err = {"mark": {"type": "rule", "color": "black"},
+           "encoding": {"y": y, "yOffset": {"field": "policy", "type": "nominal"}, "x": _q("lo", title=title),
+                        "x2": {"field": "hi"}}}
+    return {"$schema": VEGA_LITE_SCHEMA, "config": _VIEW | {"axis": {"labelFontSize": 12, "titleFontSize": 12}},
             "data": {"values": _records(d, ["config", "policy", "max_load_per_replica", "lo", "hi"])},
-            "facet": {"column": {"field": "config", "header": {"labelAlign": "right", "labelAngle": -30},
-                                 "title": None, "type": "nominal"}},
-            "spec": {"layer": [bars, err], "height": 220, "width": 90}, "columns": 6,
-            "title": "Highest load one replica carries within the SLOs (error bar: calibration/validation band"
-                     " where known)"}
+            "layer": [bars, err], "width": CHART_WIDTH, "height": {"step": 12},  # per bar (yOffset band)
+            "title": "Highest load one replica carries within the SLOs (line: calibration/validation band where known)"}
 
 
 def _q(field: str, **kw) -> dict:

@@ -8,8 +8,9 @@ Scenario sections read here (validated with :func:`simulator.specs.scenario.chec
                prices = {h100-sxm = 2.5}           policies = ["plain", "fixed", "dsd"]
                target_rate_per_s = 20.0 (else [traffic] rate_per_s)   n_requests = 200
                search_steps = 4   seed = 0   workers = 2   sensitivity = true
-               dtypes = ["", "fp8"]  ("" = the scenario's precision; fp8 = W8A8 where the GPU has fp8;
-                                     nvfp4 / mxfp4 = W4A4 where its tensor cores run that format)
+               dtypes = [""]  (default: the scenario's precision alone; add "fp8" to search W8A8 too, where the
+                               GPU has fp8, or nvfp4 / mxfp4 for W4A4 where its tensor cores run that format;
+                               a quantized pick carries a quality caveat)
                headroom = 0.2  spare_replicas = 1 (N+1)  gpus_per_node = 8
 
 ``[traffic]`` belongs to the serving simulation; the sizer reads its load (``rate_per_s`` or
@@ -172,15 +173,17 @@ def _check_hardware(name, origin) -> str:
 
 
 def _parse_dtypes(sc: Scenario, table: dict, dtypes) -> list[str]:
-    """Precision variants: the arguments, else [sizing] dtypes, else the scenario's own plus fp8 (W8A8)."""
+    """Precision variants: the arguments, else [sizing] dtypes, else the scenario's own alone (a precision
+    nobody asked for is never searched: quantizing changes the model's outputs)."""
     out = dtypes if dtypes is not None else table.get("dtypes")
     if out is None:
-        own = sc.deployment.weight_dtype
-        return [""] if own == FP8 else ["", FP8]
+        return [""]
+    own = sc.deployment.weight_dtype
+    out = ["" if d in ("own", own) else d for d in out]  # the scenario's own precision, by name
     for d in out:
         if d not in ("",) + LOW_PRECISION:
-            raise PlannerError(f"{sc.origin}: [sizing] dtypes entries must be \"\" (the scenario's precision) or"
-                               f" one of {', '.join(LOW_PRECISION)}, got {d!r}")
+            raise PlannerError(f"{sc.origin}: [sizing] dtypes / --dtypes entries must be \"\" or \"own\" (the scenario's"
+                               f" precision, {own}) or one of {', '.join(LOW_PRECISION)}, got {d!r}")
     return list(dict.fromkeys(out)) or [""]
 
 

@@ -72,13 +72,24 @@ class AcceptanceFile:
     def acceptance_length(self, k) -> np.ndarray:
         return self.acceptance().acceptance_length(k)
 
+    def measured_cap(self) -> tuple[int | None, str]:
+        """The largest K the file supports and why: its own max_supported_k, else the positions it measured
+        (rates measured up to K = n say nothing of position n + 1: a flat extrapolation would plan K > n on
+        no evidence; a per-position model beyond n, given as [acceptance] rates, lifts the cap)."""
+        cap, reason = self.max_supported_k, self.cap_reason
+        n = len(self.conditional)
+        if n > 1 and (cap is None or n < cap):
+            cap, reason = n, (f"acceptance measured up to K={n}; give per-position rates beyond it"
+                              " ([acceptance] rates or --acceptance a1,a2,...) to plan a larger K")
+        return cap, reason
+
     def cap(self, k_max: int, fixed_k: int) -> tuple[int, int, list[str]]:
         """(k_max, fixed_k) under max_supported_k (the grid, K* and every export), and the file's
         caveats plus one line per value lowered."""
         notes = list(self.warnings)
-        cap = self.max_supported_k
+        cap, reason = self.measured_cap()
         if cap is not None and k_max > cap:
-            notes.append(f"K capped at {cap} by {self.path} ({self.cap_reason}); k_max was {k_max}")
+            notes.append(f"K capped at {cap} by {self.path} ({reason}); k_max was {k_max}")
             k_max = cap
         if cap is not None and fixed_k > cap:
             notes.append(f"fixed K lowered from {fixed_k} to {cap}: {self.path} supports K <= {cap}")

@@ -31,7 +31,7 @@ class Routing:
 
     def describe(self) -> str:
         base = f"zipf(s={self.skew:g})" if self.kind == "zipf" else self.kind
-        return base + (f", reuse {self.reuse:g}" if self.reuse else "")
+        return base + f", reuse {self.reuse:g}"  # printed even at 0: the expert count rests on it
 
 
 def check_reuse(reuse: float, origin: str = "routing") -> float:

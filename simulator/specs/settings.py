@@ -20,6 +20,7 @@ from simulator.specs.values import NUM, STR_OR_LIST
 # Default share of the per-batch optimum a K* schedule may give up at any batch size for fewer ranges
 # (simulator/plan/schedule.py): inside every prediction's step-time band (+-5-25%, specs/uncertainty.py)
 SCHEDULE_TOLERANCE = 0.01
+ROUTING_REUSE_DEFAULT = 0.5  # MoE adjacent-token expert reuse rho (docs/moe.md)
 
 
 @dataclass(frozen=True)
@@ -181,8 +182,11 @@ SETTINGS: tuple[Setting, ...] = (
            " fewer ranges of K (default 0.01 = 1%%; 0 = the raw per-batch argmax); also 1%%"),
     S("routing", "kind", default="uniform"), S("routing", "skew", NUM, 0.0, name="routing_skew"),
     S("routing", "probabilities", list),
-    S("routing", "reuse", NUM, 0.0, name="routing_reuse", flag="--routing-reuse", arg_type=float,
-      help="MoE: probability that a position re-uses the previous position's experts (0 <= rho < 1)"),
+    # 0.5: published MoE measurements report verifying 4 tokens loads ~2.5x the experts of one
+    # (1 + 3 (1 - rho) = 2.5, docs/moe.md); one default whether the model comes by flag or by scenario
+    S("routing", "reuse", NUM, ROUTING_REUSE_DEFAULT, name="routing_reuse", flag="--routing-reuse", arg_type=float,
+      help=f"MoE: probability that a position re-uses the previous position's experts (0 <= rho < 1; default"
+           f" {ROUTING_REUSE_DEFAULT:g}, from published expert counts: docs/moe.md)"),
     S("calibration", "profile", name="calibration", flag="--calibration",
       help="calibration profile JSON (python -m calibration.fit, or a measured-table profile under"
            " simulator/data/profiles/; 'none': datasheet only)"),

@@ -29,7 +29,7 @@ from __future__ import annotations
 from simulator.errors import PlannerError
 from simulator.plan.exports.common import (DEFAULT_VERSION, ENGINE_OF, FORMATS, NEWEST_CHECKED,
                                            PROPOSAL_VERSIONS, Export, KTable, check_version, k_ranges,
-                                           parse_version, trtllm_generation, trtllm_schedule, vllm_config)
+                                           parse_version, trtllm_generation)
 from simulator.plan.exports.sglang import _sglang, _sglang_sps, pad_to_capture, sglang_lookup, sps_lookup
 from simulator.plan.exports.trtllm import _trtllm, trtllm_lookup
 from simulator.plan.exports.vllm import _vllm, _vllm_ctx, fill_infeasible, vllm_ctx_lookup, vllm_lookup
@@ -37,7 +37,7 @@ from simulator.plan.exports.vllm import _vllm, _vllm_ctx, fill_infeasible, vllm_
 __all__ = ["DEFAULT_VERSION", "ENGINE_OF", "FORMATS", "NEWEST_CHECKED", "PROPOSAL_VERSIONS", "Export", "KTable",
            "check_version", "engine_k", "export", "fill_infeasible", "k_ranges", "pad_to_capture",
            "parse_version", "sglang_lookup", "sps_lookup", "trtllm_generation", "trtllm_lookup",
-           "trtllm_schedule", "vllm_config", "vllm_ctx_lookup", "vllm_lookup"]
+           "vllm_ctx_lookup", "vllm_lookup"]
 
 
 # --- dispatcher ----------------------------------------------------------------------------------

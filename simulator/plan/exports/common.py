@@ -15,7 +15,7 @@ from simulator.errors import PlannerError
 from simulator.specs import versions
 
 
-# --- 1-D helpers (kept for callers that hold a plain K* list) ---------------------------------------
+# --- 1-D helper: K* runs as inclusive ranges (what every exporter starts from) ----------------------
 
 def k_ranges(batch_sizes, k_opt) -> list[list[int]]:
     """Merge a K* table into inclusive [start_bs, end_bs, K] ranges.
@@ -40,18 +40,6 @@ def k_ranges(batch_sizes, k_opt) -> list[list[int]]:
         else:
             ranges.append([start, end, int(kk)])
     return ranges
-
-
-def vllm_config(batch_sizes, k_opt) -> dict:
-    ranges = k_ranges(batch_sizes, k_opt)
-    return {"num_speculative_tokens": max((r[2] for r in ranges), default=0),
-            "num_speculative_tokens_per_batch_size": ranges}
-
-
-def trtllm_schedule(batch_sizes, k_opt) -> dict[int, int]:
-    """{upper bound: K}; the last range's upper bound is the largest batch size evaluated.
-    (Version-free legacy form; :func:`export` writes the validated form for a named version.)"""
-    return {r[1]: r[2] for r in k_ranges(batch_sizes, k_opt)}
 
 
 # --- versions ----------------------------------------------------------------------------------------
