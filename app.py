@@ -322,15 +322,21 @@ def tab_context(pg: Page) -> None:
     st.dataframe(k2d, width="stretch", height=260)
 
 
-EXPORTS = [  # (label, format, version, file suffix)
-    ("vLLM speculative config (JSON)", "vllm", None, "vllm.json"),
-    ("vLLM 5-item context-aware schedule, PR #48944 proposal (JSON)", "vllm-ctx", None, "vllm-ctx.json"),
-    ("TensorRT-LLM 1.2.x draft_len_schedule (JSON)", "trtllm", "1.2.1", "trtllm-1.2.json"),
-    ("TensorRT-LLM 1.3.0rc8+ draft_len_schedule (JSON)", "trtllm", "1.3.0rc8", "trtllm-1.3.json"),
-    ("SGLang 0.5.14+ adaptive config (JSON)", "sglang", None, "sglang-adaptive.json"),
-    ("SGLang 0.5.13 adaptive config, no K = 0 (JSON)", "sglang", "0.5.13", "sglang-0.5.13-adaptive.json"),
-    ("SGLang DSpark step-cost table, 0.5.16+ (JSON)", "sglang-sps", None, "sglang-sps.json"),
+EXPORTS = [  # (engine, label, format, version, file suffix)
+    ("vllm", "vLLM speculative config (JSON)", "vllm", None, "vllm.json"),
+    ("vllm", "vLLM 5-item context-aware schedule, PR #48944 proposal (JSON)", "vllm-ctx", None, "vllm-ctx.json"),
+    ("trtllm", "TensorRT-LLM 1.2.x draft_len_schedule (JSON)", "trtllm", "1.2.1", "trtllm-1.2.json"),
+    ("trtllm", "TensorRT-LLM 1.3.0rc8+ draft_len_schedule (JSON)", "trtllm", "1.3.0rc8", "trtllm-1.3.json"),
+    ("sglang", "SGLang 0.5.14+ adaptive config (JSON)", "sglang", None, "sglang-adaptive.json"),
+    ("sglang", "SGLang 0.5.13 adaptive config, no K = 0 (JSON)", "sglang", "0.5.13", "sglang-0.5.13-adaptive.json"),
+    ("sglang", "SGLang DSpark step-cost table, 0.5.16+ (JSON)", "sglang-sps", None, "sglang-sps.json"),
 ]
+
+
+def engine_exports(p) -> list[tuple]:
+    """The engine files of the scenario's engine (the sidebar's selector), as (label, format, version, suffix)."""
+    engine = p.scenario.engine.name if p.scenario.engine is not None else ""
+    return [row[1:] for row in EXPORTS if row[0] == engine]
 
 
 def tab_downloads(pg: Page) -> None:
@@ -343,9 +349,15 @@ def tab_downloads(pg: Page) -> None:
         lens = (p.scenario.context_len,)
     c1, c2 = st.columns(2)
     with c1:
-        st.markdown("**Engine schedules** (each for the engine version named; `--export-version` on the command line)")
+        engine = p.scenario.engine
+        shown = engine_exports(p)
+        st.markdown(f"**{S.engine_label(engine.name) if engine else 'Engine'} schedules** (each for the engine"
+                    " version named; `--export-version` on the command line)")
+        if not shown:
+            st.caption(f"{engine.display_name if engine else 'This engine'} reads no schedule file: pick vLLM, SGLang"
+                       " or TensorRT-LLM as the serving engine in the sidebar for its files.")
         tables = []
-        for label, fmt, version, suffix in EXPORTS:
+        for label, fmt, version, suffix in shown:
             text, md, warns = cached_export(pg.key, pg.origin, fmt, version, lens)
             if text is None:
                 st.caption(f"{label}: not available: {md}")
@@ -353,9 +365,10 @@ def tab_downloads(pg: Page) -> None:
             st.download_button(label, text, file_name=f"{name}-{suffix}", mime="application/json",
                                key=f"dl_{suffix}", width="stretch")
             tables.append(md)
-        st.download_button("All engine schedules as Markdown tables (MD)", "\n".join(tables),
-                           file_name=f"{name}-engine-schedules.md", mime="text/markdown", key="dl_md",
-                           width="stretch")
+        if tables:
+            st.download_button("All engine schedules as Markdown tables (MD)", "\n".join(tables),
+                               file_name=f"{name}-engine-schedules.md", mime="text/markdown", key="dl_md",
+                               width="stretch")
         st.markdown("**Data**")
         st.download_button("Goodput grid (CSV)", lambda: p.grid_rows.to_csv(index=False), file_name=f"{name}-grid.csv",
                            mime="text/csv", key="dl_grid", width="stretch")
@@ -367,9 +380,10 @@ def tab_downloads(pg: Page) -> None:
         st.download_button("Prediction with provenance (JSON)", lambda: json.dumps(p.to_dict(), indent=2),
                            file_name=f"{name}-prediction.json", mime="application/json", key="dl_dict",
                            width="stretch")
-        with st.expander("What each engine will do (Markdown)"):
-            for md in tables:
-                st.markdown(md)
+        if tables:
+            with st.expander("What the engine will do (Markdown)"):
+                for md in tables:
+                    st.markdown(md)
     with c2:
         st.markdown(f"**Charts (PNG, rendered on click; roofline and breakdown at B = {pg.b}, K = {pg.k})**")
         names = [("K* vs batch size", "k_star"), ("Goodput heatmap", "heatmap"), ("Tokens/s per user", "policy"),

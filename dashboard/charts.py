@@ -333,10 +333,13 @@ def kstar_context_heatmap(k2d: pd.DataFrame, title: str = "") -> alt.Chart:
     tip = [alt.Tooltip("batch_size:Q", title="B"), alt.Tooltip("context_len:Q", title="L", format=","),
            alt.Tooltip("k_opt:Q", title="K*")]
     grey = alt.Chart(over).mark_rect(color="#d9d9d9").encode(**pos, tooltip=tip[:2])
-    k_max = max(1.0, float(fits["k_opt"].max()) if len(fits) else 1.0)
+    # K* is a whole number: one colour per K from 0 to the largest shown (an ordinal scale), not a gradient
+    # that suggests K = 2.5 exists
+    fits = fits.assign(k_opt=fits["k_opt"].astype(int))
+    k_max = int(fits["k_opt"].max()) if len(fits) else 1
     cells = alt.Chart(fits).mark_rect().encode(
-        **pos, color=alt.Color("k_opt:Q", title="K*", scale=alt.Scale(scheme="viridis", domain=[0, k_max]),
-                               legend=alt.Legend(format="d", tickMinStep=1)), tooltip=tip)
+        **pos, color=alt.Color("k_opt:O", title="K*", scale=alt.Scale(scheme="viridis", domain=list(range(k_max + 1))),
+                               legend=alt.Legend(orient="right")), tooltip=tip)
     note = "colour: K* at each (batch size, context length); grey: does not fit in memory"
     return alt.layer(grey, cells, title=alt.TitleParams(
         "Optimal draft length K* over batch size and context length",

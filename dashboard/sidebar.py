@@ -11,7 +11,8 @@ from simulator.errors import PlannerError
 from simulator.specs.acceptance import preset_for
 from simulator.specs.drafts import parse_draft
 from simulator.specs.hardware import ACT_DTYPES, KV_DTYPES, WEIGHT_DTYPES, list_hardware, load_hardware
-from simulator.specs.models import list_models
+from simulator.specs.engines import default_engine
+from simulator.specs.models import list_models, load_model
 
 
 @dataclass
@@ -58,6 +59,16 @@ def _hardware_changed() -> None:
     hw = load_hardware(ss["hw_name"])
     ss["hw_peak_tflops"] = hw.peak_bf16_flops_per_s / 1e12
     ss["hw_bw_tbs"] = hw.hbm_bandwidth_bytes_per_s / 1e12
+    if default_engine(hw.kind) != default_engine(ss.get("_hw_kind", hw.kind)):  # GPU <-> CPU: its usual engine
+        ss["engine_name"] = default_engine(hw.kind)
+        _engine_changed()
+    ss["_hw_kind"] = hw.kind
+
+
+def _engine_changed() -> None:
+    """A new engine starts at its newest profiled release."""
+    ss = st.session_state
+    ss["engine_version"] = S.release_choices(ss["engine_name"])[0]
 
 
 def _init_state() -> None:
@@ -130,6 +141,7 @@ def _hardware_controls() -> None:
                         help="Your server's nccl-tests all_reduce_perf busbw at large messages; it prices every"
                              " TP all-reduce's bandwidth term. 0: the measured tables (PCIe: the median published"
                              " server) or the datasheet link. PCIe servers differ by up to 10x.")
+    ss["_hw_kind"] = load_hardware(ss["hw_name"]).kind  # what _hardware_changed compares the next device with
     c1, c2 = sb.columns(2)
     c1.selectbox("Tensor parallel (TP)", S.TP_CHOICES, key="tp")
     c2.selectbox("Expert parallel (EP)", S.EP_CHOICES, key="ep", help="MoE models only; must divide TP.")
@@ -140,6 +152,22 @@ def _hardware_controls() -> None:
     c2.slider("Routing reuse rho", 0.0, 0.9, step=0.05, key="reuse",
               help="MoE: probability that a draft position re-uses the previous position's experts (adjacent tokens"
                    " of one sequence route alike; 0 = independent tokens)")
+
+
+def _engine_controls() -> None:
+    """The serving engine and its release (the CLI's --engine / --engine-version): host time per step,
+    CUDA-graph padding and which engine files the Downloads tab writes."""
+    ss, sb = st.session_state, st.sidebar
+    if ss.get("engine_version") not in S.release_choices(ss["engine_name"]):
+        _engine_changed()
+    sb.subheader("Serving engine")
+    sb.selectbox("Engine", S.engine_choices(), key="engine_name", format_func=S.engine_label,
+                 on_change=_engine_changed,
+                 help="Whose host time per step and CUDA-graph padding the step times include (--engine); the"
+                      " Downloads tab writes this engine's files. none (kernels only): the GPU work alone.")
+    sb.selectbox("Engine release", S.release_choices(ss["engine_name"]), key="engine_version",
+                 format_func=lambda v: v or "-",
+                 help="The engine profile's release (--engine-version; simulator/data/engines/), newest first.")
 
 
 def _model_controls() -> tuple[str, bool]:
@@ -160,13 +188,38 @@ def _model_controls() -> tuple[str, bool]:
                 model = _uploaded_model(up.getvalue(), up.name)
             except PlannerError as err:  # shown at its control; the page stays on the catalog model
                 sb.error(f"Model upload rejected: {err}. Showing the catalog model {model} until it is fixed.")
+    _fit_draft_to(model)
     sb.selectbox("Draft method", S.DRAFT_CHOICES, key="draft_method", on_change=_draft_changed,
                  help="eagle / eagle3: a one-layer head; mtp: the model's multi-token-prediction module; "
                       "ngram: prompt lookup on the host; model: a separate small draft model; dflash / dspark / "
                       "p-eagle / pard: one-pass block drafters; eagle3:tree:4x8: an EAGLE tree (topk 4, 8 tokens).")
     if ss["draft_method"] == "model":
-        sb.selectbox("Draft model", list(list_models()), key="draft_model")
+        sb.selectbox("Draft model", S.draft_models_for(model), key="draft_model",
+                     help="Catalog models that share the target's vocabulary and are smaller than it.")
+    note = ss.pop("_draft_note", None)
+    if note:
+        sb.info(note)
     return model, ok
+
+
+def _fit_draft_to(model: str) -> None:
+    """A separate draft model must share the target's vocabulary: when the target changes, the draft
+    becomes the smallest catalog model that does, else a head (the model's MTP module, else EAGLE-3),
+    and the sidebar says so. Runs before the draft widgets are drawn."""
+    ss = st.session_state
+    if ss["draft_method"] != "model" or ss["draft_model"] in S.draft_models_for(model):
+        return
+    old, fits = ss["draft_model"], S.draft_models_for(model)
+    target = Path(model).parent.name if model.endswith(".json") else model
+    why = f"draft model {old} has vocabulary {S.vocabulary(old)}, {target} has {S.vocabulary(model)}"
+    if fits:
+        ss["draft_model"] = fits[0]
+        ss["_draft_note"] = f"Draft reset to {fits[0]}, the smallest catalog model with {target}'s vocabulary ({why})."
+    else:
+        ss["draft_method"] = "mtp" if load_model(model).num_mtp_layers else "eagle3"
+        _draft_changed()
+        ss["_draft_note"] = (f"Draft set to {ss['draft_method']}: no catalog model shares {target}'s vocabulary"
+                             f" ({why}); a head drafts with the target's own vocabulary.")
 
 
 # Each acceptance mode's controls return (rates or None, source text, usable).
@@ -268,10 +321,10 @@ def _workload_controls() -> None:
     ss, sb = st.session_state, st.sidebar
     sb.subheader("Workload and precision")
     sb.number_input("Context length L (tokens)", min_value=1, max_value=1_048_576, step=512, key="context_len")
-    c1, c2, c3 = sb.columns(3)
+    c1, c2 = sb.columns(2)  # two to a row: three cut "bf16" to "bf1" in the sidebar's width
     c1.selectbox("Weights", list(WEIGHT_DTYPES), key="w_dtype")
     c2.selectbox("Activations", list(ACT_DTYPES), key="a_dtype")
-    c3.selectbox("KV cache", list(KV_DTYPES), key="kv_dtype")
+    c1.selectbox("KV cache", list(KV_DTYPES), key="kv_dtype")
     sb.slider("Batch sizes B", 1, S.BATCH_MAX, key="bs_range")
     sb.slider("K max (draft tokens)", 1, S.K_MAX_LIMIT, key="k_max")
     ss["fixed_k"] = min(int(ss.get("fixed_k", 3)), int(ss["k_max"]))
@@ -356,6 +409,7 @@ def sidebar() -> Inputs:
     ss = st.session_state
     base_raw, base_controls = _scenario_controls()
     _hardware_controls()
+    _engine_controls()
     model, model_ok = _model_controls()
     rates, source, acceptance_ok = _acceptance_controls(base_raw, base_controls)
     _workload_controls()
@@ -370,6 +424,11 @@ def sidebar() -> Inputs:
 
     controls = {k: ss[k] for k in base_controls}
     ss["_shadow"].update(controls, insp_b=ss["insp_b"], insp_k=ss["insp_k"])
+    if (int(controls["ep"]) > 1 or controls["layout"] != "tp") and not load_model(model).num_experts:
+        # expert parallelism needs experts: a dense target runs TP only (the controls keep their values)
+        controls.update(ep=1, layout="tp")
+        st.sidebar.caption(f"EP and the MoE layout apply to MoE models only: {load_model(model).name} is dense,"
+                           " so it runs on TP alone.")
     raw = S.scenario_raw(base_raw, controls, acceptance=rates, acceptance_source=source, model=model,
                          profile=profile, deployment_fit=fit_path) if model_ok and acceptance_ok else None
     return Inputs(raw=raw, origin=f"dashboard (from scenarios/{ss['scenario']}.toml)", inspect_b=int(ss["insp_b"]),

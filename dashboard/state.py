@@ -7,33 +7,36 @@ layout that :func:`simulator.specs.scenario.build_scenario` reads, and reads mea
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 import math
 import os
 import re
-import tempfile
 from pathlib import Path
 
 import pandas as pd
 
 from calibration.measured import read_measured
+from dashboard.server_files import safe_name, store_upload
 from simulator.specs.acceptance_files import AcceptanceFile, parse_acceptance_bytes
-from simulator.specs.deployment_fit import load_deployment_fit
+from simulator.specs.deployment_fit import DEPLOYMENT_FORMAT, load_deployment_fit
 from simulator.errors import PlannerError
-from simulator.specs.models import list_models, model_from_hf_config
+from simulator.specs.engines import default_engine, engine_names, engine_versions
+from simulator.specs.models import list_models, load_model, model_from_hf_config
 from simulator.specs.scenario import FALLBACK_RATE, REPO_ROOT, SCENARIO_DIR, read_scenario_file
 from simulator.specs.settings import default
 
 CALIBRATION_DIR = REPO_ROOT / "calibration" / "data"
 NO_PROFILE = "none (datasheet only)"
-AUTO_PROFILE = "best shipped for this device (measured tables, else published prior)"
+AUTO_PROFILE = "best shipped for the device"  # its measured tables, else its published prior (the help says so)
 TP_CHOICES = [1, 2, 4, 8, 16]
 EP_CHOICES = [1, 2, 4, 8]
 DRAFT_CHOICES = ["eagle", "eagle3", "mtp", "ngram", "model", "dflash", "dspark", "p-eagle", "pard", "eagle3:tree:4x8"]
 ACC_IID, ACC_LIST, ACC_BENCH, ACC_METRICS, ACC_FILE = ("i.i.d. rate", "per-position list", "vLLM bench JSON",
                                                        "vLLM /metrics dump", "acceptance file (any format)")
 ACC_MODES = [ACC_IID, ACC_LIST, ACC_BENCH, ACC_METRICS, ACC_FILE]
+# the engines the CLI's --engine takes, the three with engine files first; labels as their users name them
+ENGINE_LABELS = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM", "ideal": "none (kernels only)",
+                 "gpt-fast": "gpt-fast", "magicdec": "MagicDec"}
 BATCH_MAX = 1024
 K_MAX_LIMIT = 16
 MAX_RATE = 0.99  # Acceptance needs rates < 1
@@ -46,14 +49,44 @@ def scenario_names() -> list[str]:
     return (["default"] if "default" in names else []) + [n for n in names if n != "default"]
 
 
+def engine_choices() -> list[str]:
+    """Engine names for the selector: vLLM, SGLang, TensorRT-LLM first, then the other profiles."""
+    names = engine_names()
+    return [n for n in ENGINE_LABELS if n in names] + [n for n in names if n not in ENGINE_LABELS]
+
+
+def engine_label(name: str) -> str:
+    return ENGINE_LABELS.get(name, name)
+
+
+def release_choices(engine: str) -> list[str]:
+    """The engine's profiled releases, newest first (what --engine-version takes)."""
+    return list(reversed(engine_versions(engine)))
+
+
 def profile_files() -> dict[str, str]:
-    """Label -> path of calibration profiles (calibration/data/*.json, plus $DSD_PROFILE_DIR)."""
+    """Label -> path of calibration profiles (calibration/data/*.json, plus $DSD_PROFILE_DIR); the
+    sidecars written beside raw measurements (NAME.raw.csv.meta.json) are not profiles."""
     dirs = [CALIBRATION_DIR] + ([Path(os.environ["DSD_PROFILE_DIR"])] if os.environ.get("DSD_PROFILE_DIR") else [])
     out = {}
     for d in dirs:
         for p in sorted(Path(d).glob("*.json")):
-            out[p.name] = str(p)
+            if not p.name.endswith(".meta.json"):
+                out[p.name] = str(p)
     return out
+
+
+def vocabulary(model: str) -> int:
+    """The vocabulary size of a catalog model or an uploaded config.json's path."""
+    return load_model(model).vocab_size
+
+
+def draft_models_for(target: str) -> list[str]:
+    """Catalog models that can draft for ``target``: the same vocabulary, fewer parameters; smallest first."""
+    t = load_model(target)
+    fits = [load_model(m) for m in list_models() if m != t.name]
+    fits = [m for m in fits if m.vocab_size == t.vocab_size and m.total_params() < t.total_params()]
+    return [m.name for m in sorted(fits, key=lambda m: m.total_params())]
 
 
 def profile_hardware(path: str) -> str:
@@ -106,7 +139,12 @@ def controls_from_scenario(raw: dict) -> dict:
                                    "interconnect_bandwidth_bytes_per_s"))
     model = raw.get("model", {}).get("name", "llama-3.1-8b")
     profile = raw.get("calibration", {}).get("profile")
+    engine = raw.get("engine", {}).get("name") or default_engine(base.kind)
+    engine = engine if engine in engine_names() else default_engine(base.kind)
+    release = str(raw.get("engine", {}).get("version") or release_choices(engine)[0])
     return {
+        "engine_name": engine,
+        "engine_version": release if release in release_choices(engine) else release_choices(engine)[0],
         "hw_name": hw.get("name", "h100-sxm"),
         "hw_custom": custom,
         "hw_peak_tflops": float(hw.get("peak_bf16_flops_per_s", base.peak_bf16_flops_per_s)) / 1e12,
@@ -171,6 +209,12 @@ def scenario_raw(base: dict, c: dict, *, acceptance: list[float], acceptance_sou
             hw["interconnect_bandwidth_bytes_per_s"] = float(c["hw_busbw_gbs"]) * 1e9
     prec = raw.setdefault("precision", {})
     prec.update(weights=c["w_dtype"], activations=c["a_dtype"], kv_cache=c["kv_dtype"])
+    engine = raw.setdefault("engine", {})
+    engine.update(name=c["engine_name"])
+    if c.get("engine_version"):
+        engine["version"] = c["engine_version"]
+    else:
+        engine.pop("version", None)
     raw["draft"] = ({"method": "model", "model": c["draft_model"]} if c["draft_method"] == "model"
                     else {"method": c["draft_method"]})
     raw["acceptance"] = {"rates": [float(r) for r in acceptance], "source": acceptance_source}
@@ -227,35 +271,56 @@ def uploaded_model(data: bytes, filename: str) -> str:
     """Validate an uploaded Hugging Face config.json and store it where ``load_model`` can read it.
 
     Returns the path to pass as the scenario's model name. Adapter: build_scenario takes a model
-    name or a file path, not a config dict, so the upload is written to a content-addressed file.
+    name or a file path, not a config dict, so the upload is written to a fresh file of this process's
+    private directory (dashboard/server_files.py), in a folder named after the model.
     """
     cfg = _json_object(data, filename)
-    stem = str(cfg.get("_name_or_path") or Path(filename).stem or "uploaded").rstrip("/").split("/")[-1]
-    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", stem) or "uploaded"
+    stem = safe_name(str(cfg.get("_name_or_path") or "") or Path(filename).stem, "uploaded")
     model_from_hf_config(cfg, name=stem, origin=filename)  # raises PlannerError with the reason
-    digest = hashlib.sha256(data).hexdigest()[:12]
-    path = Path(tempfile.gettempdir()) / "dsd-dashboard-uploads" / digest / stem / "config.json"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
-    return str(path)
+    return str(store_upload(bytes(data), stem, "config.json"))
 
 
 def uploaded_deployment_fit(data: bytes, filename: str):
     """Validate an uploaded ``calibration.fit_deployment`` file and store it where the scenario reads it:
     (path, the loaded DeploymentFit). Whether it was fitted for this scenario's deployment is checked when
     the scenario is built (DeploymentMismatch)."""
-    stem = re.sub(r"[^A-Za-z0-9._-]+", "-", Path(filename).name) or "fit.json"
-    digest = hashlib.sha256(data).hexdigest()[:12]
-    path = Path(tempfile.gettempdir()) / "dsd-dashboard-uploads" / digest / stem
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data)
+    stem = safe_name(Path(filename).name, "fit.json")
+    doc = _json_object(data, stem)
+    if doc.get("format") == DEPLOYMENT_FORMAT:  # else the reader names what the file is not
+        check_fit_figures(doc, stem)
+    path = store_upload(bytes(data), stem)
     try:
         fit = load_deployment_fit(path)
     except PlannerError as err:  # name the upload, not the stored copy
-        raise PlannerError(str(err).replace(str(path), filename)) from None
+        raise PlannerError(str(err).replace(str(path), stem)) from None
     return str(path), fit
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def check_fit_figures(doc: dict, name: str) -> None:
+    """What a hand-edited fit may get wrong that would print false precision or stop the page: the band
+    (uncertainty.step_time_rel / goodput_rel, > 0 in every file fit_deployment writes: it adds a noise
+    floor), each term inside its interval [lo, hi], the provenance a table (issue 50)."""
+    refit = "; refit it with python -m calibration.fit_deployment"
+    unc = doc.get("uncertainty")
+    for key in ("step_time_rel", "goodput_rel"):
+        value = unc.get(key) if isinstance(unc, dict) else None
+        if not _finite(value) or not 0 < value <= 10:
+            raise PlannerError(f"{name}: uncertainty.{key} is {value!r}, not a share above 0 (e.g. 0.05): the"
+                               f" predictions would claim a +-0% band{refit}")
+    terms = doc.get("terms")
+    for term, entry in (terms.items() if isinstance(terms, dict) else ()):
+        iv = entry.get("interval") if isinstance(entry, dict) else None
+        value = entry.get("value") if isinstance(entry, dict) else None
+        if (isinstance(iv, list) and len(iv) == 2 and all(map(_finite, iv)) and _finite(value)
+                and not iv[0] <= value <= iv[1]):
+            raise PlannerError(f"{name}: terms.{term}.interval {iv} does not hold its value {value:g}"
+                               f" (an interval is [low, high] around the value){refit}")
+    if doc.get("provenance") is not None and not isinstance(doc["provenance"], dict):
+        raise PlannerError(f"{name}: provenance must be a table, got {type(doc['provenance']).__name__}{refit}")
 
 
 def without_deployment_fit(raw: dict) -> dict:

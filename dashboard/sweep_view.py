@@ -21,7 +21,8 @@ NEEDED = ("model", "hardware", "tp", "policy", COST)
 
 
 def read_table(source, name: str | None = None) -> pd.DataFrame:
-    """A sweep table from a path, or from uploaded bytes / a file-like object with its ``name``."""
+    """A sweep table from a path (the caller's own: the page reads a typed path with
+    :func:`dashboard.server_files.read_results_table`), or from bytes / a file-like object with its ``name``."""
     if isinstance(source, (str, Path)):
         path = Path(source)
         if not path.exists():
@@ -29,6 +30,8 @@ def read_table(source, name: str | None = None) -> pd.DataFrame:
         if path.is_dir():
             path = path / "results.parquet" if (path / "results.parquet").exists() else path / "results.csv"
         name, data = path.name, path.read_bytes()
+    elif isinstance(source, (bytes, bytearray)):
+        data, name = bytes(source), name or "upload.csv"
     else:
         data = source.getvalue() if hasattr(source, "getvalue") else source.read()
         name = name or getattr(source, "name", "upload.csv")

@@ -2,9 +2,12 @@
 ``python -m simulator.sweep``) and plot its Pareto front of $ per M output tokens vs latency."""
 from __future__ import annotations
 
+import logging
+
 import streamlit as st
 
 from dashboard import sweep_view as V
+from dashboard.server_files import RESULTS_ENV, read_results_table, results_dir
 from simulator.errors import PlannerError
 
 st.set_page_config(page_title="Fleet sweep", page_icon="⚡", layout="wide")
@@ -13,13 +16,16 @@ st.caption("Open the table a sweep wrote (`python -m simulator.sweep SPEC.toml` 
            " and compare configurations on cost and latency.")
 
 upload = st.file_uploader("Sweep table (Parquet or CSV)", type=["parquet", "csv"], key="sweep_upload")
-path = st.text_input("... or a path on this machine (file or output directory)", key="sweep_path")
+path = st.text_input(f"... or a path under the results folder {results_dir()} (a table or a sweep's output folder)",
+                     key="sweep_path", help=f"Only tables under this folder open; start the dashboard with {RESULTS_ENV}"
+                                            "=FOLDER to open another one.")
 df = None
 try:
     if upload is not None:
         df = V.read_table(upload, upload.name)
     elif path.strip():
-        df = V.read_table(path.strip())
+        name, data = read_results_table(path)
+        df = V.read_table(data, name)
 except PlannerError as err:
     st.error(str(err))
 
@@ -27,24 +33,38 @@ if df is None:
     st.info("No table loaded yet.")
     st.stop()
 
-cols = st.columns(4)
-models = sorted(df.model.astype(str).unique())
-pick = cols[0].multiselect("Models", models, default=models, key="sweep_models")
-traffic = sorted(df.traffic.astype(str).unique()) if "traffic" in df.columns else []
-pick_t = cols[1].multiselect("Traffic", traffic, default=traffic, key="sweep_traffic") if traffic else []
-policies = sorted(df.policy.astype(str).unique())
-pick_p = cols[2].multiselect("Policies", policies, default=policies, key="sweep_policies")
-latency = cols[3].selectbox("Latency axis", [c for c in V.LATENCIES if c in df.columns],
-                            format_func=V.LATENCIES.get, key="sweep_latency")
-view = df[df.model.astype(str).isin(pick) & df.policy.astype(str).isin(pick_p)]
-if traffic:
-    view = view[view.traffic.astype(str).isin(pick_t)]
 
-front = V.pareto_frame(view, latency)
-st.altair_chart(V.pareto_chart(view, latency), width="stretch")
-st.markdown(f"**{len(view)}** rows, **{len(front)}** meet the target, **{int(front.pareto.sum())}** on the front.")
-show = [c for c in ["model", "config", latency, "usd_per_m_output_tokens", "gpus", "gpus_band",
-                    "max_load_per_replica", "rel_error", "uncertainty"] if c in front.columns]
-st.dataframe(front[front.pareto].sort_values(["model", latency])[show], hide_index=True, width="stretch")
-with st.expander("All rows"):
-    st.dataframe(view, hide_index=True, width="stretch")
+def show(df) -> None:
+    """Filters, the Pareto chart and the front of a loaded table."""
+    latencies = [c for c in V.LATENCIES if c in df.columns]
+    if not latencies:
+        st.error(f"The table has none of the latency columns {', '.join(V.LATENCIES)}: not a sweep's results table.")
+        return
+    cols = st.columns(4)
+    models = sorted(df.model.astype(str).unique())
+    pick = cols[0].multiselect("Models", models, default=models, key="sweep_models")
+    traffic = sorted(df.traffic.astype(str).unique()) if "traffic" in df.columns else []
+    pick_t = cols[1].multiselect("Traffic", traffic, default=traffic, key="sweep_traffic") if traffic else []
+    policies = sorted(df.policy.astype(str).unique())
+    pick_p = cols[2].multiselect("Policies", policies, default=policies, key="sweep_policies")
+    latency = cols[3].selectbox("Latency axis", latencies,
+                                format_func=V.LATENCIES.get, key="sweep_latency")
+    view = df[df.model.astype(str).isin(pick) & df.policy.astype(str).isin(pick_p)]
+    if traffic:
+        view = view[view.traffic.astype(str).isin(pick_t)]
+
+    front = V.pareto_frame(view, latency)
+    st.altair_chart(V.pareto_chart(view, latency), width="stretch")
+    st.markdown(f"**{len(view)}** rows, **{len(front)}** meet the target, **{int(front.pareto.sum())}** on the front.")
+    shown = [c for c in ["model", "config", latency, "usd_per_m_output_tokens", "gpus", "gpus_band",
+                        "max_load_per_replica", "rel_error", "uncertainty"] if c in front.columns]
+    st.dataframe(front[front.pareto].sort_values(["model", latency])[shown], hide_index=True, width="stretch")
+    with st.expander("All rows"):
+        st.dataframe(view, hide_index=True, width="stretch")
+
+
+try:
+    show(df)
+except Exception as err:  # never a traceback in the browser; the server log keeps it
+    logging.getLogger("dsd.dashboard").exception("fleet sweep page failed")
+    st.error(f"Internal error ({type(err).__name__}) on this table. Please report it with the table you used.")

@@ -170,3 +170,36 @@ def test_downloads_tab_serves_an_engine_schedule(page, tmp_path):
     assert path.name.endswith("-vllm.json") and ranges[0][0] == 1
     assert cfg["num_speculative_tokens"] == max(1, max(r[2] for r in ranges))
     assert all(r[1] + 1 == n[0] for r, n in zip(ranges, ranges[1:]))  # inclusive, contiguous, no overlap
+
+
+# every selectbox input of the sidebar whose text is wider than its box (issue 49: dtypes read "bf1")
+CUT_VALUES = """() => [...document.querySelectorAll('[data-testid="stSidebar"] [data-testid="stSelectbox"] input')]
+    .filter(i => i.scrollWidth > i.clientWidth).map(i => i.getAttribute('aria-label') + ': ' + i.value)"""
+
+
+def _pick(pg, label: str, value: str) -> None:
+    box = pg.locator('[data-testid="stSelectbox"]').filter(has_text=label).first
+    box.locator("input").click()
+    pg.keyboard.type(value)
+    pg.keyboard.press("Enter")
+
+
+def test_sidebar_dropdowns_show_whole_values_and_the_engine_moves_the_provenance(page, tmp_path):
+    ctx = page.context.browser.new_context(viewport={"width": 1500, "height": 1000})
+    pg = ctx.new_page()
+    try:
+        pg.goto(page.url, wait_until="domcontentloaded")
+        pg.wait_for_selector(f"{CHART} canvas, {CHART} svg", timeout=60_000)
+        _pick(pg, "Engine", "TensorRT-LLM")
+        pg.wait_for_function("() => [...document.querySelectorAll('[data-testid=\"stCaptionContainer\"]')]"
+                             ".some(e => e.innerText.includes('TensorRT-LLM'))", timeout=30_000)
+        _pick(pg, "Weights", "mxfp4")
+        _pick(pg, "KV cache", "fp16")
+        pg.wait_for_function("() => [...document.querySelectorAll('[data-testid=\"stCaptionContainer\"]')]"
+                             ".some(e => e.innerText.includes('Prediction rests on'))", timeout=30_000)
+        assert pg.evaluate(CUT_VALUES) == []
+        assert "TensorRT-LLM" in _provenance(pg)
+        assert pg.locator('[data-testid="stException"]').count() == 0
+        pg.locator('[data-testid="stSidebar"]').screenshot(path=str(tmp_path / "sidebar.png"))
+    finally:
+        ctx.close()

@@ -247,10 +247,11 @@ def test_dashboard_sweep_view_opens_a_table_and_draws_the_front(reference):
         V.read_table(io.BytesIO(b"a,b\n1,2\n"), "x.csv")
 
 
-def test_fleet_sweep_page_runs(reference):
+def test_fleet_sweep_page_runs(reference, monkeypatch):
     pytest.importorskip("streamlit")
     from streamlit.testing.v1 import AppTest
     _, out = reference
+    monkeypatch.setenv("DSD_RESULTS_DIR", str(out.parent))  # the page opens typed paths under this folder only
     at = AppTest.from_file(str(ROOT / "pages" / "1_Fleet_sweep.py"), default_timeout=30)
     at.run()
     assert not at.exception and at.info

@@ -230,8 +230,10 @@ def _attention_whole_batch_table(surf, shape: dict, keys: float, peak: float, bw
     key, hit = _attention_lattice(surf, shape, float(top), keys, peak, bw)  # the lattice the cells would use
     table_key = key + ("whole-batch", keys)
     table = surf.envelopes.get(table_key)
-    if table is None or table.size <= top:
-        size = _table_size(top, MIN_WHOLE_BATCH_TABLE)
+    size = _table_size(top, MIN_WHOLE_BATCH_TABLE)
+    # at least 0..size, not just 0..top: _attention_whole_batch_tables stacks these tables cut at size + 1,
+    # and a kept shorter table (an earlier, smaller top in the same octave) would not line up with a new one
+    if table is None or table.size <= size:
         table = log_lattice_interp(hit[2], hit[0], hit[1], np.maximum(np.arange(size + 1, dtype=float), 1.0), keys)
         if len(surf.envelopes) < 4096:
             surf.envelopes[table_key] = table
