@@ -191,33 +191,13 @@ def moe_lattice_s(surface, correction, shape: dict, top_tokens: float, top_queri
         pairs = pairs_g[:, None] * np.ones_like(E)
         return surface_time_s(2.0 * pairs * s, expert_bytes + pairs * b_pair, eta, peak, bw)
 
-    # independent tokens (the tables' own routing, rho = 0): the monotone fit along T, then each step up in T
-    # at least the roofline time of its extra work (:func:`rising_with_work`: no flat spot where more experts load)
-    e_rel = e_all0[:, None]
-    t_rel = rising_with_work(monotone_lattice(time_s(e_rel)), 2.0 * pairs_g[:, None] * s,
-                             c_e[:, None] * e_rel * s * w + pairs_g[:, None] * b_pair, peak, bw)
+    # independent tokens (the tables' own routing, rho = 0): the monotone fit along T
+    t_rel = monotone_lattice(time_s(e_all0[:, None]))
     # fewer experts than independent tokens touch (reuse): never costlier than the same tokens at rho = 0,
     # and not cheaper than less work (running maximum); e_all0(T) itself keeps t_rel
     t = np.minimum(time_s(np.clip(E_nodes[None, :], e_lo[:, None], e_all0[:, None])), t_rel)
     t = np.where(E_nodes[None, :] >= e_all0[:, None], t_rel, t)
     return log_t, np.log2(E_nodes), monotone_lattice(t, mode="max"), t_rel[:, 0]
-
-
-def rising_with_work(t: np.ndarray, flops: np.ndarray, nbytes: np.ndarray, peak: float, bw: float) -> np.ndarray:
-    """``t`` [n, 1] along growing work with its flat stretches rising: a node the monotone fit leaves no higher
-    than the node before (the fit pooled nodes whose measured time fell with more work, or a stretch before it
-    was lifted) costs at least that node plus the roofline time of its extra FLOPs and bytes at the peaks: more
-    work never costs less than loading its extra bytes at full bandwidth. Nodes that rise on their own keep
-    their measured time.
-
-        t_i = max(t_i, t_{i-1} + max(dF_i / peak, dM_i / bw))   where t_i <= t_{i-1}
-    """
-    extra = np.maximum(np.diff(flops, axis=0) / peak, np.diff(nbytes, axis=0) / bw).clip(min=0.0)
-    out = t.copy()
-    for i in range(1, out.shape[0]):  # a few dozen nodes per lattice, priced once per layer shape
-        stuck = out[i] <= out[i - 1] * (1.0 + 1e-12)
-        out[i] = np.where(stuck, np.maximum(out[i], out[i - 1] + extra[i - 1]), out[i])
-    return out
 
 
 def moe_time_s(lattice, tokens, touched, probabilities) -> np.ndarray:
