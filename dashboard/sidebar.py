@@ -415,6 +415,10 @@ def sidebar() -> Inputs:
     _workload_controls()
     profile = _calibration_controls()
     fit_path, fit = _deployment_fit_controls()
+    physics_only = st.sidebar.checkbox(
+        "Physics only (leave out the learned layer)", key="physics_only",
+        help="The step times without the engine terms learned from published measurements"
+             " (simulator/data/learned_step.json), as --physics-only on the command line; a deployment fit still applies.")
     if fit is not None and fit.acceptance_rates and ss["acc_mode"] in (S.ACC_IID, S.ACC_LIST):
         # measured on the deployment: wins over the preset / typed rates, not over an uploaded acceptance file
         rates = [round(min(float(r), S.MAX_RATE), 4) for r in fit.acceptance_rates]  # as the other controls show them
@@ -430,6 +434,7 @@ def sidebar() -> Inputs:
         st.sidebar.caption(f"EP and the MoE layout apply to MoE models only: {load_model(model).name} is dense,"
                            " so it runs on TP alone.")
     raw = S.scenario_raw(base_raw, controls, acceptance=rates, acceptance_source=source, model=model,
-                         profile=profile, deployment_fit=fit_path) if model_ok and acceptance_ok else None
+                         profile=profile, deployment_fit=fit_path, physics_only=physics_only) \
+        if model_ok and acceptance_ok else None
     return Inputs(raw=raw, origin=f"dashboard (from scenarios/{ss['scenario']}.toml)", inspect_b=int(ss["insp_b"]),
                   inspect_k=None if ss["insp_k"] == "K*" else int(ss["insp_k"]), acceptance_note=source)

@@ -182,7 +182,8 @@ def read_scenario(name: str) -> dict:
 
 
 def scenario_raw(base: dict, c: dict, *, acceptance: list[float], acceptance_source: str,
-                 model: str, profile: str | None, deployment_fit: str | None = None) -> dict:
+                 model: str, profile: str | None, deployment_fit: str | None = None,
+                 physics_only: bool = False) -> dict:
     """Overlay the controls ``c`` on a scenario dict (keeps its routing, expert dtype, open sections)."""
     raw = copy.deepcopy(base)
     raw.setdefault("model", {})["name"] = model
@@ -229,6 +230,8 @@ def scenario_raw(base: dict, c: dict, *, acceptance: list[float], acceptance_sou
         raw["calibration"] = {"profile": profile}
     if deployment_fit:
         raw.setdefault("calibration", {})["deployment"] = deployment_fit
+    if physics_only:  # the physics alone: no engine terms learned from published measurements (--physics-only)
+        raw.setdefault("calibration", {})["learned"] = False
     return raw
 
 

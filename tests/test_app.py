@@ -579,3 +579,17 @@ def test_charts_are_pure_functions_and_export_png():
         assert spec.get("title")
     png = C.to_png(made[0])
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
+
+
+def test_physics_only_leaves_out_the_learned_layer():
+    # the default scenario (a GPU): the learned layer's engine terms are in the step times and the provenance
+    # names them; "Physics only" takes them out (speculating steps faster), as --physics-only does
+    at = new_app()
+    assert "learned layer" in provenance(at)
+    before = at.dataframe[0].value.set_index("B (sequences)")
+    at.sidebar.checkbox(key="physics_only").check().run()
+    assert_clean(at)
+    assert "learned layer" not in provenance(at)
+    after = at.dataframe[0].value.set_index("B (sequences)")
+    assert (after["plain ms per token"] == before["plain ms per token"]).all()  # the learned form: speculation terms
+    assert after.loc[64, "ms per token"] < before.loc[64, "ms per token"]
