@@ -175,10 +175,11 @@ def markdown_rows(s: dict) -> list[str]:
     if not s.get("n"):
         return []
     pct = lambda x: f"{x:.1%}"  # noqa: E731
-    lines = [f"| two-shot speculative speedup ({s['curves']} curves with >= {MIN_POINTS} points; fitted on the smallest"
-             f" batch size and the middle point, those excluded) | {s['n']} | {pct(s['datasheet']['mape'])} |"
+    lines = [f"| two-shot speculative speedup ({s['curves']} curves with >= {MIN_POINTS} points; posterior from the"
+             f" smallest batch size and the middle point, those excluded) | {s['n']} | {pct(s['datasheet']['mape'])} | - |"
              f" {pct(s['planner']['mape'])} | {pct(s['planner']['worst'])} |",
-             f"| two-shot decision right | {s['n']} | {pct(s['decision']['datasheet'])} | {pct(s['decision']['planner'])} | |"]
+             f"| two-shot decision right | {s['n']} | {pct(s['decision']['datasheet'])} | - |"
+             f" {pct(s['decision']['planner'])} | |"]
     return lines
 
 
