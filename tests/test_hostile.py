@@ -516,7 +516,10 @@ formats = ["csv"]
 @pytest.mark.slow
 def test_sweep_stops_in_one_line_and_leaves_no_worker(tmp_path):
     spec = tmp_path / "sweep.toml"
-    spec.write_text(SWEEP.replace('hardware = ["h200"]', 'hardware = ["h200", "b200", "mi300x"]'))
+    # enough work that the signal lands while the workers run (six tasks finish in 0.2 s on a quiet machine)
+    spec.write_text(SWEEP.replace('hardware = ["h200"]', 'hardware = ["h200", "b200", "mi300x", "h100-sxm", "a100-80gb", "l40s"]')
+                    .replace('policies = ["plain"]', 'policies = ["plain", "dsd", "fixed"]')
+                    .replace("n_requests = 20", "n_requests = 400").replace("max_requests = 60", "max_requests = 2000"))
     rc, err, workers = _signal_when_workers_run(
         ["simulator.sweep", str(spec), "--workers", "2", "--output-dir", "out", "--quiet"], signal.SIGTERM, tmp_path)
     assert rc == 143 and "journal.jsonl" in err, err

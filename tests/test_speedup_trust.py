@@ -49,23 +49,24 @@ def test_committed_bands_are_the_committed_rows():
         assert b.median_error == pytest.approx(inside.error.median(), rel=1e-9)
     mape, median = speedup_band_at([1, 8, 9, 32, 33, 512])
     assert mape[0] == mape[1] != mape[2] == mape[3] != mape[4] == mape[5]
-    # the planner leans optimistic at mid and large batch on every published curve family (issue 20)
-    assert median[2] > 0.1 and median[4] > 0.1
+    # the physics alone leaned optimistic at mid and large batch (+17.4%, +21.3% median, issue 20); with the learned
+    # layer, held out by source, it still leans optimistic there but by less (issue 47; transfer.md)
+    assert 0 < median[2] < 0.174 and median[4] < 0.213
 
 
 def test_gain_at_risk_by_hand():
-    # B = 24 in the 9-32 range: 1.10x with a median +17% optimism reads 1.10 / 1.17 = 0.94 < 1: at risk;
-    # 1.30x reads 1.11: not; K* = 0 (plain) is never at risk
+    # B = 24 in the 9-32 range: 1.05x with a median +9% optimism (the learned layer held out by source) reads
+    # 1.05 / 1.09 = 0.96 < 1: at risk; 1.30x reads 1.19: not; K* = 0 (plain) is never at risk
     sc = load_scenario("llama-3.1-8b-h100")
     _, median = speedup_band_at([24])
-    assert 0.1 < median[0] < 0.3
-    table = pd.DataFrame({"batch_size": [24, 24, 24], "speedup_vs_plain": [1.10, 1.30, 1.0],
+    assert 0.05 < median[0] < 0.3
+    table = pd.DataFrame({"batch_size": [24, 24, 24], "speedup_vs_plain": [1.05, 1.30, 1.0],
                           "k_opt": pd.array([2, 3, 0], dtype="Int64")})
     cols = speedup_trust_columns(table, sc)
-    want = [1.10 / (1 + median[0]) < 1, 1.30 / (1 + median[0]) < 1, False]
+    want = [1.05 / (1 + median[0]) < 1, 1.30 / (1 + median[0]) < 1, False]
     assert list(cols["gain_at_risk"]) == want == [True, False, False]
     text = gain_at_risk_text(table.assign(**cols))
-    assert "B 24 (1 batch sizes, up to 1.10x)" in text and "calibration.fit_deployment" in text
+    assert "B 24 (1 batch sizes, up to 1.05x)" in text and "calibration.fit_deployment" in text
 
 
 def test_predict_quotes_the_band_and_flags_the_rows():
