@@ -155,9 +155,12 @@ class Population:
     sources: tuple
     form: str = "all terms"
     form_errors: dict = field(default_factory=dict)  # leave-one-source-out MAPE of each form on the training rows
+    # what the terms leave unexplained once each source has its own (RMS log residual per kind of row): the
+    # model's own misfit along one deployment's curve, which a posterior's band carries beside its terms' spread
+    misfit_by_kind: dict = field(default_factory=dict)
 
     def prior(self, learned_from: dict | None = None, path: str = ""):
-        return prior_from(self.mean_fit, self.sd_fit, learned_from, path)
+        return prior_from(self.mean_fit, self.sd_fit, learned_from, path, self.misfit_by_kind)
 
 
 # The forms the layer may take (which terms are free; the others stay at the physics), fixed before any score:
@@ -220,6 +223,9 @@ def fit_population(rows: Rows, form: str = "all terms", start_sd: np.ndarray = S
                           xtol=1e-8, ftol=1e-8).x
         sigma = max(float(np.sqrt(np.mean((resid(x)[:n] * sigma) ** 2))), 0.01)
     mu, per, _ = unpack(x)
+    left = resid(x)[:n] * sigma  # log residuals with every source's own terms
+    misfit = {str(k): float(np.sqrt(np.mean(left[rows.kind == k] ** 2))) for k in ("step", "speedup")
+              if (rows.kind == k).any()}
     mean, spread = neutral_all.copy(), np.zeros(N_TERMS)
     mean[free], spread[free] = mu, sd
     per_all = {}
@@ -227,7 +233,7 @@ def fit_population(rows: Rows, form: str = "all terms", start_sd: np.ndarray = S
         v = neutral_all.copy()
         v[free] = per[i]
         per_all[src] = v
-    return Population(mean, spread, sigma, per_all, n, sources, form)
+    return Population(mean, spread, sigma, per_all, n, sources, form, misfit_by_kind=misfit)
 
 
 def predict_rows(rows: Rows, pop: Population) -> tuple[np.ndarray, np.ndarray]:
@@ -303,6 +309,7 @@ def learned_document(pop: Population, corpus_path: Path, rows: Rows) -> dict:
                            "sd_fit": float(f"{pop.sd_fit[i]:.6g}"), "fit_coordinate": TERMS[n][3]}
                        for i, n in enumerate(TERM_NAMES)},
         "row_log_scatter": round(pop.row_sigma, 5),
+        "misfit_log_by_kind": {k: round(v, 5) for k, v in pop.misfit_by_kind.items()},
         "learned_from": {"corpus": str(corpus_path.name), "corpus_sha256": hashlib.sha256(corpus_path.read_bytes()).hexdigest(),
                          "rows": int(pop.n_rows), "sources": len(pop.sources), "source_ids": list(pop.sources),
                          "kinds": {k: int((rows.kind == k).sum()) for k in ("step", "speedup")},

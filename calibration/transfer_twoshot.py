@@ -91,9 +91,13 @@ def two_shot_curve(members: list[Case], basis: str = "planner", prior=None) -> l
                             free_acceptance=not given)
     pred = np.exp(fewshot.predict_log("speedup", res["theta"], pts)[0])
     spread = np.log(fewshot.interval(np.exp(fewshot.predict_log("speedup", res["samples"], pts)))[1] / pred)
-    half = np.hypot(np.maximum(spread, 0.0), 1.645 * fewshot.NOISE_FLOOR)  # one measurement's scatter beside the terms'
+    # beside the terms' spread: one measurement's scatter and what the terms leave unexplained along a source's
+    # own curve (the learned layer's speedup misfit, learned without this source)
+    misfit = prior.misfit_log.get("speedup", 0.0) if prior is not None else 0.0
+    extra = 1.645 * np.hypot(fewshot.NOISE_FLOOR, misfit)
+    half = np.hypot(np.maximum(spread, 0.0), extra)
     lo, hi = pred * np.exp(-half), pred * np.exp(half)
-    before = zero_shot_half_width(pts, mean, given, res["theta"][fewshot.ACCEPTANCE])
+    before = zero_shot_half_width(pts, mean, given, res["theta"][fewshot.ACCEPTANCE], extra)
     out = []
     for i, c in enumerate(members):
         if i in train:
@@ -111,13 +115,14 @@ def two_shot_curve(members: list[Case], basis: str = "planner", prior=None) -> l
     return out
 
 
-def zero_shot_half_width(pts: fewshot.Points, mean: np.ndarray, given: bool, acceptance_scale: float) -> np.ndarray:
+def zero_shot_half_width(pts: fewshot.Points, mean: np.ndarray, given: bool, acceptance_scale: float,
+                         extra: float) -> np.ndarray:
     """The 90% half-width (log) of each point before any point of the curve is used: the prior's terms drawn
-    (the same acceptance as after), with one measurement's scatter."""
+    (the same acceptance as after), with the same measurement scatter and misfit (``extra``) as after."""
     th = fewshot.prior_samples(mean, A_PRIORI_SD, N_BOOT)
     th[:, fewshot.ACCEPTANCE] = 1.0 if given else acceptance_scale
     lo, hi = fewshot.interval(fewshot.predict_log("speedup", th, pts))
-    return np.hypot((hi - lo) / 2, 1.645 * fewshot.NOISE_FLOOR)
+    return np.hypot((hi - lo) / 2, extra)
 
 
 def score_two_shot(cases: list[Case], layer_for=None) -> pd.DataFrame:
@@ -192,7 +197,8 @@ def markdown_note(s: dict) -> list[str]:
     return [f"Two-shot (`calibration/transfer_twoshot.py`): per curve, the posterior of the engine terms given the"
             f" smallest batch size and the middle point (the prior: the learned layer learned without the curve's source,"
             f" each term within its a priori spread; a free acceptance scale where the rows give no acceptance length)."
-            f" 90% intervals (the posterior's, with one measurement's 2% scatter) hold {s['interval_coverage']:.0%} of"
+            f" 90% intervals (the posterior's, with one measurement's 2% scatter and the learned layer's speedup misfit"
+            f" in quadrature) hold {s['interval_coverage']:.0%} of"
             f" the held-out measurements (goal 85-95%); the band after the two points is no wider than before them on"
             f" {s['curves_band_not_wider']:.0%} of the curves (median half-width {s['median_half_width_before']:.1%}"
             f" before, {s['median_half_width_after']:.1%} after). Targets (issue 47): MAPE <= 5%, decisions >= 98%.{same}", ""]

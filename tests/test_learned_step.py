@@ -206,3 +206,13 @@ def test_the_seed_case_speculation_is_a_coin_flip_at_b128():
     t = predict("command-a-h100", batch_sizes="1,128").table.set_index("batch_size")
     assert t.loc[1, "p_kopt_beats_plain"] == 1.0
     assert 0.2 < t.loc[128, "p_speculation_pays"] < 0.9 and t.loc[128, "k_robust"] == 0
+
+
+def test_goodput_band_carries_the_layers_speedup_misfit(new_user_fit):
+    # the goodput band after the points: the posterior's spread with the points' scatter and the learned layer's
+    # speedup misfit in quadrature, so it is at least 1.645 x that misfit (a 90% band of a normal log error)
+    misfit = json.loads(LEARNED_FILE.read_text())["misfit_log_by_kind"]["speedup"]
+    u = new_user_fit["uncertainty"]
+    assert u["model_misfit_log"] == pytest.approx(misfit, rel=1e-4)
+    assert u["goodput_rel"] >= 1.645 * misfit * (1 - 1e-6)
+    assert u["goodput_rel"] < u["zero_shot_goodput_rel"]

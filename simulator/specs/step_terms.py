@@ -119,6 +119,7 @@ class LearnedPrior(StepTerms):
     sd_fit: tuple = ()
     learned_from: dict = field(default_factory=dict)
     path: str = ""
+    misfit_log: dict = field(default_factory=dict)  # kind of row ("step", "speedup") -> RMS log residual left
 
     @property
     def label(self) -> str:
@@ -133,11 +134,12 @@ class LearnedPrior(StepTerms):
         return from_fit(phi)
 
 
-def prior_from(mean_fit, sd_fit, learned_from: dict | None = None, path: str = "") -> LearnedPrior:
+def prior_from(mean_fit, sd_fit, learned_from: dict | None = None, path: str = "",
+               misfit_log: dict | None = None) -> LearnedPrior:
     mean = np.asarray(mean_fit, dtype=float)
     centre = from_fit(mean)
     return LearnedPrior(dict(zip(TERM_NAMES, map(float, centre))), tuple(map(float, mean)),
-                        tuple(map(float, sd_fit)), dict(learned_from or {}), path)
+                        tuple(map(float, sd_fit)), dict(learned_from or {}), path, dict(misfit_log or {}))
 
 
 _LOADED: dict = {}  # path -> LearnedPrior: a data file read once per process (it is shipped, not edited at run time)
@@ -163,6 +165,9 @@ def load_learned_prior(path: str | Path = LEARNED_FILE) -> LearnedPrior | None:
                            " regenerate it with python -m calibration.learn_step") from None
     if not all(np.isfinite(mean + sd)) or min(sd) < 0:
         raise PlannerError(f"{path}: population values must be finite and spreads >= 0")
-    prior = prior_from(mean, sd, data.get("learned_from", {}), str(path))
+    misfit = data.get("misfit_log_by_kind") or {}
+    if not (isinstance(misfit, dict) and all(isinstance(v, (int, float)) and 0 <= v < 10 for v in misfit.values())):
+        raise PlannerError(f"{path}: misfit_log_by_kind must map kinds to log scatters in [0, 10)")
+    prior = prior_from(mean, sd, data.get("learned_from", {}), str(path), misfit)
     _LOADED[str(path)] = prior
     return prior
