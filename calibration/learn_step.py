@@ -33,7 +33,8 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from calibration.transfer_cases import CORPUS, Case, case_for, iid_rate, scenario_for, speculative_running
+from calibration.transfer_cases import (CORPUS, Case, anchor_curve_key, case_for, iid_rate, scenario_for,
+                                        speculative_running)
 from simulator.cli.common import OneLineParser, run_cli, write_atomically
 from simulator.errors import PlannerError, PlannerWarning
 from simulator.plan.grid import compute_grid
@@ -78,11 +79,6 @@ class Rows:
         return Rows(*(np.asarray(getattr(self, f))[mask] for f in self.__dataclass_fields__))
 
 
-def _curve_key(row) -> tuple:
-    return (row.source_id, row.device, row.model, row.draft_method, int(row.k),
-            row.context_len if not pd.isna(row.context_len) else -1, row.locator)
-
-
 def _parts(case: Case) -> tuple | None:
     """(batch, K, kernel, overhead, batch0, kernel0, overhead0, share) of a row, physics only."""
     B = int(case.row.batch_size)
@@ -117,7 +113,7 @@ def training_rows(cases: list[Case]) -> Rows:
             given = step_speedup and not pd.isna(c.row.acceptance_length)
             curve = -1
             if step_speedup and not given:
-                curve = curves.setdefault(_curve_key(c.row), len(curves))
+                curve = curves.setdefault(anchor_curve_key(c.row), len(curves))
             y = np.log(c.measured * (1e-3 if plain else 1.0))
             recs.append((c.row.source_id, c.raw["hardware"]["name"], str(c.row.engine),
                          "step" if plain else "speedup", curve, y, *parts,

@@ -43,8 +43,8 @@ import pandas as pd
 from scipy.optimize import brentq
 
 # re-exported: tests, calibration.transfer_twoshot and the rows' notes ("see DEVICES in calibration/transfer.py")
-from calibration.transfer_cases import (CORPUS, DEVICES, MOE_REUSE, OUT_DIR, REPO, Case, case_for,  # noqa: F401
-                                        iid_rate, scenario_for, speculative_running)
+from calibration.transfer_cases import (CORPUS, DEVICES, MOE_REUSE, OUT_DIR, REPO, Case, anchor_curve_key,  # noqa: F401
+                                        case_for, iid_rate, scenario_for, speculative_running)
 from calibration.transfer_components import part_rows, published_parts, summarize_parts
 from calibration.transfer_peer import peer_speedup, peer_tpot_ms
 from calibration.transfer_report import bands, markdown, summarize
@@ -165,11 +165,6 @@ def part_cases(corpus: pd.DataFrame) -> list[tuple[Case, object]]:
     return out
 
 
-def _curve_key(row) -> tuple:
-    return (row.source_id, row.device, row.model, row.draft_method, int(row.k), row.context_len if not pd.isna(
-        row.context_len) else -1, row.locator)
-
-
 def anchor_acceptance(cases: list[Case], layer_for=None) -> dict[int, tuple[float | None, bool]]:
     """Acceptance length per speedup case: the row's own, else solved so that the smallest-batch row of
     its curve is reproduced by the datasheet-free planner basis (that anchor row is not scored); where no
@@ -183,7 +178,7 @@ def anchor_acceptance(cases: list[Case], layer_for=None) -> dict[int, tuple[floa
         if not pd.isna(c.row.acceptance_length):
             out[c.row.row_id] = (float(c.row.acceptance_length), False)
         else:
-            curves.setdefault(_curve_key(c.row), []).append(c)
+            curves.setdefault(anchor_curve_key(c.row), []).append(c)
     for members in curves.values():
         members.sort(key=lambda c: c.row.batch_size)
         first, K = members[0], int(members[0].row.k)

@@ -173,6 +173,12 @@ def case_for(row: pd.Series) -> Case | str:
     return f"metric {m} with draft {row.draft_method} is not scored"
 
 
+def anchor_curve_key(row) -> tuple:
+    """The speedup curve a row's acceptance is anchored on (source, device, model, draft, K, context, table)."""
+    return (row.source_id, row.device, row.model, row.draft_method, int(row.k), row.context_len if not pd.isna(
+        row.context_len) else -1, row.locator)
+
+
 def speculative_running(sc, case: Case) -> int:
     """Requests the speculating server runs at once in the row's benchmark: B, or in a closed loop of B
     users the engine's own running-request cap with speculation where it is below B (the others queue:
