@@ -63,7 +63,8 @@ def kernel_factor(s, s_spec, k) -> np.ndarray:
 def added_step_s(c_step, c_seq, c_spec, batch, k, c_seq_spec=0.0) -> np.ndarray:
     """Host time the terms add to one step [s]: c_step + c_seq B + (c_seq_spec B + c_spec B (K + 1)) [K > 0]."""
     batch, k = np.asarray(batch, dtype=float), np.asarray(k, dtype=float)
-    return c_step + c_seq * batch + (c_seq_spec * batch + c_spec * batch * (k + 1.0)) * (k > 0)
+    # factored as c_step + B (c_seq + (c_seq_spec + c_spec (K + 1)) [K > 0]): on a grid the bracket is a K vector
+    return c_step + batch * (c_seq + (c_seq_spec + c_spec * (k + 1.0)) * (k > 0))
 
 
 def compose_step_s(terms, batch, k, kernel_s, overhead_s) -> np.ndarray:
