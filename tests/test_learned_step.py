@@ -216,3 +216,14 @@ def test_goodput_band_carries_the_layers_speedup_misfit(new_user_fit):
     assert u["model_misfit_log"] == pytest.approx(misfit, rel=1e-4)
     assert u["goodput_rel"] >= 1.645 * misfit * (1 - 1e-6)
     assert u["goodput_rel"] < u["zero_shot_goodput_rel"]
+
+
+def test_physics_only_holds_on_every_sizing_candidate():
+    # a candidate on another GPU drops the scenario's calibration profile (it belongs to its device) but keeps
+    # --physics-only; the learned layer stays on where it was not asked away
+    from simulator.sizing.spec import Candidate, candidate_scenario
+    physics = load_scenario("sizing-dense-command-a", learned=False)
+    assert physics.profile is not None and physics.profile.hardware == "h100-sxm"
+    other = candidate_scenario(physics, Candidate("mi300x", 8))
+    assert other.step_prior is None and other.step_basis == "physics only"
+    assert candidate_scenario(load_scenario("sizing-dense-command-a"), Candidate("mi300x", 8)).step_basis == "learned layer"

@@ -252,8 +252,9 @@ def run(args) -> int:
         if isinstance(scenario, Scenario):  # one scenario: every flag is in it already
             res = size(scenario)
         else:
-            if args.acceptance or any(v is not None for v in precision.values()):
-                scenario = load_with_flags(str(scenario), acceptance=args.acceptance, **precision)
+            if args.acceptance or args.physics_only or any(v is not None for v in precision.values()):
+                scenario = load_with_flags(str(scenario), acceptance=args.acceptance,
+                                           learned=False if args.physics_only else None, **precision)
             res = size(scenario if isinstance(scenario, Scenario) else str(scenario), _overrides(args))
         for fmt in dict.fromkeys(formats):
             text = renderers[fmt](res)

@@ -213,6 +213,7 @@ def _capacity_row(sc: Scenario, s: Search, spec: SizingSpec, err: float | None, 
         "usd_per_m_tokens_at_target": (gpus * price / tok_h * 1e6 if gpus and tok_h > 0 else np.nan),
         "energy_j_per_token_est": energy,
         "step_time_source": "calibrated" if sc.profile else "datasheet",
+        "step_basis": sc.step_basis,  # the engine terms on top of the physics: deployment fit, learned layer or none
         "price_source": price_src, "reason": reason,
     }
 
@@ -313,6 +314,10 @@ def answer_text(best, spec: SizingSpec) -> str:
 
 
 POLICY_WORDS = {"plain": "no speculation", "fixed": "fixed K", "dsd": "dynamic K per batch size"}
+BASIS_WORDS = {"learned layer": "the engine terms learned from published measurements (simulator/data/learned_step.json;"
+                                " --physics-only leaves them out)",
+               "deployment fit": "the deployment fit's engine terms (--deployment)",
+               "physics only": "no engine terms (--physics-only, or no learned layer on this hardware)"}
 
 
 def quality_caveat(best, sc: Scenario | None) -> str:
@@ -339,6 +344,9 @@ def why_lines(best, capacity: pd.DataFrame, spec: SizingSpec, ranked: pd.DataFra
                      f" ${best.usd_per_m_output_tokens:.2f})")
     lines.append(f"GPUs needed {best.gpus_range} across the capacity band ({best.basis}"
                  f"{': datasheet figures only, not measured; calibrate (python -m calibration.run) before buying' if best.basis == 'datasheet' else ''})")
+    basis = best.get("step_basis", "")
+    if basis:
+        lines.append(f"step times: the physics plus {BASIS_WORDS.get(basis, basis)}")
     same = capacity[(capacity.hardware == best.hardware) & (capacity.tp == best.tp) & (capacity["dtype"] == best["dtype"])]
     others = []
     for _, r in same.iterrows():

@@ -329,7 +329,9 @@ def candidate_scenario(sc: Scenario, cand: Candidate, acceptance_scale: float = 
                 hw[key] = float(hw.get(key, getattr(dev, key))) * flops_scale
     raw["hardware"] = hw
     if sc.profile is not None and sc.profile.hardware != cand.hardware:
-        raw.pop("calibration", None)
+        learned = raw.pop("calibration", {}).get("learned")  # the profile stays on its device; --physics-only holds
+        if learned is not None:
+            raw["calibration"] = {"learned": learned}
     fit = sc.deployment_fit  # a deployment fit holds only for the deployment it was measured on
     if fit is not None and (fit.identity["hardware"], int(fit.identity["tp"])) != (cand.hardware, cand.tp) \
             or fit is not None and cand.dtype and sc.deployment.weight_dtype != cand.dtype:
