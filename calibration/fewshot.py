@@ -27,12 +27,8 @@ from simulator.specs import step_terms
 
 PARAMS = tuple(TERMS) + ("acceptance_scale",)
 ACCEPTANCE = PARAMS.index("acceptance_scale")
-NEUTRAL = np.array([TERMS[n][0] for n in TERMS] + [1.0])
 LOWER = np.array([TERMS[n][1] for n in TERMS] + [0.02])
 UPPER = np.array([TERMS[n][2] for n in TERMS] + [50.0])  # the acceptance cap of 0.999 bounds it too
-# solver units (so every step of the trust region is of order one): -, ms per step, 10 us per sequence,
-# 1 us per speculative token, -, 10 us per speculating sequence, -
-UNITS = np.array([1.0, 1e-3, 1e-5, 1e-6, 1.0, 1e-5, 1.0])
 # log-scale scatter of one measured point when the fit leaves no residual to estimate it from:
 # 2% is the repeat-to-repeat spread of step times in this project's engine sweeps and the rounding of
 # published speedups to two digits (1.38x +- 0.005)

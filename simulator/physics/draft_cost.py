@@ -114,11 +114,7 @@ def draft_extend_plan(setting: DraftSetting, batch, k, context_len, expert_batch
         ddep = draft_deployment(m, dep)
         adep = attention_deployment(ddep)
 
-        def model_ops(b, L, part):
-            ops = LAYER_PARTS[part](m, ddep, hw, b, queries, L, "draft_extend.")
-            if part == "all":
-                ops += head_ops(m, adep, hw, rank_tokens(ddep, b, 1.0), m.vocab_size, "draft_extend.")
-            return ops
+        model_ops = draft_model_ops(m, ddep, adep, hw, queries, 1.0, "draft_extend.")
         return _plan(ddep, (m, dep), ("extend-model",), [
             ("layers", rank_tokens(ddep, batch, queries), lambda t: model_ops(t, 0.0, "tokens")),
             ("head", rank_tokens(ddep, batch, 1.0), lambda t: head_ops(m, adep, hw, t, m.vocab_size, "draft_extend."))],
@@ -146,6 +142,17 @@ def draft_extend_plan(setting: DraftSetting, batch, k, context_len, expert_batch
         ("head", rank_tokens(dep, batch, 1.0), head_ops_at)], ops, batch, context_len, cells)
 
 
+def draft_model_ops(m, ddep, adep, hw, queries, head_tokens, prefix: str):
+    """ops(b, L, part) of a draft model's pass: its layers over ``queries`` tokens per sequence and, for the
+    whole pass, its LM head over ``head_tokens`` positions per sequence."""
+    def ops(b, L, part):
+        out = LAYER_PARTS[part](m, ddep, hw, b, queries, L, prefix)
+        if part == "all":
+            out += head_ops(m, adep, hw, rank_tokens(ddep, b, head_tokens), m.vocab_size, prefix)
+        return out
+    return ops
+
+
 def block_plan(setting: DraftSetting, batch, k, context_len, cells: tuple) -> PassPlan:
     """A block drafter's one pass over the (B, K) grid (module docstring): q(K) query tokens per sequence
     through its layers (a draft model's for PARD, target-sized layers for the heads), the LM head at the
@@ -162,11 +169,7 @@ def block_plan(setting: DraftSetting, batch, k, context_len, cells: tuple) -> Pa
         ddep = draft_deployment(m, dep)
         adep = attention_deployment(ddep)
 
-        def pard_ops(b, L, part):
-            ops = LAYER_PARTS[part](m, ddep, hw, b, queries, L, "draft_block.")
-            if part == "all":
-                ops += head_ops(m, adep, hw, rank_tokens(ddep, b, heads), m.vocab_size, "draft_block.")
-            return ops
+        pard_ops = draft_model_ops(m, ddep, adep, hw, queries, heads, "draft_block.")
         return _plan(ddep, (m, dep), ("block-pard", cfg["query_tokens"]), [
             ("layers", rank_tokens(ddep, batch, queries), lambda t: pard_ops(t, 0.0, "tokens")),
             ("head", rank_tokens(ddep, batch, heads), lambda t: head_ops(m, adep, hw, t, m.vocab_size, "draft_block."))],
