@@ -54,6 +54,9 @@ def test_no_layer_prior_lets_a_cpu_host_loop_be_tens_of_milliseconds():
     cells = pd.DataFrame({"batch_size": [1, 8, 4, 8], "k": [0, 3, 4, 2], "context_len": [sc.context_len] * 4})
     pts = fd.points_for(sc, cells)
     rows = cells.assign(itl_ms=(1.1 * pts.kernel_s + pts.overhead_s + 20e-3) * 1e3, file="hand")
-    th = dict(zip(fewshot.PARAMS, fd.fit(sc, rows, n_boot=40)["fit"]["theta"]))
+    four, two = fd.fit(sc, rows, n_boot=40), fd.fit(sc, rows.iloc[:2], n_boot=40)
+    th = dict(zip(fewshot.PARAMS, four["fit"]["theta"]))
     assert th["kernel_scale"] == pytest.approx(1.1, rel=0.01)
     assert th["host_per_step_s"] == pytest.approx(20e-3, rel=0.02)
+    # issue 47, item 3 on this prior: every consistent point narrows the step band
+    assert four["step_rel"] <= two["step_rel"] < two["zero_shot_step_rel"] and not four["disagree"]
