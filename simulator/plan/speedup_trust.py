@@ -72,13 +72,11 @@ def decision_risk_text(table: pd.DataFrame, quantile: float) -> str | None:
     moved = table[table["k_centre"].notna() & table["k_opt"].notna()
                   & (table["k_centre"].fillna(0) != table["k_opt"].fillna(0))]
     if len(moved):
-        b = moved["batch_size"].to_numpy()
-        span = f"B {b.min()}" if b.min() == b.max() else f"B {b.min()}-{b.max()}"
-        centre = sorted({int(k) for k in moved["k_centre"]})
-        chosen = sorted({int(k) for k in moved["k_opt"]})
-        parts.append(f"at {span} K* = {', '.join(map(str, chosen))}, chosen at the engine terms' pessimistic"
-                     f" {quantile:.0%} (at their centre K = {', '.join(map(str, centre))} would gain less than"
-                     " their spread)")
+        pairs = moved.groupby(["k_opt", "k_centre"], sort=False)["batch_size"].agg(["min", "max"])
+        spans = [f"K* = {int(chosen)} at B {lo}" + (f"-{hi}" if hi != lo else "") + f" (centre {int(centre)})"
+                 for (chosen, centre), (lo, hi) in pairs.iterrows()]
+        parts.append(f"{'; '.join(spans[:4])}{'; ...' if len(spans) > 4 else ''}: chosen at the engine terms'"
+                     f" pessimistic {quantile:.0%}, the centre's K gains less than their spread")
     p = table["p_kopt_beats_plain"].to_numpy(dtype=float)
     unsure = np.isfinite(p) & (p < 0.9)
     if unsure.any():
