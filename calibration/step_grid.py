@@ -398,7 +398,7 @@ class Settings:
     dtype: str
     layers: int | None = None  # None: every layer of the model
     device: str = "auto"
-    budget_s: float = 420.0  # the whole run, setup included
+    budget_s: float = 300.0  # the whole run, setup included
     repeats: int = 10
     cell_budget_s: float = 0.25  # timed replays per cell stop after this much GPU time (3 at least)
 
@@ -442,6 +442,68 @@ class Writer:
         self._f.close()
 
 
+MAX_FAILED_CELLS = 3  # consecutive failed cells (a broken capture, memory) end a model's run
+
+
+def _run_model(torch, settings: Settings, model: str, cells: list, device, dtype, deadline: float, meta: dict,
+               writer: Writer, log) -> int:
+    """One model: pick and check the kernels, build it, measure its cells until ``deadline``; rows measured."""
+    from calibration.engine.synthetic_model import engine_config
+
+    cfg = engine_config(model, layers=settings.layers)
+    attn_name, attend, attn_err, notes = pick_attention(torch, device, dtype, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim)
+    dispatch, moe_err = "", None
+    if cfg.is_moe:
+        dispatch = "grouped"
+        try:
+            moe_err = check_experts(torch, device, dtype, cfg.hidden, cfg.expert_ffn, cfg.n_experts, cfg.top_k)
+        except Exception as exc:  # noqa: BLE001 - no grouped GEMM here: the per-expert loop, eager only
+            notes.append(f"grouped experts: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
+            dispatch = "loop"
+    info = meta["models"].setdefault(model, {})
+    info.update({"layers_timed": cfg.n_layers, "hidden": cfg.hidden, "heads": cfg.n_heads, "kv_heads": cfg.n_kv_heads,
+                 "head_dim": cfg.head_dim, "ffn": cfg.ffn, "vocab": cfg.vocab, "experts": cfg.n_experts,
+                 "top_k": cfg.top_k, "expert_ffn": cfg.expert_ffn, "tied_embeddings": cfg.tied_embeddings,
+                 "attention": attn_name, "attention_max_abs_error": attn_err, "moe_dispatch": dispatch,
+                 "moe_relative_error": moe_err, "notes": notes, "cells_planned": len(cells), "cells_measured": 0})
+    t_build = time.perf_counter()
+    built, mem = build_model(torch, model, device, settings.dtype, settings.layers, attend, dispatch,
+                             max(settings.batch_sizes), max(settings.contexts), max(settings.ks),
+                             settings.repeats, settings.cell_budget_s)
+    if dispatch == "loop":
+        built.graphed = False  # the loop syncs with the host: it cannot be captured
+    info.update({"layers_model": built.layers_model, "weight_sets": mem.weight_sets, "kv_pool_bytes": mem.kv_pool_bytes,
+                 "graphed": built.graphed, "setup_s": round(time.perf_counter() - t_build, 2)})
+    notes.extend(mem.notes)
+    writer.meta(meta)
+    log(f"{model}: {cfg.n_layers} layers ({mem.weight_sets} weight sets), attention {attn_name} (max err"
+        f" {attn_err:.2g}), experts {dispatch or '-'}; {len(cells)} cells")
+    failed = 0
+    for cell in cells:
+        if time.perf_counter() > deadline:
+            log(f"time budget reached: {info['cells_measured']} of {len(cells)} cells of {model}")
+            break
+        try:
+            r = measure_cell(torch, built, cell)
+        except (MemoryError, RuntimeError) as exc:  # out of memory at a big cell, a failed capture: noted
+            notes.append(f"B={cell.batch_size} K={cell.k} L={cell.context_len}: "
+                         f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
+            if device.type == "cuda":
+                torch.cuda.empty_cache()
+            failed += 1
+            if failed >= MAX_FAILED_CELLS:
+                raise RuntimeError(f"{failed} cells in a row failed; the last: {notes[-1]}") from None
+            continue
+        failed = 0
+        r.update({"hardware": meta["hardware"], "device": meta["device"], "dtype": settings.dtype,
+                  "attention": attn_name, "moe_dispatch": dispatch})
+        writer.row(r)
+        info["cells_measured"] += 1
+        log(f"  L={cell.context_len:5d} B={cell.batch_size:4d} K={cell.k}: {r['median_s'] * 1e3:9.3f} ms"
+            f" (cv {r['cv']:.3f}, {r['repeats']} reps, cell {r['cell_s']:.2f} s)")
+    return info["cells_measured"]
+
+
 def run(settings: Settings, out_dir: Path, log=print) -> dict:
     """Every model's cells under one hard time budget; returns the meta it wrote."""
     import torch
@@ -477,62 +539,17 @@ def run(settings: Settings, out_dir: Path, log=print) -> dict:
     planned = measured = 0
     try:
         for mi, model in enumerate(settings.models):
-            from calibration.engine.synthetic_model import engine_config
-            cfg = engine_config(model, layers=settings.layers)
-            attn_name, attend, attn_err, attn_notes = pick_attention(torch, device, dtype, cfg.n_heads,
-                                                                     cfg.n_kv_heads, cfg.head_dim)
-            dispatch, moe_err = "", None
-            if cfg.is_moe:
-                dispatch = "grouped"
-                try:
-                    moe_err = check_experts(torch, device, dtype, cfg.hidden, cfg.expert_ffn, cfg.n_experts, cfg.top_k)
-                except Exception as exc:  # noqa: BLE001 - no grouped GEMM here: the loop, eager only
-                    attn_notes.append(f"grouped experts: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
-                    dispatch = "loop"
             cells = cells_for(model, settings.batch_sizes, settings.ks, settings.contexts)
             planned += len(cells)
             left_s = settings.budget_s - (time.perf_counter() - t_start)
-            model_deadline = time.perf_counter() + left_s / (len(settings.models) - mi)  # unspent time rolls on
-            t_build = time.perf_counter()
-            built, mem = build_model(torch, model, device, settings.dtype, settings.layers, attend, dispatch,
-                                     max(settings.batch_sizes), max(settings.contexts), max(settings.ks),
-                                     settings.repeats, settings.cell_budget_s)
-            if dispatch == "loop" and built.graphed:
-                built.graphed = False  # the loop syncs with the host: it cannot be captured
-            info = {"layers_model": built.layers_model, "layers_timed": cfg.n_layers, "weight_sets": mem.weight_sets,
-                    "kv_pool_bytes": mem.kv_pool_bytes, "hidden": cfg.hidden, "heads": cfg.n_heads,
-                    "kv_heads": cfg.n_kv_heads, "head_dim": cfg.head_dim, "ffn": cfg.ffn, "vocab": cfg.vocab,
-                    "experts": cfg.n_experts, "top_k": cfg.top_k, "expert_ffn": cfg.expert_ffn,
-                    "tied_embeddings": cfg.tied_embeddings, "attention": attn_name,
-                    "attention_max_abs_error": attn_err, "moe_dispatch": dispatch, "moe_relative_error": moe_err,
-                    "notes": attn_notes + mem.notes, "cells_planned": len(cells), "cells_measured": 0,
-                    "setup_s": 0.0}
-            info["setup_s"] = round(time.perf_counter() - t_build, 2)  # weights drawn, KV pool filled
-            meta["models"][model] = info
-            log(f"[{time.perf_counter() - t_start:6.1f} s] {model}: {cfg.n_layers} layers ({mem.weight_sets} weight sets),"
-                f" attention {attn_name} (max err {attn_err:.2g}), experts {dispatch or '-'}; {len(cells)} cells")
-            for cell in cells:
-                now = time.perf_counter()
-                if now > model_deadline or now - t_start > settings.budget_s:
-                    log(f"  time budget reached: {info['cells_measured']} of {len(cells)} cells of {model}")
-                    break
-                try:
-                    r = measure_cell(torch, built, cell)
-                except (MemoryError, RuntimeError) as exc:  # out of memory at a big cell: note it, go on
-                    info["notes"].append(f"B={cell.batch_size} K={cell.k} L={cell.context_len}: "
-                                         f"{type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
-                    if device.type == "cuda":
-                        torch.cuda.empty_cache()
-                    continue
-                r.update({"hardware": hardware, "device": meta["device"], "dtype": settings.dtype,
-                          "attention": attn_name, "moe_dispatch": dispatch})
-                writer.row(r)
-                info["cells_measured"] += 1
-                measured += 1
-                log(f"  L={cell.context_len:5d} B={cell.batch_size:4d} K={cell.k}: {r['median_s'] * 1e3:9.3f} ms"
-                    f" (cv {r['cv']:.3f}, {r['repeats']} reps, cell {r['cell_s']:.2f} s)")
+            deadline = time.perf_counter() + left_s / (len(settings.models) - mi)  # unspent time rolls on
+            try:
+                measured += _run_model(torch, settings, model, cells, device, dtype, deadline, meta, writer,
+                                       lambda text: log(f"[{time.perf_counter() - t_start:6.1f} s] {text}"))
+            except (RuntimeError, MemoryError) as exc:  # no kernel passed its check, or the weights did not fit
+                meta["models"].setdefault(model, {})["error"] = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+                log(f"{model}: stopped: {meta['models'][model]['error']}")
             writer.meta(meta)
-            del built
             if device.type == "cuda":
                 torch.cuda.synchronize()
                 torch.cuda.empty_cache()
@@ -568,7 +585,8 @@ def main(argv=None) -> int:
     ap.add_argument("--ks", help="comma-separated draft lengths (default 0..7)")
     ap.add_argument("--contexts", help="comma-separated context lengths (default 512,4096)")
     ap.add_argument("--layers", type=int, help="time only the first N layers (default: all; the data says so)")
-    ap.add_argument("--budget-s", type=float, default=420.0, help="hard limit for the whole run [s] (default 420)")
+    ap.add_argument("--budget-s", type=float, default=300.0,
+                    help="hard limit for the whole run [s], model setup included; rows measured by then are kept (default 300)")
     ap.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"))
     args = ap.parse_args(argv)
     base = dict(SMOKE if args.smoke else FULL)
