@@ -107,6 +107,16 @@ def predict_verify_s(sc, batch_sizes, ks) -> tuple[np.ndarray, np.ndarray | None
     return np.broadcast_to(t, (B.shape[0], K.shape[1])), touched
 
 
+def planner_kernels(sc) -> int:
+    """Kernels the planner prices in one verify pass at B = 1, K = 0, its sampler left out."""
+    from simulator.physics.engine_time import expert_batch
+    from simulator.plan.grid import verify_over_context
+
+    one = np.ones((1, 1, 1))
+    verify, _ = verify_over_context(sc, one, 0 * one, sc.context_len * one, expert_batch(sc.engine, sc.model, one, 0 * one))
+    return int(round(float(np.max(verify.n_kernels)))) - (1 if "sampling" in verify.detail.names else 0)
+
+
 def score_cells(df: pd.DataFrame, meta: dict, hardware: str | None = None) -> tuple[pd.DataFrame, dict]:
     """Every measured row with the planner's prediction beside it (predicted_s, ratio columns); and what
     each model's prediction rests on."""
@@ -127,7 +137,8 @@ def score_cells(df: pd.DataFrame, meta: dict, hardware: str | None = None) -> tu
         out.append(g)
         layers_note = "" if int(layers) == sc.model.num_layers and int(layers) == int(grp["layers_model"].iloc[0]) \
             else f"; {int(layers)} of {int(grp['layers_model'].iloc[0])} layers, as timed"
-        basis[model] = f"{sc.hardware.name}, TP 1, {dtype}, {sc.cost_source}; ideal engine{layers_note}"
+        basis[model] = (f"{sc.hardware.name}, TP 1, {dtype}, {sc.cost_source}; ideal engine{layers_note};"
+                        f" {planner_kernels(sc)} kernels a pass")
     cells = pd.concat(out, ignore_index=True)
     cells["error"] = cells["predicted_s"] / cells["median_s"] - 1.0
     base = cells[cells["k"] == 0].set_index(["model", "context_len", "batch_size"])
@@ -177,9 +188,12 @@ def report(cells: pd.DataFrame, meta: dict, basis: dict) -> str:
              f"{meta.get('cells_planned', '?')} cells), {meta.get('timing', '')}.", ""]
     for model, info in meta.get("models", {}).items():
         if model in basis:
+            ops = info.get("ops_per_pass") or {}
+            top = ", ".join(f"{name} {n}" for name, n in list((ops.get("by_op") or {}).items())[:6])
             lines.append(f"- {model}: attention `{info.get('attention')}`, experts `{info.get('moe_dispatch') or '-'}`,"
                          f" {info.get('layers_timed')} of {info.get('layers_model')} layers,"
-                         f" {info.get('weight_sets')} weight sets")
+                         f" {info.get('weight_sets')} weight sets; {ops.get('total', '?')} ops a pass ({top})"
+                         + (f"; error: {info['error']}" if info.get("error") else ""))
     lines += [""] + [f"- predicted for {m}: {b}" for m, b in basis.items()]
     lines += ["", "Predicted = the grid's verify pass without its sampler (the measured pass ends at the logits)."
               " Error = predicted / measured - 1. r(B, K) = t(B, K) / t(B, 0).", ""]

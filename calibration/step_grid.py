@@ -96,9 +96,13 @@ def _causal_bias_lower_right(torch):
     import torch.nn.functional as F
     from torch.nn.attention.bias import causal_lower_right
 
+    biases = {}  # one CausalBias per (T, S), made on first use (not under count_ops' dispatch mode)
+
     def attend(q, k, v):
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=causal_lower_right(q.shape[-2], k.shape[-2]),
-                                              enable_gqa=True)
+        key = (q.shape[-2], k.shape[-2])
+        if key not in biases:
+            biases[key] = causal_lower_right(*key)
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=biases[key], enable_gqa=True)
     return attend
 
 
@@ -220,48 +224,73 @@ def _decoder_class():
             self.touched = None  # [n_layers] distinct experts per layer, filled by a counting pass
 
         def rope_tables(self, pos):
-            """cos, sin [B, T, 1, D/2] at absolute positions ``pos`` [B, T] (computed once per cell)."""
+            """cos, sin [B, T, 1, D] at absolute positions ``pos`` [B, T] (computed once per cell, outside the
+            pass), each half-table repeated for the rotate-half layout (HF Llama / Qwen)."""
             ang = pos.to(torch.float32)[..., None] * self.inv_freq
-            return ang.cos()[:, :, None, :].to(self.dtype), ang.sin()[:, :, None, :].to(self.dtype)
-
-        def _rotate(self, x, cos, sin):
-            x1, x2 = x.chunk(2, dim=-1)  # rotate-half layout (HF Llama / Qwen)
-            return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1)
+            ang = torch.cat((ang, ang), dim=-1)[:, :, None, :]
+            return ang.cos().to(self.dtype), ang.sin().to(self.dtype)
 
         def forward_static(self, tokens, kv, context_len: int, cos, sin, count: bool = False):
+            """Logits [B T, V] of ``tokens`` [B, T] placed at positions L .. L + T - 1 (L = ``context_len``)."""
+            import torch.nn.functional as F
+
             c = self.cfg
             B, T = tokens.shape
-            S = context_len + T
-            x = self.w["embed"][tokens]  # [B, T, H]
+            N, S, D, half = B * T, context_len + T, c.head_dim, c.head_dim // 2
+            n_qk = (c.n_heads + c.n_kv_heads) * D
+            x = self.w["embed"][tokens].view(N, c.hidden)
             layers, n_sets, n_kv = self.w["layers"], len(self.w["layers"]), kv.shape[0]
             for li in range(self.n_pass_layers):
                 lw = layers[li % n_sets]
-                h = _rms_norm(x, lw["attn_norm"], c.norm_eps)
-                qkv = h @ lw["wqkv"].T
-                q, k, v = qkv.split([c.n_heads * c.head_dim, c.n_kv_heads * c.head_dim,
-                                     c.n_kv_heads * c.head_dim], dim=-1)
-                q = self._rotate(q.view(B, T, c.n_heads, c.head_dim), cos, sin)
-                k = self._rotate(k.view(B, T, c.n_kv_heads, c.head_dim), cos, sin)
+                qkv = _rms_norm(x, lw["attn_norm"], c.norm_eps) @ lw["wqkv"].T  # [N, (Hq + 2 Hkv) D]
+                # RoPE on q and k at once: x cos + rotate_half(x) sin, rotate_half(x) = [-x2, x1]
+                qk = qkv[:, :n_qk].view(B, T, c.n_heads + c.n_kv_heads, D)
+                qk = torch.addcmul(qk * cos, torch.cat((-qk[..., half:], qk[..., :half]), dim=-1), sin)
                 cache = kv[li % n_kv]  # [2, B, Hkv, Lcap, D]
-                cache[0, :, :, context_len:S] = k.transpose(1, 2)
-                cache[1, :, :, context_len:S] = v.view(B, T, c.n_kv_heads, c.head_dim).transpose(1, 2)
-                o = self.attend(q.transpose(1, 2), cache[0, :, :, :S], cache[1, :, :, :S])  # [B, Hq, T, D]
-                x = x + o.transpose(1, 2).reshape(B, T, c.n_heads * c.head_dim) @ lw["wo"].T
+                cache[0, :, :, context_len:S] = qk[:, :, c.n_heads:].transpose(1, 2)
+                cache[1, :, :, context_len:S] = qkv[:, n_qk:].view(B, T, c.n_kv_heads, D).transpose(1, 2)
+                o = self.attend(qk[:, :, :c.n_heads].transpose(1, 2), cache[0, :, :, :S], cache[1, :, :, :S])
+                # the residual rides in the GEMM's epilogue (beta = 1), as an engine's fused add would
+                x = torch.addmm(x, o.transpose(1, 2).reshape(N, c.n_heads * D), lw["wo"].T)
                 h = _rms_norm(x, lw["ffn_norm"], c.norm_eps)
-                x = x + (self._experts(lw, h, li, count) if c.is_moe else self._mlp(lw, h))
-            return _rms_norm(x, self.w["norm"], c.norm_eps) @ self.w["lm_head"].T  # [B, T, V]
+                if c.is_moe:
+                    x = x + self._experts(lw, h, li, count)
+                else:
+                    g, u = (h @ lw["w13"].T).chunk(2, dim=-1)
+                    x = torch.addmm(x, F.silu(g) * u, lw["w2"].T)
+            return _rms_norm(x, self.w["norm"], c.norm_eps) @ self.w["lm_head"].T
 
         def _experts(self, lw, h, li, count):
             c = self.cfg
-            xt = h.reshape(-1, c.hidden)
-            w, ids = route(torch, xt, lw["router"], c.top_k)
+            w, ids = route(torch, h, lw["router"], c.top_k)
             fn = experts_grouped if self.dispatch == "grouped" else experts_loop
-            out, counts = fn(torch, xt, lw["w13"], lw["w2"], w, ids, c.n_experts)
+            out, counts = fn(torch, h, lw["w13"], lw["w2"], w, ids, c.n_experts)
             if count:
                 self.touched[li] = (counts > 0).sum()
-            return out.to(h.dtype).view(h.shape)
+            return out.to(h.dtype)
 
     return StaticDecoder
+
+
+def count_ops(torch, fn) -> dict[str, int]:
+    """aten ops that launch work in one eager call of ``fn()``, by name (views, reshapes and bare
+    allocations left out): about the kernels the captured graph replays."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    free = {"empty", "empty_like", "empty_strided", "new_empty", "_unsafe_view", "lift_fresh", "detach", "alias",
+            "_reshape_alias"}
+    counts: dict[str, int] = {}
+
+    class Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func.overloadpacket.__name__
+            if not func.is_view and name not in free:
+                counts[name] = counts.get(name, 0) + 1
+            return func(*args, **(kwargs or {}))
+
+    with Count():
+        fn()
+    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
 
 
 # --- one model's cells -----------------------------------------------------------------------------
@@ -316,6 +345,7 @@ class ModelRun:
     repeats: int
     cell_budget_s: float
     layers_model: int
+    ops: dict | None = None  # aten ops of one pass, counted at the first cell (count_ops)
 
 
 def build_model(torch, model: str, device, dtype_name: str, layers: int | None, attend, dispatch: str,
@@ -372,6 +402,12 @@ def measure_cell(torch, run: ModelRun, cell: Cell) -> dict:
         dec.forward_static(tokens, kv, L, cos, sin, count=True)
         touched = round(float(dec.touched.float().mean()), 3)
     call = lambda i: dec.forward_static(tokens, kv, L, cos, sin)  # noqa: E731
+    if run.ops is None:
+        call(0)  # first call outside the counting mode (a kernel's own lazy set-up)
+        try:
+            run.ops = count_ops(torch, lambda: call(0))
+        except Exception as exc:  # noqa: BLE001 - a tensor subclass (CausalBias) under the counting mode
+            run.ops = {"not counted": 0, f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}": 0}
     t0 = time.perf_counter()
     if run.graphed:
         timing = time_graph_calls(call, 1, repeats=run.repeats, budget_s=run.cell_budget_s, min_repeats=3)
@@ -495,6 +531,9 @@ def _run_model(torch, settings: Settings, model: str, cells: list, device, dtype
                 raise RuntimeError(f"{failed} cells in a row failed; the last: {notes[-1]}") from None
             continue
         failed = 0
+        if "ops_per_pass" not in info:
+            info["ops_per_pass"] = {"batch_size": cell.batch_size, "k": cell.k, "context_len": cell.context_len,
+                                    "total": sum(built.ops.values()), "by_op": built.ops}
         r.update({"hardware": meta["hardware"], "device": meta["device"], "dtype": settings.dtype,
                   "attention": attn_name, "moe_dispatch": dispatch})
         writer.row(r)

@@ -211,3 +211,32 @@ def test_script_runs_as_a_file_without_pythonpath(tmp_path):
                        env={"PATH": "/usr/bin:/bin", "HOME": str(Path.home())})
     assert r.returncode == 2 and "unknown model 'no-such-model'" in r.stderr, r.stderr[-2000:]
     assert "Traceback" not in r.stderr and not (tmp_path / "o").exists()
+
+
+@pytest.mark.parametrize("model", ["smollm2-135m", "moe-synthetic"])
+def test_static_pass_computes_what_the_reference_engine_computes(model):
+    """The graph-ready pass (joint RoPE, KV written at L .. L + K, bottom-right causal kernel, residual in the
+    GEMM epilogue, grouped experts) gives the reference engine's own logits (calibration/engine/model.py:
+    boolean-mask SDPA, per-expert loop) for K + 1 = 4 tokens over a 9-token cache, same weights."""
+    from dataclasses import replace
+
+    from calibration.engine.model import Transformer
+    from calibration.engine.synthetic_model import device_random_weights, engine_config
+
+    cfg = engine_config(model, layers=2)
+    w = device_random_weights(cfg, seed=3, dtype=torch.float32)
+    ref = Transformer(cfg, w)
+    B, L, T = 2, 9, 4
+    g = torch.Generator().manual_seed(5)
+    prompt, new = torch.randint(0, cfg.vocab, (B, L), generator=g), torch.randint(0, cfg.vocab, (B, T), generator=g)
+    cache = ref.new_cache(B, L + T)
+    ref.forward(prompt, cache, logits_for="none")
+    want = ref.forward(new, cache)  # [B, T, V]; also writes the new K/V at L .. L + T - 1
+    attend = sg.ATTENTION_KERNELS["sdpa-causal-lower-right"](torch)
+    dec = sg._decoder_class()(replace(cfg), w, cfg.n_layers, attend, "grouped")
+    kv = torch.stack([cache.k, cache.v], dim=1).clone()  # [layers, 2, B, Hkv, L + T, D]
+    kv[:, :, :, :, L:] = float("nan")  # the pass must write these positions itself
+    cos, sin = dec.rope_tables(L + torch.arange(T)[None, :].expand(B, T))
+    got = dec.forward_static(new, kv, L, cos, sin).view(B, T, -1)
+    torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(kv[:, 0], cache.k, rtol=1e-5, atol=1e-5)
