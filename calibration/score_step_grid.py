@@ -193,7 +193,8 @@ def report(cells: pd.DataFrame, meta: dict, basis: dict) -> str:
             lines.append(f"- {model}: attention `{info.get('attention')}`, experts `{info.get('moe_dispatch') or '-'}`,"
                          f" {info.get('layers_timed')} of {info.get('layers_model')} layers,"
                          f" {info.get('weight_sets')} weight sets; {ops.get('total', '?')} ops a pass ({top})"
-                         + (f"; error: {info['error']}" if info.get("error") else ""))
+                         + (f"; error: {info['error']}" if info.get("error") else "")
+                         + "".join(f"; note: {n}" for n in info.get("notes", [])[:5]))
     lines += [""] + [f"- predicted for {m}: {b}" for m, b in basis.items()]
     lines += ["", "Predicted = the grid's verify pass without its sampler (the measured pass ends at the logits)."
               " Error = predicted / measured - 1. r(B, K) = t(B, K) / t(B, 0).", ""]

@@ -186,22 +186,27 @@ def experts_loop(torch, x, w13, w2, w, ids, n_experts):
 
 
 def check_experts(torch, device, dtype, hidden, expert_ffn, n_experts, top_k) -> float:
-    """|grouped - loop| / max|loop| on 24 random tokens at the model's expert width, over at most 8
-    experts (the check is of the dispatch, not of memory); raises what the grouped GEMM raises."""
+    """Largest |grouped - loop| / max|loop| at the model's expert width over at most 16 experts (the check
+    is of the dispatch, not of memory): 5 tokens x top-2 (experts with no token: empty groups) and 64
+    tokens x top-A (every expert busy); raises what the grouped GEMM raises."""
     g = torch.Generator(device=device).manual_seed(11)
-    n_experts, top_k = min(n_experts, 8), min(top_k, 8)
+    n_experts = min(n_experts, 16)
 
     def rnd(*shape, fan_in):
         return (torch.randn(*shape, generator=g, device=device) / fan_in ** 0.5).to(dtype)
 
-    x = rnd(24, hidden, fan_in=1)
     w13, w2 = rnd(n_experts, 2 * expert_ffn, hidden, fan_in=hidden), rnd(n_experts, hidden, expert_ffn, fan_in=expert_ffn)
-    w, ids = route(torch, x, rnd(n_experts, hidden, fan_in=hidden), top_k)
-    got, c1 = experts_grouped(torch, x, w13, w2, w, ids, n_experts)
-    ref, c2 = experts_loop(torch, x, w13, w2, w, ids, n_experts)
-    if not bool((c1 == c2).all()):
-        raise RuntimeError("grouped dispatch counted different tokens per expert than the loop")
-    return float((got.float() - ref).abs().max() / ref.abs().max().clamp_min(1e-6))
+    router = rnd(n_experts, hidden, fan_in=hidden)
+    worst = 0.0
+    for n_tokens, k in ((5, min(top_k, 2)), (64, min(top_k, n_experts))):
+        x = rnd(n_tokens, hidden, fan_in=1)
+        w, ids = route(torch, x, router, k)
+        got, c1 = experts_grouped(torch, x, w13, w2, w, ids, n_experts)
+        ref, c2 = experts_loop(torch, x, w13, w2, w, ids, n_experts)
+        if not bool((c1 == c2).all()):
+            raise RuntimeError("grouped dispatch counted different tokens per expert than the loop")
+        worst = max(worst, float((got.float() - ref).abs().max() / ref.abs().max().clamp_min(1e-6)))
+    return worst
 
 
 # --- the decoder -----------------------------------------------------------------------------------
@@ -493,6 +498,8 @@ def _run_model(torch, settings: Settings, model: str, cells: list, device, dtype
         dispatch = "grouped"
         try:
             moe_err = check_experts(torch, device, dtype, cfg.hidden, cfg.expert_ffn, cfg.n_experts, cfg.top_k)
+            if moe_err > 0.05:  # same shapes, same cost: timed, but said
+                notes.append(f"grouped experts differ from the per-expert loop by {moe_err:.3g} (relative): timed anyway")
         except Exception as exc:  # noqa: BLE001 - no grouped GEMM here: the per-expert loop, eager only
             notes.append(f"grouped experts: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
             dispatch = "loop"
