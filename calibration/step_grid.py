@@ -445,9 +445,14 @@ class Settings:
 
 
 def _hardware_name(torch, device) -> str:
-    from calibration.device import catalog_name, discover
+    """The hardware catalog entry of the device (calibration.device.catalog_name), from torch's own
+    device name on a GPU (no NVML needed)."""
+    from calibration.device import DeviceInfo, catalog_name, discover
 
-    return catalog_name(discover("cuda" if device.type == "cuda" else "cpu")) or ""
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        return catalog_name(DeviceInfo(kind="cuda", name=props.name, memory_bytes=props.total_memory)) or ""
+    return catalog_name(discover("cpu")) or ""
 
 
 def _device_text(torch, device) -> str:
@@ -491,6 +496,9 @@ def _run_model(torch, settings: Settings, model: str, cells: list, device, dtype
     """One model: pick and check the kernels, build it, measure its cells until ``deadline``; rows measured."""
     from calibration.engine.synthetic_model import engine_config
 
+    if time.perf_counter() > deadline:
+        log(f"{model}: time budget spent before it started")
+        return 0
     cfg = engine_config(model, layers=settings.layers)
     attn_name, attend, attn_err, notes = pick_attention(torch, device, dtype, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim)
     dispatch, moe_err = "", None

@@ -240,3 +240,32 @@ def test_static_pass_computes_what_the_reference_engine_computes(model):
     got = dec.forward_static(new, kv, L, cos, sin).view(B, T, -1)
     torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(kv[:, 0], cache.k, rtol=1e-5, atol=1e-5)
+
+
+def test_budget_stops_cleanly_and_keeps_the_header(tmp_path, capsys):
+    """A budget spent before the first cell: exit 0, the CSV's header, a meta that says partial; the scorer
+    then refuses the folder in one line."""
+    assert sg.main(["--output", str(tmp_path), "--smoke", "--models", "moe-synthetic", "--budget-s", "0.001"]) == 0
+    meta = json.loads((tmp_path / sg.META_NAME).read_text())
+    assert meta["status"] == "partial" and meta["cells_measured"] == 0 and meta["cells_planned"] == 4
+    assert (tmp_path / sg.CSV_NAME).read_text().strip() == ",".join(sg.COLUMNS)
+    capsys.readouterr()
+    assert sg_score.main([str(tmp_path)]) == 2
+    assert "no measured rows" in capsys.readouterr().err
+
+
+def test_a_model_that_fails_is_noted_and_the_next_runs(tmp_path, monkeypatch):
+    """No attention kernel passing its check for one model stops that model only (noted in the meta)."""
+    real = sg.pick_attention
+
+    def failing(torch_, device, dtype, n_heads, *rest):
+        if n_heads == 9:  # smollm2-135m
+            raise RuntimeError("no causal attention kernel aligned to the cache's end passed its check: test")
+        return real(torch_, device, dtype, n_heads, *rest)
+
+    monkeypatch.setattr(sg, "pick_attention", failing)
+    assert sg.main(["--output", str(tmp_path), "--smoke", "--batch-sizes", "1", "--ks", "0"]) == 0
+    meta = json.loads((tmp_path / sg.META_NAME).read_text())
+    assert "passed its check" in meta["models"]["smollm2-135m"]["error"]
+    assert meta["models"]["moe-synthetic"]["cells_measured"] == 1 and meta["status"] == "partial"
+    assert list(pd.read_csv(tmp_path / sg.CSV_NAME)["model"]) == ["moe-synthetic"]
