@@ -196,6 +196,11 @@ def report(cells: pd.DataFrame, meta: dict, basis: dict) -> str:
                          + (f"; error: {info['error']}" if info.get("error") else "")
                          + "".join(f"; note: {n}" for n in info.get("notes", [])[:5]))
     lines += [""] + [f"- predicted for {m}: {b}" for m, b in basis.items()]
+    if "graphed" in cells.columns and str(meta.get("device", "")).startswith("cuda"):
+        eager = cells[pd.to_numeric(cells["graphed"], errors="coerce") == 0]
+        if len(eager):
+            lines += ["", f"**{len(eager)} rows were not captured in a CUDA graph** (eager launches: host-bound,"
+                          f" not comparable with the ideal engine): {', '.join(sorted(set(eager['model'])))}."]
     lines += ["", "Predicted = the grid's verify pass without its sampler (the measured pass ends at the logits)."
               " Error = predicted / measured - 1. r(B, K) = t(B, K) / t(B, 0).", ""]
     s = summary(cells)

@@ -269,3 +269,15 @@ def test_a_model_that_fails_is_noted_and_the_next_runs(tmp_path, monkeypatch):
     assert "passed its check" in meta["models"]["smollm2-135m"]["error"]
     assert meta["models"]["moe-synthetic"]["cells_measured"] == 1 and meta["status"] == "partial"
     assert list(pd.read_csv(tmp_path / sg.CSV_NAME)["model"]) == ["moe-synthetic"]
+
+
+def test_scorer_flags_rows_a_gpu_ran_without_a_graph(tmp_path, capsys):
+    """A GPU row timed eagerly (the per-expert loop fallback) is host-bound: the report says so."""
+    _synthetic(tmp_path / "g", "llama-3.1-8b", {(1, 0): 1.0, (1, 1): 1.0})
+    df = pd.read_csv(tmp_path / "g" / sg.CSV_NAME)
+    df["graphed"] = [1, 0]
+    df.to_csv(tmp_path / "g" / sg.CSV_NAME, index=False)
+    (tmp_path / "g" / sg.META_NAME).write_text(json.dumps({"hardware": "h100-sxm", "dtype": "bf16",
+                                                           "device": "cuda: NVIDIA H100 80GB HBM3"}))
+    assert sg_score.main([str(tmp_path / "g")]) == 0
+    assert "**1 rows were not captured in a CUDA graph**" in capsys.readouterr().out
