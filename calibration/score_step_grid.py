@@ -170,6 +170,8 @@ def summary(cells: pd.DataFrame) -> dict:
                         for lo, hi in B_BANDS if (m := g["batch_size"].between(lo, hi)).any()},
             "by_k": {int(k): mape(gk["error"]) for k, gk in g.groupby("k")},
             "ratio_mape": mape(spec["ratio_error"]),
+            # a sanity figure of the data: K + 1 query tokens measured faster than one by more than 2%
+            "measured_ratio_below_098": int((spec["measured_ratio"] < 0.98).sum()),
             "ratio_by_band": {band_label(lo, hi): {"n": int(m.sum()), "mape": mape(spec.loc[m, "ratio_error"])}
                               for lo, hi in B_BANDS if (m := spec["batch_size"].between(lo, hi)).any()},
         }
@@ -213,6 +215,10 @@ def report(cells: pd.DataFrame, meta: dict, basis: dict) -> str:
         rbands = [_pct(r["ratio_by_band"].get(band_label(lo, hi), {}).get("mape", np.nan)) for lo, hi in B_BANDS]
         lines.append(f"| {model} | {r['n']} | {_pct(r['mape'])} | {_pct(r['worst'])} | {100 * r['median_error']:+.1f}% | "
                      + " | ".join(bands) + f" | {_pct(r['ratio_mape'])} | " + " | ".join(rbands) + " |")
+    for model, r in s.items():
+        if r["measured_ratio_below_098"]:
+            lines.append(f"\n{model}: {r['measured_ratio_below_098']} cells measured r(B, K) < 0.98 (K + 1 tokens"
+                         " faster than one: timing noise or a kernel switch; read those cells with care).")
     lines += ["", "Step MAPE by K:", "", "| model | " + " | ".join(f"K={k}" for k in sorted(cells["k"].unique())) + " |",
               "|---" * (1 + cells["k"].nunique()) + "|"]
     for model, r in s.items():
