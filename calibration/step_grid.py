@@ -7,8 +7,8 @@ torch reference engine, calibration/engine/model.py, on its weight layout and ra
 
     RMSNorm, QKV GEMM, RoPE on q and k, write K/V at positions L .. L + K, attention of the T queries
     over the L + T cached keys through a causal kernel aligned to the cache's end (query t sees keys
-    0 .. L + t: the bottom-right triangle), O GEMM, residual; RMSNorm, MLP (gate/up GEMM, SiLU x up,
-    down GEMM) or routed experts, residual
+    0 .. L + t: the bottom-right triangle), O GEMM with the residual in its epilogue (addmm); RMSNorm,
+    MLP (gate/up GEMM, SiLU x up, down GEMM with the residual) or routed experts + residual
     then the final RMSNorm and the LM head over all B T tokens (a verify pass needs every position's
     logits); no sampler.
 
