@@ -546,6 +546,8 @@ def _run_model(torch, settings: Settings, model: str, cells: list, device, dtype
                 raise RuntimeError(f"{failed} cells in a row failed; the last: {notes[-1]}") from None
             continue
         failed = 0
+        if device.type == "cuda":  # the cell's graph pool back to the device before the next (bigger) cell
+            torch.cuda.empty_cache()
         if "ops_per_pass" not in info:
             info["ops_per_pass"] = {"batch_size": cell.batch_size, "k": cell.k, "context_len": cell.context_len,
                                     "total": sum(built.ops.values()), "by_op": built.ops}
