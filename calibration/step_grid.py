@@ -110,12 +110,14 @@ ATTENTION_KERNELS = {"flash-lower-right": _flash_lower_right, "sdpa-causal-lower
 
 
 def check_attention(torch, attend, device, dtype, n_heads, n_kv_heads, head_dim) -> float:
-    """Largest |difference| from the float32 reference over a few (T, S) with a strided cache view, as the
-    pass calls it (keys a slice of a longer cache); raises what the kernel raises."""
+    """Largest |difference| from the float32 reference over a few (T, S), with q, k and v strided as the
+    pass hands them over (q a head slice, keys a slice of a longer cache); raises what the kernel raises."""
     g = torch.Generator(device=device).manual_seed(7)
     worst = 0.0
     for T, S in ((1, 37), (4, 37), (8, 130)):
-        q = torch.randn(2, n_heads, T, head_dim, generator=g, device=device).to(dtype)
+        # q as the pass hands it over: the first Hq heads of the rotated [B, T, Hq + Hkv, D], transposed
+        q = torch.randn(2, T, n_heads + n_kv_heads, head_dim, generator=g, device=device).to(dtype)
+        q = q[:, :, :n_heads].transpose(1, 2)
         cache = torch.randn(2, 2, n_kv_heads, S + 8, head_dim, generator=g, device=device).to(dtype)
         k, v = cache[0, :, :, :S], cache[1, :, :, :S]
         out = attend(q, k, v)
