@@ -281,3 +281,18 @@ def test_scorer_flags_rows_a_gpu_ran_without_a_graph(tmp_path, capsys):
                                                            "device": "cuda: NVIDIA H100 80GB HBM3"}))
     assert sg_score.main([str(tmp_path / "g")]) == 0
     assert "**1 rows were not captured in a CUDA graph**" in capsys.readouterr().out
+
+
+def test_the_gpu_grid_is_the_issues_grid():
+    """Issue 47 item 5: Llama-3.1-8B and Qwen3-30B-A3B, bf16, B 1-128 x K 0-7 x context 512 and 4096 (128 cells
+    a model), every layer (no --layers), inside the 8-minute limit with the default 300 s budget."""
+    from calibration.engine.synthetic_model import engine_config
+
+    assert sg.FULL["models"] == ("llama-3.1-8b", "qwen3-30b-a3b") and sg.FULL["dtype"] == "bf16"
+    assert "layers" not in sg.FULL and sg.Settings((), (), (), (), "bf16").budget_s <= 300
+    for model in sg.FULL["models"]:
+        cells = sg.cells_for(model, sg.FULL["batch_sizes"], sg.FULL["ks"], sg.FULL["contexts"])
+        assert len(cells) == 128 and {c.batch_size for c in cells} == {1, 2, 4, 8, 16, 32, 64, 128}
+        assert {c.k for c in cells} == set(range(8)) and {c.context_len for c in cells} == {512, 4096}
+        cfg = engine_config(model)
+        assert cfg.n_layers == {"llama-3.1-8b": 32, "qwen3-30b-a3b": 48}[model]
