@@ -293,13 +293,14 @@ def by_group(rows: pd.DataFrame, column: str) -> dict:
     return {str(k): held_out_summary(g) for k, g in rows.groupby(column)}
 
 
-def two_shot(corpus: pd.DataFrame, rows: pd.DataFrame, summary: dict, layer_for=None) -> pd.DataFrame:
+def two_shot(corpus: pd.DataFrame, rows: pd.DataFrame, summary: dict, layer_for=None, learner=None) -> pd.DataFrame:
     """Two-shot rows of the speedup curves (calibration/transfer_twoshot.py); their summary goes into
     ``summary["two_shot"]`` beside the zero-shot planner on the same rows. ``layer_for``: the learned layer
-    each curve's posterior starts from (learned without its source)."""
-    from calibration.transfer_twoshot import score_two_shot, summarize_two_shot
+    each curve's posterior starts from (learned without its source); ``learner``: where each held-out source's
+    band is calibrated from its training sources' curves (None: the layer's misfit)."""
+    from calibration.transfer_twoshot import held_out_bands, score_two_shot, summarize_two_shot
     cases = [c for c in (case_for(r) for _, r in corpus.iterrows()) if isinstance(c, Case)]
-    two = score_two_shot(cases, layer_for)
+    two = score_two_shot(cases, layer_for, held_out_bands(learner, cases) if learner is not None else None)
     summary["two_shot"] = summarize_two_shot(two, rows)
     return two
 
@@ -343,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         summary["physics_only_by_gpu"] = by_group(physics, "hardware")
         summary["physics_only_by_engine"] = by_group(physics, "engine")
         summary["learned_layer"] = learner_summary(learner)
-        two = two_shot(corpus, rows, summary, held_out_layers(learner, "source"))
+        two = two_shot(corpus, rows, summary, held_out_layers(learner, "source"), learner)
         parts = part_rows(part_cases(corpus))
         summary["parts"] = summarize_parts(parts)
         text = markdown(summary, rows, skipped, str(path.relative_to(REPO) if path.is_relative_to(REPO) else path))
