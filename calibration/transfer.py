@@ -261,7 +261,10 @@ HOLD_OUT = {"source": lambda c: c.row.source_id, "gpu": lambda c: c.raw["hardwar
 def held_out_layers(learner, column: str):
     """layer_for(case): the learned layer of calibration.learn_step learned without the case's source, GPU or
     engine (``column``); a group with no training rows gets the layer of every training row (none of them is its).
-    Each held-out layer is learned once."""
+    Where the form chosen has an engine-family level, the case's family's centre (a family not trained on: the
+    population's). Each held-out layer is learned once."""
+    from calibration.learn_step import engine_family
+    pops: dict = {}
     layers: dict = {}
     group = HOLD_OUT[column]
     present = set(getattr(learner.rows, column).tolist())
@@ -269,10 +272,14 @@ def held_out_layers(learner, column: str):
     def layer_for(case):
         g = group(case)
         key = g if g in present else None
-        if key not in layers:
-            pop = learner.without(column, g) if key is not None else learner.learn()
-            layers[key] = pop.prior({"sources": len(pop.sources), "rows": pop.n_rows}, f"held out {column} {g}")
-        return layers[key]
+        if key not in pops:
+            pops[key] = learner.without(column, g) if key is not None else learner.learn()
+        pop = pops[key]
+        family = engine_family(case.row.engine) if pop.family_fit else None  # a form with a family level
+        if (key, family) not in layers:
+            layers[key, family] = pop.prior({"sources": len(pop.sources), "rows": pop.n_rows}, f"held out {column} {g}",
+                                            family)
+        return layers[key, family]
 
     return layer_for
 
