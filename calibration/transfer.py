@@ -2,6 +2,7 @@
 
     python -m calibration.transfer [--corpus calibration/data/published/corpus.csv]
                                    [--output-dir calibration/data/transfer] [--peer]
+    python -m calibration.transfer --holdout-source SOURCE   (one source scored by a layer learned without it)
 
 Each corpus row (one published number, its source, device, engine, model, TP, dtype, batch size,
 K, context) becomes a scenario and is predicted twice:
@@ -312,6 +313,32 @@ def two_shot(corpus: pd.DataFrame, rows: pd.DataFrame, summary: dict, layer_for=
     return two
 
 
+def holdout_source(corpus: pd.DataFrame, learner, source: str) -> int:
+    """Learn the layer without ``source`` (its form chosen on the other sources), score ``source``'s rows with it and
+    with the physics alone, and print both: one source checked by hand."""
+    if source not in set(corpus.source_id):
+        raise PlannerError(f"--holdout-source {source}: no such source in the corpus (its source_id column); e.g."
+                           f" {', '.join(sorted(set(corpus.source_id))[:3])}")
+    mine = corpus[corpus.source_id == source]
+    pop = learner.without("source", source)
+    rows, _ = score(mine, layer_for=held_out_layers(learner, "source"))
+    physics, _ = score(mine)
+    if rows.empty:
+        print(f"{source}: no row the planner can express")
+        return 0
+    cols = ["row_id", "kind", "hardware", "engine", "model", "batch_size", "k", "anchor", "measured", "predicted", "error"]
+    print(rows[cols].assign(physics_error=physics.set_index("row_id").error.reindex(rows.row_id).values)
+          .to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print(f"layer learned without {source}: form '{pop.form}' from {pop.n_rows} rows of {len(pop.sources)} sources")
+    lay, phys = held_out_summary(rows), held_out_summary(physics)
+    for block in ("plain_only", "speedup"):
+        if lay[block]["n"]:
+            print(f"{block}: MAPE {lay[block]['mape']:.1%} (physics alone {phys[block]['mape']:.1%}) on {lay[block]['n']} rows")
+    if lay["decision"]["n"]:
+        print(f"decisions right {lay['decision']['share']:.1%} (physics alone {phys['decision']['share']:.1%})")
+    return 0
+
+
 def learner_summary(learner) -> dict:
     """The shipped layer's form and the training rows it rests on (the held-out figures are the summary's)."""
     pop = learner.learn()
@@ -325,6 +352,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--output-dir", default=str(OUT_DIR), help="where transfer.md / .json / rows CSV go")
     p.add_argument("--peer", action="store_true", help="also ask aiconfigurator-core for its own estimate")
     p.add_argument("--no-bands", action="store_true", help="do not rewrite simulator/data/transfer_error.json")
+    p.add_argument("--holdout-source", metavar="SOURCE",
+                   help="learn the layer without SOURCE, score SOURCE's rows and print them (no file is written)")
     args = p.parse_args(argv)
 
     def body() -> int:
@@ -334,6 +363,8 @@ def main(argv: list[str] | None = None) -> int:
         corpus = pd.read_csv(path)
         from calibration.learn_step import Learner, corpus_cases, training_rows
         learner = Learner(training_rows(corpus_cases(corpus)))
+        if args.holdout_source is not None:
+            return holdout_source(corpus, learner, args.holdout_source)
         physics, _ = score(corpus)
         rows, skipped = score(corpus, peer=args.peer, layer_for=held_out_layers(learner, "source"))
         by_gpu_rows, _ = score(corpus, layer_for=held_out_layers(learner, "gpu"))
