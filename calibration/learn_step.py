@@ -39,7 +39,7 @@ from simulator.cli.common import OneLineParser, run_cli, write_atomically
 from simulator.errors import PlannerError, PlannerWarning
 from simulator.plan.grid import compute_grid
 from simulator.specs.step_terms import (A_PRIORI_SD, LEARNED_FILE, LEARNED_FORMAT, LOWER, NEUTRAL, TERM_NAMES, TERMS, UPPER,
-                                        compose_step_s, from_fit, prior_from, to_fit)
+                                        compose_step_s, engine_family, from_fit, prior_from, to_fit)
 
 N_TERMS = len(TERMS)
 # the population's spread across sources is fixed a priori (step_terms.A_PRIORI_SD): a handful of sources cannot
@@ -154,20 +154,35 @@ class Population:
     # what the terms leave unexplained once each source has its own (RMS log residual per kind of row): the
     # model's own misfit along one deployment's curve, which a posterior's band carries beside its terms' spread
     misfit_by_kind: dict = field(default_factory=dict)
+    # engine family -> its offset from the population mean (fit coordinates), where the form has a family level
+    family_fit: dict = field(default_factory=dict)
 
-    def prior(self, learned_from: dict | None = None, path: str = ""):
-        return prior_from(self.mean_fit, self.sd_fit, learned_from, path, self.misfit_by_kind)
+    def mean_for(self, family: str | None = None) -> np.ndarray:
+        """The population's centre for a new deployment of an engine family (a family the rows never saw: the mean)."""
+        return self.mean_fit + self.family_fit.get(family, 0.0)
+
+    def prior(self, learned_from: dict | None = None, path: str = "", family: str | None = None):
+        return prior_from(self.mean_for(family), self.sd_fit, learned_from, path, self.misfit_by_kind)
 
 
 # The forms the layer may take (which terms are free; the others stay at the physics), fixed before any score:
 # every term; only what speculation adds (the plain step rests on measured kernel tables already); host time only.
-# Which one a prediction uses is chosen by leave-one-source-out on the training sources alone (:func:`choose_form`),
-# so a held-out source's rows never choose the form that predicts them.
-FORMS = {
+# Each also with an engine-family level (sources of one engine family share an offset from the population mean,
+# drawn with the a priori spread: a family's host loop and kernels differ from another's about as much as two
+# deployments do). Which one a prediction uses is chosen by leave-one-source-out on the training sources alone
+# (:meth:`Learner.learn`), so a held-out source's rows never choose the form that predicts them, and a family level
+# is used only where the training rows support it.
+BASE_FORMS = {
     "all terms": TERM_NAMES,
     "speculation terms": ("spec_per_token_s", "spec_kernel_scale", "spec_host_per_seq_s"),
     "host terms": ("host_per_step_s", "host_per_seq_s", "spec_per_token_s", "spec_host_per_seq_s"),
 }
+FAMILY_LEVEL = " + engine family"
+FORMS = BASE_FORMS | {name + FAMILY_LEVEL: terms for name, terms in BASE_FORMS.items()}
+
+
+def has_family_level(form: str) -> bool:
+    return form.endswith(FAMILY_LEVEL)
 
 
 def fit_population(rows: Rows, form: str = "all terms", start_sd: np.ndarray = START_SD) -> Population:
@@ -177,6 +192,10 @@ def fit_population(rows: Rows, form: str = "all terms", start_sd: np.ndarray = S
     nf = free.size
     sources = tuple(sorted(set(rows.source)))
     src_idx = np.array([sources.index(s) for s in rows.source])
+    fam_of_row = np.array([engine_family(e) for e in rows.engine], dtype=object)
+    families = tuple(sorted(set(fam_of_row))) if has_family_level(form) else ()
+    fam_idx = np.array([families.index(f) for f in fam_of_row]) if families else np.zeros(len(rows), dtype=int)
+    n_fam = len(families)
     curve_ids = sorted(set(rows.curve[rows.curve >= 0].tolist()))  # the curves left after a hold-out, renumbered
     rows = replace(rows, curve=np.array([curve_ids.index(c) if c >= 0 else -1 for c in rows.curve], dtype=int))
     n_src, n_curves, n = len(sources), len(curve_ids), len(rows)
@@ -185,40 +204,47 @@ def fit_population(rows: Rows, form: str = "all terms", start_sd: np.ndarray = S
     neutral, sd = neutral_all[free], start_sd[free].astype(float)
     sigma = ROW_SIGMA_START
     al0 = [np.clip(np.max(rows.y_log[rows.curve == c]), *LOG_AL_BOUNDS) for c in range(n_curves)]
-    x = np.concatenate([neutral, np.tile(neutral, n_src), np.asarray(al0, dtype=float)])
-    lower = np.concatenate([lo, np.tile(lo, n_src), np.full(n_curves, LOG_AL_BOUNDS[0])])
-    upper = np.concatenate([hi, np.tile(hi, n_src), np.full(n_curves, LOG_AL_BOUNDS[1])])
+    # a family's offset is bounded so that mean + offset can reach each term's bounds (the sum is clipped there)
+    x = np.concatenate([neutral, np.tile(neutral, n_src), np.zeros(n_fam * nf), np.asarray(al0, dtype=float)])
+    lower = np.concatenate([lo, np.tile(lo, n_src), np.tile(lo - hi, n_fam), np.full(n_curves, LOG_AL_BOUNDS[0])])
+    upper = np.concatenate([hi, np.tile(hi, n_src), np.tile(hi - lo, n_fam), np.full(n_curves, LOG_AL_BOUNDS[1])])
     x = np.clip(x, lower + 1e-9, upper - 1e-9)
-    cut = nf * (1 + n_src)
+    cut_src = nf * (1 + n_src)
+    cut = cut_src + nf * n_fam
 
     def unpack(v):
-        return v[:nf], v[nf:cut].reshape(n_src, nf), v[cut:]
+        return v[:nf], v[nf:cut_src].reshape(n_src, nf), v[cut_src:cut].reshape(n_fam, nf), v[cut:]
 
     def resid(v):
-        mu, per, al = unpack(v)
-        phi = np.tile(neutral_all, (n_src, 1))
-        phi[:, free] = per
+        mu, per, off, al = unpack(v)
+        phi = np.tile(neutral_all, (n, 1))
+        phi[:, free] = per[src_idx] + (off[fam_idx] if n_fam else 0.0)
         log_al = np.where(rows.curve >= 0, al[np.maximum(rows.curve, 0)] if n_curves else 0.0, rows.log_al)
-        r_rows = (predict_log(rows, from_fit(phi[src_idx]), np.nan_to_num(log_al)) - rows.y_log) / sigma
-        return np.concatenate([r_rows, ((per - mu) / sd).ravel(), (mu - neutral) / HYPER_SD[free]])
+        r_rows = (predict_log(rows, from_fit(phi), np.nan_to_num(log_al)) - rows.y_log) / sigma
+        return np.concatenate([r_rows, ((per - mu) / sd).ravel(), (off / sd).ravel(), (mu - neutral) / HYPER_SD[free]])
 
-    # which parameters each residual moves: a row its source's terms and its curve's acceptance; a source's
-    # prior residual its own term and the mean; the hyperprior the mean (a sparse Jacobian: fast fits)
-    sparsity = np.zeros((n + n_src * nf + nf, x.size), dtype=bool)
+    # which parameters each residual moves: a row its source's terms, its family's offset and its curve's
+    # acceptance; a source's prior residual its own term and the mean; a family's its offset; the hyperprior the
+    # mean (a sparse Jacobian: fast fits)
+    n_off = n_fam * nf
+    sparsity = np.zeros((n + n_src * nf + n_off + nf, x.size), dtype=bool)
     for i in range(n):
         sparsity[i, nf + src_idx[i] * nf: nf + (src_idx[i] + 1) * nf] = True
+        if n_fam:
+            sparsity[i, cut_src + fam_idx[i] * nf: cut_src + (fam_idx[i] + 1) * nf] = True
         if rows.curve[i] >= 0:
             sparsity[i, cut + rows.curve[i]] = True
     for si in range(n_src):
         for j in range(nf):
             sparsity[n + si * nf + j, [j, nf + si * nf + j]] = True
-    sparsity[n + n_src * nf + np.arange(nf), np.arange(nf)] = True
-    scale = np.maximum(np.concatenate([sd, np.tile(sd, n_src), np.full(n_curves, 0.1)]), 1e-6)
+    sparsity[n + n_src * nf + np.arange(n_off), cut_src + np.arange(n_off)] = True
+    sparsity[n + n_src * nf + n_off + np.arange(nf), np.arange(nf)] = True
+    scale = np.maximum(np.concatenate([sd, np.tile(sd, n_src), np.tile(sd, n_fam), np.full(n_curves, 0.1)]), 1e-6)
     for _ in range(EB_ROUNDS):
         x = least_squares(resid, x, bounds=(lower, upper), method="trf", x_scale=scale, jac_sparsity=sparsity,
                           xtol=1e-8, ftol=1e-8).x
         sigma = max(float(np.sqrt(np.mean((resid(x)[:n] * sigma) ** 2))), 0.01)
-    mu, per, _ = unpack(x)
+    mu, per, off, _ = unpack(x)
     left = resid(x)[:n] * sigma  # log residuals with every source's own terms
     misfit = {str(k): float(np.sqrt(np.mean(left[rows.kind == k] ** 2))) for k in ("step", "speedup")
               if (rows.kind == k).any()}
@@ -229,14 +255,19 @@ def fit_population(rows: Rows, form: str = "all terms", start_sd: np.ndarray = S
         v = neutral_all.copy()
         v[free] = per[i]
         per_all[src] = v
-    return Population(mean, spread, sigma, per_all, n, sources, form, misfit_by_kind=misfit)
+    fam_all = {}
+    for i, fam in enumerate(families):
+        v = np.zeros(N_TERMS)
+        v[free] = off[i]
+        fam_all[fam] = v
+    return Population(mean, spread, sigma, per_all, n, sources, form, misfit_by_kind=misfit, family_fit=fam_all)
 
 
 def predict_rows(rows: Rows, pop: Population) -> tuple[np.ndarray, np.ndarray]:
     """(predicted value, scored?) of each row with the population's centre: a plain step [s] or a speedup. A
     curve without a published acceptance length is anchored on its smallest batch size (that row not scored),
     as calibration.transfer anchors it."""
-    theta = np.tile(from_fit(pop.mean_fit), (len(rows), 1))
+    theta = from_fit(np.array([pop.mean_for(engine_family(e)) for e in rows.engine]).reshape(len(rows), N_TERMS))
     base = predict_log(rows, theta, np.zeros(len(rows)))  # a speedup's log without log AL
     log_al = rows.log_al.copy()
     scored = np.ones(len(rows), dtype=bool)
@@ -313,6 +344,8 @@ def learned_document(pop: Population, corpus_path: Path, rows: Rows) -> dict:
                          "date": dt.date.today().isoformat()},
         "per_source_fit": {s: [float(f"{v:.5g}") for v in pop.source_fit[s]] for s in pop.sources},
         "form": pop.form, "free_terms": list(FORMS[pop.form]),
+        **({"family_offsets_fit": {f: [float(f"{v:.6g}") for v in off] for f, off in pop.family_fit.items()}}
+           if pop.family_fit else {}),
         "form_loso_mape": {k: round(v, 5) for k, v in pop.form_errors.items()},
         "method": "form chosen by leave-one-source-out MAPE on the training rows; maximum a posteriori of a normal population over per-source terms (fit coordinates), empirical-Bayes"
                   " spreads; calibration/learn_step.py. Scored leave-one-source-out in calibration/data/transfer/transfer.md",

@@ -2,6 +2,7 @@
 
     python -m calibration.transfer [--corpus calibration/data/published/corpus.csv]
                                    [--output-dir calibration/data/transfer] [--peer]
+    python -m calibration.transfer --holdout-source SOURCE   (one source scored by a layer learned without it)
 
 Each corpus row (one published number, its source, device, engine, model, TP, dtype, batch size,
 K, context) becomes a scenario and is predicted twice:
@@ -261,7 +262,10 @@ HOLD_OUT = {"source": lambda c: c.row.source_id, "gpu": lambda c: c.raw["hardwar
 def held_out_layers(learner, column: str):
     """layer_for(case): the learned layer of calibration.learn_step learned without the case's source, GPU or
     engine (``column``); a group with no training rows gets the layer of every training row (none of them is its).
-    Each held-out layer is learned once."""
+    Where the form chosen has an engine-family level, the case's family's centre (a family not trained on: the
+    population's). Each held-out layer is learned once."""
+    from calibration.learn_step import engine_family
+    pops: dict = {}
     layers: dict = {}
     group = HOLD_OUT[column]
     present = set(getattr(learner.rows, column).tolist())
@@ -269,10 +273,14 @@ def held_out_layers(learner, column: str):
     def layer_for(case):
         g = group(case)
         key = g if g in present else None
-        if key not in layers:
-            pop = learner.without(column, g) if key is not None else learner.learn()
-            layers[key] = pop.prior({"sources": len(pop.sources), "rows": pop.n_rows}, f"held out {column} {g}")
-        return layers[key]
+        if key not in pops:
+            pops[key] = learner.without(column, g) if key is not None else learner.learn()
+        pop = pops[key]
+        family = engine_family(case.row.engine) if pop.family_fit else None  # a form with a family level
+        if (key, family) not in layers:
+            layers[key, family] = pop.prior({"sources": len(pop.sources), "rows": pop.n_rows}, f"held out {column} {g}",
+                                            family)
+        return layers[key, family]
 
     return layer_for
 
@@ -293,15 +301,42 @@ def by_group(rows: pd.DataFrame, column: str) -> dict:
     return {str(k): held_out_summary(g) for k, g in rows.groupby(column)}
 
 
-def two_shot(corpus: pd.DataFrame, rows: pd.DataFrame, summary: dict, layer_for=None) -> pd.DataFrame:
+def two_shot(corpus: pd.DataFrame, rows: pd.DataFrame, summary: dict, layer_for=None, learner=None) -> pd.DataFrame:
     """Two-shot rows of the speedup curves (calibration/transfer_twoshot.py); their summary goes into
     ``summary["two_shot"]`` beside the zero-shot planner on the same rows. ``layer_for``: the learned layer
-    each curve's posterior starts from (learned without its source)."""
-    from calibration.transfer_twoshot import score_two_shot, summarize_two_shot
+    each curve's posterior starts from (learned without its source); ``learner``: where each held-out source's
+    band is calibrated from its training sources' curves (None: the layer's misfit)."""
+    from calibration.transfer_twoshot import held_out_bands, score_two_shot, summarize_two_shot
     cases = [c for c in (case_for(r) for _, r in corpus.iterrows()) if isinstance(c, Case)]
-    two = score_two_shot(cases, layer_for)
+    two = score_two_shot(cases, layer_for, held_out_bands(learner, cases) if learner is not None else None)
     summary["two_shot"] = summarize_two_shot(two, rows)
     return two
+
+
+def holdout_source(corpus: pd.DataFrame, learner, source: str) -> int:
+    """Learn the layer without ``source`` (its form chosen on the other sources), score ``source``'s rows with it and
+    with the physics alone, and print both: one source checked by hand."""
+    if source not in set(corpus.source_id):
+        raise PlannerError(f"--holdout-source {source}: no such source in the corpus (its source_id column); e.g."
+                           f" {', '.join(sorted(set(corpus.source_id))[:3])}")
+    mine = corpus[corpus.source_id == source]
+    pop = learner.without("source", source)
+    rows, _ = score(mine, layer_for=held_out_layers(learner, "source"))
+    physics, _ = score(mine)
+    if rows.empty:
+        print(f"{source}: no row the planner can express")
+        return 0
+    cols = ["row_id", "kind", "hardware", "engine", "model", "batch_size", "k", "anchor", "measured", "predicted", "error"]
+    print(rows[cols].assign(physics_error=physics.set_index("row_id").error.reindex(rows.row_id).values)
+          .to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print(f"layer learned without {source}: form '{pop.form}' from {pop.n_rows} rows of {len(pop.sources)} sources")
+    lay, phys = held_out_summary(rows), held_out_summary(physics)
+    for block in ("plain_only", "speedup"):
+        if lay[block]["n"]:
+            print(f"{block}: MAPE {lay[block]['mape']:.1%} (physics alone {phys[block]['mape']:.1%}) on {lay[block]['n']} rows")
+    if lay["decision"]["n"]:
+        print(f"decisions right {lay['decision']['share']:.1%} (physics alone {phys['decision']['share']:.1%})")
+    return 0
 
 
 def learner_summary(learner) -> dict:
@@ -317,6 +352,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--output-dir", default=str(OUT_DIR), help="where transfer.md / .json / rows CSV go")
     p.add_argument("--peer", action="store_true", help="also ask aiconfigurator-core for its own estimate")
     p.add_argument("--no-bands", action="store_true", help="do not rewrite simulator/data/transfer_error.json")
+    p.add_argument("--holdout-source", metavar="SOURCE",
+                   help="learn the layer without SOURCE, score SOURCE's rows and print them (no file is written)")
     args = p.parse_args(argv)
 
     def body() -> int:
@@ -326,6 +363,8 @@ def main(argv: list[str] | None = None) -> int:
         corpus = pd.read_csv(path)
         from calibration.learn_step import Learner, corpus_cases, training_rows
         learner = Learner(training_rows(corpus_cases(corpus)))
+        if args.holdout_source is not None:
+            return holdout_source(corpus, learner, args.holdout_source)
         physics, _ = score(corpus)
         rows, skipped = score(corpus, peer=args.peer, layer_for=held_out_layers(learner, "source"))
         by_gpu_rows, _ = score(corpus, layer_for=held_out_layers(learner, "gpu"))
@@ -343,7 +382,7 @@ def main(argv: list[str] | None = None) -> int:
         summary["physics_only_by_gpu"] = by_group(physics, "hardware")
         summary["physics_only_by_engine"] = by_group(physics, "engine")
         summary["learned_layer"] = learner_summary(learner)
-        two = two_shot(corpus, rows, summary, held_out_layers(learner, "source"))
+        two = two_shot(corpus, rows, summary, held_out_layers(learner, "source"), learner)
         parts = part_rows(part_cases(corpus))
         summary["parts"] = summarize_parts(parts)
         text = markdown(summary, rows, skipped, str(path.relative_to(REPO) if path.is_relative_to(REPO) else path))

@@ -157,13 +157,15 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
                        + pcie_collective_caveat(hardware, deployment, profile)),
         context_lens=wl["context_lens"], acceptance_context=acceptance_context,
         acceptance_band=parse_band(get("acceptance", "band", default("acceptance", "band")), origin),
-        schedule_tolerance=wl["schedule_tolerance"], decision_quantile=wl["decision_quantile"], acceptance_file=acc_file, deployment_fit=fit,
-        step_prior=learned_layer(hardware, get("calibration", "learned", default("calibration", "learned"))))
+        schedule_tolerance=wl["schedule_tolerance"], decision_quantile=wl["decision_quantile"],
+        acceptance_file=acc_file, deployment_fit=fit,
+        step_prior=learned_layer(hardware, get("calibration", "learned", default("calibration", "learned")), engine.name))
 
 
-def learned_layer(hardware, wanted: bool) -> LearnedPrior | None:
-    """The learned engine terms where they were learned (GPUs: the published corpus has no CPU rows) and wanted."""
-    return load_learned_prior() if wanted and hardware.kind != "cpu" else None
+def learned_layer(hardware, wanted: bool, engine: str | None = None) -> LearnedPrior | None:
+    """The learned engine terms where they were learned (GPUs: the published corpus has no CPU rows) and wanted
+    (centred on the engine's family where the layer has a family level)."""
+    return load_learned_prior(engine=engine) if wanted and hardware.kind != "cpu" else None
 
 
 def _capture_limit(engine: EngineProfile, limit, origin: str) -> EngineProfile:

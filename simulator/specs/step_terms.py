@@ -51,6 +51,16 @@ LOG_TERMS = np.array([TERMS[n][3] == "log" for n in TERMS])
 # a deployment's prior (calibration.fit_deployment) start here.
 A_PRIORI_SD = np.array([0.15, 100.0, 10.0, 5.0, 0.15, 20.0])
 
+# engine -> family, for a learned layer with an engine-family level (its sources of one family share an offset):
+# research harnesses (gpt-fast, a paper's own loop; "other" in the corpus) are single-process PyTorch decode loops
+ENGINE_FAMILY = {"vllm": "vllm", "sglang": "sglang", "trtllm": "trtllm", "gpt-fast": "research",
+                 "magicdec": "research", "other": "research"}
+
+
+def engine_family(engine: str) -> str:
+    return ENGINE_FAMILY.get(str(engine), str(engine))
+
+
 LEARNED_FORMAT = "dsd-planner-learned-step"
 LEARNED_FILE = Path(__file__).resolve().parent.parent / "data" / "learned_step.json"
 
@@ -143,16 +153,24 @@ def prior_from(mean_fit, sd_fit, learned_from: dict | None = None, path: str = "
                         tuple(map(float, sd_fit)), dict(learned_from or {}), path, dict(misfit_log or {}))
 
 
-_LOADED: dict = {}  # path -> LearnedPrior: a data file read once per process (it is shipped, not edited at run time)
+_LOADED: dict = {}  # (path, engine family or None) -> LearnedPrior: a data file read once per process (shipped, not edited)
 
 
-def load_learned_prior(path: str | Path = LEARNED_FILE) -> LearnedPrior | None:
-    """The shipped learned layer, None where no file is shipped (the physics alone)."""
+def load_learned_prior(path: str | Path = LEARNED_FILE, engine: str | None = None) -> LearnedPrior | None:
+    """The shipped learned layer, None where no file is shipped (the physics alone); where it has an engine-family
+    level, centred on ``engine``'s family (a family it has no offset for: the population's centre, the same object)."""
     path = Path(path)
-    if str(path) in _LOADED:
-        return _LOADED[str(path)]
-    if not path.is_file():
-        return None
+    base = (str(path), None)
+    if base not in _LOADED:
+        if not path.is_file():
+            return None
+        _read_learned(path)
+    key = (str(path), engine_family(engine)) if engine else base
+    return _LOADED.get(key, _LOADED[base])
+
+
+def _read_learned(path: Path) -> None:
+    """Parse and check the layer file once: its population's prior, and one per engine family it has an offset for."""
     data = read_json_file(path, "learned step layer")
     if not isinstance(data, dict) or data.get("format") != LEARNED_FORMAT:
         raise PlannerError(f"{path}: not a learned step layer ('{LEARNED_FORMAT}'); regenerate it with"
@@ -169,6 +187,14 @@ def load_learned_prior(path: str | Path = LEARNED_FILE) -> LearnedPrior | None:
     misfit = data.get("misfit_log_by_kind") or {}
     if not (isinstance(misfit, dict) and all(isinstance(v, (int, float)) and 0 <= v < 10 for v in misfit.values())):
         raise PlannerError(f"{path}: misfit_log_by_kind must map kinds to log scatters in [0, 10)")
-    prior = prior_from(mean, sd, data.get("learned_from", {}), str(path), misfit)
-    _LOADED[str(path)] = prior
-    return prior
+    offsets = data.get("family_offsets_fit") or {}
+    if not (isinstance(offsets, dict) and all(isinstance(v, list) and len(v) == len(TERMS)
+                                              and all(isinstance(x, (int, float)) and np.isfinite(x) for x in v)
+                                              for v in offsets.values())):
+        raise PlannerError(f"{path}: family_offsets_fit must give {len(TERMS)} finite numbers per engine family;"
+                           " regenerate it with python -m calibration.learn_step")
+    learned_from = data.get("learned_from", {})
+    _LOADED[str(path), None] = prior_from(mean, sd, learned_from, str(path), misfit)
+    for family, off in offsets.items():
+        _LOADED[str(path), family] = prior_from(np.asarray(mean) + np.asarray(off, dtype=float), sd, learned_from,
+                                                str(path), misfit)

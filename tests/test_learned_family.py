@@ -1,0 +1,62 @@
+"""The engine-family level of the learned layer (calibration/learn_step.py): candidate forms, used only where the
+nested leave-one-source-out choice on the training rows picks it; the shipped file's family offsets at run time."""
+import json
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from calibration import learn_step as L
+from simulator.specs import step_terms
+from simulator.specs.step_terms import from_fit, load_learned_prior
+from tests.test_learned_step import _synthetic_rows
+
+
+def _two_families():
+    # vLLM sources run the speculating kernels 1.4x the physics, TensorRT-LLM sources 1.0x (synthetic)
+    theta = {f"v{i}": np.array([1.0, 0, 0, 0, 1.4, 0]) for i in range(3)}
+    theta |= {f"t{i}": np.array([1.0, 0, 0, 0, 1.0, 0]) for i in range(3)}
+    rows = _synthetic_rows(theta)
+    return replace(rows, engine=np.array(["vllm" if s.startswith("v") else "trtllm" for s in rows.source], dtype=object))
+
+
+def test_family_level_learns_each_familys_centre():
+    rows = _two_families()
+    pop = L.fit_population(rows, "speculation terms" + L.FAMILY_LEVEL)
+    assert set(pop.family_fit) == {"vllm", "trtllm"}
+    assert from_fit(pop.mean_for("vllm"))[4] == pytest.approx(1.4, rel=0.05)
+    assert from_fit(pop.mean_for("trtllm"))[4] == pytest.approx(1.0, rel=0.05)
+    assert from_fit(pop.mean_for("sglang"))[4] == pytest.approx(from_fit(pop.mean_fit)[4])  # unseen: the mean
+    plain = L.fit_population(rows, "speculation terms")
+    assert plain.family_fit == {} and 1.05 < from_fit(plain.mean_fit)[4] < 1.35  # one centre between the two
+
+
+@pytest.mark.slow  # 6 forms x 5 nested fits (~20 s)
+def test_held_out_source_of_a_known_family_borrows_its_familys_terms_when_the_rows_support_it():
+    rows = _two_families()
+    learner = L.Learner(rows)
+    pop = learner.without("source", "v0")
+    # chosen on the five training sources alone: the family level predicts a left-out source far better
+    assert L.has_family_level(pop.form), pop.form_errors
+    held = rows.take(rows.source == "v0")
+    with_family = np.mean(L.held_out_errors(held, pop))
+    without_family = np.mean(L.held_out_errors(held, learner.fit(rows.source != "v0", "speculation terms")))
+    assert with_family < 0.5 * without_family
+
+
+def test_shipped_file_with_family_offsets_centres_each_engine_on_its_family(tmp_path, monkeypatch):
+    doc = json.loads(step_terms.LEARNED_FILE.read_text())
+    off = [0.0, 0.0, 0.0, 0.0, 0.1, 0.0]
+    doc["family_offsets_fit"] = {"vllm": off}
+    path = tmp_path / "layer.json"
+    path.write_text(json.dumps(doc))
+    monkeypatch.setattr(step_terms, "_LOADED", {})
+    base = load_learned_prior(path)
+    vllm = load_learned_prior(path, engine="vllm")
+    assert vllm.mean_fit[4] == pytest.approx(base.mean_fit[4] + 0.1)
+    assert load_learned_prior(path, engine="sglang") is base  # a family without an offset: the population
+    doc["family_offsets_fit"] = {"vllm": [0.1]}
+    path.write_text(json.dumps(doc))
+    monkeypatch.setattr(step_terms, "_LOADED", {})
+    with pytest.raises(step_terms.PlannerError, match="family_offsets_fit"):
+        load_learned_prior(path)
