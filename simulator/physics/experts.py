@@ -214,3 +214,15 @@ def fit_reuse(batch, queries, measured, probabilities: np.ndarray) -> float:
     best = grid[int(np.argmin([err(r) for r in grid]))]
     fine = np.linspace(max(best - 0.005, 0.0), min(best + 0.005, 0.99), 21)
     return float(fine[int(np.argmin([err(r) for r in fine]))])
+
+
+def table_experts_touched(tokens, num_experts: int, top_k: int) -> np.ndarray:
+    """Distinct experts a measured MoE kernel table's row of T tokens loads: min(E, T k).
+
+    aiconfigurator's collectors route with "balanced" logits (token t takes experts
+    (t + i ceil(E / k)) mod E, or spread the same way when T < ceil(E / k)): every token-expert pair
+    goes to a new expert until all E are loaded (exactly min(E, T k) when k divides E); their
+    power-law routing also fills experts first (at least one token each once T k > E). Independent
+    tokens (:func:`experts_touched`, the planner's routing) touch fewer: 82 of 128 at T = 16, k = 8.
+    """
+    return np.minimum(float(num_experts), np.asarray(tokens, dtype=float) * float(top_k))
