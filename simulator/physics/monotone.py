@@ -207,29 +207,34 @@ def moe_lattice_s(surface, correction, shape: dict, top_tokens: float, top_queri
     e_lo = experts_touched(np.maximum(T / max(top_queries, 1.0), 1.0), p)
     E_nodes = np.geomspace(k, e_all, MOE_EXPERT_NODES)
 
-    def work(E):  # [T, n] expert counts -> (FLOPs, bytes) on the busiest GPU
-        pairs = pairs_g[:, None] * np.ones_like(E)
-        return 2.0 * pairs * s, c_e[:, None] * E * s * w + pairs * b_pair
+    def work(E, share, pairs):  # [T, n] expert counts -> (FLOPs, bytes) on the busiest GPU
+        pairs = pairs[:, None] * np.ones_like(E)
+        return 2.0 * pairs * s, share[:, None] * E * s * w + pairs * b_pair
 
-    # the table's own time at u = T tokens: the surface on the relation its rows were labelled with
-    eta_rel = surface(tokens_per_expert=T * k / e_all0, expert_bytes=c_e * e_all0 * s * w, n=n)
+    # the table's own time at u = T tokens: the surface on the relation its rows were labelled with (the
+    # importer's uniform routing p = k / E_all, calibration/import_tables.uniform_moe_load)
+    p_table = np.full(p.size, k / e_all)
+    e_label = experts_touched(T, p_table)
+    touched_label, pairs_label = busiest_group_load(T, p_table, ep)
+    share_label = touched_label / np.maximum(e_label, 1e-12)
+    eta_label = surface(tokens_per_expert=T * k / e_label, expert_bytes=share_label * e_label * s * w, n=n)
     if correction is not None:
         factor = correction.factor({**{a: shape[a] for a in correction.key_axes}, correction.along: T})
         if factor is not None:
-            eta_rel = eta_rel / factor
-    t_table = monotone_lattice(surface_time_s(*(x[:, 0] for x in work(e_all0[:, None])), eta_rel, peak, bw)[:, None])[:, 0]
+            eta_label = eta_label / factor
+    t_label = surface_time_s(*(x[:, 0] for x in work(e_label[:, None], share_label, pairs_label)), eta_label, peak, bw)
     # ... and its efficiency in the work those rows did (all the experts they loaded), each step up in u
     # costing at least its extra bytes at the HBM peak (where the fit pooled a falling stretch)
-    f_tab, m_tab = work(table_experts_touched(T, len(p), int(k))[:, None])
-    t_table = rising_with_bytes(t_table, m_tab[:, 0], bw)
-    log_eta = np.log(np.maximum(f_tab[:, 0] / peak, m_tab[:, 0] / bw) / t_table)
+    f_tab, m_tab = (x[:, 0] for x in work(table_experts_touched(T, p.size, int(k))[:, None], share_label, pairs_label))
+    t_table = rising_with_bytes(monotone_lattice(t_label[:, None])[:, 0], m_tab, bw)
+    log_eta = np.log(np.maximum(f_tab / peak, m_tab / bw) / t_table)
 
     def time_s(E):  # [T, n] expert counts -> seconds per instance, at the table's efficiency for that work
         u_1 = np.log2(np.maximum(E / k, 1.0))
         u_2 = np.log2(T[:, None] * e_all / E)
         eta = np.exp(np.interp(u_1, log_t, log_eta) + np.interp(u_2, log_t, log_eta)
                      - np.interp(np.log2(e_all / k), log_t, log_eta))
-        return surface_time_s(*work(E), eta, peak, bw)
+        return surface_time_s(*work(E, c_e, pairs_g), eta, peak, bw)
 
     # independent tokens (rho = 0): the monotone fit along T
     t_rel = monotone_lattice(time_s(e_all0[:, None]))
@@ -242,9 +247,8 @@ def moe_lattice_s(surface, correction, shape: dict, top_tokens: float, top_queri
 
 def moe_time_s(lattice, tokens, touched, probabilities) -> np.ndarray:
     """An MoE layer's time per instance at T ``tokens`` touching E = ``touched`` experts, from
-    :func:`moe_lattice_s`: on the tables' relation (E = e_0(T), independent tokens) the 1-D monotone fit
-    exactly, elsewhere the lattice (never above that fit at the same T: a convex combination of nodes
-    that are not)."""
+    :func:`moe_lattice_s`: on the independent-token relation (E = e_0(T)) the 1-D monotone fit exactly,
+    elsewhere the lattice (never above that fit at the same T: a convex combination of nodes that are not)."""
     log_t, log_e, t, t_rel = lattice
     tokens, touched = np.broadcast_arrays(np.asarray(tokens, dtype=float), np.asarray(touched, dtype=float))
     lx = np.log2(np.maximum(tokens, 1e-300))
