@@ -247,8 +247,9 @@ def test_isotonic_fit_by_hand(y, want):
 def test_routed_experts_rise_with_the_bytes_they_load(profile):
     """Issue 47: gpt-oss-120b / H100 / vLLM at B = 8 priced moe_experts at 22.04 ms for K = 4, 6 and 8 while its
     bytes grew from 44 to 55 GB. On every shipped profile and MoE model, wherever K + 1 loads more than 1% more
-    expert bytes, the routed experts' time rises too (a measured table may rise by less than the extra bytes at
-    the HBM peak where its kernel grows more efficient: those times are the table's own)."""
+    expert bytes, the routed experts' time rises too. The flat stretch was the tables' own time for all the
+    experts their rows loaded (min(E, T k)) priced to steps that load fewer (test below and
+    simulator/physics/monotone.moe_lattice_s)."""
     failures = []
     for model in MOE_MODELS:
         sc = _scenario(model, profile)
