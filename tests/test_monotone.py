@@ -284,6 +284,11 @@ def test_tables_rows_load_every_expert_their_pairs_reach(experts, topk):
 
     for tokens in (1, 2, 3, 4, 8, 16, 32, 64, 128):
         assert table_experts_touched(tokens, experts, topk) == _collector_balanced_experts(tokens, experts, topk)
+    # the timed GPU of an expert-parallel row holds experts [0, E / ep): 128 experts, top-1 over 64 GPUs:
+    # token 0 takes expert 0, expert 1 only once T reaches 128 (floor(t 128 / T) = 1 needs T > 64, i.e. ceil)
+    assert [float(table_experts_touched(t, 128, 1, 64)) for t in (1, 8, 64, 128, 256)] == [1, 1, 1, 2, 2]
+    # 256 experts, top-8 over 8 GPUs (32 each, stride 32): T < 32 tokens spread one expert each over block 0
+    assert [float(table_experts_touched(t, 256, 8, 8)) for t in (1, 4, 16, 32, 64)] == [1, 4, 16, 32, 32]
     assert float(experts_touched(16.0, np.full(128, 8 / 128))) == pytest.approx(128 * (1 - (15 / 16) ** 16))
     assert 128 * (1 - (15 / 16) ** 16) == pytest.approx(82.4, abs=0.05)
 

@@ -165,8 +165,9 @@ def rising_with_bytes(t: np.ndarray, nbytes: np.ndarray, bw: float) -> np.ndarra
 
 
 def moe_lattice_s(surface, correction, shape: dict, top_tokens: float, top_queries: float, peak: float, bw: float):
-    """(log2 T nodes, log2 E nodes, envelope time [T, E], the monotone time along the relation [T])
-    of one MoE layer's routed experts per instance.
+    """(log2 T nodes, log2 E nodes, envelope time [T, E], the monotone time along the relation [T], the
+    table's own time at T tokens [T]: the work its rows did, :func:`moe_table_time_s`) of one MoE layer's
+    routed experts per instance.
 
     At T tokens touching E distinct experts in all (E between what T / q_max tokens and what T
     independent tokens touch, ``experts_touched``: B = T / q sequences of q <= ``top_queries`` positions
@@ -175,7 +176,8 @@ def moe_lattice_s(surface, correction, shape: dict, top_tokens: float, top_queri
     independent tokens; c_E = 1/ep for uniform routing): F = 2 p_g s, M = c_E E s w + p_g b_pair.
 
     The measured tables' rows loaded more experts than independent tokens touch (their collectors
-    route every pair to a new expert first: ``table_experts_touched`` = min(E_all, u k) at u tokens),
+    route every pair to a new expert first: ``table_experts_touched`` = min(E_all, u k) at u tokens
+    without expert parallelism),
     while the surface was fitted with each row labelled by the independent-token count e_0(u). Read
     on that relation the surface gives the table's own time t_tab(u) (made monotone in u), which is
     the time of min(E_all, u k) experts: flat from u = E_all / k on, where all experts are loaded,
@@ -183,8 +185,8 @@ def moe_lattice_s(surface, correction, shape: dict, top_tokens: float, top_queri
     same whatever its bytes (gpt-oss-120b / H100 / vLLM: 22.04 ms at K = 4, 6, 8 while 44 -> 55 GB).
     So the table's efficiency is taken in the work it really did, eta_tab(u) = R(u, min(E_all, u k)) /
     t_tab(u), and the planner's (T, E) reads it where the table measured the same work: the same
-    experts (u_1 = E / k, one token per expert) and the same tokens per expert at all experts
-    (u_2 = T E_all / E):
+    experts on the timed GPU (u_1 = E / k without expert parallelism, one token per expert) and the same
+    tokens per expert at all experts (u_2 = T E_all / E):
 
         eta(T, E) = eta_tab(u_1) eta_tab(u_2) / eta_tab(E_all / k),   t = R(T, E) / eta(T, E)
 
@@ -225,12 +227,16 @@ def moe_lattice_s(surface, correction, shape: dict, top_tokens: float, top_queri
     t_label = surface_time_s(*(x[:, 0] for x in work(e_label[:, None], share_label, pairs_label)), eta_label, peak, bw)
     # ... and its efficiency in the work those rows did (all the experts they loaded), each step up in u
     # costing at least its extra bytes at the HBM peak (where the fit pooled a falling stretch)
-    f_tab, m_tab = (x[:, 0] for x in work(table_experts_touched(T, p.size, int(k))[:, None], share_label, pairs_label))
+    on_gpu = table_experts_touched(T, p.size, int(k), ep)  # the timed GPU's experts (all E / ep from E / k on)
+    f_tab, m_tab = (x[:, 0] for x in work(on_gpu[:, None], np.ones(T.size), pairs_label))
     t_table = rising_with_bytes(monotone_lattice(t_label[:, None])[:, 0], m_tab, bw)
     log_eta = np.log(np.maximum(f_tab / peak, m_tab / bw) / t_table)
+    # u_1: the tokens at which the table's GPU loaded the step's busiest GPU's experts (the table's count,
+    # made strictly increasing where it is flat, read backwards; E / k without expert parallelism)
+    rising = np.maximum.accumulate(on_gpu) + 1e-9 * log_t
 
     def time_s(E):  # [T, n] expert counts -> seconds per instance, at the table's efficiency for that work
-        u_1 = np.log2(np.maximum(E / k, 1.0))
+        u_1 = np.interp(c_e[:, None] * E, rising, log_t)
         u_2 = np.log2(T[:, None] * e_all / E)
         eta = np.exp(np.interp(u_1, log_t, log_eta) + np.interp(u_2, log_t, log_eta)
                      - np.interp(np.log2(e_all / k), log_t, log_eta))
@@ -242,14 +248,14 @@ def moe_lattice_s(surface, correction, shape: dict, top_tokens: float, top_queri
     # and not cheaper than less work (running maximum); e_all0(T) itself keeps t_rel
     t = np.minimum(time_s(np.clip(E_nodes[None, :], e_lo[:, None], e_all0[:, None])), t_rel)
     t = np.where(E_nodes[None, :] >= e_all0[:, None], t_rel, t)
-    return log_t, np.log2(E_nodes), monotone_lattice(t, mode="max"), t_rel[:, 0]
+    return log_t, np.log2(E_nodes), monotone_lattice(t, mode="max"), t_rel[:, 0], t_table
 
 
 def moe_time_s(lattice, tokens, touched, probabilities) -> np.ndarray:
     """An MoE layer's time per instance at T ``tokens`` touching E = ``touched`` experts, from
     :func:`moe_lattice_s`: on the independent-token relation (E = e_0(T)) the 1-D monotone fit exactly,
     elsewhere the lattice (never above that fit at the same T: a convex combination of nodes that are not)."""
-    log_t, log_e, t, t_rel = lattice
+    log_t, log_e, t, t_rel = lattice[:4]
     tokens, touched = np.broadcast_arrays(np.asarray(tokens, dtype=float), np.asarray(touched, dtype=float))
     lx = np.log2(np.maximum(tokens, 1e-300))
     on = touched >= experts_touched(tokens, probabilities) * (1.0 - 1e-9)
@@ -257,6 +263,13 @@ def moe_time_s(lattice, tokens, touched, probabilities) -> np.ndarray:
     if on.all():  # independent tokens (no routing reuse): the lattice is not read
         return on_relation
     return np.where(on, on_relation, lattice_interp(t, log_t, log_e, tokens, np.log2(touched)))
+
+
+def moe_table_time_s(lattice, tokens) -> np.ndarray:
+    """The time :func:`moe_lattice_s` gives a measured table's own row of T ``tokens``: the work that row did
+    (``table_experts_touched`` experts), which is what its measured time is to be compared with."""
+    return np.exp(np.interp(np.log2(np.maximum(np.asarray(tokens, dtype=float), 1e-300)), lattice[0],
+                            np.log(lattice[4])))
 
 
 # Decode-attention lattice: nodes per octave of sequences and of cached keys
