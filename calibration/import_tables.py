@@ -8,7 +8,9 @@ efficiency surfaces (efficiency = roofline time / measured time) for GEMM, decod
 (GQA and MLA) and routed MoE, plus all-reduce / NCCL collective tables, and reports held-out
 error. The roofline is the planner's own: the FLOP and byte terms of simulator/physics/terms.py
 (GEMM, decode attention, absorbed MLA, routed experts), the busiest-GPU expert load of
-simulator/physics/experts.py (uniform routing p = k/E, the tables' "balanced" distribution), and the
+simulator/physics/experts.py (rows labelled with uniform routing p = k/E; the tables' "balanced" rows
+loaded min(E, T k) experts, which the planner accounts for when it reads the surface back:
+simulator/physics/monotone.moe_lattice_s), and the
 peaks of the hardware catalog entry (simulator.specs.hardware.load_hardware: the dtype peak the
 planner uses, fp8 only when weights AND activations are fp8; HBM bandwidth; link bandwidth and
 latency). All-reduce of S bytes over g GPUs: t = alpha_g + collective_factor * S / busBW_g
@@ -83,8 +85,8 @@ MOE_KEYS = ["moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num
 
 
 def moe_distribution(df: pd.DataFrame) -> str:
-    """'balanced' routing when the table has it (matches the planner's uniform routing),
-    else the table's mildest power law."""
+    """'balanced' routing when the table has it (the planner's uniform routing on average; it loads
+    min(E, T k) experts, physics.experts.table_experts_touched), else the table's mildest power law."""
     ds = set(df.distribution.unique())
     for d in ("balanced", "power_law_1.01", "power_law_1.2"):
         if d in ds:

@@ -15,7 +15,7 @@ import pandas as pd
 
 from simulator.physics.monotone import (MIN_BATCH_OCTAVES, MIN_KEY_OCTAVES, MIN_TOKEN_OCTAVES, attention_lattice_s,
                                         attention_time_s, gemm_lattice_s, lattice_time_s, log_lattice_interp,
-                                        moe_lattice_s, moe_time_s)
+                                        moe_lattice_s, moe_table_time_s)
 from simulator.specs.surfaces import ShapeCorrection, Surface
 from simulator.specs.hardware import DTYPE_BYTES
 
@@ -69,8 +69,8 @@ def _moe_s(sub: pd.DataFrame, surf: Surface, fix, w: float, a: float, peak: floa
                  "w_bytes": w, "pair_bytes": (2 * D + 3 * inter / tp) * a, "n": inter / tp, "num_experts": E,
                  "hidden": D, "inter": inter, "moe_tp": tp}
         lattice = moe_lattice_s(surf, fix, shape, max(float(T[pos].max()), 2.0 ** MIN_TOKEN_OCTAVES), 1.0, peak, bw)
-        touched = E * -np.expm1(T[pos] * np.log1p(-k / E))
-        out[pos] = moe_time_s(lattice, T[pos], touched, shape["probabilities"])
+        # the row's own work (its collector loaded min(E, T k) experts), not a step of T independent tokens
+        out[pos] = moe_table_time_s(lattice, T[pos])
     return out
 
 

@@ -135,14 +135,20 @@ def test_moe_tab_explains_k_and_compares_layouts_and_reuse_moves_k():
 
 
 def test_kstar_tab_says_where_k_changes_and_why():
-    # qwen3-235b-h200: K* 3 -> 5 at B = 6, as the CLI says (tests/test_k_changes.py); each row one K of a change
+    # qwen3-235b-h200: K* first rises (4 -> 5 at B = 10 when written) where the CLI says it does
+    # (Prediction.k_changes, tests/test_k_changes.py); each row one K of a change
+    from simulator.plan.api import predict
+
+    first = predict("scenarios/qwen3-235b-h200.toml").k_changes()[0]
+    b, k_from, k_to = first["batch_size"], first["k_from"], first["k_to"]
+    assert 0 < k_from < k_to
     at = new_app()
     sb(at, "selectbox", "scenario").set_value("qwen3-235b-h200").run()
     assert_clean(at)
     (exp,) = [e for e in at.expander if e.label.startswith("Where K* changes, and why")]
     changes = next(d.value for d in at.dataframe if "K* change" in d.value.columns)
-    assert changes.loc[changes["from B"] == 6, "K* change"].tolist() == ["3 -> 5", "3 -> 5"]
-    assert set(changes.loc[changes["from B"] == 6, "K"]) == {3, 5} and "experts at K / at 0" in changes.columns
+    assert changes.loc[changes["from B"] == b, "K* change"].tolist() == [f"{k_from} -> {k_to}"] * 2
+    assert set(changes.loc[changes["from B"] == b, "K"]) == {k_from, k_to} and "experts at K / at 0" in changes.columns
 
 
 def test_dense_model_moe_tab_says_so():

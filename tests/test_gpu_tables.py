@@ -267,7 +267,7 @@ def test_moe_op_takes_the_shape_correction_of_its_exact_layer():
 
     prof = load_shipped_profile(next(p for p in SHIPPED if p.name.startswith("h200.trtllm-")))
     m, hw, dep = load_model("qwen3-30b-a3b"), load_hardware("h200"), Deployment(tp=1, kernels=EngineKernels(engine="trtllm"))
-    tokens = np.array([1.0, 64.0])
+    tokens = np.array([1.0, 64.0, 256.0])
     op = [o for o in moe_ops(m, dep, hw, tokens, 1) if o.surface == "moe"]
     key = ShapeCorrection.key_of([m.num_experts, m.experts_per_token, m.hidden_size,
                                   m.expert_intermediate_size, 1, 1])
@@ -278,15 +278,23 @@ def test_moe_op_takes_the_shape_correction_of_its_exact_layer():
     # the surface's own price of the op (no envelope): the exact layer's factors 2 and 3
     base_eta = surface_efficiency(op[0], replace(prof, shape_corrections={}), "trtllm")
     fixed_eta = surface_efficiency(op[0], replace(prof, shape_corrections=fix), "trtllm")
-    np.testing.assert_allclose(base_eta / fixed_eta, [2.0, 3.0], rtol=1e-9)
+    np.testing.assert_allclose(base_eta / fixed_eta, [2.0, 3.0, 3.0], rtol=1e-9)
     # as a step is priced (the monotone fit over the work, simulator/physics/monotone.py): where the corrected
-    # time already grows with the tokens the factors stand (one token exactly; 64 tokens within 1%, pooled
-    # with the table's larger token counts)
+    # time already grows with the tokens the factors stand: one token exactly; at 256 tokens, where
+    # independent tokens load all 128 experts as the table's row did (128 (1 - (15/16)^256) = 128 - 9e-6),
+    # the table's own corrected time within 1%; at 64 tokens independent tokens load 125.9 experts where
+    # the table's row loaded 128 (its routing: experts.table_experts_touched), so its corrected time
+    # scaled by the bytes this step loads over the bytes that row loaded (memory-bound), within 1%
     base = evaluate(op, hw, dep, replace(prof, shape_corrections={}), tokens.shape).time_s[0]
     fixed = evaluate(op, hw, dep, replace(prof, shape_corrections=fix), tokens.shape).time_s[0]
     peak, bw = hw.peak_flops_per_s(dep.weight_dtype, dep.act_dtype), hw.hbm_bandwidth_bytes_per_s
+    own = surface_time_s(op[0].flops, op[0].nbytes, fixed_eta, peak, bw)
     assert fixed[0] / base[0] == pytest.approx(2.0, rel=1e-9)
-    assert fixed[1] == pytest.approx(float(surface_time_s(op[0].flops, op[0].nbytes, fixed_eta, peak, bw)[1]), rel=0.01)
+    assert fixed[2] == pytest.approx(float(own[2]), rel=0.01)
+    touched = op[0].shape["touched"]
+    assert touched[1] == pytest.approx(125.94, abs=0.01)
+    row_bytes = op[0].nbytes[1] + (128 - touched[1]) * op[0].shape["params_slice"] * op[0].shape["w_bytes"]
+    assert fixed[1] == pytest.approx(float(own[1]) * op[0].nbytes[1] / row_bytes, rel=0.01)
     # another layer shape (TP 2 slices the experts) is left to the surface
     dep2 = Deployment(tp=2, kernels=EngineKernels(engine="trtllm"))
     op2 = [o for o in moe_ops(m, dep2, hw, tokens, 1) if o.surface == "moe"]

@@ -243,16 +243,13 @@ def test_isotonic_fit_by_hand(y, want):
                                [2.25, 2.25, 5.0], rtol=1e-15)
 
 
-@pytest.mark.xfail(strict=False, reason=(
-    "issue 47 item not done: where a measured MoE table's time falls with more tokens, its monotone fit pools a"
-    " flat stretch; flooring each step at its extra bytes at the HBM peak put the planner's MoE op 12% (median)"
-    " off the H200 TensorRT-LLM table rows it must match (test_gpu_tables), so the tables' own times stand"))
 @pytest.mark.parametrize("profile", PROFILES, ids=lambda p: p.name.replace(".profile.json", ""))
 def test_routed_experts_rise_with_the_bytes_they_load(profile):
     """Issue 47: gpt-oss-120b / H100 / vLLM at B = 8 priced moe_experts at 22.04 ms for K = 4, 6 and 8 while its
     bytes grew from 44 to 55 GB. On every shipped profile and MoE model, wherever K + 1 loads more than 1% more
-    expert bytes, the routed experts' time rises too (a measured table may rise by less than the extra bytes at
-    the HBM peak where its kernel grows more efficient: those times are the table's own)."""
+    expert bytes, the routed experts' time rises too. The flat stretch was the tables' own time for all the
+    experts their rows loaded (min(E, T k)) priced to steps that load fewer (test below and
+    simulator/physics/monotone.moe_lattice_s)."""
     failures = []
     for model in MOE_MODELS:
         sc = _scenario(model, profile)
@@ -268,3 +265,77 @@ def test_routed_experts_rise_with_the_bytes_they_load(profile):
             failures.append(f"{model} tp{sc.deployment.tp} B={int(BATCH[b, 0])} K={k}->{k + 1}:"
                             f" {t[b, k] * 1e3:.3f} -> {t[b, k + 1] * 1e3:.3f} ms")
     assert not failures, "routed experts flat while their bytes grow: " + "; ".join(failures)
+
+
+def _collector_balanced_experts(tokens: int, experts: int, topk: int) -> int:
+    """Distinct experts of aiconfigurator's "balanced" router logits (collector/helper.py balanced_logits,
+    re-stated): stride = ceil(E / k); token t takes (t + i stride) mod E when T >= stride, else
+    (floor(t stride / T) + i stride) mod E, for i < k."""
+    stride = -(-experts // topk)
+    return len({(t + i * stride) % experts if tokens >= stride else (t * stride // tokens + i * stride) % experts
+                for t in range(tokens) for i in range(topk)})
+
+
+@pytest.mark.parametrize("experts, topk", [(128, 8), (128, 4), (8, 2), (256, 8)])
+def test_tables_rows_load_every_expert_their_pairs_reach(experts, topk):
+    # the cause of the issue-47 flat spot: a table row of T tokens loaded min(E, T k) experts (all 128 of
+    # Qwen3-30B-A3B's at T = 16), while independent tokens touch E (1 - (1 - k/E)^T) (82.4 at T = 16)
+    from simulator.physics.experts import experts_touched, table_experts_touched
+
+    for tokens in (1, 2, 3, 4, 8, 16, 32, 64, 128):
+        assert table_experts_touched(tokens, experts, topk) == _collector_balanced_experts(tokens, experts, topk)
+    # the timed GPU of an expert-parallel row holds experts [0, E / ep): 128 experts, top-1 over 64 GPUs:
+    # token 0 takes expert 0, expert 1 only once T reaches 128 (floor(t 128 / T) = 1 needs T > 64, i.e. ceil)
+    assert [float(table_experts_touched(t, 128, 1, 64)) for t in (1, 8, 64, 128, 256)] == [1, 1, 1, 2, 2]
+    # 256 experts, top-8 over 8 GPUs (32 each, stride 32): T < 32 tokens spread one expert each over block 0
+    assert [float(table_experts_touched(t, 256, 8, 8)) for t in (1, 4, 16, 32, 64)] == [1, 4, 16, 32, 32]
+    assert float(experts_touched(16.0, np.full(128, 8 / 128))) == pytest.approx(128 * (1 - (15 / 16) ** 16))
+    assert 128 * (1 - (15 / 16) ** 16) == pytest.approx(82.4, abs=0.05)
+
+
+def test_moe_price_reads_the_tables_efficiency_where_they_did_that_work():
+    """Eight experts, top-2, memory-bound (expert bytes only, peak out of reach), a measured surface of
+    efficiency 0.25 everywhere, fitted on rows labelled with the independent-token count e_0(u) =
+    8 (1 - 0.75^u). The table's time at u tokens is then e_0(u) s w / (0.25 BW); those rows loaded
+    min(8, 2 u) experts, so their efficiency in that work is eta_tab(u) = 0.25 min(8, 2 u) / e_0(u).
+    At T = 4 independent tokens (E = e_0(4) = 5.46875 experts): u_1 = E / 2 = 2.734 (the same experts,
+    one token each), u_2 = 4 x 8 / E = 5.851 (the same tokens per expert, all experts), u_full = 4:
+
+        eta = eta_tab(u_1) eta_tab(u_2) / eta_tab(4) = 0.25 e_0(4)^2 / (e_0(u_1) e_0(u_2))
+        t = E s w / (eta BW) = s w e_0(u_1) e_0(u_2) / (0.25 BW e_0(4))
+
+    e_0(2.734) = 4.3570, e_0(5.851) = 6.5140: t = 41.52 us for s w = 2 MB, BW = 1 TB/s, where reading
+    the surface at the labels priced 5.46875 x 2 MB / (0.25 TB/s) = 43.75 us."""
+    from simulator.physics.monotone import moe_lattice_s, moe_time_s
+
+    p = np.full(8, 0.25)
+    surf = Surface(["tokens_per_expert", "expert_bytes", "n"], [[1.0], [1.0], [1.0]], [[[0.25]]])
+    shape = {"probabilities": p, "topk": 2, "moe_ep": 1, "params_slice": 1e6, "w_bytes": 2.0, "pair_bytes": 0.0,
+             "n": 1.0}
+    lattice = moe_lattice_s(surf, None, shape, 2.0 ** 17, 32.0, 1e30, 1e12)
+    e0 = lambda u: 8 * (1 - 0.75 ** u)  # noqa: E731
+    E = e0(4.0)
+    hand = 2e6 * e0(E / 2) * e0(4 * 8 / E) / (0.25e12 * E)
+    assert E == pytest.approx(5.46875) and e0(E / 2) == pytest.approx(4.3570, abs=1e-4)
+    assert e0(4 * 8 / E) == pytest.approx(6.5140, abs=1e-4) and hand == pytest.approx(41.52e-6, rel=1e-3)
+    assert float(moe_time_s(lattice, 4.0, E, p)) == pytest.approx(hand, rel=1e-3)
+    # at all experts loaded (T = 64: e_0 = 8 to 1e-8) the table's own time, 8 x 2 MB / (0.25 TB/s) = 64 us
+    assert float(moe_time_s(lattice, 64.0, e0(64.0), p)) == pytest.approx(64e-6, rel=1e-6)
+
+
+@pytest.mark.parametrize("batch, ks", [(8.0, (4.0, 6.0, 8.0)), (12.0, (5.0, 6.0, 8.0))])
+def test_issue_case_gpt_oss_120b_h100_vllm_rises_with_its_bytes(batch, ks):
+    """Issue 47: gpt-oss-120b / 1 x H100 / vLLM, moe_experts 22.04 ms at K = 4, 6 and 8 at B = 8 when filed, and
+    22.04 ms at K = 5, 6 and 8 at B = 12 before the fix (45.0 -> 47.9 -> 52.2 GB). From the first K to the second
+    the routed experts load dM more bytes; the step rises by at least dM at the HBM peak (3.35 TB/s: the least a
+    larger read adds) and at most dM at the bandwidth the first step achieves (M_1 / t_1: what the extra bytes
+    cost if the kernel grew no more efficient). B = 12: dM = 2.84 GB, 0.85 ms <= 0.92 ms <= 1.06 ms."""
+    sc = _scenario("gpt-oss-120b", SHIPPED_DIR / "h100-sxm.vllm-0.24.0.profile.json")
+    cost = verify_cost(sc.model, sc.deployment, sc.hardware, np.array([[batch]]), np.array([ks]),
+                       sc.context_len, sc.profile)
+    i = cost.names.index("moe_experts")
+    t, m = np.broadcast_to(cost.time_s[i], (1, 3))[0], np.broadcast_to(cost.nbytes[i], (1, 3))[0]
+    dm = m[1] - m[0]
+    assert dm > 0.05 * m[0] and m[2] > m[1]
+    assert dm / sc.hardware.hbm_bandwidth_bytes_per_s <= t[1] - t[0] <= dm / (m[0] / t[0])
+    assert t[2] > t[1]

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.physics.experts import busiest_group_load, experts_touched
+from simulator.physics.experts import busiest_group_load, experts_touched, table_experts_touched
 from simulator.specs.surfaces import isotonic_increasing
 
 # Bytes per kernel call below which data can stay in on-chip L2 (40-126 MB on A100-B200) between
@@ -153,59 +153,109 @@ def _lattice_point(t: np.ndarray, log_x: np.ndarray, y: np.ndarray, qx: np.ndarr
             + fx * ((1 - fy) * t.item(i + 1, j) + fy * t.item(i + 1, j + 1)))
 
 
+def rising_with_bytes(t: np.ndarray, nbytes: np.ndarray, bw: float) -> np.ndarray:
+    """``t`` (non-decreasing, along work whose bytes ``nbytes`` never fall) raised where needed so that
+    each step costs at least its extra bytes at ``bw``: t_i >= t_{i-1} + (M_i - M_{i-1}) / bw.
+
+    Extra bytes read from HBM are never free: a pooled (flat) stretch of a monotone fit, or a table
+    flat while its kernel loads more, rises at the peak rate, the least a larger read can add. Written
+    as g = t - M / bw, the recursion is g_i = max(g_i, g_{i-1}): a running maximum."""
+    lead = np.asarray(nbytes, dtype=float) / bw
+    return lead + np.maximum.accumulate(np.asarray(t, dtype=float) - lead)
+
+
 def moe_lattice_s(surface, correction, shape: dict, top_tokens: float, top_queries: float, peak: float, bw: float):
-    """(log2 T nodes, log2 E nodes, envelope time [T, E], the monotone time along the tables' relation [T])
-    of one MoE layer's routed experts per instance.
+    """(log2 T nodes, log2 E nodes, envelope time [T, E], the monotone time along the relation [T], the
+    table's own time at T tokens [T]: the work its rows did, :func:`moe_table_time_s`) of one MoE layer's
+    routed experts per instance.
 
     At T tokens touching E distinct experts in all (E between what T / q_max tokens and what T
     independent tokens touch, ``experts_touched``: B = T / q sequences of q <= ``top_queries`` positions
-    touch at least the experts of their B first tokens, whatever the reuse), the busiest of ``moe_ep`` GPUs holds c_E(T) E of them and p_g(T) token-expert
-    pairs (:func:`busiest_group_load` at independent tokens; c_E = 1/ep for uniform routing):
-    F = 2 p_g s, M = c_E E s w + p_g b_pair, efficiency read at T k / E tokens per expert and
-    c_E E s w expert bytes (the axes of the MoE surface), times the table's per-shape correction
-    at T. Along the tables' own relation E = e_0(T) (independent tokens) the times are made monotone
-    in T (:data:`MONOTONE_MODE`); fewer experts at the same T (a routing reuse) are capped at that
-    and then take the running maximum over less work along T and E, so the relation's values stand
-    and the surface is never read, off the relation the tables measured, as making more work cheaper.
+    touch at least the experts of their B first tokens, whatever the reuse), the busiest of ``moe_ep``
+    GPUs holds c_E(T) E of them and p_g(T) token-expert pairs (:func:`busiest_group_load` at
+    independent tokens; c_E = 1/ep for uniform routing): F = 2 p_g s, M = c_E E s w + p_g b_pair.
+
+    The measured tables' rows loaded more experts than independent tokens touch (their collectors
+    route every pair to a new expert first: ``table_experts_touched`` = min(E_all, u k) at u tokens
+    without expert parallelism),
+    while the surface was fitted with each row labelled by the independent-token count e_0(u). Read
+    on that relation the surface gives the table's own time t_tab(u) (made monotone in u), which is
+    the time of min(E_all, u k) experts: flat from u = E_all / k on, where all experts are loaded,
+    while e_0(u) still grows. Pricing the planner's fewer experts at that time made a step cost the
+    same whatever its bytes (gpt-oss-120b / H100 / vLLM: 22.04 ms at K = 4, 6, 8 while 44 -> 55 GB).
+    So the table's efficiency is taken in the work it really did, eta_tab(u) = R(u, min(E_all, u k)) /
+    t_tab(u), and the planner's (T, E) reads it where the table measured the same work: the same
+    experts on the timed GPU (u_1 = E / k without expert parallelism, one token per expert) and the same
+    tokens per expert at all experts (u_2 = T E_all / E):
+
+        eta(T, E) = eta_tab(u_1) eta_tab(u_2) / eta_tab(E_all / k),   t = R(T, E) / eta(T, E)
+
+    exact on both edges the table measured (E = T k, and E = E_all: t = t_tab), between them the
+    memory-bound step at the efficiency the table reached loading those experts' bytes. Along the
+    independent-token relation E = e_0(T) the times are made monotone in T (:data:`MONOTONE_MODE`);
+    fewer experts at the same T (a routing reuse) are capped at that and then take the running
+    maximum over less work along T and E.
     """
     p = np.asarray(shape["probabilities"], dtype=float)
     k, ep = float(shape["topk"]), int(shape["moe_ep"])
     s, w, b_pair, n = (float(shape[a]) for a in ("params_slice", "w_bytes", "pair_bytes", "n"))
+    e_all = float(len(p))
     octaves = max(int(np.ceil(np.log2(max(top_tokens, 2.0)))), 1)
     log_t = np.arange(octaves * MOE_TOKEN_NODES_PER_OCTAVE + 1) / MOE_TOKEN_NODES_PER_OCTAVE
     T = np.exp2(log_t)
     e_all0 = experts_touched(T, p)
     touched_g0, pairs_g = busiest_group_load(T, p, ep)
     c_e = touched_g0 / np.maximum(e_all0, 1e-12)
-    E_nodes = np.geomspace(k, float(len(p)), MOE_EXPERT_NODES)
     e_lo = experts_touched(np.maximum(T / max(top_queries, 1.0), 1.0), p)
-    E_nodes = np.geomspace(k, float(len(p)), MOE_EXPERT_NODES)
+    E_nodes = np.geomspace(k, e_all, MOE_EXPERT_NODES)
 
-    def time_s(E):  # [T, n] expert counts -> seconds per instance
-        expert_bytes = c_e[:, None] * E * s * w
-        eta = surface(tokens_per_expert=T[:, None] * k / E, expert_bytes=expert_bytes, n=n)
-        if correction is not None:
-            factor = correction.factor({**{a: shape[a] for a in correction.key_axes}, correction.along: T})
-            if factor is not None:
-                eta = eta / factor[:, None]
-        pairs = pairs_g[:, None] * np.ones_like(E)
-        return surface_time_s(2.0 * pairs * s, expert_bytes + pairs * b_pair, eta, peak, bw)
+    def work(E, share, pairs):  # [T, n] expert counts -> (FLOPs, bytes) on the busiest GPU
+        pairs = pairs[:, None] * np.ones_like(E)
+        return 2.0 * pairs * s, share[:, None] * E * s * w + pairs * b_pair
 
-    # independent tokens (the tables' own routing, rho = 0): the monotone fit along T
+    # the table's own time at u = T tokens: the surface on the relation its rows were labelled with (the
+    # importer's uniform routing p = k / E_all, calibration/import_tables.uniform_moe_load)
+    p_table = np.full(p.size, k / e_all)
+    e_label = experts_touched(T, p_table)
+    touched_label, pairs_label = busiest_group_load(T, p_table, ep)
+    share_label = touched_label / np.maximum(e_label, 1e-12)
+    eta_label = surface(tokens_per_expert=T * k / e_label, expert_bytes=share_label * e_label * s * w, n=n)
+    if correction is not None:
+        factor = correction.factor({**{a: shape[a] for a in correction.key_axes}, correction.along: T})
+        if factor is not None:
+            eta_label = eta_label / factor
+    t_label = surface_time_s(*(x[:, 0] for x in work(e_label[:, None], share_label, pairs_label)), eta_label, peak, bw)
+    # ... and its efficiency in the work those rows did (all the experts they loaded), each step up in u
+    # costing at least its extra bytes at the HBM peak (where the fit pooled a falling stretch)
+    on_gpu = table_experts_touched(T, p.size, int(k), ep)  # the timed GPU's experts (all E / ep from E / k on)
+    f_tab, m_tab = (x[:, 0] for x in work(on_gpu[:, None], np.ones(T.size), pairs_label))
+    t_table = rising_with_bytes(monotone_lattice(t_label[:, None])[:, 0], m_tab, bw)
+    log_eta = np.log(np.maximum(f_tab / peak, m_tab / bw) / t_table)
+    # u_1: the tokens at which the table's GPU loaded the step's busiest GPU's experts (the table's count,
+    # made strictly increasing where it is flat, read backwards; E / k without expert parallelism)
+    rising = np.maximum.accumulate(on_gpu) + 1e-9 * log_t
+
+    def time_s(E):  # [T, n] expert counts -> seconds per instance, at the table's efficiency for that work
+        u_1 = np.interp(c_e[:, None] * E, rising, log_t)
+        u_2 = np.log2(T[:, None] * e_all / E)
+        eta = np.exp(np.interp(u_1, log_t, log_eta) + np.interp(u_2, log_t, log_eta)
+                     - np.interp(np.log2(e_all / k), log_t, log_eta))
+        return surface_time_s(*work(E, c_e, pairs_g), eta, peak, bw)
+
+    # independent tokens (rho = 0): the monotone fit along T
     t_rel = monotone_lattice(time_s(e_all0[:, None]))
     # fewer experts than independent tokens touch (reuse): never costlier than the same tokens at rho = 0,
     # and not cheaper than less work (running maximum); e_all0(T) itself keeps t_rel
     t = np.minimum(time_s(np.clip(E_nodes[None, :], e_lo[:, None], e_all0[:, None])), t_rel)
     t = np.where(E_nodes[None, :] >= e_all0[:, None], t_rel, t)
-    return log_t, np.log2(E_nodes), monotone_lattice(t, mode="max"), t_rel[:, 0]
+    return log_t, np.log2(E_nodes), monotone_lattice(t, mode="max"), t_rel[:, 0], t_table
 
 
 def moe_time_s(lattice, tokens, touched, probabilities) -> np.ndarray:
     """An MoE layer's time per instance at T ``tokens`` touching E = ``touched`` experts, from
-    :func:`moe_lattice_s`: on the tables' relation (E = e_0(T), independent tokens) the 1-D monotone fit
-    exactly, elsewhere the lattice (never above that fit at the same T: a convex combination of nodes
-    that are not)."""
-    log_t, log_e, t, t_rel = lattice
+    :func:`moe_lattice_s`: on the independent-token relation (E = e_0(T)) the 1-D monotone fit exactly,
+    elsewhere the lattice (never above that fit at the same T: a convex combination of nodes that are not)."""
+    log_t, log_e, t, t_rel = lattice[:4]
     tokens, touched = np.broadcast_arrays(np.asarray(tokens, dtype=float), np.asarray(touched, dtype=float))
     lx = np.log2(np.maximum(tokens, 1e-300))
     on = touched >= experts_touched(tokens, probabilities) * (1.0 - 1e-9)
@@ -213,6 +263,13 @@ def moe_time_s(lattice, tokens, touched, probabilities) -> np.ndarray:
     if on.all():  # independent tokens (no routing reuse): the lattice is not read
         return on_relation
     return np.where(on, on_relation, lattice_interp(t, log_t, log_e, tokens, np.log2(touched)))
+
+
+def moe_table_time_s(lattice, tokens) -> np.ndarray:
+    """The time :func:`moe_lattice_s` gives a measured table's own row of T ``tokens``: the work that row did
+    (``table_experts_touched`` experts), which is what its measured time is to be compared with."""
+    return np.exp(np.interp(np.log2(np.maximum(np.asarray(tokens, dtype=float), 1e-300)), lattice[0],
+                            np.log(lattice[4])))
 
 
 # Decode-attention lattice: nodes per octave of sequences and of cached keys
