@@ -191,7 +191,7 @@ def test_learned_layer_k0_advice():
     # pass over the B verified tokens, so K = 1 beats K = 0 as the engine runs it there and the advice says so
     p = predict("scenarios/command-a-h100.toml")
     (a,) = [x for x in p.engine_advice() if x.setting == "num_speculative_tokens_per_batch_size"]
-    assert a.current == "K=0" and a.suggested == "K=1" and 0 < a.goodput_gain_share < 0.2
+    assert a.current == "K=0" and a.suggested.startswith("K=1") and 0 < a.goodput_gain_share < 0.3
 
 
 # --- code locations against the wheels' own lines ---------------------------------------------------

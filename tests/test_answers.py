@@ -89,10 +89,11 @@ def test_schedule_text_hand_cases():
 
 
 def test_cli_headline_is_the_schedule_and_sparse_sizes_are_shown_as_given():
-    out = _cli("--batch-sizes", "1,2,4,8,64,200", "--physics-only")  # the physics speculates at B = 200
+    # the physics at the engine terms' centre speculates at B = 200
+    out = _cli("--batch-sizes", "1,2,4,8,64,200", "--physics-only", "--decision-quantile", "0")
     assert out.returncode == 0, out.stderr
     first = out.stdout.splitlines()[0]
-    pred = predict("default", batch_sizes="1,2,4,8,64,200", learned=False)
+    pred = predict("default", batch_sizes="1,2,4,8,64,200", learned=False, decision_quantile=0)
     assert first == f"K* schedule: {pred.schedule_text()}"
     rows = [ln.split()[0] for ln in out.stdout.splitlines() if re.match(r"^\s*\d+\s+\d", ln)]
     assert rows == ["1", "2", "4", "8", "64", "200"]
