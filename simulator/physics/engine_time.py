@@ -30,15 +30,28 @@ def _within(size, limit: int, sizes: tuple[int, ...], padding: bool) -> np.ndarr
     return ok
 
 
-def verify_in_graph(engine: EngineProfile, batch, k) -> np.ndarray:
-    """Whether the target pass of B sequences x (K + 1) tokens replays a captured CUDA graph."""
-    batch, k = np.broadcast_arrays(np.asarray(batch, dtype=float), np.asarray(k, dtype=float))
+def _step_sizes(batch, k, tokens):
+    """(B, K, tokens) as float arrays of one shape; tokens B (K + 1) where not given."""
+    if tokens is None:
+        batch, k = np.broadcast_arrays(np.asarray(batch, dtype=float), np.asarray(k, dtype=float))
+        return batch, k, batch * (k + 1)
+    return np.broadcast_arrays(np.asarray(batch, dtype=float), np.asarray(k, dtype=float),
+                               np.asarray(tokens, dtype=float))
+
+
+def verify_in_graph(engine: EngineProfile, batch, k, tokens=None) -> np.ndarray:
+    """Whether the target pass of B sequences x (K + 1) tokens replays a captured CUDA graph. ``tokens``: the
+    step's token count where it also runs prompt chunks (more than B (K + 1)): such a mixed step follows the
+    plain capture rule on its tokens where graphs are keyed by tokens (vLLM's piecewise graphs), and runs
+    eagerly where they are keyed by sequences (SGLang captures decode and verify batches only)."""
+    batch, k, tokens = _step_sizes(batch, k, tokens)
+    decode = batch * (k + 1)
     if not engine.graphs_enabled:
         return np.zeros(batch.shape, dtype=bool)
     if engine.unlimited:
         return np.ones(batch.shape, dtype=bool)
-    tokens = batch * (k + 1)
-    size = tokens if engine.size_unit == "tokens" else batch
+    by_tokens = engine.size_unit == "tokens"
+    size = tokens if by_tokens else batch
     plain = _within(size, engine.max_capture_size, engine.capture_sizes, engine.padding)
     spec = np.full(batch.shape, engine.verify_captured)
     if engine.spec_capture_max_tokens:
@@ -47,7 +60,11 @@ def verify_in_graph(engine: EngineProfile, batch, k) -> np.ndarray:
         spec &= batch <= engine.spec_capture_max_batch
     if not (engine.spec_capture_max_tokens or engine.spec_capture_max_batch):
         spec &= plain
-    return np.where(k > 0, spec, plain)
+    graph = np.where(k > 0, spec, plain)
+    mixed = tokens != decode
+    if not mixed.any():
+        return graph
+    return np.where(mixed, plain if by_tokens else False, graph)
 
 
 def _padded(size: np.ndarray, sizes: tuple[int, ...]) -> np.ndarray:
@@ -57,20 +74,35 @@ def _padded(size: np.ndarray, sizes: tuple[int, ...]) -> np.ndarray:
     return np.where(size <= cap[-1], np.maximum(up, size), size)
 
 
-def graph_batch(engine: EngineProfile, batch, k) -> np.ndarray:
-    """The batch size the verify pass of B sequences x (K + 1) tokens runs at: the captured size it is
-    padded to where it replays a padded graph (the speculative capture list at K > 0 where the engine
-    has one; padded tokens / (K + 1) for token-keyed graphs), else B."""
-    batch, k = np.broadcast_arrays(np.asarray(batch, dtype=float), np.asarray(k, dtype=float))
+def pad(engine: EngineProfile, batch, k, tokens=None) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens the target pass runs at, whether it replays a captured graph) for a step of B sequences
+    decoding K + 1 positions each, ``tokens`` in all (default B (K + 1); more with prompt chunks). The one
+    padding rule of every engine, read from its profile: a pass in a padded graph runs at the next captured
+    size, in tokens where graphs are keyed by tokens (vLLM), in sequences x (K + 1) where keyed by sequences
+    (SGLang; its speculative capture list at K > 0 where it has one); an eager pass, an unlimited engine's
+    exact-size graph or one without padding runs at its own size. Grid, serving pricer and the K-change
+    notes read it (plan.grid, serving.pricer, plan.api)."""
+    batch, k, tokens = _step_sizes(batch, k, tokens)
+    decode = batch * (k + 1)
+    graph = verify_in_graph(engine, batch, k, tokens)
     if not (engine.graphs_enabled and engine.padding) or engine.unlimited or not engine.capture_sizes:
-        return batch.copy()
+        return np.array(tokens, dtype=float), graph
     if engine.size_unit == "tokens":
-        padded = _padded(batch * (k + 1), engine.capture_sizes) / (k + 1)
+        padded = _padded(tokens, engine.capture_sizes)
     else:
-        padded = _padded(batch, engine.capture_sizes)
+        seqs = _padded(batch, engine.capture_sizes)
         if engine.spec_capture_sizes:
-            padded = np.where(k > 0, _padded(batch, engine.spec_capture_sizes), padded)
-    return np.where(verify_in_graph(engine, batch, k), padded, batch)
+            seqs = np.where(k > 0, _padded(batch, engine.spec_capture_sizes), seqs)
+        padded = seqs * (k + 1)
+    return np.where(graph, padded, tokens), graph
+
+
+def graph_batch(engine: EngineProfile, batch, k) -> np.ndarray:
+    """The batch size the verify pass of B sequences x (K + 1) tokens runs at: its :func:`pad`ded tokens
+    / (K + 1) where it replays a padded graph, else B."""
+    batch, k = np.broadcast_arrays(np.asarray(batch, dtype=float), np.asarray(k, dtype=float))
+    padded, graph = pad(engine, batch, k)
+    return np.where(graph, padded / (k + 1), batch)
 
 
 def padding_routed(engine: EngineProfile, model) -> bool:
