@@ -247,7 +247,14 @@ def test_k_star_is_argmax_of_hand_acceptance_length_over_step_time(name):
     assert np.allclose(t.speedup_vs_plain.to_numpy()[feasible][ok], at_k_star[ok] / plain[ok])
 
 
-@pytest.mark.parametrize("name", ["default", "command-a-h100"])
+DENSE_FLIP = ("issue 47: with a padded graph's token ops priced at the padded size (physics.engine_time.pad, as the"
+              " serving steps always priced them) K = 3 and K = 4 trade places by turns at B 18-21 (goodput 0.2% apart:"
+              " 90 -> 96 vs 72 tokens); the grid's fewest-range schedule stays monotone there, the per-batch robust K"
+              " (item 4) flips")
+
+
+@pytest.mark.parametrize("name", [pytest.param("default", marks=pytest.mark.xfail(strict=False, reason=DENSE_FLIP)),
+                                  "command-a-h100"])
 def test_large_dense_k_opt_non_increasing(name):
     # the seed shape on 70-111B dense models on H100/H200: K* only falls as batches grow
     t = predict(SCENARIO_DIR / f"{name}.toml").table
@@ -272,8 +279,15 @@ def test_dense_fixed_k_loses_to_plain_at_large_batch_and_k_reaches_zero():
     assert (small.k_opt.dropna() == 0).any()  # speculation stops paying before memory runs out
 
 
-def test_moe_k_opt_rises_then_falls_with_expert_loading():
-    t = predict(SCENARIO_DIR / "qwen3-235b-h200.toml").table
+MOE_PADDED_PEAK = ("issue 47: vLLM pads the verify pass to its captured token counts (1, 2, 4, 8, 16, 24, ..); priced"
+                   " at the padded size, K = 7 costs K = 6's 40 tokens at B = 5, so K* peaks at 7 over B 5-7 (110 of"
+                   " 128 experts loaded), before expert loading peaks it")
+
+
+@pytest.mark.parametrize("engine", [pytest.param("vllm", marks=pytest.mark.xfail(strict=False, reason=MOE_PADDED_PEAK)),
+                                    "ideal"])  # ideal: every size captured exactly, the expert loading alone
+def test_moe_k_opt_rises_then_falls_with_expert_loading(engine):
+    t = predict(SCENARIO_DIR / "qwen3-235b-h200.toml", engine=engine).table
     k = t.k_opt.to_numpy(dtype=float)
     peak = int(len(k) - 1 - np.argmax(k[::-1]))  # the last batch size at the highest K*
     assert k[peak] > k[0] and k[peak] > k[-1]

@@ -93,6 +93,16 @@ def draft_time_s(one_pass_s, passes, k, extend_s=None):
     return np.where(k > 0, one_pass_s * (passes - 1) + extend_s, 0.0)
 
 
+def terms_tables(terms, b_top: int, k_max: int) -> tuple[list | None, list | None]:
+    """(the terms' kernel factor per K = 0..k_max, their added seconds per (B, K), B = 0..b_top) as Python
+    lists, for :func:`step_time_scalar`; (None, None) without terms."""
+    if terms is None:
+        return None, None
+    B, K = np.arange(b_top + 1, dtype=float)[:, None], np.arange(k_max + 1, dtype=float)[None, :]
+    return (np.broadcast_to(terms.kernel_factor(K[0]), (k_max + 1,)).tolist(),
+            np.broadcast_to(terms.added_s(B, K), (b_top + 1, k_max + 1)).tolist())
+
+
 def step_time(engine, tp: int, batch, k, verify_gpu_s, verify_kernels, in_graph, eager_s: float, draft_s, passes,
               host_draft: bool, profile_s, terms=None, extras: ServingExtras = NO_EXTRAS,
               spec_mode: bool = False, copy: bool = True) -> StepTime:

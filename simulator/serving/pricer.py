@@ -42,7 +42,7 @@ from simulator.physics.attention import MAX_DECODE_SURFACE_QUERIES, attention_ki
 from simulator.physics.layers import decoder_cell_ops, forward_ops, sampling_op
 from simulator.physics.operators import pass_time, prompt_chunk_point_s
 from simulator.physics.pass_tables import lin_table
-from simulator.physics.step_model import lin_index, profile_overhead_s, step_time, step_time_scalar
+from simulator.physics.step_model import lin_index, profile_overhead_s, step_time, step_time_scalar, terms_tables
 from simulator.serving.engine import EngineConfig, graph_profile
 from simulator.serving.step_experts import step_expert_tables
 from simulator.specs.scenario import Scenario
@@ -132,9 +132,8 @@ class StepPricer:
         self.overhead_prof = np.broadcast_to(profile_overhead_s(prof, B, K), (b_top + 1, k_max + 1))
         # step_s reads these as Python scalars (see _rows)
         self._overhead0 = self.overhead_prof[0].tolist()
-        terms = getattr(sc, "step_terms", None)  # engine terms on top of the physics (physics.step_model)
-        self._terms_factor = None if terms is None else np.broadcast_to(terms.kernel_factor(K[0]), (k_max + 1,)).tolist()
-        self._terms_added = None if terms is None else np.broadcast_to(terms.added_s(B, K), (b_top + 1, k_max + 1)).tolist()
+        # engine terms on top of the physics (physics.step_model), read by step_s as Python scalars
+        self._terms_factor, self._terms_added = terms_tables(getattr(sc, "step_terms", None), b_top, k_max)
 
     def price_context_buckets(self, js=None) -> None:
         """Price context buckets ``js`` (default: all) now rather than on first use, a few at a time as
