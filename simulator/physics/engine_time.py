@@ -17,6 +17,8 @@ the capture limit, which with speculation on may be a limit of its own (e.g. B (
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from simulator.specs.engines import EngineProfile
@@ -31,12 +33,36 @@ def _within(size, limit: int, sizes: tuple[int, ...], padding: bool) -> np.ndarr
 
 
 def _step_sizes(batch, k, tokens):
-    """(B, K, tokens) as float arrays of one shape; tokens B (K + 1) where not given."""
-    if tokens is None:
-        batch, k = np.broadcast_arrays(np.asarray(batch, dtype=float), np.asarray(k, dtype=float))
-        return batch, k, batch * (k + 1)
-    return np.broadcast_arrays(np.asarray(batch, dtype=float), np.asarray(k, dtype=float),
-                               np.asarray(tokens, dtype=float))
+    """(B, K, B (K + 1), tokens) as float arrays, each on its own axes (a grid's B and K stay small: every
+    comparison on one of them alone costs its length, not the grid's); tokens B (K + 1) where not given."""
+    batch, k = np.asarray(batch, dtype=float), np.asarray(k, dtype=float)
+    decode = batch * (k + 1)
+    return batch, k, decode, decode if tokens is None else np.asarray(tokens, dtype=float)
+
+
+def _in_graph(engine: EngineProfile, batch, k, decode, tokens, mixed: bool) -> np.ndarray:
+    """:func:`verify_in_graph` of :func:`_step_sizes`' arrays; ``mixed``: tokens were given."""
+    shape = np.broadcast_shapes(batch.shape, k.shape, tokens.shape)
+    if not engine.graphs_enabled:
+        return np.zeros(shape, dtype=bool)
+    if engine.unlimited:
+        return np.ones(shape, dtype=bool)
+    by_tokens = engine.size_unit == "tokens"
+    plain = _within(tokens if by_tokens else batch, engine.max_capture_size, engine.capture_sizes, engine.padding)
+    spec = np.asarray(engine.verify_captured)
+    if engine.spec_capture_max_tokens:
+        spec = spec & (tokens <= engine.spec_capture_max_tokens)
+    if engine.spec_capture_max_batch:
+        spec = spec & (batch <= engine.spec_capture_max_batch)
+    if not (engine.spec_capture_max_tokens or engine.spec_capture_max_batch):
+        spec = spec & plain
+    graph = np.where(k > 0, spec, plain)
+    graph = graph if graph.shape == shape else np.array(np.broadcast_to(graph, shape))
+    if mixed:
+        steps = tokens != decode
+        if steps.any():
+            return np.where(steps, plain if by_tokens else False, graph)
+    return graph
 
 
 def verify_in_graph(engine: EngineProfile, batch, k, tokens=None) -> np.ndarray:
@@ -44,49 +70,45 @@ def verify_in_graph(engine: EngineProfile, batch, k, tokens=None) -> np.ndarray:
     step's token count where it also runs prompt chunks (more than B (K + 1)): such a mixed step follows the
     plain capture rule on its tokens where graphs are keyed by tokens (vLLM's piecewise graphs), and runs
     eagerly where they are keyed by sequences (SGLang captures decode and verify batches only)."""
-    batch, k, tokens = _step_sizes(batch, k, tokens)
-    decode = batch * (k + 1)
-    if not engine.graphs_enabled:
-        return np.zeros(batch.shape, dtype=bool)
-    if engine.unlimited:
-        return np.ones(batch.shape, dtype=bool)
-    by_tokens = engine.size_unit == "tokens"
-    size = tokens if by_tokens else batch
-    plain = _within(size, engine.max_capture_size, engine.capture_sizes, engine.padding)
-    spec = np.full(batch.shape, engine.verify_captured)
-    if engine.spec_capture_max_tokens:
-        spec &= tokens <= engine.spec_capture_max_tokens
-    if engine.spec_capture_max_batch:
-        spec &= batch <= engine.spec_capture_max_batch
-    if not (engine.spec_capture_max_tokens or engine.spec_capture_max_batch):
-        spec &= plain
-    graph = np.where(k > 0, spec, plain)
-    mixed = tokens != decode
-    if not mixed.any():
-        return graph
-    return np.where(mixed, plain if by_tokens else False, graph)
+    return _in_graph(engine, *_step_sizes(batch, k, tokens), tokens is not None)
+
+
+@lru_cache(maxsize=64)
+def _pad_table(sizes: tuple[int, ...]) -> np.ndarray:
+    """The captured size each whole size 0..max(sizes) is padded to, and NaN past it (read-only; made once per
+    capture list: the grid reads it at every cell)."""
+    cap = np.asarray(sorted(sizes), dtype=float)
+    whole = np.arange(cap[-1] + 1)
+    table = np.append(cap[np.searchsorted(cap, whole)], np.nan)
+    table.flags.writeable = False
+    return table
 
 
 def _padded(size: np.ndarray, sizes: tuple[int, ...]) -> np.ndarray:
     """Each size rounded up to the next captured size (unchanged above the largest)."""
-    cap = np.asarray(sizes, dtype=float)
-    up = cap[np.minimum(np.searchsorted(cap, size), cap.size - 1)]
-    return np.where(size <= cap[-1], np.maximum(up, size), size)
+    table = _pad_table(sizes)
+    top = table.size - 2
+    up = np.take(table, np.ceil(size).astype(np.intp), mode="clip")  # NaN past the largest size
+    return np.where(size <= top, up, size)
+
+
+def pads(engine: EngineProfile) -> bool:
+    """Whether any pass of ``engine`` runs at a padded size (graphs on, padded to a capture list)."""
+    return engine.graphs_enabled and engine.padding and not engine.unlimited and bool(engine.capture_sizes)
 
 
 def pad(engine: EngineProfile, batch, k, tokens=None) -> tuple[np.ndarray, np.ndarray]:
     """(tokens the target pass runs at, whether it replays a captured graph) for a step of B sequences
-    decoding K + 1 positions each, ``tokens`` in all (default B (K + 1); more with prompt chunks). The one
-    padding rule of every engine, read from its profile: a pass in a padded graph runs at the next captured
-    size, in tokens where graphs are keyed by tokens (vLLM), in sequences x (K + 1) where keyed by sequences
-    (SGLang; its speculative capture list at K > 0 where it has one); an eager pass, an unlimited engine's
-    exact-size graph or one without padding runs at its own size. Grid, serving pricer and the K-change
-    notes read it (plan.grid, serving.pricer, plan.api)."""
-    batch, k, tokens = _step_sizes(batch, k, tokens)
-    decode = batch * (k + 1)
-    graph = verify_in_graph(engine, batch, k, tokens)
-    if not (engine.graphs_enabled and engine.padding) or engine.unlimited or not engine.capture_sizes:
-        return np.array(tokens, dtype=float), graph
+    decoding K + 1 positions each, ``tokens`` in all (default B (K + 1); more with prompt chunks), both of
+    the broadcast shape. The one padding rule of every engine, read from its profile: a pass in a padded
+    graph runs at the next captured size, in tokens where graphs are keyed by tokens (vLLM), in sequences x
+    (K + 1) where keyed by sequences (SGLang; its speculative capture list at K > 0 where it has one); an
+    eager pass, an unlimited engine's exact-size graph or one without padding runs at its own size. The grid,
+    the serving pricer and the K-change notes read it (plan.grid, serving.pricer, plan.api)."""
+    batch, k, decode, tokens = _step_sizes(batch, k, tokens)
+    graph = _in_graph(engine, batch, k, decode, tokens, tokens is not decode)
+    if not pads(engine):
+        return np.array(np.broadcast_to(tokens, graph.shape), dtype=float), graph
     if engine.size_unit == "tokens":
         padded = _padded(tokens, engine.capture_sizes)
     else:
@@ -94,7 +116,7 @@ def pad(engine: EngineProfile, batch, k, tokens=None) -> tuple[np.ndarray, np.nd
         if engine.spec_capture_sizes:
             seqs = np.where(k > 0, _padded(batch, engine.spec_capture_sizes), seqs)
         padded = seqs * (k + 1)
-    return np.where(graph, padded, tokens), graph
+    return (np.array(np.broadcast_to(padded, graph.shape)) if graph.all() else np.where(graph, padded, tokens)), graph
 
 
 def graph_batch(engine: EngineProfile, batch, k) -> np.ndarray:
@@ -117,8 +139,7 @@ def expert_batch(engine: EngineProfile, model, batch, k):
     tokens (``moe_padding_routed``), the padded size: padded tokens / (K + 1) for token-keyed graphs,
     the padded batch for sequence-keyed ones (the speculative capture list at K > 0 where the engine has
     one). None where no cell pads (the routed experts then see B, as without graphs)."""
-    if not padding_routed(engine, model) or not (engine.graphs_enabled and engine.padding) or engine.unlimited \
-            or not engine.capture_sizes:
+    if not padding_routed(engine, model) or not pads(engine):
         return None
     batch, k = np.broadcast_arrays(np.asarray(batch, dtype=float), np.asarray(k, dtype=float))
     padded = graph_batch(engine, batch, k)

@@ -155,17 +155,20 @@ def price_plan(plan: PassPlan, hw: Hardware, profile: Profile | None, shape) -> 
 
 
 def verify_plan(model: ModelSpec, dep: Deployment, hw: Hardware, batch, k, context_len, expert_batch=None,
-                token_batch=None) -> PassPlan:
+                padded_tokens=None) -> PassPlan:
     """The target pass scoring K drafts (+ the bonus position) for each of B sequences over L cached keys
     (the ops of :func:`simulator.physics.layers.forward_ops`): its token ops at the replica's B (K + 1)
     tokens, attention, routed experts and sampling (bytes per logit by K: plain or verifying) per cell;
     the routed experts at ``expert_batch`` sequences where given (a padded graph's routed padding rows), the
-    token-sized ops and sampling at ``token_batch`` sequences where given (a padded graph's size:
+    token-sized ops and sampling at ``padded_tokens`` where given (a padded graph's size, all replicas':
     physics.engine_time.pad)."""
     queries = np.asarray(k, dtype=float) + 1.0
     logit_bytes = verify_logit_bytes(dep, k)
-    tokens = rank_tokens(dep, batch, queries) if token_batch is None else \
-        np.rint(rank_tokens(dep, token_batch, queries))  # padded tokens / (K + 1) x (K + 1): whole again
+    if padded_tokens is None:
+        tokens = rank_tokens(dep, batch, queries)
+    else:  # a replica's share of a padded graph: whole again under data-parallel attention
+        tokens = np.rint(rank_tokens(dep, padded_tokens / queries, queries)) if dep.dp_attention else padded_tokens
+    token_batch = None if padded_tokens is None else (lambda: padded_tokens / queries)
 
     def cells() -> list[Op]:
         return forward_cell_ops(model, dep, hw, batch, queries, context_len, expert_batch=expert_batch) + [
@@ -173,8 +176,9 @@ def verify_plan(model: ModelSpec, dep: Deployment, hw: Hardware, batch, k, conte
 
     return PassPlan(dep, (model,), (Segment(("verify",), tokens, lambda t: verify_token_ops(model, dep, hw, t)),),
                     cells, lambda: forward_ops(model, dep, hw, batch, queries, context_len, logit_bytes=logit_bytes,
-                                               expert_batch=expert_batch, token_batch=token_batch),
-                    cell_key=("verify",) + cell_inputs(batch, k, context_len, expert_batch, token_batch))
+                                               expert_batch=expert_batch,
+                                               token_batch=None if token_batch is None else token_batch()),
+                    cell_key=("verify",) + cell_inputs(batch, k, context_len, expert_batch, padded_tokens))
 
 
 def cell_inputs(*arrays) -> tuple:

@@ -55,14 +55,6 @@ class StepTime:
     total_s: np.ndarray
 
 
-def padded_batch(engine, batch, k) -> tuple[np.ndarray, np.ndarray]:
-    """(the sequences a decode step's token-sized ops run at, whether the verify pass replays a graph): its
-    :func:`engine_time.pad`ded tokens / (K + 1) (B itself outside a padded graph)."""
-    batch, k = np.broadcast_arrays(np.asarray(batch, dtype=float), np.asarray(k, dtype=float))
-    padded, graph = pad(engine, batch, k)
-    return padded / (k + 1), graph
-
-
 def lin_index(engine, dep, batch, k, tokens=None) -> tuple[np.ndarray, np.ndarray]:
     """(the entry T of a table of token ops priced at rank_tokens(dep, T, 1) that a step reads, whether it runs
     as a graph; serving.pricer's lin(T)): the step's padded tokens; under data-parallel attention a

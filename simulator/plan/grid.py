@@ -32,8 +32,8 @@ from simulator.physics.pass_tables import price_plan, verify_plan
 from simulator.physics.draft_cost import DraftSetting, draft_costs
 from simulator.specs.drafts import verify_drafts
 from simulator.physics.engine_time import (draft_extend_in_graph, draft_in_graph, expert_batch, extend_expert_batch,
-                                           pass_time_s)
-from simulator.physics.step_model import draft_time_s, padded_batch, profile_overhead_s, step_time
+                                           pad, pads, pass_time_s)
+from simulator.physics.step_model import draft_time_s, profile_overhead_s, step_time
 from simulator.physics.experts import experts_touched_correlated
 from simulator.plan.schedule import SCHEDULE_TOLERANCE, argmax_k_index, schedule_k_index
 from simulator.specs.acceptance import acceptance_length_prefix
@@ -283,10 +283,11 @@ def _evaluate(sc, b, k, c) -> Grid:
     Kv = verify_drafts(sc.draft, K)  # drafts the verify pass checks: K, or a tree's N (specs.drafts)
     # a padded graph runs its token ops at the padded size (physics.engine_time.pad), and its padding rows load
     # experts where the engine routes them (physics.engine_time.expert_batch)
-    token_batch, in_graph = padded_batch(sc.engine, B, Kv)
+    tokens, in_graph = pad(sc.engine, B, Kv)
+    tokens = tokens if pads(sc.engine) else None
     padded = expert_batch(sc.engine, sc.model, B, Kv)
     with shared_ops():  # a draft head's extend pass reads the verify pass's attention and experts
-        verify, verify_context = verify_over_context(sc, B, Kv, C, padded, token_batch)
+        verify, verify_context = verify_over_context(sc, B, Kv, C, padded, tokens)
         draft_pass, passes, extend = draft_costs(DraftSetting.of(sc), B, K, C,
                                                  extend_expert_batch(sc.engine, B, K, padded))
     step = engine_pass_times(sc, B, K, verify, draft_pass, passes, in_graph, extend, verify_context)
@@ -342,7 +343,7 @@ def _has_ctx_axis(op, n_ctx: int) -> bool:
     return len(shape) == 3 and shape[2] == n_ctx
 
 
-def verify_over_context(sc, B, K, C, expert_batch=None, token_batch=None) -> tuple[PassCost, PassCost | None]:
+def verify_over_context(sc, B, K, C, expert_batch=None, padded_tokens=None) -> tuple[PassCost, PassCost | None]:
     """The verify pass over (B, K, L): (its ops priced over (B, K, 1), None) with L of length 1;
     else (the ops whose size does not depend on L, priced once over (B, K, 1); attention, priced over
     (B, K, L)). The per-op times are those of ``verify_cost`` (the token ops read from their table,
@@ -352,9 +353,7 @@ def verify_over_context(sc, B, K, C, expert_batch=None, token_batch=None) -> tup
     """
     shape = np.broadcast_shapes(B.shape, K.shape)  # (nb, nk, 1); B and K keep their own axes
     n_ctx = C.shape[-1]
-    token_batch = None if token_batch is None or np.array_equal(token_batch, np.broadcast_to(B, token_batch.shape)) \
-        else token_batch
-    plan = verify_plan(sc.model, sc.deployment, sc.hardware, B, K, C, expert_batch, token_batch)
+    plan = verify_plan(sc.model, sc.deployment, sc.hardware, B, K, C, expert_batch, padded_tokens)
     if n_ctx == 1:
         return price_plan(plan, sc.hardware, sc.profile, shape), None
     cell_ops = plan.cells()
