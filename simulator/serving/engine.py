@@ -164,5 +164,5 @@ def required_graphs(k_by_batch, graphs: EngineProfile) -> pd.DataFrame:
         rows.setdefault(key, []).append(b)
     out = [{"tokens": t if t >= 0 else None, "k": k, "batch_min": min(bs), "batch_max": max(bs),
             "captured": t >= 0} for (t, k), bs in rows.items()]
-    return pd.DataFrame(out).sort_values(["captured", "k", "batch_min"], ascending=[False, True, True]) \
-        .reset_index(drop=True)
+    df = pd.DataFrame(out).astype({"tokens": "Int64"})  # whole tokens; <NA> where the pass runs eager
+    return df.sort_values(["captured", "k", "batch_min"], ascending=[False, True, True]).reset_index(drop=True)
