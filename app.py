@@ -22,7 +22,7 @@ from dashboard.sidebar import sidebar  # noqa: E402
 from simulator.errors import PlannerError  # noqa: E402
 from simulator.specs.deployment_fit import DeploymentMismatch  # noqa: E402
 from simulator.plan.advice import advice_lines  # noqa: E402
-from simulator.plan.speedup_trust import gain_at_risk_text  # noqa: E402
+from simulator.plan.speedup_trust import decision_risk_text, gain_at_risk_text  # noqa: E402
 
 log = logging.getLogger("dsd.dashboard")
 
@@ -135,6 +135,9 @@ def tab_kstar(pg: Page) -> None:
     risk = gain_at_risk_text(t)
     if risk:
         st.caption(f"Note: {risk}.")
+    decision = decision_risk_text(t, sc.decision_quantile)
+    if decision:
+        st.caption(f"Decision: {decision}.")
     st.dataframe(compute.kstar_view(t), hide_index=True, width="stretch", height=260)
     changes = compute.k_changes_view(pg.p)
     if not changes.empty:

@@ -179,13 +179,21 @@ def posterior(kind: str, pts: Points, y_log: np.ndarray, prior_mean_fit, prior_s
     z0 = np.concatenate([mean[free], [0.0] if free_acceptance else []])
     z0 = np.clip(z0, lo + 1e-9, hi - 1e-9)
     scale = np.concatenate([sd[free], [0.1] if free_acceptance else []])
+    # solved for z - lo + scale, the same minimum: the solver's first trust region is the start's norm in spreads,
+    # ~1e-14 where every free term starts on its zero bound (then the first step ends the solve where it started)
+    shift = lo - scale
+
+    def solve(start, sigma):
+        return shift + least_squares(lambda w: resid(w + shift, sigma), start - shift, bounds=(lo - shift, hi - shift),
+                                     x_scale=scale, method="trf", **SOLVER).x
+
     sigma, disagree = NOISE_FLOOR, False
-    z = least_squares(resid, z0, bounds=(lo, hi), args=(sigma,), x_scale=scale, method="trf", **SOLVER).x
+    z = solve(z0, sigma)
     obs = predict_log(kind, theta_of(z), pts)[0] - y_log if len(pts) else np.zeros(0)
     rms = float(np.sqrt(np.mean(obs ** 2))) if obs.size else 0.0
     if obs.size >= 3 and rms > 2 * NOISE_FLOOR:  # the points disagree with each other beyond their scatter
         sigma, disagree = rms, True
-        z = least_squares(resid, z, bounds=(lo, hi), args=(sigma,), x_scale=scale, method="trf", **SOLVER).x
+        z = solve(z, sigma)
         obs = predict_log(kind, theta_of(z), pts)[0] - y_log
     jac = _jacobian_z(lambda v: resid(v, sigma), z)
     cov = np.linalg.pinv(jac.T @ jac)

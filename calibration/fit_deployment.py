@@ -38,7 +38,8 @@ from simulator.specs.acceptance import acceptance_length_prefix
 from simulator.specs.deployment_fit import DEPLOYMENT_FORMAT, DEPLOYMENT_VERSION, TERMS, scenario_identity
 from simulator.plan.api import resolve_scenario
 from simulator.specs.scenario import Scenario, load_scenario
-from simulator.specs.step_terms import A_PRIORI_SD, NEUTRAL as TERM_NEUTRAL, TERM_NAMES, to_fit
+from simulator.specs.step_terms import (A_PRIORI_SD, LOWER as TERM_LOWER, NEUTRAL as TERM_NEUTRAL, TERM_NAMES,
+                                        UPPER as TERM_UPPER, to_fit)
 
 # the deployment measured, by flag instead of a scenario file (the same flags as predict)
 DEPLOYMENT_FLAGS = ("model", "hardware", "tp", "ep", "engine", "engine_version", "draft", "draft_checkpoint", "acceptance",
@@ -203,24 +204,27 @@ def fit(sc: Scenario, rows: pd.DataFrame, n_boot: int = N_BOOT, seed: int = 0) -
             "next": fewshot.next_measurements(good, sc.batch_sizes, ks, measured)}
 
 
-# where no population was learned (CPUs, --physics-only) the prior is vague on the kernel scale and the host
-# terms: the GPU engines' a priori spreads say nothing of a CPU engine's host loop (tens of milliseconds a step).
-# The speculative kernel scale stays at the physics there: a few points that mostly speculate trade it against
-# the kernel scale (only a population separates the two)
-VAGUE = np.where(np.array(TERM_NAMES) == "spec_kernel_scale", 0.0, 10.0)
+# where no population was learned (CPUs, --physics-only) the prior says no more than each term's bounds: a spread
+# as wide as the term's range in its fit coordinate (the kernel scale's log range; a host cost anywhere from 0 to
+# its upper bound), so the points place the terms. A spread drawn from the GPU engines' (A_PRIORI_SD: ~100 us of
+# host time a step, ten times that still ~1 ms) would hold a CPU engine's host loop, tens of milliseconds a
+# step, near zero and push its cost into the kernel scale. The speculative kernel scale stays at the physics
+# there: a few points that mostly speculate trade it against the kernel scale (only a population separates the two)
+VAGUE_SD = np.where(np.array(TERM_NAMES) == "spec_kernel_scale", 0.0, to_fit(TERM_UPPER) - to_fit(TERM_LOWER))
 
 
 def deployment_prior(sc: Scenario) -> tuple[np.ndarray, np.ndarray]:
     """The prior a deployment's points update: the learned population's centre, each term free to move by its
-    a priori spread (step_terms.A_PRIORI_SD); without a learned layer the physics, with a vague spread."""
+    a priori spread (step_terms.A_PRIORI_SD); without a learned layer the physics, each term free over its range."""
     if sc.step_prior is not None:
         return np.asarray(sc.step_prior.mean_fit), A_PRIORI_SD.copy()
-    return to_fit(TERM_NEUTRAL), VAGUE * A_PRIORI_SD
+    return to_fit(TERM_NEUTRAL), VAGUE_SD.copy()
 
 
 def prior_basis(sc: Scenario) -> str:
     return (sc.step_prior.label if sc.step_prior is not None
-            else "the physics with a vague spread (no learned layer on this hardware, or --physics-only)")
+            else "the physics with a vague spread, each term free over its range (no learned layer on this hardware,"
+                 " or --physics-only)")
 
 
 def _rel(samples: np.ndarray, sigma: float) -> float:

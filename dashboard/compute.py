@@ -135,6 +135,9 @@ KSTAR_COLUMNS = {
     "memory_gb_per_gpu": ("GB per GPU", 1), "experts_touched": ("experts loaded at K*", 1),
     "break_even_acceptance_length": ("fixed K needs AL", 2), "fixed_acceptance_length": ("fixed K reaches AL", 2),
     "k_opt_depends_on_acceptance": ("K* depends on acceptance", None),
+    # how sure the decision is (simulator.plan.decision_risk): the share of the engine terms' draws where K* beats
+    # plain decoding, and the K best at their centre (K* is chosen at their pessimistic quantile)
+    "p_kopt_beats_plain": ("P(K* beats plain)", 2), "k_centre": ("K at the terms' centre", None),
 }
 
 

@@ -364,3 +364,16 @@ def test_a_fit_records_its_precision_and_another_precision_refuses_it(tmp_path, 
                              "--batch-sizes", "1,16"]) == 0
 
 
+
+
+def test_posterior_moves_from_a_start_at_zero_host_time():
+    # hand: 1.15 x kernels of 60 and 400 ms + 21.6 ms a step = 90.6 and 481.6 ms; a prior centred on the physics
+    # (kernel scale 1, no host time) with only these two terms free. Every free term then starts at ~0, where the
+    # solver's first trust region (the start's scaled norm) was ~1e-14 and it stopped where it started
+    pts = fewshot.Points(np.array([1.0, 8.0]), np.zeros(2), np.array([60e-3, 400e-3]), np.zeros(2),
+                         np.array([60e-3, 400e-3]), np.zeros(2), np.full((2, 1), 0.5))
+    y = np.log([90.6e-3, 481.6e-3])
+    sd = np.array([np.log(4.0), 1e5, 0.0, 0.0, 0.0, 0.0])  # the no-layer spreads of these two terms
+    res = fewshot.posterior("step", pts, y, to_fit(NEUTRAL), sd, n_samples=20)
+    assert res["theta"][0] == pytest.approx(1.15, rel=0.01)
+    assert res["theta"][1] == pytest.approx(21.6e-3, rel=0.02)

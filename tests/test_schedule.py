@@ -94,13 +94,14 @@ def _runs(k):
 
 @pytest.mark.parametrize("path", sorted(SCENARIO_DIR.glob("*.toml")), ids=lambda p: p.stem)
 def test_bundled_scenario_schedules(path):
-    """Every bundled scenario: no more ranges than the argmax, <= 1% given up at every B, and a range
-    that returns to an earlier K only where that K is > 1% behind somewhere in between."""
+    """Every bundled scenario: no more ranges than the argmax, <= 1% of the score K* is chosen on (goodput at the
+    engine terms' pessimistic 10%, plan.decision_risk) given up at every B, and a range that returns to an
+    earlier K only where that K is > 1% behind somewhere in between."""
     g = predict(path).grid
     chosen, raw = g.optimal_k_index(), g.argmax_k_index()
     assert schedule_ranges(chosen) <= schedule_ranges(raw)
-    assert (schedule_loss(g.goodput_per_seq, g.fits_memory, chosen) <= TOL + 1e-12).all()
-    masked = np.where(g.fits_memory, g.goodput_per_seq, -np.inf)
+    assert (schedule_loss(g.selection_score, g.fits_memory, chosen) <= TOL + 1e-12).all()
+    masked = np.where(g.fits_memory, g.selection_score, -np.inf)
     best = masked.max(axis=1)
     runs = _runs(chosen)
     for n, (lo, _, k) in enumerate(runs):
@@ -128,7 +129,7 @@ def test_context_axis_runs_the_dp_per_column():
     cg = p.context_grid([512, 2048, 8192])
     both = cg.optimal_k_index()
     for j in range(3):
-        one = schedule_k_index(cg.goodput_per_seq[:, :, j], cg.fits_memory[:, :, j], TOL)
+        one = schedule_k_index(cg.selection_score[:, :, j], cg.fits_memory[:, :, j], TOL)
         assert (both[:, j] == one).all()
 
 

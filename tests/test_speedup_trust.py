@@ -70,14 +70,16 @@ def test_gain_at_risk_by_hand():
 
 
 def test_predict_quotes_the_band_and_flags_the_rows():
-    p = predict("command-a-h100")
+    p = predict("command-a-h100", decision_quantile=0)  # K* at the terms' centre: gains within the optimism
     t = p.table
     assert "how far" not in p.provenance["speedup_uncertainty"]  # the band itself, not a header
     assert "median +" in p.provenance["speedup_uncertainty"]
     _, median = speedup_band_at(t.batch_size)
     np.testing.assert_array_equal(t.speedup_published_median_error.to_numpy(), median)
     flagged = t.batch_size[t.gain_at_risk].to_numpy()
-    by_hand = t.batch_size[(t.k_opt.fillna(0) > 0) & (t.speedup_vs_plain / (1 + median) < 1)].to_numpy()
+    # K* chosen at the terms' pessimistic 10% may speculate where its centre is a hair below plain: no gain to flag
+    by_hand = t.batch_size[(t.k_opt.fillna(0) > 0) & (t.speedup_vs_plain > 1)
+                           & (t.speedup_vs_plain / (1 + median) < 1)].to_numpy()
     np.testing.assert_array_equal(flagged, by_hand)
     assert flagged.size and gain_at_risk_text(t).startswith(f"the predicted gain of speculation at B {flagged.min()}")
 

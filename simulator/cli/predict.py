@@ -174,7 +174,7 @@ def _table_facts(pred: Prediction, shown: int) -> list[str]:
     risk = gain_at_risk_text(pred.table)
     if risk:
         lines.append(f"note: {risk}")
-    unsure = decision_risk_text(pred.table)
+    unsure = decision_risk_text(pred.table, pred.scenario.decision_quantile)
     if unsure:
         lines.append(f"decision: {unsure}")
     why = pred.k_rise_attribution()

@@ -14,7 +14,7 @@ FORMATS = ("table", "csv", "json", "markdown", "kmap") + EXPORT_FORMATS
 # The scenario settings each group of flags sets (simulator.specs.settings: flag, type, help), in help order
 SCENARIO_SETTINGS = ("model", "hardware", "tp", "ep", "draft", "draft_checkpoint", "acceptance", "temperature", "top_p",
                      "acceptance_band")
-WORKLOAD_SETTINGS = ("context_len", "batch_sizes", "k_max", "schedule_tolerance", "fixed_k", *DTYPE_SETTINGS)
+WORKLOAD_SETTINGS = ("context_len", "batch_sizes", "k_max", "schedule_tolerance", "decision_quantile", "fixed_k", *DTYPE_SETTINGS)
 DEPLOYMENT_SETTINGS = ("calibration", "deployment", "learned", "layout", "dp", "routing_reuse", "engine", "engine_version",
                        "max_capture_size", "max_num_seqs", "max_num_batched_tokens", "allreduce_busbw")
 OUTPUT_SETTINGS = ("context_lens",)

@@ -26,7 +26,7 @@ from simulator.plan.answer import _span, answer_notes, schedule_text  # noqa: F4
 from simulator.plan.grid import MS, Grid, compute_grid, kstar_columns
 from simulator.plan.k_changes import describe_change, k_changes
 from simulator.plan.schedule import schedule_loss, schedule_ranges
-from simulator.plan.decision_risk import N_DRAWS, beats_plain, robust_k, term_draws
+from simulator.plan.decision_risk import N_DRAWS, beats_plain, term_draws
 from simulator.plan.speedup_trust import speedup_trust_columns, speedup_trust_text
 from simulator.physics.attribution import describe_growth, verify_growth
 from simulator.physics.engine_time import graph_batch
@@ -189,7 +189,9 @@ class Prediction:
         df["p_speculation_pays"] = np.where(feasible, np.nanmax(np.where(spec[None, :], p, -1.0), axis=1), nan) \
             if spec.any() else nan
         df["p_kopt_beats_plain"] = np.where(feasible & (idx > 0), p[rows, safe], nan)
-        df["k_robust"] = pd.array(np.where(feasible, robust_k(g, sc.step_terms), 0), dtype="Int64")
+        # K* is chosen at the terms' pessimistic quantile; the K best at their centre beside it
+        df["k_centre"] = pd.array(np.where(feasible, g.centre_k(), 0), dtype="Int64")
+        df.loc[~feasible, "k_centre"] = pd.NA
         sensitive = g.acceptance_sensitive()
         if sensitive is not None:
             df["k_opt_depends_on_acceptance"] = sensitive & feasible
@@ -265,12 +267,19 @@ class Prediction:
         up at each batch size (share of the per-batch optimum; :mod:`simulator.plan.schedule`)."""
         g = self.grid
         chosen, raw = g.optimal_k_index(), g.argmax_k_index()
-        loss = schedule_loss(g.goodput_per_seq, g.fits_memory, chosen)
-        worst = int(np.argmax(loss)) if loss.size else 0
+        # the share of the per-batch best score (what K* is chosen on: goodput at the engine terms' decision
+        # quantile, plan.decision_risk) the schedule gives up; and of the goodput at the terms' centre
+        loss = schedule_loss(g.selection_score, g.fits_memory, chosen)
+        centre = schedule_loss(g.centre_score, g.fits_memory, chosen)
+        worst, worst_centre = (int(np.argmax(x)) if x.size else 0 for x in (loss, centre))
+        some = (chosen >= 0).any()
         return {"tolerance": float(g.schedule_tolerance), "ranges": schedule_ranges(chosen),
-                "argmax_ranges": schedule_ranges(raw), "max_loss": float(loss.max(initial=0.0)),
+                "argmax_ranges": schedule_ranges(raw), "decision_quantile": float(g.decision_quantile),
+                "max_loss": float(loss.max(initial=0.0)),
                 "max_loss_batch_size": int(g.batch_sizes[worst]) if loss.size else None,
-                "mean_loss": float(loss[chosen >= 0].mean()) if (chosen >= 0).any() else 0.0}
+                "mean_loss": float(loss[chosen >= 0].mean()) if some else 0.0,
+                "centre_max_loss": float(centre.max(initial=0.0)),
+                "centre_max_loss_batch_size": int(g.batch_sizes[worst_centre]) if centre.size else None}
 
     def schedule_note(self) -> str:
         """The schedule's trade in one line (printed under the schedule)."""
@@ -278,11 +287,16 @@ class Prediction:
         if s["tolerance"] <= 0:
             return f"{s['ranges']} ranges: the per-batch argmax (schedule tolerance 0)"
         saved = s["argmax_ranges"] - s["ranges"]
-        text = (f"{s['ranges']} ranges, the fewest within {s['tolerance']:.1%} of the best goodput at every batch size"
-                f" (per-batch argmax: {s['argmax_ranges']} ranges, {saved} saved)")
+        q = s["decision_quantile"]
+        judged = f" at the engine terms' pessimistic {q:.0%}" if q > 0 else ""
+        text = (f"{s['ranges']} ranges, the fewest within {s['tolerance']:.1%} of the best goodput{judged} at every"
+                f" batch size (per-batch argmax: {s['argmax_ranges']} ranges, {saved} saved)")
         if s["max_loss"] > 0:
             text += (f"; gives up at most {s['max_loss']:.2%} (B={s['max_loss_batch_size']}),"
                      f" {s['mean_loss']:.2%} on average")
+        if q > 0 and s["centre_max_loss"] > s["max_loss"] + 1e-9:
+            text += (f"; at the terms' centre up to {s['centre_max_loss']:.2%} (B={s['centre_max_loss_batch_size']},"
+                     " a gain inside their spread; --decision-quantile 0 chooses there)")
         return text + "; --schedule-tolerance 0 gives the argmax"
 
     def notes(self) -> list[str]:

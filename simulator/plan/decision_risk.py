@@ -7,38 +7,59 @@ batch size the share of draws in which a K's goodput beats plain decoding's is i
 
     P(K beats plain at B) = mean_j [ AL(K) / T_j(B, K) > AL(0) / T_j(B, 0) ]
 
-with T_j the step formula at draw j. The physics alone (``--physics-only``) has no spread to draw from: its
+with T_j the step formula at draw j. K* is chosen on the same draws (:func:`decision_score`): the K whose share of the
+best goodput holds best at the scenario's ``decision_quantile`` of them (the pessimistic 10% by default).
+The physics alone (``--physics-only``) has no spread to draw from: its
 probabilities rest on the a priori spread of every term around the physics (``A_PRIORI_SD``).
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
+from scipy.stats import norm, qmc
 
 from simulator.specs.step_terms import A_PRIORI_SD, NEUTRAL, TERM_NAMES, compose_step_s, from_fit, to_fit
 
-N_DRAWS = 128
-LOW_QUANTILE = 0.10  # the pessimistic end a robust K is judged at
+N_DRAWS = 64  # a power of two (a Sobol design)
+
+
+@functools.cache  # a pure function of its arguments, built once per process (read-only)
+def standard_normal_design(n: int, dims: int, seed: int = 0) -> np.ndarray:
+    """(n, dims) standard normal points from a scrambled Sobol sequence (n a power of two): each term's draws
+    cover its distribution evenly, so few draws give stable quantiles; deterministic for a seed."""
+    u = qmc.Sobol(dims, scramble=True, seed=seed).random(n)
+    z = norm.ppf(np.clip(u, 1e-9, 1 - 1e-9))
+    z.setflags(write=False)
+    return z
 
 
 def term_draws(terms, n: int = N_DRAWS, seed: int = 0) -> tuple[np.ndarray, str]:
     """(term vectors (n, 6), what they rest on) for the scenario's terms: the learned population, a deployment
     fit's intervals (each term normal in fit coordinates, its 90% interval +-1.645 sd), or the a priori spread."""
-    rng = np.random.default_rng(seed)
+    z = standard_normal_design(n, len(TERM_NAMES), seed)
     if terms is None:
-        phi = rng.normal(to_fit(NEUTRAL), A_PRIORI_SD, (n, len(TERM_NAMES)))
-        return from_fit(phi), "the a priori spread of the engine terms around the physics"
-    if hasattr(terms, "samples"):
-        return terms.samples(n, seed), "the learned layer's population of engine terms"
-    lo = to_fit(np.array([terms.intervals[t][0] for t in TERM_NAMES]))
-    hi = to_fit(np.array([terms.intervals[t][1] for t in TERM_NAMES]))
-    centre = to_fit(np.array([terms.terms[t] for t in TERM_NAMES]))
-    phi = rng.normal(centre, np.maximum(hi - lo, 0.0) / (2 * 1.645), (n, len(TERM_NAMES)))
-    return from_fit(phi), "the deployment fit's intervals"
+        centre, sd, basis = to_fit(NEUTRAL), A_PRIORI_SD, "the a priori spread of the engine terms around the physics"
+    elif hasattr(terms, "mean_fit"):
+        centre, sd, basis = np.asarray(terms.mean_fit), np.asarray(terms.sd_fit), \
+            "the learned layer's population of engine terms"
+    else:
+        lo = to_fit(np.array([terms.intervals[t][0] for t in TERM_NAMES]))
+        hi = to_fit(np.array([terms.intervals[t][1] for t in TERM_NAMES]))
+        centre = to_fit(np.array([terms.terms[t] for t in TERM_NAMES]))
+        sd, basis = np.maximum(hi - lo, 0.0) / (2 * 1.645), "the deployment fit's intervals"
+    return from_fit(centre + sd * z), basis
+
+
+def _cell_axes(grid) -> tuple[np.ndarray, np.ndarray]:
+    """B and K shaped to broadcast over the grid's cells ((B, K) or (B, K, L))."""
+    tail = (1,) * (grid.itl_s.ndim - 2)
+    return grid.batch_sizes.reshape((-1, 1) + tail).astype(float), grid.ks.reshape((1, -1) + tail).astype(float)
 
 
 def physics_parts(grid, terms) -> tuple[np.ndarray, np.ndarray]:
-    """(kernel s, host s) of every (B, K) cell without the scenario's terms: the grid's own times, unscaled."""
-    B, K = grid.batch_sizes[:, None], grid.ks[None, :].astype(float)
+    """(kernel s, host s) of every cell without the scenario's terms: the grid's own times, unscaled."""
+    B, K = _cell_axes(grid)
     kernel = np.broadcast_to(grid.verify_s + grid.draft_step_s, grid.itl_s.shape)
     overhead = np.broadcast_to(grid.overhead_s, grid.itl_s.shape)
     if terms is None:
@@ -64,12 +85,34 @@ def beats_plain(grid, terms, n: int = N_DRAWS, seed: int = 0) -> tuple[np.ndarra
     return np.where(ok, p, np.nan), basis
 
 
-def robust_k(grid, terms, n: int = N_DRAWS, seed: int = 0) -> np.ndarray:
-    """Per batch size the K whose goodput over plain decoding is best at the pessimistic end of the draws
-    (the LOW_QUANTILE of the ratio); -1 where nothing fits."""
-    good, _ = goodput_draws(grid, terms, n, seed)
-    i0 = int(np.flatnonzero(grid.ks == 0)[0])
-    ratio = np.quantile(good / good[:, :, i0:i0 + 1], LOW_QUANTILE, axis=0)
-    ratio = np.where(grid.fits_memory, ratio, -np.inf)
-    best = np.argmax(ratio, axis=1)
-    return np.where(np.isfinite(ratio.max(axis=1)), grid.ks[best], -1)
+def decision_score(grid, terms, quantile: float, banded_al=None, fits=None, n: int = N_DRAWS, seed: int = 0
+                   ) -> np.ndarray:
+    """(n_batch, n_k) what K* is chosen on: each K's share of the best goodput at its batch size, per draw of the
+    engine terms (and per rate set of an acceptance band, (3, n_k), when given), at the ``quantile`` of the draws
+    and the worst rate set; -inf where the K does not fit (``fits``, default the grid's memory check):
+
+        score(B, K) = min_s  Q_q over draws j of  [AL_s(K) / T_j(B, K)] / max_K' [AL_s(K') / T_j(B, K')]
+
+    the acceptance band's robust score (plan.acceptance_risk) over the terms' draws: K* is the K that stays
+    nearest the best in all but the worst q of the draws, so a K ahead at the centre by less than the terms'
+    spread does not win over one that holds across it (plain decoding included: where speculation pays big in
+    some draws and loses a little in others, a small K can hold best)."""
+    theta, _ = term_draws(terms, n, seed)
+    kernel, overhead = physics_parts(grid, terms)
+    B, K = _cell_axes(grid)
+    fits = grid.fits_memory if fits is None else fits
+    # the step formula with the draws on the last axis (the quantile then reads contiguous memory)
+    itl = compose_step_s(list(theta.T), B[..., None], K[..., None], kernel[..., None], overhead[..., None])
+    al_sets = grid.acceptance_length[None] if banded_al is None else np.asarray(banded_al)
+    pos = quantile * (n - 1)  # the quantile of the draws by linear interpolation (numpy's default)
+    lo = min(int(pos), n - 2)
+    score, fit_mask = None, fits[..., None]
+    for al in al_sets:  # each rate set: each K's share of the best K in every draw, at the quantile
+        good = np.divide(al.reshape(al.shape + (1,))[None], itl)
+        good *= fit_mask  # 0 where the K does not fit
+        best = good.max(axis=1, keepdims=True)
+        good /= np.where(best > 0, best, 1.0)
+        part = np.sort(good, axis=-1)  # (a sort of 64 along contiguous memory beats numpy's partition here)
+        at_q = part[..., lo] + (pos - lo) * (part[..., lo + 1] - part[..., lo])
+        score = at_q if score is None else np.minimum(score, at_q)
+    return np.where(fits, score, -np.inf)

@@ -4,8 +4,10 @@
                     (verify and draft as the engine runs them: in a CUDA graph or launched eagerly;
                     overhead = the engine's exposed host time + a profile's fitted step terms)
     goodput(B, K) = AL(K) / ITL(B, K)        tokens/s per sequence (x B for the whole batch)
-    K*(B)         = the fewest-range schedule within 1% of argmax_K goodput(B, K) at every B, over the K
-                    whose memory fits (simulator/plan/schedule.py; tolerance 0: the argmax); K = 0 is plain decoding
+    K*(B)         = the fewest-range schedule within 1% of the best score at every B, over the K whose memory
+                    fits (simulator/plan/schedule.py; tolerance 0: the argmax); the score: each K's share of the
+                    best goodput at the pessimistic 10% of the engine terms' draws (plan/decision_risk.py;
+                    decision_quantile 0: goodput at their centre); K = 0 is plain decoding
 
 One function (:func:`compute_grid`) evaluates every term over (B, K, L) arrays, L = tokens already in
 each sequence's KV cache. The plain table is its slice with L of length 1 (the scenario's context_len),
@@ -24,6 +26,7 @@ from functools import cached_property
 
 import numpy as np
 
+from simulator.plan.decision_risk import decision_score
 from simulator.plan.acceptance_risk import banded_acceptance_lengths, k_at_each_rate_set, robust_score
 from simulator.physics.memory import step_memory_bytes
 from simulator.physics.operators import PassCost, StepCost, price_pass
@@ -65,12 +68,16 @@ class Grid:
     experts_touched: np.ndarray | None  # per MoE layer, verify step, (n_batch, n_k)
     schedule_tolerance: float = SCHEDULE_TOLERANCE  # goodput share K* may give up for fewer ranges
     # (3, n_k) AL(K) at the acceptance band's low, given and high rates; None without a band (and on
-    # a context axis, whose K*(B, L) map is scheduled on goodput)
+    # a context axis, whose K*(B, L) map is scheduled without the band)
     banded_acceptance_length: np.ndarray | None = None
     # the draft's extend pass over the verified tokens, (n_batch, n_k[, n_ctx]); replaces one of the passes
     draft_extend: PassCost | None = None
     # with a context axis: the verify ops whose cost depends on L (attention), over (B, K, L)
     verify_context: PassCost | None = None
+    # K* is chosen at this quantile of the engine terms' draws (plan.decision_risk; 0: at their centre), the terms
+    # (a learned population, a deployment fit, None: the physics with the a priori spread) they are drawn from
+    decision_quantile: float = 0.0
+    step_terms: object = None
 
     @property
     def fits_memory(self) -> np.ndarray:
@@ -124,11 +131,30 @@ class Grid:
     def _schedule(self) -> np.ndarray:
         return schedule_k_index(self.selection_score, self.fits_memory, self.schedule_tolerance)
 
-    @property
+    @cached_property
     def selection_score(self) -> np.ndarray:
+        """What K* is chosen on, over the K that fit memory (:meth:`score_within`)."""
+        return self.score_within(self.fits_memory)
+
+    def score_within(self, fits: np.ndarray) -> np.ndarray:
+        """What K* is chosen on over the K ``fits`` allows: each K's share of the best goodput at the
+        decision quantile of the engine terms' draws (plan.decision_risk.decision_score) on a plain grid with
+        speculation in it, else :attr:`centre_score`."""
+        if self.decision_quantile <= 0 or not (self.ks > 0).any():
+            return self.centre_score
+        return decision_score(self, self.step_terms, self.decision_quantile, self.banded_acceptance_length, fits)
+
+    @property
+    def centre_score(self) -> np.ndarray:
+        """Goodput at the terms' centre (the robust score over the acceptance band when there is one)."""
         if self.banded_acceptance_length is None:
             return self.goodput_per_seq
         return robust_score(self.itl_s, self.banded_acceptance_length, self.fits_memory)
+
+    def centre_k(self) -> np.ndarray:
+        """K per batch size at the terms' centre (the raw argmax of :attr:`centre_score`); -1 where none fits."""
+        idx = argmax_k_index(self.centre_score, self.fits_memory)
+        return np.where(idx >= 0, self.ks[np.maximum(idx, 0)], -1)
 
     def argmax_k_index(self) -> np.ndarray:
         """Index into ks of the raw per-batch argmax (of goodput, or of the robust score with a band);
@@ -267,7 +293,9 @@ def evaluate_grid(scenario, batch_sizes=None, ks=None, context_lens=None) -> Gri
     b = np.asarray(sc.batch_sizes if batch_sizes is None else batch_sizes, dtype=float)
     k = np.asarray(np.arange(sc.k_max + 1) if ks is None else ks, dtype=float)
     c = np.asarray([sc.context_len] if context_lens is None else context_lens, dtype=float)
-    grid = _evaluate(sc, b, k, c)
+    # K* chosen under the engine terms' uncertainty (plan.decision_risk)
+    grid = replace(_evaluate(sc, b, k, c), decision_quantile=getattr(sc, "decision_quantile", 0.0),
+                   step_terms=getattr(sc, "step_terms", None))
     if context_lens is not None:
         return grid
     band = getattr(sc, "acceptance_band", 0.0)
@@ -317,7 +345,7 @@ def _drop_context_axis(grid: Grid) -> Grid:
                 cell(g.verify_s), cell(g.draft_step_s), cell(g.in_graph), cell(g.overhead_s), cell(g.itl_s),
                 g.acceptance_length[:, 0], cell(g.goodput_per_seq), cell(g.memory_per_gpu_bytes),
                 g.memory_capacity_bytes, g.experts_touched, g.schedule_tolerance, g.banded_acceptance_length,
-                cost(g.draft_extend), None)
+                cost(g.draft_extend), None, g.decision_quantile, g.step_terms)
 
 
 def acceptance_lengths(acceptance, ks, scale=None, n_ctx: int | None = None) -> np.ndarray:

@@ -62,19 +62,27 @@ def gain_at_risk_text(table: pd.DataFrame) -> str | None:
             f" there (+{worst:.0%}): measure two points (python -m calibration.fit_deployment) before relying on it")
 
 
-def decision_risk_text(table: pd.DataFrame) -> str | None:
-    """Where K* speculates but pays in fewer than 90% of the engine terms' draws, in words (the robust K, best at
-    the pessimistic end of the draws, beside it); None where every speculating K* is that sure."""
+def decision_risk_text(table: pd.DataFrame, quantile: float) -> str | None:
+    """Where the K best at the engine terms' centre is not K* (K* is chosen at their pessimistic ``quantile``:
+    the centre's gain lies inside their spread), or K* speculates but pays in fewer than 90% of the draws, in
+    words; None where neither happens."""
     if "p_kopt_beats_plain" not in table:
         return None
+    parts = []
+    moved = table[table["k_centre"].notna() & table["k_opt"].notna()
+                  & (table["k_centre"].fillna(0) != table["k_opt"].fillna(0))]
+    if len(moved):
+        pairs = moved.groupby(["k_opt", "k_centre"], sort=False)["batch_size"].agg(["min", "max"])
+        spans = [f"K* = {int(chosen)} at B {lo}" + (f"-{hi}" if hi != lo else "") + f" (centre {int(centre)})"
+                 for (chosen, centre), (lo, hi) in pairs.iterrows()]
+        parts.append(f"{'; '.join(spans[:4])}{'; ...' if len(spans) > 4 else ''}: chosen at the engine terms'"
+                     f" pessimistic {quantile:.0%}, the centre's K gains less than their spread")
     p = table["p_kopt_beats_plain"].to_numpy(dtype=float)
     unsure = np.isfinite(p) & (p < 0.9)
-    if not unsure.any():
+    if unsure.any():
+        b = table["batch_size"].to_numpy()[unsure]
+        span = f"B {b.min()}" if b.min() == b.max() else f"B {b.min()}-{b.max()}"
+        parts.append(f"at {span} K* pays in {p[unsure].min():.0%}-{p[unsure].max():.0%} of the draws")
+    if not parts:
         return None
-    hit = table[unsure]
-    b = hit["batch_size"].to_numpy()
-    span = f"B {b.min()}" if b.min() == b.max() else f"B {b.min()}-{b.max()}"
-    robust = sorted({int(k) for k in hit["k_robust"].dropna()})
-    return (f"at {span} speculation pays in only {p[unsure].min():.0%}-{p[unsure].max():.0%} of the engine terms'"
-            f" draws (the K best at their pessimistic 10%: {', '.join(map(str, robust))}); p_kopt_beats_plain in"
-            " --format csv/json per batch size")
+    return "; ".join(parts) + " (p_kopt_beats_plain, k_centre in --format csv/json)"

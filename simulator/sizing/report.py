@@ -17,7 +17,7 @@ import pandas as pd
 
 from simulator.plan.advice import advice_lines
 from simulator.plan.api import schedule_text
-from simulator.plan.speedup_trust import gain_at_risk_text, speedup_trust_text
+from simulator.plan.speedup_trust import decision_risk_text, gain_at_risk_text, speedup_trust_text
 from simulator.specs.scenario import REPO_ROOT
 from simulator.sizing.fleet import SizingResult, quality_caveat, target_output_tokens_per_hour
 from simulator.sizing.ranking import RANK_RULE
@@ -42,7 +42,8 @@ HEADERS = {"fleet_usd_per_hour": "fleet $/h", "usd_per_m_output_tokens": "$/M to
            "draft_gb": "draft GB", "kv_gb_per_seq": "KV GB/seq", "context_tokens": "context tok",
            "max_seqs": "max seqs", "meets_target": "meets target", "usd_per_m_tokens_at_target": "fleet $/M output tok at target",
            "energy_j_per_token_est": "J/token (est.)", "speedup_vs_plain": "vs plain", "speedup_vs_fixed": "vs fixed",
-           "batch_sizes": "B", "k_opt": "K*", "break_even_acceptance_length": "fixed K needs AL"}
+           "batch_sizes": "B", "k_opt": "K*", "break_even_acceptance_length": "fixed K needs AL",
+           "p_kopt_beats_plain": "P(K* beats plain)"}
 PER_GPU_COLUMNS = ["hardware", "gpus", "nodes", "fleet_usd_per_hour", "usd_per_m_tokens_at_target", "gpus_range", "tp",
                    "dtype", "policy", "basis", "rank", "note"]
 MS_COLUMNS = ("tpot_p50_s", "ttft_p99_s")
@@ -115,6 +116,15 @@ def _cols(df: pd.DataFrame, cols) -> pd.DataFrame:
     return df[[c for c in cols if c in df.columns]] if len(df) else df
 
 
+def _share_span(p: pd.Series) -> str:
+    """A run's probabilities as a range of percentages; '-' where none applies (K* = 0)."""
+    p = p.astype(float).dropna()
+    if p.empty:
+        return "-"
+    lo, hi = f"{p.min():.0%}", f"{p.max():.0%}"
+    return lo if lo == hi else f"{lo}-{hi}"
+
+
 def k_star_table(table: pd.DataFrame) -> pd.DataFrame:
     """Compact K* table: runs of batch sizes with the same K* (or where no K fits memory)."""
     t = table.reset_index(drop=True)
@@ -131,6 +141,9 @@ def k_star_table(table: pd.DataFrame) -> pd.DataFrame:
                      "speedup_vs_plain": span("speedup_vs_plain"), "speedup_vs_fixed": span("speedup_vs_fixed"),
                      "break_even_acceptance_length": (span("break_even_acceptance_length")
                                                       if "break_even_acceptance_length" in t else "-"),
+                     # the share of the engine terms' draws where K* beats plain decoding (plan.decision_risk)
+                     "p_kopt_beats_plain": (_share_span(t["p_kopt_beats_plain"].iloc[start:i + 1])
+                                            if "p_kopt_beats_plain" in t else "-"),
                      "bound": b.bound})
         start = i + 1
     return pd.DataFrame(rows)
@@ -286,6 +299,8 @@ def _k_sections(res: SizingResult, rec: dict | None) -> list:
                                                                       kt["k_opt"].fillna(-1).astype(int).to_numpy()) + "."),
                    ("p", res.spec_stops[label] + "."), ("p", _break_even_sentence(kt, res.scenario.fixed_k)),
                    *([("p", "Note: " + risk + ".")] if (risk := gain_at_risk_text(kt)) else []),
+                   *([("p", "Decision: " + unsure + ".")]
+                     if (unsure := decision_risk_text(kt, res.scenario.decision_quantile)) else []),
                    ("table", k_star_table(kt)),
                    ("p", "The same table from predict:"), ("code", eng.get("predict", ""))]
         for fmt, exp in eng.get("exports", {}).items():  # the scenario's engine's files, as --format FMT writes them

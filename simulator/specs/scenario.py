@@ -30,7 +30,8 @@ from simulator.specs.models import ModelSpec
 from simulator.specs.overrides import OVERRIDE_KEYS, apply_overrides  # noqa: F401 (API)
 from simulator.specs.settings import default
 from simulator.specs.scenario_sections import (ACCEPTANCE_GIVEN, FALLBACK_RATE, OPEN_SECTIONS,  # noqa: F401 (API)
-                                               REPO_ROOT, SCHEDULE_TOLERANCE, SCHEMA, ZIPF_SKEW_MAX, _check_sections,
+                                               DECISION_QUANTILE, REPO_ROOT, SCHEDULE_TOLERANCE, SCHEMA,
+                                               ZIPF_SKEW_MAX, _check_sections,
                                                _deployment, _draft, _model_and_hardware, _resolve_path,
                                                _scenario_acceptance, _workload)
 from simulator.specs.values import (NUM, STR_OR_LIST, check_table, parse_batch_sizes,  # noqa: F401 (API)
@@ -68,6 +69,7 @@ class Scenario:
     deployment_fit: DeploymentFit | None = None  # [calibration] deployment: terms fitted on this deployment
     acceptance_band: float = 0.0  # +- on every per-position rate: K* chosen to stay near-best across it
     schedule_tolerance: float = SCHEDULE_TOLERANCE  # [workload] schedule_tolerance: goodput K* may give up for fewer ranges
+    decision_quantile: float = DECISION_QUANTILE  # [workload] decision_quantile: the terms' quantile K* is chosen at
     acceptance_file: "AcceptanceFile | None" = None  # [acceptance] file / --acceptance PATH: what was read
     step_prior: LearnedPrior | None = None  # the engine terms learned from the published corpus (GPUs; not --physics-only)
 
@@ -155,7 +157,7 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
                        + pcie_collective_caveat(hardware, deployment, profile)),
         context_lens=wl["context_lens"], acceptance_context=acceptance_context,
         acceptance_band=parse_band(get("acceptance", "band", default("acceptance", "band")), origin),
-        schedule_tolerance=wl["schedule_tolerance"], acceptance_file=acc_file, deployment_fit=fit,
+        schedule_tolerance=wl["schedule_tolerance"], decision_quantile=wl["decision_quantile"], acceptance_file=acc_file, deployment_fit=fit,
         step_prior=learned_layer(hardware, get("calibration", "learned", default("calibration", "learned"))))
 
 

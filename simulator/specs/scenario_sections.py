@@ -18,7 +18,7 @@ from simulator.specs.drafts import DraftSpec, check_draft, parse_draft
 from simulator.specs.hardware import Hardware, custom_hardware, load_hardware
 from simulator.specs.models import ModelSpec, load_model
 from simulator.specs.routing import Routing, check_reuse
-from simulator.specs.settings import OPEN_SECTIONS, SCHEDULE_TOLERANCE, SCHEMA, default  # noqa: F401 (API)
+from simulator.specs.settings import DECISION_QUANTILE, OPEN_SECTIONS, SCHEDULE_TOLERANCE, SCHEMA, default  # noqa: F401 (API)
 from simulator.specs.values import check_table, parse_batch_sizes, parse_context_lens
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
@@ -139,10 +139,14 @@ def _workload(get, origin: str, model: ModelSpec) -> dict:
         raise PlannerError(f"{origin}: schedule_tolerance={tol:g} is outside [0, 0.5): the share of the best goodput"
                            " a K* schedule may give up at any batch size for fewer ranges (0.01 = 1%; 0 = per-batch"
                            " argmax)")
+    quantile = float(get("workload", "decision_quantile", default("workload", "decision_quantile")))
+    if not 0 <= quantile < 0.5:
+        raise PlannerError(f"{origin}: decision_quantile={quantile:g} is outside [0, 0.5): the quantile of the engine"
+                           " terms' draws K* is chosen at (0.10 = the pessimistic 10%; 0 = at their centre)")
     with named_key(origin, "[workload] batch_sizes"):
         batch_sizes = parse_batch_sizes(get("workload", "batch_sizes", default("workload", "batch_sizes")))
     return {"context_len": int(context_len), "k_max": int(k_max), "fixed_k": int(fixed_k), "schedule_tolerance": tol,
-            "batch_sizes": batch_sizes, "context_lens": context_lens, "warnings": warnings_}
+            "decision_quantile": quantile, "batch_sizes": batch_sizes, "context_lens": context_lens, "warnings": warnings_}
 
 
 @contextlib.contextmanager

@@ -20,6 +20,9 @@ from simulator.specs.values import NUM, STR_OR_LIST
 # Default share of the per-batch optimum a K* schedule may give up at any batch size for fewer ranges
 # (simulator/plan/schedule.py): inside every prediction's step-time band (+-5-25%, specs/uncertainty.py)
 SCHEDULE_TOLERANCE = 0.01
+# the engine terms' quantile K* is chosen at (simulator/plan/decision_risk.py): the pessimistic 10%, so a K
+# whose gain lies inside the terms' spread does not win over one that holds across it
+DECISION_QUANTILE = 0.10
 ROUTING_REUSE_DEFAULT = 0.5  # MoE adjacent-token expert reuse rho (docs/moe.md)
 
 
@@ -182,6 +185,10 @@ SETTINGS: tuple[Setting, ...] = (
       flag="--schedule-tolerance", metavar="SHARE", from_flag=share_from_text,
       help="goodput share of the per-batch best the K* schedule may give up at any batch size to use"
            " fewer ranges of K (default 0.01 = 1%%; 0 = the raw per-batch argmax); also 1%%"),
+    S("workload", "decision_quantile", NUM, DECISION_QUANTILE, name="decision_quantile",
+      flag="--decision-quantile", metavar="Q", from_flag=share_from_text,
+      help="K* is the K with the best goodput share at this quantile of the engine terms' draws (default 0.10:"
+           " the pessimistic 10%%; 0 = at the terms' centre)"),
     S("routing", "kind", default="uniform"), S("routing", "skew", NUM, 0.0, name="routing_skew"),
     S("routing", "probabilities", list),
     # 0.5: published MoE measurements report verifying 4 tokens loads ~2.5x the experts of one
