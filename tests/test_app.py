@@ -135,14 +135,15 @@ def test_moe_tab_explains_k_and_compares_layouts_and_reuse_moves_k():
 
 
 def test_kstar_tab_says_where_k_changes_and_why():
-    # qwen3-235b-h200: K* 3 -> 5 at B = 6, as the CLI says (tests/test_k_changes.py); each row one K of a change
+    # qwen3-235b-h200: K* 3 -> 5 at B = 5, as the CLI says; each row one K of a change (B = 6 before issue 47 priced
+    # a padded graph's token ops at the padded size: at B = 5, K = 5's 30 tokens run in the graph of 32, K = 3's 20 in 24)
     at = new_app()
     sb(at, "selectbox", "scenario").set_value("qwen3-235b-h200").run()
     assert_clean(at)
     (exp,) = [e for e in at.expander if e.label.startswith("Where K* changes, and why")]
     changes = next(d.value for d in at.dataframe if "K* change" in d.value.columns)
-    assert changes.loc[changes["from B"] == 6, "K* change"].tolist() == ["3 -> 5", "3 -> 5"]
-    assert set(changes.loc[changes["from B"] == 6, "K"]) == {3, 5} and "experts at K / at 0" in changes.columns
+    assert changes.loc[changes["from B"] == 5, "K* change"].tolist() == ["3 -> 5", "3 -> 5"]
+    assert set(changes.loc[changes["from B"] == 5, "K"]) == {3, 5} and "experts at K / at 0" in changes.columns
 
 
 def test_dense_model_moe_tab_says_so():
