@@ -49,14 +49,15 @@ def _in_graph(engine: EngineProfile, batch, k, decode, tokens, mixed: bool) -> n
         return np.ones(shape, dtype=bool)
     by_tokens = engine.size_unit == "tokens"
     plain = _within(tokens if by_tokens else batch, engine.max_capture_size, engine.capture_sizes, engine.padding)
-    spec = np.asarray(engine.verify_captured)
-    if engine.spec_capture_max_tokens:
-        spec = spec & (tokens <= engine.spec_capture_max_tokens)
-    if engine.spec_capture_max_batch:
-        spec = spec & (batch <= engine.spec_capture_max_batch)
-    if not (engine.spec_capture_max_tokens or engine.spec_capture_max_batch):
-        spec = spec & plain
-    graph = np.where(k > 0, spec, plain)
+    if not (engine.spec_capture_max_tokens or engine.spec_capture_max_batch):  # speculation keeps the plain rule
+        graph = plain if engine.verify_captured else np.where(k > 0, False, plain)
+    else:
+        spec = np.asarray(engine.verify_captured)
+        if engine.spec_capture_max_tokens:
+            spec = spec & (tokens <= engine.spec_capture_max_tokens)
+        if engine.spec_capture_max_batch:
+            spec = spec & (batch <= engine.spec_capture_max_batch)
+        graph = np.where(k > 0, spec, plain)
     graph = graph if graph.shape == shape else np.array(np.broadcast_to(graph, shape))
     if mixed:
         steps = tokens != decode
@@ -92,6 +93,14 @@ def _padded(size: np.ndarray, sizes: tuple[int, ...]) -> np.ndarray:
     return np.where(size <= top, up, size)
 
 
+def pad_key(engine: EngineProfile) -> tuple:
+    """What :func:`pad` reads of a profile, hashable: with the B and K axes it fixes the padded sizes (a cache key
+    cheaper than the padded array itself)."""
+    e = engine
+    return (e.graphs_enabled, e.unlimited, e.padding, e.size_unit, e.capture_sizes, e.max_capture_size,
+            e.spec_capture_sizes, e.spec_capture_max_tokens, e.spec_capture_max_batch, e.verify_captured)
+
+
 def pads(engine: EngineProfile) -> bool:
     """Whether any pass of ``engine`` runs at a padded size (graphs on, padded to a capture list)."""
     return engine.graphs_enabled and engine.padding and not engine.unlimited and bool(engine.capture_sizes)
@@ -116,7 +125,7 @@ def pad(engine: EngineProfile, batch, k, tokens=None) -> tuple[np.ndarray, np.nd
         if engine.spec_capture_sizes:
             seqs = np.where(k > 0, _padded(batch, engine.spec_capture_sizes), seqs)
         padded = seqs * (k + 1)
-    return (np.array(np.broadcast_to(padded, graph.shape)) if graph.all() else np.where(graph, padded, tokens)), graph
+    return np.where(graph, padded, tokens), graph
 
 
 def graph_batch(engine: EngineProfile, batch, k) -> np.ndarray:

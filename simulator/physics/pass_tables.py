@@ -155,13 +155,13 @@ def price_plan(plan: PassPlan, hw: Hardware, profile: Profile | None, shape) -> 
 
 
 def verify_plan(model: ModelSpec, dep: Deployment, hw: Hardware, batch, k, context_len, expert_batch=None,
-                padded_tokens=None) -> PassPlan:
+                padded_tokens=None, pad_key=None) -> PassPlan:
     """The target pass scoring K drafts (+ the bonus position) for each of B sequences over L cached keys
     (the ops of :func:`simulator.physics.layers.forward_ops`): its token ops at the replica's B (K + 1)
     tokens, attention, routed experts and sampling (bytes per logit by K: plain or verifying) per cell;
     the routed experts at ``expert_batch`` sequences where given (a padded graph's routed padding rows), the
     token-sized ops and sampling at ``padded_tokens`` where given (a padded graph's size, all replicas':
-    physics.engine_time.pad)."""
+    physics.engine_time.pad; ``pad_key``: what fixes them with B and K, keyed instead of the array)."""
     queries = np.asarray(k, dtype=float) + 1.0
     logit_bytes = verify_logit_bytes(dep, k)
     if padded_tokens is None:
@@ -178,7 +178,8 @@ def verify_plan(model: ModelSpec, dep: Deployment, hw: Hardware, batch, k, conte
                     cells, lambda: forward_ops(model, dep, hw, batch, queries, context_len, logit_bytes=logit_bytes,
                                                expert_batch=expert_batch,
                                                token_batch=None if token_batch is None else token_batch()),
-                    cell_key=("verify",) + cell_inputs(batch, k, context_len, expert_batch, padded_tokens))
+                    cell_key=("verify",) + cell_inputs(batch, k, context_len, expert_batch) + (
+                        pad_key if pad_key is not None else cell_inputs(padded_tokens),))
 
 
 def cell_inputs(*arrays) -> tuple:

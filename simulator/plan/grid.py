@@ -35,7 +35,7 @@ from simulator.physics.pass_tables import price_plan, verify_plan
 from simulator.physics.draft_cost import DraftSetting, draft_costs
 from simulator.specs.drafts import verify_drafts
 from simulator.physics.engine_time import (draft_extend_in_graph, draft_in_graph, expert_batch, extend_expert_batch,
-                                           pad, pads, pass_time_s)
+                                           pad, pad_key, pads, pass_time_s)
 from simulator.physics.step_model import draft_time_s, profile_overhead_s, step_time
 from simulator.physics.experts import experts_touched_correlated
 from simulator.plan.schedule import SCHEDULE_TOLERANCE, argmax_k_index, schedule_k_index
@@ -381,7 +381,8 @@ def verify_over_context(sc, B, K, C, expert_batch=None, padded_tokens=None) -> t
     """
     shape = np.broadcast_shapes(B.shape, K.shape)  # (nb, nk, 1); B and K keep their own axes
     n_ctx = C.shape[-1]
-    plan = verify_plan(sc.model, sc.deployment, sc.hardware, B, K, C, expert_batch, padded_tokens)
+    plan = verify_plan(sc.model, sc.deployment, sc.hardware, B, K, C, expert_batch, padded_tokens,
+                       None if padded_tokens is None else pad_key(sc.engine))
     if n_ctx == 1:
         return price_plan(plan, sc.hardware, sc.profile, shape), None
     cell_ops = plan.cells()
