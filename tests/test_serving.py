@@ -39,15 +39,18 @@ def llama():
 # --- step pricing ------------------------------------------------------------------------------
 
 def test_step_time_equals_core_itl_grid(command_a):
-    # model: with graphs and extra overheads off, a decode-only step is the core ITL(B, K). The step
-    # pricer interpolates attention between context buckets (exact for the datasheet roofline, which is
-    # linear in L, not for measured efficiencies), so compare at a bucket's own context (rounded to a
-    # whole token for the grid: 1e-5)
+    # model: with graphs off in both (every pass eager at no launch cost) and no extra overheads, a
+    # decode-only step is the core ITL(B, K) (tests/test_step_model.py: with graphs and overheads on, at every
+    # bundled scenario). The step pricer interpolates attention between context buckets (exact for the
+    # datasheet roofline, which is linear in L, not for measured efficiencies), so compare at a bucket's own
+    # context (rounded to a whole token for the grid: 1e-5)
+    from dataclasses import replace
     eng = sv.EngineConfig(cuda_graphs=False, eager_overhead_per_kernel_s=0.0, schedule_overhead_s=0.0)
-    pricer = sv.StepPricer(command_a, eng, 8, 256, 4000, True)
+    no_graphs = replace(command_a.engine, graphs_enabled=False, eager_launch_per_kernel_s=0.0)
+    pricer = sv.StepPricer(replace(command_a, engine=no_graphs), eng, 8, 256, 4000, True)
     ctx = float(round(pricer.ctx[np.argmin(abs(pricer.ctx - command_a.context_len))]))
     bs, ks = [1, 16, 64, 256], [0, 1, 3, 8]
-    g = compute_grid(command_a.with_overrides(context_len=int(ctx)), batch_sizes=bs, ks=ks)
+    g = compute_grid(replace(command_a.with_overrides(context_len=int(ctx)), engine=no_graphs), batch_sizes=bs, ks=ks)
     for i, b in enumerate(bs):
         for j, k in enumerate(ks):
             t, _, _ = pricer.step_s(b, k, b * (k + 1), ctx, False, 0.0)
@@ -80,16 +83,41 @@ def test_draft_passes_beyond_the_capture_limit_run_eagerly_as_in_the_grid(llama)
 
 
 def test_cuda_graph_padding_and_required_graphs(command_a):
-    # hand: vLLM capture sizes 1, 2, 4, 8, 16, ..., 512; 1024 tokens run eager
+    # hand: vLLM 0.33's captured token counts (engine profile [cuda_graphs] capture_sizes: 1, 2, 4, then every
+    # 8 up to 512 at its default limit); 1024 tokens run eager. The serving steps pad by the scenario's engine
+    # profile (physics.engine_time.pad), the grid's rule
+    from simulator.physics.engine_time import pad
     eng = sv.EngineConfig()
-    assert eng.pad_tokens(3) == (4, True) and eng.pad_tokens(9) == (16, True)
-    assert eng.pad_tokens(512) == (512, True) and eng.pad_tokens(1024) == (1024, False)
-    fixed = sv.required_graphs(sv.policy_k_table(command_a, "fixed", 256, eng), eng)
+    graphs = sv.graph_profile(command_a.engine, eng)
+    assert graphs is command_a.engine and graphs.size_unit == "tokens" and graphs.max_capture_size == 512
+    got = lambda b, k: tuple(x.item() for x in pad(graphs, b, k))  # noqa: E731
+    assert got(3, 0) == (4, True) and got(9, 0) == (16, True) and got(3, 2) == (16, True)
+    assert got(512, 0) == (512, True) and got(1024, 0) == (1024, False)
+    fixed = sv.required_graphs(sv.policy_k_table(command_a, "fixed", 256, eng), graphs)
     eager = fixed[~fixed.captured]
     assert len(eager) == 1 and eager.batch_min.iloc[0] == 129 and eager.batch_max.iloc[0] == 256
-    dsd = sv.required_graphs(sv.policy_k_table(command_a, "dsd", 256, eng), eng)
+    dsd = sv.required_graphs(sv.policy_k_table(command_a, "dsd", 256, eng), graphs)
     assert dsd.captured.all()  # K*(B) keeps B (K+1) <= 512 here: K = 1 at B = 256
     assert set(dsd.k) <= set(range(9))
+
+
+def test_serving_graph_sizes_default_to_the_engine_profile(llama):
+    # SGLang keys its graphs by sequences (0.4.4 with EAGLE: batch sizes 1..32, tests above): a decode step of
+    # 5 sequences x 4 tokens replays the graph of 5 sequences (20 tokens, not vLLM's 24); [serving]
+    # cuda_graph_sizes overrides the list in the profile's unit; cuda_graphs = false runs every pass eagerly
+    from simulator.physics.engine_time import pad
+    sc = llama.with_overrides(engine="sglang", engine_version="0.4.4")
+    eng = sv.engine_from_scenario(sc)
+    assert eng.cuda_graph_sizes is None
+    graphs = sv.graph_profile(sc.engine, eng)
+    assert graphs.size_unit == "sequences"
+    assert [x.item() for x in pad(graphs, 5, 3)] == [20.0, True]
+    assert [x.item() for x in pad(graphs, 33, 3)] == [132.0, False]  # beyond the speculative capture limit
+    # a step with prompt chunks runs eagerly in SGLang (only decode and verify batches are captured)
+    assert [x.item() for x in pad(graphs, 5, 3, 100)] == [100.0, False]
+    user = sv.graph_profile(sc.engine, sv.EngineConfig(cuda_graph_sizes=(8, 16)))
+    assert [x.item() for x in pad(user, 5, 3)] == [32.0, True]
+    assert not pad(sv.graph_profile(sc.engine, sv.EngineConfig(cuda_graphs=False)), 5, 3)[1]
 
 
 # --- the wave sweep: DSD vs fixed K vs plain ----------------------------------------------------
@@ -358,16 +386,19 @@ def test_a_prompt_chunk_costs_the_same_whatever_is_priced_beside_it(name):
     np.testing.assert_allclose(together, alone, rtol=1e-12)
 
 
-def test_padding_an_array_of_token_counts_as_one_at_a_time():
-    # vLLM's capture sizes 1, 2, 4, 8, 16, ..., 512: 3 -> 4, 5 -> 8, 9 -> 16, 512 stays, 513 runs eager;
-    # without graphs nothing is padded
-    eng = sv.EngineConfig()
+def test_padding_an_array_of_token_counts_as_one_at_a_time(command_a):
+    # vLLM 0.33's capture sizes 1, 2, 4, 8, 16, ..., 512 (token-keyed): a step with prompt chunks pads its tokens
+    # by the plain rule, 3 -> 4, 5 -> 8, 9 -> 16, 512 stays, 513 runs eager; without graphs nothing is padded
+    from simulator.physics.engine_time import pad
+    graphs = sv.graph_profile(command_a.engine, sv.EngineConfig())
     tokens = np.array([1, 3, 5, 9, 512, 513, 4000])
-    padded, graph = eng.pad_tokens_array(tokens)
+    padded, graph = pad(graphs, 0, 0, tokens)
     assert padded.tolist() == [1, 4, 8, 16, 512, 513, 4000] and graph.tolist() == [True] * 5 + [False] * 2
-    assert [eng.pad_tokens(int(t)) for t in tokens] == list(zip(padded.tolist(), graph.tolist()))
-    eager = sv.EngineConfig(cuda_graphs=False).pad_tokens_array(tokens)
+    assert [tuple(x.item() for x in pad(graphs, 0, 0, int(t))) for t in tokens] == list(zip(padded.tolist(),
+                                                                                            graph.tolist()))
+    eager = pad(sv.graph_profile(command_a.engine, sv.EngineConfig(cuda_graphs=False)), 0, 0, tokens)
     assert eager[0].tolist() == tokens.tolist() and not eager[1].any()
+
 
 
 def test_sglang_speculation_caps_the_running_requests_at_its_default(llama):

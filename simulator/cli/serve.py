@@ -221,7 +221,8 @@ def _run(args) -> int:
     text = render(df, args.format)
     if args.graphs:
         frames = [serving.required_graphs(serving.policy_k_table(
-            sc, p, serving.running_cap(engine, workload, p != "plain"), engine), engine).assign(policy=p)
+            sc, p, serving.running_cap(engine, workload, p != "plain"), engine),
+            serving.graph_profile(sc.engine, engine)).assign(policy=p)
             for p in policies]
         graphs = pd.concat(frames, ignore_index=True)[["policy", "tokens", "k", "batch_min", "batch_max",
                                                        "captured"]]

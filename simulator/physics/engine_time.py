@@ -17,6 +17,8 @@ the capture limit, which with speculation on may be a limit of its own (e.g. B (
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 
 from simulator.specs.engines import EngineProfile
@@ -30,47 +32,108 @@ def _within(size, limit: int, sizes: tuple[int, ...], padding: bool) -> np.ndarr
     return ok
 
 
-def verify_in_graph(engine: EngineProfile, batch, k) -> np.ndarray:
-    """Whether the target pass of B sequences x (K + 1) tokens replays a captured CUDA graph."""
-    batch, k = np.broadcast_arrays(np.asarray(batch, dtype=float), np.asarray(k, dtype=float))
+def _step_sizes(batch, k, tokens):
+    """(B, K, B (K + 1), tokens) as float arrays, each on its own axes (a grid's B and K stay small: every
+    comparison on one of them alone costs its length, not the grid's); tokens B (K + 1) where not given."""
+    batch, k = np.asarray(batch, dtype=float), np.asarray(k, dtype=float)
+    decode = batch * (k + 1)
+    return batch, k, decode, decode if tokens is None else np.asarray(tokens, dtype=float)
+
+
+def _in_graph(engine: EngineProfile, batch, k, decode, tokens, mixed: bool) -> np.ndarray:
+    """:func:`verify_in_graph` of :func:`_step_sizes`' arrays; ``mixed``: tokens were given."""
+    shape = np.broadcast_shapes(batch.shape, k.shape, tokens.shape)
     if not engine.graphs_enabled:
-        return np.zeros(batch.shape, dtype=bool)
+        return np.zeros(shape, dtype=bool)
     if engine.unlimited:
-        return np.ones(batch.shape, dtype=bool)
-    tokens = batch * (k + 1)
-    size = tokens if engine.size_unit == "tokens" else batch
-    plain = _within(size, engine.max_capture_size, engine.capture_sizes, engine.padding)
-    spec = np.full(batch.shape, engine.verify_captured)
-    if engine.spec_capture_max_tokens:
-        spec &= tokens <= engine.spec_capture_max_tokens
-    if engine.spec_capture_max_batch:
-        spec &= batch <= engine.spec_capture_max_batch
-    if not (engine.spec_capture_max_tokens or engine.spec_capture_max_batch):
-        spec &= plain
-    return np.where(k > 0, spec, plain)
+        return np.ones(shape, dtype=bool)
+    by_tokens = engine.size_unit == "tokens"
+    plain = _within(tokens if by_tokens else batch, engine.max_capture_size, engine.capture_sizes, engine.padding)
+    if not (engine.spec_capture_max_tokens or engine.spec_capture_max_batch):  # speculation keeps the plain rule
+        graph = plain if engine.verify_captured else np.where(k > 0, False, plain)
+    else:
+        spec = np.asarray(engine.verify_captured)
+        if engine.spec_capture_max_tokens:
+            spec = spec & (tokens <= engine.spec_capture_max_tokens)
+        if engine.spec_capture_max_batch:
+            spec = spec & (batch <= engine.spec_capture_max_batch)
+        graph = np.where(k > 0, spec, plain)
+    graph = graph if graph.shape == shape else np.array(np.broadcast_to(graph, shape))
+    if mixed:
+        steps = tokens != decode
+        if steps.any():
+            return np.where(steps, plain if by_tokens else False, graph)
+    return graph
+
+
+def verify_in_graph(engine: EngineProfile, batch, k, tokens=None) -> np.ndarray:
+    """Whether the target pass of B sequences x (K + 1) tokens replays a captured CUDA graph. ``tokens``: the
+    step's token count where it also runs prompt chunks (more than B (K + 1)): such a mixed step follows the
+    plain capture rule on its tokens where graphs are keyed by tokens (vLLM's piecewise graphs), and runs
+    eagerly where they are keyed by sequences (SGLang captures decode and verify batches only)."""
+    return _in_graph(engine, *_step_sizes(batch, k, tokens), tokens is not None)
+
+
+@lru_cache(maxsize=64)
+def _pad_table(sizes: tuple[int, ...]) -> np.ndarray:
+    """The captured size each whole size 0..max(sizes) is padded to, and NaN past it (read-only; made once per
+    capture list: the grid reads it at every cell)."""
+    cap = np.asarray(sorted(sizes), dtype=float)
+    whole = np.arange(cap[-1] + 1)
+    table = np.append(cap[np.searchsorted(cap, whole)], np.nan)
+    table.flags.writeable = False
+    return table
 
 
 def _padded(size: np.ndarray, sizes: tuple[int, ...]) -> np.ndarray:
     """Each size rounded up to the next captured size (unchanged above the largest)."""
-    cap = np.asarray(sizes, dtype=float)
-    up = cap[np.minimum(np.searchsorted(cap, size), cap.size - 1)]
-    return np.where(size <= cap[-1], np.maximum(up, size), size)
+    table = _pad_table(sizes)
+    top = table.size - 2
+    up = np.take(table, np.ceil(size).astype(np.intp), mode="clip")  # NaN past the largest size
+    return np.where(size <= top, up, size)
+
+
+def pad_key(engine: EngineProfile) -> tuple:
+    """What :func:`pad` reads of a profile, hashable: with the B and K axes it fixes the padded sizes (a cache key
+    cheaper than the padded array itself)."""
+    e = engine
+    return (e.graphs_enabled, e.unlimited, e.padding, e.size_unit, e.capture_sizes, e.max_capture_size,
+            e.spec_capture_sizes, e.spec_capture_max_tokens, e.spec_capture_max_batch, e.verify_captured)
+
+
+def pads(engine: EngineProfile) -> bool:
+    """Whether any pass of ``engine`` runs at a padded size (graphs on, padded to a capture list)."""
+    return engine.graphs_enabled and engine.padding and not engine.unlimited and bool(engine.capture_sizes)
+
+
+def pad(engine: EngineProfile, batch, k, tokens=None) -> tuple[np.ndarray, np.ndarray]:
+    """(tokens the target pass runs at, whether it replays a captured graph) for a step of B sequences
+    decoding K + 1 positions each, ``tokens`` in all (default B (K + 1); more with prompt chunks), both of
+    the broadcast shape. The one padding rule of every engine, read from its profile: a pass in a padded
+    graph runs at the next captured size, in tokens where graphs are keyed by tokens (vLLM), in sequences x
+    (K + 1) where keyed by sequences (SGLang; its speculative capture list at K > 0 where it has one); an
+    eager pass, an unlimited engine's exact-size graph or one without padding runs at its own size. The grid,
+    the serving pricer and the K-change notes read it (plan.grid, serving.pricer, plan.api)."""
+    batch, k, decode, tokens = _step_sizes(batch, k, tokens)
+    graph = _in_graph(engine, batch, k, decode, tokens, tokens is not decode)
+    if not pads(engine):
+        return np.array(np.broadcast_to(tokens, graph.shape), dtype=float), graph
+    if engine.size_unit == "tokens":
+        padded = _padded(tokens, engine.capture_sizes)
+    else:
+        seqs = _padded(batch, engine.capture_sizes)
+        if engine.spec_capture_sizes:
+            seqs = np.where(k > 0, _padded(batch, engine.spec_capture_sizes), seqs)
+        padded = seqs * (k + 1)
+    return np.where(graph, padded, tokens), graph
 
 
 def graph_batch(engine: EngineProfile, batch, k) -> np.ndarray:
-    """The batch size the verify pass of B sequences x (K + 1) tokens runs at: the captured size it is
-    padded to where it replays a padded graph (the speculative capture list at K > 0 where the engine
-    has one; padded tokens / (K + 1) for token-keyed graphs), else B."""
+    """The batch size the verify pass of B sequences x (K + 1) tokens runs at: its :func:`pad`ded tokens
+    / (K + 1) where it replays a padded graph, else B."""
     batch, k = np.broadcast_arrays(np.asarray(batch, dtype=float), np.asarray(k, dtype=float))
-    if not (engine.graphs_enabled and engine.padding) or engine.unlimited or not engine.capture_sizes:
-        return batch.copy()
-    if engine.size_unit == "tokens":
-        padded = _padded(batch * (k + 1), engine.capture_sizes) / (k + 1)
-    else:
-        padded = _padded(batch, engine.capture_sizes)
-        if engine.spec_capture_sizes:
-            padded = np.where(k > 0, _padded(batch, engine.spec_capture_sizes), padded)
-    return np.where(verify_in_graph(engine, batch, k), padded, batch)
+    padded, graph = pad(engine, batch, k)
+    return np.where(graph, padded / (k + 1), batch)
 
 
 def padding_routed(engine: EngineProfile, model) -> bool:
@@ -85,8 +148,7 @@ def expert_batch(engine: EngineProfile, model, batch, k):
     tokens (``moe_padding_routed``), the padded size: padded tokens / (K + 1) for token-keyed graphs,
     the padded batch for sequence-keyed ones (the speculative capture list at K > 0 where the engine has
     one). None where no cell pads (the routed experts then see B, as without graphs)."""
-    if not padding_routed(engine, model) or not (engine.graphs_enabled and engine.padding) or engine.unlimited \
-            or not engine.capture_sizes:
+    if not padding_routed(engine, model) or not pads(engine):
         return None
     batch, k = np.broadcast_arrays(np.asarray(batch, dtype=float), np.asarray(k, dtype=float))
     padded = graph_batch(engine, batch, k)

@@ -122,7 +122,7 @@ def dense_mlp_ops(model: ModelSpec, dep: Deployment, tokens, count: int, width: 
 
 
 def moe_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, count: int, prefix: str = "",
-            batch=None, queries=None, expert_batch=None) -> list[Op]:
+            batch=None, queries=None, expert_batch=None, local_tokens=None) -> list[Op]:
     """Routed experts (+ router, shared experts, dispatch/combine) of one MoE layer, on the busiest GPU.
 
     ``tokens`` = all T = B q tokens of the step (every attention replica's); ``batch`` / ``queries``
@@ -143,7 +143,8 @@ def moe_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, count: int,
     tokens = np.asarray(tokens, dtype=float)
     if batch is None:
         batch, queries = tokens, np.ones_like(tokens)
-    local = rank_tokens(dep, batch, queries) if dep.dp_attention else tokens
+    local = local_tokens if local_tokens is not None else rank_tokens(dep, batch, queries) if dep.dp_attention \
+        else tokens
     token_ops = moe_token_ops(model, dep, hw, local, count, prefix)
     return token_ops[:1] + [_routed_experts_of(model, dep, count, prefix, batch, queries, expert_batch)] + token_ops[1:]
 
@@ -264,7 +265,8 @@ def elementwise_op(model: ModelSpec, dep: Deployment, tokens, count: int, mlp_wi
 
 
 def decoder_layers_ops(model: ModelSpec, dep: Deployment, hw: Hardware, batch, queries, context_len: float,
-                       prefix: str = "", layer_counts: tuple[int, int] | None = None, expert_batch=None) -> list[Op]:
+                       prefix: str = "", layer_counts: tuple[int, int] | None = None, expert_batch=None,
+                       token_batch=None) -> list[Op]:
     """All decoder layers of one pass (dense-MLP and MoE layers, full and sliding attention), per GPU.
 
     Attention, dense MLPs, norms and all-reduces run on the busiest attention replica's sequences
@@ -272,9 +274,11 @@ def decoder_layers_ops(model: ModelSpec, dep: Deployment, hw: Hardware, batch, q
     experts see every replica's tokens (:func:`moe_ops`). All-reduces of T_r D a bytes over the
     attention group: one after attention and one after each MLP / MoE layer; under "dp-ep" the MoE
     output returns by the combine all-to-all instead. ``expert_batch``: the sequences the routed experts load
-    (padding rows included where the engine routes them; None: B).
+    (padding rows included where the engine routes them; None: B). ``token_batch``: the sequences the
+    token-sized ops run at (a padded CUDA graph's size, physics.engine_time.pad; None: B).
     """
-    return _layer_ops(model, dep, hw, (batch, queries, context_len), prefix, layer_counts, "all", expert_batch)
+    return _layer_ops(model, dep, hw, (batch, queries, context_len), prefix, layer_counts, "all", expert_batch,
+                      token_batch)
 
 
 # A pass's ops in two parts (simulator.physics.pass_tables): those sized by the busiest attention replica's
@@ -297,8 +301,9 @@ LAYER_PARTS = {"all": decoder_layers_ops, "tokens": decoder_token_ops, "cells": 
 
 
 def _layer_ops(model: ModelSpec, dep: Deployment, hw: Hardware, sizes: tuple, prefix: str,
-               layer_counts: tuple[int, int] | None, part: str, expert_batch=None) -> list[Op]:
-    """:func:`decoder_layers_ops` at ``sizes`` = (B, q, L), or its ``part`` ("tokens": B is the token count)."""
+               layer_counts: tuple[int, int] | None, part: str, expert_batch=None, token_batch=None) -> list[Op]:
+    """:func:`decoder_layers_ops` at ``sizes`` = (B, q, L), or its ``part`` ("tokens": B is the token count);
+    the token-sized ops at ``token_batch`` sequences where given (a padded graph)."""
     batch, queries, context_len = sizes
     batch = np.asarray(batch, dtype=float)
     adep = attention_deployment(dep)
@@ -306,9 +311,10 @@ def _layer_ops(model: ModelSpec, dep: Deployment, hw: Hardware, sizes: tuple, pr
         tokens = rbatch = None
         rtokens = batch
     else:
-        tokens = batch * queries
+        tb = batch if token_batch is None else np.asarray(token_batch, dtype=float)
+        tokens = tb * queries
         rbatch = np.ceil(batch / dep.attention_dp) if dep.dp_attention else batch
-        rtokens = rbatch * queries
+        rtokens = (np.ceil(tb / dep.attention_dp) if dep.dp_attention else tb) * queries
     sized, cells = part != "cells", part != "tokens"
     n_dense, n_moe = layer_counts if layer_counts else (model.num_mlp_dense_layers, model.num_moe_layers)
     n_layers = n_dense + n_moe
@@ -343,7 +349,8 @@ def _mlp_ops(model: ModelSpec, dep: Deployment, hw: Hardware, adep: Deployment, 
     if sized and n_dense:
         ops += dense_mlp_ops(model, adep, rtokens, n_dense, model.intermediate_size, prefix)
     if n_moe and part == "all":
-        ops += moe_ops(model, dep, hw, tokens, n_moe, prefix, batch=batch, queries=queries, expert_batch=expert_batch)
+        ops += moe_ops(model, dep, hw, tokens, n_moe, prefix, batch=batch, queries=queries, expert_batch=expert_batch,
+                       local_tokens=rtokens)
     elif n_moe:
         ops += moe_token_ops(model, dep, hw, rtokens, n_moe, prefix) if part == "tokens" else [
             _routed_experts_of(model, dep, n_moe, prefix, batch, queries, expert_batch)]
@@ -424,10 +431,13 @@ def head_sampling_op(dep: Deployment, tokens, vocab: int, prefix: str = "", logi
 
 
 def forward_ops(model: ModelSpec, dep: Deployment, hw: Hardware, batch, queries, context_len: float,
-                prefix: str = "", logit_bytes=None, expert_batch=None) -> list[Op]:
-    """Ops of one full forward pass of ``model`` over q new tokens for each of B sequences."""
-    return decoder_layers_ops(model, dep, hw, batch, queries, context_len, prefix, expert_batch=expert_batch) + \
-        head_ops(model, attention_deployment(dep), hw, rank_tokens(dep, batch, queries), model.vocab_size, prefix,
+                prefix: str = "", logit_bytes=None, expert_batch=None, token_batch=None) -> list[Op]:
+    """Ops of one full forward pass of ``model`` over q new tokens for each of B sequences (the token-sized
+    ops, head included, at ``token_batch`` sequences where given: a padded graph's size)."""
+    tb = batch if token_batch is None else token_batch
+    return decoder_layers_ops(model, dep, hw, batch, queries, context_len, prefix, expert_batch=expert_batch,
+                              token_batch=token_batch) + \
+        head_ops(model, attention_deployment(dep), hw, rank_tokens(dep, tb, queries), model.vocab_size, prefix,
                  logit_bytes=logit_bytes)
 
 

@@ -154,14 +154,21 @@ def price_plan(plan: PassPlan, hw: Hardware, profile: Profile | None, shape) -> 
                     lambda: evaluate(plan.full(), hw, plan.dep, profile, shape))
 
 
-def verify_plan(model: ModelSpec, dep: Deployment, hw: Hardware, batch, k, context_len, expert_batch=None) -> PassPlan:
+def verify_plan(model: ModelSpec, dep: Deployment, hw: Hardware, batch, k, context_len, expert_batch=None,
+                padded_tokens=None, pad_key=None) -> PassPlan:
     """The target pass scoring K drafts (+ the bonus position) for each of B sequences over L cached keys
     (the ops of :func:`simulator.physics.layers.forward_ops`): its token ops at the replica's B (K + 1)
     tokens, attention, routed experts and sampling (bytes per logit by K: plain or verifying) per cell;
-    the routed experts at ``expert_batch`` sequences where given (a padded graph's routed padding rows)."""
+    the routed experts at ``expert_batch`` sequences where given (a padded graph's routed padding rows), the
+    token-sized ops and sampling at ``padded_tokens`` where given (a padded graph's size, all replicas':
+    physics.engine_time.pad; ``pad_key``: what fixes them with B and K, keyed instead of the array)."""
     queries = np.asarray(k, dtype=float) + 1.0
     logit_bytes = verify_logit_bytes(dep, k)
-    tokens = rank_tokens(dep, batch, queries)
+    if padded_tokens is None:
+        tokens = rank_tokens(dep, batch, queries)
+    else:  # a replica's share of a padded graph: whole again under data-parallel attention
+        tokens = np.rint(rank_tokens(dep, padded_tokens / queries, queries)) if dep.dp_attention else padded_tokens
+    token_batch = None if padded_tokens is None else (lambda: padded_tokens / queries)
 
     def cells() -> list[Op]:
         return forward_cell_ops(model, dep, hw, batch, queries, context_len, expert_batch=expert_batch) + [
@@ -169,8 +176,10 @@ def verify_plan(model: ModelSpec, dep: Deployment, hw: Hardware, batch, k, conte
 
     return PassPlan(dep, (model,), (Segment(("verify",), tokens, lambda t: verify_token_ops(model, dep, hw, t)),),
                     cells, lambda: forward_ops(model, dep, hw, batch, queries, context_len, logit_bytes=logit_bytes,
-                                               expert_batch=expert_batch),
-                    cell_key=("verify",) + cell_inputs(batch, k, context_len, expert_batch))
+                                               expert_batch=expert_batch,
+                                               token_batch=None if token_batch is None else token_batch()),
+                    cell_key=("verify",) + cell_inputs(batch, k, context_len, expert_batch) + (
+                        pad_key if pad_key is not None else cell_inputs(padded_tokens),))
 
 
 def cell_inputs(*arrays) -> tuple:

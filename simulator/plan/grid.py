@@ -35,7 +35,8 @@ from simulator.physics.pass_tables import price_plan, verify_plan
 from simulator.physics.draft_cost import DraftSetting, draft_costs
 from simulator.specs.drafts import verify_drafts
 from simulator.physics.engine_time import (draft_extend_in_graph, draft_in_graph, expert_batch, extend_expert_batch,
-                                           host_exposed_s, pass_time_s, verify_in_graph)
+                                           pad, pad_key, pads, pass_time_s)
+from simulator.physics.step_model import draft_time_s, profile_overhead_s, step_time
 from simulator.physics.experts import experts_touched_correlated
 from simulator.plan.schedule import SCHEDULE_TOLERANCE, argmax_k_index, schedule_k_index
 from simulator.specs.acceptance import acceptance_length_prefix
@@ -242,53 +243,28 @@ def kstar_columns(g: Grid, fixed_k: int) -> dict:
         }
 
 
-def step_overhead_s(profile, batch, k) -> np.ndarray:
-    """Scheduler, sampling bookkeeping and host work per step: fitted terms of a profile, else 0."""
-    if profile is None:
-        return np.zeros(np.broadcast(batch, k).shape)
-    return (profile.step_overhead_fixed_s + profile.step_overhead_per_seq_s * batch
-            + profile.step_overhead_per_token_s * batch * (k + 1))
-
-
-def with_step_terms(terms, verify_s, draft_step_s, overhead_s, B, K):
-    """(verify, draft, overhead) with the scenario's engine terms (simulator/specs/step_terms.py: a deployment
-    fit, else the learned layer): kernel time x s s_spec^[K>0], host time + the terms' added seconds;
-    unchanged without terms (--physics-only)."""
-    if terms is None:
-        return verify_s, draft_step_s, overhead_s
-    f = terms.kernel_factor(K)
-    return verify_s * f, draft_step_s * f, overhead_s + terms.added_s(B, K)
-
-
-def engine_pass_times(sc, B, K, verify: PassCost, draft_pass: PassCost, passes, extend: PassCost | None = None,
+def engine_pass_times(sc, B, K, verify: PassCost, draft_pass: PassCost, passes, in_graph, extend: PassCost | None = None,
                       verify_context: PassCost | None = None):
-    """(verify s, draft s of the step, verify in a graph, exposed host s) as the scenario's engine runs
-    them; with an extend pass, ``passes`` - 1 one-token passes and the extend pass at K > 0. The verify
-    pass is ``verify`` plus, on a context axis, its L-dependent ops ``verify_context``."""
+    """The step of the scenario over the grid (:func:`simulator.physics.step_model.step_time`, terms applied):
+    its passes as the engine runs them; with an extend pass, ``passes`` - 1 one-token passes and the extend
+    pass at K > 0. The verify pass is ``verify`` plus, on a context axis, its L-dependent ops
+    ``verify_context``; ``in_graph`` whether it replays a graph (physics.engine_time.pad)."""
     eng = sc.engine
-    in_graph = verify_in_graph(eng, B, K)
     total_s, kernels = verify.total_s, verify.n_kernels
     if verify_context is not None:
         total_s = total_s + verify_context.total_s
         kernels = kernels + verify_context.n_kernels
-    # on a context axis the sum is this function's own array: no copy of it
-    verify_s = pass_time_s(total_s, kernels, in_graph, eng.eager_launch_per_kernel_s, copy=verify_context is None)
     host_draft = sc.draft.method == "ngram"  # prompt lookup runs on the host: no kernels, no draft loop
     draft_one = draft_pass.total_s if host_draft else pass_time_s(
-        draft_pass.total_s, draft_pass.n_kernels, draft_in_graph(eng, B),
-        eng.eager_launch_per_kernel_s)
-    if extend is None:
-        draft_step_s = draft_one * passes
-    else:
-        extend_s = pass_time_s(extend.total_s, extend.n_kernels,
-                               draft_extend_in_graph(eng, B, K, in_graph), eng.eager_launch_per_kernel_s, copy=False)
-        draft_step_s = np.where(K > 0, draft_one * (passes - 1) + extend_s, 0.0)
-    host_s = host_exposed_s(eng, B, K, verify_s + draft_step_s, draft_step_s, sc.deployment.tp)
-    if not host_draft:
-        host_s = host_s + passes * eng.per_draft_pass_s
-    return verify_s, draft_step_s, np.broadcast_to(in_graph, np.broadcast(verify_s, draft_step_s).shape), host_s
-
-
+        draft_pass.total_s, draft_pass.n_kernels, draft_in_graph(eng, B), eng.eager_launch_per_kernel_s)
+    extend_s = None if extend is None else pass_time_s(
+        extend.total_s, extend.n_kernels, draft_extend_in_graph(eng, B, K, in_graph), eng.eager_launch_per_kernel_s,
+        copy=False)
+    draft_s = draft_time_s(draft_one, passes, K, extend_s)
+    # on a context axis the verify sum is this function's own array: no copy of it
+    return step_time(eng, sc.deployment.tp, B, K, total_s, kernels, in_graph, eng.eager_launch_per_kernel_s,
+                     draft_s, passes, host_draft, profile_overhead_s(sc.profile, B, K),
+                     getattr(sc, "step_terms", None), copy=verify_context is None)
 
 
 _GRIDS: dict = {}  # the last few plain grids (specs.scenario.per_scenario)
@@ -333,17 +309,17 @@ def _evaluate(sc, b, k, c) -> Grid:
     """Every term of the grid over (B, K, L) arrays: shapes (n_batch, n_k, n_ctx)."""
     B, K, C = b[:, None, None], k[None, :, None], c[None, None, :]
     Kv = verify_drafts(sc.draft, K)  # drafts the verify pass checks: K, or a tree's N (specs.drafts)
-    # a padded graph's padding rows load experts where the engine routes them (physics.engine_time.expert_batch)
+    # a padded graph runs its token ops at the padded size (physics.engine_time.pad), and its padding rows load
+    # experts where the engine routes them (physics.engine_time.expert_batch)
+    tokens, in_graph = pad(sc.engine, B, Kv)
+    tokens = tokens if pads(sc.engine) else None
     padded = expert_batch(sc.engine, sc.model, B, Kv)
     with shared_ops():  # a draft head's extend pass reads the verify pass's attention and experts
-        verify, verify_context = verify_over_context(sc, B, Kv, C, padded)
+        verify, verify_context = verify_over_context(sc, B, Kv, C, padded, tokens)
         draft_pass, passes, extend = draft_costs(DraftSetting.of(sc), B, K, C,
                                                  extend_expert_batch(sc.engine, B, K, padded))
-    verify_s, draft_step_s, in_graph, host_s = engine_pass_times(sc, B, K, verify, draft_pass, passes, extend,
-                                                                 verify_context)
-    verify_s, draft_step_s, overhead = with_step_terms(
-        getattr(sc, "step_terms", None), verify_s, draft_step_s, step_overhead_s(sc.profile, B, K) + host_s, B, K)
-    itl = verify_s + draft_step_s + overhead
+    step = engine_pass_times(sc, B, K, verify, draft_pass, passes, in_graph, extend, verify_context)
+    verify_s, draft_step_s, overhead, itl = step.verify_s, step.draft_s, step.overhead_s, step.total_s
     scale = sc.acceptance_context.factor(c) if getattr(sc, "acceptance_context", None) is not None else None
     # acceptance may fall with context; a tree of N draft tokens accepts at most N (depth beyond N adds none)
     deep = np.minimum(k, sc.draft.tree_tokens) if sc.draft.is_tree else k
@@ -355,7 +331,7 @@ def _evaluate(sc, b, k, c) -> Grid:
         # the count the cost model prices: B sequences x (K + 1) positions that route alike (reuse)
         touched = experts_touched_correlated(B[..., 0], Kv[..., 0] + 1, p, sc.deployment.routing.reuse)
     return Grid(b, k.astype(int), c.astype(int), verify, draft_pass, np.asarray(passes, dtype=float), verify_s,
-                draft_step_s, in_graph, overhead, itl, al, al[None, :, :] / itl, np.broadcast_to(memory, itl.shape),
+                draft_step_s, np.broadcast_to(in_graph, itl.shape), overhead, itl, al, al[None, :, :] / itl, np.broadcast_to(memory, itl.shape),
                 sc.hardware.memory_bytes * sc.deployment.memory_utilization, touched, sc.schedule_tolerance,
                 None, extend, verify_context)
 
@@ -395,7 +371,7 @@ def _has_ctx_axis(op, n_ctx: int) -> bool:
     return len(shape) == 3 and shape[2] == n_ctx
 
 
-def verify_over_context(sc, B, K, C, expert_batch=None) -> tuple[PassCost, PassCost | None]:
+def verify_over_context(sc, B, K, C, expert_batch=None, padded_tokens=None) -> tuple[PassCost, PassCost | None]:
     """The verify pass over (B, K, L): (its ops priced over (B, K, 1), None) with L of length 1;
     else (the ops whose size does not depend on L, priced once over (B, K, 1); attention, priced over
     (B, K, L)). The per-op times are those of ``verify_cost`` (the token ops read from their table,
@@ -405,7 +381,8 @@ def verify_over_context(sc, B, K, C, expert_batch=None) -> tuple[PassCost, PassC
     """
     shape = np.broadcast_shapes(B.shape, K.shape)  # (nb, nk, 1); B and K keep their own axes
     n_ctx = C.shape[-1]
-    plan = verify_plan(sc.model, sc.deployment, sc.hardware, B, K, C, expert_batch)
+    plan = verify_plan(sc.model, sc.deployment, sc.hardware, B, K, C, expert_batch, padded_tokens,
+                       None if padded_tokens is None else pad_key(sc.engine))
     if n_ctx == 1:
         return price_plan(plan, sc.hardware, sc.profile, shape), None
     cell_ops = plan.cells()

@@ -9,7 +9,7 @@ The K policies themselves live one floor down, in simulator.plan.policies.
 """
 from simulator.plan.policies import (POLICIES, Policy, PolicySettings, PolicyTables, make_policy, parse_policy,
                                      policy_k_table, policy_tables)
-from simulator.serving.engine import (VLLM_CAPTURE_SIZES, EngineConfig, engine_from_scenario, kv_capacity_blocks,
+from simulator.serving.engine import (EngineConfig, engine_from_scenario, graph_profile, kv_capacity_blocks,
                                       required_graphs, running_cap)
 from simulator.serving.loop import simulate, wave_sweep
 from simulator.serving.pricer import StepPricer
@@ -18,10 +18,10 @@ from simulator.serving.workload import (ARRIVALS, DISTS, Category, LengthDist, W
                                         workload_from_scenario)
 
 __all__ = [
-    "ARRIVALS", "DISTS", "POLICIES", "SUMMARY_KEYS", "VLLM_CAPTURE_SIZES",
+    "ARRIVALS", "DISTS", "POLICIES", "SUMMARY_KEYS",
     "Category", "EngineConfig", "LengthDist", "Policy", "PolicySettings", "PolicyTables", "ServingResult",
     "StepPricer", "Workload",
-    "engine_from_scenario", "kv_capacity_blocks", "make_policy", "parse_length", "parse_policy", "policy_k_table",
+    "engine_from_scenario", "graph_profile", "kv_capacity_blocks", "make_policy", "parse_length", "parse_policy", "policy_k_table",
     "policy_tables", "required_graphs", "running_cap", "simulate", "tail_phases", "wave_sweep",
     "workload_from_scenario",
 ]

@@ -9,21 +9,18 @@ bytes of one block (target KV + draft KV when there is a draft).
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
 
 from simulator.errors import PlannerError
+from simulator.physics.engine_time import pad
 from simulator.physics.memory import kv_budget_bytes, kv_bytes_per_sequence
+from simulator.physics.step_model import ServingExtras
 from simulator.plan.policies import PolicySettings
-from simulator.specs.engines import SERVING_KEYS, serving_default
+from simulator.specs.engines import SERVING_KEYS, EngineProfile, serving_default
 from simulator.specs.scenario import NUM, Scenario, check_table
-
-# vLLM's default cudagraph capture sizes (V1): 1, 2, 4, then every 8 up to 512.
-VLLM_CAPTURE_SIZES = (1, 2, 4) + tuple(range(8, 513, 8))
-
 
 @dataclass(frozen=True)
 class EngineConfig:
@@ -38,7 +35,9 @@ class EngineConfig:
     block_size: int = 16
     prefill: str = "chunked"  # or "whole"
     cuda_graphs: bool = True
-    cuda_graph_sizes: tuple = VLLM_CAPTURE_SIZES
+    # captured sizes, in the engine profile's unit (tokens for vLLM, sequences for SGLang), padded to; None: the
+    # engine profile's own (simulator/data/engines [cuda_graphs]); the rule: simulator.physics.engine_time.pad
+    cuda_graph_sizes: tuple | None = None
     eager_overhead_per_kernel_s: float | None = None  # None: the engine profile's eager launch time
     schedule_overhead_s: float = 0.0  # extra host time per step beyond the engine profile
     schedule_overhead_per_seq_s: float = 0.0
@@ -56,7 +55,7 @@ class EngineConfig:
     per_request_min_prob: float = PolicySettings.per_request_min_prob
 
     def __post_init__(self):
-        sizes = tuple(sorted(int(s) for s in self.cuda_graph_sizes))
+        sizes = None if self.cuda_graph_sizes is None else tuple(sorted(int(s) for s in self.cuda_graph_sizes))
         object.__setattr__(self, "cuda_graph_sizes", sizes)
         checks = [
             (self.max_num_seqs >= 1, "max_num_seqs must be >= 1"),
@@ -77,21 +76,24 @@ class EngineConfig:
             if not ok:
                 raise PlannerError(f"[serving] {msg}")
 
-    def pad_tokens(self, tokens: int) -> tuple[int, bool]:
-        """(tokens the pass runs at, whether it runs as a captured graph)."""
-        sizes = self.cuda_graph_sizes
-        if not self.cuda_graphs or not sizes or tokens > sizes[-1]:
-            return tokens, False
-        return sizes[bisect_left(sizes, tokens)], True
+    @property
+    def extras(self) -> ServingExtras:
+        """What these settings add to a step beyond the engine profile (physics.step_model)."""
+        return ServingExtras(self.schedule_overhead_s, self.schedule_overhead_per_seq_s, self.spec_k0_overhead_frac,
+                             self.spec_k0_overhead_s)
 
-    def pad_tokens_array(self, tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`pad_tokens` of an integer array, elementwise: (padded, captured)."""
-        tokens = np.asarray(tokens, dtype=np.intp)
-        sizes = np.asarray(self.cuda_graph_sizes, dtype=np.intp)
-        if not self.cuda_graphs or not sizes.size:
-            return tokens, np.zeros(tokens.shape, dtype=bool)
-        graph = tokens <= sizes[-1]
-        return np.where(graph, sizes[np.minimum(np.searchsorted(sizes, tokens), sizes.size - 1)], tokens), graph
+
+def graph_profile(profile: EngineProfile, engine: EngineConfig) -> EngineProfile:
+    """The engine profile whose CUDA-graph rule (physics.engine_time.pad) the serving steps follow: the
+    scenario's, with [serving] cuda_graphs = false (every pass eager) or cuda_graph_sizes (the sizes captured
+    and padded to, in the profile's unit) applied; unchanged by default, so the serving steps pad as the grid."""
+    if not engine.cuda_graphs or engine.cuda_graph_sizes == ():
+        return replace(profile, graphs_enabled=False)
+    if engine.cuda_graph_sizes is None:
+        return profile
+    sizes = engine.cuda_graph_sizes
+    return replace(profile, graphs_enabled=True, capture_sizes=sizes, max_capture_size=sizes[-1], unlimited=False,
+                   padding=True, spec_capture_sizes=())
 
 
 SERVING_SCHEMA = {"max_num_seqs": int, "max_num_batched_tokens": int, "block_size": int, "prefill": str,
@@ -120,8 +122,6 @@ def engine_from_scenario(sc: Scenario, **overrides) -> EngineConfig:
         default = serving_default(eng, key, sc.hardware.memory_bytes, sc.hardware.name)
         if key not in table and default is not None:
             table[key] = default
-    if "cuda_graph_sizes" not in table and eng is not None and eng.size_unit == "tokens" and eng.capture_sizes:
-        table["cuda_graph_sizes"] = list(eng.capture_sizes)
     try:
         return EngineConfig(**table)
     except PlannerError as err:
@@ -150,19 +150,19 @@ def kv_capacity_blocks(sc: Scenario, engine: EngineConfig, speculative: bool, ma
     return int(usable // block), block
 
 
-def required_graphs(k_by_batch, engine: EngineConfig | None = None) -> pd.DataFrame:
+def required_graphs(k_by_batch, graphs: EngineProfile) -> pd.DataFrame:
     """CUDA graphs a K table needs: one row per (captured tokens, K) with its batch-size range.
 
-    ``k_by_batch``: K for B = 1..n (index 0 is B = 1). Tokens B * (K + 1) above the largest capture
-    size run eager (``captured`` False).
+    ``k_by_batch``: K for B = 1..n (index 0 is B = 1); ``graphs`` the engine profile whose rule pads them
+    (:func:`graph_profile`). Steps outside its capture range run eager (``captured`` False).
     """
-    engine = engine or EngineConfig()
     rows: dict[tuple[int, int], list[int]] = {}
-    for b, k in enumerate(np.asarray(k_by_batch, dtype=int), start=1):
-        tokens, graph = engine.pad_tokens(int(b * (k + 1)))
-        key = (tokens if graph else -1, int(k))
+    kb = np.asarray(k_by_batch, dtype=int)
+    padded, in_graph = pad(graphs, np.arange(1, kb.size + 1), kb)
+    for b, (k, tokens, graph) in enumerate(zip(kb.tolist(), padded.tolist(), in_graph.tolist()), start=1):
+        key = (int(tokens) if graph else -1, int(k))
         rows.setdefault(key, []).append(b)
     out = [{"tokens": t if t >= 0 else None, "k": k, "batch_min": min(bs), "batch_max": max(bs),
             "captured": t >= 0} for (t, k), bs in rows.items()]
-    return pd.DataFrame(out).sort_values(["captured", "k", "batch_min"], ascending=[False, True, True]) \
-        .reset_index(drop=True)
+    df = pd.DataFrame(out).astype({"tokens": "Int64"})  # whole tokens; <NA> where the pass runs eager
+    return df.sort_values(["captured", "k", "batch_min"], ascending=[False, True, True]).reset_index(drop=True)

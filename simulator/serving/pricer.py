@@ -2,8 +2,9 @@
 
 The step time is a table lookup, never a cost-model call:
 
-    step(B, K, L, T) = lin(pad(T)) + attn(B, K+1, L) + (K - 1) * draft_pass(B, L) + extend(B, K, L)
-                       + attn_prefill(chunks) + overhead(B) [+ eager launches] [+ DSD-at-K=0 cost]
+    kernels(B, K, L, T) = lin(pad(T)) + attn(B, K+1, L) + (K - 1) * draft_pass(B, L) + extend(B, K, L)
+                          + attn_prefill(chunks)
+    step = physics.step_model over those kernels: [eager launches] + host + overhead [+ DSD-at-K=0 cost]
 
 - lin(T): every operator of the target pass except attention (GEMMs, norms, all-reduce, LM head,
   sampling) at T tokens, precomputed for T = 1..T_max (they depend on the token count only); for an
@@ -17,9 +18,12 @@ The step time is a table lookup, never a cost-model call:
 - draft_pass(B, L): one draft pass (EAGLE/MTP head, draft model, n-gram host cost), same table;
   extend(B, K, L): the draft's first pass of the step over the B (K + 1) verified tokens (EAGLE / MTP
   heads, draft models; simulator/physics/draft_cost.py), whose place it takes (n-gram: K x pass).
-- pad(T): the smallest captured CUDA-graph size >= T (vLLM default capture sizes 1, 2, 4, 8, ...,
-  512); above the largest size the pass runs eager and pays ``eager_overhead_per_kernel_s`` per
-  kernel of the target pass.
+- pad(T): the tokens the pass runs at in the CUDA graph it replays, by the engine profile's rule
+  (simulator.physics.engine_time.pad, the grid's: tokens padded for vLLM, sequences for SGLang; [serving]
+  cuda_graph_sizes overrides the sizes); outside a graph the pass pays ``eager_overhead_per_kernel_s``
+  per kernel of the target pass where launches are the slower.
+- overhead, eager launches, host time, engine terms, the DSD-at-K=0 cost: composed by
+  simulator.physics.step_model (the grid's formula; :meth:`StepPricer.step_s` its scalar twin).
 - attn_prefill: a prompt chunk's attention (q = chunk over the p tokens already cached, causal),
   priced with the cost model's attention operator; the chunk's GEMM tokens are part of T.
 """
@@ -33,13 +37,13 @@ from simulator.errors import PlannerError
 from simulator.physics.draft_cost import (DraftSetting, draft_extend_cost, draft_pass_cost, draft_passes,
                                          has_extend_pass)
 from simulator.physics.engine_time import (draft_extend_in_graph, draft_in_graph, expert_batch, extend_expert_batch,
-                                           host_exposed_s, host_exposed_scalar_s, pass_time_s)
+                                           pad, pass_time_s)
 from simulator.physics.attention import MAX_DECODE_SURFACE_QUERIES, attention_kind_op, attention_op
 from simulator.physics.layers import decoder_cell_ops, forward_ops, sampling_op
 from simulator.physics.operators import pass_time, prompt_chunk_point_s
 from simulator.physics.pass_tables import lin_table
-from simulator.plan.grid import step_overhead_s
-from simulator.serving.engine import EngineConfig
+from simulator.physics.step_model import lin_index, profile_overhead_s, step_time, step_time_scalar, terms_tables
+from simulator.serving.engine import EngineConfig, graph_profile
 from simulator.serving.step_experts import step_expert_tables
 from simulator.specs.scenario import Scenario
 
@@ -50,7 +54,7 @@ class StepPricer:
     # the tables of the target pass alone (plain and speculative pricers of one setting share them)
     TARGET_TABLES = ("lin", "n_kernels", "ctx", "_ctx_list", "attn", "_attn_have", "_attn_ops_layers",
                      "verify_sampling_s_per_token", "overhead_prof", "_lin_list", "_overhead0", "_pad_experts",
-                     "_pad_experts_list", "_dec_experts", "_dec_experts_list")
+                     "_pad_experts_list", "_dec_experts", "_dec_experts_list", "_terms_factor", "_terms_added")
 
     def __init__(self, sc: Scenario, engine: EngineConfig, k_max: int, max_seqs: int, max_context: int,
                  speculative: bool, twin: "StepPricer | None" = None):
@@ -63,10 +67,15 @@ class StepPricer:
         self.max_context = max_context
         self.eager_s = engine.eager_overhead_per_kernel_s if engine.eager_overhead_per_kernel_s is not None \
             else sc.engine.eager_launch_per_kernel_s
-        b_top = max(max_seqs, engine.pad_tokens(max_seqs)[0])
+        # the CUDA-graph rule the steps follow (the grid's engine profile, [serving] overrides applied)
+        self.graphs = graph_profile(sc.engine, engine)
+        self.extras = engine.extras
+        b_top = max_seqs
         self.b_top = b_top
         t_top = max(engine.max_num_batched_tokens, max_seqs * (k_max + 1))
-        self.t_top = engine.pad_tokens(t_top)[0]
+        B, K = np.arange(1, max_seqs + 1.0)[:, None], np.arange(k_max + 1.0)[None, :]
+        self.t_top = int(max(lin_index(self.graphs, sc.deployment, B, K)[0].max(),
+                             lin_index(self.graphs, sc.deployment, 0.0, 0.0, float(t_top))[0]))
         if twin is not None and twin.sc is sc and (twin.engine, twin.k_max, twin.max_context, twin.b_top,
                                                    twin.t_top) == (engine, k_max, max_context, b_top, self.t_top):
             for name in self.TARGET_TABLES:
@@ -90,7 +99,7 @@ class StepPricer:
         self._have = [False] * n_ctx
         self._lin_extra: dict[int, float] = {}
         self._prefill_memo: dict[tuple[int, int], float] = {}
-        self._pad_memo: dict[int, tuple[int, bool]] = {}
+        self._pad_memo: dict[tuple[int, int, int], tuple[int, int, bool]] = {}
         self._rows_memo: dict[tuple[int, int], tuple] = {}
 
     def _target_tables(self, max_context: int) -> None:
@@ -100,7 +109,7 @@ class StepPricer:
         # lin(T): all target ops but attention, at T = 0..t_top tokens (T = 0 costs nothing)
         self.lin, self._lin_list = lin_table(m, dep, hw, prof, self.t_top)
         # an MoE step's routed experts as the grid prices them (serving.step_experts)
-        self._pad_experts, self._dec_experts = step_expert_tables(sc, self.engine, b_top, k_max, self.t_top)
+        self._pad_experts, self._dec_experts = step_expert_tables(sc, self.graphs, b_top, k_max, self.t_top)
         self._pad_experts_list = None if self._pad_experts is None else self._pad_experts.tolist()
         self._dec_experts_list = None if self._dec_experts is None else self._dec_experts.tolist()
         full_ops = forward_ops(m, dep, hw, 1.0, 1.0, 1.0)
@@ -119,11 +128,12 @@ class StepPricer:
         self.verify_sampling_s_per_token = 0.0 if delta == 0 else float(pass_time(
             [sampling_op("verify_sampling_delta", 1.0, m.vocab_size / 1.0, abs(delta))], hw, dep, prof, ()).total_s
             - pass_time([sampling_op("none", 1.0, m.vocab_size, 0.0)], hw, dep, prof, ()).total_s) * np.sign(delta)
-        self.overhead_prof = np.broadcast_to(step_overhead_s(prof, np.arange(b_top + 1, dtype=float)[:, None],
-                                                             np.arange(k_max + 1, dtype=float)[None, :]),
-                                             (b_top + 1, k_max + 1))
+        B, K = np.arange(b_top + 1, dtype=float)[:, None], np.arange(k_max + 1, dtype=float)[None, :]
+        self.overhead_prof = np.broadcast_to(profile_overhead_s(prof, B, K), (b_top + 1, k_max + 1))
         # step_s reads these as Python scalars (see _rows)
         self._overhead0 = self.overhead_prof[0].tolist()
+        # engine terms on top of the physics (physics.step_model), read by step_s as Python scalars
+        self._terms_factor, self._terms_added = terms_tables(getattr(sc, "step_terms", None), b_top, k_max)
 
     def price_context_buckets(self, js=None) -> None:
         """Price context buckets ``js`` (default: all) now rather than on first use, a few at a time as
@@ -278,10 +288,14 @@ class StepPricer:
         cost = pass_time(ops, sc.hardware, sc.deployment, sc.profile, chunks.shape)
         return cost.total_s - cost.launch_s
 
-    def _pad(self, tokens: int) -> tuple[int, bool]:
-        hit = self._pad_memo.get(tokens)
+    def _pad(self, n_dec: int, k_step: int, tokens: int) -> tuple[int, int, bool]:
+        """(the lin(T) entry the step reads, the tokens it runs at, whether in a graph): physics.step_model.lin_index."""
+        key = (n_dec, k_step, tokens)
+        hit = self._pad_memo.get(key)
         if hit is None:
-            hit = self._pad_memo[tokens] = self.engine.pad_tokens(tokens)
+            index, graph = lin_index(self.graphs, self.sc.deployment, float(n_dec), float(k_step), float(tokens))
+            hit = self._pad_memo[key] = (int(index), int(_padded_tokens(self.graphs, n_dec, k_step, tokens)),
+                                         bool(graph))
         return hit
 
     def _rows(self, n_dec: int, k_step: int) -> tuple:
@@ -302,9 +316,8 @@ class StepPricer:
     def step_s(self, n_dec: int, k_step: int, tokens: int, mean_ctx: float, spec_mode: bool,
                prefill_attn_s: float) -> tuple[float, int, bool]:
         """Seconds of one step, the tokens the target pass runs at, and whether it ran as a graph."""
-        eng = self.engine
-        padded, graph = self._pad(tokens)
-        kernels = self._lin_list[padded] if padded <= self.t_top else self._lin(padded)
+        index, padded, graph = self._pad(n_dec, k_step, tokens)
+        kernels = self._lin_list[index] if index <= self.t_top else self._lin(index)
         if self._dec_experts_list is not None:  # MoE: experts as the grid prices them (serving.step_experts)
             if n_dec and tokens == n_dec * (k_step + 1):
                 kernels += self._dec_experts_list[n_dec][k_step]
@@ -326,19 +339,12 @@ class StepPricer:
                     draft = (self.passes[k_step] - 1) * (d[j] + w * (d[j + 1] - d[j])) + e[j] + w * (e[j + 1] - e[j])
         else:
             overhead = self._overhead0[k_step]
-        if not graph:  # the host launches every kernel; the GPU waits when launches are the slower
-            kernels = max(kernels, self.n_kernels * self.eager_s)
-        host = host_exposed_scalar_s(self.sc.engine, n_dec, k_step, kernels + draft, draft, self.sc.deployment.tp)
-        if k_step and self.sc.draft.method != "ngram":
-            host += self.passes[k_step] * self.sc.engine.per_draft_pass_s
-        fit = getattr(self.sc, "step_terms", None)  # engine terms on top of the physics (plan.grid does the same)
-        if fit is not None:
-            f = float(fit.kernel_factor(k_step))
-            kernels, draft = kernels * f, draft * f
-            host += float(fit.added_s(n_dec, k_step))
-        time = kernels + draft + host + eng.schedule_overhead_s + eng.schedule_overhead_per_seq_s * n_dec + overhead
-        if spec_mode and k_step == 0:
-            time = time * (1.0 + eng.spec_k0_overhead_frac) + eng.spec_k0_overhead_s
+        factor = None if self._terms_factor is None else self._terms_factor[k_step]
+        added = 0.0 if factor is None else self._terms_added[min(n_dec, self.b_top)][k_step]
+        sc = self.sc
+        time = step_time_scalar(sc.engine, sc.deployment.tp, n_dec, k_step, kernels, self.n_kernels, graph, self.eager_s,
+                                draft, self.passes[k_step], sc.draft.method == "ngram", overhead, factor, added,
+                                self.extras, spec_mode)
         return time, padded, graph
 
     def decode_steps_s(self, n_dec: np.ndarray, k_step: np.ndarray, tokens: np.ndarray, mean_ctx: float,
@@ -346,13 +352,14 @@ class StepPricer:
         """:meth:`step_s`'s seconds for many steps at one mean context (the steady state's B = 1..n), the same
         arithmetic in the same order elementwise (n_dec >= 1); tests hold the two equal to the bit.
         ``prefill_attn_s``: one prompt chunk's attention for every step, or one per step."""
-        eng, sc = self.engine, self.sc
+        sc = self.sc
         n_dec, k_step, tokens = (np.asarray(a, dtype=np.intp) for a in (n_dec, k_step, tokens))
-        padded, graph = eng.pad_tokens_array(tokens)
-        inside = padded <= self.t_top
-        kernels = self.lin[np.where(inside, padded, 0)]
+        index, graph = lin_index(self.graphs, sc.deployment, n_dec, k_step, tokens)
+        index = index.astype(np.intp)
+        inside = index <= self.t_top
+        kernels = self.lin[np.where(inside, index, 0)]
         if not inside.all():  # beyond the table: priced on their own (_lin)
-            kernels[~inside] = [self._lin(int(p)) for p in padded[~inside].tolist()]
+            kernels[~inside] = [self._lin(int(p)) for p in index[~inside].tolist()]
         if self._dec_experts is not None:  # MoE: experts as the grid prices them (as step_s)
             mixed = 0.0 if self._pad_experts is None else np.where(
                 tokens <= self.t_top, self._pad_experts[np.minimum(tokens, self.t_top)], 0.0)
@@ -377,17 +384,12 @@ class StepPricer:
             e = self.extend[np.minimum(n_dec, self.b_top) - 1, k_step]
             draft = (passes - 1) * d_ctx + e[:, j] + w * (e[:, j + 1] - e[:, j])
         draft = np.where(spec, draft, 0.0)  # (NaN where K = 0 read an unpriced draft column)
-        kernels = np.where(graph, kernels, np.maximum(kernels, self.n_kernels * self.eager_s))
-        host = host_exposed_s(sc.engine, n_dec, k_step, kernels + draft, draft, sc.deployment.tp)
-        if sc.draft.method != "ngram":
-            host = host + np.where(spec, passes * sc.engine.per_draft_pass_s, 0.0)
-        fit = getattr(sc, "step_terms", None)
-        if fit is not None:
-            f = fit.kernel_factor(k_step)
-            kernels, draft = kernels * f, draft * f
-            host = host + fit.added_s(n_dec, k_step)
         overhead = self.overhead_prof[np.minimum(n_dec, self.b_top), k_step]
-        time = kernels + draft + host + eng.schedule_overhead_s + eng.schedule_overhead_per_seq_s * n_dec + overhead
-        if spec_mode:
-            time = np.where(spec, time, time * (1.0 + eng.spec_k0_overhead_frac) + eng.spec_k0_overhead_s)
-        return time
+        return step_time(sc.engine, sc.deployment.tp, n_dec, k_step, kernels, self.n_kernels, graph, self.eager_s, draft,
+                         passes, sc.draft.method == "ngram", overhead, getattr(sc, "step_terms", None), self.extras,
+                         spec_mode).total_s
+
+
+def _padded_tokens(graphs, n_dec: int, k_step: int, tokens: int) -> float:
+    """The tokens a step's target pass runs at (physics.engine_time.pad)."""
+    return float(pad(graphs, float(n_dec), float(k_step), float(tokens))[0])

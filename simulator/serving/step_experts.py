@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.physics.engine_time import expert_batch, padding_routed
+from simulator.physics.step_model import lin_index
 from simulator.physics.layers import decoder_cell_ops, forward_ops
 from simulator.physics.operators import pass_time
 
@@ -39,19 +40,20 @@ def _experts_by_cells(sc, b_top: int, k_max: int) -> np.ndarray:
     return np.concatenate([np.zeros((1, k_max + 1)), pass_time(ops, hw, dep, sc.profile, (b_top, k_max + 1)).total_s])
 
 
-def step_expert_tables(sc, engine, b_top: int, k_max: int, t_top: int) -> tuple[np.ndarray | None, np.ndarray | None]:
+def step_expert_tables(sc, graphs, b_top: int, k_max: int, t_top: int) -> tuple[np.ndarray | None, np.ndarray | None]:
     """(per real T = 0..t_top: what to add to lin(padded T) for a step with prompt tokens, None where
     nothing changes; per (B, K), B = 0..b_top: what to add for a decode-only step), both None for a dense
-    model. ``engine``: the serving EngineConfig whose padding lin(T) is read at."""
+    model. ``graphs``: the engine profile whose padding lin(T) is read at (serving.engine.graph_profile)."""
     if not sc.model.is_moe:
         return None, None
     indep = _experts_by_tokens(sc, t_top)
     real = np.arange(t_top + 1)
-    padded, graph = engine.pad_tokens_array(real)
-    read = np.where(graph & (padded <= t_top), padded, real)  # the lin(T) entry a step of T tokens reads
+    # the lin(T) entry a step of T tokens with prompt chunks reads (physics.step_model.lin_index; B, K aside)
+    padded, graph = lin_index(graphs, sc.deployment, 0.0, 0.0, real.astype(float))
+    read = np.where(graph & (padded <= t_top), padded, real).astype(np.intp)
     mixed = None if padding_routed(sc.engine, sc.model) else np.where(read == real, 0.0, indep[real] - indep[read])
-    tokens = np.arange(b_top + 1)[:, None] * (np.arange(k_max + 1)[None, :] + 1)
-    decode_read = read[np.minimum(tokens, t_top)]
-    decode = _experts_by_cells(sc, b_top, k_max) - indep[decode_read]
+    B, K = np.arange(b_top + 1.0)[:, None], np.arange(k_max + 1.0)[None, :]
+    index = lin_index(graphs, sc.deployment, B, K)[0].astype(np.intp)  # a decode-only step's entry
+    decode = _experts_by_cells(sc, b_top, k_max) - indep[np.minimum(index, t_top)]
     decode[0] = 0.0
     return mixed, decode
