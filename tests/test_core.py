@@ -248,20 +248,23 @@ def test_k_star_is_argmax_of_hand_acceptance_length_over_step_time(name):
     assert np.allclose(t.speedup_vs_plain.to_numpy()[feasible][ok], at_k_star[ok] / plain[ok])
 
 
-DENSE_FLIP = ("issue 47: with a padded graph's token ops priced at the padded size (physics.engine_time.pad, as the"
-              " serving steps always priced them) K = 3 and K = 4 trade places by turns at B 18-25 (B (K + 1) pads to"
-              " different captured sizes: 90 -> 96 vs 72 tokens at B = 18, their goodput within 1%); the fewest-range"
-              " schedule (k_schedule) stays monotone, the per-batch K* under the terms' draws (item 4) flips")
-
-
-@pytest.mark.parametrize("name", [pytest.param("default", marks=pytest.mark.xfail(strict=False, reason=DENSE_FLIP)),
-                                  "command-a-h100"])
+@pytest.mark.parametrize("name", ["default", "command-a-h100"])
 def test_large_dense_k_opt_non_increasing(name):
-    # the seed shape on 70-111B dense models on H100/H200: K* only falls as batches grow
-    t = predict(SCENARIO_DIR / f"{name}.toml").table
-    k = t.k_opt.dropna().to_numpy()
+    # the seed shape on 70-111B dense models on H100/H200: the engine's K schedule only falls as batches grow. The
+    # per-batch K* may trade places between neighbours whose padded graphs differ (default, B 18-25: B (K + 1) pads
+    # to 96 tokens at K = 4 and 72 at K = 3, within 1% of each other's goodput); the schedule does not follow that
+    p = predict(SCENARIO_DIR / f"{name}.toml")
+    t = p.table
+    k = t.k_schedule.dropna().to_numpy()
     assert np.all(np.diff(k) <= 0), k
     assert k[0] >= 3
+    t = t[t.k_opt.notna()]
+    per_batch = t.k_opt.to_numpy()
+    g = p.grid
+    score = np.where(g.fits_memory, g.selection_score, -np.inf)
+    for i in np.flatnonzero(np.diff(per_batch) > 0) + 1:  # a rise: the risen K within 1% of the one before it
+        row = int(np.flatnonzero(g.batch_sizes == t.batch_size.iloc[i])[0])
+        assert score[row, g.k_index(int(per_batch[i - 1]))] >= 0.99 * score[row].max(), (i, per_batch[i - 3:i + 3])
 
 
 @pytest.mark.parametrize("name", DENSE)
