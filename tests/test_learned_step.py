@@ -247,3 +247,20 @@ def test_physics_only_holds_on_every_sizing_candidate():
     other = candidate_scenario(physics, Candidate("mi300x", 8))
     assert other.step_prior is None and other.step_basis == "physics only"
     assert candidate_scenario(load_scenario("sizing-dense-command-a"), Candidate("mi300x", 8)).step_basis == "learned layer"
+
+
+@pytest.mark.parametrize("value", ["0.5", "-0.1", "abc", "70%"])
+def test_decision_quantile_out_of_range_is_one_line(value):
+    from cli_inprocess import run_main
+    r = run_main("simulator.predict", "--decision-quantile", value)
+    assert r.returncode == 2 and r.stdout == ""
+    (line,) = r.stderr.strip().splitlines()
+    assert "--decision-quantile" in line and "[0, 0.5)" in line and "centre" in line
+
+
+def test_decision_quantile_zero_and_default_print_what_k_star_is_chosen_on():
+    from cli_inprocess import run_main
+    default = run_main("simulator.predict", "--scenario", "command-a-h100")
+    centre = run_main("simulator.predict", "--scenario", "command-a-h100", "--decision-quantile", "0")
+    assert "at the engine terms' pessimistic 10%" in default.stdout
+    assert "pessimistic" not in centre.stdout.split("\n")[1]  # the schedule line: at the centre, no draws

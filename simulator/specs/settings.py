@@ -61,7 +61,7 @@ def busbw_from_gbps(gbps: float | None, flag: str) -> float | None:
     return gbps * 1e9
 
 
-def share_from_text(text: str | None, flag: str) -> float | None:
+def share_from_text(text: str | None, flag: str, zero_means: str = "the per-batch argmax") -> float | None:
     """A share given as 0.01 or 1% (refused unless a finite number in [0, 0.5))."""
     if text is None:
         return None
@@ -71,8 +71,13 @@ def share_from_text(text: str | None, flag: str) -> float | None:
     except ValueError:
         value = float("nan")
     if not (np.isfinite(value) and 0 <= value < 0.5):
-        raise PlannerError(f"{flag} '{text}': give a share in [0, 0.5) such as 0.01 or 1% (0: the per-batch argmax)")
+        raise PlannerError(f"{flag} '{text}': give a share in [0, 0.5) such as 0.01 or 1% (0: {zero_means})")
     return value
+
+
+def quantile_from_text(text: str | None, flag: str) -> float | None:
+    """The engine terms' quantile K* is chosen at, as 0.10 or 10% (0: at their centre)."""
+    return share_from_text(text, flag, "K* at the engine terms' centre")
 
 
 def engine_count(example: str, default: str = "the engine's default") -> Callable:
@@ -186,7 +191,7 @@ SETTINGS: tuple[Setting, ...] = (
       help="goodput share of the per-batch best the K* schedule may give up at any batch size to use"
            " fewer ranges of K (default 0.01 = 1%%; 0 = the raw per-batch argmax); also 1%%"),
     S("workload", "decision_quantile", NUM, DECISION_QUANTILE, name="decision_quantile",
-      flag="--decision-quantile", metavar="Q", from_flag=share_from_text,
+      flag="--decision-quantile", metavar="Q", from_flag=quantile_from_text,
       help="K* is the K with the best goodput share at this quantile of the engine terms' draws (default 0.10:"
            " the pessimistic 10%%; 0 = at the terms' centre)"),
     S("routing", "kind", default="uniform"), S("routing", "skew", NUM, 0.0, name="routing_skew"),
