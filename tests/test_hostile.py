@@ -457,6 +457,17 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _still_alive_after(workers: list, seconds: float = 5.0) -> list:
+    """The workers alive ``seconds`` after now, checked every 0.05 s (those all dead sooner end the wait sooner:
+    a dead pid stays dead, so this is the same check as sleeping the whole time)."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if not any(_alive(w) for w in workers):
+            return []
+        time.sleep(0.05)
+    return [w for w in workers if _alive(w)]
+
+
 def _signal_when_workers_run(argv: list, signum: int, cwd: Path, n_workers: int = 2, timeout: float = 120):
     """Start the command, wait until it has ``n_workers`` children, send ``signum``; (exit code, stderr,
     the workers' pids)."""
@@ -485,8 +496,7 @@ def test_size_with_workers_stops_in_one_line_and_leaves_no_worker(tmp_path, sign
         signum, tmp_path)
     assert rc == 128 + signum, err
     assert_one_line(err.replace("interrupted", "error: interrupted"), "size")
-    time.sleep(5)
-    assert not [w for w in workers if _alive(w)], "workers outlived the command"
+    assert not _still_alive_after(workers), "workers outlived the command"
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["keep.md"]
 
 
@@ -524,8 +534,7 @@ def test_sweep_stops_in_one_line_and_leaves_no_worker(tmp_path):
         ["simulator.sweep", str(spec), "--workers", "2", "--output-dir", "out", "--quiet"], signal.SIGTERM, tmp_path)
     assert rc == 143 and "journal.jsonl" in err, err
     assert len([ln for ln in err.splitlines() if ln.strip()]) == 1 and "Traceback" not in err, err
-    time.sleep(5)
-    assert not [w for w in workers if _alive(w)], "workers outlived the command"
+    assert not _still_alive_after(workers), "workers outlived the command"
 
 
 # --- the sweep journal: checked line by line, never written through a link ------------------------
