@@ -599,3 +599,20 @@ def test_physics_only_leaves_out_the_learned_layer():
     after = at.dataframe[0].value.set_index("B (sequences)")
     assert (after["plain ms per token"] == before["plain ms per token"]).all()  # the learned form: speculation terms
     assert after.loc[64, "ms per token"] < before.loc[64, "ms per token"]
+
+
+def test_kstar_tab_shows_how_sure_the_decision_is():
+    # issue 47 item 4: the dashboard shows what predict prints: the decision line (K* chosen at the engine terms'
+    # pessimistic 10%, where it differs from their centre or pays in fewer than 90% of the draws) and, per batch
+    # size, P(K* beats plain) beside the centre's K
+    from simulator.plan.api import predict
+    from simulator.plan.speedup_trust import decision_risk_text
+    p = predict("scenarios/command-a-h100.toml")
+    want = decision_risk_text(p.table, p.scenario.decision_quantile)
+    assert want
+    at = new_app()
+    sb(at, "selectbox", "scenario").set_value("command-a-h100").run()
+    assert_clean(at)
+    assert f"Decision: {want}." in [c.value for c in at.caption]
+    view = next(d.value for d in at.dataframe if "P(K* beats plain)" in d.value.columns)
+    assert "K at the terms' centre" in view.columns and view["P(K* beats plain)"].dropna().between(0, 1).all()
