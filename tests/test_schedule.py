@@ -94,22 +94,26 @@ def _runs(k):
 
 @pytest.mark.parametrize("path", sorted(SCENARIO_DIR.glob("*.toml")), ids=lambda p: p.stem)
 def test_bundled_scenario_schedules(path):
-    """Every bundled scenario: no more ranges than the argmax, <= 1% of the score K* is chosen on (goodput at the
-    engine terms' pessimistic 10%, plan.decision_risk) given up at every B, and a range that returns to an
-    earlier K only where that K is > 1% behind somewhere in between."""
+    """Every bundled scenario: no more ranges than the argmax; at every B the K run is allowed: within 1% of the
+    best score K* is chosen on (goodput share at the engine terms' pessimistic 10%, plan.decision_risk) or within
+    1% of the best in at least half of the terms' draws; a range that returns to an earlier K only where that K
+    is allowed nowhere in between."""
     g = predict(path).grid
     chosen, raw = g.optimal_k_index(), g.argmax_k_index()
     assert schedule_ranges(chosen) <= schedule_ranges(raw)
-    assert (schedule_loss(g.selection_score, g.fits_memory, chosen) <= TOL + 1e-12).all()
     masked = np.where(g.fits_memory, g.selection_score, -np.inf)
-    best = masked.max(axis=1)
+    best = masked.max(axis=1, keepdims=True)
+    near = g.near_best_within(g.fits_memory)
+    allowed = (masked >= (1 - TOL) * best) | (False if near is None else near)
+    rows = np.flatnonzero(chosen >= 0)
+    assert allowed[rows, chosen[rows]].all(), path.stem
     runs = _runs(chosen)
     for n, (lo, _, k) in enumerate(runs):
         earlier = [r for r in runs[:n] if r[2] == k and k >= 0]
         if not earlier:
             continue
         between = slice(earlier[-1][1] + 1, lo)
-        assert (masked[between, k] < (1 - TOL) * best[between]).any(), (path.stem, runs)
+        assert (~allowed[between, k]).any(), (path.stem, runs)
 
 
 def test_qwen3_32b_on_4_h100_schedule_is_shorter_than_the_argmax():
@@ -129,7 +133,9 @@ def test_context_axis_runs_the_dp_per_column():
     cg = p.context_grid([512, 2048, 8192])
     both = cg.optimal_k_index()
     for j in range(3):
-        one = schedule_k_index(cg.selection_score[:, :, j], cg.fits_memory[:, :, j], TOL)
+        near = cg.near_best_within(cg.fits_memory)
+        one = schedule_k_index(cg.selection_score[:, :, j], cg.fits_memory[:, :, j], TOL,
+                               None if near is None else near[:, :, j])
         assert (both[:, j] == one).all()
 
 

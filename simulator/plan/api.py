@@ -288,7 +288,8 @@ class Prediction:
             return f"{s['ranges']} ranges: the per-batch argmax (schedule tolerance 0)"
         saved = s["argmax_ranges"] - s["ranges"]
         q = s["decision_quantile"]
-        judged = f" at the engine terms' pessimistic {q:.0%}" if q > 0 else ""
+        judged = (f" at the engine terms' pessimistic {q:.0%} (or in at least half of their draws)" if q > 0
+                  else "")
         text = (f"{s['ranges']} ranges, the fewest within {s['tolerance']:.1%} of the best goodput{judged} at every"
                 f" batch size (per-batch argmax: {s['argmax_ranges']} ranges, {saved} saved)")
         if s["max_loss"] > 0:

@@ -85,8 +85,8 @@ def beats_plain(grid, terms, n: int = N_DRAWS, seed: int = 0) -> tuple[np.ndarra
     return np.where(ok, p, np.nan), basis
 
 
-def decision_score(grid, terms, quantile: float, banded_al=None, fits=None, n: int = N_DRAWS, seed: int = 0
-                   ) -> np.ndarray:
+def decision_shares(grid, terms, quantile: float, banded_al=None, fits=None, n: int = N_DRAWS, seed: int = 0
+                    ) -> tuple[np.ndarray, np.ndarray]:
     """(n_batch, n_k) what K* is chosen on: each K's share of the best goodput at its batch size, per draw of the
     engine terms (and per rate set of an acceptance band, (3, n_k), when given), at the ``quantile`` of the draws
     and the worst rate set; -inf where the K does not fit (``fits``, default the grid's memory check):
@@ -96,7 +96,11 @@ def decision_score(grid, terms, quantile: float, banded_al=None, fits=None, n: i
     the acceptance band's robust score (plan.acceptance_risk) over the terms' draws: K* is the K that stays
     nearest the best in all but the worst q of the draws, so a K ahead at the centre by less than the terms'
     spread does not win over one that holds across it (plain decoding included: where speculation pays big in
-    some draws and loses a little in others, a small K can hold best)."""
+    some draws and loses a little in others, a small K can hold best).
+
+    Returns (that score, the same share at the median draw). A K whose median share is within the schedule's
+    tolerance is as likely as not as good as the best (to the tolerance) inside the terms' spread: the
+    fewest-range schedule may keep it for fewer ranges (plan.schedule, ``near_best``)."""
     theta, _ = term_draws(terms, n, seed)
     kernel, overhead = physics_parts(grid, terms)
     B, K = _cell_axes(grid)
@@ -106,13 +110,17 @@ def decision_score(grid, terms, quantile: float, banded_al=None, fits=None, n: i
     al_sets = grid.acceptance_length[None] if banded_al is None else np.asarray(banded_al)
     pos = quantile * (n - 1)  # the quantile of the draws by linear interpolation (numpy's default)
     lo = min(int(pos), n - 2)
-    score, fit_mask = None, fits[..., None]
-    for al in al_sets:  # each rate set: each K's share of the best K in every draw, at the quantile
+    at = lambda part, p, i: part[..., i] + (p - i) * (part[..., i + 1] - part[..., i])  # noqa: E731
+    pos_hi = 0.5 * (n - 1)  # the median draw
+    hi_i = min(int(pos_hi), n - 2)
+    score, near, fit_mask = None, None, fits[..., None]
+    for al in al_sets:  # each rate set: each K's share of the best K in every draw, at the quantiles
         good = np.divide(al.reshape(al.shape + (1,))[None], itl)
         good *= fit_mask  # 0 where the K does not fit
         best = good.max(axis=1, keepdims=True)
         good /= np.where(best > 0, best, 1.0)
         part = np.sort(good, axis=-1)  # (a sort of 64 along contiguous memory beats numpy's partition here)
-        at_q = part[..., lo] + (pos - lo) * (part[..., lo + 1] - part[..., lo])
-        score = at_q if score is None else np.minimum(score, at_q)
-    return np.where(fits, score, -np.inf)
+        low, high = at(part, pos, lo), at(part, pos_hi, hi_i)
+        score = low if score is None else np.minimum(score, low)
+        near = high if near is None else np.minimum(near, high)
+    return np.where(fits, score, -np.inf), np.where(fits, near, -np.inf)

@@ -26,7 +26,7 @@ from functools import cached_property
 
 import numpy as np
 
-from simulator.plan.decision_risk import decision_score
+from simulator.plan.decision_risk import decision_shares
 from simulator.plan.acceptance_risk import banded_acceptance_lengths, k_at_each_rate_set, robust_score
 from simulator.physics.memory import step_memory_bytes
 from simulator.physics.operators import PassCost, StepCost, price_pass
@@ -129,20 +129,43 @@ class Grid:
 
     @cached_property
     def _schedule(self) -> np.ndarray:
-        return schedule_k_index(self.selection_score, self.fits_memory, self.schedule_tolerance)
+        score, near = self._decision_in_memory
+        return schedule_k_index(score, self.fits_memory, self.schedule_tolerance, near)
+
+    def schedule_within(self, fits: np.ndarray) -> np.ndarray:
+        """K index per batch size of the fewest-range schedule over the K ``fits`` allows (plan.schedule): on
+        the score K* is chosen on, keeping besides the K within the tolerance of the best score those that
+        come within it in at least half of the engine terms' draws (:meth:`near_best_within`)."""
+        score, near = self._decision(fits)
+        return schedule_k_index(score, fits, self.schedule_tolerance, near)
 
     @cached_property
+    def _decision_in_memory(self) -> tuple[np.ndarray, np.ndarray | None]:
+        return self._decision(self.fits_memory)
+
+    @property
     def selection_score(self) -> np.ndarray:
         """What K* is chosen on, over the K that fit memory (:meth:`score_within`)."""
-        return self.score_within(self.fits_memory)
+        return self._decision_in_memory[0]
 
     def score_within(self, fits: np.ndarray) -> np.ndarray:
         """What K* is chosen on over the K ``fits`` allows: each K's share of the best goodput at the
-        decision quantile of the engine terms' draws (plan.decision_risk.decision_score) on a plain grid with
+        decision quantile of the engine terms' draws (plan.decision_risk.decision_shares) on a grid with
         speculation in it, else :attr:`centre_score`."""
+        return self._decision(fits)[0]
+
+    def near_best_within(self, fits: np.ndarray) -> np.ndarray | None:
+        """Per cell, whether the K comes within the schedule's tolerance of the best K in at least half of the
+        terms' draws (as likely as not as good as the best inside their spread); None at the centre."""
+        return self._decision(fits)[1]
+
+    def _decision(self, fits: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+        """(score K* is chosen on, the near-best mask or None) over the K ``fits`` allows."""
         if self.decision_quantile <= 0 or not (self.ks > 0).any():
-            return self.centre_score
-        return decision_score(self, self.step_terms, self.decision_quantile, self.banded_acceptance_length, fits)
+            return self.centre_score, None
+        score, near = decision_shares(self, self.step_terms, self.decision_quantile, self.banded_acceptance_length,
+                                      fits)
+        return score, near >= 1.0 - self.schedule_tolerance
 
     @property
     def centre_score(self) -> np.ndarray:

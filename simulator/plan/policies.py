@@ -69,7 +69,7 @@ def policy_tables(sc: Scenario, max_seqs: int, k_max: int) -> PolicyTables:
     # given (the fewest-range schedule within the tolerance, on the band's robust score when the
     # scenario has one: plan.schedule), not the raw per-batch argmax.
     every_k = np.ones(g.goodput_per_seq.shape, dtype=bool)
-    kstar = np.concatenate([[0], g.ks[schedule_k_index(g.score_within(every_k), every_k, g.schedule_tolerance)]])
+    kstar = np.concatenate([[0], g.ks[g.schedule_within(every_k)]])
     itl = np.vstack([np.full(k_max + 1, np.inf), g.itl_s])
     fits = np.ones_like(itl, dtype=bool)
     fk = min(sc.fixed_k, k_max)

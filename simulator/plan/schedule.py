@@ -33,12 +33,14 @@ def argmax_k_index(goodput: np.ndarray, fits: np.ndarray) -> np.ndarray:
     return np.where(np.isfinite(masked.max(axis=1)), idx, -1)
 
 
-def schedule_k_index(goodput: np.ndarray, fits: np.ndarray, tolerance: float = SCHEDULE_TOLERANCE) -> np.ndarray:
+def schedule_k_index(goodput: np.ndarray, fits: np.ndarray, tolerance: float = SCHEDULE_TOLERANCE,
+                     near_best: np.ndarray | None = None) -> np.ndarray:
     """K index per batch size of the fewest-range schedule within ``tolerance`` (module docstring).
 
     ``goodput``, ``fits``: (n_batch, n_k, *cells) with batch sizes ascending on axis 0; trailing axes
-    (e.g. context length) are solved independently. Returns (n_batch, *cells) indices into axis 1,
-    -1 where no K fits."""
+    (e.g. context length) are solved independently. ``near_best`` (same shape, optional): K allowed besides
+    those within ``tolerance`` of the best score (the caller's own test of "near the best": under uncertain
+    engine terms, plan.decision_risk). Returns (n_batch, *cells) indices into axis 1, -1 where no K fits."""
     goodput = np.asarray(goodput, dtype=float)
     if tolerance <= 0:
         return argmax_k_index(goodput, fits)
@@ -53,7 +55,10 @@ def schedule_k_index(goodput: np.ndarray, fits: np.ndarray, tolerance: float = S
     # penalty is minus its relative goodput where it is allowed (0 for "nothing fits"), inf where not
     penalty = np.full((nb, nk + 1, rel.shape[2]), np.inf)
     with np.errstate(invalid="ignore"):
-        np.negative(rel, out=penalty[:, :nk], where=rel >= 1.0 - tolerance)
+        allowed = rel >= 1.0 - tolerance
+    if near_best is not None:
+        allowed |= np.asarray(near_best, dtype=bool).reshape(nb, nk, -1) & np.isfinite(rel)
+    np.negative(rel, out=penalty[:, :nk], where=allowed)
     penalty[:, nk] = np.where(none, -0.0, np.inf)
     idx = _solve_column(penalty)[:, None] if penalty.shape[2] == 1 else _backtrack(*_forward(penalty))
     return np.where(idx == nk, -1, idx).reshape((nb,) + cells)
