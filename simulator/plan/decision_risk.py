@@ -7,7 +7,7 @@ batch size the share of draws in which a K's goodput beats plain decoding's is i
 
     P(K beats plain at B) = mean_j [ AL(K) / T_j(B, K) > AL(0) / T_j(B, 0) ]
 
-with T_j the step formula at draw j. K* is chosen on the same draws (:func:`decision_score`): the K whose share of the
+with T_j the step formula at draw j. K* is chosen on the same draws (:func:`decision_shares`): the K whose share of the
 best goodput holds best at the scenario's ``decision_quantile`` of them (the pessimistic 10% by default).
 The physics alone (``--physics-only``) has no spread to draw from: its
 probabilities rest on the a priori spread of every term around the physics (``A_PRIORI_SD``).
@@ -67,13 +67,19 @@ def physics_parts(grid, terms) -> tuple[np.ndarray, np.ndarray]:
     return kernel / terms.kernel_factor(K), overhead - terms.added_s(B, K)
 
 
-def goodput_draws(grid, terms, n: int = N_DRAWS, seed: int = 0) -> tuple[np.ndarray, str]:
-    """(goodput per sequence (n, n_batch, n_k) under drawn terms, what the draws rest on)."""
+def step_draws(grid, terms, n: int = N_DRAWS, seed: int = 0) -> tuple[np.ndarray, str]:
+    """(the step time of every cell under each draw of the terms, draws on the last axis: (n_batch, n_k[, n_ctx],
+    n); what the draws rest on). The step formula (specs.step_terms) over the grid's physics parts."""
     theta, basis = term_draws(terms, n, seed)
     kernel, overhead = physics_parts(grid, terms)
-    B, K = grid.batch_sizes[:, None], grid.ks[None, :].astype(float)
-    itl = compose_step_s([theta[:, i, None, None] for i in range(len(TERM_NAMES))], B, K, kernel, overhead)
-    return grid.acceptance_length[None, None, :] / itl, basis
+    B, K = _cell_axes(grid)
+    return compose_step_s(list(theta.T), B[..., None], K[..., None], kernel[..., None], overhead[..., None]), basis
+
+
+def goodput_draws(grid, terms, n: int = N_DRAWS, seed: int = 0) -> tuple[np.ndarray, str]:
+    """(goodput per sequence (n, n_batch, n_k) under drawn terms, what the draws rest on)."""
+    itl, basis = step_draws(grid, terms, n, seed)
+    return np.moveaxis(grid.acceptance_length[None, :, None] / itl, -1, 0), basis
 
 
 def beats_plain(grid, terms, n: int = N_DRAWS, seed: int = 0) -> tuple[np.ndarray, str]:
@@ -101,12 +107,8 @@ def decision_shares(grid, terms, quantile: float, banded_al=None, fits=None, n: 
     Returns (that score, the same share at the median draw). A K whose median share is within the schedule's
     tolerance is as likely as not as good as the best (to the tolerance) inside the terms' spread: the
     fewest-range schedule may keep it for fewer ranges (plan.schedule, ``near_best``)."""
-    theta, _ = term_draws(terms, n, seed)
-    kernel, overhead = physics_parts(grid, terms)
-    B, K = _cell_axes(grid)
+    itl, _ = step_draws(grid, terms, n, seed)  # draws on the last axis: the quantiles read contiguous memory
     fits = grid.fits_memory if fits is None else fits
-    # the step formula with the draws on the last axis (the quantile then reads contiguous memory)
-    itl = compose_step_s(list(theta.T), B[..., None], K[..., None], kernel[..., None], overhead[..., None])
     al_sets = grid.acceptance_length[None] if banded_al is None else np.asarray(banded_al)
     pos = quantile * (n - 1)  # the quantile of the draws by linear interpolation (numpy's default)
     lo = min(int(pos), n - 2)

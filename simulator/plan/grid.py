@@ -145,14 +145,10 @@ class Grid:
 
     @property
     def selection_score(self) -> np.ndarray:
-        """What K* is chosen on, over the K that fit memory (:meth:`score_within`)."""
+        """What K* is chosen on, over the K that fit memory: each K's share of the best goodput at the decision
+        quantile of the engine terms' draws (plan.decision_risk.decision_shares) on a grid with speculation in
+        it, else :attr:`centre_score`."""
         return self._decision_in_memory[0]
-
-    def score_within(self, fits: np.ndarray) -> np.ndarray:
-        """What K* is chosen on over the K ``fits`` allows: each K's share of the best goodput at the
-        decision quantile of the engine terms' draws (plan.decision_risk.decision_shares) on a grid with
-        speculation in it, else :attr:`centre_score`."""
-        return self._decision(fits)[0]
 
     def near_best_within(self, fits: np.ndarray) -> np.ndarray | None:
         """Per cell, whether the K comes within the schedule's tolerance of the best K in at least half of the
