@@ -196,8 +196,9 @@ def test_no_spread_gives_certain_decisions_equal_to_the_centre():
     beats = g.goodput_per_seq > g.goodput_per_seq[:, :1]
     assert np.array_equal(p[:, 1:] == 1.0, beats[:, 1:]) and set(np.unique(p)) <= {0.0, 1.0}
     # every draw is the centre: the score K* is chosen on is each K's share of the best goodput, 1 at the argmax
+    # (to float32's rounding: the draws are priced in D.DRAW_DTYPE)
     share = g.goodput_per_seq / g.goodput_per_seq.max(axis=1, keepdims=True)
-    np.testing.assert_allclose(g.selection_score, share, rtol=1e-12)
+    np.testing.assert_allclose(g.selection_score, share, rtol=4 * np.finfo(D.DRAW_DTYPE).eps)
     assert np.array_equal(g.k_star, g.centre_k()) and "learned layer" in basis
 
 

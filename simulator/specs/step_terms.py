@@ -70,9 +70,15 @@ def kernel_factor(s, s_spec, k) -> np.ndarray:
     return s * np.where(np.asarray(k) > 0, s_spec, 1.0)
 
 
+def _floats(x) -> np.ndarray:
+    """x as a float array: float64 unless it is floats already (float32 draws stay float32)."""
+    x = np.asarray(x)
+    return x if np.issubdtype(x.dtype, np.floating) else x.astype(float)
+
+
 def added_step_s(c_step, c_seq, c_spec, batch, k, c_seq_spec=0.0) -> np.ndarray:
     """Host time the terms add to one step [s]: c_step + c_seq B + (c_seq_spec B + c_spec B (K + 1)) [K > 0]."""
-    batch, k = np.asarray(batch, dtype=float), np.asarray(k, dtype=float)
+    batch, k = _floats(batch), _floats(k)
     # factored as c_step + B (c_seq + (c_seq_spec + c_spec (K + 1)) [K > 0]): on a grid the bracket is a K vector
     return c_step + batch * (c_seq + (c_seq_spec + c_spec * (k + 1.0)) * (k > 0))
 
@@ -80,7 +86,7 @@ def added_step_s(c_step, c_seq, c_spec, batch, k, c_seq_spec=0.0) -> np.ndarray:
 def compose_step_s(terms, batch, k, kernel_s, overhead_s) -> np.ndarray:
     """The formula above, elementwise (numpy broadcasting): ``terms`` the six terms in TERM_NAMES order."""
     s, c0, c1, c2, sv, c3 = terms
-    batch, k = np.asarray(batch, dtype=float), np.asarray(k, dtype=float)
+    batch, k = _floats(batch), _floats(k)
     return kernel_factor(s, sv, k) * kernel_s + overhead_s + added_step_s(c0, c1, c2, batch, k, c3)
 
 
