@@ -10,7 +10,7 @@ Floors, each importing only the ones below it::
     sweep/     fleet sweeps: many models x traffic x hardware x layouts, local pool or Ray
     cli/       predict, serve, size, sweep
     (errors.py, files.py and runtime.py, the ground floor: one-line errors, all-or-nothing writes, the
-    memory allocator tuned for the grids' temporaries)
+    memory allocator tuning the planner's own programs apply for the grids' temporaries)
 
 Notebook use::
 
@@ -20,10 +20,9 @@ Notebook use::
     result.grid_rows       # one row per (batch size, K)
 """
 
-from simulator.runtime import keep_freed_memory
-
-keep_freed_memory()  # freed grid temporaries stay in the heap for the next grid (simulator/runtime.py)
-
+# Importing the package changes nothing in the importing process: the planner's programs (the CLI commands, the
+# dashboard, sweep workers) tune the allocator themselves (simulator/runtime.py); a notebook may call
+# simulator.runtime.keep_freed_memory() for the same speed.
 _API = ("predict", "Prediction", "predict_scenario")
 
 

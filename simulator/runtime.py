@@ -8,8 +8,10 @@ a 512 x 9 x 16 grid's time (11.1 -> 6.2 ms, benchmarks/bench_context_grid.py). K
 ``TOP_PAD_BYTES`` of freed heap for the next grid, and serving blocks up to ``MMAP_THRESHOLD_BYTES``
 from the heap, removes those faults; the cost is that much resident memory kept after a grid.
 
-Applied once when ``simulator`` is imported, on glibc only (elsewhere nothing is changed). Set
-``DSD_PLANNER_MALLOC=default`` in the environment to leave the allocator as it is.
+Applied by the planner's own programs when they start (the CLI commands, the dashboard, a sweep's workers), on
+glibc only (elsewhere nothing is changed); importing ``simulator`` as a library leaves the importing process's
+allocator alone (call :func:`keep_freed_memory` to opt in). Set ``DSD_PLANNER_MALLOC=default`` in the environment
+to leave the allocator as it is.
 """
 from __future__ import annotations
 

@@ -6,6 +6,12 @@ import sys
 
 import pytest
 
+from simulator.runtime import keep_freed_memory
+
+# the test session runs grids as the planner's programs do, allocator tuned (simulator/runtime.py); the library
+# import alone leaves it (tests/test_runtime.py probes that in a fresh process)
+keep_freed_memory()
+
 
 @pytest.fixture(autouse=True)
 def _streamlit_components_scanned_once():

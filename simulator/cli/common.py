@@ -16,6 +16,7 @@ import warnings
 from typing import Callable
 
 from simulator.errors import PlannerError, PlannerWarning
+from simulator.runtime import keep_freed_memory
 from simulator.files import check_output_dir, check_output_file, write_atomically, write_files_atomically
 
 __all__ = ["OneLineParser", "run_cli", "command", "say_written", "add_save_scenario_arg", "check_save_scenario",
@@ -125,6 +126,7 @@ def command(build_parser: Callable[[], argparse.ArgumentParser], body: Callable[
     """A CLI's ``main(argv)``: parse (a usage error is one line, exit 2), then run ``body`` inside the
     error boundary of :func:`run_cli`. Every command gets ``--quiet`` (no 'warning:' lines)."""
     def main(argv: list[str] | None = None) -> int:
+        keep_freed_memory()  # a planner program: freed grid temporaries stay in the heap (simulator/runtime.py)
         parser = build_parser()
         if not any("--quiet" in action.option_strings for action in parser._actions):  # sweep has its own
             parser.add_argument("--quiet", action="store_true",

@@ -11,6 +11,7 @@ import time
 import numpy as np
 
 from simulator.errors import PlannerError
+from simulator.runtime import keep_freed_memory
 from simulator.plan.api import predict_scenario
 from simulator.plan.answer import spec_stops_paying
 from simulator.sizing.fleet import size
@@ -74,6 +75,7 @@ def _shared_grid_columns(task, sc) -> dict:
 
 def run_task(task) -> dict:
     """Rows for one task: one per policy (or one with policy '-' when sizing is off)."""
+    keep_freed_memory()  # a sweep worker is a planner program (simulator/runtime.py); once per process
     t0, c0 = time.perf_counter(), time.process_time()
     sc = build_scenario(task.raw, task.origin, task.base_dir)
     base = {"task": task.key} | task.axes
