@@ -200,7 +200,8 @@ def _architecture(data: dict, origin: str) -> str:
     vendor, kind = ARCHITECTURES[arch]
     for key, want in (("vendor", vendor), ("kind", kind)):
         if want is not None and key in data and data[key] != want:
-            raise PlannerError(f"{origin}: architecture '{arch}' is a {want} family but {key} = {data[key]!r}")
+            raise PlannerError(f"{origin}: architecture '{arch}' is a family of {want} devices,"
+                               f" but {key} = {data[key]!r}")
     return arch
 
 
