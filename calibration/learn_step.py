@@ -39,7 +39,8 @@ from simulator.cli.common import OneLineParser, run_cli, write_atomically
 from simulator.errors import PlannerError, PlannerWarning
 from simulator.plan.grid import compute_grid
 from simulator.specs.step_terms import (A_PRIORI_SD, LEARNED_FILE, LEARNED_FORMAT, LOWER, NEUTRAL, TERM_NAMES, TERMS, UPPER,
-                                        compose_step_s, engine_family, from_fit, prior_from, to_fit)
+                                        compose_step_s, engine_family, from_fit, gpu_family, prior_from,
+                                        to_fit)
 
 N_TERMS = len(TERMS)
 # the population's spread across sources is fixed a priori (step_terms.A_PRIORI_SD): a handful of sources cannot
@@ -156,33 +157,60 @@ class Population:
     misfit_by_kind: dict = field(default_factory=dict)
     # engine family -> its offset from the population mean (fit coordinates), where the form has a family level
     family_fit: dict = field(default_factory=dict)
+    # GPU family (the hardware file's architecture) -> its offset, where the form has a GPU-family level
+    gpu_family_fit: dict = field(default_factory=dict)
 
-    def mean_for(self, family: str | None = None) -> np.ndarray:
-        """The population's centre for a new deployment of an engine family (a family the rows never saw: the mean)."""
-        return self.mean_fit + self.family_fit.get(family, 0.0)
+    def mean_for(self, family: str | None = None, gpu: str | None = None) -> np.ndarray:
+        """The population's centre for a new deployment of an engine family on a GPU family (a family the rows
+        never saw adds nothing: the mean)."""
+        return self.mean_fit + self.family_fit.get(family, 0.0) + self.gpu_family_fit.get(gpu, 0.0)
 
-    def prior(self, learned_from: dict | None = None, path: str = "", family: str | None = None):
-        return prior_from(self.mean_for(family), self.sd_fit, learned_from, path, self.misfit_by_kind)
+    def prior(self, learned_from: dict | None = None, path: str = "", family: str | None = None,
+              gpu: str | None = None):
+        return prior_from(self.mean_for(family, gpu), self.sd_fit, learned_from, path, self.misfit_by_kind)
+
+    def centre_of(self, engine: str, hardware: str) -> tuple[str | None, str | None]:
+        """(engine family, GPU family) a deployment's centre is read at: each only where the form has its level."""
+        return (engine_family(engine) if self.family_fit else None,
+                gpu_family(hardware) if self.gpu_family_fit else None)
 
 
 # The forms the layer may take (which terms are free; the others stay at the physics), fixed before any score:
 # every term; only what speculation adds (the plain step rests on measured kernel tables already); host time only.
 # Each also with an engine-family level (sources of one engine family share an offset from the population mean,
 # drawn with the a priori spread: a family's host loop and kernels differ from another's about as much as two
-# deployments do). Which one a prediction uses is chosen by leave-one-source-out on the training sources alone
-# (:meth:`Learner.learn`), so a held-out source's rows never choose the form that predicts them, and a family level
-# is used only where the training rows support it.
+# deployments do), or with a GPU-family level (sources on one GPU family, the hardware file's architecture, share
+# one, with the same spread); not both at once (docs/learned_layer_choices.md). Which one a prediction uses is
+# chosen by leave-one-source-out on the training sources alone (:meth:`Learner.learn`), so a held-out source's rows
+# never choose the form that predicts them, and a family level is used only where the training rows support it.
 BASE_FORMS = {
     "all terms": TERM_NAMES,
     "speculation terms": ("spec_per_token_s", "spec_kernel_scale", "spec_host_per_seq_s"),
     "host terms": ("host_per_step_s", "host_per_seq_s", "spec_per_token_s", "spec_host_per_seq_s"),
 }
 FAMILY_LEVEL = " + engine family"
-FORMS = BASE_FORMS | {name + FAMILY_LEVEL: terms for name, terms in BASE_FORMS.items()}
+GPU_LEVEL = " + GPU family"
+FORMS = (BASE_FORMS | {name + FAMILY_LEVEL: terms for name, terms in BASE_FORMS.items()}
+         | {name + GPU_LEVEL: terms for name, terms in BASE_FORMS.items()})
 
 
 def has_family_level(form: str) -> bool:
-    return form.endswith(FAMILY_LEVEL)
+    return FAMILY_LEVEL in form
+
+
+def has_gpu_level(form: str) -> bool:
+    return GPU_LEVEL in form
+
+
+def _levels(rows: Rows, form: str) -> list[tuple[str, tuple, np.ndarray]]:
+    """The form's family levels: each ("engine" or "gpu", its families, each row's family index)."""
+    out = []
+    if has_family_level(form):
+        out.append(("engine", [engine_family(e) for e in rows.engine]))
+    if has_gpu_level(form):
+        out.append(("gpu", [gpu_family(g) for g in rows.gpu]))  # the hardware file's architecture
+    return [(level, fams := tuple(sorted(set(of_row))), np.array([fams.index(f) for f in of_row], dtype=int))
+            for level, of_row in out]
 
 
 def fit_population(rows: Rows, form: str = "all terms", start_sd: np.ndarray = START_SD) -> Population:
@@ -192,10 +220,10 @@ def fit_population(rows: Rows, form: str = "all terms", start_sd: np.ndarray = S
     nf = free.size
     sources = tuple(sorted(set(rows.source)))
     src_idx = np.array([sources.index(s) for s in rows.source])
-    fam_of_row = np.array([engine_family(e) for e in rows.engine], dtype=object)
-    families = tuple(sorted(set(fam_of_row))) if has_family_level(form) else ()
-    fam_idx = np.array([families.index(f) for f in fam_of_row]) if families else np.zeros(len(rows), dtype=int)
-    n_fam = len(families)
+    levels = _levels(rows, form)
+    n_fam = sum(len(families) for _, families, _ in levels)  # every family of every level: one offset vector each
+    # each row's offset vector per level, as an index into the n_fam offsets
+    fam_idx = [idx + sum(len(f) for _, f, _ in levels[:i]) for i, (_, _, idx) in enumerate(levels)]
     curve_ids = sorted(set(rows.curve[rows.curve >= 0].tolist()))  # the curves left after a hold-out, renumbered
     rows = replace(rows, curve=np.array([curve_ids.index(c) if c >= 0 else -1 for c in rows.curve], dtype=int))
     n_src, n_curves, n = len(sources), len(curve_ids), len(rows)
@@ -218,20 +246,20 @@ def fit_population(rows: Rows, form: str = "all terms", start_sd: np.ndarray = S
     def resid(v):
         mu, per, off, al = unpack(v)
         phi = np.tile(neutral_all, (n, 1))
-        phi[:, free] = per[src_idx] + (off[fam_idx] if n_fam else 0.0)
+        phi[:, free] = per[src_idx] + sum(off[idx] for idx in fam_idx)
         log_al = np.where(rows.curve >= 0, al[np.maximum(rows.curve, 0)] if n_curves else 0.0, rows.log_al)
         r_rows = (predict_log(rows, from_fit(phi), np.nan_to_num(log_al)) - rows.y_log) / sigma
         return np.concatenate([r_rows, ((per - mu) / sd).ravel(), (off / sd).ravel(), (mu - neutral) / HYPER_SD[free]])
 
-    # which parameters each residual moves: a row its source's terms, its family's offset and its curve's
+    # which parameters each residual moves: a row its source's terms, its families' offsets and its curve's
     # acceptance; a source's prior residual its own term and the mean; a family's its offset; the hyperprior the
     # mean (a sparse Jacobian: fast fits)
     n_off = n_fam * nf
     sparsity = np.zeros((n + n_src * nf + n_off + nf, x.size), dtype=bool)
     for i in range(n):
         sparsity[i, nf + src_idx[i] * nf: nf + (src_idx[i] + 1) * nf] = True
-        if n_fam:
-            sparsity[i, cut_src + fam_idx[i] * nf: cut_src + (fam_idx[i] + 1) * nf] = True
+        for idx in fam_idx:
+            sparsity[i, cut_src + idx[i] * nf: cut_src + (idx[i] + 1) * nf] = True
         if rows.curve[i] >= 0:
             sparsity[i, cut + rows.curve[i]] = True
     for si in range(n_src):
@@ -255,19 +283,24 @@ def fit_population(rows: Rows, form: str = "all terms", start_sd: np.ndarray = S
         v = neutral_all.copy()
         v[free] = per[i]
         per_all[src] = v
-    fam_all = {}
-    for i, fam in enumerate(families):
-        v = np.zeros(N_TERMS)
-        v[free] = off[i]
-        fam_all[fam] = v
-    return Population(mean, spread, sigma, per_all, n, sources, form, misfit_by_kind=misfit, family_fit=fam_all)
+    offsets = {"engine": {}, "gpu": {}}
+    first = 0
+    for level, families, _ in levels:
+        for i, fam in enumerate(families):
+            v = np.zeros(N_TERMS)
+            v[free] = off[first + i]
+            offsets[level][fam] = v
+        first += len(families)
+    return Population(mean, spread, sigma, per_all, n, sources, form, misfit_by_kind=misfit,
+                      family_fit=offsets["engine"], gpu_family_fit=offsets["gpu"])
 
 
 def predict_rows(rows: Rows, pop: Population) -> tuple[np.ndarray, np.ndarray]:
     """(predicted value, scored?) of each row with the population's centre: a plain step [s] or a speedup. A
     curve without a published acceptance length is anchored on its smallest batch size (that row not scored),
     as calibration.transfer anchors it."""
-    theta = from_fit(np.array([pop.mean_for(engine_family(e)) for e in rows.engine]).reshape(len(rows), N_TERMS))
+    theta = from_fit(np.array([pop.mean_for(*pop.centre_of(e, g)) for e, g in zip(rows.engine, rows.gpu)])
+                     .reshape(len(rows), N_TERMS))
     base = predict_log(rows, theta, np.zeros(len(rows)))  # a speedup's log without log AL
     log_al = rows.log_al.copy()
     scored = np.ones(len(rows), dtype=bool)
@@ -346,6 +379,8 @@ def learned_document(pop: Population, corpus_path: Path, rows: Rows) -> dict:
         "form": pop.form, "free_terms": list(FORMS[pop.form]),
         **({"family_offsets_fit": {f: [float(f"{v:.6g}") for v in off] for f, off in pop.family_fit.items()}}
            if pop.family_fit else {}),
+        **({"gpu_family_offsets_fit": {f: [float(f"{v:.6g}") for v in off] for f, off in pop.gpu_family_fit.items()}}
+           if pop.gpu_family_fit else {}),
         "form_loso_mape": {k: round(v, 5) for k, v in pop.form_errors.items()},
         "method": "form chosen by leave-one-source-out MAPE on the training rows; maximum a posteriori of a normal population over per-source terms (fit coordinates), empirical-Bayes"
                   " spreads; calibration/learn_step.py. Scored leave-one-source-out in calibration/data/transfer/transfer.md",

@@ -259,12 +259,12 @@ HOLD_OUT = {"source": lambda c: c.row.source_id, "gpu": lambda c: c.raw["hardwar
             "engine": lambda c: str(c.row.engine)}
 
 
-def held_out_layers(learner, column: str):
+def held_out_layers(learner, column: str, forms: dict | None = None):
     """layer_for(case): the learned layer of calibration.learn_step learned without the case's source, GPU or
     engine (``column``); a group with no training rows gets the layer of every training row (none of them is its).
-    Where the form chosen has an engine-family level, the case's family's centre (a family not trained on: the
-    population's). Each held-out layer is learned once."""
-    from calibration.learn_step import engine_family
+    Where the form chosen has an engine-family or a GPU-family level, the centre of the case's family (a family not
+    trained on: the population's). Each held-out layer is learned once; ``forms`` (if given) gets each held-out
+    group's chosen form."""
     pops: dict = {}
     layers: dict = {}
     group = HOLD_OUT[column]
@@ -275,12 +275,14 @@ def held_out_layers(learner, column: str):
         key = g if g in present else None
         if key not in pops:
             pops[key] = learner.without(column, g) if key is not None else learner.learn()
+            if forms is not None and key is not None:
+                forms[str(g)] = pops[key].form
         pop = pops[key]
-        family = engine_family(case.row.engine) if pop.family_fit else None  # a form with a family level
-        if (key, family) not in layers:
-            layers[key, family] = pop.prior({"sources": len(pop.sources), "rows": pop.n_rows}, f"held out {column} {g}",
-                                            family)
-        return layers[key, family]
+        family, gpu = pop.centre_of(case.row.engine, case.raw["hardware"]["name"])  # where the form has the level
+        if (key, family, gpu) not in layers:
+            layers[key, family, gpu] = pop.prior({"sources": len(pop.sources), "rows": pop.n_rows},
+                                                 f"held out {column} {g}", family, gpu)
+        return layers[key, family, gpu]
 
     return layer_for
 
@@ -366,9 +368,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.holdout_source is not None:
             return holdout_source(corpus, learner, args.holdout_source)
         physics, _ = score(corpus)
-        rows, skipped = score(corpus, peer=args.peer, layer_for=held_out_layers(learner, "source"))
-        by_gpu_rows, _ = score(corpus, layer_for=held_out_layers(learner, "gpu"))
-        by_engine_rows, _ = score(corpus, layer_for=held_out_layers(learner, "engine"))
+        forms: dict = {"source": {}, "gpu": {}, "engine": {}}  # the form each hold-out chose on its training rows
+        rows, skipped = score(corpus, peer=args.peer, layer_for=held_out_layers(learner, "source", forms["source"]))
+        by_gpu_rows, _ = score(corpus, layer_for=held_out_layers(learner, "gpu", forms["gpu"]))
+        by_engine_rows, _ = score(corpus, layer_for=held_out_layers(learner, "engine", forms["engine"]))
         summary = summarize(rows)
         loso, phys = held_out_summary(rows), held_out_summary(physics)
         for block in ("plain_only", "speedup", "step_time"):
@@ -382,6 +385,7 @@ def main(argv: list[str] | None = None) -> int:
         summary["physics_only_by_gpu"] = by_group(physics, "hardware")
         summary["physics_only_by_engine"] = by_group(physics, "engine")
         summary["learned_layer"] = learner_summary(learner)
+        summary["learned_layer"]["held_out_forms"] = {k: dict(sorted(v.items())) for k, v in forms.items()}
         two = two_shot(corpus, rows, summary, held_out_layers(learner, "source"), learner)
         parts = part_rows(part_cases(corpus))
         summary["parts"] = summarize_parts(parts)

@@ -246,7 +246,6 @@ def held_out_bands(learner, cases: list[Case]):
     points: dict = {}
     bands: dict = {}
     rows_source = learner.rows.source
-    from calibration.learn_step import engine_family
 
     def band_for(case) -> Band:
         held = case.row.source_id
@@ -260,7 +259,7 @@ def held_out_bands(learner, cases: list[Case]):
             if src == held:
                 continue
             pop = learner.fit(outer_mask & (rows_source != src), outer.form)
-            prior = pop.prior(family=engine_family(members[0].row.engine))
+            prior = pop.prior(None, "", *pop.centre_of(members[0].row.engine, members[0].raw["hardware"]["name"]))
             key = curve_key(members[0].row)
             if key not in points:
                 points[key] = curve_points(members, "planner")

@@ -97,7 +97,7 @@ def _synthetic_rows(theta_by_source: dict, seed: int = 0) -> L.Rows:
                 recs.append((src, b, k, kern, over, np.log(t) + rng.normal(0, 0.01)))
     n = len(recs)
     col = lambda i, dt=float: np.array([r[i] for r in recs], dtype=dt)  # noqa: E731
-    return L.Rows(col(0, object), np.full(n, "g", dtype=object), np.full(n, "e", dtype=object),
+    return L.Rows(col(0, object), np.full(n, "h100-sxm", dtype=object), np.full(n, "e", dtype=object),
                   np.full(n, "step", dtype=object), np.full(n, -1), col(5), col(1), col(2), col(3), col(4),
                   col(1), col(3), col(4), np.zeros(n), np.full(n, np.nan), np.arange(n))
 

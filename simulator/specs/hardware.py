@@ -27,6 +27,22 @@ WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "int8", "int4", "mxfp4", "nvfp4")
 ACT_DTYPES = ("bf16", "fp16", "fp8", "fp32", "nvfp4", "mxfp4")
 KV_DTYPES = ("bf16", "fp16", "fp8", "fp32")
 
+# A device's family: its architecture generation (the ``architecture`` key of every hardware file) -> (vendor,
+# kind). Devices of one family run the same tensor-core instructions, so engines run the same kernels on them; the
+# learned layer (simulator/specs/step_terms.py) may share an offset across a family's sources. "other": a device of
+# none of these (the learned layer uses its population's centre for it).
+ARCHITECTURES = {
+    "ampere": ("nvidia", "gpu"),  # sm_80 / sm_86: mma.sync tensor cores
+    "ada": ("nvidia", "gpu"),  # sm_89: mma.sync with fp8
+    "hopper": ("nvidia", "gpu"),  # sm_90: wgmma, TMA
+    "blackwell": ("nvidia", "gpu"),  # sm_100 / sm_103 (datacenter): tcgen05 tensor cores with tensor memory
+    "blackwell-rtx": ("nvidia", "gpu"),  # sm_120 (workstation): mma.sync with block-scaled FP4, no tcgen05 or wgmma
+    "cdna3": ("amd", "gpu"),  # gfx942
+    "cdna4": ("amd", "gpu"),  # gfx950
+    "emerald-rapids": ("intel", "cpu"),  # 5th-gen Xeon Scalable: AVX-512 and AMX
+    "other": (None, None),
+}
+
 
 @dataclass(frozen=True)
 class Hardware:
@@ -60,6 +76,7 @@ class Hardware:
     # FP4 tensor cores: the dense peak and the block formats the datasheet names (nvfp4, mxfp4)
     peak_fp4_flops_per_s: float | None = None
     fp4_formats: tuple[str, ...] = ()
+    architecture: str = "other"  # the device's family (ARCHITECTURES); every hardware file gives it
 
     @property
     def ridge_point(self) -> float:
@@ -168,7 +185,24 @@ def hardware_from_dict(data: dict, origin: str) -> Hardware:
         scale_out=_scale_out(data.get("scale_out", {}), origin),
         peak_fp4_flops_per_s=_opt_float(data.get("peak_fp4_flops_per_s")),
         fp4_formats=_fp4_formats(data, origin),
+        architecture=_architecture(data, origin),
     )
+
+
+def _architecture(data: dict, origin: str) -> str:
+    """'architecture': one of ARCHITECTURES, agreeing with the file's vendor and kind where they are given."""
+    names = ", ".join(ARCHITECTURES)
+    if "architecture" not in data:
+        raise PlannerError(f"{origin}: missing key 'architecture' (the device's family: one of {names})")
+    arch = data["architecture"]
+    if arch not in ARCHITECTURES:
+        raise PlannerError(f"{origin}: 'architecture' must be one of {names}, got {arch!r}")
+    vendor, kind = ARCHITECTURES[arch]
+    for key, want in (("vendor", vendor), ("kind", kind)):
+        if want is not None and key in data and data[key] != want:
+            raise PlannerError(f"{origin}: architecture '{arch}' is a family of {want} devices,"
+                               f" but {key} = {data[key]!r}")
+    return arch
 
 
 def _fp4_formats(data: dict, origin: str) -> tuple[str, ...]:

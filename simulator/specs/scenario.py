@@ -164,8 +164,10 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
 
 def learned_layer(hardware, wanted: bool, engine: str | None = None) -> LearnedPrior | None:
     """The learned engine terms where they were learned (GPUs: the published corpus has no CPU rows) and wanted
-    (centred on the engine's family where the layer has a family level)."""
-    return load_learned_prior(engine=engine) if wanted and hardware.kind != "cpu" else None
+    (centred on the engine's family and the device's GPU family where the layer has such levels)."""
+    if not wanted or hardware.kind == "cpu":
+        return None
+    return load_learned_prior(engine=engine, architecture=hardware.architecture)
 
 
 def _capture_limit(engine: EngineProfile, limit, origin: str) -> EngineProfile:

@@ -27,6 +27,7 @@ import numpy as np
 
 from simulator.errors import PlannerError
 from simulator.files import read_json_file
+from simulator.specs.hardware import ARCHITECTURES, load_hardware
 
 # name -> (neutral value, lower bound, upper bound, fit coordinate); seconds unless a scale
 TERMS = {
@@ -159,24 +160,51 @@ def prior_from(mean_fit, sd_fit, learned_from: dict | None = None, path: str = "
                         tuple(map(float, sd_fit)), dict(learned_from or {}), path, dict(misfit_log or {}))
 
 
-_LOADED: dict = {}  # (path, engine family or None) -> LearnedPrior: a data file read once per process (shipped, not edited)
+_LOADED: dict = {}  # path -> its parsed file; (path, engine family, GPU family) -> LearnedPrior: read once per process
 
 
-def load_learned_prior(path: str | Path = LEARNED_FILE, engine: str | None = None) -> LearnedPrior | None:
+def load_learned_prior(path: str | Path = LEARNED_FILE, engine: str | None = None,
+                       architecture: str | None = None) -> LearnedPrior | None:
     """The shipped learned layer, None where no file is shipped (the physics alone); where it has an engine-family
-    level, centred on ``engine``'s family (a family it has no offset for: the population's centre, the same object)."""
+    or a GPU-family level, centred on ``engine``'s family and on the hardware's ``architecture`` (its GPU family,
+    simulator/specs/hardware.py). A family it has no offset for adds nothing: with neither, the population's
+    centre (the same object)."""
     path = Path(path)
-    base = (str(path), None)
-    if base not in _LOADED:
+    if str(path) not in _LOADED:
         if not path.is_file():
             return None
-        _read_learned(path)
-    key = (str(path), engine_family(engine)) if engine else base
-    return _LOADED.get(key, _LOADED[base])
+        _LOADED[str(path)] = _read_learned(path)
+    layer = _LOADED[str(path)]
+    family = engine_family(engine) if engine and engine_family(engine) in layer["engine"] else None
+    gpu = architecture if architecture in layer["gpu"] else None
+    if family is None and gpu is None:
+        return layer["base"]
+    key = (str(path), family, gpu)
+    if key not in _LOADED:
+        base = layer["base"]
+        mean = np.asarray(base.mean_fit) + layer["engine"].get(family, 0.0) + layer["gpu"].get(gpu, 0.0)
+        _LOADED[key] = prior_from(mean, base.sd_fit, base.learned_from, str(path), base.misfit_log)
+    return _LOADED[key]
 
 
-def _read_learned(path: Path) -> None:
-    """Parse and check the layer file once: its population's prior, and one per engine family it has an offset for."""
+def _offsets(data: dict, key: str, what: str, path: Path, known=None) -> dict:
+    """``key`` of the layer file: family -> its offset from the population mean (len(TERMS) finite numbers)."""
+    offsets = data.get(key) or {}
+    if not (isinstance(offsets, dict) and all(isinstance(v, list) and len(v) == len(TERMS)
+                                              and all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                                      and np.isfinite(x) for x in v)
+                                              for v in offsets.values())):
+        raise PlannerError(f"{path}: {key} must give {len(TERMS)} finite numbers per {what};"
+                           " regenerate it with python -m calibration.learn_step")
+    unknown = sorted(set(offsets) - set(known)) if known is not None else []
+    if unknown:
+        raise PlannerError(f"{path}: {key} names {', '.join(map(repr, unknown))}, not a {what} (one of"
+                           f" {', '.join(known)}); regenerate it with python -m calibration.learn_step")
+    return {f: np.asarray(v, dtype=float) for f, v in offsets.items()}
+
+
+def _read_learned(path: Path) -> dict:
+    """Parse and check the layer file once: its population's prior and its engine- and GPU-family offsets."""
     data = read_json_file(path, "learned step layer")
     if not isinstance(data, dict) or data.get("format") != LEARNED_FORMAT:
         raise PlannerError(f"{path}: not a learned step layer ('{LEARNED_FORMAT}'); regenerate it with"
@@ -193,14 +221,12 @@ def _read_learned(path: Path) -> None:
     misfit = data.get("misfit_log_by_kind") or {}
     if not (isinstance(misfit, dict) and all(isinstance(v, (int, float)) and 0 <= v < 10 for v in misfit.values())):
         raise PlannerError(f"{path}: misfit_log_by_kind must map kinds to log scatters in [0, 10)")
-    offsets = data.get("family_offsets_fit") or {}
-    if not (isinstance(offsets, dict) and all(isinstance(v, list) and len(v) == len(TERMS)
-                                              and all(isinstance(x, (int, float)) and np.isfinite(x) for x in v)
-                                              for v in offsets.values())):
-        raise PlannerError(f"{path}: family_offsets_fit must give {len(TERMS)} finite numbers per engine family;"
-                           " regenerate it with python -m calibration.learn_step")
-    learned_from = data.get("learned_from", {})
-    _LOADED[str(path), None] = prior_from(mean, sd, learned_from, str(path), misfit)
-    for family, off in offsets.items():
-        _LOADED[str(path), family] = prior_from(np.asarray(mean) + np.asarray(off, dtype=float), sd, learned_from,
-                                                str(path), misfit)
+    return {"base": prior_from(mean, sd, data.get("learned_from", {}), str(path), misfit),
+            "engine": _offsets(data, "family_offsets_fit", "engine family", path),
+            # a file older than the GPU-family level has no such key: no offset, as before
+            "gpu": _offsets(data, "gpu_family_offsets_fit", "GPU family", path, ARCHITECTURES)}
+
+
+def gpu_family(hardware: str) -> str:
+    """A catalog device's family (its hardware file's ``architecture``)."""
+    return load_hardware(hardware).architecture
