@@ -238,9 +238,7 @@ HARDWARE = [
     ("hw-compute-units-string", 'name = "x"\npeak_bf16_flops_per_s = 1e15\nhbm_bandwidth_bytes_per_s = 3e12\n'
      'memory_bytes = 8e10\ncompute_units = "132"\n', "compute_units"),
     ("hw-malformed", 'name = "x\n', "malformed TOML"),
-    # the device's family (architecture): required, one of the known families, agreeing with the vendor
-    ("hw-architecture-missing", 'name = "x"\npeak_bf16_flops_per_s = 1e15\nhbm_bandwidth_bytes_per_s = 3e12\n'
-     'memory_bytes = 8e10\n', "missing key 'architecture'"),
+    # the device's family (architecture, optional: "other"): one of the known families, agreeing with the vendor
     ("hw-architecture-unknown", 'name = "x"\narchitecture = "hoper"\npeak_bf16_flops_per_s = 1e15\n'
      'hbm_bandwidth_bytes_per_s = 3e12\nmemory_bytes = 8e10\n', "'architecture' must be one of"),
     ("hw-architecture-vendor", 'name = "x"\nvendor = "nvidia"\narchitecture = "cdna3"\npeak_bf16_flops_per_s = 1e15\n'
