@@ -268,7 +268,8 @@ def document(sc: Scenario, result: dict, files: list[str]) -> dict:
     predicted = np.exp(fewshot.predict_log("step", res["theta"], result["points"])[0]) * 1e3
     return {
         "format": DEPLOYMENT_FORMAT, "format_version": DEPLOYMENT_VERSION,
-        "scenario": scenario_identity(sc.model, sc.hardware, sc.deployment, sc.engine, sc.draft) | {"name": sc.name},
+        "scenario": scenario_identity(sc.model, sc.hardware, sc.deployment, sc.engine, sc.draft, sc.profile)
+                    | {"name": sc.name},
         "terms": terms, "acceptance": acc_doc,
         "uncertainty": {"step_time_rel": round(result["step_rel"], 5), "goodput_rel": round(result["goodput_rel"], 5),
                         "interval": "90% of the posterior (Laplace approximation around the MAP), with one"

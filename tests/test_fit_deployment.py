@@ -17,7 +17,7 @@ from simulator.cli import predict as predict_cli
 from simulator.errors import PlannerError
 from simulator.specs.deployment_fit import added_step_s, load_deployment_fit
 from simulator.specs.step_terms import A_PRIORI_SD, NEUTRAL, to_fit
-from deployment_fit_docs import cpu_fit_doc
+from deployment_fit_docs import cpu_fit_doc, write_fit
 
 REPO = Path(__file__).resolve().parent.parent
 RUNS = REPO / "calibration" / "data" / "runs" / "smollm2-cpu-ngram.csv"
@@ -364,6 +364,40 @@ def test_a_fit_records_its_precision_and_another_precision_refuses_it(tmp_path, 
                              "--batch-sizes", "1,16"]) == 0
 
 
+
+
+def test_a_fit_records_its_kernel_basis_and_another_profile_refuses_it(tmp_path, capsys):
+    # the terms correct one set of kernel times: steps measured on the AMD EPYC box (fitted over the EPYC session's
+    # microbenchmarks, calibration/data/runs/cpu-epyc-2c.profile.json) say nothing about the Xeon profile the
+    # bundled scenario prices with. Found as a new user would: the README's example paired the EPYC runs with the
+    # Xeon scenario, and its fit sat kernel_scale on its bound (2.0) with a +-31% band
+    epyc = "calibration/data/runs/cpu-epyc-2c.profile.json"
+    (tmp_path / "runs.csv").write_text("batch_size,k,itl_ms\n1,0,92.9\n1,3,187.3\n8,3,481.3\n")
+    fit = tmp_path / "fit.json"
+    assert fd.main(["--scenario", CPU_SCENARIO, "--calibration", str(REPO / epyc), "--measured",
+                    str(tmp_path / "runs.csv"), "--output", str(fit)]) == 0
+    assert json.loads(fit.read_text())["scenario"]["kernel_basis"] == "cpu-epyc-2c.profile.json"
+    capsys.readouterr()
+    assert predict_cli.main(["--scenario", CPU_SCENARIO, "--deployment", str(fit), "--batch-sizes", "1,8"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "kernel_basis 'cpu-epyc-2c.profile.json' (scenario: 'cpu-xeon-2c.profile.json')" \
+        in err and "--calibration cpu-epyc-2c.profile.json" in err
+    # with the kernel times it was fitted on it applies; an older file without the key loads anywhere
+    assert predict_cli.main(["--scenario", CPU_SCENARIO, "--calibration", str(REPO / epyc), "--deployment", str(fit),
+                             "--batch-sizes", "1,8"]) == 0
+    doc = json.loads(fit.read_text())
+    doc["scenario"].pop("kernel_basis")
+    fit.write_text(json.dumps(doc))
+    assert predict_cli.main(["--scenario", CPU_SCENARIO, "--deployment", str(fit), "--batch-sizes", "1,8"]) == 0
+
+
+def test_a_fit_of_many_points_names_their_span_not_each(tmp_path):
+    doc = cpu_fit_doc()
+    doc["points"] = [{"batch_size": b, "k": k} for b in (1, 2, 4) for k in range(4)]
+    fit = load_deployment_fit(write_fit(tmp_path, doc))
+    assert "(12 points: B 1, 2, 4 x K 0-3;" in fit.label
+    doc["points"] = doc["points"][:-1]  # not a full grid: the span
+    assert "(11 points: B 1-4, K 0-3;" in load_deployment_fit(write_fit(tmp_path, doc)).label
 
 
 def test_posterior_moves_from_a_start_at_zero_host_time():

@@ -9,7 +9,7 @@ per-position rates replace the scenario's. Format::
 
     {"format": "dsd-planner-deployment-fit", "format_version": 1,
      "scenario": {"model": ..., "hardware": ..., "tp": ..., "engine": ..., "engine_version": ..., "draft": ...,
-                  "weights": ..., "activations": ..., "kv_cache": ...},
+                  "weights": ..., "activations": ..., "kv_cache": ..., "kernel_basis": "h100-sxm.vllm-0.24.0.profile.json"},
      "terms": {"kernel_scale": {"value": 1.1, "interval": [1.0, 1.2], "fitted": true}, ...},
      "acceptance": {"rates": [...], "interval": [[lo, hi], ...], "source": "..."} | null,
      "uncertainty": {"step_time_rel": 0.03, "goodput_rel": 0.05, "interval": "90% bootstrap"},
@@ -32,20 +32,31 @@ DEPLOYMENT_VERSION = 1
 IDENTITY = ("model", "hardware", "tp", "engine", "engine_version", "draft")
 # written by fits since 2026-12-05 and checked where a file has them: the precision the steps ran in
 PRECISION_IDENTITY = ("weights", "activations", "kv_cache")
+# written since 2026-12-07, checked where a file has it: the kernel times the terms were fitted on top of (the
+# calibration profile or measured kernel tables by file name; "datasheet" without one). The terms correct that
+# physics: on another profile's kernel times (another machine's microbenchmarks) they correct the wrong thing
+BASIS_IDENTITY = ("kernel_basis",)
+MAX_POINTS_LISTED = 6  # a provenance line names each point up to this many, else the span they cover
 
 
-def scenario_identity(model, hardware, deployment, engine, draft) -> dict:
-    """What a deployment fit is valid for: the same target, GPU, TP, engine release, draft and precision."""
+def kernel_basis(profile) -> str:
+    """The name of what a step's kernel times rest on, as a fit records it: the profile's file name, or 'datasheet'."""
+    return Path(profile.path).name if profile is not None and getattr(profile, "path", "") else "datasheet"
+
+
+def scenario_identity(model, hardware, deployment, engine, draft, profile=None) -> dict:
+    """What a deployment fit is valid for: the same target, GPU, TP, engine release, draft, precision and kernel
+    times (the calibration profile or kernel tables the terms were fitted on top of)."""
     return {"model": model.name, "hardware": hardware.name, "tp": int(deployment.tp),
             "engine": engine.name if engine else "ideal", "engine_version": engine.version if engine else "",
             "draft": draft.label, "weights": deployment.weight_dtype, "activations": deployment.act_dtype,
-            "kv_cache": deployment.kv_dtype}
+            "kv_cache": deployment.kv_dtype, "kernel_basis": kernel_basis(profile)}
 
 
 def fit_mismatches(fit_identity: dict, identity: dict) -> list[str]:
     """What differs between the deployment a fit was made on and ``identity`` (empty: the fit applies);
-    the precision only where the fit file records it."""
-    keys = IDENTITY + tuple(k for k in PRECISION_IDENTITY if k in fit_identity)
+    the precision and the kernel basis only where the fit file records them."""
+    keys = IDENTITY + tuple(k for k in PRECISION_IDENTITY + BASIS_IDENTITY if k in fit_identity and k in identity)
     return [f"{k} {fit_identity.get(k)!r} (scenario: {identity[k]!r})" for k in keys
             if str(fit_identity.get(k)) != str(identity[k])]
 
@@ -79,7 +90,13 @@ class DeploymentFit:
 
     @property
     def points_text(self) -> str:
-        return ", ".join(f"B={p['batch_size']} K={p['k']}" for p in self.points)
+        """The points one by one where there are a few; the batch sizes and K they span where there are many."""
+        if len(self.points) <= MAX_POINTS_LISTED:
+            return ", ".join(f"B={p['batch_size']} K={p['k']}" for p in self.points)
+        b = sorted({int(p["batch_size"]) for p in self.points})
+        k = sorted({int(p["k"]) for p in self.points})
+        return (f"B {', '.join(map(str, b))} x K {k[0]}-{k[-1]}" if len(b) * len(k) == len(self.points)
+                else f"B {b[0]}-{b[-1]}, K {k[0]}-{k[-1]}")
 
     @property
     def label(self) -> str:
@@ -183,5 +200,8 @@ def check_fit_matches(fit: DeploymentFit, identity: dict, origin: str) -> None:
     not apply)."""
     diff = fit_mismatches(fit.identity, identity)
     if diff:
+        basis = (f" (or give the scenario the kernel times it was fitted on: --calibration {fit.identity['kernel_basis']}"
+                 " / [calibration] profile)" if any(d.startswith("kernel_basis ") for d in diff)
+                 and fit.identity["kernel_basis"] != "datasheet" else "")
         raise DeploymentMismatch(f"{fit.path}: fitted for another deployment than {origin}: {'; '.join(diff)}; refit it"
-                           " for this scenario with python -m calibration.fit_deployment")
+                                 f" for this scenario with python -m calibration.fit_deployment{basis}")

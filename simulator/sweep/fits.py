@@ -24,7 +24,7 @@ def with_fit(spec, raw: dict, base_dir):
     sc = build_scenario(raw, spec.base, base_dir)
     if not spec.deployment_fits or sc.deployment_fit is not None:
         return sc
-    ident = scenario_identity(sc.model, sc.hardware, sc.deployment, sc.engine, sc.draft)
+    ident = scenario_identity(sc.model, sc.hardware, sc.deployment, sc.engine, sc.draft, sc.profile)
     hit = next((f for f in spec.deployment_fits if not fit_mismatches(f.identity, ident)), None)
     if hit is None:
         return sc
