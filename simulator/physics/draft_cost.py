@@ -314,19 +314,20 @@ def draft_pass_cost(setting: DraftSetting, batch, k, context_len, price=evaluate
     return price(plan.full(), setting.hw, plan.dep, setting.profile, batch.shape), draft_passes(setting.draft, k)
 
 
-def draft_costs(setting: DraftSetting, B, K, C,
-                extend_expert_batch=None) -> tuple[PassCost, np.ndarray, PassCost | None]:
+def draft_costs(setting: DraftSetting, B, K, C, extend_expert_batch=None,
+                caches=None) -> tuple[PassCost, np.ndarray, PassCost | None]:
     """(one draft pass over (B, 1, L), passes per step over K, the extend pass over (B, K, L) or None), their
-    token ops read from tables (:mod:`simulator.physics.pass_tables`); ``extend_expert_batch``: as for
-    :func:`draft_extend_plan`."""
+    token ops read from tables (:mod:`simulator.physics.pass_tables`, kept in ``caches``: the step model's);
+    ``extend_expert_batch``: as for :func:`draft_extend_plan`."""
     shape = (B.shape[0], 1, C.shape[-1])
     plan = draft_pass_plan(setting, B, C)  # ops over B alone (token ops, routed experts) stay (B, 1, 1)
     if plan is None:  # a host-side lookup: no ops to price
         draft_pass, passes = draft_pass_cost(setting, np.broadcast_to(B, shape), K, C)
         draft_pass = PassCost.of(draft_pass)
     else:
-        draft_pass, passes = price_plan(plan, setting.hw, setting.profile, shape), draft_passes(setting.draft, K)
+        draft_pass, passes = price_plan(plan, setting.hw, setting.profile, shape, caches), draft_passes(setting.draft, K)
     extend = draft_extend_plan(setting, B, K, C, extend_expert_batch)
     if extend is not None:
-        extend = price_plan(extend, setting.hw, setting.profile, np.broadcast_shapes(B.shape, K.shape, C.shape))
+        extend = price_plan(extend, setting.hw, setting.profile, np.broadcast_shapes(B.shape, K.shape, C.shape),
+                            caches)
     return draft_pass, passes, extend

@@ -42,6 +42,7 @@ from simulator.physics.attention import MAX_DECODE_SURFACE_QUERIES, attention_ki
 from simulator.physics.layers import decoder_cell_ops, forward_ops, sampling_op
 from simulator.physics.operators import pass_time, prompt_chunk_point_s
 from simulator.physics.pass_tables import lin_table
+from simulator.plan.step_models import step_model
 from simulator.physics.step_model import lin_index, profile_overhead_s, step_time, step_time_scalar, terms_tables
 from simulator.serving.engine import EngineConfig, graph_profile
 from simulator.serving.step_experts import step_expert_tables
@@ -107,7 +108,7 @@ class StepPricer:
         sc, k_max, b_top = self.sc, self.k_max, self.b_top
         m, dep, hw, prof = sc.model, sc.deployment, sc.hardware, sc.profile
         # lin(T): all target ops but attention, at T = 0..t_top tokens (T = 0 costs nothing)
-        self.lin, self._lin_list = lin_table(m, dep, hw, prof, self.t_top)
+        self.lin, self._lin_list = lin_table(m, dep, hw, prof, self.t_top, step_model(sc).caches)
         # an MoE step's routed experts as the grid prices them (serving.step_experts)
         self._pad_experts, self._dec_experts = step_expert_tables(sc, self.graphs, b_top, k_max, self.t_top)
         self._pad_experts_list = None if self._pad_experts is None else self._pad_experts.tolist()

@@ -1,0 +1,53 @@
+"""Every cache of the physics, in one object that a :class:`simulator.physics.step_model.StepModel` owns: the
+physics functions that keep tables receive it as an argument (``caches``) and keep nothing of their own, so a
+cache lives exactly as long as the step model that holds it (the plan layer keeps the last few step models:
+simulator.plan.step_models). A function given ``caches=None`` prices everything afresh: the same numbers,
+nothing kept.
+
+Every entry holds values that depend only on its key (a table, never a decision), so a hit and a miss give
+the same numbers; every store is bounded (per step model: the slot counts below). Keys by ``id()`` keep the
+keyed object inside the entry, so the id is not reused while the entry lives.
+"""
+from __future__ import annotations
+
+
+def make_room(kept: dict, slots: int) -> None:
+    """Drop the oldest entry of a full store (a dashboard's sessions share a step model: another thread may be
+    at it too)."""
+    if len(kept) >= slots:
+        try:
+            kept.pop(next(iter(kept)), None)
+        except (StopIteration, RuntimeError):
+            pass
+
+
+class PhysicsCaches:
+    """The physics' kept tables for one step model (see the module docstring); each store's bound beside it."""
+
+    # pass_tables.token_table: a 512 x 9 grid's tables hold 8 K entries (64 KB); at most 64 K entries (0.5 MB)
+    TOKEN_TABLE_SLOTS = 32
+    # pass_tables.cells_time: a grid's three passes, a context grid's, grids over other axes (a fit's)
+    CELL_SLOTS = 16
+    # pass_tables.lin_table: the serving pricer's lin(T), one per longest step
+    LIN_SLOTS = 4
+
+    def __init__(self) -> None:
+        # segment key, deployment, device, id(profile), specs -> [profile, table (NaN: not priced yet), launch s,
+        # kernels]
+        self.token_tables: dict = {}
+        # cell inputs, deployment, device, id(profile), shape, specs -> (profile, the per-cell ops' PassTime)
+        self.cells: dict = {}
+        # model, deployment, device, id(profile), T_max -> (profile, lin(T) read-only, lin(T) as a list)
+        self.lins: dict = {}
+
+    def stores(self) -> dict[str, dict]:
+        """Every store by name (for a test or a memory check: their sizes are what this object holds)."""
+        return {"token_tables": self.token_tables, "cells": self.cells, "lins": self.lins}
+
+    def __len__(self) -> int:
+        return sum(len(s) for s in self.stores().values())
+
+    def clear(self) -> None:
+        """Forget every kept table (the next grid prices its passes afresh, as a new step model's first does)."""
+        for store in self.stores().values():
+            store.clear()
