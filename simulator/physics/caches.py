@@ -30,6 +30,10 @@ class PhysicsCaches:
     CELL_SLOTS = 16
     # pass_tables.lin_table: the serving pricer's lin(T), one per longest step
     LIN_SLOTS = 4
+    # measured.collective_whole_token_table: a collective's time at whole token counts, per kind, GPUs, message
+    COLLECTIVE_SLOTS = 128
+    # measured.whole_tokens: the last few token arrays asked (a pass's ops share a few size arrays)
+    RECENT_WHOLE = 8
 
     def __init__(self) -> None:
         # segment key, deployment, device, id(profile), specs -> [profile, table (NaN: not priced yet), launch s,
@@ -39,15 +43,22 @@ class PhysicsCaches:
         self.cells: dict = {}
         # model, deployment, device, id(profile), T_max -> (profile, lin(T) read-only, lin(T) as a list)
         self.lins: dict = {}
+        # id of a profile's collectives, kind, GPUs, bytes per token -> (those collectives, table)
+        self.collective_tables: dict = {}
+        # ((token array, its whole-number index or None, its max), ...): the last few asked, newest first (a
+        # tuple replaced whole: safe to read across threads)
+        self.recent_whole: tuple = ()
 
     def stores(self) -> dict[str, dict]:
         """Every store by name (for a test or a memory check: their sizes are what this object holds)."""
-        return {"token_tables": self.token_tables, "cells": self.cells, "lins": self.lins}
+        return {"token_tables": self.token_tables, "cells": self.cells, "lins": self.lins,
+                "collective_tables": self.collective_tables}
 
     def __len__(self) -> int:
-        return sum(len(s) for s in self.stores().values())
+        return sum(len(s) for s in self.stores().values()) + len(self.recent_whole)
 
     def clear(self) -> None:
         """Forget every kept table (the next grid prices its passes afresh, as a new step model's first does)."""
         for store in self.stores().values():
             store.clear()
+        self.recent_whole = ()

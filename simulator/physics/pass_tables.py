@@ -91,7 +91,7 @@ def token_table(seg: Segment, plan: PassPlan, hw: Hardware, profile: Profile | N
         hit = kept[key] = [profile, table] + (hit[2:] if hit is not None else [None, None])
     table = hit[1]
     if hit[2] is None:  # a new table: the cells priced at their own counts, as without one, and kept
-        priced = pass_time(seg.build(index.astype(float)), hw, plan.dep, profile, index.shape)
+        priced = pass_time(seg.build(index.astype(float)), hw, plan.dep, profile, index.shape, caches=caches)
         table[index] = values = priced.total_s
         hit[2], hit[3] = float(priced.launch_s), float(priced.n_kernels)
         return values, hit[2], hit[3]
@@ -100,7 +100,7 @@ def token_table(seg: Segment, plan: PassPlan, hw: Hardware, profile: Profile | N
     if missing.any():  # counts no cell asked before: priced now, at those cells alone
         asked = index[missing]
         values[missing] = table[asked] = pass_time(seg.build(asked.astype(float)), hw, plan.dep, profile,
-                                                   asked.shape).total_s
+                                                   asked.shape, caches=caches).total_s
     return values, hit[2], hit[3]
 
 
@@ -112,12 +112,12 @@ def cells_time(plan: PassPlan, hw: Hardware, profile: Profile | None, shape,
     over the same axes for the same model, device, deployment and profile (another acceptance, engine
     host terms, SLO or traffic mix) reads the same arrays instead of pricing them again."""
     if plan.cell_key is None or caches is None:
-        return pass_time(plan.cells(), hw, plan.dep, profile, shape)
+        return pass_time(plan.cells(), hw, plan.dep, profile, shape, caches=caches)
     key = plan.cell_key + (plan.dep, hw, id(profile), tuple(shape)) + tuple(plan.specs)
     hit = caches.cells.get(key)
     if hit is not None and hit[0] is profile:
         return hit[1]
-    priced = pass_time(plan.cells(), hw, plan.dep, profile, shape)
+    priced = pass_time(plan.cells(), hw, plan.dep, profile, shape, caches=caches)
     total = np.array(priced.total_s, dtype=float)  # its own array (a caller may hold the priced one)
     total.flags.writeable = False
     priced = PassTime(total, priced.launch_s, priced.n_kernels)
@@ -132,9 +132,9 @@ def price_plan(plan: PassPlan, hw: Hardware, profile: Profile | None, shape,
     (:func:`pass_time`), tables and per-cell prices kept in ``caches``; the whole op list priced per cell
     where a segment's counts are not whole or exceed :data:`MAX_TABLE_TOKENS`. The per-op detail is made from
     ``plan.full()`` on first read."""
-    indices = [whole_tokens(seg.tokens) for seg in plan.segments]  # (index, largest count) or (None, 0)
+    indices = [whole_tokens(seg.tokens, caches) for seg in plan.segments]  # (index, largest count) or (None, 0)
     if any(i is None or top > MAX_TABLE_TOKENS for i, top in indices):
-        return price_pass(plan.full(), hw, plan.dep, profile, shape)
+        return price_pass(plan.full(), hw, plan.dep, profile, shape, caches)
     cells = cells_time(plan, hw, profile, shape, caches)
     tokens_s, launch, kernels = 0.0, cells.launch_s, cells.n_kernels
     for seg, (index, _) in zip(plan.segments, indices):
@@ -142,7 +142,7 @@ def price_plan(plan: PassPlan, hw: Hardware, profile: Profile | None, shape,
         tokens_s = tokens_s + seg_s  # at the segments' own (smaller) shape, then once onto the cells
         launch, kernels = launch + seg_launch, kernels + seg_kernels
     return PassCost(PassTime(cells.total_s + tokens_s, launch, kernels),
-                    lambda: evaluate(plan.full(), hw, plan.dep, profile, shape))
+                    lambda: evaluate(plan.full(), hw, plan.dep, profile, shape, caches=caches))
 
 
 def verify_plan(model: ModelSpec, dep: Deployment, hw: Hardware, batch, k, context_len, expert_batch=None,
@@ -197,7 +197,7 @@ def lin_table(m, dep, hw, prof, t_top: int, caches: PhysicsCaches | None = None)
     if hit is None or hit[0] is not prof:
         t = np.arange(1, t_top + 1, dtype=float)
         ops = [o for o in forward_ops(m, dep, hw, t, 1.0, 0.0) if o.family != "attention"]
-        lin = np.concatenate([[0.0], pass_time(ops, hw, dep, prof, t.shape).total_s])
+        lin = np.concatenate([[0.0], pass_time(ops, hw, dep, prof, t.shape, caches=caches).total_s])
         lin.flags.writeable = False
         make_room(kept, PhysicsCaches.LIN_SLOTS)
         hit = kept[key] = (prof, lin, lin.tolist())

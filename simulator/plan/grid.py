@@ -412,4 +412,5 @@ def verify_over_context(sc, B, K, C, expert_batch=None, padded_tokens=None) -> t
                    cell_key=None if plan.cell_key is None else plan.cell_key + ("context-free",))
     ctx_ops = on_ctx(cell_ops, True)
     return (price_plan(free, sc.hardware, sc.profile, shape, caches),
-            price_pass(ctx_ops, sc.hardware, sc.deployment, sc.profile, shape[:2] + (n_ctx,)) if ctx_ops else None)
+            price_pass(ctx_ops, sc.hardware, sc.deployment, sc.profile, shape[:2] + (n_ctx,), caches)
+            if ctx_ops else None)

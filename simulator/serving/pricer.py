@@ -65,6 +65,7 @@ class StepPricer:
             raise PlannerError(f"draft {sc.draft.label}: the serving simulation and sizing price chains only (a tree"
                                " verifies its N + 1 tokens, not K + 1); plan it with python -m simulator.predict")
         self.sc, self.engine, self.k_max, self.speculative = sc, engine, k_max, speculative
+        self.caches = step_model(sc).caches  # the physics' kept tables: the scenario's step model's
         self.max_context = max_context
         self.eager_s = engine.eager_overhead_per_kernel_s if engine.eager_overhead_per_kernel_s is not None \
             else sc.engine.eager_launch_per_kernel_s
@@ -108,9 +109,9 @@ class StepPricer:
         sc, k_max, b_top = self.sc, self.k_max, self.b_top
         m, dep, hw, prof = sc.model, sc.deployment, sc.hardware, sc.profile
         # lin(T): all target ops but attention, at T = 0..t_top tokens (T = 0 costs nothing)
-        self.lin, self._lin_list = lin_table(m, dep, hw, prof, self.t_top, step_model(sc).caches)
+        self.lin, self._lin_list = lin_table(m, dep, hw, prof, self.t_top, self.caches)
         # an MoE step's routed experts as the grid prices them (serving.step_experts)
-        self._pad_experts, self._dec_experts = step_expert_tables(sc, self.graphs, b_top, k_max, self.t_top)
+        self._pad_experts, self._dec_experts = step_expert_tables(sc, self.graphs, b_top, k_max, self.t_top, self.caches)
         self._pad_experts_list = None if self._pad_experts is None else self._pad_experts.tolist()
         self._dec_experts_list = None if self._dec_experts is None else self._dec_experts.tolist()
         full_ops = forward_ops(m, dep, hw, 1.0, 1.0, 1.0)
@@ -127,8 +128,10 @@ class StepPricer:
         # B (K + 1) rows differently (engine profile [sampling]): the difference per verified token
         delta = dep.kernels.logit_bytes_verify - dep.kernels.logit_bytes_plain
         self.verify_sampling_s_per_token = 0.0 if delta == 0 else float(pass_time(
-            [sampling_op("verify_sampling_delta", 1.0, m.vocab_size / 1.0, abs(delta))], hw, dep, prof, ()).total_s
-            - pass_time([sampling_op("none", 1.0, m.vocab_size, 0.0)], hw, dep, prof, ()).total_s) * np.sign(delta)
+            [sampling_op("verify_sampling_delta", 1.0, m.vocab_size / 1.0, abs(delta))], hw, dep, prof, (),
+            caches=self.caches).total_s
+            - pass_time([sampling_op("none", 1.0, m.vocab_size, 0.0)], hw, dep, prof, (), caches=self.caches).total_s
+        ) * np.sign(delta)
         B, K = np.arange(b_top + 1, dtype=float)[:, None], np.arange(k_max + 1, dtype=float)[None, :]
         self.overhead_prof = np.broadcast_to(profile_overhead_s(prof, B, K), (b_top + 1, k_max + 1))
         # step_s reads these as Python scalars (see _rows)
@@ -175,7 +178,7 @@ class StepPricer:
         L = self.ctx[new_attn][None, None, :]
         ops = [o for o in decoder_cell_ops(sc.model, sc.deployment, sc.hardware, B, q, L) if o.family == "attention"]
         self.attn[:, :, new_attn] = pass_time(ops, sc.hardware, sc.deployment, sc.profile,
-                                              (b_top, k_max + 1, len(new_attn))).total_s
+                                              (b_top, k_max + 1, len(new_attn)), caches=self.caches).total_s
         for j in new_attn:
             self._attn_have[j] = True
         self._rows_memo.clear()  # rows read before held no value at these buckets
@@ -189,11 +192,15 @@ class StepPricer:
             js = sorted(js + [js[0] + 1 if js[0] + 1 < len(self.ctx) else js[0] - 1])
         return js
 
+    def _pass_time(self, ops, hw, dep, profile, shape):
+        """:func:`simulator.physics.operators.pass_time` with the step model's caches (a draft cost's pricer)."""
+        return pass_time(ops, hw, dep, profile, shape, caches=self.caches)
+
     def _draft_columns(self, B: np.ndarray, L: np.ndarray) -> np.ndarray:
         """One draft pass at batch sizes B and context buckets L, [B-1, len(L)], as the engine runs it: in a
         graph by the planner's grid rule (the engine profile's capture limits), else the slower of GPU time
         and kernel launches; a host-side n-gram lookup as it is."""
-        cost = draft_pass_cost(self._setting, B, 1.0, L, pass_time)[0]
+        cost = draft_pass_cost(self._setting, B, 1.0, L, self._pass_time)[0]
         if self.sc.draft.method == "ngram":
             return cost.total_s
         return pass_time_s(cost.total_s, cost.n_kernels, draft_in_graph(self.sc.engine, B), self.eager_s)
@@ -206,7 +213,7 @@ class StepPricer:
         # padding rows' experts where the engine routes them (plan.grid.extend_expert_batch)
         in_graph = draft_extend_in_graph(self.sc.engine, *np.broadcast_arrays(B, K))
         experts = extend_expert_batch(self.sc.engine, B, K, expert_batch(self.sc.engine, self.sc.model, B, K))
-        cost = draft_extend_cost(self._setting, B, K, L[None, None, :], pass_time, experts)
+        cost = draft_extend_cost(self._setting, B, K, L[None, None, :], self._pass_time, experts)
         return pass_time_s(cost.total_s, cost.n_kernels, in_graph, self.eager_s)
 
     def _lin(self, tokens: int) -> float:
@@ -216,7 +223,8 @@ class StepPricer:
             sc = self.sc
             ops = [o for o in forward_ops(sc.model, sc.deployment, sc.hardware, float(tokens), 1.0, 0.0)
                    if o.family != "attention"]
-            self._lin_extra[tokens] = float(pass_time(ops, sc.hardware, sc.deployment, sc.profile, ()).total_s)
+            self._lin_extra[tokens] = float(pass_time(ops, sc.hardware, sc.deployment, sc.profile, (),
+                                                      caches=self.caches).total_s)
         return self._lin_extra[tokens]
 
     def _ctx_weight(self, L: float) -> tuple[int, float]:
@@ -286,7 +294,7 @@ class StepPricer:
                 continue
             window = m.sliding_window if name.endswith("sliding") else None
             ops.append(attention_op(m, sc.deployment, 1.0, chunks, cached, count, window, name))
-        cost = pass_time(ops, sc.hardware, sc.deployment, sc.profile, chunks.shape)
+        cost = pass_time(ops, sc.hardware, sc.deployment, sc.profile, chunks.shape, caches=self.caches)
         return cost.total_s - cost.launch_s
 
     def _pad(self, n_dec: int, k_step: int, tokens: int) -> tuple[int, int, bool]:
