@@ -34,6 +34,8 @@ class PhysicsCaches:
     COLLECTIVE_SLOTS = 128
     # measured.whole_tokens: the last few token arrays asked (a pass's ops share a few size arrays)
     RECENT_WHOLE = 8
+    # experts: a routing's expert groups, and the busiest group's load ratio over a token range, each
+    EXPERT_SLOTS = 64
 
     def __init__(self) -> None:
         # segment key, deployment, device, id(profile), specs -> [profile, table (NaN: not priced yet), launch s,
@@ -48,11 +50,16 @@ class PhysicsCaches:
         # ((token array, its whole-number index or None, its max), ...): the last few asked, newest first (a
         # tuple replaced whole: safe to read across threads)
         self.recent_whole: tuple = ()
+        # (group means, variances, token range) -> (log nodes, E[max] / mean there)
+        self.busiest_ratios: dict = {}
+        # (routing probabilities, groups) -> experts._groups' answer
+        self.expert_groups: dict = {}
 
     def stores(self) -> dict[str, dict]:
         """Every store by name (for a test or a memory check: their sizes are what this object holds)."""
         return {"token_tables": self.token_tables, "cells": self.cells, "lins": self.lins,
-                "collective_tables": self.collective_tables}
+                "collective_tables": self.collective_tables, "busiest_ratios": self.busiest_ratios,
+                "expert_groups": self.expert_groups}
 
     def __len__(self) -> int:
         return sum(len(s) for s in self.stores().values()) + len(self.recent_whole)

@@ -146,13 +146,14 @@ def price_plan(plan: PassPlan, hw: Hardware, profile: Profile | None, shape,
 
 
 def verify_plan(model: ModelSpec, dep: Deployment, hw: Hardware, batch, k, context_len, expert_batch=None,
-                padded_tokens=None, pad_key=None) -> PassPlan:
+                padded_tokens=None, pad_key=None, caches: PhysicsCaches | None = None) -> PassPlan:
     """The target pass scoring K drafts (+ the bonus position) for each of B sequences over L cached keys
     (the ops of :func:`simulator.physics.layers.forward_ops`): its token ops at the replica's B (K + 1)
     tokens, attention, routed experts and sampling (bytes per logit by K: plain or verifying) per cell;
     the routed experts at ``expert_batch`` sequences where given (a padded graph's routed padding rows), the
     token-sized ops and sampling at ``padded_tokens`` where given (a padded graph's size, all replicas':
-    physics.engine_time.pad; ``pad_key``: what fixes them with B and K, keyed instead of the array)."""
+    physics.engine_time.pad; ``pad_key``: what fixes them with B and K, keyed instead of the array); its ops
+    built with ``caches`` (the step model's: simulator.physics.layers)."""
     queries = np.asarray(k, dtype=float) + 1.0
     logit_bytes = verify_logit_bytes(dep, k)
     if padded_tokens is None:
@@ -162,13 +163,15 @@ def verify_plan(model: ModelSpec, dep: Deployment, hw: Hardware, batch, k, conte
     token_batch = None if padded_tokens is None else (lambda: padded_tokens / queries)
 
     def cells() -> list[Op]:
-        return forward_cell_ops(model, dep, hw, batch, queries, context_len, expert_batch=expert_batch) + [
+        return forward_cell_ops(model, dep, hw, batch, queries, context_len, expert_batch=expert_batch,
+                                caches=caches) + [
             head_sampling_op(attention_deployment(dep), tokens, model.vocab_size, "", logit_bytes)]
 
     return PassPlan(dep, (model,), (Segment(("verify",), tokens, lambda t: verify_token_ops(model, dep, hw, t)),),
                     cells, lambda: forward_ops(model, dep, hw, batch, queries, context_len, logit_bytes=logit_bytes,
                                                expert_batch=expert_batch,
-                                               token_batch=None if token_batch is None else token_batch()),
+                                               token_batch=None if token_batch is None else token_batch(),
+                                               caches=caches),
                     cell_key=("verify",) + cell_inputs(batch, k, context_len, expert_batch) + (
                         pad_key if pad_key is not None else cell_inputs(padded_tokens),))
 
@@ -196,7 +199,7 @@ def lin_table(m, dep, hw, prof, t_top: int, caches: PhysicsCaches | None = None)
     hit = kept.get(key)
     if hit is None or hit[0] is not prof:
         t = np.arange(1, t_top + 1, dtype=float)
-        ops = [o for o in forward_ops(m, dep, hw, t, 1.0, 0.0) if o.family != "attention"]
+        ops = [o for o in forward_ops(m, dep, hw, t, 1.0, 0.0, caches=caches) if o.family != "attention"]
         lin = np.concatenate([[0.0], pass_time(ops, hw, dep, prof, t.shape, caches=caches).total_s])
         lin.flags.writeable = False
         make_room(kept, PhysicsCaches.LIN_SLOTS)

@@ -334,10 +334,11 @@ def _evaluate(sc, b, k, c) -> Grid:
     tokens, in_graph = pad(sc.engine, B, Kv)
     tokens = tokens if pads(sc.engine) else None
     padded = expert_batch(sc.engine, sc.model, B, Kv)
+    caches = step_model(sc).caches  # the physics' kept tables: the scenario's step model's
     with shared_ops():  # a draft head's extend pass reads the verify pass's attention and experts
-        verify, verify_context = verify_over_context(sc, B, Kv, C, padded, tokens)
-        draft_pass, passes, extend = draft_costs(DraftSetting.of(sc), B, K, C,
-                                                 extend_expert_batch(sc.engine, B, K, padded), step_model(sc).caches)
+        verify, verify_context = verify_over_context(sc, B, Kv, C, padded, tokens, caches)
+        draft_pass, passes, extend = draft_costs(DraftSetting.of(sc, caches), B, K, C,
+                                                 extend_expert_batch(sc.engine, B, K, padded))
     step = engine_pass_times(sc, B, K, verify, draft_pass, passes, in_graph, extend, verify_context)
     verify_s, draft_step_s, overhead, itl = step.verify_s, step.draft_s, step.overhead_s, step.total_s
     scale = sc.acceptance_context.factor(c) if getattr(sc, "acceptance_context", None) is not None else None
@@ -391,19 +392,21 @@ def _has_ctx_axis(op, n_ctx: int) -> bool:
     return len(shape) == 3 and shape[2] == n_ctx
 
 
-def verify_over_context(sc, B, K, C, expert_batch=None, padded_tokens=None) -> tuple[PassCost, PassCost | None]:
+def verify_over_context(sc, B, K, C, expert_batch=None, padded_tokens=None,
+                        caches=None) -> tuple[PassCost, PassCost | None]:
     """The verify pass over (B, K, L): (its ops priced over (B, K, 1), None) with L of length 1;
     else (the ops whose size does not depend on L, priced once over (B, K, 1); attention, priced over
     (B, K, L)). The per-op times are those of ``verify_cost`` (the token ops read from their table,
-    :mod:`simulator.physics.pass_tables`, kept in the scenario's step model); the verify time is their sum:
+    :mod:`simulator.physics.pass_tables`, kept in ``caches``, default the scenario's step model's); the verify
+    time is their sum:
 
         t(B, K, L) = sum_{o context-free} t_o(B, K) + sum_{o attention} t_o(B, K, L)
     """
     shape = np.broadcast_shapes(B.shape, K.shape)  # (nb, nk, 1); B and K keep their own axes
     n_ctx = C.shape[-1]
-    caches = step_model(sc).caches
+    caches = step_model(sc).caches if caches is None else caches
     plan = verify_plan(sc.model, sc.deployment, sc.hardware, B, K, C, expert_batch, padded_tokens,
-                       None if padded_tokens is None else pad_key(sc.engine))
+                       None if padded_tokens is None else pad_key(sc.engine), caches)
     if n_ctx == 1:
         return price_plan(plan, sc.hardware, sc.profile, shape, caches), None
     cell_ops = plan.cells()

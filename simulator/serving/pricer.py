@@ -86,7 +86,7 @@ class StepPricer:
             self._target_tables(max_context)
         n_ctx = len(self.ctx)
         if speculative:
-            self._setting = DraftSetting.of(sc)
+            self._setting = DraftSetting.of(sc, self.caches)
             self.draft = np.full((b_top, n_ctx), np.nan)  # [B-1, iL], one pass; columns priced on first use
             # passes per step by K (K for heads and draft models; one host lookup for n-gram)
             self.passes = draft_passes(sc.draft, np.arange(k_max + 1.0)).tolist()
@@ -114,7 +114,7 @@ class StepPricer:
         self._pad_experts, self._dec_experts = step_expert_tables(sc, self.graphs, b_top, k_max, self.t_top, self.caches)
         self._pad_experts_list = None if self._pad_experts is None else self._pad_experts.tolist()
         self._dec_experts_list = None if self._dec_experts is None else self._dec_experts.tolist()
-        full_ops = forward_ops(m, dep, hw, 1.0, 1.0, 1.0)
+        full_ops = forward_ops(m, dep, hw, 1.0, 1.0, 1.0, caches=self.caches)
         self.n_kernels = float(sum(o.kernels * o.count for o in full_ops))
         # decode attention over context buckets (linear in L between buckets), [B-1, q-1, iL]: each
         # column priced when first needed (_fill_columns)
@@ -176,7 +176,8 @@ class StepPricer:
         q = np.arange(1, k_max + 2, dtype=float)[None, :, None]
         # the attention of the pass's per-cell ops (the same ops forward_ops builds, without its token ops)
         L = self.ctx[new_attn][None, None, :]
-        ops = [o for o in decoder_cell_ops(sc.model, sc.deployment, sc.hardware, B, q, L) if o.family == "attention"]
+        ops = [o for o in decoder_cell_ops(sc.model, sc.deployment, sc.hardware, B, q, L, caches=self.caches)
+               if o.family == "attention"]
         self.attn[:, :, new_attn] = pass_time(ops, sc.hardware, sc.deployment, sc.profile,
                                               (b_top, k_max + 1, len(new_attn)), caches=self.caches).total_s
         for j in new_attn:
@@ -221,8 +222,8 @@ class StepPricer:
             return self.lin[tokens]
         if tokens not in self._lin_extra:
             sc = self.sc
-            ops = [o for o in forward_ops(sc.model, sc.deployment, sc.hardware, float(tokens), 1.0, 0.0)
-                   if o.family != "attention"]
+            ops = [o for o in forward_ops(sc.model, sc.deployment, sc.hardware, float(tokens), 1.0, 0.0,
+                                          caches=self.caches) if o.family != "attention"]
             self._lin_extra[tokens] = float(pass_time(ops, sc.hardware, sc.deployment, sc.profile, (),
                                                       caches=self.caches).total_s)
         return self._lin_extra[tokens]

@@ -27,7 +27,7 @@ def _experts_by_tokens(sc, t_top: int, caches=None) -> np.ndarray:
     """Routed experts of a pass at T = 0..t_top independent tokens, as lin(T) holds them (T = 0: nothing)."""
     m, dep, hw = sc.model, sc.deployment, sc.hardware
     t = np.arange(1, t_top + 1, dtype=float)
-    ops = [o for o in forward_ops(m, dep, hw, t, 1.0, 0.0) if o.name.endswith("moe_experts")]
+    ops = [o for o in forward_ops(m, dep, hw, t, 1.0, 0.0, caches=caches) if o.name.endswith("moe_experts")]
     return np.concatenate([[0.0], pass_time(ops, hw, dep, sc.profile, t.shape, caches=caches).total_s])
 
 
@@ -35,8 +35,8 @@ def _experts_by_cells(sc, b_top: int, k_max: int, caches=None) -> np.ndarray:
     """[B, K] for B = 0..b_top (row 0 unused): the grid's routed experts of a verify pass of B x (K + 1)."""
     m, dep, hw = sc.model, sc.deployment, sc.hardware
     B, K = np.arange(1, b_top + 1, dtype=float)[:, None], np.arange(k_max + 1, dtype=float)[None, :]
-    ops = [o for o in decoder_cell_ops(m, dep, hw, B, K + 1.0, 0.0, expert_batch=expert_batch(sc.engine, m, B, K))
-           if o.name.endswith("moe_experts")]
+    ops = [o for o in decoder_cell_ops(m, dep, hw, B, K + 1.0, 0.0, expert_batch=expert_batch(sc.engine, m, B, K),
+                                       caches=caches) if o.name.endswith("moe_experts")]
     return np.concatenate([np.zeros((1, k_max + 1)),
                            pass_time(ops, hw, dep, sc.profile, (b_top, k_max + 1), caches=caches).total_s])
 
