@@ -10,6 +10,9 @@ keyed object inside the entry, so the id is not reused while the entry lives.
 """
 from __future__ import annotations
 
+import copy
+from contextlib import contextmanager
+
 
 def make_room(kept: dict, slots: int) -> None:
     """Drop the oldest entry of a full store (a dashboard's sessions share a step model: another thread may be
@@ -54,6 +57,9 @@ class PhysicsCaches:
         self.busiest_ratios: dict = {}
         # (routing probabilities, groups) -> experts._groups' answer
         self.expert_groups: dict = {}
+        # inside :meth:`shared_ops` (a view's, one evaluation): ops and their prices by what built them
+        # (simulator.physics.ops.share_op, operators.pass_time), and the objects their keys hold by id; else None
+        self.shared: dict | None = None
 
     def stores(self) -> dict[str, dict]:
         """Every store by name (for a test or a memory check: their sizes are what this object holds)."""
@@ -63,6 +69,20 @@ class PhysicsCaches:
 
     def __len__(self) -> int:
         return sum(len(s) for s in self.stores().values()) + len(self.recent_whole)
+
+    @contextmanager
+    def shared_ops(self):
+        """A view of these caches (the same stores) for one evaluation, in which an op built from the same inputs
+        is built and priced once (simulator.physics.ops.share_op): a grid's verify pass and a draft head's extend
+        pass run the target's own layer over the same B, K + 1 and L. The scope is the view's alone (a
+        dashboard's sessions evaluate in threads of their own) and ends on exit: what reads the view later (a
+        pass's per-op detail) builds its own ops, as outside any scope."""
+        view = copy.copy(self)
+        view.shared = {"keep": []}
+        try:
+            yield view
+        finally:
+            view.shared = None
 
     def clear(self) -> None:
         """Forget every kept table (the next grid prices its passes afresh, as a new step model's first does)."""

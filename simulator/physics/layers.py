@@ -169,7 +169,7 @@ def _attention(model: ModelSpec, dep: Deployment, adep: Deployment, sizes: tuple
     batch, queries, context_len = sizes
     return share_op(lambda: attention_op(model, adep, batch, queries, context_len, count, window, name), count, name,
                     lambda: (("attention", id(model), id(dep), array_key(batch), array_key(queries),
-                              array_key(context_len), window), (model, dep)))
+                              array_key(context_len), window), (model, dep)), caches)
 
 
 def _attention_kind(model: ModelSpec, dep: Deployment, adep: Deployment, sizes: tuple, count: int, kind: str,
@@ -178,7 +178,7 @@ def _attention_kind(model: ModelSpec, dep: Deployment, adep: Deployment, sizes: 
     batch, queries, context_len = sizes
     return share_op(lambda: attention_kind_op(model, adep, batch, queries, context_len, count, name), count, name,
                     lambda: (("attention-kind", kind, id(model), id(dep), array_key(batch), array_key(queries),
-                              array_key(context_len)), (model, dep)))
+                              array_key(context_len)), (model, dep)), caches)
 
 
 def attention_kind_ops(model: ModelSpec, dep: Deployment, adep: Deployment, sizes: tuple, kinds: dict[str, int],
@@ -200,7 +200,7 @@ def _routed_experts(model: ModelSpec, dep: Deployment, tokens, count: int, prefi
     return share_op(lambda: routed_experts_op(model, dep, tokens, count, prefix, batch, queries, caches), count,
                     prefix + "moe_experts",
                     lambda: (("moe_experts", id(model), id(dep), array_key(tokens), array_key(batch),
-                              array_key(queries)), (model, dep)))
+                              array_key(queries)), (model, dep)), caches)
 
 
 def moe_token_ops(model: ModelSpec, dep: Deployment, hw: Hardware, local, count: int, prefix: str) -> list[Op]:

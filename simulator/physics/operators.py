@@ -40,8 +40,8 @@ from simulator.physics.attention import MAX_DECODE_SURFACE_QUERIES, per_query_he
 from simulator.physics.measured import collective_op_time_s, surface_op_time_s
 from simulator.physics.monotone import surface_time_point_s
 from simulator.physics.terms import attention_decode_bytes, attention_decode_flops
-# the operators it prices (re-exported), and the scope in which shared ones are priced once
-from simulator.physics.ops import AttentionOp, GemmOp, Op, shared_scope  # noqa: F401
+# the operators it prices (re-exported)
+from simulator.physics.ops import AttentionOp, GemmOp, Op  # noqa: F401
 
 
 @dataclass
@@ -176,7 +176,7 @@ def pass_time(ops: list[Op], hw: Hardware, dep: Deployment, profile: Profile | N
     peak, bw, tau, scale = _device_terms(hw, dep, profile)
     by_shape: dict[tuple, np.ndarray] = {}
     launch, kernels = 0.0, 0.0
-    scope = shared_scope()
+    scope = None if caches is None else caches.shared  # ops shared in this evaluation (PhysicsCaches.shared_ops)
     for op in ops:
         t, measured, parts = _instance_s(op, profile, dep.kernels.engine, peak, bw, caches) if scope is None or \
             op.recipe is None else _shared_instance_s(scope, op, hw, dep, profile, peak, bw, caches)

@@ -30,7 +30,6 @@ from simulator.plan.decision_risk import decision_shares
 from simulator.plan.acceptance_risk import banded_acceptance_lengths, k_at_each_rate_set, robust_score
 from simulator.physics.memory import step_memory_bytes
 from simulator.physics.operators import PassCost, StepCost, price_pass
-from simulator.physics.ops import shared_ops
 from simulator.physics.pass_tables import price_plan, verify_plan
 from simulator.physics.draft_cost import DraftSetting, draft_costs
 from simulator.specs.drafts import verify_drafts
@@ -334,8 +333,9 @@ def _evaluate(sc, b, k, c) -> Grid:
     tokens, in_graph = pad(sc.engine, B, Kv)
     tokens = tokens if pads(sc.engine) else None
     padded = expert_batch(sc.engine, sc.model, B, Kv)
-    caches = step_model(sc).caches  # the physics' kept tables: the scenario's step model's
-    with shared_ops():  # a draft head's extend pass reads the verify pass's attention and experts
+    # the physics' kept tables, the scenario's step model's; in this evaluation's scope a draft head's extend pass
+    # reads the verify pass's attention and experts (PhysicsCaches.shared_ops)
+    with step_model(sc).caches.shared_ops() as caches:
         verify, verify_context = verify_over_context(sc, B, Kv, C, padded, tokens, caches)
         draft_pass, passes, extend = draft_costs(DraftSetting.of(sc, caches), B, K, C,
                                                  extend_expert_batch(sc.engine, B, K, padded))
