@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from dataclasses import replace
+from types import MappingProxyType
 
 from simulator.physics.attention import LAYER_KIND_OPS, attention_kind_op, attention_op
 from simulator.physics.experts import busiest_group_load, experts_touched_correlated
@@ -310,7 +311,7 @@ def decoder_cell_ops(model: ModelSpec, dep: Deployment, hw: Hardware, batch, que
                       caches=caches)
 
 
-LAYER_PARTS = {"all": decoder_layers_ops, "tokens": decoder_token_ops, "cells": decoder_cell_ops}
+LAYER_PARTS = MappingProxyType({"all": decoder_layers_ops, "tokens": decoder_token_ops, "cells": decoder_cell_ops})
 
 
 def _layer_ops(model: ModelSpec, dep: Deployment, hw: Hardware, sizes: tuple, prefix: str,
@@ -472,7 +473,7 @@ def forward_cell_ops(model: ModelSpec, dep: Deployment, hw: Hardware, batch, que
                             caches=caches)
 
 
-FORWARD_PARTS = {"all": forward_ops, "tokens": forward_token_ops, "cells": forward_cell_ops}
+FORWARD_PARTS = MappingProxyType({"all": forward_ops, "tokens": forward_token_ops, "cells": forward_cell_ops})
 
 
 def verify_logit_bytes(dep: Deployment, k):
