@@ -96,7 +96,8 @@ def test_the_checks_find_state_where_there_is_some():
               "@functools.lru_cache(maxsize=4)\ndef f(a):\n    return a\n"
               "def g():\n    global _X\n    _X = {}\n")
     assert len(_source_findings(source)) == 3  # the ContextVar import, @lru_cache, global
-    source += ("import numpy as np\nfrom types import MappingProxyType\nfrom simulator.specs.hardware import DTYPE_BYTES\n"
+    source += ("import numpy as np\nfrom types import MappingProxyType\n"
+               "from simulator.specs.hardware import DTYPE_BYTES\n"
                "T = np.zeros(3)\nFROZEN = MappingProxyType({'a': 1})\nclass Holder:\n    kept: dict = {}\n")
     module = types.ModuleType("fake")
     exec(compile(source, "fake", "exec"), module.__dict__)  # noqa: S102 - a fixed string above

@@ -33,8 +33,9 @@ from simulator.specs.models import ModelSpec
 from simulator.specs.profile import Profile
 
 GROUPS = ("experts_loaded", "expert_tokens", "attention", "communication", "overhead")
-LABELS = MappingProxyType({"experts_loaded": "more experts loaded", "expert_tokens": "more tokens through loaded experts",
-                           "attention": "attention", "communication": "communication", "overhead": "overhead"})
+LABELS = MappingProxyType({"experts_loaded": "more experts loaded",
+                           "expert_tokens": "more tokens through loaded experts", "attention": "attention",
+                           "communication": "communication", "overhead": "overhead"})
 
 
 def op_group(name: str, family: str) -> str:

@@ -39,6 +39,8 @@ class PhysicsCaches:
     RECENT_WHOLE = 8
     # experts: a routing's expert groups, and the busiest group's load ratio over a token range, each
     EXPERT_SLOTS = 64
+    # engine_time: the padded size of every whole size, one table per capture list
+    PAD_SLOTS = 8
 
     def __init__(self) -> None:
         # segment key, deployment, device, id(profile), specs -> [profile, table (NaN: not priced yet), launch s,
@@ -57,6 +59,8 @@ class PhysicsCaches:
         self.busiest_ratios: dict = {}
         # (routing probabilities, groups) -> experts._groups' answer
         self.expert_groups: dict = {}
+        # capture sizes (a tuple) -> the captured size of each whole size 0..max, NaN past it (read-only)
+        self.pad_tables: dict = {}
         # inside :meth:`shared_ops` (a view's, one evaluation): ops and their prices by what built them
         # (simulator.physics.ops.share_op, operators.pass_time), and the objects their keys hold by id; else None
         self.shared: dict | None = None
@@ -65,7 +69,7 @@ class PhysicsCaches:
         """Every store by name (for a test or a memory check: their sizes are what this object holds)."""
         return {"token_tables": self.token_tables, "cells": self.cells, "lins": self.lins,
                 "collective_tables": self.collective_tables, "busiest_ratios": self.busiest_ratios,
-                "expert_groups": self.expert_groups}
+                "expert_groups": self.expert_groups, "pad_tables": self.pad_tables}
 
     def __len__(self) -> int:
         return sum(len(s) for s in self.stores().values()) + len(self.recent_whole)

@@ -332,7 +332,8 @@ def draft_costs(setting: DraftSetting, B, K, C, extend_expert_batch=None) -> tup
         draft_pass, passes = draft_pass_cost(setting, np.broadcast_to(B, shape), K, C)
         draft_pass = PassCost.of(draft_pass)
     else:
-        draft_pass, passes = price_plan(plan, setting.hw, setting.profile, shape, caches), draft_passes(setting.draft, K)
+        draft_pass = price_plan(plan, setting.hw, setting.profile, shape, caches)
+        passes = draft_passes(setting.draft, K)
     extend = draft_extend_plan(setting, B, K, C, extend_expert_batch)
     if extend is not None:
         extend = price_plan(extend, setting.hw, setting.profile, np.broadcast_shapes(B.shape, K.shape, C.shape),

@@ -168,7 +168,8 @@ def busiest_group_load(tokens, probabilities: np.ndarray, groups: int, batch=Non
     return np.max([touched(g) for g in per_group], axis=0), pairs
 
 
-def _groups(p: np.ndarray, groups: int, caches: PhysicsCaches | None = None) -> tuple[list, np.ndarray, np.ndarray, bool]:
+def _groups(p: np.ndarray, groups: int,
+            caches: PhysicsCaches | None = None) -> tuple[list, np.ndarray, np.ndarray, bool]:
     """(each GPU's experts' probabilities, round-robin; their mean and variance of pairs per token;
     whether every GPU holds the same multiset of probabilities, so that one stands for all)."""
     def build():

@@ -89,12 +89,13 @@ class StepTime:
     total_s: np.ndarray
 
 
-def lin_index(engine, dep, batch, k, tokens=None) -> tuple[np.ndarray, np.ndarray]:
+def lin_index(engine, dep, batch, k, tokens=None, caches=None) -> tuple[np.ndarray, np.ndarray]:
     """(the entry T of a table of token ops priced at rank_tokens(dep, T, 1) that a step reads, whether it runs
     as a graph; serving.pricer's lin(T)): the step's padded tokens; under data-parallel attention a
     decode-only step's busiest replica runs ceil(B_pad / dp) (K + 1) of them, as the grid prices it
-    (physics.pass_tables.verify_plan), so the entry dp x that. ``tokens`` None: decode only."""
-    padded, graph = pad(engine, batch, k, tokens)
+    (physics.pass_tables.verify_plan), so the entry dp x that. ``tokens`` None: decode only; ``caches``: the
+    step model's (engine_time.pad)."""
+    padded, graph = pad(engine, batch, k, tokens, caches)
     if not dep.dp_attention:
         return padded, graph
     batch, k = np.broadcast_arrays(np.asarray(batch, dtype=float), np.asarray(k, dtype=float))

@@ -330,12 +330,13 @@ def _evaluate(sc, b, k, c) -> Grid:
     Kv = verify_drafts(sc.draft, K)  # drafts the verify pass checks: K, or a tree's N (specs.drafts)
     # a padded graph runs its token ops at the padded size (physics.engine_time.pad), and its padding rows load
     # experts where the engine routes them (physics.engine_time.expert_batch)
-    tokens, in_graph = pad(sc.engine, B, Kv)
+    kept = step_model(sc).caches  # the physics' kept tables: the scenario's step model's
+    tokens, in_graph = pad(sc.engine, B, Kv, caches=kept)
     tokens = tokens if pads(sc.engine) else None
-    padded = expert_batch(sc.engine, sc.model, B, Kv)
-    # the physics' kept tables, the scenario's step model's; in this evaluation's scope a draft head's extend pass
-    # reads the verify pass's attention and experts (PhysicsCaches.shared_ops)
-    with step_model(sc).caches.shared_ops() as caches:
+    padded = expert_batch(sc.engine, sc.model, B, Kv, kept)
+    # in this evaluation's scope a draft head's extend pass reads the verify pass's attention and experts
+    # (PhysicsCaches.shared_ops)
+    with kept.shared_ops() as caches:
         verify, verify_context = verify_over_context(sc, B, Kv, C, padded, tokens, caches)
         draft_pass, passes, extend = draft_costs(DraftSetting.of(sc, caches), B, K, C,
                                                  extend_expert_batch(sc.engine, B, K, padded))

@@ -76,8 +76,8 @@ class StepPricer:
         self.b_top = b_top
         t_top = max(engine.max_num_batched_tokens, max_seqs * (k_max + 1))
         B, K = np.arange(1, max_seqs + 1.0)[:, None], np.arange(k_max + 1.0)[None, :]
-        self.t_top = int(max(lin_index(self.graphs, sc.deployment, B, K)[0].max(),
-                             lin_index(self.graphs, sc.deployment, 0.0, 0.0, float(t_top))[0]))
+        self.t_top = int(max(lin_index(self.graphs, sc.deployment, B, K, caches=self.caches)[0].max(),
+                             lin_index(self.graphs, sc.deployment, 0.0, 0.0, float(t_top), self.caches)[0]))
         if twin is not None and twin.sc is sc and (twin.engine, twin.k_max, twin.max_context, twin.b_top,
                                                    twin.t_top) == (engine, k_max, max_context, b_top, self.t_top):
             for name in self.TARGET_TABLES:
@@ -111,7 +111,8 @@ class StepPricer:
         # lin(T): all target ops but attention, at T = 0..t_top tokens (T = 0 costs nothing)
         self.lin, self._lin_list = lin_table(m, dep, hw, prof, self.t_top, self.caches)
         # an MoE step's routed experts as the grid prices them (serving.step_experts)
-        self._pad_experts, self._dec_experts = step_expert_tables(sc, self.graphs, b_top, k_max, self.t_top, self.caches)
+        self._pad_experts, self._dec_experts = step_expert_tables(sc, self.graphs, b_top, k_max, self.t_top,
+                                                                  self.caches)
         self._pad_experts_list = None if self._pad_experts is None else self._pad_experts.tolist()
         self._dec_experts_list = None if self._dec_experts is None else self._dec_experts.tolist()
         full_ops = forward_ops(m, dep, hw, 1.0, 1.0, 1.0, caches=self.caches)
@@ -303,8 +304,10 @@ class StepPricer:
         key = (n_dec, k_step, tokens)
         hit = self._pad_memo.get(key)
         if hit is None:
-            index, graph = lin_index(self.graphs, self.sc.deployment, float(n_dec), float(k_step), float(tokens))
-            hit = self._pad_memo[key] = (int(index), int(_padded_tokens(self.graphs, n_dec, k_step, tokens)),
+            index, graph = lin_index(self.graphs, self.sc.deployment, float(n_dec), float(k_step), float(tokens),
+                                     self.caches)
+            hit = self._pad_memo[key] = (int(index), int(_padded_tokens(self.graphs, n_dec, k_step, tokens,
+                                                                        self.caches)),
                                          bool(graph))
         return hit
 
@@ -364,7 +367,7 @@ class StepPricer:
         ``prefill_attn_s``: one prompt chunk's attention for every step, or one per step."""
         sc = self.sc
         n_dec, k_step, tokens = (np.asarray(a, dtype=np.intp) for a in (n_dec, k_step, tokens))
-        index, graph = lin_index(self.graphs, sc.deployment, n_dec, k_step, tokens)
+        index, graph = lin_index(self.graphs, sc.deployment, n_dec, k_step, tokens, self.caches)
         index = index.astype(np.intp)
         inside = index <= self.t_top
         kernels = self.lin[np.where(inside, index, 0)]
@@ -400,6 +403,6 @@ class StepPricer:
                          spec_mode).total_s
 
 
-def _padded_tokens(graphs, n_dec: int, k_step: int, tokens: int) -> float:
+def _padded_tokens(graphs, n_dec: int, k_step: int, tokens: int, caches=None) -> float:
     """The tokens a step's target pass runs at (physics.engine_time.pad)."""
-    return float(pad(graphs, float(n_dec), float(k_step), float(tokens))[0])
+    return float(pad(graphs, float(n_dec), float(k_step), float(tokens), caches)[0])

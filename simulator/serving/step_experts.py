@@ -35,8 +35,9 @@ def _experts_by_cells(sc, b_top: int, k_max: int, caches=None) -> np.ndarray:
     """[B, K] for B = 0..b_top (row 0 unused): the grid's routed experts of a verify pass of B x (K + 1)."""
     m, dep, hw = sc.model, sc.deployment, sc.hardware
     B, K = np.arange(1, b_top + 1, dtype=float)[:, None], np.arange(k_max + 1, dtype=float)[None, :]
-    ops = [o for o in decoder_cell_ops(m, dep, hw, B, K + 1.0, 0.0, expert_batch=expert_batch(sc.engine, m, B, K),
-                                       caches=caches) if o.name.endswith("moe_experts")]
+    padded = expert_batch(sc.engine, m, B, K, caches)
+    ops = [o for o in decoder_cell_ops(m, dep, hw, B, K + 1.0, 0.0, expert_batch=padded, caches=caches)
+           if o.name.endswith("moe_experts")]
     return np.concatenate([np.zeros((1, k_max + 1)),
                            pass_time(ops, hw, dep, sc.profile, (b_top, k_max + 1), caches=caches).total_s])
 
@@ -51,11 +52,11 @@ def step_expert_tables(sc, graphs, b_top: int, k_max: int, t_top: int,
     indep = _experts_by_tokens(sc, t_top, caches)
     real = np.arange(t_top + 1)
     # the lin(T) entry a step of T tokens with prompt chunks reads (physics.step_model.lin_index; B, K aside)
-    padded, graph = lin_index(graphs, sc.deployment, 0.0, 0.0, real.astype(float))
+    padded, graph = lin_index(graphs, sc.deployment, 0.0, 0.0, real.astype(float), caches)
     read = np.where(graph & (padded <= t_top), padded, real).astype(np.intp)
     mixed = None if padding_routed(sc.engine, sc.model) else np.where(read == real, 0.0, indep[real] - indep[read])
     B, K = np.arange(b_top + 1.0)[:, None], np.arange(k_max + 1.0)[None, :]
-    index = lin_index(graphs, sc.deployment, B, K)[0].astype(np.intp)  # a decode-only step's entry
+    index = lin_index(graphs, sc.deployment, B, K, caches=caches)[0].astype(np.intp)  # a decode-only step's entry
     decode = _experts_by_cells(sc, b_top, k_max, caches) - indep[np.minimum(index, t_top)]
     decode[0] = 0.0
     return mixed, decode
