@@ -10,7 +10,6 @@ keyed object inside the entry, so the id is not reused while the entry lives.
 """
 from __future__ import annotations
 
-import copy
 from contextlib import contextmanager
 
 
@@ -81,7 +80,8 @@ class PhysicsCaches:
         pass run the target's own layer over the same B, K + 1 and L. The scope is the view's alone (a
         dashboard's sessions evaluate in threads of their own) and ends on exit: what reads the view later (a
         pass's per-op detail) builds its own ops, as outside any scope."""
-        view = copy.copy(self)
+        view = PhysicsCaches.__new__(PhysicsCaches)  # a shallow copy (copy.copy costs 5 times as much)
+        view.__dict__.update(self.__dict__)
         view.shared = {"keep": []}
         try:
             yield view
