@@ -18,9 +18,9 @@ import time
 
 import numpy as np
 
-from simulator.physics import pass_tables
 from simulator.physics.memory import kv_bytes_per_gpu, weight_bytes_per_gpu
 from simulator.plan.grid import evaluate_grid  # the grid computed afresh each call (compute_grid keeps the last few)
+from simulator.plan.step_models import step_model
 from simulator.specs.hardware import list_hardware
 from simulator.specs.models import list_models, load_model
 from simulator.specs.scenario import SCENARIO_DIR, load_scenario
@@ -69,8 +69,9 @@ def new_tables_grid(sc, b, ks):
     """The grid with its passes' token tables and per-cell prices dropped first: what a scenario's first grid
     costs (a new model, device or deployment; simulator/physics/pass_tables.py), the lattices of the measured
     tables kept."""
-    pass_tables._TABLES.clear()
-    pass_tables._CELLS.clear()
+    caches = step_model(sc).caches
+    caches.token_tables.clear()
+    caches.cells.clear()
     return evaluate_grid(sc, b, ks)
 
 

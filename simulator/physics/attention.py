@@ -5,6 +5,8 @@ Letters: B sequences, q query tokens per sequence, L context length (KV entries 
 """
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import numpy as np
 
 from simulator.physics.ops import AttentionOp, Op
@@ -103,8 +105,8 @@ def attention_op(model: ModelSpec, dep: Deployment, batch, queries, context_len:
 # Each layer kind is one op per pass, named by its kind; `attention_kind_op` builds any of them from its name,
 # so a caller that re-prices a pass's attention at other sizes (serving's prompt chunks) builds the same ops.
 
-LAYER_KIND_OPS = {"full": "attention", "sparse": "attention_sparse", "sliding": "attention_sliding",
-                  "chunked": "attention_chunked", "linear": "attention_linear"}
+LAYER_KIND_OPS = MappingProxyType({"full": "attention", "sparse": "attention_sparse", "sliding": "attention_sliding",
+                                   "chunked": "attention_chunked", "linear": "attention_linear"})  # read-only
 
 
 def kind_of_op(name: str) -> str:

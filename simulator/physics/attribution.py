@@ -22,6 +22,8 @@ first draft tokens pay for new experts, later ones ride on experts already loade
 """
 from __future__ import annotations
 
+from types import MappingProxyType
+
 import numpy as np
 
 from simulator.physics.layers import verify_cost
@@ -31,8 +33,9 @@ from simulator.specs.models import ModelSpec
 from simulator.specs.profile import Profile
 
 GROUPS = ("experts_loaded", "expert_tokens", "attention", "communication", "overhead")
-LABELS = {"experts_loaded": "more experts loaded", "expert_tokens": "more tokens through loaded experts",
-          "attention": "attention", "communication": "communication", "overhead": "overhead"}
+LABELS = MappingProxyType({"experts_loaded": "more experts loaded",
+                           "expert_tokens": "more tokens through loaded experts", "attention": "attention",
+                           "communication": "communication", "overhead": "overhead"})
 
 
 def op_group(name: str, family: str) -> str:

@@ -28,7 +28,7 @@ A draft tree (``eagle3:tree:TxN``) runs its K - 1 passes after the first over T 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -46,18 +46,20 @@ from simulator.specs.profile import Profile
 @dataclass(frozen=True)
 class DraftSetting:
     """What a draft pass is priced with: the draft, the target it proposes for, the target's deployment,
-    the device and the calibration profile (None: the datasheet roofline)."""
+    the device and the calibration profile (None: the datasheet roofline); ``caches``: the step model's
+    (simulator.physics.caches) its ops are built and priced with, None: nothing kept."""
 
     draft: DraftSpec
     target: ModelSpec
     dep: Deployment
     hw: Hardware
     profile: Profile | None = None
+    caches: object = field(default=None, compare=False, repr=False)
 
     @classmethod
-    def of(cls, sc) -> "DraftSetting":
+    def of(cls, sc, caches=None) -> "DraftSetting":
         """The setting of a scenario (anything with draft, model, deployment, hardware and profile)."""
-        return cls(sc.draft, sc.model, sc.deployment, sc.hardware, sc.profile)
+        return cls(sc.draft, sc.model, sc.deployment, sc.hardware, sc.profile, caches)
 
 
 # Methods whose first draft pass of a step is the extend pass over the verified positions (above).
@@ -105,7 +107,8 @@ def draft_extend_plan(setting: DraftSetting, batch, k, context_len, expert_batch
         # few sequences on; priced every step (at one sequence, where it is not, two memory-bound
         # tokens cost what one does)
         def self_ops(b, L, part):
-            return FORWARD_PARTS[part](target, dep, hw, b, 2.0, np.minimum(L, draft.kv_budget), "draft_extend.")
+            return FORWARD_PARTS[part](target, dep, hw, b, 2.0, np.minimum(L, draft.kv_budget), "draft_extend.",
+                                       caches=setting.caches)
         return _plan(dep, (target, dep), ("extend-self",), [("all", rank_tokens(dep, batch, 2.0),
                                                              lambda t: self_ops(t, 0.0, "tokens"))],
                      self_ops, batch, context_len, cells)
@@ -114,7 +117,7 @@ def draft_extend_plan(setting: DraftSetting, batch, k, context_len, expert_batch
         ddep = draft_deployment(m, dep)
         adep = attention_deployment(ddep)
 
-        model_ops = draft_model_ops(m, ddep, adep, hw, queries, 1.0, "draft_extend.")
+        model_ops = draft_model_ops(m, ddep, adep, hw, queries, 1.0, "draft_extend.", setting.caches)
         return _plan(ddep, (m, dep), ("extend-model",), [
             ("layers", rank_tokens(ddep, batch, queries), lambda t: model_ops(t, 0.0, "tokens")),
             ("head", rank_tokens(ddep, batch, 1.0), lambda t: head_ops(m, adep, hw, t, m.vocab_size, "draft_extend."))],
@@ -130,7 +133,8 @@ def draft_extend_plan(setting: DraftSetting, batch, k, context_len, expert_batch
         ops = [] if part == "cells" else [gemm("draft_extend.fusion", _rows(dep, b, queries, part), D,
                                                cfg["fusion_inputs"] * D, w, a, 1)]
         eb = {} if part == "tokens" or expert_batch is None else {"expert_batch": expert_batch}
-        return ops + LAYER_PARTS[part](target, dep, hw, b, queries, L, "draft_extend.", layer_counts=layers, **eb)
+        return ops + LAYER_PARTS[part](target, dep, hw, b, queries, L, "draft_extend.", layer_counts=layers,
+                                       caches=setting.caches, **eb)
 
     def head_ops_at(t):
         return head_ops(target, adep, hw, t, vocab, "draft_extend.")
@@ -142,11 +146,11 @@ def draft_extend_plan(setting: DraftSetting, batch, k, context_len, expert_batch
         ("head", rank_tokens(dep, batch, 1.0), head_ops_at)], ops, batch, context_len, cells)
 
 
-def draft_model_ops(m, ddep, adep, hw, queries, head_tokens, prefix: str):
+def draft_model_ops(m, ddep, adep, hw, queries, head_tokens, prefix: str, caches=None):
     """ops(b, L, part) of a draft model's pass: its layers over ``queries`` tokens per sequence and, for the
-    whole pass, its LM head over ``head_tokens`` positions per sequence."""
+    whole pass, its LM head over ``head_tokens`` positions per sequence (built with ``caches``)."""
     def ops(b, L, part):
-        out = LAYER_PARTS[part](m, ddep, hw, b, queries, L, prefix)
+        out = LAYER_PARTS[part](m, ddep, hw, b, queries, L, prefix, caches=caches)
         if part == "all":
             out += head_ops(m, adep, hw, rank_tokens(ddep, b, head_tokens), m.vocab_size, prefix)
         return out
@@ -169,7 +173,7 @@ def block_plan(setting: DraftSetting, batch, k, context_len, cells: tuple) -> Pa
         ddep = draft_deployment(m, dep)
         adep = attention_deployment(ddep)
 
-        pard_ops = draft_model_ops(m, ddep, adep, hw, queries, heads, "draft_block.")
+        pard_ops = draft_model_ops(m, ddep, adep, hw, queries, heads, "draft_block.", setting.caches)
         return _plan(ddep, (m, dep), ("block-pard", cfg["query_tokens"]), [
             ("layers", rank_tokens(ddep, batch, queries), lambda t: pard_ops(t, 0.0, "tokens")),
             ("head", rank_tokens(ddep, batch, heads), lambda t: head_ops(m, adep, hw, t, m.vocab_size, "draft_block."))],
@@ -186,7 +190,8 @@ def block_plan(setting: DraftSetting, batch, k, context_len, cells: tuple) -> Pa
         fuse = part != "cells" and not cfg["context_kv"]
         ops = [gemm("draft_block.fusion", _rows(dep, b, queries, part), D, cfg["fusion_inputs"] * D, w, a, 1)] \
             if fuse else []
-        return ops + LAYER_PARTS[part](target, dep, hw, b, queries, L, "draft_block.", layer_counts=(n_layers, 0))
+        return ops + LAYER_PARTS[part](target, dep, hw, b, queries, L, "draft_block.", layer_counts=(n_layers, 0),
+                                       caches=setting.caches)
 
     def context_ops(t):  # fc of the fused target features + one K/V GEMM for every draft layer
         return [gemm("draft_block.context_fc", t, D, cfg["fusion_inputs"] * D, w, a, 1),
@@ -247,7 +252,7 @@ def draft_pass_plan(setting: DraftSetting, batch, context_len) -> PassPlan | Non
         adep = attention_deployment(dep)
 
         def exit_ops(b, L, part):
-            ops = LAYER_PARTS[part](target, dep, hw, b, 1.0, L, "draft.", layer_counts=counts)
+            ops = LAYER_PARTS[part](target, dep, hw, b, 1.0, L, "draft.", layer_counts=counts, caches=setting.caches)
             if part == "cells":
                 return ops
             return ops + head_ops(target, adep, hw, _rows(dep, b, 1.0, part), target.vocab_size, "draft.")
@@ -260,7 +265,7 @@ def draft_pass_plan(setting: DraftSetting, batch, context_len) -> PassPlan | Non
 
         def lm_ops(b, L, part):
             L = np.minimum(L, draft.kv_budget) if draft.method == "self" else L
-            return FORWARD_PARTS[part](m, mdep, hw, b, 1.0, L, "draft.")
+            return FORWARD_PARTS[part](m, mdep, hw, b, 1.0, L, "draft.", caches=setting.caches)
         return _plan(mdep, (m, dep), ("draft-" + draft.method,), [
             ("all", rank_tokens(mdep, batch, 1.0), lambda t: lm_ops(t, 0.0, "tokens"))], lm_ops, batch, context_len,
             cells)
@@ -275,7 +280,8 @@ def draft_pass_plan(setting: DraftSetting, batch, context_len) -> PassPlan | Non
     q = float(draft.topk)  # a tree's passes after the first run T candidates per sequence (a chain: 1)
 
     def head_layer(b, L, part):  # the fusion projection, one decoder layer, the LM head
-        ops = LAYER_PARTS[part](target, dep, hw, b, q, L, "draft.", layer_counts=(0, 1) if moe_layer else (1, 0))
+        ops = LAYER_PARTS[part](target, dep, hw, b, q, L, "draft.", layer_counts=(0, 1) if moe_layer else (1, 0),
+                                caches=setting.caches)
         if part == "cells":
             return ops
         rows = _rows(dep, b, q, part)
@@ -314,19 +320,22 @@ def draft_pass_cost(setting: DraftSetting, batch, k, context_len, price=evaluate
     return price(plan.full(), setting.hw, plan.dep, setting.profile, batch.shape), draft_passes(setting.draft, k)
 
 
-def draft_costs(setting: DraftSetting, B, K, C,
-                extend_expert_batch=None) -> tuple[PassCost, np.ndarray, PassCost | None]:
+def draft_costs(setting: DraftSetting, B, K, C, extend_expert_batch=None) -> tuple[PassCost, np.ndarray,
+                                                                                  PassCost | None]:
     """(one draft pass over (B, 1, L), passes per step over K, the extend pass over (B, K, L) or None), their
-    token ops read from tables (:mod:`simulator.physics.pass_tables`); ``extend_expert_batch``: as for
-    :func:`draft_extend_plan`."""
+    token ops read from tables (:mod:`simulator.physics.pass_tables`, kept in ``setting.caches``: the step
+    model's); ``extend_expert_batch``: as for :func:`draft_extend_plan`."""
+    caches = setting.caches
     shape = (B.shape[0], 1, C.shape[-1])
     plan = draft_pass_plan(setting, B, C)  # ops over B alone (token ops, routed experts) stay (B, 1, 1)
     if plan is None:  # a host-side lookup: no ops to price
         draft_pass, passes = draft_pass_cost(setting, np.broadcast_to(B, shape), K, C)
         draft_pass = PassCost.of(draft_pass)
     else:
-        draft_pass, passes = price_plan(plan, setting.hw, setting.profile, shape), draft_passes(setting.draft, K)
+        draft_pass = price_plan(plan, setting.hw, setting.profile, shape, caches)
+        passes = draft_passes(setting.draft, K)
     extend = draft_extend_plan(setting, B, K, C, extend_expert_batch)
     if extend is not None:
-        extend = price_plan(extend, setting.hw, setting.profile, np.broadcast_shapes(B.shape, K.shape, C.shape))
+        extend = price_plan(extend, setting.hw, setting.profile, np.broadcast_shapes(B.shape, K.shape, C.shape),
+                            caches)
     return draft_pass, passes, extend

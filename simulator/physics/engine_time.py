@@ -17,10 +17,9 @@ the capture limit, which with speculation on may be a limit of its own (e.g. B (
 """
 from __future__ import annotations
 
-from functools import lru_cache
-
 import numpy as np
 
+from simulator.physics.caches import PhysicsCaches, make_room
 from simulator.specs.engines import EngineProfile
 
 
@@ -74,20 +73,25 @@ def verify_in_graph(engine: EngineProfile, batch, k, tokens=None) -> np.ndarray:
     return _in_graph(engine, *_step_sizes(batch, k, tokens), tokens is not None)
 
 
-@lru_cache(maxsize=64)
-def _pad_table(sizes: tuple[int, ...]) -> np.ndarray:
+def _pad_table(sizes: tuple[int, ...], caches: PhysicsCaches | None = None) -> np.ndarray:
     """The captured size each whole size 0..max(sizes) is padded to, and NaN past it (read-only; made once per
-    capture list: the grid reads it at every cell)."""
-    cap = np.asarray(sorted(sizes), dtype=float)
-    whole = np.arange(cap[-1] + 1)
-    table = np.append(cap[np.searchsorted(cap, whole)], np.nan)
-    table.flags.writeable = False
+    capture list and kept in ``caches.pad_tables``, the step model's: the grid reads it at every cell)."""
+    kept = caches.pad_tables if caches is not None else None
+    table = kept.get(sizes) if kept is not None else None
+    if table is None:
+        cap = np.asarray(sorted(sizes), dtype=float)
+        whole = np.arange(cap[-1] + 1)
+        table = np.append(cap[np.searchsorted(cap, whole)], np.nan)
+        table.flags.writeable = False
+        if kept is not None:
+            make_room(kept, PhysicsCaches.PAD_SLOTS)
+            kept[sizes] = table
     return table
 
 
-def _padded(size: np.ndarray, sizes: tuple[int, ...]) -> np.ndarray:
+def _padded(size: np.ndarray, sizes: tuple[int, ...], caches: PhysicsCaches | None = None) -> np.ndarray:
     """Each size rounded up to the next captured size (unchanged above the largest)."""
-    table = _pad_table(sizes)
+    table = _pad_table(sizes, caches)
     top = table.size - 2
     up = np.take(table, np.ceil(size).astype(np.intp), mode="clip")  # NaN past the largest size
     return np.where(size <= top, up, size)
@@ -106,33 +110,35 @@ def pads(engine: EngineProfile) -> bool:
     return engine.graphs_enabled and engine.padding and not engine.unlimited and bool(engine.capture_sizes)
 
 
-def pad(engine: EngineProfile, batch, k, tokens=None) -> tuple[np.ndarray, np.ndarray]:
+def pad(engine: EngineProfile, batch, k, tokens=None, caches: PhysicsCaches | None = None) -> tuple[np.ndarray,
+                                                                                                    np.ndarray]:
     """(tokens the target pass runs at, whether it replays a captured graph) for a step of B sequences
     decoding K + 1 positions each, ``tokens`` in all (default B (K + 1); more with prompt chunks), both of
     the broadcast shape. The one padding rule of every engine, read from its profile: a pass in a padded
     graph runs at the next captured size, in tokens where graphs are keyed by tokens (vLLM), in sequences x
     (K + 1) where keyed by sequences (SGLang; its speculative capture list at K > 0 where it has one); an
     eager pass, an unlimited engine's exact-size graph or one without padding runs at its own size. The grid,
-    the serving pricer and the K-change notes read it (plan.grid, serving.pricer, plan.api)."""
+    the serving pricer and the K-change notes read it (plan.grid, serving.pricer, plan.api). ``caches``: the step
+    model's (its capture lists' tables kept there), None: made afresh."""
     batch, k, decode, tokens = _step_sizes(batch, k, tokens)
     graph = _in_graph(engine, batch, k, decode, tokens, tokens is not decode)
     if not pads(engine):
         return np.array(np.broadcast_to(tokens, graph.shape), dtype=float), graph
     if engine.size_unit == "tokens":
-        padded = _padded(tokens, engine.capture_sizes)
+        padded = _padded(tokens, engine.capture_sizes, caches)
     else:
-        seqs = _padded(batch, engine.capture_sizes)
+        seqs = _padded(batch, engine.capture_sizes, caches)
         if engine.spec_capture_sizes:
-            seqs = np.where(k > 0, _padded(batch, engine.spec_capture_sizes), seqs)
+            seqs = np.where(k > 0, _padded(batch, engine.spec_capture_sizes, caches), seqs)
         padded = seqs * (k + 1)
     return np.where(graph, padded, tokens), graph
 
 
-def graph_batch(engine: EngineProfile, batch, k) -> np.ndarray:
+def graph_batch(engine: EngineProfile, batch, k, caches: PhysicsCaches | None = None) -> np.ndarray:
     """The batch size the verify pass of B sequences x (K + 1) tokens runs at: its :func:`pad`ded tokens
     / (K + 1) where it replays a padded graph, else B."""
     batch, k = np.broadcast_arrays(np.asarray(batch, dtype=float), np.asarray(k, dtype=float))
-    padded, graph = pad(engine, batch, k)
+    padded, graph = pad(engine, batch, k, caches=caches)
     return np.where(graph, padded / (k + 1), batch)
 
 
@@ -142,7 +148,7 @@ def padding_routed(engine: EngineProfile, model) -> bool:
     return model.is_moe and (rule == "all" or (rule == "grouped-topk" and model.expert_groups > 0))
 
 
-def expert_batch(engine: EngineProfile, model, batch, k):
+def expert_batch(engine: EngineProfile, model, batch, k, caches: PhysicsCaches | None = None):
     """Sequences whose routing a verify pass's routed experts load: B, or, where the pass replays a graph
     padded to a larger captured size and the engine's router sends the padding rows to experts as real
     tokens (``moe_padding_routed``), the padded size: padded tokens / (K + 1) for token-keyed graphs,
@@ -151,7 +157,7 @@ def expert_batch(engine: EngineProfile, model, batch, k):
     if not padding_routed(engine, model) or not pads(engine):
         return None
     batch, k = np.broadcast_arrays(np.asarray(batch, dtype=float), np.asarray(k, dtype=float))
-    padded = graph_batch(engine, batch, k)
+    padded = graph_batch(engine, batch, k, caches)
     return None if np.array_equal(padded, batch) else padded
 
 

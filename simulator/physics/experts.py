@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from simulator.physics.caches import PhysicsCaches, make_room
+
 _P_MAX = 1 - 1e-12
 
 
@@ -89,27 +91,26 @@ def _expected_max_normal(means: np.ndarray, stds: np.ndarray, points: int = 96) 
 _BUSIEST_NODES = 64
 
 
-def _memo(cache: dict, key, build):
-    """``cache[key]``, built on first use; a full cache (256 entries) starts again. Grids and passes ask
-    the same few routing settings over and over."""
+def _memo(cache: dict | None, key, build):
+    """``cache[key]``, built on first use (a store of the step model's caches; None: built every time); a full
+    store drops its oldest entry. Grids and passes ask the same few routing settings over and over."""
+    if cache is None:
+        return build()
     hit = cache.get(key)
     if hit is None:
-        if len(cache) >= 256:
-            cache.clear()
+        make_room(cache, PhysicsCaches.EXPERT_SLOTS)
         hit = cache[key] = build()
     return hit
 
 
-_RATIOS: dict = {}  # (group means, variances, token range) -> (log nodes, E[max] / mean there)
-
-
-def _busiest_ratio(lo: float, hi: float, m: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _busiest_ratio(lo: float, hi: float, m: np.ndarray, v: np.ndarray,
+                   caches: PhysicsCaches | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(log of the token-count nodes, E[max] / mean load at them) on the log-spaced nodes over [lo, hi]."""
     def build():
         nodes = np.geomspace(lo, hi, _BUSIEST_NODES)
         ratio = _expected_max_normal(nodes[:, None] * m[None, :], np.sqrt(nodes[:, None] * v[None, :])) / (nodes * m.max())
         return np.log(nodes), ratio
-    return _memo(_RATIOS, (lo, hi, m.tobytes(), v.tobytes()), build)
+    return _memo(None if caches is None else caches.busiest_ratios, (lo, hi, m.tobytes(), v.tobytes()), build)
 
 
 def _unique_counts(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -123,11 +124,11 @@ def _unique_counts(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.unique(x, return_inverse=True)
 
 
-def _busiest_pairs(tokens: np.ndarray, m: np.ndarray, v: np.ndarray) -> np.ndarray:
+def _busiest_pairs(tokens: np.ndarray, m: np.ndarray, v: np.ndarray, caches: PhysicsCaches | None = None) -> np.ndarray:
     """Expected token-expert pairs on the busiest group for every token count in ``tokens``."""
     unique, inverse = _unique_counts(tokens.ravel())
     if unique.size > _BUSIEST_NODES and unique[0] > 0:
-        log_nodes, ratio = _busiest_ratio(float(unique[0]), float(unique[-1]), m, v)
+        log_nodes, ratio = _busiest_ratio(float(unique[0]), float(unique[-1]), m, v, caches)
         busiest = unique * m.max() * np.interp(np.log(unique), log_nodes, ratio)
     else:
         busiest = _expected_max_normal(unique[:, None] * m[None, :], np.sqrt(unique[:, None] * v[None, :]))
@@ -135,7 +136,7 @@ def _busiest_pairs(tokens: np.ndarray, m: np.ndarray, v: np.ndarray) -> np.ndarr
 
 
 def busiest_group_load(tokens, probabilities: np.ndarray, groups: int, batch=None, queries=None,
-                       reuse: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+                       reuse: float = 0.0, caches: PhysicsCaches | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(experts touched, token-expert pairs routed) on the most loaded of ``groups`` expert-parallel GPUs.
 
     Experts are placed round-robin (expert i on GPU i mod groups), which spreads hot experts.
@@ -147,6 +148,8 @@ def busiest_group_load(tokens, probabilities: np.ndarray, groups: int, batch=Non
     T k / G. Experts touched: the largest expected count over the groups (continuous in the skew too).
     ``batch`` / ``queries`` / ``reuse``: count distinct experts of correlated positions
     (:func:`experts_touched_correlated`); the pair count does not depend on the correlation.
+    ``caches``: the step model's (simulator.physics.caches: the groups and load ratios of a routing), None:
+    worked out every time.
     """
     tokens = np.asarray(tokens, dtype=float)
     p = np.asarray(probabilities, dtype=float)
@@ -158,17 +161,15 @@ def busiest_group_load(tokens, probabilities: np.ndarray, groups: int, batch=Non
 
     if groups == 1:
         return touched(p), tokens * p.sum()
-    per_group, m, v, alike = _groups(p, int(groups))
-    pairs = _busiest_pairs(tokens, m, v)
+    per_group, m, v, alike = _groups(p, int(groups), caches)
+    pairs = _busiest_pairs(tokens, m, v, caches)
     if alike:
         return touched(per_group[0]), pairs
     return np.max([touched(g) for g in per_group], axis=0), pairs
 
 
-_GROUPS: dict = {}  # (routing probabilities, groups) -> _groups' answer
-
-
-def _groups(p: np.ndarray, groups: int) -> tuple[list, np.ndarray, np.ndarray, bool]:
+def _groups(p: np.ndarray, groups: int,
+            caches: PhysicsCaches | None = None) -> tuple[list, np.ndarray, np.ndarray, bool]:
     """(each GPU's experts' probabilities, round-robin; their mean and variance of pairs per token;
     whether every GPU holds the same multiset of probabilities, so that one stands for all)."""
     def build():
@@ -177,7 +178,7 @@ def _groups(p: np.ndarray, groups: int) -> tuple[list, np.ndarray, np.ndarray, b
         v = np.array([(g * (1 - g)).sum() for g in per_group])
         alike = bool(np.allclose(m, m[0])) and all(np.array_equal(np.sort(g), np.sort(per_group[0])) for g in per_group)
         return per_group, m, v, alike
-    return _memo(_GROUPS, (p.tobytes(), groups), build)
+    return _memo(None if caches is None else caches.expert_groups, (p.tobytes(), groups), build)
 
 
 # --- fitting the reuse rho ---------------------------------------------------------------------------

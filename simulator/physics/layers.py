@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from dataclasses import replace
+from types import MappingProxyType
 
 from simulator.physics.attention import LAYER_KIND_OPS, attention_kind_op, attention_op
 from simulator.physics.experts import busiest_group_load, experts_touched_correlated
@@ -122,7 +123,7 @@ def dense_mlp_ops(model: ModelSpec, dep: Deployment, tokens, count: int, width: 
 
 
 def moe_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, count: int, prefix: str = "",
-            batch=None, queries=None, expert_batch=None, local_tokens=None) -> list[Op]:
+            batch=None, queries=None, expert_batch=None, local_tokens=None, caches=None) -> list[Op]:
     """Routed experts (+ router, shared experts, dispatch/combine) of one MoE layer, on the busiest GPU.
 
     ``tokens`` = all T = B q tokens of the step (every attention replica's); ``batch`` / ``queries``
@@ -146,54 +147,61 @@ def moe_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, count: int,
     local = local_tokens if local_tokens is not None else rank_tokens(dep, batch, queries) if dep.dp_attention \
         else tokens
     token_ops = moe_token_ops(model, dep, hw, local, count, prefix)
-    return token_ops[:1] + [_routed_experts_of(model, dep, count, prefix, batch, queries, expert_batch)] + token_ops[1:]
+    return token_ops[:1] + [_routed_experts_of(model, dep, count, prefix, batch, queries, expert_batch, caches)] + \
+        token_ops[1:]
 
 
-def _routed_experts_of(model: ModelSpec, dep: Deployment, count: int, prefix: str, batch, queries, expert_batch):
+def _routed_experts_of(model: ModelSpec, dep: Deployment, count: int, prefix: str, batch, queries, expert_batch,
+                       caches=None):
     """The routed experts at B sequences x q positions, or at ``expert_batch`` sequences where a padded CUDA
     graph's padding rows are routed to experts as real ones (:func:`simulator.physics.engine_time.expert_batch`)."""
     b = batch if expert_batch is None else np.asarray(expert_batch, dtype=float)
-    return _routed_experts(model, dep, b * queries, count, prefix, b, queries)
+    return _routed_experts(model, dep, b * queries, count, prefix, b, queries, caches)
 
 
 # A layer's attention and routed experts as the verify pass and a draft head's extend pass both build them
-# (simulator.physics.ops.share_op: built and priced once inside a scope of shared ops)
-def _attention(model: ModelSpec, dep: Deployment, adep: Deployment, sizes: tuple, count: int, window, name: str) -> Op:
+# (simulator.physics.ops.share_op: built and priced once inside a scope of shared ops). ``caches`` here and in
+# the builders below: the step model's (simulator.physics.caches; the routed experts' load tables), None:
+# nothing kept.
+def _attention(model: ModelSpec, dep: Deployment, adep: Deployment, sizes: tuple, count: int, window, name: str,
+               caches=None) -> Op:
     """:func:`attention_op` under ``adep``, the attention deployment of ``dep`` (which keys it: ``adep`` may be
     made anew for each pass), at ``sizes`` = (B of the replica, q, L)."""
     batch, queries, context_len = sizes
     return share_op(lambda: attention_op(model, adep, batch, queries, context_len, count, window, name), count, name,
                     lambda: (("attention", id(model), id(dep), array_key(batch), array_key(queries),
-                              array_key(context_len), window), (model, dep)))
+                              array_key(context_len), window), (model, dep)), caches)
 
 
 def _attention_kind(model: ModelSpec, dep: Deployment, adep: Deployment, sizes: tuple, count: int, kind: str,
-                    name: str) -> Op:
+                    name: str, caches=None) -> Op:
     """:func:`attention_kind_op` of layer kind ``kind`` (op ``name``), shared as :func:`_attention` is."""
     batch, queries, context_len = sizes
     return share_op(lambda: attention_kind_op(model, adep, batch, queries, context_len, count, name), count, name,
                     lambda: (("attention-kind", kind, id(model), id(dep), array_key(batch), array_key(queries),
-                              array_key(context_len)), (model, dep)))
+                              array_key(context_len)), (model, dep)), caches)
 
 
 def attention_kind_ops(model: ModelSpec, dep: Deployment, adep: Deployment, sizes: tuple, kinds: dict[str, int],
-                       prefix: str = "") -> list[Op]:
+                       prefix: str = "", caches=None) -> list[Op]:
     """One attention op per layer kind of a model that is not uniform (:attr:`ModelSpec.uniform_attention`),
     with DeepSeek-V3.2's indexer beside its sparse MLA."""
     ops = []
     for kind, count in kinds.items():
-        ops.append(_attention_kind(model, dep, adep, sizes, count, kind, prefix + LAYER_KIND_OPS[kind]))
+        ops.append(_attention_kind(model, dep, adep, sizes, count, kind, prefix + LAYER_KIND_OPS[kind], caches))
         if kind == "sparse":
-            ops.append(_attention_kind(model, dep, adep, sizes, count, "indexer", prefix + "attention_indexer"))
+            ops.append(_attention_kind(model, dep, adep, sizes, count, "indexer", prefix + "attention_indexer",
+                                       caches))
     return ops
 
 
-def _routed_experts(model: ModelSpec, dep: Deployment, tokens, count: int, prefix: str, batch, queries) -> Op:
+def _routed_experts(model: ModelSpec, dep: Deployment, tokens, count: int, prefix: str, batch, queries,
+                    caches=None) -> Op:
     """:func:`routed_experts_op`, shared by its inputs (``tokens`` by value too: callers size it themselves)."""
-    return share_op(lambda: routed_experts_op(model, dep, tokens, count, prefix, batch, queries), count,
+    return share_op(lambda: routed_experts_op(model, dep, tokens, count, prefix, batch, queries, caches), count,
                     prefix + "moe_experts",
                     lambda: (("moe_experts", id(model), id(dep), array_key(tokens), array_key(batch),
-                              array_key(queries)), (model, dep)))
+                              array_key(queries)), (model, dep)), caches)
 
 
 def moe_token_ops(model: ModelSpec, dep: Deployment, hw: Hardware, local, count: int, prefix: str) -> list[Op]:
@@ -209,15 +217,17 @@ def moe_token_ops(model: ModelSpec, dep: Deployment, hw: Hardware, local, count:
     return ops
 
 
-def routed_experts_op(model: ModelSpec, dep: Deployment, tokens, count: int, prefix: str, batch, queries) -> Op:
-    """The routed experts of one MoE layer on the busiest GPU (:func:`moe_ops`)."""
+def routed_experts_op(model: ModelSpec, dep: Deployment, tokens, count: int, prefix: str, batch, queries,
+                      caches=None) -> Op:
+    """The routed experts of one MoE layer on the busiest GPU (:func:`moe_ops`); ``caches``: the step model's
+    (simulator.physics.experts keeps its load tables there)."""
     w_e = DTYPE_BYTES[dep.expert_dtype_for(model)]
     a = DTYPE_BYTES[dep.act_dtype]
     D = model.hidden_size
     expert_tp = dep.tp // dep.ep
     reuse = dep.routing.reuse
     p = expert_probabilities(dep.routing, model.num_experts, model.experts_per_token)
-    touched_gpu, pairs_gpu = busiest_group_load(tokens, p, dep.ep, batch, queries, reuse)
+    touched_gpu, pairs_gpu = busiest_group_load(tokens, p, dep.ep, batch, queries, reuse, caches)
     touched_all = experts_touched_correlated(batch, queries, p, reuse)
     params_slice = model.expert_params() / expert_tp
     return Op(prefix + "moe_experts", "moe",
@@ -266,7 +276,7 @@ def elementwise_op(model: ModelSpec, dep: Deployment, tokens, count: int, mlp_wi
 
 def decoder_layers_ops(model: ModelSpec, dep: Deployment, hw: Hardware, batch, queries, context_len: float,
                        prefix: str = "", layer_counts: tuple[int, int] | None = None, expert_batch=None,
-                       token_batch=None) -> list[Op]:
+                       token_batch=None, caches=None) -> list[Op]:
     """All decoder layers of one pass (dense-MLP and MoE layers, full and sliding attention), per GPU.
 
     Attention, dense MLPs, norms and all-reduces run on the busiest attention replica's sequences
@@ -275,10 +285,11 @@ def decoder_layers_ops(model: ModelSpec, dep: Deployment, hw: Hardware, batch, q
     attention group: one after attention and one after each MLP / MoE layer; under "dp-ep" the MoE
     output returns by the combine all-to-all instead. ``expert_batch``: the sequences the routed experts load
     (padding rows included where the engine routes them; None: B). ``token_batch``: the sequences the
-    token-sized ops run at (a padded CUDA graph's size, physics.engine_time.pad; None: B).
+    token-sized ops run at (a padded CUDA graph's size, physics.engine_time.pad; None: B). ``caches``: the step
+    model's (simulator.physics.caches), None: nothing kept.
     """
     return _layer_ops(model, dep, hw, (batch, queries, context_len), prefix, layer_counts, "all", expert_batch,
-                      token_batch)
+                      token_batch, caches)
 
 
 # A pass's ops in two parts (simulator.physics.pass_tables): those sized by the busiest attention replica's
@@ -286,22 +297,26 @@ def decoder_layers_ops(model: ModelSpec, dep: Deployment, hw: Hardware, batch, q
 # its queries and context unused), and the others, priced per cell ("cells": attention and routed experts).
 # Each part's builder takes the arguments of the whole pass's.
 def decoder_token_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, queries=1.0, context_len=0.0,
-                      prefix: str = "", layer_counts: tuple[int, int] | None = None) -> list[Op]:
-    """The ops of :func:`decoder_layers_ops` sized by the replica's token count, at ``tokens`` tokens."""
+                      prefix: str = "", layer_counts: tuple[int, int] | None = None, caches=None) -> list[Op]:
+    """The ops of :func:`decoder_layers_ops` sized by the replica's token count, at ``tokens`` tokens (none
+    reads ``caches``: taken for the parts' one signature)."""
     return _layer_ops(model, dep, hw, (tokens, 1.0, 0.0), prefix, layer_counts, "tokens")
 
 
 def decoder_cell_ops(model: ModelSpec, dep: Deployment, hw: Hardware, batch, queries, context_len: float,
-                     prefix: str = "", layer_counts: tuple[int, int] | None = None, expert_batch=None) -> list[Op]:
+                     prefix: str = "", layer_counts: tuple[int, int] | None = None, expert_batch=None,
+                     caches=None) -> list[Op]:
     """The attention and routed experts of :func:`decoder_layers_ops`."""
-    return _layer_ops(model, dep, hw, (batch, queries, context_len), prefix, layer_counts, "cells", expert_batch)
+    return _layer_ops(model, dep, hw, (batch, queries, context_len), prefix, layer_counts, "cells", expert_batch,
+                      caches=caches)
 
 
-LAYER_PARTS = {"all": decoder_layers_ops, "tokens": decoder_token_ops, "cells": decoder_cell_ops}
+LAYER_PARTS = MappingProxyType({"all": decoder_layers_ops, "tokens": decoder_token_ops, "cells": decoder_cell_ops})
 
 
 def _layer_ops(model: ModelSpec, dep: Deployment, hw: Hardware, sizes: tuple, prefix: str,
-               layer_counts: tuple[int, int] | None, part: str, expert_batch=None, token_batch=None) -> list[Op]:
+               layer_counts: tuple[int, int] | None, part: str, expert_batch=None, token_batch=None,
+               caches=None) -> list[Op]:
     """:func:`decoder_layers_ops` at ``sizes`` = (B, q, L), or its ``part`` ("tokens": B is the token count);
     the token-sized ops at ``token_batch`` sequences where given (a padded graph)."""
     batch, queries, context_len = sizes
@@ -322,23 +337,23 @@ def _layer_ops(model: ModelSpec, dep: Deployment, hw: Hardware, sizes: tuple, pr
         kinds = layer_kind_counts(model, None if layer_counts is None else n_layers)
         ops = layer_projection_ops(model, adep, rtokens, kinds, prefix) if sized else []
         if cells:
-            ops += attention_kind_ops(model, dep, adep, (rbatch, queries, context_len), kinds, prefix)
+            ops += attention_kind_ops(model, dep, adep, (rbatch, queries, context_len), kinds, prefix, caches)
         return ops + _mlp_ops(model, dep, hw, adep, (batch, queries, tokens, rtokens), prefix, (n_dense, n_moe),
-                              part, expert_batch)
+                              part, expert_batch, caches)
     n_sliding = sliding_layers(model, None if layer_counts is None else n_layers)
     ops = attention_projection_ops(model, adep, rtokens, n_layers, prefix) if sized else []
     if cells and n_layers - n_sliding:
         ops.append(_attention(model, dep, adep, (rbatch, queries, context_len), n_layers - n_sliding, None,
-                              prefix + "attention"))
+                              prefix + "attention", caches))
     if cells and n_sliding:
         ops.append(_attention(model, dep, adep, (rbatch, queries, context_len), n_sliding, model.sliding_window,
-                              prefix + "attention_sliding"))
+                              prefix + "attention_sliding", caches))
     return ops + _mlp_ops(model, dep, hw, adep, (batch, queries, tokens, rtokens), prefix, (n_dense, n_moe), part,
-                          expert_batch)
+                          expert_batch, caches)
 
 
 def _mlp_ops(model: ModelSpec, dep: Deployment, hw: Hardware, adep: Deployment, sizes: tuple, prefix: str,
-             layer_counts: tuple[int, int], part: str, expert_batch) -> list[Op]:
+             layer_counts: tuple[int, int], part: str, expert_batch, caches=None) -> list[Op]:
     """The layers' MLP / MoE, norms and all-reduces (:func:`_layer_ops` after attention)."""
     batch, queries, tokens, rtokens = sizes
     n_dense, n_moe = layer_counts
@@ -350,10 +365,10 @@ def _mlp_ops(model: ModelSpec, dep: Deployment, hw: Hardware, adep: Deployment, 
         ops += dense_mlp_ops(model, adep, rtokens, n_dense, model.intermediate_size, prefix)
     if n_moe and part == "all":
         ops += moe_ops(model, dep, hw, tokens, n_moe, prefix, batch=batch, queries=queries, expert_batch=expert_batch,
-                       local_tokens=rtokens)
+                       local_tokens=rtokens, caches=caches)
     elif n_moe:
         ops += moe_token_ops(model, dep, hw, rtokens, n_moe, prefix) if part == "tokens" else [
-            _routed_experts_of(model, dep, n_moe, prefix, batch, queries, expert_batch)]
+            _routed_experts_of(model, dep, n_moe, prefix, batch, queries, expert_batch, caches)]
     if not sized:
         return ops
     mlp_width = model.intermediate_size if not model.is_moe else model.expert_intermediate_size * model.experts_per_token
@@ -431,31 +446,34 @@ def head_sampling_op(dep: Deployment, tokens, vocab: int, prefix: str = "", logi
 
 
 def forward_ops(model: ModelSpec, dep: Deployment, hw: Hardware, batch, queries, context_len: float,
-                prefix: str = "", logit_bytes=None, expert_batch=None, token_batch=None) -> list[Op]:
+                prefix: str = "", logit_bytes=None, expert_batch=None, token_batch=None, caches=None) -> list[Op]:
     """Ops of one full forward pass of ``model`` over q new tokens for each of B sequences (the token-sized
-    ops, head included, at ``token_batch`` sequences where given: a padded graph's size)."""
+    ops, head included, at ``token_batch`` sequences where given: a padded graph's size); ``caches``: the step
+    model's (simulator.physics.caches), None: nothing kept."""
     tb = batch if token_batch is None else token_batch
     return decoder_layers_ops(model, dep, hw, batch, queries, context_len, prefix, expert_batch=expert_batch,
-                              token_batch=token_batch) + \
+                              token_batch=token_batch, caches=caches) + \
         head_ops(model, attention_deployment(dep), hw, rank_tokens(dep, tb, queries), model.vocab_size, prefix,
                  logit_bytes=logit_bytes)
 
 
 def forward_token_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, queries=1.0, context_len=0.0,
-                      prefix: str = "", logit_bytes=None) -> list[Op]:
-    """The ops of :func:`forward_ops` sized by the replica's token count (the head's included), at ``tokens``."""
+                      prefix: str = "", logit_bytes=None, caches=None) -> list[Op]:
+    """The ops of :func:`forward_ops` sized by the replica's token count (the head's included), at ``tokens``
+    (none reads ``caches``: taken for the parts' one signature)."""
     tokens = np.asarray(tokens, dtype=float)
     return decoder_token_ops(model, dep, hw, tokens, prefix=prefix) + \
         head_ops(model, attention_deployment(dep), hw, tokens, model.vocab_size, prefix, logit_bytes=logit_bytes)
 
 
 def forward_cell_ops(model: ModelSpec, dep: Deployment, hw: Hardware, batch, queries, context_len: float,
-                     prefix: str = "", logit_bytes=None, expert_batch=None) -> list[Op]:
+                     prefix: str = "", logit_bytes=None, expert_batch=None, caches=None) -> list[Op]:
     """The attention and routed experts of :func:`forward_ops` (its head's ops are all token-sized)."""
-    return decoder_cell_ops(model, dep, hw, batch, queries, context_len, prefix, expert_batch=expert_batch)
+    return decoder_cell_ops(model, dep, hw, batch, queries, context_len, prefix, expert_batch=expert_batch,
+                            caches=caches)
 
 
-FORWARD_PARTS = {"all": forward_ops, "tokens": forward_token_ops, "cells": forward_cell_ops}
+FORWARD_PARTS = MappingProxyType({"all": forward_ops, "tokens": forward_token_ops, "cells": forward_cell_ops})
 
 
 def verify_logit_bytes(dep: Deployment, k):

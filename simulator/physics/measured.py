@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from simulator.physics.caches import PhysicsCaches, make_room
 from simulator.physics.monotone import (MAX_LATTICE_TOKENS, MIN_BATCH_OCTAVES, MIN_KEY_OCTAVES, MIN_QUERIES,
                                         MIN_TOKEN_OCTAVES, attention_lattice_s, attention_time_s, gemm_lattice_s,
                                         lattice_time_s, log_lattice_interp, moe_lattice_s, moe_time_s,
@@ -45,8 +46,10 @@ def surface_efficiency(op: Op, profile: Profile | None, engine: str = ""):
     return None if found is None else _raw_eta(op, *found)
 
 
-def surface_op_time_s(op: Op, profile: Profile | None, engine: str, peak: float, bw: float):
-    """Per-instance time of a surface-priced op at its own shape, or None (no surface prices it).
+def surface_op_time_s(op: Op, profile: Profile | None, engine: str, peak: float, bw: float,
+                      caches: PhysicsCaches | None = None):
+    """Per-instance time of a surface-priced op at its own shape, or None (no surface prices it); ``caches``: the
+    step model's (:func:`whole_tokens`).
 
     GEMMs at one weight shape, routed experts and decode attention are priced by the envelope of
     :mod:`simulator.physics.monotone`; other ops (and cells an envelope does not cover) by the
@@ -55,7 +58,7 @@ def surface_op_time_s(op: Op, profile: Profile | None, engine: str, peak: float,
     if found is None:
         return None
     surf, fix = found
-    t_env = _envelope_s(op, surf, fix, peak, bw)
+    t_env = _envelope_s(op, surf, fix, peak, bw, caches)
     if t_env is not None and not np.isnan(t_env).any():
         return t_env
     t_raw = surface_time_s(op.flops, op.nbytes, _raw_eta(op, surf, fix), peak, bw)
@@ -68,7 +71,7 @@ def _raw_eta(op: Op, surf, fix):
     return eta if factor is None else eta / factor  # a shape the table measured: its own time
 
 
-def _envelope_s(op: Op, surf, fix, peak: float, bw: float):
+def _envelope_s(op: Op, surf, fix, peak: float, bw: float, caches: PhysicsCaches | None = None):
     """Per-instance time of ``op`` as the envelope max_{less work} t (simulator.physics.monotone), for
     a GEMM at one weight shape (whole token counts m) or the routed experts of an MoE layer; None
     for other ops (their surface time stands)."""
@@ -93,7 +96,7 @@ def _envelope_s(op: Op, surf, fix, peak: float, bw: float):
                 surf.envelopes[key] = hit
         return moe_time_s(hit, tokens, shape["touched"], p)
     if op.surface in ("attention_decode", "mla_decode") and "q_heads" in shape:
-        return _attention_envelope_s(op, surf, peak, bw)
+        return _attention_envelope_s(op, surf, peak, bw, caches)
     if op.surface != "gemm" or "w_bytes" not in shape or tuple(surf.axes) != ("m", "n", "k"):
         return None
     m = np.asarray(shape["m"], dtype=float)
@@ -101,7 +104,7 @@ def _envelope_s(op: Op, surf, fix, peak: float, bw: float):
     if n.size != 1 or k.size != 1 or not m.size:
         return None
     n, k, w, a = float(n.ravel()[0]), float(k.ravel()[0]), float(shape["w_bytes"]), float(shape["a_bytes"])
-    whole, top = whole_tokens(m)
+    whole, top = whole_tokens(m, caches)
     if whole is not None and top <= MAX_LATTICE_TOKENS:  # the common case: a table read per cell
         return _gemm_whole_token_table(surf, n, k, w, a, peak, bw, top)[whole]
     covered = (m >= 1) & (m <= MAX_LATTICE_TOKENS)
@@ -150,27 +153,24 @@ def _gemm_whole_token_table(surf, n: float, k: float, w: float, a: float, peak: 
     return table
 
 
-_RECENT_WHOLE: tuple = ()  # ((token array, its whole-number index or None, its max), ...): the last few asked
-
-
-def whole_tokens(m: np.ndarray):
+def whole_tokens(m: np.ndarray, caches: PhysicsCaches | None = None):
     """(m as an index array, max m) when every m is a whole number >= 1, else (None, 0). The ops of a
-    pass share a few size arrays (tokens, sequences), asked in turn, so the last few answers are kept
-    (the entries hold their arrays, so an id is never reused while kept; a tuple read: safe across
-    threads)."""
-    global _RECENT_WHOLE
-    recent = _RECENT_WHOLE
+    pass share a few size arrays (tokens, sequences), asked in turn, so the last few answers are kept in
+    ``caches.recent_whole`` (the entries hold their arrays, so an id is never reused while kept; a tuple
+    replaced whole: safe across threads); None: worked out every time."""
+    recent = caches.recent_whole if caches is not None else ()
     for entry in recent:
         if entry[0] is m:
             return entry[1], entry[2]
     index = m.astype(np.intp)
     ok = m.size and bool((index == m).all()) and int(index.min()) >= 1
     answer = (index, int(index.max())) if ok else (None, 0)
-    _RECENT_WHOLE = ((m,) + answer,) + recent[:7]
+    if caches is not None:
+        caches.recent_whole = ((m,) + answer,) + recent[:PhysicsCaches.RECENT_WHOLE - 1]
     return answer
 
 
-def _attention_envelope_s(op: Op, surf, peak: float, bw: float):
+def _attention_envelope_s(op: Op, surf, peak: float, bw: float, caches: PhysicsCaches | None = None):
     """Decode attention at q queries per sequence from the envelope of the measured q = 1 kernel over
     sequences and cached keys (:func:`simulator.physics.monotone.attention_time_s`)."""
     shape = op.shape
@@ -178,7 +178,7 @@ def _attention_envelope_s(op: Op, surf, peak: float, bw: float):
         return None
     seqs, keys = (np.asarray(shape[a], dtype=float) for a in ("sequences", "keys"))
     if seqs.ndim and 1 <= keys.size <= MAX_WHOLE_BATCH_CONTEXTS and float(keys.min()) >= 1:
-        whole, top = whole_tokens(seqs)
+        whole, top = whole_tokens(seqs, caches)
         if whole is not None:  # whole sequences at a few context lengths: a table read per cell
             if keys.size == 1:
                 t_1 = _attention_whole_batch_table(surf, shape, float(keys.ravel()[0]), peak, bw, top)[whole]
@@ -260,9 +260,10 @@ def _attention_whole_batch_tables(surf, shape: dict, keys: np.ndarray, peak: flo
     return stack
 
 
-def collective_op_time_s(op: Op, profile: Profile | None):
+def collective_op_time_s(op: Op, profile: Profile | None, caches: PhysicsCaches | None = None):
     """Measured collective time: the requested implementation's table, else the other all-reduce's
-    (a profile measured with NCCL still beats the datasheet link model for a custom all-reduce)."""
+    (a profile measured with NCCL still beats the datasheet link model for a custom all-reduce); whole-token
+    tables kept in ``caches`` (the step model's)."""
     if profile is None or op.collective is None or not profile.collectives:
         return None
     kind, gpus = op.collective
@@ -272,25 +273,25 @@ def collective_op_time_s(op: Op, profile: Profile | None):
         return None
     tokens = op.shape.get("tokens")
     if tokens is not None and np.ndim(tokens):
-        whole, top = whole_tokens(np.asarray(tokens))
+        whole, top = whole_tokens(np.asarray(tokens), caches)
         if whole is not None:  # a message of whole tokens: one table read per cell
-            return _collective_whole_token_table(profile.collectives, kind, gpus, op.shape["bytes_per_token"], top)[whole]
+            return _collective_whole_token_table(profile.collectives, kind, gpus, op.shape["bytes_per_token"], top,
+                                                 caches)[whole]
     return collective_time_s(profile.collectives, gpus, op.shape["bytes"], op=kind, monotone=True)
 
 
-_COLLECTIVE_TABLES: dict = {}  # (id of a profile's collectives, kind, GPUs, bytes per token) -> (them, table)
-
-
-def _collective_whole_token_table(collectives, kind: str, gpus: int, bytes_per_token: float, top: int):
+def _collective_whole_token_table(collectives, kind: str, gpus: int, bytes_per_token: float, top: int,
+                                  caches: PhysicsCaches | None = None):
     """The measured collective's time at every whole token count 0..N (N >= ``top``) of messages of
-    ``bytes_per_token`` each (cached; the collectives are kept so that their id stays theirs)."""
+    ``bytes_per_token`` each (kept in ``caches.collective_tables``; the collectives are kept so that their id
+    stays theirs)."""
     key = (id(collectives), kind, int(gpus), float(bytes_per_token))
-    hit = _COLLECTIVE_TABLES.get(key)
+    kept = caches.collective_tables if caches is not None else {}
+    hit = kept.get(key)
     if hit is None or hit[0] is not collectives or hit[1].size <= top:
         size = _table_size(top, MIN_WHOLE_TOKEN_TABLE)
         table = collective_time_s(collectives, gpus, np.arange(size + 1, dtype=float) * bytes_per_token, op=kind,
                                   monotone=True)
-        if len(_COLLECTIVE_TABLES) > 1024:
-            _COLLECTIVE_TABLES.clear()
-        hit = _COLLECTIVE_TABLES[key] = (collectives, table)
+        make_room(kept, PhysicsCaches.COLLECTIVE_SLOTS)
+        hit = kept[key] = (collectives, table)
     return hit[1]

@@ -40,8 +40,8 @@ from simulator.physics.attention import MAX_DECODE_SURFACE_QUERIES, per_query_he
 from simulator.physics.measured import collective_op_time_s, surface_op_time_s
 from simulator.physics.monotone import surface_time_point_s
 from simulator.physics.terms import attention_decode_bytes, attention_decode_flops
-# the operators it prices (re-exported), and the scope in which shared ones are priced once
-from simulator.physics.ops import AttentionOp, GemmOp, Op, shared_scope  # noqa: F401
+# the operators it prices (re-exported)
+from simulator.physics.ops import AttentionOp, GemmOp, Op  # noqa: F401
 
 
 @dataclass
@@ -122,13 +122,14 @@ def _roofline_point_s(flops: float, nbytes: float, name: str, tokens: float, pro
     return max(flops / (eta_c * peak), nbytes / (eta_m * bw))
 
 
-def _instance_s(op: Op, profile: Profile | None, engine: str, peak: float, bw: float):
+def _instance_s(op: Op, profile: Profile | None, engine: str, peak: float, bw: float, caches=None):
     """(seconds per instance at the op's own shape, priced from a measured table, roofline parts or
-    None): a collective's time, a surface's, or the roofline max(compute, memory) without launches."""
+    None): a collective's time, a surface's, or the roofline max(compute, memory) without launches;
+    ``caches``: the step model's (simulator.physics.caches), None: nothing kept."""
     if op.comm_s is not None:
-        table_s = collective_op_time_s(op, profile)
+        table_s = collective_op_time_s(op, profile, caches)
         return np.add(op.comm_s if table_s is None else table_s, op.fabric_s), table_s is not None, None
-    t = surface_op_time_s(op, profile, engine, peak, bw)
+    t = surface_op_time_s(op, profile, engine, peak, bw, caches)
     if t is not None:
         return t, True, None
     parts = _roofline_parts_s(op, profile, peak, bw)
@@ -136,7 +137,7 @@ def _instance_s(op: Op, profile: Profile | None, engine: str, peak: float, bw: f
 
 
 def _shared_instance_s(scope: dict, op: Op, hw: Hardware, dep: Deployment, profile: Profile | None, peak: float,
-                       bw: float):
+                       bw: float, caches=None):
     """:func:`_instance_s` of an op shared in a scope (simulator.physics.ops.share_op), priced once per device,
     deployment and profile there; the name is part of the key only where a fitted profile reads
     efficiency by op name."""
@@ -144,7 +145,7 @@ def _shared_instance_s(scope: dict, op: Op, hw: Hardware, dep: Deployment, profi
            op.name if profile is not None and not profile.surfaces else "")
     hit = scope.get(key)
     if hit is None:
-        hit = scope[key] = _instance_s(op, profile, dep.kernels.engine, peak, bw)
+        hit = scope[key] = _instance_s(op, profile, dep.kernels.engine, peak, bw, caches)
         scope["keep"].append((hw, dep, profile))
     return hit
 
@@ -166,18 +167,19 @@ class PassTime:
 
 
 def pass_time(ops: list[Op], hw: Hardware, dep: Deployment, profile: Profile | None, shape,
-              instances: list | None = None) -> PassTime:
+              instances: list | None = None, caches=None) -> PassTime:
     """The summed time of ``ops``: sum_o count_o s_o (t_o + kernels_o tau [not measured]), each op
     priced at its own shape (a batch-only op over the batch axis alone) and broadcast once per shape;
     equal to ``evaluate(...).total_s`` up to the order of the sum. ``instances``: a list that receives
-    each op's :func:`_instance_s` answer, for :func:`evaluate` to reuse."""
+    each op's :func:`_instance_s` answer, for :func:`evaluate` to reuse. ``caches``: the step model's
+    (simulator.physics.caches.PhysicsCaches: measured tables at whole token counts), None: nothing kept."""
     peak, bw, tau, scale = _device_terms(hw, dep, profile)
     by_shape: dict[tuple, np.ndarray] = {}
     launch, kernels = 0.0, 0.0
-    scope = shared_scope()
+    scope = None if caches is None else caches.shared  # ops shared in this evaluation (PhysicsCaches.shared_ops)
     for op in ops:
-        t, measured, parts = _instance_s(op, profile, dep.kernels.engine, peak, bw) if scope is None or \
-            op.recipe is None else _shared_instance_s(scope, op, hw, dep, profile, peak, bw)
+        t, measured, parts = _instance_s(op, profile, dep.kernels.engine, peak, bw, caches) if scope is None or \
+            op.recipe is None else _shared_instance_s(scope, op, hw, dep, profile, peak, bw, caches)
         if instances is not None:
             instances.append((t, measured, parts))
         s = 1.0 if op.comm_s is not None else scale
@@ -240,7 +242,7 @@ def prompt_chunk_point_s(model: ModelSpec, dep: Deployment, hw: Hardware, profil
 
 
 def evaluate(ops: list[Op], hw: Hardware, dep: Deployment, profile: Profile | None, shape,
-             instances: list | None = None) -> StepCost:
+             instances: list | None = None, caches=None) -> StepCost:
     """Price each op on the device: roofline max(compute, memory) plus launch overhead (see the
     module docstring for measured surfaces and collectives). An op priced from a measured table keeps
     the table's time and splits it in the ratio of its roofline terms (which one bounds it).
@@ -258,7 +260,7 @@ def evaluate(ops: list[Op], hw: Hardware, dep: Deployment, profile: Profile | No
         np.multiply(op.flops, op.count, out=flops[i, ...])
         np.multiply(op.nbytes, op.count, out=nbytes[i, ...])
         t, measured[i], parts = instances[i] if instances is not None else _instance_s(
-            op, profile, dep.kernels.engine, peak, bw)
+            op, profile, dep.kernels.engine, peak, bw, caches)
         if op.comm_s is not None:
             is_comm[i] = True
             np.multiply(t, op.count, out=memory_s[i, ...])
@@ -312,9 +314,10 @@ class PassCost:
         return PassCost(PassTime(at(self.total_s), at(self.launch_s), self.n_kernels), detail)
 
 
-def price_pass(ops: list[Op], hw: Hardware, dep: Deployment, profile: Profile | None, shape) -> PassCost:
+def price_pass(ops: list[Op], hw: Hardware, dep: Deployment, profile: Profile | None, shape,
+               caches=None) -> PassCost:
     """:func:`pass_time` now, :func:`evaluate` of the same ops on first use of the detail (reusing the
-    ops' prices the sum was made of)."""
+    ops' prices the sum was made of); ``caches`` as for :func:`pass_time`."""
     instances: list = []
-    return PassCost(pass_time(ops, hw, dep, profile, shape, instances),
+    return PassCost(pass_time(ops, hw, dep, profile, shape, instances, caches),
                     lambda: evaluate(ops, hw, dep, profile, shape, instances))

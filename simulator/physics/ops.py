@@ -5,8 +5,6 @@ reads it at (:class:`Op`); a GEMM's FLOPs and bytes and decode attention's bytes
 from __future__ import annotations
 
 import copy
-from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass
 
 import numpy as np
@@ -115,26 +113,9 @@ class AttentionOp(Op):
 
 # --- ops built and priced once per scope -------------------------------------------------------------
 # A grid's verify pass and a draft head's extend pass run the target's own layer over the same B, K + 1
-# and L: inside :func:`shared_ops`, the second asks for the attention and routed experts the first built
-# (a copy with its own count and name) and reads the price the first paid (operators.pass_time).
-
-_SHARED: ContextVar = ContextVar("shared_ops", default=None)
-
-
-@contextmanager
-def shared_ops():
-    """A scope in which an op built from the same inputs is built and priced once (one per context: a
-    dashboard's sessions run in threads of their own)."""
-    token = _SHARED.set({"keep": []})
-    try:
-        yield
-    finally:
-        _SHARED.reset(token)
-
-
-def shared_scope() -> dict | None:
-    """The current scope's ops and prices by key (None outside :func:`shared_ops`)."""
-    return _SHARED.get()
+# and L: given caches inside their shared_ops() scope (simulator.physics.caches.PhysicsCaches.shared_ops), the
+# second asks for the attention and routed experts the first built (a copy with its own count and name) and
+# reads the price the first paid (operators.pass_time).
 
 
 def array_key(x) -> tuple:
@@ -143,11 +124,12 @@ def array_key(x) -> tuple:
     return a.dtype.str, a.shape, a.tobytes()
 
 
-def share_op(build, count: float, name: str, inputs) -> Op:
-    """``build()``, an op of ``count`` instances named ``name``; inside :func:`shared_ops`, an op an earlier
-    call built from the same ``inputs()`` (objects by identity, kept alive for the scope; arrays by
-    :func:`array_key`) is copied with this count and name instead: the same op, its arrays shared."""
-    scope = _SHARED.get()
+def share_op(build, count: float, name: str, inputs, caches=None) -> Op:
+    """``build()``, an op of ``count`` instances named ``name``; with ``caches`` in a scope of shared ops
+    (simulator.physics.caches.PhysicsCaches.shared_ops), an op an earlier call built from the same ``inputs()``
+    (objects by identity, kept alive for the scope; arrays by :func:`array_key`) is copied with this count and
+    name instead: the same op, its arrays shared."""
+    scope = None if caches is None else caches.shared
     if scope is None:
         return build()
     key, keep = inputs()

@@ -18,15 +18,49 @@ For B sequences and K drafts (K = 0: plain decoding), with the passes' GPU time 
 
 :func:`step_time` is the formula over arrays; :func:`step_time_scalar` the same arithmetic in the same order
 on Python floats, for the serving loop's one step at a time (tests hold the two equal to the bit).
+
+:class:`StepModel` is what these are composed for: one per (model, deployment, device, engine profile, draft,
+calibration profile), holding every cache the physics keeps while pricing its passes
+(:class:`simulator.physics.caches.PhysicsCaches`); the plan layer builds it once and keeps the last few
+(simulator.plan.step_models), and the grid and the serving pricer read their tables through it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
+from simulator.physics.caches import PhysicsCaches
 from simulator.physics.engine_time import host_exposed_s, host_exposed_scalar_s, pad, pass_time_s
 from simulator.physics.layers import rank_tokens
+
+
+@dataclass(eq=False)
+class StepModel:
+    """One scenario's step: what its passes are priced with and the physics' caches (``caches``), which live as
+    long as this object. Scenarios that differ only in what does not price a pass (acceptance, traffic, SLO,
+    axes, the engine terms, applied on top by :func:`step_time`) share one (:meth:`key_of`)."""
+
+    model: object
+    deployment: object
+    hardware: object
+    engine: object
+    draft: object
+    profile: object = None
+    caches: PhysicsCaches = field(default_factory=PhysicsCaches)
+
+    @classmethod
+    def of(cls, sc) -> "StepModel":
+        """The step model of a scenario (anything with model, deployment, hardware, engine, draft, profile)."""
+        return cls(sc.model, sc.deployment, sc.hardware, getattr(sc, "engine", None), getattr(sc, "draft", None),
+                   getattr(sc, "profile", None))
+
+    @staticmethod
+    def key_of(sc) -> tuple:
+        """What a step model is kept by: its specs by value (frozen dataclasses), the profile by identity (a
+        sensitivity run swaps in a scaled copy)."""
+        return (sc.model, sc.deployment, sc.hardware, getattr(sc, "engine", None), getattr(sc, "draft", None),
+                id(getattr(sc, "profile", None)))
 
 
 @dataclass(frozen=True)
@@ -55,12 +89,13 @@ class StepTime:
     total_s: np.ndarray
 
 
-def lin_index(engine, dep, batch, k, tokens=None) -> tuple[np.ndarray, np.ndarray]:
+def lin_index(engine, dep, batch, k, tokens=None, caches=None) -> tuple[np.ndarray, np.ndarray]:
     """(the entry T of a table of token ops priced at rank_tokens(dep, T, 1) that a step reads, whether it runs
     as a graph; serving.pricer's lin(T)): the step's padded tokens; under data-parallel attention a
     decode-only step's busiest replica runs ceil(B_pad / dp) (K + 1) of them, as the grid prices it
-    (physics.pass_tables.verify_plan), so the entry dp x that. ``tokens`` None: decode only."""
-    padded, graph = pad(engine, batch, k, tokens)
+    (physics.pass_tables.verify_plan), so the entry dp x that. ``tokens`` None: decode only; ``caches``: the
+    step model's (engine_time.pad)."""
+    padded, graph = pad(engine, batch, k, tokens, caches)
     if not dep.dp_attention:
         return padded, graph
     batch, k = np.broadcast_arrays(np.asarray(batch, dtype=float), np.asarray(k, dtype=float))

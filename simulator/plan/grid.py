@@ -30,7 +30,6 @@ from simulator.plan.decision_risk import decision_shares
 from simulator.plan.acceptance_risk import banded_acceptance_lengths, k_at_each_rate_set, robust_score
 from simulator.physics.memory import step_memory_bytes
 from simulator.physics.operators import PassCost, StepCost, price_pass
-from simulator.physics.ops import shared_ops
 from simulator.physics.pass_tables import price_plan, verify_plan
 from simulator.physics.draft_cost import DraftSetting, draft_costs
 from simulator.specs.drafts import verify_drafts
@@ -38,6 +37,7 @@ from simulator.physics.engine_time import (draft_extend_in_graph, draft_in_graph
                                            pad, pad_key, pads, pass_time_s)
 from simulator.physics.step_model import draft_time_s, profile_overhead_s, step_time
 from simulator.physics.experts import experts_touched_correlated
+from simulator.plan.step_models import step_model
 from simulator.plan.schedule import SCHEDULE_TOLERANCE, argmax_k_index, schedule_k_index
 from simulator.specs.acceptance import acceptance_length_prefix
 from simulator.specs.routing import expert_probabilities
@@ -330,12 +330,15 @@ def _evaluate(sc, b, k, c) -> Grid:
     Kv = verify_drafts(sc.draft, K)  # drafts the verify pass checks: K, or a tree's N (specs.drafts)
     # a padded graph runs its token ops at the padded size (physics.engine_time.pad), and its padding rows load
     # experts where the engine routes them (physics.engine_time.expert_batch)
-    tokens, in_graph = pad(sc.engine, B, Kv)
+    kept = step_model(sc).caches  # the physics' kept tables: the scenario's step model's
+    tokens, in_graph = pad(sc.engine, B, Kv, caches=kept)
     tokens = tokens if pads(sc.engine) else None
-    padded = expert_batch(sc.engine, sc.model, B, Kv)
-    with shared_ops():  # a draft head's extend pass reads the verify pass's attention and experts
-        verify, verify_context = verify_over_context(sc, B, Kv, C, padded, tokens)
-        draft_pass, passes, extend = draft_costs(DraftSetting.of(sc), B, K, C,
+    padded = expert_batch(sc.engine, sc.model, B, Kv, kept)
+    # in this evaluation's scope a draft head's extend pass reads the verify pass's attention and experts
+    # (PhysicsCaches.shared_ops)
+    with kept.shared_ops() as caches:
+        verify, verify_context = verify_over_context(sc, B, Kv, C, padded, tokens, caches)
+        draft_pass, passes, extend = draft_costs(DraftSetting.of(sc, caches), B, K, C,
                                                  extend_expert_batch(sc.engine, B, K, padded))
     step = engine_pass_times(sc, B, K, verify, draft_pass, passes, in_graph, extend, verify_context)
     verify_s, draft_step_s, overhead, itl = step.verify_s, step.draft_s, step.overhead_s, step.total_s
@@ -390,24 +393,28 @@ def _has_ctx_axis(op, n_ctx: int) -> bool:
     return len(shape) == 3 and shape[2] == n_ctx
 
 
-def verify_over_context(sc, B, K, C, expert_batch=None, padded_tokens=None) -> tuple[PassCost, PassCost | None]:
+def verify_over_context(sc, B, K, C, expert_batch=None, padded_tokens=None,
+                        caches=None) -> tuple[PassCost, PassCost | None]:
     """The verify pass over (B, K, L): (its ops priced over (B, K, 1), None) with L of length 1;
     else (the ops whose size does not depend on L, priced once over (B, K, 1); attention, priced over
     (B, K, L)). The per-op times are those of ``verify_cost`` (the token ops read from their table,
-    :mod:`simulator.physics.pass_tables`); the verify time is their sum:
+    :mod:`simulator.physics.pass_tables`, kept in ``caches``, default the scenario's step model's); the verify
+    time is their sum:
 
         t(B, K, L) = sum_{o context-free} t_o(B, K) + sum_{o attention} t_o(B, K, L)
     """
     shape = np.broadcast_shapes(B.shape, K.shape)  # (nb, nk, 1); B and K keep their own axes
     n_ctx = C.shape[-1]
+    caches = step_model(sc).caches if caches is None else caches
     plan = verify_plan(sc.model, sc.deployment, sc.hardware, B, K, C, expert_batch, padded_tokens,
-                       None if padded_tokens is None else pad_key(sc.engine))
+                       None if padded_tokens is None else pad_key(sc.engine), caches)
     if n_ctx == 1:
-        return price_plan(plan, sc.hardware, sc.profile, shape), None
+        return price_plan(plan, sc.hardware, sc.profile, shape, caches), None
     cell_ops = plan.cells()
     on_ctx = lambda ops, yes: [o for o in ops if _has_ctx_axis(o, n_ctx) == yes]  # noqa: E731
     free = replace(plan, cells=lambda: on_ctx(cell_ops, False), full=lambda: on_ctx(plan.full(), False),
                    cell_key=None if plan.cell_key is None else plan.cell_key + ("context-free",))
     ctx_ops = on_ctx(cell_ops, True)
-    return (price_plan(free, sc.hardware, sc.profile, shape),
-            price_pass(ctx_ops, sc.hardware, sc.deployment, sc.profile, shape[:2] + (n_ctx,)) if ctx_ops else None)
+    return (price_plan(free, sc.hardware, sc.profile, shape, caches),
+            price_pass(ctx_ops, sc.hardware, sc.deployment, sc.profile, shape[:2] + (n_ctx,), caches)
+            if ctx_ops else None)

@@ -42,6 +42,7 @@ from simulator.physics.attention import MAX_DECODE_SURFACE_QUERIES, attention_ki
 from simulator.physics.layers import decoder_cell_ops, forward_ops, sampling_op
 from simulator.physics.operators import pass_time, prompt_chunk_point_s
 from simulator.physics.pass_tables import lin_table
+from simulator.plan.step_models import step_model
 from simulator.physics.step_model import lin_index, profile_overhead_s, step_time, step_time_scalar, terms_tables
 from simulator.serving.engine import EngineConfig, graph_profile
 from simulator.serving.step_experts import step_expert_tables
@@ -64,6 +65,7 @@ class StepPricer:
             raise PlannerError(f"draft {sc.draft.label}: the serving simulation and sizing price chains only (a tree"
                                " verifies its N + 1 tokens, not K + 1); plan it with python -m simulator.predict")
         self.sc, self.engine, self.k_max, self.speculative = sc, engine, k_max, speculative
+        self.caches = step_model(sc).caches  # the physics' kept tables: the scenario's step model's
         self.max_context = max_context
         self.eager_s = engine.eager_overhead_per_kernel_s if engine.eager_overhead_per_kernel_s is not None \
             else sc.engine.eager_launch_per_kernel_s
@@ -74,8 +76,8 @@ class StepPricer:
         self.b_top = b_top
         t_top = max(engine.max_num_batched_tokens, max_seqs * (k_max + 1))
         B, K = np.arange(1, max_seqs + 1.0)[:, None], np.arange(k_max + 1.0)[None, :]
-        self.t_top = int(max(lin_index(self.graphs, sc.deployment, B, K)[0].max(),
-                             lin_index(self.graphs, sc.deployment, 0.0, 0.0, float(t_top))[0]))
+        self.t_top = int(max(lin_index(self.graphs, sc.deployment, B, K, caches=self.caches)[0].max(),
+                             lin_index(self.graphs, sc.deployment, 0.0, 0.0, float(t_top), self.caches)[0]))
         if twin is not None and twin.sc is sc and (twin.engine, twin.k_max, twin.max_context, twin.b_top,
                                                    twin.t_top) == (engine, k_max, max_context, b_top, self.t_top):
             for name in self.TARGET_TABLES:
@@ -84,7 +86,7 @@ class StepPricer:
             self._target_tables(max_context)
         n_ctx = len(self.ctx)
         if speculative:
-            self._setting = DraftSetting.of(sc)
+            self._setting = DraftSetting.of(sc, self.caches)
             self.draft = np.full((b_top, n_ctx), np.nan)  # [B-1, iL], one pass; columns priced on first use
             # passes per step by K (K for heads and draft models; one host lookup for n-gram)
             self.passes = draft_passes(sc.draft, np.arange(k_max + 1.0)).tolist()
@@ -107,12 +109,13 @@ class StepPricer:
         sc, k_max, b_top = self.sc, self.k_max, self.b_top
         m, dep, hw, prof = sc.model, sc.deployment, sc.hardware, sc.profile
         # lin(T): all target ops but attention, at T = 0..t_top tokens (T = 0 costs nothing)
-        self.lin, self._lin_list = lin_table(m, dep, hw, prof, self.t_top)
+        self.lin, self._lin_list = lin_table(m, dep, hw, prof, self.t_top, self.caches)
         # an MoE step's routed experts as the grid prices them (serving.step_experts)
-        self._pad_experts, self._dec_experts = step_expert_tables(sc, self.graphs, b_top, k_max, self.t_top)
+        self._pad_experts, self._dec_experts = step_expert_tables(sc, self.graphs, b_top, k_max, self.t_top,
+                                                                  self.caches)
         self._pad_experts_list = None if self._pad_experts is None else self._pad_experts.tolist()
         self._dec_experts_list = None if self._dec_experts is None else self._dec_experts.tolist()
-        full_ops = forward_ops(m, dep, hw, 1.0, 1.0, 1.0)
+        full_ops = forward_ops(m, dep, hw, 1.0, 1.0, 1.0, caches=self.caches)
         self.n_kernels = float(sum(o.kernels * o.count for o in full_ops))
         # decode attention over context buckets (linear in L between buckets), [B-1, q-1, iL]: each
         # column priced when first needed (_fill_columns)
@@ -126,8 +129,10 @@ class StepPricer:
         # B (K + 1) rows differently (engine profile [sampling]): the difference per verified token
         delta = dep.kernels.logit_bytes_verify - dep.kernels.logit_bytes_plain
         self.verify_sampling_s_per_token = 0.0 if delta == 0 else float(pass_time(
-            [sampling_op("verify_sampling_delta", 1.0, m.vocab_size / 1.0, abs(delta))], hw, dep, prof, ()).total_s
-            - pass_time([sampling_op("none", 1.0, m.vocab_size, 0.0)], hw, dep, prof, ()).total_s) * np.sign(delta)
+            [sampling_op("verify_sampling_delta", 1.0, m.vocab_size / 1.0, abs(delta))], hw, dep, prof, (),
+            caches=self.caches).total_s
+            - pass_time([sampling_op("none", 1.0, m.vocab_size, 0.0)], hw, dep, prof, (), caches=self.caches).total_s
+        ) * np.sign(delta)
         B, K = np.arange(b_top + 1, dtype=float)[:, None], np.arange(k_max + 1, dtype=float)[None, :]
         self.overhead_prof = np.broadcast_to(profile_overhead_s(prof, B, K), (b_top + 1, k_max + 1))
         # step_s reads these as Python scalars (see _rows)
@@ -172,9 +177,10 @@ class StepPricer:
         q = np.arange(1, k_max + 2, dtype=float)[None, :, None]
         # the attention of the pass's per-cell ops (the same ops forward_ops builds, without its token ops)
         L = self.ctx[new_attn][None, None, :]
-        ops = [o for o in decoder_cell_ops(sc.model, sc.deployment, sc.hardware, B, q, L) if o.family == "attention"]
+        ops = [o for o in decoder_cell_ops(sc.model, sc.deployment, sc.hardware, B, q, L, caches=self.caches)
+               if o.family == "attention"]
         self.attn[:, :, new_attn] = pass_time(ops, sc.hardware, sc.deployment, sc.profile,
-                                              (b_top, k_max + 1, len(new_attn))).total_s
+                                              (b_top, k_max + 1, len(new_attn)), caches=self.caches).total_s
         for j in new_attn:
             self._attn_have[j] = True
         self._rows_memo.clear()  # rows read before held no value at these buckets
@@ -188,11 +194,15 @@ class StepPricer:
             js = sorted(js + [js[0] + 1 if js[0] + 1 < len(self.ctx) else js[0] - 1])
         return js
 
+    def _pass_time(self, ops, hw, dep, profile, shape):
+        """:func:`simulator.physics.operators.pass_time` with the step model's caches (a draft cost's pricer)."""
+        return pass_time(ops, hw, dep, profile, shape, caches=self.caches)
+
     def _draft_columns(self, B: np.ndarray, L: np.ndarray) -> np.ndarray:
         """One draft pass at batch sizes B and context buckets L, [B-1, len(L)], as the engine runs it: in a
         graph by the planner's grid rule (the engine profile's capture limits), else the slower of GPU time
         and kernel launches; a host-side n-gram lookup as it is."""
-        cost = draft_pass_cost(self._setting, B, 1.0, L, pass_time)[0]
+        cost = draft_pass_cost(self._setting, B, 1.0, L, self._pass_time)[0]
         if self.sc.draft.method == "ngram":
             return cost.total_s
         return pass_time_s(cost.total_s, cost.n_kernels, draft_in_graph(self.sc.engine, B), self.eager_s)
@@ -205,7 +215,7 @@ class StepPricer:
         # padding rows' experts where the engine routes them (plan.grid.extend_expert_batch)
         in_graph = draft_extend_in_graph(self.sc.engine, *np.broadcast_arrays(B, K))
         experts = extend_expert_batch(self.sc.engine, B, K, expert_batch(self.sc.engine, self.sc.model, B, K))
-        cost = draft_extend_cost(self._setting, B, K, L[None, None, :], pass_time, experts)
+        cost = draft_extend_cost(self._setting, B, K, L[None, None, :], self._pass_time, experts)
         return pass_time_s(cost.total_s, cost.n_kernels, in_graph, self.eager_s)
 
     def _lin(self, tokens: int) -> float:
@@ -213,9 +223,10 @@ class StepPricer:
             return self.lin[tokens]
         if tokens not in self._lin_extra:
             sc = self.sc
-            ops = [o for o in forward_ops(sc.model, sc.deployment, sc.hardware, float(tokens), 1.0, 0.0)
-                   if o.family != "attention"]
-            self._lin_extra[tokens] = float(pass_time(ops, sc.hardware, sc.deployment, sc.profile, ()).total_s)
+            ops = [o for o in forward_ops(sc.model, sc.deployment, sc.hardware, float(tokens), 1.0, 0.0,
+                                          caches=self.caches) if o.family != "attention"]
+            self._lin_extra[tokens] = float(pass_time(ops, sc.hardware, sc.deployment, sc.profile, (),
+                                                      caches=self.caches).total_s)
         return self._lin_extra[tokens]
 
     def _ctx_weight(self, L: float) -> tuple[int, float]:
@@ -285,7 +296,7 @@ class StepPricer:
                 continue
             window = m.sliding_window if name.endswith("sliding") else None
             ops.append(attention_op(m, sc.deployment, 1.0, chunks, cached, count, window, name))
-        cost = pass_time(ops, sc.hardware, sc.deployment, sc.profile, chunks.shape)
+        cost = pass_time(ops, sc.hardware, sc.deployment, sc.profile, chunks.shape, caches=self.caches)
         return cost.total_s - cost.launch_s
 
     def _pad(self, n_dec: int, k_step: int, tokens: int) -> tuple[int, int, bool]:
@@ -293,8 +304,10 @@ class StepPricer:
         key = (n_dec, k_step, tokens)
         hit = self._pad_memo.get(key)
         if hit is None:
-            index, graph = lin_index(self.graphs, self.sc.deployment, float(n_dec), float(k_step), float(tokens))
-            hit = self._pad_memo[key] = (int(index), int(_padded_tokens(self.graphs, n_dec, k_step, tokens)),
+            index, graph = lin_index(self.graphs, self.sc.deployment, float(n_dec), float(k_step), float(tokens),
+                                     self.caches)
+            hit = self._pad_memo[key] = (int(index), int(_padded_tokens(self.graphs, n_dec, k_step, tokens,
+                                                                        self.caches)),
                                          bool(graph))
         return hit
 
@@ -354,7 +367,7 @@ class StepPricer:
         ``prefill_attn_s``: one prompt chunk's attention for every step, or one per step."""
         sc = self.sc
         n_dec, k_step, tokens = (np.asarray(a, dtype=np.intp) for a in (n_dec, k_step, tokens))
-        index, graph = lin_index(self.graphs, sc.deployment, n_dec, k_step, tokens)
+        index, graph = lin_index(self.graphs, sc.deployment, n_dec, k_step, tokens, self.caches)
         index = index.astype(np.intp)
         inside = index <= self.t_top
         kernels = self.lin[np.where(inside, index, 0)]
@@ -390,6 +403,6 @@ class StepPricer:
                          spec_mode).total_s
 
 
-def _padded_tokens(graphs, n_dec: int, k_step: int, tokens: int) -> float:
+def _padded_tokens(graphs, n_dec: int, k_step: int, tokens: int, caches=None) -> float:
     """The tokens a step's target pass runs at (physics.engine_time.pad)."""
-    return float(pad(graphs, float(n_dec), float(k_step), float(tokens))[0])
+    return float(pad(graphs, float(n_dec), float(k_step), float(tokens), caches)[0])
