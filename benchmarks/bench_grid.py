@@ -21,7 +21,7 @@ import numpy as np
 from simulator.physics.memory import kv_bytes_per_gpu, weight_bytes_per_gpu
 from simulator.plan.grid import evaluate_grid  # the grid computed afresh each call (compute_grid keeps the last few)
 from simulator.plan.step_models import step_model
-from simulator.specs.hardware import list_hardware
+from simulator.specs.hardware import list_hardware, load_hardware
 from simulator.specs.models import list_models, load_model
 from simulator.specs.scenario import SCENARIO_DIR, load_scenario
 from simulator.runtime import keep_freed_memory
@@ -117,8 +117,10 @@ def main() -> None:
     scenarios = []
     for model in list_models():
         m = load_model(model)
-        tp = 8 if m.num_heads % 8 == 0 else 1
         for hw in list_hardware():
+            # TP 8 where the heads split 8 ways and one scale-up domain holds 8 (GH200: one GPU a node), else 1
+            domain = load_hardware(hw).scale_up_domain_gpus or 8
+            tp = 8 if m.num_heads % 8 == 0 and domain >= 8 else 1
             scenarios.append(load_scenario(SCENARIO_DIR / "default.toml", model=model, hardware=hw, tp=tp,
                                            draft="eagle"))
     start = time.perf_counter()
