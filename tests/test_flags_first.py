@@ -47,6 +47,17 @@ def test_size_from_flags_alone_and_its_saved_scenario_give_the_same_answer(tmp_p
     assert rec["usd_per_m_tokens_at_target"] == pytest.approx(rec["fleet_usd_per_hour"] / 12.96)
 
 
+def test_a_report_sized_from_flags_says_the_command_that_made_it():
+    # its "Regenerate" line named `--scenario flags`, a file that does not exist; it repeats the command as typed
+    out = run_main("simulator.size", *SIZE_FLAGS, "--format", "markdown", "--quiet")
+    assert out.returncode == 0, out.stderr
+    assert "--scenario flags" not in out.stdout
+    assert "Regenerate: `python -m simulator.size --model llama-3.1-8b --hardware h100-sxm --tp 1" in out.stdout
+    # and the predict command beside its K* table names the deployment's flags, not a file
+    assert "python -m simulator.predict --model llama-3.1-8b --draft eagle3 --engine vllm --hardware h100-sxm" \
+        in out.stdout
+
+
 def test_size_flags_override_a_scenario_and_the_saved_file_keeps_them(tmp_path):
     saved = tmp_path / "s.toml"
     args = ["--scenario", "sizing-dense-command-a", "--candidates", "h200", "--tp", "8", "--rate", "10",

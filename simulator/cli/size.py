@@ -256,6 +256,8 @@ def run(args) -> int:
                 scenario = load_with_flags(str(scenario), acceptance=args.acceptance,
                                            learned=False if args.physics_only else None, **precision)
             res = size(scenario if isinstance(scenario, Scenario) else str(scenario), _overrides(args))
+        if not args.all_bundled:  # one scenario: the report's "Regenerate" is the command as typed
+            res.command = getattr(args, "command_line", "")
         for fmt in dict.fromkeys(formats):
             text = renderers[fmt](res)
             if out_dir is None:

@@ -69,6 +69,7 @@ class SizingResult:
     sensitivity: pd.DataFrame = field(default_factory=pd.DataFrame)
     elapsed_s: float = 0.0
     _message: str | None = None
+    command: str = ""  # the command line that ran it (the CLI sets it; the report's "Regenerate" repeats it)
 
     @cached_property
     def capacity(self) -> pd.DataFrame:

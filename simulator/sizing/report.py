@@ -343,10 +343,14 @@ def _closing_sections(res: SizingResult) -> list:
         origin = str(Path(origin).resolve().relative_to(REPO_ROOT))
     except ValueError:
         pass
+    # the command as typed where the CLI ran it (flags included); else the scenario file's own command
+    again = res.command or (f"python -m simulator.size --scenario {origin} --output-dir reports/" if origin != "flags"
+                            else "")
+    regenerate = (f" Regenerate: `{again}`." if again else
+                  " Regenerate: the same flags again (--save-scenario FILE keeps them as a scenario).")
     secs.append(("Run", [("p", f"Generated {datetime.now(timezone.utc).strftime('%Y-%m-%d %H:%M UTC')} from"
                               f" {origin} in {res.elapsed_s:.0f} s ({spec.workers} workers);"
-                              f" {len(res.points)} serving simulations{_stopped_note(res.points)}. Regenerate:"
-                              f" `python -m simulator.size --scenario {origin} --output-dir reports/`.")]))
+                              f" {len(res.points)} serving simulations{_stopped_note(res.points)}.{regenerate}")]))
     return secs
 
 

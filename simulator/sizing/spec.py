@@ -411,12 +411,33 @@ def k_table_context(sc: Scenario) -> int:
     return max(1, int(round(prompt_len + out_len / 2)))
 
 
+def _deployment_flags(raw: dict) -> str:
+    """predict's flags for what a flags-built scenario's K* table rests on: model, draft, engine, acceptance."""
+    parts = [f"--model {raw['model']['name']}"]
+    draft, engine, acc = raw.get("draft", {}), raw.get("engine", {}), raw.get("acceptance", {})
+    if draft.get("method"):
+        parts.append(f"--draft {draft['method']}")
+    if engine.get("name"):
+        parts.append(f"--engine {engine['name']}")
+    if engine.get("version"):
+        parts.append(f"--engine-version {engine['version']}")
+    if acc.get("rates"):
+        parts.append("--acceptance " + ",".join(f"{r:g}" for r in acc["rates"]))
+    elif acc.get("file"):
+        parts.append(f"--acceptance {acc['file']}")
+    return " ".join(parts)
+
+
 def predict_command(sc: Scenario, cand, context_len: int) -> str:
     """The predict command line that prints the same K* table as sizing's for ``cand`` (same device, TP,
     dtypes and context): sizing's fp8 is W8A8, i.e. --dtype fp8 --act-dtype fp8."""
     dep = sc.deployment
-    origin = Path(sc.origin)
-    where = origin.stem if origin.parent.resolve() == SCENARIO_DIR.resolve() else sc.origin  # a bundled name
-    return (f"python -m simulator.predict --scenario {where} --hardware {cand.hardware} --tp {cand.tp}"
+    if sc.origin == "flags":  # sized from flags: no file to name, the flags that set the K* table instead
+        where = _deployment_flags(sc.raw)
+    else:
+        origin = Path(sc.origin)
+        where = "--scenario " + (origin.stem if origin.parent.resolve() == SCENARIO_DIR.resolve()  # a bundled name
+                                 else sc.origin)
+    return (f"python -m simulator.predict {where} --hardware {cand.hardware} --tp {cand.tp}"
             f" --dtype {dep.weight_dtype} --act-dtype {dep.act_dtype} --kv-dtype {dep.kv_dtype}"
             f" --context-len {context_len}")
