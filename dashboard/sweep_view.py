@@ -13,11 +13,11 @@ import altair as alt
 import pandas as pd
 
 from simulator.errors import PlannerError
-from simulator.sweep.tables import COST, pareto_flags
+from simulator.sweep.tables import COST, PER_REPLICA_COST, pareto_flags
 
 LATENCIES = {"tpot_p50_s": "TPOT p50 at capacity (s)", "tpot_p99_s": "TPOT p99 at capacity (s)",
              "ttft_p99_s": "TTFT p99 at capacity (s)"}
-NEEDED = ("model", "hardware", "tp", "policy", COST)
+NEEDED = ("model", "hardware", "tp", "policy")
 
 
 def read_table(source, name: str | None = None) -> pd.DataFrame:
@@ -43,8 +43,13 @@ def read_table(source, name: str | None = None) -> pd.DataFrame:
     except Exception as err:  # noqa: BLE001 -- any reader error is a bad file to the user
         raise PlannerError(f"{name}: not a readable sweep table ({type(err).__name__}: {err})") from None
     missing = [c for c in NEEDED if c not in df.columns]
+    if COST not in df.columns and PER_REPLICA_COST not in df.columns:
+        missing.append(COST)
     if missing:
         raise PlannerError(f"{name}: not a sweep result table (missing {', '.join(missing)})")
+    if COST not in df.columns:  # a table written before the fleet's $/M at the target: its front says so
+        df = df.assign(**{COST: df[PER_REPLICA_COST]})
+        df.attrs["cost_title"] = "$ per M output tokens, one replica at full load (a table from before the fleet's)"
     return df
 
 
@@ -78,7 +83,8 @@ def pareto_chart(df: pd.DataFrame, latency: str = "tpot_p50_s") -> alt.Chart:
     cols = ["model", "traffic", "front", "config", latency, COST, "pareto", "gpus", "max_load_per_replica"]
     data = data[[c for c in cols if c in data.columns]]
     x = alt.X(f"{latency}:Q", title=LATENCIES.get(latency, latency), scale=alt.Scale(zero=False))
-    y = alt.Y(f"{COST}:Q", title="$ per M output tokens", scale=alt.Scale(type="log"))
+    y = alt.Y(f"{COST}:Q", title=df.attrs.get("cost_title", "fleet $ per M output tokens at the target"),
+              scale=alt.Scale(type="log"))
     color = alt.Color("model:N", title="Model")
     tooltip = [alt.Tooltip("model:N"), alt.Tooltip("config:N"), alt.Tooltip(f"{latency}:Q", format=".4f"),
                alt.Tooltip(f"{COST}:Q", title="$/M tok", format=".3f")]
@@ -92,5 +98,5 @@ def pareto_chart(df: pd.DataFrame, latency: str = "tpot_p50_s") -> alt.Chart:
         x=x, y=y, color=color, detail="front:N", order=alt.Order(f"{latency}:Q"),
         **({"strokeDash": alt.StrokeDash("traffic:N", title="Traffic")} if "traffic" in data else {}))
     return alt.layer(points, front, data=data, height=420, title=alt.TitleParams(
-        "Pareto front: $ per M output tokens vs latency, per model and traffic mix",
+        "Pareto front: the fleet's $ per M output tokens vs latency, per model and traffic mix",
         subtitle="configurations meeting the target load; faded: dominated"))

@@ -56,7 +56,7 @@ def show(df) -> None:
     front = V.pareto_frame(view, latency)
     st.altair_chart(V.pareto_chart(view, latency), width="stretch")
     st.markdown(f"**{len(view)}** rows, **{len(front)}** meet the target, **{int(front.pareto.sum())}** on the front.")
-    shown = [c for c in ["model", "config", latency, "usd_per_m_output_tokens", "gpus", "gpus_band",
+    shown = [c for c in ["model", "config", latency, V.COST, "fleet_usd_per_hour", "gpus", "gpus_band",
                         "max_load_per_replica", "rel_error", "uncertainty"] if c in front.columns]
     st.dataframe(front[front.pareto].sort_values(["model", latency])[shown], hide_index=True, width="stretch")
     with st.expander("All rows"):

@@ -194,8 +194,20 @@ def test_missing_ray_is_one_line_exit_2(tmp_path, monkeypatch, capsys):
 
 def test_pareto_front_per_model():
     df = pd.DataFrame({"model": ["a"] * 4 + ["b"], "meets_target": [True, True, True, False, True],
-                       "tpot_p50_s": [0.01, 0.02, 0.03, 0.001, 0.05], "usd_per_m_output_tokens": [3.0, 1.0, 2.0, 0.1, 9.0]})
+                       "tpot_p50_s": [0.01, 0.02, 0.03, 0.001, 0.05],
+                       "usd_per_m_tokens_at_target": [3.0, 1.0, 2.0, 0.1, 9.0]})
     assert list(pareto_flags(df)) == [True, True, False, False, True]
+
+
+def test_pareto_front_ranks_the_fleet_at_the_target_not_one_replica_at_full_load():
+    # hand: two 40-GPU fleets at $148/h serve the same 9.9 M output tokens/h (the target): $148 / 9.9 = $14.95/M
+    # each, so the faster one dominates; one replica at full load ($15.12 and $13.33/M, loads 1.36 and 3.08
+    # req/s per replica) would have kept the slower one on the front as "cheaper"
+    from simulator.sweep.tables import COST
+    df = pd.DataFrame({"model": ["m", "m"], "meets_target": [True, True], "tpot_p50_s": [0.01833, 0.02069],
+                       "fleet_usd_per_hour": [148.0, 148.0], COST: [148.0 / 9.9, 148.0 / 9.9],
+                       "usd_per_m_output_tokens": [15.12, 13.33]})
+    assert COST == "usd_per_m_tokens_at_target" and list(pareto_flags(df)) == [True, False]
 
 
 def test_progress_line_shows_done_total_and_eta():
@@ -245,6 +257,10 @@ def test_dashboard_sweep_view_opens_a_table_and_draws_the_front(reference):
     assert spec["layer"] and "Pareto" in str(spec["title"])
     with pytest.raises(PlannerError, match="not a sweep result table"):
         V.read_table(io.BytesIO(b"a,b\n1,2\n"), "x.csv")
+    # a table written before the fleet's $/M at the target opens, its front on one replica's cost, and says so
+    old = df.drop(columns=[V.COST]).to_csv(index=False).encode()
+    legacy = V.read_table(io.BytesIO(old), "old.csv")
+    assert "one replica at full load" in str(V.pareto_chart(legacy).to_dict())
 
 
 def test_fleet_sweep_page_runs(reference, monkeypatch):

@@ -7,11 +7,18 @@ from __future__ import annotations
 
 import html
 import io
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-COST = "usd_per_m_output_tokens"
+from simulator.specs.scenario import REPO_ROOT
+
+# the front's cost: what the buyer pays per output token, the whole fleet (headroom, spare, whole nodes) at the
+# target load, as `size` ranks; one replica's cost at full load (PER_REPLICA_COST) would rank a configuration by a
+# load its fleet never runs at (two 40-GPU fleets at the same $/h served the same RAG traffic at $15.1 and $13.3/M)
+COST = "usd_per_m_tokens_at_target"
+PER_REPLICA_COST = "usd_per_m_output_tokens"
 LEAD = ["task", "model", "hardware", "tp", "ep", "dtype", "act_dtype", "kv_dtype", "draft", "engine", "context_len", "traffic",
         "acceptance", "policy", "status"]
 
@@ -33,7 +40,7 @@ def results_table(tasks: list, records: dict, latency: str = "tpot_p50_s") -> pd
 
 def pareto_flags(df: pd.DataFrame, latency: str = "tpot_p50_s", cost: str = COST, by=("model", "traffic")) -> np.ndarray:
     """True where no other row of the same model and traffic mix meeting its target is at least as cheap and
-    as fast (and strictly better in one): the $/Mtok vs latency front per model and traffic mix (a chat row
+    as fast (and strictly better in one): the fleet's $/Mtok at the target vs latency front per model and traffic mix (a chat row
     and a RAG row serve different demands, so neither dominates the other)."""
     flags = np.zeros(len(df), dtype=bool)
     if latency not in df.columns or cost not in df.columns:
@@ -82,13 +89,21 @@ def _md_table(df: pd.DataFrame) -> str:
     return head + "".join("| " + " | ".join(fmt(v) for v in r) + " |\n" for r in df.itertuples(index=False))
 
 
+def _shown_path(path) -> str:
+    """A path as a summary shows it: relative to the project where it lies inside it (not this machine's layout)."""
+    try:
+        return str(Path(path).resolve().relative_to(REPO_ROOT))
+    except (ValueError, OSError, TypeError):
+        return str(path)
+
+
 def _sections(spec, df: pd.DataFrame, filtered: pd.DataFrame, stats: dict):
     """(title, text, table) blocks shared by the Markdown and HTML summaries."""
     lat = spec.output["latency"]
     axes = ", ".join(f"{a} = {list(v)}" for a, v in spec.axes.items() if v != (None,))
     ok = df[df.status == "ok"] if "status" in df.columns else df
     meets = int(ok.get("meets_target", pd.Series(dtype=bool)).fillna(False).astype(bool).sum())
-    intro = (f"Base scenario `{spec.base}`; axes: {axes or 'none'}; policies {list(spec.policies)}."
+    intro = (f"Base scenario `{_shown_path(spec.base)}`; axes: {axes or 'none'}; policies {list(spec.policies)}."
              f" {spec.n_combinations} combinations: {len(spec.tasks)} tasks ran ({stats.get('computed', 0)} computed"
              f" now, {stats.get('resumed', 0)} from the journal), {len(filtered)} filtered"
              f" (memory or layout). {len(df)} result rows, {meets} meet the target load within"
@@ -109,9 +124,9 @@ def _sections(spec, df: pd.DataFrame, filtered: pd.DataFrame, stats: dict):
     for key, sub in df[df.pareto].groupby(front_keys, sort=False):
         sub = sub.sort_values(lat)
         name = " / ".join(map(str, key if isinstance(key, tuple) else (key,)))
-        blocks.append((f"Pareto front: {name} ($/M output tokens vs {lat})",
-                       "Cheapest configuration at each latency among those meeting the target (one front per"
-                       " model and traffic mix).", sub[cols]))
+        blocks.append((f"Pareto front: {name} (fleet $/M output tokens at the target vs {lat})",
+                       "Cheapest fleet at each latency among those meeting the target: its $/h over the target's"
+                       " output tokens, as `size` ranks (one front per model and traffic mix).", sub[cols]))
     no_front = [m for m in df.model.unique() if not df[(df.model == m) & df.pareto].shape[0]]
     if no_front:
         blocks.append(("No configuration meets the target", ", ".join(map(str, no_front)), None))
