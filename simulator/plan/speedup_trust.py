@@ -82,7 +82,8 @@ def decision_risk_text(table: pd.DataFrame, quantile: float) -> str | None:
     if unsure.any():
         b = table["batch_size"].to_numpy()[unsure]
         span = f"B {b.min()}" if b.min() == b.max() else f"B {b.min()}-{b.max()}"
-        parts.append(f"at {span} K* pays in {p[unsure].min():.0%}-{p[unsure].max():.0%} of the draws")
+        lo, hi = f"{p[unsure].min():.0%}", f"{p[unsure].max():.0%}"
+        parts.append(f"at {span} K* pays in {lo if lo == hi else f'{lo}-{hi}'} of the draws")
     if not parts:
         return None
     return "; ".join(parts) + " (p_kopt_beats_plain, k_centre in --format csv/json)"
