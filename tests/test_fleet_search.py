@@ -462,7 +462,7 @@ def test_pareto_front_per_model_and_traffic_mix():
     # hand: RAG rows cost more per token than chat rows at every latency; one front per mix keeps the RAG
     # front (its cheapest at each latency) instead of hiding it behind the chat rows
     df = pd.DataFrame({"model": ["a"] * 4, "traffic": ["chat", "chat", "rag", "rag"], "meets_target": [True] * 4,
-                       "tpot_p50_s": [0.01, 0.02, 0.015, 0.03], "usd_per_m_output_tokens": [2.0, 1.0, 5.0, 4.0]})
+                       "tpot_p50_s": [0.01, 0.02, 0.015, 0.03], "usd_per_m_tokens_at_target": [2.0, 1.0, 5.0, 4.0]})
     assert list(pareto_flags(df)) == [True, True, True, True]
     assert list(pareto_flags(df, by="model")) == [True, True, False, False]
 
