@@ -8,10 +8,12 @@
 Each FILE is a measured-rows CSV (``batch_size, k, itl_ms``; optional ``context_len``,
 ``acceptance_length``, ``per_position_acceptance``, ``n_steps``) or a ``vllm bench serve --save-result``
 JSON (one row: its max_concurrency, K and acceptance from the spec_decode_* fields, median ITL). The
-terms of ``simulator/specs/deployment_fit.py`` (kernel-time scale, host time per step, per sequence,
-per speculative token) are fitted to the log step times, only as many as the points identify
-(``calibration/fewshot.py``); the acceptance rates, when the rows carry them, are measured directly.
-Intervals (90%) come from a parametric bootstrap and are carried to goodput over the scenario's grid.
+engine terms of ``simulator/specs/step_terms.py`` (kernel scales, host time per step, per sequence, per
+speculating sequence and per speculative token) are updated from their prior (the learned layer's population;
+on a CPU or with --physics-only each term free over its range) by the points' log step times: a posterior,
+its maximum and a Laplace approximation around it (``calibration/fewshot.py``); the acceptance rates, when the
+rows carry them, are measured directly (a bootstrap over the rows' steps). Intervals (90%) are carried to goodput
+over the scenario's grid.
 The output names the scenario it is valid for; it ends with the one or two (B, K) cells whose
 measurement would settle K* where it is least certain.
 """

@@ -105,9 +105,9 @@ class Prediction:
         """Step-time band of this basis and device (see :mod:`simulator.specs.uncertainty`)."""
         sc = self.scenario
         fit = sc.deployment_fit
-        if fit is not None:  # the deployment's own measurements: the fit's residual-based interval
+        if fit is not None:  # the deployment's own measurements: the posterior's interval
             return Band(fit.step_time_rel, None, 0, f"deployment fit {Path(fit.path).name} on {len(fit.points)} measured"
-                        f" points; goodput at K* +-{fit.goodput_rel:.0%}", "90% bootstrap interval of the")
+                        f" points; goodput at K* +-{fit.goodput_rel:.0%}", "90% posterior interval of the")
         basis = sc.profile.basis if sc.profile else "datasheet only"
         if sc.profile and sc.profile.surfaces:
             basis = "measured kernel tables"

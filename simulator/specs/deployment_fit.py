@@ -12,7 +12,7 @@ per-position rates replace the scenario's. Format::
                   "weights": ..., "activations": ..., "kv_cache": ..., "kernel_basis": "h100-sxm.vllm-0.24.0.profile.json"},
      "terms": {"kernel_scale": {"value": 1.1, "interval": [1.0, 1.2], "fitted": true}, ...},
      "acceptance": {"rates": [...], "interval": [[lo, hi], ...], "source": "..."} | null,
-     "uncertainty": {"step_time_rel": 0.03, "goodput_rel": 0.05, "interval": "90% bootstrap"},
+     "uncertainty": {"step_time_rel": 0.03, "goodput_rel": 0.05, "interval": "90% of the posterior ..."},
      "points": [{"batch_size": 8, "k": 0, "context_len": 2048, "itl_ms": 9.1, "file": "runs.csv"}, ...],
      "provenance": {...}}
 """
