@@ -22,8 +22,9 @@ from simulator.specs.scenario import SCENARIO_DIR, load_scenario
 OUTSIDE_BAND = 0.9  # the range's K beats the one it left in at least this share of draws somewhere in the range
 
 
-def returns(sc) -> list[tuple]:
-    """(K left, range K, first B, last B, best share of draws, best centre gain) per return to an earlier K."""
+def returns(sc) -> tuple[list[tuple], int]:
+    """((K left, range K, first B, last B, best share of draws, best centre gain) per return to an earlier K,
+    the schedule's number of ranges)."""
     g = compute_grid(sc, batch_sizes=np.arange(1, 257), ks=np.arange(0, min(sc.k_max, 8) + 1))
     k = g.k_star
     good, _ = decision_risk.goodput_draws(g, g.step_terms)  # (draws, B, K)
@@ -38,20 +39,22 @@ def returns(sc) -> list[tuple]:
         share = (good[:, lo:hi + 1, ib] > good[:, lo:hi + 1, ia]).mean(axis=0)
         gain = g.goodput_per_seq[lo:hi + 1, ib] / g.goodput_per_seq[lo:hi + 1, ia] - 1
         out.append((left, mid, int(g.batch_sizes[lo]), int(g.batch_sizes[hi]), float(share.max()), float(gain.max())))
-    return out
+    return out, len(ranges)
 
 
 def main() -> None:
     keep_freed_memory()
     warnings.simplefilter("ignore")
-    total = inside = 0
+    total = inside = n_ranges = 0
     for path in sorted(SCENARIO_DIR.glob("*.toml")):
-        for left, mid, lo, hi, share, gain in returns(load_scenario(path)):
+        found, n = returns(load_scenario(path))
+        n_ranges += n
+        for left, mid, lo, hi, share, gain in found:
             total += 1
             inside += share < OUTSIDE_BAND
             print(f"{path.stem:26s} K {left} -> {mid} at B {lo}-{hi}, then back to {left}: the range's K beats it in"
                   f" {share:.0%} of the draws at best (centre gain up to {gain:+.1%})")
-    print(f"{total} returns to an earlier K; {inside} inside the terms' band (the range's K ahead in fewer than"
+    print(f"{total} returns to an earlier K in {n_ranges} ranges; {inside} inside the terms' band (the range's K ahead in fewer than"
           f" {OUTSIDE_BAND:.0%} of the draws at every batch size of the range)")
 
 

@@ -417,3 +417,25 @@ def test_sglang_speculation_caps_the_running_requests_at_its_default(llama):
     assert int(sv.simulate(sc, "fixed", workload=wl, engine=set_cap).steps.batch_size.max()) == 64
     # vLLM sets no cap of its own with speculation
     assert int(sv.simulate(llama, "fixed", workload=wl).steps.batch_size.max()) == 64
+
+
+def test_a_speculating_k0_step_runs_the_drafters_extend_pass_where_the_engine_does():
+    # vLLM 0.33 (vllm/v1/spec_decode/llm_base_proposer.py:616-625): a dynamic-K server's K = 0 step still runs the
+    # drafter's first pass over the B tokens; the serving steps and the grid's K = 0 entry price it alike, and a
+    # server without speculation (or vLLM 0.11, which has no dynamic-K table) runs plain decoding
+    from dataclasses import replace
+    sc = load_scenario(REPO / "scenarios" / "default.toml")
+    # without the assumed DSD bookkeeping at K = 0 (spec_k0_overhead_frac, a [serving] setting the grid has not)
+    eng = replace(sv.engine_from_scenario(sc), spec_k0_overhead_frac=0.0)
+    pricer = sv.StepPricer(sc, eng, 4, 64, 600, True)
+    ctx = float(sc.context_len)
+    plain, _, _ = pricer.step_s(32, 0, 32, ctx, False, 0.0)
+    dsd, _, _ = pricer.step_s(32, 0, 32, ctx, True, 0.0)
+    g = compute_grid(sc, batch_sizes=np.arange(1, 65), ks=np.arange(5))
+    extra_grid = g.as_engine_runs.itl_s[31, 0] / g.itl_s[31, 0]
+    assert dsd > plain and dsd / plain == pytest.approx(extra_grid, rel=5e-3)  # context buckets vs the grid's L
+    vec = pricer.decode_steps_s(np.array([32]), np.array([0]), np.array([32]), ctx, True, 0.0)[0]
+    assert vec == dsd  # the vector twin to the bit
+    old = sc.with_overrides(engine="vllm", engine_version="0.11.0")
+    p_old = sv.StepPricer(old, replace(sv.engine_from_scenario(old), spec_k0_overhead_frac=0.0), 4, 64, 600, True)
+    assert p_old.step_s(32, 0, 32, ctx, True, 0.0)[0] == p_old.step_s(32, 0, 32, ctx, False, 0.0)[0]

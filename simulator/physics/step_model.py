@@ -7,7 +7,8 @@ For B sequences and K drafts (K = 0: plain decoding), with the passes' GPU time 
     verify   = GPU time                                    in a CUDA graph (engine_time.pad: the one padding rule)
              = max(GPU time, kernels x eager launch)       outside one
     draft    = passes x one draft pass (as the engine runs it), or, with an extend pass over the verified
-               tokens, (passes - 1) x one pass + the extend pass (K > 0 only)
+               tokens, (passes - 1) x one pass + the extend pass (K > 0; at K = 0 on a speculating server
+               whose engine still runs it there, the extend pass alone: specs.engine_settings)
     overhead = profile step overhead(B, K)                 a measured profile's fitted scheduler terms
              + exposed host(B, K) + passes x per_draft_pass  the engine profile's host time (engine_time)
              + schedule + schedule_per_seq x B             a serving config's extra host time (0 in the grid)
@@ -112,12 +113,14 @@ def profile_overhead_s(profile, batch, k) -> np.ndarray:
             + profile.step_overhead_per_token_s * batch * (k + 1))
 
 
-def draft_time_s(one_pass_s, passes, k, extend_s=None):
+def draft_time_s(one_pass_s, passes, k, extend_s=None, extend_at_k0: bool = False):
     """All draft passes of a step: ``passes`` one-token passes, or, with an extend pass over the verified
-    tokens, ``passes`` - 1 of them and the extend pass, at K > 0 only."""
+    tokens, ``passes`` - 1 of them and the extend pass, at K > 0; at K = 0 nothing, or (``extend_at_k0``: a
+    speculating server whose K = 0 entry still runs it, specs.engine_settings.k0_runs_draft_extend) the extend
+    pass alone."""
     if extend_s is None:
         return one_pass_s * passes
-    return np.where(k > 0, one_pass_s * (passes - 1) + extend_s, 0.0)
+    return np.where(k > 0, one_pass_s * (passes - 1) + extend_s, extend_s if extend_at_k0 else 0.0)
 
 
 def terms_tables(terms, b_top: int, k_max: int) -> tuple[list | None, list | None]:

@@ -26,17 +26,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 
 from simulator.errors import PlannerError
-from simulator.files import read_toml_file
 from simulator.specs.engines import EngineProfile, serving_default, with_capture_limit
-from simulator.specs.versions import version_key
+from simulator.specs.engine_settings import SETTINGS_FILE, load_rules, rule_for  # noqa: F401 (re-exported)
 
-SETTINGS_FILE = Path(__file__).resolve().parent.parent / "data" / "engine_settings.toml"
 MIN_GAIN = 0.001  # below 0.1% of goodput a setting is not worth a line
 ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
 
@@ -70,23 +66,6 @@ def advice_text(a: dict) -> str:
 
 
 # --- the rules' data -------------------------------------------------------------------------------
-
-@lru_cache(maxsize=None)
-def load_rules(path: str = str(SETTINGS_FILE)) -> tuple[dict, ...]:
-    return tuple(read_toml_file(Path(path), "engine settings").get("rule", []))
-
-
-def rule_for(kind: str, engine: EngineProfile | None, rules=None) -> dict | None:
-    """The rule of this kind whose release range holds the engine profile's version; None if none does."""
-    if engine is None or not engine.version:
-        return None
-    v = version_key(engine.version)
-    for r in load_rules() if rules is None else rules:
-        if r["kind"] == kind and r["engine"] == engine.name and version_key(r["first"]) <= v \
-                and (not r["before"] or v < version_key(r["before"])):
-            return r
-    return None
-
 
 def engine_label(engine: EngineProfile) -> str:
     return f"{ENGINE_NAMES.get(engine.name, engine.name)} {engine.version}"
@@ -251,11 +230,11 @@ def token_budget_advice(pred, rule: dict, predict_scenario) -> Advice | None:
 
 def k0_step_s(grid) -> np.ndarray | None:
     """Step time of a K = 0 entry where the engine still runs the drafter's first pass over the B
-    verified tokens: plain step + that pass (None: the draft has no such pass, e.g. n-gram)."""
-    if grid.draft_extend is None:
+    verified tokens, as the grid prices it (plain step + that pass, Grid.dsd_k0); None: the draft has no
+    such pass (e.g. n-gram) or the engine does not run it there."""
+    if grid.dsd_k0 is None:
         return None
-    i0 = grid.k_index(0)
-    return grid.itl_s[:, i0] + grid.draft_extend.total_s[:, i0]
+    return grid.as_engine_runs.itl_s[:, grid.k_index(0)]
 
 
 def dsd_k0_advice(pred, rule: dict) -> Advice | None:

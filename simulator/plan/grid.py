@@ -7,7 +7,9 @@
     K*(B)         = the fewest-range schedule within 1% of the best score at every B, over the K whose memory
                     fits (simulator/plan/schedule.py; tolerance 0: the argmax); the score: each K's share of the
                     best goodput at the pessimistic 10% of the engine terms' draws (plan/decision_risk.py;
-                    decision_quantile 0: goodput at their centre); K = 0 is plain decoding
+                    decision_quantile 0: goodput at their centre); K = 0 is plain decoding, except in the
+                    choice of a dynamic-K table on an engine whose K = 0 entry still runs the drafter's extend pass
+                    (vLLM from 0.29, SGLang from 0.5.14: Grid.dsd_k0), where that entry is priced as it runs
 
 One function (:func:`compute_grid`) evaluates every term over (B, K, L) arrays, L = tokens already in
 each sequence's KV cache. The plain table is its slice with L of length 1 (the scenario's context_len),
@@ -33,9 +35,10 @@ from simulator.physics.operators import PassCost, StepCost, price_pass
 from simulator.physics.pass_tables import price_plan, verify_plan
 from simulator.physics.draft_cost import DraftSetting, draft_costs
 from simulator.specs.drafts import verify_drafts
+from simulator.specs.engine_settings import k0_runs_draft_extend
 from simulator.physics.engine_time import (draft_extend_in_graph, draft_in_graph, expert_batch, extend_expert_batch,
                                            pad, pad_key, pads, pass_time_s)
-from simulator.physics.step_model import draft_time_s, profile_overhead_s, step_time
+from simulator.physics.step_model import StepTime, draft_time_s, profile_overhead_s, step_time
 from simulator.physics.experts import experts_touched_correlated
 from simulator.plan.step_models import step_model
 from simulator.plan.schedule import SCHEDULE_TOLERANCE, argmax_k_index, schedule_k_index
@@ -78,6 +81,9 @@ class Grid:
     # (a learned population, a deployment fit, None: the physics with the a priori spread) they are drawn from
     decision_quantile: float = 0.0
     step_terms: object = None
+    # a dynamic-K server's K = 0 entry where its engine still runs the drafter's extend pass (specs.engine_settings):
+    # that step's parts (StepTime), each (n_batch, 1[, n_ctx]); None where K = 0 there is plain decoding
+    dsd_k0: object = None
 
     @property
     def fits_memory(self) -> np.ndarray:
@@ -159,16 +165,40 @@ class Grid:
         """(score K* is chosen on, the near-best mask or None) over the K ``fits`` allows."""
         if self.decision_quantile <= 0 or not (self.ks > 0).any():
             return self.centre_score, None
-        score, near = decision_shares(self, self.step_terms, self.decision_quantile, self.banded_acceptance_length,
-                                      fits)
+        d = self.as_engine_runs
+        score, near = decision_shares(d, d.step_terms, d.decision_quantile, d.banded_acceptance_length, fits)
         return score, near >= 1.0 - self.schedule_tolerance
+
+    @cached_property
+    def as_engine_runs(self) -> "Grid":
+        """The grid whose K = 0 column is the step a dynamic-K server runs at a K = 0 entry (:attr:`dsd_k0`: its
+        engine still runs the drafter's extend pass there), which K* is chosen on and the K* columns report;
+        this grid itself where that entry is plain decoding. The plain-decoding baseline stays this grid's."""
+        k0 = self.dsd_k0
+        if k0 is None:
+            return self
+        i0 = self.k_index(0)
+        shape = self.itl_s.shape
+
+        def at_k0(arr, col):
+            out = np.array(np.broadcast_to(arr, shape), dtype=float)
+            out[:, i0] = np.broadcast_to(col, out[:, i0:i0 + 1].shape)[:, 0]
+            return out
+
+        itl = at_k0(self.itl_s, k0.total_s)
+        al0 = np.asarray(self.acceptance_length)[i0]  # 1 token per step at K = 0
+        return replace(self, verify_s=at_k0(self.verify_s, k0.verify_s), draft_step_s=at_k0(self.draft_step_s, k0.draft_s),
+                       overhead_s=at_k0(self.overhead_s, k0.overhead_s), itl_s=itl,
+                       goodput_per_seq=at_k0(self.goodput_per_seq, al0 / np.asarray(k0.total_s)), dsd_k0=None)
 
     @property
     def centre_score(self) -> np.ndarray:
-        """Goodput at the terms' centre (the robust score over the acceptance band when there is one)."""
-        if self.banded_acceptance_length is None:
-            return self.goodput_per_seq
-        return robust_score(self.itl_s, self.banded_acceptance_length, self.fits_memory)
+        """Goodput at the terms' centre (the robust score over the acceptance band when there is one), with K = 0
+        as the engine runs it in a dynamic-K table (:attr:`as_engine_runs`)."""
+        d = self.as_engine_runs
+        if d.banded_acceptance_length is None:
+            return d.goodput_per_seq
+        return robust_score(d.itl_s, d.banded_acceptance_length, d.fits_memory)
 
     def centre_k(self) -> np.ndarray:
         """K per batch size at the terms' centre (the raw argmax of :attr:`centre_score`); -1 where none fits."""
@@ -226,8 +256,10 @@ MS = 1e3
 
 def kstar_columns(g: Grid, fixed_k: int) -> dict:
     """Per batch size, as numpy arrays: K* (-1 where none fits memory) and the goodput, step time and
-    speedups at it, plain decoding and the fixed K beside it (NaN where they do not fit)."""
+    speedups at it (as the engine runs it: at K* = 0 on an engine that still runs the drafter's extend pass there,
+    that step, Grid.as_engine_runs), plain decoding and the fixed K beside it (NaN where they do not fit)."""
     idx = g.optimal_k_index()
+    run = g.as_engine_runs
     rows = np.arange(len(g.batch_sizes))
     safe = np.maximum(idx, 0)
     feasible = idx >= 0
@@ -237,7 +269,7 @@ def kstar_columns(g: Grid, fixed_k: int) -> dict:
     def at(arr, col):
         return np.where(feasible, arr[rows, col], nan)
 
-    good = at(g.goodput_per_seq, safe)
+    good = at(run.goodput_per_seq, safe)
     i0, i_fix = g.k_index(0), g.k_index(fixed_k)
     plain = np.where(fits[:, i0], g.goodput_per_seq[:, i0], nan)
     fixed = np.where(fits[:, i_fix], g.goodput_per_seq[:, i_fix], nan)
@@ -247,7 +279,7 @@ def kstar_columns(g: Grid, fixed_k: int) -> dict:
             "k_opt": g.k_star,
             "goodput_per_seq": good,
             "throughput": good * g.batch_sizes,
-            "itl_ms": at(g.itl_s, safe) * MS,
+            "itl_ms": at(run.itl_s, safe) * MS,
             # what a user waits per token: step time / tokens a step commits = 1 / goodput per sequence
             "token_latency_ms": MS / good,
             "plain_token_latency_ms": MS / plain,
@@ -263,7 +295,7 @@ def kstar_columns(g: Grid, fixed_k: int) -> dict:
 
 
 def engine_pass_times(sc, B, K, verify: PassCost, draft_pass: PassCost, passes, in_graph, extend: PassCost | None = None,
-                      verify_context: PassCost | None = None):
+                      verify_context: PassCost | None = None, extend_at_k0: bool = False):
     """The step of the scenario over the grid (:func:`simulator.physics.step_model.step_time`, terms applied):
     its passes as the engine runs them; with an extend pass, ``passes`` - 1 one-token passes and the extend
     pass at K > 0. The verify pass is ``verify`` plus, on a context axis, its L-dependent ops
@@ -279,7 +311,7 @@ def engine_pass_times(sc, B, K, verify: PassCost, draft_pass: PassCost, passes, 
     extend_s = None if extend is None else pass_time_s(
         extend.total_s, extend.n_kernels, draft_extend_in_graph(eng, B, K, in_graph), eng.eager_launch_per_kernel_s,
         copy=False)
-    draft_s = draft_time_s(draft_one, passes, K, extend_s)
+    draft_s = draft_time_s(draft_one, passes, K, extend_s, extend_at_k0)
     # on a context axis the verify sum is this function's own array: no copy of it
     return step_time(eng, sc.deployment.tp, B, K, total_s, kernels, in_graph, eng.eager_launch_per_kernel_s,
                      draft_s, passes, host_draft, profile_overhead_s(sc.profile, B, K),
@@ -342,6 +374,7 @@ def _evaluate(sc, b, k, c) -> Grid:
                                                  extend_expert_batch(sc.engine, B, K, padded))
     step = engine_pass_times(sc, B, K, verify, draft_pass, passes, in_graph, extend, verify_context)
     verify_s, draft_step_s, overhead, itl = step.verify_s, step.draft_s, step.overhead_s, step.total_s
+    dsd_k0 = _dsd_k0_step(sc, B, K, verify, draft_pass, passes, in_graph, extend, verify_context)
     scale = sc.acceptance_context.factor(c) if getattr(sc, "acceptance_context", None) is not None else None
     # acceptance may fall with context; a tree of N draft tokens accepts at most N (depth beyond N adds none)
     deep = np.minimum(k, sc.draft.tree_tokens) if sc.draft.is_tree else k
@@ -355,7 +388,21 @@ def _evaluate(sc, b, k, c) -> Grid:
     return Grid(b, k.astype(int), c.astype(int), verify, draft_pass, np.asarray(passes, dtype=float), verify_s,
                 draft_step_s, np.broadcast_to(in_graph, itl.shape), overhead, itl, al, al[None, :, :] / itl, np.broadcast_to(memory, itl.shape),
                 sc.hardware.memory_bytes * sc.deployment.memory_utilization, touched, sc.schedule_tolerance,
-                None, extend, verify_context)
+                None, extend, verify_context, dsd_k0=dsd_k0)
+
+
+def _dsd_k0_step(sc, B, K, verify, draft_pass, passes, in_graph, extend, verify_context):
+    """The K = 0 column's step as a dynamic-K server of this engine runs it when the engine still runs the drafter's
+    extend pass there (specs.engine_settings.k0_runs_draft_extend): the plain step and that pass; None where K = 0
+    is plain decoding (another engine or release, a draft without an extend pass, a grid without K = 0 or K > 0)."""
+    k = K[0, :, 0]
+    if extend is None or not (k == 0).any() or not (k > 0).any() or not k0_runs_draft_extend(sc.engine):
+        return None
+    i0 = int(np.flatnonzero(k == 0)[0])
+    col = lambda a: a if np.ndim(a) < 2 or np.shape(a)[1] == 1 else a[:, i0:i0 + 1]  # noqa: E731
+    cost = lambda c: None if c is None else c.sliced(col)  # noqa: E731
+    return engine_pass_times(sc, B, col(K), cost(verify), cost(draft_pass), col(np.asarray(passes)), col(in_graph),
+                             cost(extend), cost(verify_context), extend_at_k0=True)
 
 
 def _drop_context_axis(grid: Grid) -> Grid:
@@ -367,7 +414,9 @@ def _drop_context_axis(grid: Grid) -> Grid:
                 cell(g.verify_s), cell(g.draft_step_s), cell(g.in_graph), cell(g.overhead_s), cell(g.itl_s),
                 g.acceptance_length[:, 0], cell(g.goodput_per_seq), cell(g.memory_per_gpu_bytes),
                 g.memory_capacity_bytes, g.experts_touched, g.schedule_tolerance, g.banded_acceptance_length,
-                cost(g.draft_extend), None, g.decision_quantile, g.step_terms)
+                cost(g.draft_extend), None, g.decision_quantile, g.step_terms,
+                None if g.dsd_k0 is None else StepTime(*(cell(x) for x in (g.dsd_k0.verify_s, g.dsd_k0.draft_s,
+                                                                         g.dsd_k0.overhead_s, g.dsd_k0.total_s))))
 
 
 def acceptance_lengths(acceptance, ks, scale=None, n_ctx: int | None = None) -> np.ndarray:

@@ -34,6 +34,7 @@ from bisect import bisect_left
 import numpy as np
 
 from simulator.errors import PlannerError
+from simulator.specs.engine_settings import k0_runs_draft_extend
 from simulator.physics.draft_cost import (DraftSetting, draft_extend_cost, draft_pass_cost, draft_passes,
                                          has_extend_pass)
 from simulator.physics.engine_time import (draft_extend_in_graph, draft_in_graph, expert_batch, extend_expert_batch,
@@ -96,6 +97,9 @@ class StepPricer:
             self.draft = np.zeros((b_top, n_ctx))
             self.passes = [0.0] * (k_max + 1)
             self.extend = None
+        # a speculating step at K = 0 still runs the drafter's extend pass on this engine release (as the grid's
+        # Grid.dsd_k0 prices the K = 0 entry of a dynamic-K table)
+        self.extend_at_k0 = self.extend is not None and k0_runs_draft_extend(sc.engine)
         # the buckets this pricer has read priced (its tables, and its twin's shared attention); its own,
         # so that rows it memoized before a twin priced a bucket are read again
         self._have = [False] * n_ctx
@@ -326,6 +330,14 @@ class StepPricer:
             hit = self._rows_memo[key] = (attn, d, e, float(self.overhead_prof[min(n_dec, self.b_top), k_step]))
         return hit
 
+    def _extend_k0_row(self, n_dec: int) -> list:
+        """The extend pass at K = 0 over the context buckets, for B = ``n_dec`` (memoized as the rows are)."""
+        key = (n_dec, -1)
+        hit = self._rows_memo.get(key)
+        if hit is None:
+            hit = self._rows_memo[key] = self.extend[min(n_dec, self.b_top) - 1, 0].tolist()
+        return hit
+
     def step_s(self, n_dec: int, k_step: int, tokens: int, mean_ctx: float, spec_mode: bool,
                prefill_attn_s: float) -> tuple[float, int, bool]:
         """Seconds of one step, the tokens the target pass runs at, and whether it ran as a graph."""
@@ -350,6 +362,9 @@ class StepPricer:
                     draft = self.passes[k_step] * (d[j] + w * (d[j + 1] - d[j]))
                 else:  # K - 1 one-token passes and the extend pass over the verified tokens
                     draft = (self.passes[k_step] - 1) * (d[j] + w * (d[j + 1] - d[j])) + e[j] + w * (e[j + 1] - e[j])
+            elif spec_mode and self.extend_at_k0:  # a K = 0 entry of a speculating server: the extend pass alone
+                e = self._extend_k0_row(n_dec)
+                draft = e[j] + w * (e[j + 1] - e[j])
         else:
             overhead = self._overhead0[k_step]
         factor = None if self._terms_factor is None else self._terms_factor[k_step]
@@ -361,10 +376,11 @@ class StepPricer:
         return time, padded, graph
 
     def decode_steps_s(self, n_dec: np.ndarray, k_step: np.ndarray, tokens: np.ndarray, mean_ctx: float,
-                       spec_mode: bool, prefill_attn_s) -> np.ndarray:
+                       spec_mode: bool, prefill_attn_s, extend_at_k0: bool | None = None) -> np.ndarray:
         """:meth:`step_s`'s seconds for many steps at one mean context (the steady state's B = 1..n), the same
         arithmetic in the same order elementwise (n_dec >= 1); tests hold the two equal to the bit.
-        ``prefill_attn_s``: one prompt chunk's attention for every step, or one per step."""
+        ``prefill_attn_s``: one prompt chunk's attention for every step, or one per step. ``extend_at_k0`` False:
+        a speculating step at K = 0 without the drafter's extend pass (a lower bound: the early stop's floor)."""
         sc = self.sc
         n_dec, k_step, tokens = (np.asarray(a, dtype=np.intp) for a in (n_dec, k_step, tokens))
         index, graph = lin_index(self.graphs, sc.deployment, n_dec, k_step, tokens, self.caches)
@@ -380,7 +396,8 @@ class StepPricer:
             kernels = kernels + np.where(decode, self._dec_experts[n_dec, k_step], mixed)
         kernels = kernels + prefill_attn_s
         j, w = self._ctx_weight(mean_ctx)
-        if k_step.any():
+        k0_extend = spec_mode and self.extend_at_k0 and extend_at_k0 is not False
+        if k_step.any() or k0_extend:
             self._fill_columns((j, j + 1))
         else:  # no step drafts (the early stop's floor at no context): the draft's columns stay unpriced
             self._fill_attention((j, j + 1))
@@ -391,12 +408,15 @@ class StepPricer:
         passes = np.asarray(self.passes)[k_step]
         d = self.draft[n_dec - 1]
         d_ctx = d[:, j] + w * (d[:, j + 1] - d[:, j])
+        at_k0 = 0.0  # (NaN where K = 0 read an unpriced draft column: not kept)
         if self.extend is None:
             draft = passes * d_ctx
         else:
             e = self.extend[np.minimum(n_dec, self.b_top) - 1, k_step]
-            draft = (passes - 1) * d_ctx + e[:, j] + w * (e[:, j + 1] - e[:, j])
-        draft = np.where(spec, draft, 0.0)  # (NaN where K = 0 read an unpriced draft column)
+            draft = (passes - 1) * d_ctx + e[:, j] + w * (e[:, j + 1] - e[:, j])  # step_s's order of operations
+            if k0_extend:  # a K = 0 entry of a speculating server: the extend pass alone
+                at_k0 = e[:, j] + w * (e[:, j + 1] - e[:, j])
+        draft = np.where(spec, draft, at_k0)
         overhead = self.overhead_prof[np.minimum(n_dec, self.b_top), k_step]
         return step_time(sc.engine, sc.deployment.tp, n_dec, k_step, kernels, self.n_kernels, graph, self.eager_s, draft,
                          passes, sc.draft.method == "ngram", overhead, getattr(sc, "step_terms", None), self.extras,

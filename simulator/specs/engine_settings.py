@@ -1,0 +1,41 @@
+"""Engine behaviours read from the engines' code, release by release (``simulator/data/engine_settings.toml``).
+
+Each rule names a kind of behaviour, the engine and the releases that have it (``first`` up to ``before``), the
+setting it concerns and the lines of the wheel that show it. The plan layer's advice (``simulator.plan.advice``)
+turns them into "this setting costs goodput here" lines; the step model reads the one that changes what a step
+costs (``dsd_k0``: a dynamic-K server's K = 0 entry still runs the drafter's extend pass).
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from simulator.files import read_toml_file
+from simulator.specs.engines import EngineProfile
+from simulator.specs.versions import version_key
+
+SETTINGS_FILE = Path(__file__).resolve().parent.parent / "data" / "engine_settings.toml"
+
+
+@lru_cache(maxsize=None)
+def load_rules(path: str = str(SETTINGS_FILE)) -> tuple[dict, ...]:
+    return tuple(read_toml_file(Path(path), "engine settings").get("rule", []))
+
+
+def rule_for(kind: str, engine: EngineProfile | None, rules=None) -> dict | None:
+    """The rule of this kind whose release range holds the engine profile's version; None if none does."""
+    if engine is None or not engine.version:
+        return None
+    v = version_key(engine.version)
+    for r in load_rules() if rules is None else rules:
+        if r["kind"] == kind and r["engine"] == engine.name and version_key(r["first"]) <= v \
+                and (not r["before"] or v < version_key(r["before"])):
+            return r
+    return None
+
+
+def k0_runs_draft_extend(engine: EngineProfile | None) -> bool:
+    """Whether a speculating server of this engine release, at a K = 0 entry of its dynamic-K table, still runs
+    the drafter's extend pass over the step's tokens (vLLM from 0.29, SGLang from 0.5.14: keeping the draft's KV
+    warm), so that K = 0 there is not plain decoding."""
+    return rule_for("dsd_k0", engine) is not None
