@@ -81,9 +81,10 @@ class Grid:
     # (a learned population, a deployment fit, None: the physics with the a priori spread) they are drawn from
     decision_quantile: float = 0.0
     step_terms: object = None
-    # a dynamic-K server's K = 0 entry where its engine still runs the drafter's extend pass (specs.engine_settings):
-    # that step's parts (StepTime), each (n_batch, 1[, n_ctx]); None where K = 0 there is plain decoding
-    dsd_k0: object = None
+    # what prices a dynamic-K server's K = 0 entry where its engine still runs the drafter's extend pass
+    # (specs.engine_settings; :attr:`dsd_k0`, priced when a decision first needs it): the (B, K, L) grid's passes and
+    # whether the context axis was dropped; None where K = 0 there is plain decoding
+    k0_entry: tuple | None = None
 
     @property
     def fits_memory(self) -> np.ndarray:
@@ -170,6 +171,19 @@ class Grid:
         return score, near >= 1.0 - self.schedule_tolerance
 
     @cached_property
+    def dsd_k0(self):
+        """The K = 0 entry of a dynamic-K table as the engine runs it (StepTime, each part (n_batch, 1[, n_ctx])):
+        the plain step and the drafter's extend pass; None where K = 0 there is plain decoding."""
+        if self.k0_entry is None:
+            return None
+        *inputs, dropped = self.k0_entry
+        step = _dsd_k0_step(*inputs)
+        if not dropped:
+            return step
+        cell = lambda a: a[..., 0] if np.ndim(a) == 3 else a  # noqa: E731 (the plain grid: the L axis dropped)
+        return StepTime(cell(step.verify_s), cell(step.draft_s), cell(step.overhead_s), cell(step.total_s))
+
+    @cached_property
     def as_engine_runs(self) -> "Grid":
         """The grid whose K = 0 column is the step a dynamic-K server runs at a K = 0 entry (:attr:`dsd_k0`: its
         engine still runs the drafter's extend pass there), which K* is chosen on and the K* columns report;
@@ -189,7 +203,7 @@ class Grid:
         al0 = np.asarray(self.acceptance_length)[i0]  # 1 token per step at K = 0
         return replace(self, verify_s=at_k0(self.verify_s, k0.verify_s), draft_step_s=at_k0(self.draft_step_s, k0.draft_s),
                        overhead_s=at_k0(self.overhead_s, k0.overhead_s), itl_s=itl,
-                       goodput_per_seq=at_k0(self.goodput_per_seq, al0 / np.asarray(k0.total_s)), dsd_k0=None)
+                       goodput_per_seq=at_k0(self.goodput_per_seq, al0 / np.asarray(k0.total_s)), k0_entry=None)
 
     @property
     def centre_score(self) -> np.ndarray:
@@ -374,7 +388,9 @@ def _evaluate(sc, b, k, c) -> Grid:
                                                  extend_expert_batch(sc.engine, B, K, padded))
     step = engine_pass_times(sc, B, K, verify, draft_pass, passes, in_graph, extend, verify_context)
     verify_s, draft_step_s, overhead, itl = step.verify_s, step.draft_s, step.overhead_s, step.total_s
-    dsd_k0 = _dsd_k0_step(sc, B, K, verify, draft_pass, passes, in_graph, extend, verify_context)
+    k = K[0, :, 0]
+    k0_entry = (sc, B, K, verify, draft_pass, passes, in_graph, extend, verify_context, False) \
+        if extend is not None and (k == 0).any() and (k > 0).any() and k0_runs_draft_extend(sc.engine) else None
     scale = sc.acceptance_context.factor(c) if getattr(sc, "acceptance_context", None) is not None else None
     # acceptance may fall with context; a tree of N draft tokens accepts at most N (depth beyond N adds none)
     deep = np.minimum(k, sc.draft.tree_tokens) if sc.draft.is_tree else k
@@ -388,17 +404,13 @@ def _evaluate(sc, b, k, c) -> Grid:
     return Grid(b, k.astype(int), c.astype(int), verify, draft_pass, np.asarray(passes, dtype=float), verify_s,
                 draft_step_s, np.broadcast_to(in_graph, itl.shape), overhead, itl, al, al[None, :, :] / itl, np.broadcast_to(memory, itl.shape),
                 sc.hardware.memory_bytes * sc.deployment.memory_utilization, touched, sc.schedule_tolerance,
-                None, extend, verify_context, dsd_k0=dsd_k0)
+                None, extend, verify_context, k0_entry=k0_entry)
 
 
 def _dsd_k0_step(sc, B, K, verify, draft_pass, passes, in_graph, extend, verify_context):
-    """The K = 0 column's step as a dynamic-K server of this engine runs it when the engine still runs the drafter's
-    extend pass there (specs.engine_settings.k0_runs_draft_extend): the plain step and that pass; None where K = 0
-    is plain decoding (another engine or release, a draft without an extend pass, a grid without K = 0 or K > 0)."""
-    k = K[0, :, 0]
-    if extend is None or not (k == 0).any() or not (k > 0).any() or not k0_runs_draft_extend(sc.engine):
-        return None
-    i0 = int(np.flatnonzero(k == 0)[0])
+    """The K = 0 column's step (B, 1, L) as a dynamic-K server of this engine runs it where the engine still runs
+    the drafter's extend pass there (specs.engine_settings.k0_runs_draft_extend): the plain step and that pass."""
+    i0 = int(np.flatnonzero(K[0, :, 0] == 0)[0])
     col = lambda a: a if np.ndim(a) < 2 or np.shape(a)[1] == 1 else a[:, i0:i0 + 1]  # noqa: E731
     cost = lambda c: None if c is None else c.sliced(col)  # noqa: E731
     return engine_pass_times(sc, B, col(K), cost(verify), cost(draft_pass), col(np.asarray(passes)), col(in_graph),
@@ -415,8 +427,7 @@ def _drop_context_axis(grid: Grid) -> Grid:
                 g.acceptance_length[:, 0], cell(g.goodput_per_seq), cell(g.memory_per_gpu_bytes),
                 g.memory_capacity_bytes, g.experts_touched, g.schedule_tolerance, g.banded_acceptance_length,
                 cost(g.draft_extend), None, g.decision_quantile, g.step_terms,
-                None if g.dsd_k0 is None else StepTime(*(cell(x) for x in (g.dsd_k0.verify_s, g.dsd_k0.draft_s,
-                                                                         g.dsd_k0.overhead_s, g.dsd_k0.total_s))))
+                None if g.k0_entry is None else g.k0_entry[:-1] + (True,))
 
 
 def acceptance_lengths(acceptance, ks, scale=None, n_ctx: int | None = None) -> np.ndarray:
