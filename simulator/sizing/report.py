@@ -125,6 +125,11 @@ def _share_span(p: pd.Series) -> str:
     return lo if lo == hi else f"{lo}-{hi}"
 
 
+def _from_to(first: str, last: str) -> str:
+    """A run's value at its first and last batch size, once where they read the same."""
+    return first if first == last else f"{first}-{last}"
+
+
 def k_star_table(table: pd.DataFrame) -> pd.DataFrame:
     """Compact K* table: runs of batch sizes with the same K* (or where no K fits memory)."""
     t = table.reset_index(drop=True)
@@ -134,9 +139,9 @@ def k_star_table(table: pd.DataFrame) -> pd.DataFrame:
         if i + 1 < len(t) and key[i + 1] == key[i]:
             continue
         a, b = t.iloc[start], t.iloc[i]
-        span = lambda col: (f"{a[col]:.2f}-{b[col]:.2f}" if np.isfinite(a[col]) and np.isfinite(b[col])  # noqa: E731
-                            else "-")
-        rows.append({"batch_sizes": f"{int(a.batch_size)}-{int(b.batch_size)}",
+        span = lambda col: (_from_to(f"{a[col]:.2f}", f"{b[col]:.2f}")  # noqa: E731
+                            if np.isfinite(a[col]) and np.isfinite(b[col]) else "-")
+        rows.append({"batch_sizes": _from_to(f"{int(a.batch_size)}", f"{int(b.batch_size)}"),
                      "k_opt": "none fits memory" if key[i] < 0 else int(key[i]),
                      "speedup_vs_plain": span("speedup_vs_plain"), "speedup_vs_fixed": span("speedup_vs_fixed"),
                      "break_even_acceptance_length": (span("break_even_acceptance_length")
