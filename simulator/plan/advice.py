@@ -31,7 +31,7 @@ import numpy as np
 
 from simulator.errors import PlannerError
 from simulator.specs.engines import EngineProfile, serving_default, with_capture_limit
-from simulator.specs.engine_settings import SETTINGS_FILE, load_rules, rule_for  # noqa: F401 (re-exported)
+from simulator.specs.engine_settings import rule_for
 
 MIN_GAIN = 0.001  # below 0.1% of goodput a setting is not worth a line
 ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}

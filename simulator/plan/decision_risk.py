@@ -54,15 +54,9 @@ def term_draws(terms, n: int = N_DRAWS, seed: int = 0) -> tuple[np.ndarray, str]
     return from_fit(centre + sd * z), basis
 
 
-def _cell_axes(grid) -> tuple[np.ndarray, np.ndarray]:
-    """B and K shaped to broadcast over the grid's cells ((B, K) or (B, K, L))."""
-    tail = (1,) * (grid.itl_s.ndim - 2)
-    return grid.batch_sizes.reshape((-1, 1) + tail).astype(float), grid.ks.reshape((1, -1) + tail).astype(float)
-
-
 def physics_parts(grid, terms) -> tuple[np.ndarray, np.ndarray]:
     """(kernel s, host s) of every cell without the scenario's terms: the grid's own times, unscaled."""
-    B, K = _cell_axes(grid)
+    B, K = grid.cell_axes()
     kernel = np.broadcast_to(grid.verify_s + grid.draft_step_s, grid.itl_s.shape)
     overhead = np.broadcast_to(grid.overhead_s, grid.itl_s.shape)
     if terms is None:
@@ -75,7 +69,7 @@ def step_draws(grid, terms, n: int = N_DRAWS, seed: int = 0) -> tuple[np.ndarray
     n); what the draws rest on). The step formula (specs.step_terms) over the grid's physics parts."""
     theta, basis = term_draws(terms, n, seed)
     kernel, overhead = physics_parts(grid, terms)
-    B, K = _cell_axes(grid)
+    B, K = grid.cell_axes()
     f = lambda a: np.asarray(a, dtype=DRAW_DTYPE)  # noqa: E731
     return compose_step_s(list(f(theta).T), f(B[..., None]), f(K[..., None]), f(kernel[..., None]),
                           f(overhead[..., None])), basis

@@ -38,7 +38,7 @@ from simulator.specs.drafts import verify_drafts
 from simulator.specs.engine_settings import k0_runs_draft_extend
 from simulator.physics.engine_time import (draft_extend_in_graph, draft_in_graph, expert_batch, extend_expert_batch,
                                            pad, pad_key, pads, pass_time_s)
-from simulator.physics.step_model import StepTime, draft_time_s, profile_overhead_s, step_time
+from simulator.physics.step_model import draft_time_s, profile_overhead_s, step_time
 from simulator.physics.experts import experts_touched_correlated
 from simulator.plan.step_models import step_model
 from simulator.plan.schedule import SCHEDULE_TOLERANCE, argmax_k_index, schedule_k_index
@@ -81,10 +81,10 @@ class Grid:
     # (a learned population, a deployment fit, None: the physics with the a priori spread) they are drawn from
     decision_quantile: float = 0.0
     step_terms: object = None
-    # what prices a dynamic-K server's K = 0 entry where its engine still runs the drafter's extend pass
-    # (specs.engine_settings; :attr:`dsd_k0`, priced when a decision first needs it): the (B, K, L) grid's passes and
-    # whether the context axis was dropped; None where K = 0 there is plain decoding
-    k0_entry: tuple | None = None
+    # the scenario, where its engine still runs the drafter's extend pass at a dynamic-K table's K = 0 entry
+    # (specs.engine_settings): :attr:`dsd_k0` prices that entry from this grid's passes when a decision first needs
+    # it; None where K = 0 there is plain decoding
+    k0_extend_scenario: object = None
 
     @property
     def fits_memory(self) -> np.ndarray:
@@ -174,14 +174,22 @@ class Grid:
     def dsd_k0(self):
         """The K = 0 entry of a dynamic-K table as the engine runs it (StepTime, each part (n_batch, 1[, n_ctx])):
         the plain step and the drafter's extend pass; None where K = 0 there is plain decoding."""
-        if self.k0_entry is None:
+        sc = self.k0_extend_scenario
+        if sc is None:
             return None
-        *inputs, dropped = self.k0_entry
-        step = _dsd_k0_step(*inputs)
-        if not dropped:
-            return step
-        cell = lambda a: a[..., 0] if np.ndim(a) == 3 else a  # noqa: E731 (the plain grid: the L axis dropped)
-        return StepTime(cell(step.verify_s), cell(step.draft_s), cell(step.overhead_s), cell(step.total_s))
+        i0 = self.k_index(0)
+        col = lambda a: a if np.ndim(a) < 2 or np.shape(a)[1] == 1 else a[:, i0:i0 + 1]  # noqa: E731
+        cost = lambda c: None if c is None else c.sliced(col)  # noqa: E731
+        B, K = self.cell_axes()
+        return engine_pass_times(sc, B, col(K), cost(self.verify), cost(self.draft_pass), col(self.draft_passes),
+                                 col(self.in_graph), cost(self.draft_extend), cost(self.verify_context),
+                                 extend_at_k0=True)
+
+    def cell_axes(self) -> tuple[np.ndarray, np.ndarray]:
+        """B and K shaped to broadcast over the cells ((B, K) or (B, K, L))."""
+        tail = (1,) * (self.itl_s.ndim - 2)
+        return (self.batch_sizes.reshape((-1, 1) + tail).astype(float),
+                self.ks.reshape((1, -1) + tail).astype(float))
 
     @cached_property
     def as_engine_runs(self) -> "Grid":
@@ -203,7 +211,8 @@ class Grid:
         al0 = np.asarray(self.acceptance_length)[i0]  # 1 token per step at K = 0
         return replace(self, verify_s=at_k0(self.verify_s, k0.verify_s), draft_step_s=at_k0(self.draft_step_s, k0.draft_s),
                        overhead_s=at_k0(self.overhead_s, k0.overhead_s), itl_s=itl,
-                       goodput_per_seq=at_k0(self.goodput_per_seq, al0 / np.asarray(k0.total_s)), k0_entry=None)
+                       goodput_per_seq=at_k0(self.goodput_per_seq, al0 / np.asarray(k0.total_s)),
+                       k0_extend_scenario=None)
 
     @property
     def centre_score(self) -> np.ndarray:
@@ -388,9 +397,7 @@ def _evaluate(sc, b, k, c) -> Grid:
                                                  extend_expert_batch(sc.engine, B, K, padded))
     step = engine_pass_times(sc, B, K, verify, draft_pass, passes, in_graph, extend, verify_context)
     verify_s, draft_step_s, overhead, itl = step.verify_s, step.draft_s, step.overhead_s, step.total_s
-    k = K[0, :, 0]
-    k0_entry = (sc, B, K, verify, draft_pass, passes, in_graph, extend, verify_context, False) \
-        if extend is not None and (k == 0).any() and (k > 0).any() and k0_runs_draft_extend(sc.engine) else None
+    k0_extend = extend is not None and (k == 0).any() and (k > 0).any() and k0_runs_draft_extend(sc.engine)
     scale = sc.acceptance_context.factor(c) if getattr(sc, "acceptance_context", None) is not None else None
     # acceptance may fall with context; a tree of N draft tokens accepts at most N (depth beyond N adds none)
     deep = np.minimum(k, sc.draft.tree_tokens) if sc.draft.is_tree else k
@@ -404,17 +411,7 @@ def _evaluate(sc, b, k, c) -> Grid:
     return Grid(b, k.astype(int), c.astype(int), verify, draft_pass, np.asarray(passes, dtype=float), verify_s,
                 draft_step_s, np.broadcast_to(in_graph, itl.shape), overhead, itl, al, al[None, :, :] / itl, np.broadcast_to(memory, itl.shape),
                 sc.hardware.memory_bytes * sc.deployment.memory_utilization, touched, sc.schedule_tolerance,
-                None, extend, verify_context, k0_entry=k0_entry)
-
-
-def _dsd_k0_step(sc, B, K, verify, draft_pass, passes, in_graph, extend, verify_context):
-    """The K = 0 column's step (B, 1, L) as a dynamic-K server of this engine runs it where the engine still runs
-    the drafter's extend pass there (specs.engine_settings.k0_runs_draft_extend): the plain step and that pass."""
-    i0 = int(np.flatnonzero(K[0, :, 0] == 0)[0])
-    col = lambda a: a if np.ndim(a) < 2 or np.shape(a)[1] == 1 else a[:, i0:i0 + 1]  # noqa: E731
-    cost = lambda c: None if c is None else c.sliced(col)  # noqa: E731
-    return engine_pass_times(sc, B, col(K), cost(verify), cost(draft_pass), col(np.asarray(passes)), col(in_graph),
-                             cost(extend), cost(verify_context), extend_at_k0=True)
+                None, extend, verify_context, k0_extend_scenario=sc if k0_extend else None)
 
 
 def _drop_context_axis(grid: Grid) -> Grid:
@@ -426,8 +423,7 @@ def _drop_context_axis(grid: Grid) -> Grid:
                 cell(g.verify_s), cell(g.draft_step_s), cell(g.in_graph), cell(g.overhead_s), cell(g.itl_s),
                 g.acceptance_length[:, 0], cell(g.goodput_per_seq), cell(g.memory_per_gpu_bytes),
                 g.memory_capacity_bytes, g.experts_touched, g.schedule_tolerance, g.banded_acceptance_length,
-                cost(g.draft_extend), None, g.decision_quantile, g.step_terms,
-                None if g.k0_entry is None else g.k0_entry[:-1] + (True,))
+                cost(g.draft_extend), None, g.decision_quantile, g.step_terms, g.k0_extend_scenario)
 
 
 def acceptance_lengths(acceptance, ks, scale=None, n_ctx: int | None = None) -> np.ndarray:
