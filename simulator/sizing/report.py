@@ -10,7 +10,6 @@ import html
 import json
 import re
 from datetime import datetime, timezone
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -18,7 +17,7 @@ import pandas as pd
 from simulator.plan.advice import advice_lines
 from simulator.plan.api import schedule_text
 from simulator.plan.speedup_trust import decision_risk_text, gain_at_risk_text, speedup_trust_text
-from simulator.specs.scenario import REPO_ROOT
+from simulator.specs.scenario_sections import repo_relative
 from simulator.sizing.fleet import SizingResult, quality_caveat, target_output_tokens_per_hour
 from simulator.sizing.ranking import RANK_RULE
 from simulator.sizing.spec import traffic_lengths
@@ -343,11 +342,7 @@ def _closing_sections(res: SizingResult) -> list:
                                  ("p", "Speculative speedups (the K* tables): " + speedup_trust_text(sc) + ".")]))
     prov = _provenance(res)
     secs.append(("Provenance", [("wtable", prov)]))
-    origin = sc.origin
-    try:
-        origin = str(Path(origin).resolve().relative_to(REPO_ROOT))
-    except ValueError:
-        pass
+    origin = repo_relative(sc.origin)
     # the command as typed where the CLI ran it (flags included); else the scenario file's own command
     again = res.command or (f"python -m simulator.size --scenario {origin} --output-dir reports/" if origin != "flags"
                             else "")

@@ -155,9 +155,6 @@ def hardware_from_dict(data: dict, origin: str) -> Hardware:
             if not _is_number(value) or not np.isfinite(value) or (value < 0 if low == 0 else value <= 0):
                 bound = ">= 0" if low == 0 else "> 0"
                 raise PlannerError(f"{origin}: '{key}' must be a finite number {bound}, got {value!r}")
-    if "compute_units" in data and not (isinstance(data["compute_units"], int)
-                                        and not isinstance(data["compute_units"], bool) and data["compute_units"] > 0):
-        raise PlannerError(f"{origin}: 'compute_units' must be a positive integer, got {data['compute_units']!r}")
 
     def pick(key, default=None):
         return data.get(key, assumed.get(key, default))
@@ -179,7 +176,7 @@ def hardware_from_dict(data: dict, origin: str) -> Hardware:
         tdp_w=_opt_float(pick("tdp_w")),
         price_per_gpu_hour_usd=_opt_float(pick("price_per_gpu_hour_usd")),
         source=data.get("source", origin),
-        compute_units=int(data["compute_units"]) if isinstance(data.get("compute_units"), int) else None,
+        compute_units=_positive_int(data, "compute_units", origin),
         published=_published(data.get("published", {}), origin),
         scale_up_domain_gpus=_positive_int(data, "scale_up_domain_gpus", origin),
         scale_out=_scale_out(data.get("scale_out", {}), origin),

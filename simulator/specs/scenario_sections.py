@@ -23,6 +23,14 @@ from simulator.specs.values import check_table, parse_batch_sizes, parse_context
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 
+
+def repo_relative(path) -> str:
+    """A path as a report shows it: relative to the project where it lies inside it (not this machine's layout)."""
+    try:
+        return str(Path(path).resolve().relative_to(REPO_ROOT))
+    except (ValueError, OSError, TypeError):
+        return str(path)
+
 # raw-dict marker: acceptance was given as an override, so a deployment fit's measured rates do not replace it
 ACCEPTANCE_GIVEN = "_acceptance_given"
 

@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import html
 import io
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from simulator.specs.scenario import REPO_ROOT
+from simulator.specs.scenario_sections import repo_relative
 
 # the front's cost: what the buyer pays per output token, the whole fleet (headroom, spare, whole nodes) at the
 # target load, as `size` ranks; one replica's cost at full load (PER_REPLICA_COST) would rank a configuration by a
@@ -89,21 +88,13 @@ def _md_table(df: pd.DataFrame) -> str:
     return head + "".join("| " + " | ".join(fmt(v) for v in r) + " |\n" for r in df.itertuples(index=False))
 
 
-def _shown_path(path) -> str:
-    """A path as a summary shows it: relative to the project where it lies inside it (not this machine's layout)."""
-    try:
-        return str(Path(path).resolve().relative_to(REPO_ROOT))
-    except (ValueError, OSError, TypeError):
-        return str(path)
-
-
 def _sections(spec, df: pd.DataFrame, filtered: pd.DataFrame, stats: dict):
     """(title, text, table) blocks shared by the Markdown and HTML summaries."""
     lat = spec.output["latency"]
     axes = ", ".join(f"{a} = {list(v)}" for a, v in spec.axes.items() if v != (None,))
     ok = df[df.status == "ok"] if "status" in df.columns else df
     meets = int(ok.get("meets_target", pd.Series(dtype=bool)).fillna(False).astype(bool).sum())
-    intro = (f"Base scenario `{_shown_path(spec.base)}`; axes: {axes or 'none'}; policies {list(spec.policies)}."
+    intro = (f"Base scenario `{repo_relative(spec.base)}`; axes: {axes or 'none'}; policies {list(spec.policies)}."
              f" {spec.n_combinations} combinations: {len(spec.tasks)} tasks ran ({stats.get('computed', 0)} computed"
              f" now, {stats.get('resumed', 0)} from the journal), {len(filtered)} filtered"
              f" (memory or layout). {len(df)} result rows, {meets} meet the target load within"
