@@ -100,7 +100,7 @@ def step_floor_s(pricer, max_seqs: int, speculative: bool) -> float:
         b = np.arange(1, max(int(max_seqs), 1) + 1)  # one vector call: the loop's step prices to the bit
         # K = 0 without the drafter's extend pass a dynamic-K server may still run there: lower still, and the
         # draft's tables stay unpriced
-        decode = pricer.decode_steps_s(b, np.zeros_like(b), b, 0.0, speculative, 0.0, extend_at_k0=False)
+        decode = pricer.decode_steps_s(b, np.zeros_like(b), b, 0.0, speculative, 0.0, k0_extend=False)
         prompt = pricer.step_s(0, 0, 1, 0.0, speculative, 0.0)[0]
         memo[key] = max(min(float(decode.min()), prompt), 0.0) * (1.0 - 1e-9)
     return memo[key]

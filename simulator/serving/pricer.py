@@ -376,10 +376,10 @@ class StepPricer:
         return time, padded, graph
 
     def decode_steps_s(self, n_dec: np.ndarray, k_step: np.ndarray, tokens: np.ndarray, mean_ctx: float,
-                       spec_mode: bool, prefill_attn_s, extend_at_k0: bool | None = None) -> np.ndarray:
+                       spec_mode: bool, prefill_attn_s, k0_extend: bool = True) -> np.ndarray:
         """:meth:`step_s`'s seconds for many steps at one mean context (the steady state's B = 1..n), the same
         arithmetic in the same order elementwise (n_dec >= 1); tests hold the two equal to the bit.
-        ``prefill_attn_s``: one prompt chunk's attention for every step, or one per step. ``extend_at_k0`` False:
+        ``prefill_attn_s``: one prompt chunk's attention for every step, or one per step. ``k0_extend`` False:
         a speculating step at K = 0 without the drafter's extend pass (a lower bound: the early stop's floor)."""
         sc = self.sc
         n_dec, k_step, tokens = (np.asarray(a, dtype=np.intp) for a in (n_dec, k_step, tokens))
@@ -396,7 +396,7 @@ class StepPricer:
             kernels = kernels + np.where(decode, self._dec_experts[n_dec, k_step], mixed)
         kernels = kernels + prefill_attn_s
         j, w = self._ctx_weight(mean_ctx)
-        k0_extend = spec_mode and self.extend_at_k0 and extend_at_k0 is not False
+        k0_extend = spec_mode and self.extend_at_k0 and k0_extend
         if k_step.any() or k0_extend:
             self._fill_columns((j, j + 1))
         else:  # no step drafts (the early stop's floor at no context): the draft's columns stay unpriced
