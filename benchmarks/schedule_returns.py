@@ -15,11 +15,10 @@ import warnings
 import numpy as np
 
 from simulator.plan import decision_risk
+from simulator.plan.decision_risk import OUTSIDE_BAND
 from simulator.plan.grid import compute_grid
 from simulator.runtime import keep_freed_memory
 from simulator.specs.scenario import SCENARIO_DIR, load_scenario
-
-OUTSIDE_BAND = 0.9  # the range's K beats the one it left in at least this share of draws somewhere in the range
 
 
 def returns(sc) -> tuple[list[tuple], int]:
@@ -27,7 +26,8 @@ def returns(sc) -> tuple[list[tuple], int]:
     the schedule's number of ranges)."""
     g = compute_grid(sc, batch_sizes=np.arange(1, 257), ks=np.arange(0, min(sc.k_max, 8) + 1))
     k = g.k_star
-    good, _ = decision_risk.goodput_draws(g, g.step_terms)  # (draws, B, K)
+    d = g.as_engine_runs  # the K = 0 entry as the engine runs it, which K* is chosen on
+    good, _ = decision_risk.goodput_draws(d, d.step_terms)  # (draws, B, K)
     starts = [0] + [i for i in range(1, len(k)) if k[i] != k[i - 1]]
     ranges = [(s, (starts[j + 1] if j + 1 < len(starts) else len(k)) - 1, int(k[s])) for j, s in enumerate(starts)]
     out = []
@@ -37,7 +37,7 @@ def returns(sc) -> tuple[list[tuple], int]:
             continue
         ia, ib = g.k_index(left), g.k_index(mid)
         share = (good[:, lo:hi + 1, ib] > good[:, lo:hi + 1, ia]).mean(axis=0)
-        gain = g.goodput_per_seq[lo:hi + 1, ib] / g.goodput_per_seq[lo:hi + 1, ia] - 1
+        gain = d.goodput_per_seq[lo:hi + 1, ib] / g.goodput_per_seq[lo:hi + 1, ia] - 1
         out.append((left, mid, int(g.batch_sizes[lo]), int(g.batch_sizes[hi]), float(share.max()), float(gain.max())))
     return out, len(ranges)
 

@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 
 from simulator.plan.api import predict
-from simulator.plan.schedule import schedule_k_index, schedule_loss, schedule_ranges
+from simulator.plan.decision_risk import OUTSIDE_BAND, goodput_draws
+from simulator.plan.schedule import (has_return, schedule_k_index, schedule_loss, schedule_ranges,
+                                     without_band_returns)
 from simulator.specs.scenario import SCENARIO_DIR
 
 TOL = 0.01
@@ -81,6 +83,30 @@ def test_hand_example_merges_a_flip_within_tolerance():
     assert list(schedule_k_index(g, fits, TOL)) == [1, 2, 1]
 
 
+def test_a_return_inside_the_band_is_taken_out():
+    # hand: 3 batch sizes x K 0..2, 4 draws; the schedule K 2, 0, 2 returns to K = 2
+    k = np.array([2, 0, 2])
+    fits = np.ones((3, 3), dtype=bool)
+    al = np.array([1.0, 1.5, 2.0])
+    itl = al[None, :, None] * np.ones((3, 3, 4))  # goodput 1 everywhere: step time = acceptance length
+    itl[1, 0] = 1 / np.array([1.1, 1.1, 0.9, 0.9])  # K = 0 beats K = 2 at B 2 in 2 of 4 draws: inside a 90% band
+    assert list(without_band_returns(k, itl, al, fits, 0.9)) == [2, 2, 2]
+    itl[1, 0] = 1 / 1.1  # in every draw: outside it, the return stays
+    assert list(without_band_returns(k, itl, al, fits, 0.9)) == [2, 0, 2]
+    # a K that does not fit memory in the range is not taken there
+    fits[1, 2] = False
+    itl[1, 0] = 1 / np.array([1.1, 1.1, 0.9, 0.9])
+    assert list(without_band_returns(k, itl, al, fits, 0.9)) == [2, 0, 2]
+    # a return that comes back later, not at once (K 2, 0, 1, 2), and one column of two left alone
+    k2 = np.array([[2, 1], [0, 1], [1, 1], [2, 1]])
+    itl2 = np.ones((4, 3, 2, 4))
+    itl2[1, 0, 0] = 1 / np.array([1.1, 0.9, 0.9, 0.9])
+    itl2[2, 1, 0] = 1 / 1.2
+    fits2 = np.ones((4, 3, 2), dtype=bool)
+    assert without_band_returns(k2, itl2, np.ones((3, 2)), fits2, 0.9).tolist() == [[2, 1], [2, 1], [1, 1], [2, 1]]
+    assert has_return(k2) and not has_return(np.array([3, 3, 2, 2, 0, -1]))
+
+
 def test_nothing_fits_rows_are_their_own_state():
     g = np.array([[1.0, 2.0], [1.0, 2.0], [1.0, 2.0]])
     fits = np.array([[True, True], [True, False], [False, False]])
@@ -106,6 +132,14 @@ def test_bundled_scenario_schedules(path):
     near = g.near_best_within(g.fits_memory)
     allowed = (masked >= (1 - TOL) * best) | (False if near is None else near)
     rows = np.flatnonzero(chosen >= 0)
+    merged = rows[~allowed[rows, chosen[rows]]]  # only where a return inside the band was taken out
+    if merged.size:
+        dp = schedule_k_index(g.selection_score, g.fits_memory, TOL, near)
+        good, _ = goodput_draws(g.as_engine_runs, g.step_terms)
+        beats = (good[:, merged, dp[merged]] > good[:, merged, chosen[merged]]).mean(axis=0)
+        assert beats.max() < OUTSIDE_BAND, (path.stem, merged)
+        assert has_return(dp) and not (chosen == dp).all()
+    rows = np.setdiff1d(rows, merged)
     assert allowed[rows, chosen[rows]].all(), path.stem
     runs = _runs(chosen)
     for n, (lo, _, k) in enumerate(runs):

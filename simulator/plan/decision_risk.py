@@ -25,6 +25,9 @@ N_DRAWS = 64  # a power of two (a Sobol design)
 # the draws are priced in float32: what they decide is read at a 1% tolerance, and float32's 1e-7 relative rounding
 # is five orders below it, while the (n_batch, n_k, 64) arrays and their sort take half the memory traffic
 DRAW_DTYPE = np.float32
+# a difference outside the terms' band: one K ahead of another in at least this share of the draws (the 90% bands
+# every prediction prints); the schedule never returns to an earlier K on less (plan.schedule.without_band_returns)
+OUTSIDE_BAND = 0.9
 
 
 @functools.cache  # a pure function of its arguments, built once per process (read-only)
@@ -76,9 +79,11 @@ def step_draws(grid, terms, n: int = N_DRAWS, seed: int = 0) -> tuple[np.ndarray
 
 
 def goodput_draws(grid, terms, n: int = N_DRAWS, seed: int = 0) -> tuple[np.ndarray, str]:
-    """(goodput per sequence (n, n_batch, n_k) under drawn terms, what the draws rest on)."""
+    """(goodput per sequence (n, n_batch, n_k[, n_ctx]) under drawn terms, what the draws rest on)."""
     itl, basis = step_draws(grid, terms, n, seed)
-    return np.moveaxis(grid.acceptance_length[None, :, None] / itl, -1, 0), basis
+    al = np.asarray(grid.acceptance_length)  # (n_k[, n_ctx]): the cells' axes after the batch axis
+    al = al.reshape((1,) + al.shape + (1,) * (itl.ndim - 1 - al.ndim))
+    return np.moveaxis(al / itl, -1, 0), basis
 
 
 def beats_plain(grid, terms, n: int = N_DRAWS, seed: int = 0) -> tuple[np.ndarray, str]:
@@ -90,8 +95,8 @@ def beats_plain(grid, terms, n: int = N_DRAWS, seed: int = 0) -> tuple[np.ndarra
     return np.where(ok, p, np.nan), basis
 
 
-def decision_shares(grid, terms, quantile: float, banded_al=None, fits=None, n: int = N_DRAWS, seed: int = 0
-                    ) -> tuple[np.ndarray, np.ndarray]:
+def decision_shares(grid, terms, quantile: float, banded_al=None, fits=None, n: int = N_DRAWS, seed: int = 0,
+                    itl=None) -> tuple[np.ndarray, np.ndarray]:
     """(n_batch, n_k) what K* is chosen on: each K's share of the best goodput at its batch size, per draw of the
     engine terms (and per rate set of an acceptance band, (3, n_k), when given), at the ``quantile`` of the draws
     and the worst rate set; -inf where the K does not fit (``fits``, default the grid's memory check):
@@ -105,8 +110,11 @@ def decision_shares(grid, terms, quantile: float, banded_al=None, fits=None, n: 
 
     Returns (that score, the same share at the median draw). A K whose median share is within the schedule's
     tolerance is as likely as not as good as the best (to the tolerance) inside the terms' spread: the
-    fewest-range schedule may keep it for fewer ranges (plan.schedule, ``near_best``)."""
-    itl, _ = step_draws(grid, terms, n, seed)  # draws on the last axis: the quantiles read contiguous memory
+    fewest-range schedule may keep it for fewer ranges (plan.schedule, ``near_best``). ``itl``: the step draws
+    (:func:`step_draws`) when the caller has them."""
+    if itl is None:  # draws on the last axis: the quantiles read contiguous memory
+        itl, _ = step_draws(grid, terms, n, seed)
+    n = itl.shape[-1]
     fits = grid.fits_memory if fits is None else fits
     al_sets = grid.acceptance_length[None] if banded_al is None else np.asarray(banded_al)
     pos = quantile * (n - 1)  # the quantile of the draws by linear interpolation (numpy's default)

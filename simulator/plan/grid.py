@@ -5,7 +5,8 @@
                     overhead = the engine's exposed host time + a profile's fitted step terms)
     goodput(B, K) = AL(K) / ITL(B, K)        tokens/s per sequence (x B for the whole batch)
     K*(B)         = the fewest-range schedule within 1% of the best score at every B, over the K whose memory
-                    fits (simulator/plan/schedule.py; tolerance 0: the argmax); the score: each K's share of the
+                    fits (simulator/plan/schedule.py; tolerance 0: the argmax), never returning to an earlier K
+                    on a difference inside the engine terms' band; the score: each K's share of the
                     best goodput at the pessimistic 10% of the engine terms' draws (plan/decision_risk.py;
                     decision_quantile 0: goodput at their centre); K = 0 is plain decoding, except in the
                     choice of a dynamic-K table on an engine whose K = 0 entry still runs the drafter's extend pass
@@ -28,7 +29,7 @@ from functools import cached_property
 
 import numpy as np
 
-from simulator.plan.decision_risk import decision_shares
+from simulator.plan.decision_risk import OUTSIDE_BAND, decision_shares, step_draws
 from simulator.plan.acceptance_risk import banded_acceptance_lengths, k_at_each_rate_set, robust_score
 from simulator.physics.memory import step_memory_bytes
 from simulator.physics.operators import PassCost, StepCost, price_pass
@@ -41,7 +42,8 @@ from simulator.physics.engine_time import (draft_extend_in_graph, draft_in_graph
 from simulator.physics.step_model import draft_time_s, profile_overhead_s, step_time
 from simulator.physics.experts import experts_touched_correlated
 from simulator.plan.step_models import step_model
-from simulator.plan.schedule import SCHEDULE_TOLERANCE, argmax_k_index, schedule_k_index
+from simulator.plan.schedule import (SCHEDULE_TOLERANCE, argmax_k_index, has_return, schedule_k_index,
+                                     without_band_returns)
 from simulator.specs.acceptance import acceptance_length_prefix
 from simulator.specs.routing import expert_probabilities
 from simulator.specs.scenario import per_scenario
@@ -137,14 +139,29 @@ class Grid:
     @cached_property
     def _schedule(self) -> np.ndarray:
         score, near = self._decision_in_memory
-        return schedule_k_index(score, self.fits_memory, self.schedule_tolerance, near)
+        return self._without_band_returns(schedule_k_index(score, self.fits_memory, self.schedule_tolerance, near),
+                                          self.fits_memory)
 
     def schedule_within(self, fits: np.ndarray) -> np.ndarray:
         """K index per batch size of the fewest-range schedule over the K ``fits`` allows (plan.schedule): on
         the score K* is chosen on, keeping besides the K within the tolerance of the best score those that
         come within it in at least half of the engine terms' draws (:meth:`near_best_within`)."""
         score, near = self._decision(fits)
-        return schedule_k_index(score, fits, self.schedule_tolerance, near)
+        return self._without_band_returns(schedule_k_index(score, fits, self.schedule_tolerance, near), fits)
+
+    def _without_band_returns(self, idx: np.ndarray, fits: np.ndarray) -> np.ndarray:
+        """The schedule ``idx`` without its returns to an earlier K on a difference inside the engine terms' band
+        (plan.schedule.without_band_returns, on the goodput draws K* is chosen on); as it is at the centre."""
+        if self.decision_quantile <= 0 or self.schedule_tolerance <= 0 or not has_return(idx):
+            return idx
+        d = self.as_engine_runs
+        return without_band_returns(idx, d.term_step_draws, d.acceptance_length, fits, OUTSIDE_BAND)
+
+    @cached_property
+    def term_step_draws(self) -> np.ndarray:
+        """The step time of every cell under each draw of the engine terms, draws on the last axis
+        (plan.decision_risk.step_draws): what K* is chosen on, read by every schedule of this grid."""
+        return step_draws(self, self.step_terms)[0]
 
     @cached_property
     def _decision_in_memory(self) -> tuple[np.ndarray, np.ndarray | None]:
@@ -167,7 +184,8 @@ class Grid:
         if self.decision_quantile <= 0 or not (self.ks > 0).any():
             return self.centre_score, None
         d = self.as_engine_runs
-        score, near = decision_shares(d, d.step_terms, d.decision_quantile, d.banded_acceptance_length, fits)
+        score, near = decision_shares(d, d.step_terms, d.decision_quantile, d.banded_acceptance_length, fits,
+                                      itl=d.term_step_draws)
         return score, near >= 1.0 - self.schedule_tolerance
 
     @cached_property

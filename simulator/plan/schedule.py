@@ -265,3 +265,56 @@ def schedule_loss(goodput: np.ndarray, fits: np.ndarray, k_index: np.ndarray) ->
     chosen = np.take_along_axis(masked, np.maximum(k_index, 0)[:, None], axis=1)[:, 0]
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(k_index >= 0, 1.0 - chosen / best, 0.0)
+
+
+def schedule_runs(k_col: np.ndarray) -> list[tuple[int, int, int]]:
+    """(first row, last row, K index) of each range of constant K of a 1-D schedule."""
+    k = np.asarray(k_col)
+    starts = np.flatnonzero(np.diff(k, prepend=k[:1] - 1) != 0) if k.size else np.array([], dtype=int)
+    ends = np.append(starts[1:] - 1, k.size - 1)
+    return [(int(a), int(b), int(k[a])) for a, b in zip(starts, ends)]
+
+
+def without_band_returns(k_index: np.ndarray, step_draws: np.ndarray, acceptance_length: np.ndarray, fits: np.ndarray,
+                         outside: float) -> np.ndarray:
+    """The schedule with every return to an earlier K that rests on a difference inside the band taken out.
+
+    A range of K = b that follows a range of K = a, when a comes back later in the schedule, is a return: two
+    more ranges, and another set of graphs, that the schedule should spend only on a difference the terms'
+    spread cannot undo. Where b's goodput (acceptance length / step time) beats a's in fewer than ``outside`` of
+    the draws at every batch size of the range, the range takes a (where a fits memory there); the first such
+    range first, until none is left. ``k_index``: (n_batch, *cells), -1 where no K fits; ``step_draws``: the
+    step time per draw, (n_batch, n_k, *cells, n); ``acceptance_length``: (n_k, *cells)."""
+    idx = np.array(k_index, dtype=np.int64)
+    cols = idx.reshape(idx.shape[0], -1)
+    itl = step_draws.reshape(step_draws.shape[:2] + (-1, step_draws.shape[-1]))  # a view: (B, K, cells, draws)
+    al = np.asarray(acceptance_length).reshape(len(acceptance_length), -1)
+    fit = np.asarray(fits, dtype=bool).reshape(fits.shape[:2] + (-1,))
+    for c in range(cols.shape[1]):
+        while (merge := _band_return(cols[:, c], itl[:, :, c], al[:, c], fit[..., c], outside)) is not None:
+            lo, hi, a = merge
+            cols[lo:hi + 1, c] = a
+    return cols.reshape(idx.shape)
+
+
+def has_return(k_index: np.ndarray) -> bool:
+    """Whether any column of a schedule (n_batch, *cells) leaves a K and comes back to it later."""
+    cols = np.asarray(k_index).reshape(np.shape(k_index)[0], -1)
+    for c in range(cols.shape[1]):
+        ks = [r[2] for r in schedule_runs(cols[:, c])]
+        if len(ks) != len(set(ks)):
+            return True
+    return False
+
+
+def _band_return(k_col: np.ndarray, itl: np.ndarray, al: np.ndarray, fits: np.ndarray, outside: float):
+    """(first row, last row, the K it left) of the first return inside the band of one column, else None;
+    ``itl`` (n_batch, n_k, draws), ``al`` (n_k,)."""
+    runs = schedule_runs(k_col)
+    for j in range(1, len(runs) - 1):
+        a, (lo, hi, b) = runs[j - 1][2], runs[j]
+        if a < 0 or b < 0 or a not in {r[2] for r in runs[j + 1:]} or not fits[lo:hi + 1, a].all():
+            continue
+        if (al[b] / itl[lo:hi + 1, b] > al[a] / itl[lo:hi + 1, a]).mean(axis=-1).max() < outside:
+            return lo, hi, a
+    return None
