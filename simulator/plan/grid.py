@@ -49,6 +49,26 @@ from simulator.specs.routing import expert_probabilities
 from simulator.specs.scenario import per_scenario
 
 
+@dataclass(frozen=True)
+class StepPasses:
+    """The passes of a step over the cells, as :func:`engine_pass_times` composes them: the verify pass (on a context
+    axis its L-independent ops, ``verify_context`` the L-dependent ones), one draft pass and the number of them,
+    whether the verify pass replays a graph, and the drafter's extend pass (None without one)."""
+
+    verify: PassCost
+    draft_pass: PassCost
+    draft_passes: np.ndarray
+    in_graph: np.ndarray
+    draft_extend: PassCost | None = None
+    verify_context: PassCost | None = None
+
+    def sliced(self, cells) -> "StepPasses":
+        """Every pass and array read through ``cells`` (a function of an array)."""
+        cost = lambda c: None if c is None else c.sliced(cells)  # noqa: E731
+        return StepPasses(cost(self.verify), cost(self.draft_pass), cells(self.draft_passes), cells(self.in_graph),
+                          cost(self.draft_extend), cost(self.verify_context))
+
+
 @dataclass
 class Grid:
     """Arrays of shape (n_batch, n_k) for the plain grid, (n_batch, n_k, n_ctx) with a context axis,
@@ -197,11 +217,14 @@ class Grid:
             return None
         i0 = self.k_index(0)
         col = lambda a: a if np.ndim(a) < 2 or np.shape(a)[1] == 1 else a[:, i0:i0 + 1]  # noqa: E731
-        cost = lambda c: None if c is None else c.sliced(col)  # noqa: E731
         B, K = self.cell_axes()
-        return engine_pass_times(sc, B, col(K), cost(self.verify), cost(self.draft_pass), col(self.draft_passes),
-                                 col(self.in_graph), cost(self.draft_extend), cost(self.verify_context),
-                                 extend_at_k0=True)
+        return engine_pass_times(sc, B, col(K), self.passes.sliced(col), extend_at_k0=True)
+
+    @property
+    def passes(self) -> StepPasses:
+        """The grid's passes as the step composes them."""
+        return StepPasses(self.verify, self.draft_pass, self.draft_passes, self.in_graph, self.draft_extend,
+                          self.verify_context)
 
     def cell_axes(self) -> tuple[np.ndarray, np.ndarray]:
         """B and K shaped to broadcast over the cells ((B, K) or (B, K, L))."""
@@ -335,28 +358,28 @@ def kstar_columns(g: Grid, fixed_k: int) -> dict:
         }
 
 
-def engine_pass_times(sc, B, K, verify: PassCost, draft_pass: PassCost, passes, in_graph, extend: PassCost | None = None,
-                      verify_context: PassCost | None = None, extend_at_k0: bool = False):
+def engine_pass_times(sc, B, K, p: StepPasses, extend_at_k0: bool = False):
     """The step of the scenario over the grid (:func:`simulator.physics.step_model.step_time`, terms applied):
-    its passes as the engine runs them; with an extend pass, ``passes`` - 1 one-token passes and the extend
-    pass at K > 0. The verify pass is ``verify`` plus, on a context axis, its L-dependent ops
-    ``verify_context``; ``in_graph`` whether it replays a graph (physics.engine_time.pad)."""
+    its passes as the engine runs them; with an extend pass, ``draft_passes`` - 1 one-token passes and the extend
+    pass at K > 0 (and at K = 0 with ``extend_at_k0``). The verify pass is ``verify`` plus, on a context axis,
+    its L-dependent ops ``verify_context``; ``in_graph`` whether it replays a graph (physics.engine_time.pad)."""
     eng = sc.engine
-    total_s, kernels = verify.total_s, verify.n_kernels
-    if verify_context is not None:
-        total_s = total_s + verify_context.total_s
-        kernels = kernels + verify_context.n_kernels
+    total_s, kernels = p.verify.total_s, p.verify.n_kernels
+    if p.verify_context is not None:
+        total_s = total_s + p.verify_context.total_s
+        kernels = kernels + p.verify_context.n_kernels
     host_draft = sc.draft.method == "ngram"  # prompt lookup runs on the host: no kernels, no draft loop
-    draft_one = draft_pass.total_s if host_draft else pass_time_s(
-        draft_pass.total_s, draft_pass.n_kernels, draft_in_graph(eng, B), eng.eager_launch_per_kernel_s)
+    draft_one = p.draft_pass.total_s if host_draft else pass_time_s(
+        p.draft_pass.total_s, p.draft_pass.n_kernels, draft_in_graph(eng, B), eng.eager_launch_per_kernel_s)
+    extend = p.draft_extend
     extend_s = None if extend is None else pass_time_s(
-        extend.total_s, extend.n_kernels, draft_extend_in_graph(eng, B, K, in_graph), eng.eager_launch_per_kernel_s,
+        extend.total_s, extend.n_kernels, draft_extend_in_graph(eng, B, K, p.in_graph), eng.eager_launch_per_kernel_s,
         copy=False)
-    draft_s = draft_time_s(draft_one, passes, K, extend_s, extend_at_k0)
+    draft_s = draft_time_s(draft_one, p.draft_passes, K, extend_s, extend_at_k0)
     # on a context axis the verify sum is this function's own array: no copy of it
-    return step_time(eng, sc.deployment.tp, B, K, total_s, kernels, in_graph, eng.eager_launch_per_kernel_s,
-                     draft_s, passes, host_draft, profile_overhead_s(sc.profile, B, K),
-                     getattr(sc, "step_terms", None), copy=verify_context is None)
+    return step_time(eng, sc.deployment.tp, B, K, total_s, kernels, p.in_graph, eng.eager_launch_per_kernel_s,
+                     draft_s, p.draft_passes, host_draft, profile_overhead_s(sc.profile, B, K),
+                     getattr(sc, "step_terms", None), copy=p.verify_context is None)
 
 
 _GRIDS: dict = {}  # the last few plain grids (specs.scenario.per_scenario)
@@ -413,7 +436,7 @@ def _evaluate(sc, b, k, c) -> Grid:
         verify, verify_context = verify_over_context(sc, B, Kv, C, padded, tokens, caches)
         draft_pass, passes, extend = draft_costs(DraftSetting.of(sc, caches), B, K, C,
                                                  extend_expert_batch(sc.engine, B, K, padded))
-    step = engine_pass_times(sc, B, K, verify, draft_pass, passes, in_graph, extend, verify_context)
+    step = engine_pass_times(sc, B, K, StepPasses(verify, draft_pass, passes, in_graph, extend, verify_context))
     verify_s, draft_step_s, overhead, itl = step.verify_s, step.draft_s, step.overhead_s, step.total_s
     k0_extend = extend is not None and (k == 0).any() and (k > 0).any() and k0_runs_draft_extend(sc.engine)
     scale = sc.acceptance_context.factor(c) if getattr(sc, "acceptance_context", None) is not None else None
