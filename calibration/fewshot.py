@@ -117,7 +117,7 @@ def next_measurements(goodput: np.ndarray, batch: np.ndarray, ks: np.ndarray, me
     """The (B, K) cells where K* is least settled, best first, skipping measured cells; goodput (m, nb, nk).
 
     At each B the rival of K* is the K whose goodput interval overlaps K*'s and which is ahead of K* in
-    the most resamples; cells are ranked by that share (a measurement there decides K* at that B), then
+    the most samples (the posterior's draws); cells are ranked by that share (a measurement there decides K* at that B), then
     by how much the two 90% intervals overlap (intersection / the narrower one)."""
     lo, hi = interval(goodput)
     mid = np.median(goodput, axis=0)

@@ -324,7 +324,7 @@ def report(doc: dict) -> str:
                      " check that they were measured on one deployment, context and load")
     for n in doc["next_measurements"]:
         lines.append(f"next: measure B={n['batch_size']} at K={n['k']}: its goodput interval overlaps K*={n['k_star']}'s"
-                     f" by {n['overlap']:.0%} (K={n['k']} wins in {n['rival_wins']:.0%} of the resamples)")
+                     f" by {n['overlap']:.0%} (K={n['k']} wins in {n['rival_wins']:.0%} of the posterior's samples)")
     if not doc["next_measurements"]:
         lines.append("next: no two K overlap at any batch size; more points would not change K*")
     return "\n".join(lines) + "\n"
