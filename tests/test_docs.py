@@ -170,6 +170,35 @@ def test_trust_table_quotes_the_transfer_report():
     assert total and f"({total.group(1)} rows;" in report
 
 
+def test_trust_table_cells_are_the_current_transfer_figures():
+    """Each cell of the README's trust table is the figure transfer.json holds for it (not merely a figure found
+    somewhere in transfer.md: a stale 88.2% passed that check while the decision share was 89.7%)."""
+    text = _readme()
+    table = text[text.index("| prediction | rests on |"):].split("\n\n")[0]
+    rows = {ln.split("|")[1].strip(): ln.split("|")[3].strip() for ln in table.splitlines()[2:]}
+    d = json.loads((REPO / "calibration" / "data" / "transfer" / "transfer.json").read_text())
+    pct = lambda x: f"{100 * x:.1f}%"  # noqa: E731
+    signed = lambda x: f"{100 * x:+.1f}%"  # noqa: E731
+    plain, sp, dec, two = d["plain_only"]["planner"], d["speedup"], d["decision"], d["two_shot"]
+    assert rows["plain decode step time"] == f"{pct(plain['mape'])} MAPE, {plain['n']} rows (worst {pct(plain['worst'])})"
+    assert rows["serving inter-token latency at a concurrency"].startswith(
+        f"{pct(d['itl_only']['planner']['mape'])} MAPE, {d['itl_only']['planner']['n']} rows")
+    assert rows["speculative speedup over plain, zero-shot"] == (
+        f"{pct(sp['planner']['mape'])} MAPE, {sp['planner']['n']} rows (physics alone {pct(sp['physics_only']['mape'])})")
+    by, phys = sp["by_batch"], d["physics_only_by_batch"]
+    assert rows["... by batch size"] == (
+        f"B 1-8: {pct(by[0]['mape'])}; B 9-32: {pct(by[1]['mape'])}; B >= 33: {pct(by[2]['mape'])} (median "
+        + ", ".join(signed(b["median_error"]) for b in by) + "; physics alone "
+        + ", ".join(signed(b["median_error"]) for b in phys) + ")")
+    assert rows["speculate or not, zero-shot"] == (
+        f"right on {pct(dec['planner'])} of {dec['n']} rows (physics alone {pct(dec['physics_only']['share'])})")
+    assert rows["speedup after two measurements (`fit_deployment`)"] == (
+        f"{pct(two['planner']['mape'])} MAPE, {two['n']} held-out rows; decision right {pct(two['decision']['planner'])}")
+    mi, rtx = d["by_gpu"]["mi300x"]["step_time"], d["by_gpu"]["rtx3090"]["step_time"]
+    assert rows["GPUs without kernel tables"] == (
+        f"MI300X {pct(mi['mape'])} MAPE ({mi['n']} rows); RTX 3090 {pct(rtx['mape'])} ({rtx['n']} rows)")
+
+
 @pytest.mark.slow
 def test_readme_commands_run_as_written(tmp_path):
     """Every README command outside NOT_RUN exits 0 from a copy of the repository root (so the files they
