@@ -82,15 +82,20 @@ def test_sparse_mla_reads_top_k_latents_per_query():
     # hand: deepseek-v3.2, H_q 128, kv_lora 512, rope 64 (latent 576), index_topk 2048, KV fp8
     #   keys a query = min(32768 + 4, 2048) = 2048
     #   F = 2 H_q (2 * 512 + 64) B q k = 2 * 128 * 1088 * 32 * 2048 = 18,253,611,008
-    #   M = B q k 576 * 1 + 2 B q H_q 576 a = 37,748,736 + 9,437,184 = 47,185,920
+    #   an fp8 latent is 656 B in FlashMLA's sparse-decode cache (deepseek-ai/FlashMLA README, "FP8 with
+    #   scale": 512 fp8 NoPE values, 4 fp32 scales, 64 bf16 RoPE values), not 576
+    #   M = B q k 656 + 2 B q H_q 576 a = 42,991,616 + 9,437,184 = 52,428,800
     dep = make_deployment(tp=1, kv_dtype="fp8")
     op = op_of("deepseek-v3.2", "attention_sparse", dep)
     assert float(op.flops) == 18_253_611_008
-    assert float(op.nbytes) == 47_185_920
+    assert float(op.nbytes) == 52_428_800
     # each extra draft adds a query's own 2048 latents (K = 7: q = 8, twice the K = 3 read)
     m = load_model("deepseek-v3.2")
     eight = attention_kind_op(m, dep, B, 8.0, L, 1, "attention_sparse")
-    assert float(eight.nbytes) == 2 * 47_185_920
+    assert float(eight.nbytes) == 2 * 52_428_800
+    # a bf16 cache is the plain latent: 32 * 2048 * 576 * 2 + 9,437,184
+    bf16 = attention_kind_op(m, make_deployment(tp=1, kv_dtype="bf16"), B, Q, L, 1, "attention_sparse")
+    assert float(bf16.nbytes) == 32 * 2048 * 1152 + 9_437_184
     # dense MLA (DeepSeek-V3) at the same shapes reads the 32772 latents once per sequence
     dense = attention_kind_op(load_model("deepseek-v3"), dep, B, Q, L, 1, "attention")
     assert float(dense.nbytes) == 8 * 32772 * 576 + 9_437_184
@@ -151,10 +156,11 @@ def test_memory_per_sequence_windows_latents_and_indexer_keys():
     # llama-4-maverick: 12 global layers, 36 chunked at 8192 (4096 B a token a layer)
     m = load_model("llama-4-maverick")
     assert float(kv_bytes_per_gpu(m, BF16, 1.0, tokens)) == 4096 * (12 * tokens + 36 * 8192)
-    # deepseek-v3.2, fp8 cache: 61 layers x (576 latent + 132 indexer) B a token, no state
+    # deepseek-v3.2, fp8 cache: 61 layers x (656 latent in FlashMLA's FP8 format + 132 indexer) B a token,
+    # no state (61 x 788 x 32768 = 1,575,092,224 B = 1502 MiB at 32k)
     dep = make_deployment(tp=1, kv_dtype="fp8")
     v32 = load_model("deepseek-v3.2")
-    assert float(sequence_memory_bytes(v32, dep, tokens, K)) == 61 * (576 + 132) * tokens
+    assert float(sequence_memory_bytes(v32, dep, tokens, K)) == 61 * (656 + 132) * tokens
 
 
 def test_kinds_add_up_in_a_whole_verify_pass():
