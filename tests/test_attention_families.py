@@ -448,3 +448,35 @@ def test_hostile_family_fields_refused_or_sane(tmp_path):
             assert np.all(np.isfinite(v)) and np.all(v > 0), (base, edits, col)
 
     check()
+
+
+# google/gemma-3-27b-it's config.json as published (quoted whole in TensorRT-LLM's Gemma 3 tests, there with
+# num_hidden_layers cut to 6): its text_config names the window but neither vocab_size nor the pattern, which
+# transformers' Gemma3TextConfig fills in (vocab_size 262208, sliding_window_pattern 6).
+GEMMA3_27B_PUBLISHED = {
+    "architectures": ["Gemma3ForConditionalGeneration"], "boi_token_index": 255999, "eoi_token_index": 256000,
+    "eos_token_id": [1, 106], "image_token_index": 262144, "initializer_range": 0.02, "mm_tokens_per_image": 256,
+    "model_type": "gemma3",
+    "text_config": {"head_dim": 128, "hidden_size": 5376, "intermediate_size": 21504, "model_type": "gemma3_text",
+                    "num_attention_heads": 32, "num_hidden_layers": 62, "num_key_value_heads": 16,
+                    "query_pre_attn_scalar": 168, "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+                    "sliding_window": 1024},
+    "torch_dtype": "bfloat16", "transformers_version": "4.50.0.dev0",
+    "vision_config": {"hidden_size": 1152, "image_size": 896, "intermediate_size": 4304,
+                      "model_type": "siglip_vision_model", "num_attention_heads": 16, "num_hidden_layers": 27,
+                      "patch_size": 14, "vision_use_head": False},
+}
+
+
+@pytest.mark.parametrize("pattern_key", [None, "_sliding_window_pattern"])
+def test_published_gemma3_config_keeps_its_global_layers(pattern_key):
+    # before: 'missing field vocab_size', and with it added every one of the 62 layers slid (no global layer)
+    cfg = json.loads(json.dumps(GEMMA3_27B_PUBLISHED))
+    if pattern_key:  # transformers >= 4.53 writes the pattern under this name
+        cfg["text_config"][pattern_key] = 6
+    m = model_from_hf_config(cfg, "gemma-3-27b-it", "config.json")
+    assert m.vocab_size == 262208
+    assert (m.num_sliding_layers, m.num_layers - m.num_sliding_layers) == (52, 10)  # layers 6, 12, ... 60 global
+    # hand: KV a token a layer 2 x 16 x 128 x 2 = 8192 B; at 32768 tokens 8192 (10 x 32768 + 52 x 1024) = 3,120,562,176 B
+    assert float(kv_bytes_per_gpu(m, BF16, 1.0, 32768.0)) == 3_120_562_176
+    assert float(kv_bytes_per_gpu(m, BF16, 1.0, 32768.0)) == float(kv_bytes_per_gpu(load_model("gemma-3-27b"), BF16, 1.0, 32768.0))

@@ -44,6 +44,16 @@ UNPRICED_MODEL_TYPES = {
 # still apply to the text model when the text_config does not repeat them.
 _WRAPPER_FIELDS = ("_source", "tie_word_embeddings", "quantization_config")
 
+# Fields a family's transformers config class fills in when config.json omits them, as the engines load them:
+# google/gemma-3-27b-it's published config.json gives neither vocab_size nor the sliding-window pattern in its
+# text_config (Gemma3TextConfig: vocab_size 262208, sliding_window_pattern 6, i.e. every 6th layer global);
+# Cohere2Config: sliding_window_pattern 4.
+_CLASS_DEFAULTS = {
+    "gemma3": {"vocab_size": 262208, "sliding_window_pattern": 6},
+    "gemma3_text": {"vocab_size": 262208, "sliding_window_pattern": 6},
+    "cohere2": {"sliding_window_pattern": 4},
+}
+
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -348,7 +358,9 @@ def _sliding_layers(cfg: dict, num_layers: int, origin: str, layer_types: list[s
         return None, 0
     if layer_types is not None:
         return window, sum(1 for t in layer_types if t == "sliding_attention")
-    pattern = _opt(cfg, "sliding_window_pattern", origin, 0, 1)
+    # newer transformers write the pattern as '_sliding_window_pattern' (beside layer_types)
+    key = "sliding_window_pattern" if cfg.get("sliding_window_pattern") is not None else "_sliding_window_pattern"
+    pattern = _opt(cfg, key, origin, 0, 1)
     if pattern:  # Cohere2 / Gemma: every `pattern`-th layer is global
         return window, num_layers - num_layers // pattern
     if cfg.get("model_type") == "gemma2":  # Gemma 2 alternates: even layers slide (transformers Gemma2Config)
@@ -472,6 +484,8 @@ def model_from_hf_config(cfg: dict, name: str, origin: str) -> ModelSpec:
         raise PlannerError(f"{origin}: missing field 'model_type' (is this a Hugging Face config.json?)")
     cfg = _text_model_config(cfg, origin)
     model_type = cfg.get("model_type")
+    if isinstance(model_type, str) and model_type in _CLASS_DEFAULTS:
+        cfg = _CLASS_DEFAULTS[model_type] | {k: v for k, v in cfg.items() if v is not None}
     if isinstance(model_type, str) and model_type in UNPRICED_MODEL_TYPES:
         raise PlannerError(f"{origin}: model_type {model_type!r} has {UNPRICED_MODEL_TYPES[model_type]}, a layer kind"
                            " the planner has no price for; it will not price them as another kind")
