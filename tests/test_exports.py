@@ -439,3 +439,21 @@ def test_schedule_k_index_over_a_context_axis_matches_the_per_column_rule():
     both = schedule_k_index(g, fits)
     for j in range(g.shape[2]):
         assert (both[:, j] == schedule_k_index(g[:, :, j], fits[:, :, j])).all()
+
+
+@pytest.mark.parametrize("engine, release, fmt, reads", [
+    ("vllm", "0.12.0", "vllm", False),    # num_speculative_tokens_per_batch_size first appears in vLLM 0.24.0
+    ("vllm", "0.30.0", "vllm", True),
+    ("sglang", "0.5.6", "sglang", False),  # per-batch-size slots first in SGLang 0.5.13
+    ("sglang", "0.5.20", "sglang", True),
+])
+def test_an_engine_release_that_cannot_read_the_default_file_is_warned(engine, release, fmt, reads):
+    # before: --engine-version 0.12.0 --format vllm wrote vLLM 0.33.0's per-batch-size file without a word
+    p = predict(model="llama-3.1-8b", hardware="h100-sxm", draft="eagle3", engine=engine, engine_version=release,
+                batch_sizes="1-16")
+    said = [w for w in p.export(fmt).warnings if "(--engine-version), which cannot read it" in w]
+    assert bool(said) == (not reads)
+    if said:
+        assert f"{engine} {release}" in said[0] and "the --export-version default" in said[0]
+    # a release named for the file itself is the user's choice: no such warning
+    assert not [w for w in p.export(fmt, E.DEFAULT_VERSION[fmt]).warnings if "--engine-version" in w]

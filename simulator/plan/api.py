@@ -412,7 +412,24 @@ class Prediction:
         elif fmt == "sglang":
             exp.how_to_use, warns = paste.sglang_serve_command(self)
             exp.warnings += warns
+        if version is None:
+            exp.warnings += self._release_reads_format(fmt, exp.version)
         return exp
+
+    def _release_reads_format(self, fmt: str, target: str) -> list[str]:
+        """A warning when the file targets the format's default release while the scenario prices an older release
+        of the same engine (--engine-version) that cannot read that file; nothing otherwise."""
+        eng = self.scenario.engine
+        if eng is None or eng.name != fmt.split("-")[0] or not (eng.release or eng.version):
+            return []
+        release = eng.release or eng.version
+        try:
+            exports.check_version(fmt, release)
+        except PlannerError as err:
+            return [f"this file is {exports.ENGINE_OF[fmt]} {target}'s format (the --export-version default), but the"
+                    f" step times are priced for {eng.name} {release} (--engine-version), which cannot read it:"
+                    f" {str(err).split(': ', 1)[-1]}"]
+        return []
 
     def engine_formats(self) -> tuple[str, ...]:
         """The K-schedule formats of the scenario's engine (vLLM: vllm; SGLang: sglang; TensorRT-LLM: trtllm);
