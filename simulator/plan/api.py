@@ -413,22 +413,27 @@ class Prediction:
             exp.how_to_use, warns = paste.sglang_serve_command(self)
             exp.warnings += warns
         if version is None:
-            exp.warnings += self._release_reads_format(fmt, exp.version)
+            exp.warnings += self._release_reads_format(fmt, exp, lambda release: self.export(
+                fmt, release, context_lens, cuda_graph_bs, sglang_candidates, planned_batch_size))
         return exp
 
-    def _release_reads_format(self, fmt: str, target: str) -> list[str]:
-        """A warning when the file targets the format's default release while the scenario prices an older release
-        of the same engine (--engine-version) that cannot read that file; nothing otherwise."""
+    def _release_reads_format(self, fmt: str, exp: exports.Export, export_for) -> list[str]:
+        """A warning when the file targets the format's default release while the scenario prices another release
+        of the same engine (--engine-version) that cannot read that file, or reads another one (TensorRT-LLM 1.3+
+        reads draft_len_schedule keys as "up to", 1.2.x as lower bounds); nothing otherwise."""
         eng = self.scenario.engine
-        if eng is None or eng.name != fmt.split("-")[0] or not (eng.release or eng.version):
+        release = (eng.release or eng.version) if eng is not None else ""
+        target = exp.version
+        if eng is None or eng.name != fmt.split("-")[0] or not release or release == target:
             return []
-        release = eng.release or eng.version
+        lead = (f"this file is {exports.ENGINE_OF[fmt]} {target}'s format (the --export-version default), but the"
+                f" step times are priced for {eng.name} {release} (the engine release: --engine-version)")
         try:
             exports.check_version(fmt, release)
         except PlannerError as err:
-            return [f"this file is {exports.ENGINE_OF[fmt]} {target}'s format (the --export-version default), but the"
-                    f" step times are priced for {eng.name} {release} (--engine-version), which cannot read it:"
-                    f" {str(err).split(': ', 1)[-1]}"]
+            return [f"{lead}, which cannot read it: {str(err).split(': ', 1)[-1]}"]
+        if export_for(release).json() != exp.json():
+            return [f"{lead}, which reads another file: pass --export-version {release}"]
         return []
 
     def engine_formats(self) -> tuple[str, ...]:
