@@ -91,6 +91,8 @@ class ModelSpec:
     shared_expert_intermediate_size: int = 0  # sum over shared experts
     num_dense_layers: int = 0  # layers with a dense MLP in an MoE model (DeepSeek's first 3)
     expert_weight_dtype: str | None = None  # e.g. gpt-oss ships experts in mxfp4
+    # the checkpoint's own precision of every linear layer (DeepSeek-V3's fp8 blocks): the weights' default
+    checkpoint_weight_dtype: str | None = None
     num_mtp_layers: int = 0  # multi-token-prediction modules shipped with the model
     expert_groups: int = 0  # DeepSeek's n_group: a grouped top-k router picks groups, then experts (0: plain top-k)
     max_position_embeddings: int | None = None  # longest context the model was trained for (None: not given)
@@ -425,6 +427,22 @@ def _quant_method(cfg: dict, origin: str) -> str | None:
     return method
 
 
+# module names that, listed as left unquantized, keep a checkpoint's attention out of its quantization
+_ATTENTION_MODULES = ("attn", "attention")
+
+
+def _checkpoint_weight_dtype(cfg: dict, quant: str | None) -> str | None:
+    """"fp8" where the checkpoint stores every linear layer in fp8 (quant_method fp8 and no attention module among
+    those left unquantized: DeepSeek-V3 / R1 / V3.2, Kimi-K2, MiniMax-M2 as published), which engines load as
+    fp8 weights; None otherwise (gpt-oss's mxfp4 leaves self_attn out: its experts alone, expert_weight_dtype)."""
+    if quant != "fp8":
+        return None
+    q = cfg.get("quantization_config") or {}
+    kept = [m for key in ("modules_to_not_convert", "ignored_layers", "ignore") for m in (q.get(key) or [])
+            if isinstance(m, str)]
+    return None if any(a in m for m in kept for a in _ATTENTION_MODULES) else "fp8"
+
+
 def _check_spec(spec: ModelSpec, origin: str) -> ModelSpec:
     """Cross-field sense: heads divide, top-k within the experts, dense layers within the layers."""
     if spec.attention == "gqa":
@@ -559,6 +577,7 @@ def _common_fields(cfg: dict, name: str, origin: str, model_type: str) -> tuple[
                   hidden_size=D, num_layers=L, num_heads=H, num_kv_heads=H_kv, head_dim=head_dim, vocab_size=vocab,
                   tie_word_embeddings=tie, sliding_window=window, num_sliding_layers=n_sliding,
                   max_position_embeddings=max_pos, attention_chunk_size=chunk, num_chunked_layers=n_chunked,
+                  checkpoint_weight_dtype=_checkpoint_weight_dtype(cfg, quant),
                   attn_logit_softcapping=_opt_float(cfg, "attn_logit_softcapping", origin),
                   final_logit_softcapping=_opt_float(cfg, "final_logit_softcapping", origin))
     if model_type.startswith("gemma4"):
