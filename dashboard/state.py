@@ -23,6 +23,7 @@ from simulator.errors import PlannerError
 from simulator.specs.engines import default_engine, engine_names, engine_versions
 from simulator.specs.models import list_models, load_model, model_from_hf_config
 from simulator.specs.scenario import FALLBACK_RATE, REPO_ROOT, SCENARIO_DIR, read_scenario_file
+from simulator.specs.scenario_sections import default_weight_dtype
 from simulator.specs.settings import default
 
 CALIBRATION_DIR = REPO_ROOT / "calibration" / "data"
@@ -164,7 +165,8 @@ def controls_from_scenario(raw: dict) -> dict:
         "acc_list": rates_text(rates),
         "acc_band": float(acc.get("band", default("acceptance", "band"))),
         "context_len": int(wl.get("context_len", default("workload", "context_len"))),
-        "w_dtype": prec.get("weights", default("precision", "weights")),
+        "w_dtype": prec.get("weights", default_weight_dtype(load_model(model)) if model in list_models()
+                            else default("precision", "weights")),
         "a_dtype": prec.get("activations", default("precision", "activations")),
         "kv_dtype": prec.get("kv_cache", default("precision", "kv_cache")),
         "bs_range": (b_lo, max(b_hi, b_lo)),

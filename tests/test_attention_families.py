@@ -82,15 +82,20 @@ def test_sparse_mla_reads_top_k_latents_per_query():
     # hand: deepseek-v3.2, H_q 128, kv_lora 512, rope 64 (latent 576), index_topk 2048, KV fp8
     #   keys a query = min(32768 + 4, 2048) = 2048
     #   F = 2 H_q (2 * 512 + 64) B q k = 2 * 128 * 1088 * 32 * 2048 = 18,253,611,008
-    #   M = B q k 576 * 1 + 2 B q H_q 576 a = 37,748,736 + 9,437,184 = 47,185,920
+    #   an fp8 latent is 656 B in FlashMLA's sparse-decode cache (deepseek-ai/FlashMLA README, "FP8 with
+    #   scale": 512 fp8 NoPE values, 4 fp32 scales, 64 bf16 RoPE values), not 576
+    #   M = B q k 656 + 2 B q H_q 576 a = 42,991,616 + 9,437,184 = 52,428,800
     dep = make_deployment(tp=1, kv_dtype="fp8")
     op = op_of("deepseek-v3.2", "attention_sparse", dep)
     assert float(op.flops) == 18_253_611_008
-    assert float(op.nbytes) == 47_185_920
+    assert float(op.nbytes) == 52_428_800
     # each extra draft adds a query's own 2048 latents (K = 7: q = 8, twice the K = 3 read)
     m = load_model("deepseek-v3.2")
     eight = attention_kind_op(m, dep, B, 8.0, L, 1, "attention_sparse")
-    assert float(eight.nbytes) == 2 * 47_185_920
+    assert float(eight.nbytes) == 2 * 52_428_800
+    # a bf16 cache is the plain latent: 32 * 2048 * 576 * 2 + 9,437,184
+    bf16 = attention_kind_op(m, make_deployment(tp=1, kv_dtype="bf16"), B, Q, L, 1, "attention_sparse")
+    assert float(bf16.nbytes) == 32 * 2048 * 1152 + 9_437_184
     # dense MLA (DeepSeek-V3) at the same shapes reads the 32772 latents once per sequence
     dense = attention_kind_op(load_model("deepseek-v3"), dep, B, Q, L, 1, "attention")
     assert float(dense.nbytes) == 8 * 32772 * 576 + 9_437_184
@@ -151,10 +156,11 @@ def test_memory_per_sequence_windows_latents_and_indexer_keys():
     # llama-4-maverick: 12 global layers, 36 chunked at 8192 (4096 B a token a layer)
     m = load_model("llama-4-maverick")
     assert float(kv_bytes_per_gpu(m, BF16, 1.0, tokens)) == 4096 * (12 * tokens + 36 * 8192)
-    # deepseek-v3.2, fp8 cache: 61 layers x (576 latent + 132 indexer) B a token, no state
+    # deepseek-v3.2, fp8 cache: 61 layers x (656 latent in FlashMLA's FP8 format + 132 indexer) B a token,
+    # no state (61 x 788 x 32768 = 1,575,092,224 B = 1502 MiB at 32k)
     dep = make_deployment(tp=1, kv_dtype="fp8")
     v32 = load_model("deepseek-v3.2")
-    assert float(sequence_memory_bytes(v32, dep, tokens, K)) == 61 * (576 + 132) * tokens
+    assert float(sequence_memory_bytes(v32, dep, tokens, K)) == 61 * (656 + 132) * tokens
 
 
 def test_kinds_add_up_in_a_whole_verify_pass():
@@ -442,3 +448,59 @@ def test_hostile_family_fields_refused_or_sane(tmp_path):
             assert np.all(np.isfinite(v)) and np.all(v > 0), (base, edits, col)
 
     check()
+
+
+# google/gemma-3-27b-it's config.json as published (quoted whole in TensorRT-LLM's Gemma 3 tests, there with
+# num_hidden_layers cut to 6): its text_config names the window but neither vocab_size nor the pattern, which
+# transformers' Gemma3TextConfig fills in (vocab_size 262208, sliding_window_pattern 6).
+GEMMA3_27B_PUBLISHED = {
+    "architectures": ["Gemma3ForConditionalGeneration"], "boi_token_index": 255999, "eoi_token_index": 256000,
+    "eos_token_id": [1, 106], "image_token_index": 262144, "initializer_range": 0.02, "mm_tokens_per_image": 256,
+    "model_type": "gemma3",
+    "text_config": {"head_dim": 128, "hidden_size": 5376, "intermediate_size": 21504, "model_type": "gemma3_text",
+                    "num_attention_heads": 32, "num_hidden_layers": 62, "num_key_value_heads": 16,
+                    "query_pre_attn_scalar": 168, "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+                    "sliding_window": 1024},
+    "torch_dtype": "bfloat16", "transformers_version": "4.50.0.dev0",
+    "vision_config": {"hidden_size": 1152, "image_size": 896, "intermediate_size": 4304,
+                      "model_type": "siglip_vision_model", "num_attention_heads": 16, "num_hidden_layers": 27,
+                      "patch_size": 14, "vision_use_head": False},
+}
+
+
+@pytest.mark.parametrize("pattern_key", [None, "_sliding_window_pattern"])
+def test_published_gemma3_config_keeps_its_global_layers(pattern_key):
+    # before: 'missing field vocab_size', and with it added every one of the 62 layers slid (no global layer)
+    cfg = json.loads(json.dumps(GEMMA3_27B_PUBLISHED))
+    if pattern_key:  # transformers >= 4.53 writes the pattern under this name
+        cfg["text_config"][pattern_key] = 6
+    m = model_from_hf_config(cfg, "gemma-3-27b-it", "config.json")
+    assert m.vocab_size == 262208
+    assert (m.num_sliding_layers, m.num_layers - m.num_sliding_layers) == (52, 10)  # layers 6, 12, ... 60 global
+    # hand: KV a token a layer 2 x 16 x 128 x 2 = 8192 B; at 32768 tokens 8192 (10 x 32768 + 52 x 1024) = 3,120,562,176 B
+    assert float(kv_bytes_per_gpu(m, BF16, 1.0, 32768.0)) == 3_120_562_176
+    assert float(kv_bytes_per_gpu(m, BF16, 1.0, 32768.0)) == float(kv_bytes_per_gpu(load_model("gemma-3-27b"), BF16, 1.0, 32768.0))
+
+
+def test_an_fp8_checkpoint_prices_its_linear_layers_in_fp8_by_default():
+    # DeepSeek-V3's published config: quantization_config fp8, 128 x 128 blocks, nothing left unquantized, so
+    # the attention projections, dense MLPs and shared experts are fp8 too (before: bf16 unless --dtype fp8,
+    # the experts alone fp8; at B = 1 on 8 x H200 the step was 28% slower than with --dtype fp8)
+    from simulator.physics.memory import attention_bytes_per_gpu
+    from simulator.specs.scenario import build_scenario
+    default = build_scenario({"model": {"name": "deepseek-v3"}, "hardware": {"name": "h200", "tp": 8}})
+    assert default.model.checkpoint_weight_dtype == "fp8" and default.deployment.weight_dtype == "fp8"
+    # hand: one MLA block on one of 8 GPUs, fp8 (1 B a weight): q_a 7168 x 1536 + kv_a 7168 x 576 whole
+    # (15,138,816) + (q_b 1536 x 128 x 192 + kv_b 512 x 128 x 256 + o 128 x 128 x 7168) / 8 (21,495,808)
+    assert attention_bytes_per_gpu(default.model, default.deployment) == 36_634_624
+    # a weight dtype given still wins
+    bf16 = build_scenario({"model": {"name": "deepseek-v3"}, "hardware": {"name": "h200", "tp": 8},
+                           "precision": {"weights": "bf16"}})
+    assert attention_bytes_per_gpu(bf16.model, bf16.deployment) == 2 * 36_634_624
+    # gpt-oss's mxfp4 leaves self_attn unquantized: experts alone, the rest at the default
+    oss = load_model("gpt-oss-120b")
+    assert (oss.checkpoint_weight_dtype, oss.expert_weight_dtype) == (None, "mxfp4")
+    dsv3 = json.loads((Path(__file__).resolve().parent.parent / "simulator/data/models/deepseek-v3.json").read_text())
+    dsv3["quantization_config"] = dsv3["quantization_config"] | {"modules_to_not_convert": ["self_attn"]}
+    kept = model_from_hf_config(dsv3, "deepseek-v3-attn-bf16", "test")
+    assert kept.checkpoint_weight_dtype is None and kept.expert_weight_dtype == "fp8"

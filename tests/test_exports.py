@@ -439,3 +439,25 @@ def test_schedule_k_index_over_a_context_axis_matches_the_per_column_rule():
     both = schedule_k_index(g, fits)
     for j in range(g.shape[2]):
         assert (both[:, j] == schedule_k_index(g[:, :, j], fits[:, :, j])).all()
+
+
+@pytest.mark.parametrize("engine, release, fmt, said", [
+    ("vllm", "0.12.0", "vllm", "cannot read it"),  # num_speculative_tokens_per_batch_size first in vLLM 0.24.0
+    ("vllm", "0.30.0", "vllm", None),  # reads 0.33.0's file as written
+    ("sglang", "0.5.6", "sglang", "cannot read it"),  # per-batch-size slots first in SGLang 0.5.13
+    ("sglang", "0.5.20", "sglang", None),
+    # 1.3.0rc8+ read draft_len_schedule keys as "up to", 1.2.1's file (the default) has lower bounds only
+    ("trtllm", "1.3.0", "trtllm", "reads another file: pass --export-version 1.3.0"),
+    ("trtllm", "1.2.1", "trtllm", None),
+])
+def test_an_engine_release_that_cannot_read_the_default_file_is_warned(engine, release, fmt, said):
+    # before: --engine-version 0.12.0 --format vllm wrote vLLM 0.33.0's per-batch-size file without a word, and
+    # --engine trtllm --engine-version 1.3.0 a lower-bound schedule that release reads as "up to" keys
+    p = predict(model="llama-3.1-8b", hardware="h100-sxm", draft="eagle3", engine=engine, engine_version=release,
+                batch_sizes="1-400")
+    warned = [w for w in p.export(fmt).warnings if "(the engine release: --engine-version)" in w]
+    assert len(warned) == (said is not None)
+    if said:
+        assert f"{engine} {release}" in warned[0] and "the --export-version default" in warned[0] and said in warned[0]
+    # a release named for the file itself is the user's choice: no such warning
+    assert not [w for w in p.export(fmt, E.DEFAULT_VERSION[fmt]).warnings if "--engine-version" in w]

@@ -71,3 +71,19 @@ def test_sizing_rejects_the_same_candidate_with_the_reason():
         candidate_scenario(sc, Candidate("mi300x", 16))
     priced = candidate_scenario(sc, Candidate("h100-sxm", 16))
     assert any("spans 2 nodes" in w for w in priced.warnings)
+
+
+def test_a_hardware_file_without_a_domain_says_a_large_group_is_priced_as_one_server(tmp_path):
+    # before: a user's NVLink GPU file without scale_up_domain_gpus priced tp = 16 as one NVLink domain, silently
+    from simulator.specs.hardware import SERVER_GPUS, check_group_fits, load_hardware
+    f = tmp_path / "my-gpu.toml"
+    f.write_text('name = "my-gpu"\nvendor = "nvidia"\nkind = "gpu"\npeak_bf16_flops_per_s = 2250.0e12\n'
+                 'peak_fp8_flops_per_s = 4500.0e12\nhbm_bandwidth_bytes_per_s = 7700.0e9\nmemory_bytes = 180.0e9\n'
+                 'interconnect = "NVLink5"\ninterconnect_bandwidth_bytes_per_s = 900.0e9\n')
+    hw = load_hardware(str(f))
+    assert hw.scale_up_domain_gpus is None and SERVER_GPUS == 8
+    assert check_group_fits(hw, 8, "tp") is None
+    caveat = check_group_fits(hw, 16, "tp")
+    assert caveat.startswith("tp = 16 on my-gpu: its hardware file names no scale_up_domain_gpus")
+    # a file with a domain keeps its own caveat (an 8-GPU HGX board, 2 nodes)
+    assert "spans 2 nodes of 8 GPUs" in check_group_fits(load_hardware("h100-sxm"), 16, "tp")

@@ -5,6 +5,7 @@ Letters: B sequences, q query tokens per sequence, L context length (KV entries 
 """
 from __future__ import annotations
 
+import math
 from types import MappingProxyType
 
 import numpy as np
@@ -147,15 +148,32 @@ def sparse_mla_op(model: ModelSpec, dep: Deployment, batch, queries, context_len
     and the sparse kernel gathers each query's own (FlashMLA sparse decode). A verify pass of K + 1 queries
     reads (K + 1) x k entries per sequence: speculation does not ride on a shared KV read here.
     """
-    a, kv = DTYPE_BYTES[dep.act_dtype], DTYPE_BYTES[dep.kv_dtype]
+    a = DTYPE_BYTES[dep.act_dtype]
     hq = model.num_heads / dep.tp
     lora, rope = model.kv_lora_rank, model.qk_rope_head_dim
     latent = lora + rope
     picked = np.minimum(np.add(context_len, queries), float(model.index_topk))
     flops = (2.0 * hq * (2 * lora + rope)) * batch * queries * picked
-    nbytes = (latent * kv) * batch * queries * picked + (2.0 * hq * latent * a) * batch * queries
+    nbytes = (sparse_latent_bytes_per_token(model, dep.kv_dtype) * batch * queries * picked
+              + (2.0 * hq * latent * a) * batch * queries)
     return Op(name, "attention", flops, nbytes, kernels=2, count=count, eff_tokens=batch * queries,
               shape={"tokens": batch * queries, "batch": batch, "context": picked, "queries": queries})
+
+
+# FlashMLA's sparse-decode FP8 cache ("FP8 with scale", deepseek-ai/FlashMLA README: 656 bytes a token for
+# DeepSeek-V3.2): the NoPE latent in fp8 with one fp32 scale per 128 values, the RoPE part kept in bf16
+SPARSE_FP8_SCALE_GROUP = 128
+
+
+def sparse_latent_bytes_per_token(model: ModelSpec, kv_dtype: str) -> float:
+    """Bytes of one token's latent in a sparse-MLA layer: (kv_lora + rope) x KV bytes, except the FP8 cache,
+    which FlashMLA's sparse kernels read as kv_lora fp8 + kv_lora / 128 fp32 scales + rope bf16
+    (512 + 16 + 128 = 656 B at DeepSeek-V3.2's shape, not 576)."""
+    lora, rope = model.kv_lora_rank, model.qk_rope_head_dim
+    if kv_dtype != "fp8":
+        return float((lora + rope) * DTYPE_BYTES[kv_dtype])
+    return (lora * DTYPE_BYTES["fp8"] + math.ceil(lora / SPARSE_FP8_SCALE_GROUP) * DTYPE_BYTES["fp32"]
+            + rope * DTYPE_BYTES["bf16"])
 
 
 # The indexer's key cache per token: index_head_dim fp8 values and one fp32 scale (DeepSeek-V3.2 inference

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.physics.attention import indexer_key_bytes_per_token, linear_state_bytes_per_gpu
+from simulator.physics.attention import (indexer_key_bytes_per_token, linear_state_bytes_per_gpu,
+                                         sparse_latent_bytes_per_token)
 from simulator.specs.deployment import Deployment, kv_heads_per_gpu, layer_kind_counts, sliding_layers
 from simulator.specs.drafts import DraftSpec, draft_defaults, draft_deployment, mtp_depth
 from simulator.specs.hardware import DTYPE_BYTES
@@ -109,8 +110,8 @@ def _kv_bytes_per_token_layer(model: ModelSpec, dep: Deployment) -> float:
 def kinds_kv_bytes(model: ModelSpec, dep: Deployment, tokens_per_seq, layers: int | None = None) -> np.ndarray:
     """One sequence's KV cache per GPU over the layer kinds (:func:`kv_bytes_per_gpu` for a model that is not
     uniform): full layers keep every token (Gemma 4's global layers at their own shape), sliding and chunked
-    layers at most their window, sparse (DeepSeek-V3.2) layers every token's latent plus its indexer key
-    (fp8 + scale, whole on every GPU), linear layers no KV at all (their state: :func:`recurrent_state_bytes`)."""
+    layers at most their window, sparse (DeepSeek-V3.2) layers every token's latent (FlashMLA's 656-byte
+    format under an fp8 cache) plus its indexer key (fp8 + scale, whole on every GPU), linear layers no KV at all (their state: :func:`recurrent_state_bytes`)."""
     tokens = np.asarray(tokens_per_seq, dtype=float)
     kinds = layer_kind_counts(model, layers)
     base = _kv_bytes_per_token_layer(model, dep)
@@ -118,8 +119,9 @@ def kinds_kv_bytes(model: ModelSpec, dep: Deployment, tokens_per_seq, layers: in
     for kind, n in kinds.items():
         if kind == "full":
             total = total + n * _kv_bytes_per_token_layer(model.global_layer_model(), dep) * tokens
-        elif kind == "sparse":
-            total = total + n * (base + indexer_key_bytes_per_token(model) / dep.attention_dp) * tokens
+        elif kind == "sparse":  # the latent whole on every GPU, in the sparse kernels' cache format
+            latent = sparse_latent_bytes_per_token(model, dep.kv_dtype) + indexer_key_bytes_per_token(model)
+            total = total + n * latent / dep.attention_dp * tokens
         elif kind == "sliding":
             total = total + n * base * np.minimum(tokens, model.sliding_window)
         elif kind == "chunked":

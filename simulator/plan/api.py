@@ -412,7 +412,29 @@ class Prediction:
         elif fmt == "sglang":
             exp.how_to_use, warns = paste.sglang_serve_command(self)
             exp.warnings += warns
+        if version is None:
+            exp.warnings += self._release_reads_format(fmt, exp, lambda release: self.export(
+                fmt, release, context_lens, cuda_graph_bs, sglang_candidates, planned_batch_size))
         return exp
+
+    def _release_reads_format(self, fmt: str, exp: exports.Export, export_for) -> list[str]:
+        """A warning when the file targets the format's default release while the scenario prices another release
+        of the same engine (--engine-version) that cannot read that file, or reads another one (TensorRT-LLM 1.3+
+        reads draft_len_schedule keys as "up to", 1.2.x as lower bounds); nothing otherwise."""
+        eng = self.scenario.engine
+        release = (eng.release or eng.version) if eng is not None else ""
+        target = exp.version
+        if eng is None or eng.name != fmt.split("-")[0] or not release or release == target:
+            return []
+        lead = (f"this file is {exports.ENGINE_OF[fmt]} {target}'s format (the --export-version default), but the"
+                f" step times are priced for {eng.name} {release} (the engine release: --engine-version)")
+        try:
+            exports.check_version(fmt, release)
+        except PlannerError as err:
+            return [f"{lead}, which cannot read it: {str(err).split(': ', 1)[-1]}"]
+        if export_for(release).json() != exp.json():
+            return [f"{lead}, which reads another file: pass --export-version {release}"]
+        return []
 
     def engine_formats(self) -> tuple[str, ...]:
         """The K-schedule formats of the scenario's engine (vLLM: vllm; SGLang: sglang; TensorRT-LLM: trtllm);

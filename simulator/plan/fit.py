@@ -14,6 +14,7 @@ from simulator.errors import PlannerError
 from simulator.physics.memory import (activation_bytes_per_gpu, draft_weight_bytes, kv_bytes_per_sequence,
                                       weight_bytes_per_gpu)
 from simulator.specs.deployment import check_deployment
+from simulator.specs.hardware import DTYPE_BYTES
 
 GB = 1e9
 
@@ -57,7 +58,9 @@ def shortfall_text(sc, batch_size: int, k: int = 0) -> str:
         text = f"weights need {t['weights'] / GB:.1f} GB" + (f" + draft {t['draft'] / GB:.1f} GB" if t["draft"] else "")
         text += f" against {where}"
         tp = smallest_tp_for_weights(sc)
-        return text + (f"; weights alone fit from tp={tp}" if tp else "") + " or with smaller weights (--dtype fp8, int4)"
+        smaller = [d for d in ("fp8", "int4") if DTYPE_BYTES[d] < DTYPE_BYTES[sc.deployment.weight_dtype]]
+        return (text + (f"; weights alone fit from tp={tp}" if tp else "")
+                + (f" or with smaller weights (--dtype {', '.join(smaller)})" if smaller else ""))
     return (f"at B={batch_size}, K={k}: weights {t['weights'] / GB:.1f} GB"
             + (f" + draft {t['draft'] / GB:.1f} GB" if t["draft"] else "")
             + f" + KV {t['kv'] / GB:.1f} GB ({batch_size} x {sc.context_len + k + 1} tokens)"

@@ -273,11 +273,19 @@ def _scale_out(table, origin: str) -> dict:
     return out
 
 
+SERVER_GPUS = 8  # GPUs of one server (an HGX board, most PCIe servers) where a file names no NVLink domain
+
+
 def check_group_fits(hw: Hardware, gpus: int, what: str) -> str | None:
     """A group of ``gpus`` beyond one scale-up domain: refused (PlannerError) where the hardware file
     gives no inter-node fabric or the group does not split evenly over nodes; else a one-line caveat
-    saying what it is priced with (None when it fits one domain)."""
+    saying what it is priced with (None when it fits one domain; a caveat too when the file names no domain and
+    the group is larger than one server)."""
     dom = hw.scale_up_domain_gpus
+    if not dom and hw.kind == "gpu" and gpus > SERVER_GPUS:
+        return (f"{what} = {gpus} on {hw.name}: its hardware file names no scale_up_domain_gpus, so the group is priced"
+                f" as one {hw.interconnect} domain with no inter-node hop, where servers commonly hold {SERVER_GPUS}"
+                " GPUs (an HGX board); give scale_up_domain_gpus and a [scale_out] table for a group across nodes")
     if not dom or gpus <= dom:
         return None
     nodes = -(-gpus // dom)

@@ -44,6 +44,16 @@ UNPRICED_MODEL_TYPES = {
 # still apply to the text model when the text_config does not repeat them.
 _WRAPPER_FIELDS = ("_source", "tie_word_embeddings", "quantization_config")
 
+# Fields a family's transformers config class fills in when config.json omits them, as the engines load them:
+# google/gemma-3-27b-it's published config.json gives neither vocab_size nor the sliding-window pattern in its
+# text_config (Gemma3TextConfig: vocab_size 262208, sliding_window_pattern 6, i.e. every 6th layer global);
+# Cohere2Config: sliding_window_pattern 4.
+_CLASS_DEFAULTS = {
+    "gemma3": {"vocab_size": 262208, "sliding_window_pattern": 6},
+    "gemma3_text": {"vocab_size": 262208, "sliding_window_pattern": 6},
+    "cohere2": {"sliding_window_pattern": 4},
+}
+
 
 @dataclass(frozen=True)
 class ModelSpec:
@@ -81,6 +91,8 @@ class ModelSpec:
     shared_expert_intermediate_size: int = 0  # sum over shared experts
     num_dense_layers: int = 0  # layers with a dense MLP in an MoE model (DeepSeek's first 3)
     expert_weight_dtype: str | None = None  # e.g. gpt-oss ships experts in mxfp4
+    # the checkpoint's own precision of every linear layer (DeepSeek-V3's fp8 blocks): the weights' default
+    checkpoint_weight_dtype: str | None = None
     num_mtp_layers: int = 0  # multi-token-prediction modules shipped with the model
     expert_groups: int = 0  # DeepSeek's n_group: a grouped top-k router picks groups, then experts (0: plain top-k)
     max_position_embeddings: int | None = None  # longest context the model was trained for (None: not given)
@@ -348,7 +360,9 @@ def _sliding_layers(cfg: dict, num_layers: int, origin: str, layer_types: list[s
         return None, 0
     if layer_types is not None:
         return window, sum(1 for t in layer_types if t == "sliding_attention")
-    pattern = _opt(cfg, "sliding_window_pattern", origin, 0, 1)
+    # newer transformers write the pattern as '_sliding_window_pattern' (beside layer_types)
+    key = "sliding_window_pattern" if cfg.get("sliding_window_pattern") is not None else "_sliding_window_pattern"
+    pattern = _opt(cfg, key, origin, 0, 1)
     if pattern:  # Cohere2 / Gemma: every `pattern`-th layer is global
         return window, num_layers - num_layers // pattern
     if cfg.get("model_type") == "gemma2":  # Gemma 2 alternates: even layers slide (transformers Gemma2Config)
@@ -413,6 +427,22 @@ def _quant_method(cfg: dict, origin: str) -> str | None:
     return method
 
 
+# module names that, listed as left unquantized, keep a checkpoint's attention out of its quantization
+_ATTENTION_MODULES = ("attn", "attention")
+
+
+def _checkpoint_weight_dtype(cfg: dict, quant: str | None) -> str | None:
+    """"fp8" where the checkpoint stores every linear layer in fp8 (quant_method fp8 and no attention module among
+    those left unquantized: DeepSeek-V3 / R1 / V3.2, Kimi-K2, MiniMax-M2 as published), which engines load as
+    fp8 weights; None otherwise (gpt-oss's mxfp4 leaves self_attn out: its experts alone, expert_weight_dtype)."""
+    if quant != "fp8":
+        return None
+    q = cfg.get("quantization_config") or {}
+    kept = [m for key in ("modules_to_not_convert", "ignored_layers", "ignore") for m in (q.get(key) or [])
+            if isinstance(m, str)]
+    return None if any(a in m for m in kept for a in _ATTENTION_MODULES) else "fp8"
+
+
 def _check_spec(spec: ModelSpec, origin: str) -> ModelSpec:
     """Cross-field sense: heads divide, top-k within the experts, dense layers within the layers."""
     if spec.attention == "gqa":
@@ -472,6 +502,8 @@ def model_from_hf_config(cfg: dict, name: str, origin: str) -> ModelSpec:
         raise PlannerError(f"{origin}: missing field 'model_type' (is this a Hugging Face config.json?)")
     cfg = _text_model_config(cfg, origin)
     model_type = cfg.get("model_type")
+    if isinstance(model_type, str) and model_type in _CLASS_DEFAULTS:
+        cfg = _CLASS_DEFAULTS[model_type] | {k: v for k, v in cfg.items() if v is not None}
     if isinstance(model_type, str) and model_type in UNPRICED_MODEL_TYPES:
         raise PlannerError(f"{origin}: model_type {model_type!r} has {UNPRICED_MODEL_TYPES[model_type]}, a layer kind"
                            " the planner has no price for; it will not price them as another kind")
@@ -545,6 +577,7 @@ def _common_fields(cfg: dict, name: str, origin: str, model_type: str) -> tuple[
                   hidden_size=D, num_layers=L, num_heads=H, num_kv_heads=H_kv, head_dim=head_dim, vocab_size=vocab,
                   tie_word_embeddings=tie, sliding_window=window, num_sliding_layers=n_sliding,
                   max_position_embeddings=max_pos, attention_chunk_size=chunk, num_chunked_layers=n_chunked,
+                  checkpoint_weight_dtype=_checkpoint_weight_dtype(cfg, quant),
                   attn_logit_softcapping=_opt_float(cfg, "attn_logit_softcapping", origin),
                   final_logit_softcapping=_opt_float(cfg, "final_logit_softcapping", origin))
     if model_type.startswith("gemma4"):

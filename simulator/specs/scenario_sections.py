@@ -77,6 +77,12 @@ def _model_and_hardware(raw: dict, get, origin: str, base_dir: str | None) -> tu
     return model, hardware
 
 
+def default_weight_dtype(model: ModelSpec) -> str:
+    """The weights' precision when none is given: the checkpoint's own (fp8 for DeepSeek-V3's published blocks),
+    else the settings table's."""
+    return model.checkpoint_weight_dtype or default("precision", "weights")
+
+
 def _deployment(raw: dict, get, origin: str, model: ModelSpec) -> Deployment:
     routing_tbl = raw.get("routing", {})
     routing = Routing(kind=routing_tbl.get("kind", default("routing", "kind")), skew=float(routing_tbl.get("skew", default("routing", "skew"))),
@@ -92,7 +98,7 @@ def _deployment(raw: dict, get, origin: str, model: ModelSpec) -> Deployment:
         raise PlannerError(f"{origin}: [hardware] layout = '{layout}' is unknown (use one of {', '.join(LAYOUTS)})")
     deployment = make_deployment(
         tp=get("hardware", "tp", default("hardware", "tp")), ep=get("hardware", "ep"), layout=layout, dp=get("hardware", "dp"),
-        weight_dtype=get("precision", "weights", default("precision", "weights")), act_dtype=get("precision", "activations", default("precision", "activations")),
+        weight_dtype=get("precision", "weights", default_weight_dtype(model)), act_dtype=get("precision", "activations", default("precision", "activations")),
         kv_dtype=get("precision", "kv_cache", default("precision", "kv_cache")), expert_dtype=get("precision", "experts"),
         routing=routing, memory_utilization=float(get("workload", "memory_utilization", default("workload", "memory_utilization"))))
     check_deployment(model, deployment)

@@ -64,9 +64,30 @@ def step_time_band(hardware: str, kind: str, basis: str, profile_raw: dict | Non
     if int(entry.get("n") or 0) >= MIN_ROWS:
         return Band(entry.get("step_time_mape"), entry.get("step_time_worst"), int(entry["n"]),
                     f"published rows on {hardware}; {src}")
+    same = basis_band(bands, basis, exclude=hardware)
+    if same is not None:
+        mape, worst, n, gpus = same
+        return Band(mape, worst, n, f"published rows on the GPUs priced from a {basis} ({', '.join(gpus)};"
+                                    f" {hardware} has {int(entry.get('n') or 0)}); {src}")
     d = bands.get("_all") or {}
     return Band(d.get("step_time_mape"), d.get("step_time_worst"), int(d.get("n") or 0),
                 f"published rows on all GPUs ({hardware} has {int(entry.get('n') or 0)}); {src}")
+
+
+def basis_band(bands: dict, basis: str, exclude: str = "") -> tuple[float, float | None, int, list[str]] | None:
+    """The step-time MAPE pooled over every GPU whose corpus rows rest on ``basis`` (a GPU with too few rows
+    of its own borrows the residuals of its own kind of evidence, not those of GPUs with measured tables):
+    (MAPE, worst, rows, GPUs), or None when fewer than MIN_ROWS such rows exist. A MAPE is a mean of absolute
+    errors, so pooling weights each GPU's by its rows."""
+    entries = {gpu: e for gpu, e in bands.items() if not gpu.startswith("_") and gpu != exclude
+               and isinstance(e, dict) and str(e.get("basis", "")).startswith(basis)
+               and e.get("step_time_mape") is not None and int(e.get("n") or 0) > 0}
+    n = sum(int(e["n"]) for e in entries.values())
+    if n < MIN_ROWS:
+        return None
+    mape = sum(int(e["n"]) * float(e["step_time_mape"]) for e in entries.values()) / n
+    worsts = [float(e["step_time_worst"]) for e in entries.values() if e.get("step_time_worst") is not None]
+    return mape, max(worsts) if worsts else None, n, sorted(entries)
 
 
 @dataclass(frozen=True)
