@@ -65,7 +65,13 @@ def png_button(label: str, p, name: str, b: int, k: int, file_name: str) -> None
     """A download button that builds and renders the chart to PNG only when clicked."""
     def render() -> bytes:
         return _charts().to_png(compute.build_chart(p, name, b, k))
-    st.download_button(label, render, file_name=file_name, mime="image/png", key=f"dl_png_{name}", width="stretch")
+    download(label, render, file_name, "image/png", f"dl_png_{name}")
+
+
+def download(label: str, data, file_name: str, mime: str, key: str, width: str = "stretch") -> None:
+    """A download button that does not rerun the page: a rerun registers every deferred download afresh and
+    drops the old ones, so a click on another button while it ran got no file ('Deferred file ... not found')."""
+    st.download_button(label, data, file_name=file_name, mime=mime, key=key, on_click="ignore", width=width)
 
 
 class Page:
@@ -272,8 +278,8 @@ def fit_measured_rows(pg: Page, data: bytes, name: str) -> None:
     if made is None:
         return
     st.code(st.session_state.get("validation_fit_report", ""), language=None)
-    st.download_button(f"Download {made[0]} (use it with --deployment)", made[1], file_name=made[0],
-                       mime="application/json", key="dl_validation_fit")
+    download(f"Download {made[0]} (use it with --deployment)", made[1], made[0], "application/json",
+             "dl_validation_fit", width="content")
 
 
 def context_axis(p) -> list[int]:
@@ -365,24 +371,19 @@ def tab_downloads(pg: Page) -> None:
             if text is None:
                 st.caption(f"{label}: not available: {md}")
                 continue
-            st.download_button(label, text, file_name=f"{name}-{suffix}", mime="application/json",
-                               key=f"dl_{suffix}", width="stretch")
+            download(label, text, f"{name}-{suffix}", "application/json", f"dl_{suffix}")
             tables.append(md)
         if tables:
-            st.download_button("All engine schedules as Markdown tables (MD)", "\n".join(tables),
-                               file_name=f"{name}-engine-schedules.md", mime="text/markdown", key="dl_md",
-                               width="stretch")
+            download("All engine schedules as Markdown tables (MD)", "\n".join(tables),
+                     f"{name}-engine-schedules.md", "text/markdown", "dl_md")
         st.markdown("**Data**")
-        st.download_button("Goodput grid (CSV)", lambda: p.grid_rows.to_csv(index=False), file_name=f"{name}-grid.csv",
-                           mime="text/csv", key="dl_grid", width="stretch")
-        st.download_button("K* table (CSV)", lambda: p.table.to_csv(index=False), file_name=f"{name}-kstar.csv",
-                           mime="text/csv", key="dl_table", width="stretch")
-        st.download_button("K* by batch size x context length (CSV)",
-                           lambda: cached_k_map(pg.key, pg.origin, lens).to_csv(),
-                           file_name=f"{name}-kstar-by-context.csv", mime="text/csv", key="dl_kmap", width="stretch")
-        st.download_button("Prediction with provenance (JSON)", lambda: json.dumps(p.to_dict(), indent=2),
-                           file_name=f"{name}-prediction.json", mime="application/json", key="dl_dict",
-                           width="stretch")
+        download("Goodput grid (CSV)", lambda: p.grid_rows.to_csv(index=False), f"{name}-grid.csv", "text/csv",
+                 "dl_grid")
+        download("K* table (CSV)", lambda: p.table.to_csv(index=False), f"{name}-kstar.csv", "text/csv", "dl_table")
+        download("K* by batch size x context length (CSV)", lambda: cached_k_map(pg.key, pg.origin, lens).to_csv(),
+                 f"{name}-kstar-by-context.csv", "text/csv", "dl_kmap")
+        download("Prediction with provenance (JSON)", lambda: json.dumps(p.to_dict(), indent=2),
+                 f"{name}-prediction.json", "application/json", "dl_dict")
         if tables:
             with st.expander("What the engine will do (Markdown)"):
                 for md in tables:
