@@ -199,10 +199,8 @@ def scenario_raw(base: dict, c: dict, *, acceptance: list[float], acceptance_sou
     hw["layout"] = layout
     if layout == "dp-ep":
         hw.pop("ep", None)  # DP attention + EP: experts over all TP GPUs (dp = ep = tp)
-    if float(c.get("reuse", 0.0)) > 0:
-        raw.setdefault("routing", {})["reuse"] = float(c["reuse"])
-    elif "routing" in raw:
-        raw["routing"].pop("reuse", None)
+    # always written: without it the scenario falls back to the default reuse (0.5), so 0 would read as 0.5
+    raw.setdefault("routing", {})["reuse"] = float(c.get("reuse", default("routing", "reuse")))
     if c["hw_custom"]:
         hw["peak_bf16_flops_per_s"] = float(c["hw_peak_tflops"]) * 1e12
         hw["hbm_bandwidth_bytes_per_s"] = float(c["hw_bw_tbs"]) * 1e12

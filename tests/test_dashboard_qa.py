@@ -37,3 +37,19 @@ def test_download_buttons_do_not_rerun_the_page():
     buttons = list(at.get("download_button"))
     assert len(buttons) >= 8, [b.label for b in buttons]  # engine files, data, charts
     assert [b.label for b in buttons if not b.proto.ignore_rerun] == []
+
+
+def test_routing_reuse_zero_stays_zero():
+    # Before: the scenario moe-synthetic-cpu (reuse = 0.0: the reference engine's router draws experts
+    # independently), or the slider at 0, gave reuse 0.5 (the default) in the provenance and another K*
+    # than `predict --scenario moe-synthetic-cpu` (dashboard "K=3 for 10-16", CLI "K=3 for 10-17").
+    from simulator.plan.api import predict
+
+    at = new_app()
+    at.sidebar.selectbox(key="scenario").set_value("moe-synthetic-cpu").run()
+    assert at.session_state["reuse"] == 0.0
+    text = next(c.value for c in at.caption if "Prediction rests on" in c.value)
+    assert "reuse 0.5" not in text and "reuse 0" in text, text
+    cli = predict("moe-synthetic-cpu").schedule_text()
+    shown = next(m.value for m in at.markdown if "K schedule:" in m.value).replace("**", "")
+    assert shown == f"K schedule: {cli}"
