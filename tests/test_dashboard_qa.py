@@ -53,3 +53,17 @@ def test_routing_reuse_zero_stays_zero():
     cli = predict("moe-synthetic-cpu").schedule_text()
     shown = next(m.value for m in at.markdown if "K schedule:" in m.value).replace("**", "")
     assert shown == f"K schedule: {cli}"
+
+
+def test_every_bundled_scenario_picked_after_another_keeps_its_controls():
+    # Before: the Weights list had no fp32, so smollm2-cpu and moe-synthetic-cpu (weights = "fp32") ran on bf16
+    # weights: "GB per GPU" 0.3 where `predict --scenario smollm2-cpu` says 0.5 (0.55 GB: 135 M parameters x 4 B).
+    from dashboard import state as S
+
+    at = new_app()
+    for name in ["sizing-moe-qwen3-235b", "smollm2-cpu", "llama-3.1-8b-h100", "moe-synthetic-cpu"]:
+        at.sidebar.selectbox(key="scenario").set_value(name).run()
+        want = S.controls_from_scenario(S.read_scenario(name))
+        assert {k: at.session_state[k] for k in want} == want, name
+    text = next(c.value for c in at.caption if "Prediction rests on" in c.value)
+    assert "weights=fp32" in text, text
