@@ -67,3 +67,24 @@ def test_every_bundled_scenario_picked_after_another_keeps_its_controls():
         assert {k: at.session_state[k] for k in want} == want, name
     text = next(c.value for c in at.caption if "Prediction rests on" in c.value)
     assert "weights=fp32" in text, text
+
+
+def test_fleet_sweep_filters_follow_the_table_opened(tmp_path, monkeypatch):
+    # Before: the Models / Traffic / Policies picks of the last table stayed on the next one: after a table of
+    # command-a alone, a table of llama-3.1-70b opened on an empty chart, "0 rows, 0 meet the target".
+    import pandas as pd
+
+    row = {"hardware": "h100-sxm", "tp": 8, "traffic": "chat", "usd_per_m_tokens_at_target": 1.0,
+           "tpot_p50_s": 0.02, "meets_target": True}
+    for name, model, policies in (("a", "command-a", ["dsd"]), ("b", "llama-3.1-70b", ["plain", "dsd"])):
+        (tmp_path / name).mkdir()
+        pd.DataFrame([dict(row, model=model, policy=p) for p in policies]).to_csv(tmp_path / name / "results.csv")
+    monkeypatch.setenv("DSD_RESULTS_DIR", str(tmp_path))
+    at = AppTest.from_file(str(ROOT / "pages" / "1_Fleet_sweep.py"), default_timeout=30)
+    at.run()
+    at.text_input(key="sweep_path").input("a").run()
+    assert "**1** rows" in at.markdown[-1].value
+    at.text_input(key="sweep_path").input("b").run()
+    assert not at.exception and not at.error
+    assert "**2** rows, **2** meet the target" in at.markdown[-1].value
+    assert [m.value for m in at.multiselect][:2] == [["llama-3.1-70b"], ["chat"]]
