@@ -88,3 +88,17 @@ def test_fleet_sweep_filters_follow_the_table_opened(tmp_path, monkeypatch):
     assert not at.exception and not at.error
     assert "**2** rows, **2** meet the target" in at.markdown[-1].value
     assert [m.value for m in at.multiselect][:2] == [["llama-3.1-70b"], ["chat"]]
+
+
+def test_kstar_table_shows_the_k_the_engine_files_run():
+    # Before: the headline and the vLLM file said K=4 for B 1-25 while the K* table read K* = 3 at B 18 and 20-22,
+    # with no column for the schedule's K (the CLI's 'sched K'): the table did not show what the engine runs.
+    from simulator.plan.api import predict
+
+    at = new_app()
+    table = next(d.value for d in at.dataframe)
+    ranges = predict("default").export("vllm").payload["num_speculative_tokens_per_batch_size"]
+    runs = {b: k for lo, hi, k in ranges for b in range(lo, hi + 1)}
+    shown = dict(zip(table["B (sequences)"], table["schedule K"]))
+    assert shown == {b: runs[b] for b in shown}
+    assert shown[18] == 4 and dict(zip(table["B (sequences)"], table["K*"]))[18] == 3
