@@ -414,7 +414,7 @@ def main() -> None:
         except DeploymentMismatch as err:  # a fit for another deployment: said, and the planner's own terms
             stored = inputs.raw["calibration"]["deployment"]  # the upload's copy: name the file, not the copy
             st.warning(f"Deployment fit ignored: {str(err).replace(stored, Path(stored).name)}")
-            key = S.scenario_key(S.without_deployment_fit(inputs.raw))
+            key = S.scenario_key(inputs.raw_without_fit)
             p = cached_prediction(key, inputs.origin)
         k = compute.inspect_k(p, inputs.inspect_b, inputs.inspect_k)
     except PlannerError as err:

@@ -20,6 +20,7 @@ class Inputs:
     """What the sidebar resolved to: a scenario dict to build, plus notes for the page."""
 
     raw: dict | None          # None when an input is unusable (an error was shown)
+    raw_without_fit: dict | None  # the same without the deployment fit, its acceptance included (fit refused)
     origin: str
     inspect_b: int
     inspect_k: int | None     # None: use K* at inspect_b
@@ -415,6 +416,7 @@ def sidebar() -> Inputs:
     _workload_controls()
     profile = _calibration_controls()
     fit_path, fit = _deployment_fit_controls()
+    own_rates, own_source = rates, source  # the controls' acceptance, for the page without the fit
     physics_only = st.sidebar.checkbox(
         "Physics only (leave out the learned layer)", key="physics_only",
         help="The step times without the engine terms learned from published measurements"
@@ -433,8 +435,13 @@ def sidebar() -> Inputs:
         controls.update(ep=1, layout="tp")
         st.sidebar.caption(f"EP and the MoE layout apply to MoE models only: {load_model(model).name} is dense,"
                            " so it runs on TP alone.")
+    usable = model_ok and acceptance_ok
     raw = S.scenario_raw(base_raw, controls, acceptance=rates, acceptance_source=source, model=model,
-                         profile=profile, deployment_fit=fit_path, physics_only=physics_only) \
-        if model_ok and acceptance_ok else None
-    return Inputs(raw=raw, origin=f"dashboard (from scenarios/{ss['scenario']}.toml)", inspect_b=int(ss["insp_b"]),
+                         profile=profile, deployment_fit=fit_path, physics_only=physics_only) if usable else None
+    # a fit for another deployment is refused when the scenario is built: then neither its terms nor its
+    # measured acceptance apply
+    raw_without_fit = S.scenario_raw(base_raw, controls, acceptance=own_rates, acceptance_source=own_source,
+                                     model=model, profile=profile, physics_only=physics_only) if usable else None
+    return Inputs(raw=raw, raw_without_fit=raw_without_fit,
+                  origin=f"dashboard (from scenarios/{ss['scenario']}.toml)", inspect_b=int(ss["insp_b"]),
                   inspect_k=None if ss["insp_k"] == "K*" else int(ss["insp_k"]), acceptance_note=source)

@@ -324,17 +324,6 @@ def check_fit_figures(doc: dict, name: str) -> None:
         raise PlannerError(f"{name}: provenance must be a table, got {type(doc['provenance']).__name__}{refit}")
 
 
-def without_deployment_fit(raw: dict) -> dict:
-    """The scenario dict without its deployment fit (what the page falls back to when the fit is for
-    another deployment)."""
-    out = copy.deepcopy(raw)
-    cal = out.get("calibration") or {}
-    cal.pop("deployment", None)
-    if not cal:
-        out.pop("calibration", None)
-    return out
-
-
 def _clean_rates(rates: list, filename: str) -> list[float]:
     """Conditional rates up to the first position nobody reached; a rate of exactly 1 (every draft at
     that position accepted) is held at MAX_RATE, since a rate of 1 would accept forever. Rates above 1

@@ -102,3 +102,22 @@ def test_kstar_table_shows_the_k_the_engine_files_run():
     shown = dict(zip(table["B (sequences)"], table["schedule K"]))
     assert shown == {b: runs[b] for b in shown}
     assert shown[18] == 4 and dict(zip(table["B (sequences)"], table["K*"]))[18] == 3
+
+
+def test_a_refused_deployment_fit_leaves_its_measured_acceptance_out(tmp_path):
+    # Before: a fit with measured acceptance (the README's smollm2-cpu n-gram fit) uploaded on the default
+    # scenario was refused ("Deployment fit ignored: ... model 'smollm2-135m' (scenario: 'llama-3.1-70b')")
+    # while its n-gram acceptance 0.37, 0.86, ... stayed in: "K=8 for B 1-24" where the page alone says K=4.
+    from calibration.fit_deployment import main as fit_main
+
+    out = tmp_path / "fit.json"
+    (tmp_path / "runs.csv").write_text("batch_size,k,itl_ms,acceptance_length\n1,0,40.0,\n1,3,60.0,2.2\n8,3,90.0,2.2\n")
+    assert fit_main(["--scenario", "smollm2-cpu", "--measured", str(tmp_path / "runs.csv"), "--output", str(out)]) == 0
+    at = new_app()
+    own = next(m.value for m in at.markdown if "K schedule:" in m.value)
+    own_text = next(c.value for c in at.caption if "Prediction rests on" in c.value)
+    at.sidebar.file_uploader(key="deployment_fit").set_value(("fit.json", out.read_bytes(), "application/json")).run()
+    assert any(w.value.startswith("Deployment fit ignored: fit.json") for w in at.warning)
+    assert next(m.value for m in at.markdown if "K schedule:" in m.value) == own
+    text = next(c.value for c in at.caption if "Prediction rests on" in c.value)
+    assert "measured on this deployment" not in text and text == own_text
