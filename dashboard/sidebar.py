@@ -101,12 +101,12 @@ def _uploaded_model(data: bytes, name: str) -> str:
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
-def _bench_rates(data: bytes, name: str) -> list[float]:
+def _bench_file(data: bytes, name: str):
     return S.acceptance_from_bench_json(data, name)
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
-def _metrics_rates(data: bytes, name: str) -> list[float]:
+def _metrics_file(data: bytes, name: str):
     return S.acceptance_from_metrics(data, name)
 
 
@@ -225,6 +225,16 @@ def _fit_draft_to(model: str) -> None:
 
 # Each acceptance mode's controls return (rates or None, source text, usable).
 
+def _cap_k_max(got) -> None:
+    """K max no higher than the acceptance file supports (its max_supported_k, else the positions it measured),
+    as predict caps it: rates measured up to K = n say nothing of position n + 1."""
+    ss = st.session_state
+    cap, reason = got.measured_cap()
+    if cap is not None and int(ss.get("k_max", 1)) > cap:
+        ss["k_max"] = cap
+        st.sidebar.caption(f"K max lowered to {cap}: {reason}.")
+
+
 def _iid_acceptance(preset) -> tuple[list | None, str, bool]:
     ss = st.session_state
     st.sidebar.slider("Acceptance rate a (i.i.d.)", 0.0, S.MAX_RATE, step=0.01, key="acc_rate")
@@ -253,7 +263,7 @@ def _listed_acceptance(preset, base_raw: dict, base_controls: dict) -> tuple[lis
 
 
 def _file_acceptance_controls() -> tuple[list | None, str, bool]:
-    ss, sb = st.session_state, st.sidebar
+    sb = st.sidebar
     up = sb.file_uploader("speculation_profile.json, vLLM bench / per-request JSON, /metrics or runs CSV",
                           type=["json", "jsonl", "txt", "prom", "metrics", "csv"], key="acc_any_file")
     if up is None:
@@ -262,8 +272,7 @@ def _file_acceptance_controls() -> tuple[list | None, str, bool]:
     try:
         got = _file_acceptance(up.getvalue(), up.name)
         rates, source = [min(r, S.MAX_RATE) for r in got.conditional], got.source
-        if got.max_supported_k and int(ss.get("k_max", 1)) > got.max_supported_k:
-            ss["k_max"] = got.max_supported_k
+        _cap_k_max(got)
         sb.caption(source)
     except PlannerError as err:  # shown at its control; the page stays on the preset / scenario rates
         sb.error(f"Acceptance file rejected: {err}. Showing the preset or scenario rates until it is fixed.")
@@ -280,11 +289,12 @@ def _vllm_acceptance(bench: bool) -> tuple[list | None, str, bool]:
         sb.info("No file uploaded yet: using the scenario's acceptance rates.")
         return None, "", True
     try:
-        rates = (_bench_rates if bench else _metrics_rates)(up.getvalue(), up.name)
+        got = (_bench_file if bench else _metrics_file)(up.getvalue(), up.name)
     except PlannerError as err:  # shown at its control; the page stays on the preset / scenario rates
         sb.error(f"Acceptance file rejected: {err}. Showing the preset or scenario rates until it is fixed.")
         return None, "", True
-    return rates, f"measured: {'vLLM bench JSON' if bench else 'vLLM /metrics'} {up.name}", True
+    _cap_k_max(got)
+    return list(got.conditional), f"measured: {'vLLM bench JSON' if bench else 'vLLM /metrics'} {up.name}", True
 
 
 def _acceptance_controls(base_raw: dict, base_controls: dict) -> tuple[list, str, bool]:

@@ -7,6 +7,7 @@ layout that :func:`simulator.specs.scenario.build_scenario` reads, and reads mea
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 import os
@@ -348,13 +349,14 @@ def acceptance_file(data: bytes, filename: str) -> AcceptanceFile:
     return parse_acceptance_bytes(bytes(data), filename)
 
 
-def _expect_kind(got: AcceptanceFile, filename: str, kind: str) -> list[float]:
+def _expect_kind(got: AcceptanceFile, filename: str, kind: str) -> AcceptanceFile:
+    """The file when it is of ``kind``, its rates cut at the first position nobody reached."""
     if not got.kind.startswith(kind):
         raise PlannerError(f"{filename}: this is a {got.kind}, not a {kind}; choose 'acceptance file (any format)'")
-    return _clean_rates(list(got.conditional), filename)
+    return dataclasses.replace(got, conditional=tuple(_clean_rates(list(got.conditional), filename)))
 
 
-def acceptance_from_bench_json(data: bytes, filename: str) -> list[float]:
+def acceptance_from_bench_json(data: bytes, filename: str) -> AcceptanceFile:
     """Conditional per-position acceptance from `vllm bench serve --save-result` JSON."""
     obj = _json_object(data, filename)
     if "spec_decode_per_position_acceptance_rates" not in obj:
@@ -363,7 +365,7 @@ def acceptance_from_bench_json(data: bytes, filename: str) -> list[float]:
     return _expect_kind(acceptance_file(data, filename), filename, "vllm bench serve")
 
 
-def acceptance_from_metrics(data: bytes, filename: str) -> list[float]:
+def acceptance_from_metrics(data: bytes, filename: str) -> AcceptanceFile:
     """Conditional per-position acceptance from a Prometheus /metrics scrape of a vLLM server."""
     return _expect_kind(acceptance_file(data, filename), filename, "Prometheus")
 

@@ -121,3 +121,22 @@ def test_a_refused_deployment_fit_leaves_its_measured_acceptance_out(tmp_path):
     assert next(m.value for m in at.markdown if "K schedule:" in m.value) == own
     text = next(c.value for c in at.caption if "Prediction rests on" in c.value)
     assert "measured on this deployment" not in text and text == own_text
+
+
+def test_a_vllm_bench_json_measured_at_k3_caps_k_as_predict_does():
+    # Before: bench_k3_c8.json (rates measured at positions 1-3) in "vLLM bench JSON" mode planned
+    # "K=5 for B 1-13, K=4 for 14-46, ..." on a flat extrapolation, where `predict --acceptance bench_k3_c8.json`
+    # caps K at 3 ("K capped at 3 ... acceptance measured up to K=3") and plans "K=3 for B 1-105".
+    from dashboard import state as S
+
+    fixtures = ROOT / "tests" / "fixtures" / "vllm"
+    for mode, key, name in ((S.ACC_BENCH, "acc_file", "bench_k3_c8.json"), (S.ACC_METRICS, "acc_file", "metrics_k3.txt"),
+                            (S.ACC_FILE, "acc_any_file", "bench_k3_c8.json")):
+        at = new_app()
+        at.sidebar.radio(key="acc_mode").set_value(mode).run()
+        at.sidebar.file_uploader(key=key).set_value((name, (fixtures / name).read_bytes(), "text/plain")).run()
+        assert not at.exception and not at.error, [e.value for e in at.error]
+        assert at.session_state["k_max"] == 3, mode
+        shown = next(m.value for m in at.markdown if "K schedule:" in m.value)
+        assert "K=4" not in shown and "K=5" not in shown and "K=3 for B 1-" in shown, shown
+        assert any("K max lowered to 3: acceptance measured up to K=3" in c.value for c in at.sidebar.caption)
