@@ -62,9 +62,12 @@ def show(df) -> None:
     st.markdown(f"**{len(view)}** rows, **{len(front)}** meet the target, **{int(front.pareto.sum())}** on the front.")
     shown = [c for c in ["model", "config", latency, V.COST, "fleet_usd_per_hour", "gpus", "gpus_band",
                         "max_load_per_replica", "rel_error", "uncertainty"] if c in front.columns]
-    st.dataframe(front[front.pareto].sort_values(["model", latency])[shown], hide_index=True, width="stretch")
+    # headers say what each number is: the cost column of a table from before the fleet's $/M holds one replica's
+    named = {V.COST: V.cost_title(df), latency: V.LATENCIES[latency]}
+    st.dataframe(front[front.pareto].sort_values(["model", latency])[shown].rename(columns=named), hide_index=True,
+                 width="stretch")
     with st.expander("All rows"):
-        st.dataframe(view, hide_index=True, width="stretch")
+        st.dataframe(view.rename(columns=named), hide_index=True, width="stretch")
 
 
 try:

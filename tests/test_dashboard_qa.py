@@ -140,3 +140,31 @@ def test_a_vllm_bench_json_measured_at_k3_caps_k_as_predict_does():
         shown = next(m.value for m in at.markdown if "K schedule:" in m.value)
         assert "K=4" not in shown and "K=5" not in shown and "K=3 for B 1-" in shown, shown
         assert any("K max lowered to 3: acceptance measured up to K=3" in c.value for c in at.sidebar.caption)
+
+
+def test_fleet_sweep_names_the_cost_it_shows(tmp_path, monkeypatch):
+    # Before: a table from before the fleet's $/M (only usd_per_m_output_tokens, one replica at full load) showed
+    # that cost under the header usd_per_m_tokens_at_target (the fleet's at the target: $15.12 where the fleet
+    # costs $20.56 on sweep-small's command-a h200 tp=4 rag dsd), and the axis title was cut off.
+    import pandas as pd
+
+    from dashboard import sweep_view as V
+
+    row = {"model": "command-a", "hardware": "h200", "tp": 4, "traffic": "rag", "policy": "dsd",
+           "tpot_p50_s": 0.0183, "meets_target": True, "fleet_usd_per_hour": 148.0}
+    (tmp_path / "new").mkdir()
+    (tmp_path / "old").mkdir()
+    pd.DataFrame([dict(row, usd_per_m_tokens_at_target=20.5556, usd_per_m_output_tokens=15.1168)]).to_csv(
+        tmp_path / "new" / "results.csv")
+    pd.DataFrame([dict(row, usd_per_m_output_tokens=15.1168)]).to_csv(tmp_path / "old" / "results.csv")
+    monkeypatch.setenv("DSD_RESULTS_DIR", str(tmp_path))
+    at = AppTest.from_file(str(ROOT / "pages" / "1_Fleet_sweep.py"), default_timeout=30)
+    at.run()
+    for folder, header, cost in (("new", "fleet $ per M output tokens at the target", 20.5556),
+                                 ("old", "$/M output tokens, one replica at full load", 15.1168)):
+        at.text_input(key="sweep_path").input(folder).run()
+        assert not at.exception and not at.error
+        for table in at.dataframe:
+            assert V.COST not in table.value.columns
+            assert table.value[header].tolist() == [cost]
+        assert "TPOT p50 at capacity (s)" in at.dataframe[0].value.columns
