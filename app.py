@@ -12,6 +12,7 @@ import json
 import logging
 from pathlib import Path
 
+import pandas as pd
 import streamlit as st
 
 st.set_page_config(page_title="DSD capacity planner", page_icon="⚡", layout="wide")
@@ -100,7 +101,11 @@ def headline(p) -> None:
         return
     c = st.columns(4)
     first = fits.iloc[0]
-    c[0].metric(f"K* at B = {int(first.batch_size)}", int(first.k_opt))
+    k_run = first.get("k_schedule", first.k_opt)  # what the engine files run there: K* or the schedule's range
+    c[0].metric(f"K* at B = {int(first.batch_size)}", int(first.k_opt) if pd.isna(k_run) or k_run == first.k_opt
+                else f"{int(first.k_opt)} (schedule {int(k_run)})",
+                help="K* is the best K at this batch size alone; the schedule (and the engine files) may run a"
+                     " neighbour's K within the schedule tolerance for fewer ranges.")
     c[1].metric(f"Speedup vs plain at B = {int(first.batch_size)}", f"{first.speedup_vs_plain:.2f}×")
     c[2].metric(f"Time per token at B = {int(first.batch_size)}", f"{first.token_latency_ms:.2f} ms",
                 help=f"step time {first.itl_ms:.2f} ms / {first.acceptance_length:.2f} tokens per step")

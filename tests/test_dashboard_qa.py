@@ -168,3 +168,15 @@ def test_fleet_sweep_names_the_cost_it_shows(tmp_path, monkeypatch):
             assert V.COST not in table.value.columns
             assert table.value[header].tolist() == [cost]
         assert "TPOT p50 at capacity (s)" in at.dataframe[0].value.columns
+
+
+def test_headline_k_at_b1_names_the_k_the_schedule_runs():
+    # Before: Llama-3.1-70B on 4 x H100, EAGLE-3, context 2048 read "K schedule: K=5 for B 1-18, ..." and right
+    # under it "K* at B = 1: 6", with nothing saying which one the vLLM file runs (5).
+    at = new_app()
+    at.sidebar.selectbox(key="hw_name").set_value("h100-sxm").run()
+    at.sidebar.selectbox(key="tp").set_value(4).run()
+    at.sidebar.selectbox(key="draft_method").set_value("eagle3").run()
+    at.sidebar.number_input(key="context_len").set_value(2048).run()
+    assert next(m.value for m in at.markdown if "K schedule:" in m.value).startswith("**K schedule:** K=5 for B 1-")
+    assert at.metric[0].label == "K* at B = 1" and at.metric[0].value == "6 (schedule 5)"
