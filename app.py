@@ -161,7 +161,8 @@ def tab_kstar(pg: Page) -> None:
             st.dataframe(changes, hide_index=True, width="stretch")
     advice = advice_lines(pg.p.engine_advice())  # nothing (no heading) when no setting costs goodput
     if advice:
-        st.markdown("**Engine settings:** " + advice[0].split(" (")[0])
+        head = advice[0].split(" (")[0]  # "engine settings that cost goodput at this load"
+        st.markdown(f"**{head[:1].upper()}{head[1:]}:**")
         for line in advice[1:]:
             st.markdown(f"- {line.strip()}")
 

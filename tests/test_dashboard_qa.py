@@ -180,3 +180,10 @@ def test_headline_k_at_b1_names_the_k_the_schedule_runs():
     at.sidebar.number_input(key="context_len").set_value(2048).run()
     assert next(m.value for m in at.markdown if "K schedule:" in m.value).startswith("**K schedule:** K=5 for B 1-")
     assert at.metric[0].label == "K* at B = 1" and at.metric[0].value == "6 (schedule 5)"
+
+
+def test_engine_settings_heading_reads_once():
+    # Before: "Engine settings: engine settings that cost goodput at this load" (the heading said it twice).
+    at = new_app()
+    heads = [m.value for m in at.markdown if "ngine settings" in m.value]
+    assert heads == ["**Engine settings that cost goodput at this load:**"], heads
