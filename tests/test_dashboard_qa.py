@@ -187,3 +187,20 @@ def test_engine_settings_heading_reads_once():
     at = new_app()
     heads = [m.value for m in at.markdown if "ngine settings" in m.value]
     assert heads == ["**Engine settings that cost goodput at this load:**"], heads
+
+
+def test_sglang_with_a_block_or_tree_draft_says_what_runs_above_the_range():
+    # Before: SGLang with a DFlash / DSpark block or an EAGLE tree (one fixed K in its launch flags, no per-batch
+    # keys) broke the headline note "above B=... SGLang keeps K=..": "Internal error (IndexError): list index out
+    # of range" on the page, a traceback from `predict --scenario llama-3.1-8b-h100 --engine sglang --draft dflash
+    # --batch-sizes 1-64`.
+    from simulator.plan.api import predict
+
+    for draft in ("dflash", "eagle3:tree:4x8"):
+        p = predict("llama-3.1-8b-h100", engine="sglang", draft=draft, batch_sizes="1-64")
+        runs = p.export("sglang").rows[0]["SGLang runs"]
+        assert any(f"SGLang 0.5.23 keeps K={runs}" in n or f"SGLang 0.5.23 runs K={runs}" in n for n in p.notes())
+    at = new_app()
+    at.sidebar.selectbox(key="engine_name").set_value("sglang").run()
+    at.sidebar.selectbox(key="draft_method").set_value("dflash").run()
+    assert not at.exception and not [e.value for e in at.error], [e.value for e in at.error]

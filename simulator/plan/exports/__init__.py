@@ -71,6 +71,8 @@ def engine_k(exp: Export, batch_size: int, context_len: int | None = None, cuda_
     if exp.fmt == "trtllm":
         return trtllm_lookup(exp.payload, batch_size, exp.version)
     if exp.fmt == "sglang":
+        if not any(str(x).isdigit() for x in exp.payload):  # launch flags of one fixed K (tree / block drafts)
+            return int(exp.rows[0]["SGLang runs"])
         cand = sglang_lookup(exp.payload, batch_size, cuda_graph_bs)
         return cand[len(cand) // 2]
     raise PlannerError(f"{exp.fmt} is a step-cost table, not a K schedule")
