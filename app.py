@@ -21,6 +21,7 @@ from calibration.measured import mape, match  # noqa: E402
 from dashboard import compute, state as S  # noqa: E402
 from dashboard.sidebar import sidebar  # noqa: E402
 from simulator.errors import PlannerError  # noqa: E402
+from simulator.plan.exports import is_launch_flags  # noqa: E402
 from simulator.specs.deployment_fit import DeploymentMismatch  # noqa: E402
 from simulator.plan.advice import advice_lines  # noqa: E402
 from simulator.plan.speedup_trust import decision_risk_text, gain_at_risk_text  # noqa: E402
@@ -377,6 +378,9 @@ def tab_downloads(pg: Page) -> None:
             if text is None:
                 st.caption(f"{label}: not available: {md}")
                 continue
+            if fmt == "sglang" and is_launch_flags(json.loads(text)):  # a tree or block draft: one fixed K
+                label = label.split(" adaptive config")[0] + " launch flags: one fixed K for this draft (JSON)"
+                suffix = suffix.replace("adaptive", "flags")
             download(label, text, f"{name}-{suffix}", "application/json", f"dl_{suffix}")
             tables.append(md)
         if tables:

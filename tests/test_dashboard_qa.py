@@ -204,3 +204,17 @@ def test_sglang_with_a_block_or_tree_draft_says_what_runs_above_the_range():
     at.sidebar.selectbox(key="engine_name").set_value("sglang").run()
     at.sidebar.selectbox(key="draft_method").set_value("dflash").run()
     assert not at.exception and not [e.value for e in at.error], [e.value for e in at.error]
+
+
+def test_sglang_launch_flags_are_not_offered_as_an_adaptive_config():
+    # Before: with a DFlash draft SGLang gets launch flags of one fixed K ({"speculative_algorithm": "DFLASH", ...}),
+    # offered as "SGLang 0.5.14+ adaptive config (JSON)" in default-sglang-adaptive.json, the file a user passes to
+    # --speculative-adaptive-config.
+    at = new_app()
+    at.sidebar.selectbox(key="engine_name").set_value("sglang").run()
+    view(at, "Downloads")
+    assert "SGLang 0.5.14+ adaptive config (JSON)" in [b.label for b in at.get("download_button")]  # EAGLE: adaptive
+    at.sidebar.selectbox(key="draft_method").set_value("dflash").run()
+    labels = [b.label for b in at.get("download_button")]
+    assert not any("adaptive config" in lb for lb in labels), labels
+    assert "SGLang 0.5.14+ launch flags: one fixed K for this draft (JSON)" in labels
