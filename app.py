@@ -372,7 +372,7 @@ def tab_downloads(pg: Page) -> None:
         if not shown:
             st.caption(f"{engine.display_name if engine else 'This engine'} reads no schedule file: pick vLLM, SGLang"
                        " or TensorRT-LLM as the serving engine in the sidebar for its files.")
-        tables = []
+        tables, warned = [], set()
         for label, fmt, version, suffix in shown:
             text, md, warns = cached_export(pg.key, pg.origin, fmt, version, lens)
             if text is None:
@@ -382,6 +382,10 @@ def tab_downloads(pg: Page) -> None:
                 label = label.split(" adaptive config")[0] + " launch flags: one fixed K for this draft (JSON)"
                 suffix = suffix.replace("adaptive", "flags")
             download(label, text, f"{name}-{suffix}", "application/json", f"dl_{suffix}")
+            for w in warns:  # what predict prints as 'warning:' (a placeholder draft path, the grid's end), once
+                if w not in warned:
+                    st.caption(f"⚠ {w}")
+                    warned.add(w)
             tables.append(md)
         if tables:
             download("All engine schedules as Markdown tables (MD)", "\n".join(tables),

@@ -218,3 +218,14 @@ def test_sglang_launch_flags_are_not_offered_as_an_adaptive_config():
     labels = [b.label for b in at.get("download_button")]
     assert not any("adaptive config" in lb for lb in labels), labels
     assert "SGLang 0.5.14+ launch flags: one fixed K for this draft (JSON)" in labels
+
+
+def test_downloads_say_what_the_engine_file_still_needs():
+    # Before: the engine files' warnings were read and dropped: with EAGLE-3 the vLLM JSON carried
+    # "model": "<DRAFT CHECKPOINT: pass --draft-model PATH>", which vLLM refuses, and the page said nothing
+    # (predict prints "warning: speculative_config 'model' is a placeholder vLLM refuses ...").
+    at = new_app()
+    at.sidebar.selectbox(key="draft_method").set_value("eagle3").run()
+    view(at, "Downloads")
+    notes = [c.value for c in at.caption]
+    assert sum("'model' is a placeholder vLLM refuses" in n for n in notes) == 1, notes  # once for two vLLM files
