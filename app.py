@@ -12,6 +12,7 @@ import json
 import logging
 from pathlib import Path
 
+import pandas as pd
 import streamlit as st
 
 st.set_page_config(page_title="DSD capacity planner", page_icon="⚡", layout="wide")
@@ -20,6 +21,7 @@ from calibration.measured import mape, match  # noqa: E402
 from dashboard import compute, state as S  # noqa: E402
 from dashboard.sidebar import sidebar  # noqa: E402
 from simulator.errors import PlannerError  # noqa: E402
+from simulator.plan.exports import is_launch_flags  # noqa: E402
 from simulator.specs.deployment_fit import DeploymentMismatch  # noqa: E402
 from simulator.plan.advice import advice_lines  # noqa: E402
 from simulator.plan.speedup_trust import decision_risk_text, gain_at_risk_text  # noqa: E402
@@ -65,7 +67,13 @@ def png_button(label: str, p, name: str, b: int, k: int, file_name: str) -> None
     """A download button that builds and renders the chart to PNG only when clicked."""
     def render() -> bytes:
         return _charts().to_png(compute.build_chart(p, name, b, k))
-    st.download_button(label, render, file_name=file_name, mime="image/png", key=f"dl_png_{name}", width="stretch")
+    download(label, render, file_name, "image/png", f"dl_png_{name}")
+
+
+def download(label: str, data, file_name: str, mime: str, key: str, width: str = "stretch") -> None:
+    """A download button that does not rerun the page: a rerun registers every deferred download afresh and
+    drops the old ones, so a click on another button while it ran got no file ('Deferred file ... not found')."""
+    st.download_button(label, data, file_name=file_name, mime=mime, key=key, on_click="ignore", width=width)
 
 
 class Page:
@@ -94,7 +102,11 @@ def headline(p) -> None:
         return
     c = st.columns(4)
     first = fits.iloc[0]
-    c[0].metric(f"K* at B = {int(first.batch_size)}", int(first.k_opt))
+    k_run = first.get("k_schedule", first.k_opt)  # what the engine files run there: K* or the schedule's range
+    c[0].metric(f"K* at B = {int(first.batch_size)}", int(first.k_opt) if pd.isna(k_run) or k_run == first.k_opt
+                else f"{int(first.k_opt)} (schedule {int(k_run)})",
+                help="K* is the best K at this batch size alone; the schedule (and the engine files) may run a"
+                     " neighbour's K within the schedule tolerance for fewer ranges.")
     c[1].metric(f"Speedup vs plain at B = {int(first.batch_size)}", f"{first.speedup_vs_plain:.2f}×")
     c[2].metric(f"Time per token at B = {int(first.batch_size)}", f"{first.token_latency_ms:.2f} ms",
                 help=f"step time {first.itl_ms:.2f} ms / {first.acceptance_length:.2f} tokens per step")
@@ -150,7 +162,8 @@ def tab_kstar(pg: Page) -> None:
             st.dataframe(changes, hide_index=True, width="stretch")
     advice = advice_lines(pg.p.engine_advice())  # nothing (no heading) when no setting costs goodput
     if advice:
-        st.markdown("**Engine settings:** " + advice[0].split(" (")[0])
+        head = advice[0].split(" (")[0]  # "engine settings that cost goodput at this load"
+        st.markdown(f"**{head[:1].upper()}{head[1:]}:**")
         for line in advice[1:]:
             st.markdown(f"- {line.strip()}")
 
@@ -272,8 +285,8 @@ def fit_measured_rows(pg: Page, data: bytes, name: str) -> None:
     if made is None:
         return
     st.code(st.session_state.get("validation_fit_report", ""), language=None)
-    st.download_button(f"Download {made[0]} (use it with --deployment)", made[1], file_name=made[0],
-                       mime="application/json", key="dl_validation_fit")
+    download(f"Download {made[0]} (use it with --deployment)", made[1], made[0], "application/json",
+             "dl_validation_fit", width="content")
 
 
 def context_axis(p) -> list[int]:
@@ -359,30 +372,32 @@ def tab_downloads(pg: Page) -> None:
         if not shown:
             st.caption(f"{engine.display_name if engine else 'This engine'} reads no schedule file: pick vLLM, SGLang"
                        " or TensorRT-LLM as the serving engine in the sidebar for its files.")
-        tables = []
+        tables, warned = [], set()
         for label, fmt, version, suffix in shown:
             text, md, warns = cached_export(pg.key, pg.origin, fmt, version, lens)
             if text is None:
                 st.caption(f"{label}: not available: {md}")
                 continue
-            st.download_button(label, text, file_name=f"{name}-{suffix}", mime="application/json",
-                               key=f"dl_{suffix}", width="stretch")
+            if fmt == "sglang" and is_launch_flags(json.loads(text)):  # a tree or block draft: one fixed K
+                label = label.split(" adaptive config")[0] + " launch flags: one fixed K for this draft (JSON)"
+                suffix = suffix.replace("adaptive", "flags")
+            download(label, text, f"{name}-{suffix}", "application/json", f"dl_{suffix}")
+            for w in warns:  # what predict prints as 'warning:' (a placeholder draft path, the grid's end), once
+                if w not in warned:
+                    st.caption(f"⚠ {w}")
+                    warned.add(w)
             tables.append(md)
         if tables:
-            st.download_button("All engine schedules as Markdown tables (MD)", "\n".join(tables),
-                               file_name=f"{name}-engine-schedules.md", mime="text/markdown", key="dl_md",
-                               width="stretch")
+            download("All engine schedules as Markdown tables (MD)", "\n".join(tables),
+                     f"{name}-engine-schedules.md", "text/markdown", "dl_md")
         st.markdown("**Data**")
-        st.download_button("Goodput grid (CSV)", lambda: p.grid_rows.to_csv(index=False), file_name=f"{name}-grid.csv",
-                           mime="text/csv", key="dl_grid", width="stretch")
-        st.download_button("K* table (CSV)", lambda: p.table.to_csv(index=False), file_name=f"{name}-kstar.csv",
-                           mime="text/csv", key="dl_table", width="stretch")
-        st.download_button("K* by batch size x context length (CSV)",
-                           lambda: cached_k_map(pg.key, pg.origin, lens).to_csv(),
-                           file_name=f"{name}-kstar-by-context.csv", mime="text/csv", key="dl_kmap", width="stretch")
-        st.download_button("Prediction with provenance (JSON)", lambda: json.dumps(p.to_dict(), indent=2),
-                           file_name=f"{name}-prediction.json", mime="application/json", key="dl_dict",
-                           width="stretch")
+        download("Goodput grid (CSV)", lambda: p.grid_rows.to_csv(index=False), f"{name}-grid.csv", "text/csv",
+                 "dl_grid")
+        download("K* table (CSV)", lambda: p.table.to_csv(index=False), f"{name}-kstar.csv", "text/csv", "dl_table")
+        download("K* by batch size x context length (CSV)", lambda: cached_k_map(pg.key, pg.origin, lens).to_csv(),
+                 f"{name}-kstar-by-context.csv", "text/csv", "dl_kmap")
+        download("Prediction with provenance (JSON)", lambda: json.dumps(p.to_dict(), indent=2),
+                 f"{name}-prediction.json", "application/json", "dl_dict")
         if tables:
             with st.expander("What the engine will do (Markdown)"):
                 for md in tables:
@@ -413,7 +428,7 @@ def main() -> None:
         except DeploymentMismatch as err:  # a fit for another deployment: said, and the planner's own terms
             stored = inputs.raw["calibration"]["deployment"]  # the upload's copy: name the file, not the copy
             st.warning(f"Deployment fit ignored: {str(err).replace(stored, Path(stored).name)}")
-            key = S.scenario_key(S.without_deployment_fit(inputs.raw))
+            key = S.scenario_key(inputs.raw_without_fit)
             p = cached_prediction(key, inputs.origin)
         k = compute.inspect_k(p, inputs.inspect_b, inputs.inspect_k)
     except PlannerError as err:

@@ -127,7 +127,9 @@ def layout_table(p: Prediction, b: int) -> pd.DataFrame:
 
 # the K* table as a reader sees it: column -> (name with unit, decimals); the CSV download keeps the raw columns
 KSTAR_COLUMNS = {
-    "batch_size": ("B (sequences)", 0), "k_opt": ("K*", 0), "token_latency_ms": ("ms per token", 2),
+    "batch_size": ("B (sequences)", 0), "k_opt": ("K*", 0),
+    # the K the engine files run (the headline's schedule): K* where a range of constant K would otherwise split
+    "k_schedule": ("schedule K", None), "token_latency_ms": ("ms per token", 2),
     "plain_token_latency_ms": ("plain ms per token", 2), "itl_ms": ("step ms", 2),
     "speedup_vs_plain": ("× vs plain", 2), "speedup_vs_fixed": ("× vs fixed K", 2),
     "goodput_per_seq": ("tokens/s per sequence", 1), "throughput": ("tokens/s (batch)", 0),

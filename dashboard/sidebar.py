@@ -20,6 +20,7 @@ class Inputs:
     """What the sidebar resolved to: a scenario dict to build, plus notes for the page."""
 
     raw: dict | None          # None when an input is unusable (an error was shown)
+    raw_without_fit: dict | None  # the same without the deployment fit, its acceptance included (fit refused)
     origin: str
     inspect_b: int
     inspect_k: int | None     # None: use K* at inspect_b
@@ -100,12 +101,12 @@ def _uploaded_model(data: bytes, name: str) -> str:
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
-def _bench_rates(data: bytes, name: str) -> list[float]:
+def _bench_file(data: bytes, name: str):
     return S.acceptance_from_bench_json(data, name)
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
-def _metrics_rates(data: bytes, name: str) -> list[float]:
+def _metrics_file(data: bytes, name: str):
     return S.acceptance_from_metrics(data, name)
 
 
@@ -224,6 +225,16 @@ def _fit_draft_to(model: str) -> None:
 
 # Each acceptance mode's controls return (rates or None, source text, usable).
 
+def _cap_k_max(got) -> None:
+    """K max no higher than the acceptance file supports (its max_supported_k, else the positions it measured),
+    as predict caps it: rates measured up to K = n say nothing of position n + 1."""
+    ss = st.session_state
+    cap, reason = got.measured_cap()
+    if cap is not None and int(ss.get("k_max", 1)) > cap:
+        ss["k_max"] = cap
+        st.sidebar.caption(f"K max lowered to {cap}: {reason}.")
+
+
 def _iid_acceptance(preset) -> tuple[list | None, str, bool]:
     ss = st.session_state
     st.sidebar.slider("Acceptance rate a (i.i.d.)", 0.0, S.MAX_RATE, step=0.01, key="acc_rate")
@@ -252,7 +263,7 @@ def _listed_acceptance(preset, base_raw: dict, base_controls: dict) -> tuple[lis
 
 
 def _file_acceptance_controls() -> tuple[list | None, str, bool]:
-    ss, sb = st.session_state, st.sidebar
+    sb = st.sidebar
     up = sb.file_uploader("speculation_profile.json, vLLM bench / per-request JSON, /metrics or runs CSV",
                           type=["json", "jsonl", "txt", "prom", "metrics", "csv"], key="acc_any_file")
     if up is None:
@@ -261,8 +272,7 @@ def _file_acceptance_controls() -> tuple[list | None, str, bool]:
     try:
         got = _file_acceptance(up.getvalue(), up.name)
         rates, source = [min(r, S.MAX_RATE) for r in got.conditional], got.source
-        if got.max_supported_k and int(ss.get("k_max", 1)) > got.max_supported_k:
-            ss["k_max"] = got.max_supported_k
+        _cap_k_max(got)
         sb.caption(source)
     except PlannerError as err:  # shown at its control; the page stays on the preset / scenario rates
         sb.error(f"Acceptance file rejected: {err}. Showing the preset or scenario rates until it is fixed.")
@@ -279,11 +289,12 @@ def _vllm_acceptance(bench: bool) -> tuple[list | None, str, bool]:
         sb.info("No file uploaded yet: using the scenario's acceptance rates.")
         return None, "", True
     try:
-        rates = (_bench_rates if bench else _metrics_rates)(up.getvalue(), up.name)
+        got = (_bench_file if bench else _metrics_file)(up.getvalue(), up.name)
     except PlannerError as err:  # shown at its control; the page stays on the preset / scenario rates
         sb.error(f"Acceptance file rejected: {err}. Showing the preset or scenario rates until it is fixed.")
         return None, "", True
-    return rates, f"measured: {'vLLM bench JSON' if bench else 'vLLM /metrics'} {up.name}", True
+    _cap_k_max(got)
+    return list(got.conditional), f"measured: {'vLLM bench JSON' if bench else 'vLLM /metrics'} {up.name}", True
 
 
 def _acceptance_controls(base_raw: dict, base_controls: dict) -> tuple[list, str, bool]:
@@ -415,6 +426,7 @@ def sidebar() -> Inputs:
     _workload_controls()
     profile = _calibration_controls()
     fit_path, fit = _deployment_fit_controls()
+    own_rates, own_source = rates, source  # the controls' acceptance, for the page without the fit
     physics_only = st.sidebar.checkbox(
         "Physics only (leave out the learned layer)", key="physics_only",
         help="The step times without the engine terms learned from published measurements"
@@ -433,8 +445,13 @@ def sidebar() -> Inputs:
         controls.update(ep=1, layout="tp")
         st.sidebar.caption(f"EP and the MoE layout apply to MoE models only: {load_model(model).name} is dense,"
                            " so it runs on TP alone.")
+    usable = model_ok and acceptance_ok
     raw = S.scenario_raw(base_raw, controls, acceptance=rates, acceptance_source=source, model=model,
-                         profile=profile, deployment_fit=fit_path, physics_only=physics_only) \
-        if model_ok and acceptance_ok else None
-    return Inputs(raw=raw, origin=f"dashboard (from scenarios/{ss['scenario']}.toml)", inspect_b=int(ss["insp_b"]),
+                         profile=profile, deployment_fit=fit_path, physics_only=physics_only) if usable else None
+    # a fit for another deployment is refused when the scenario is built: then neither its terms nor its
+    # measured acceptance apply
+    raw_without_fit = S.scenario_raw(base_raw, controls, acceptance=own_rates, acceptance_source=own_source,
+                                     model=model, profile=profile, physics_only=physics_only) if usable else None
+    return Inputs(raw=raw, raw_without_fit=raw_without_fit,
+                  origin=f"dashboard (from scenarios/{ss['scenario']}.toml)", inspect_b=int(ss["insp_b"]),
                   inspect_k=None if ss["insp_k"] == "K*" else int(ss["insp_k"]), acceptance_note=source)

@@ -7,6 +7,7 @@ layout that :func:`simulator.specs.scenario.build_scenario` reads, and reads mea
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 import os
@@ -201,10 +202,8 @@ def scenario_raw(base: dict, c: dict, *, acceptance: list[float], acceptance_sou
     hw["layout"] = layout
     if layout == "dp-ep":
         hw.pop("ep", None)  # DP attention + EP: experts over all TP GPUs (dp = ep = tp)
-    if float(c.get("reuse", 0.0)) > 0:
-        raw.setdefault("routing", {})["reuse"] = float(c["reuse"])
-    elif "routing" in raw:
-        raw["routing"].pop("reuse", None)
+    # always written: without it the scenario falls back to the default reuse (0.5), so 0 would read as 0.5
+    raw.setdefault("routing", {})["reuse"] = float(c.get("reuse", default("routing", "reuse")))
     if c["hw_custom"]:
         hw["peak_bf16_flops_per_s"] = float(c["hw_peak_tflops"]) * 1e12
         hw["hbm_bandwidth_bytes_per_s"] = float(c["hw_bw_tbs"]) * 1e12
@@ -328,17 +327,6 @@ def check_fit_figures(doc: dict, name: str) -> None:
         raise PlannerError(f"{name}: provenance must be a table, got {type(doc['provenance']).__name__}{refit}")
 
 
-def without_deployment_fit(raw: dict) -> dict:
-    """The scenario dict without its deployment fit (what the page falls back to when the fit is for
-    another deployment)."""
-    out = copy.deepcopy(raw)
-    cal = out.get("calibration") or {}
-    cal.pop("deployment", None)
-    if not cal:
-        out.pop("calibration", None)
-    return out
-
-
 def _clean_rates(rates: list, filename: str) -> list[float]:
     """Conditional rates up to the first position nobody reached; a rate of exactly 1 (every draft at
     that position accepted) is held at MAX_RATE, since a rate of 1 would accept forever. Rates above 1
@@ -363,13 +351,14 @@ def acceptance_file(data: bytes, filename: str) -> AcceptanceFile:
     return parse_acceptance_bytes(bytes(data), filename)
 
 
-def _expect_kind(got: AcceptanceFile, filename: str, kind: str) -> list[float]:
+def _expect_kind(got: AcceptanceFile, filename: str, kind: str) -> AcceptanceFile:
+    """The file when it is of ``kind``, its rates cut at the first position nobody reached."""
     if not got.kind.startswith(kind):
         raise PlannerError(f"{filename}: this is a {got.kind}, not a {kind}; choose 'acceptance file (any format)'")
-    return _clean_rates(list(got.conditional), filename)
+    return dataclasses.replace(got, conditional=tuple(_clean_rates(list(got.conditional), filename)))
 
 
-def acceptance_from_bench_json(data: bytes, filename: str) -> list[float]:
+def acceptance_from_bench_json(data: bytes, filename: str) -> AcceptanceFile:
     """Conditional per-position acceptance from `vllm bench serve --save-result` JSON."""
     obj = _json_object(data, filename)
     if "spec_decode_per_position_acceptance_rates" not in obj:
@@ -378,7 +367,7 @@ def acceptance_from_bench_json(data: bytes, filename: str) -> list[float]:
     return _expect_kind(acceptance_file(data, filename), filename, "vllm bench serve")
 
 
-def acceptance_from_metrics(data: bytes, filename: str) -> list[float]:
+def acceptance_from_metrics(data: bytes, filename: str) -> AcceptanceFile:
     """Conditional per-position acceptance from a Prometheus /metrics scrape of a vLLM server."""
     return _expect_kind(acceptance_file(data, filename), filename, "Prometheus")
 

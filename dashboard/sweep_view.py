@@ -49,8 +49,13 @@ def read_table(source, name: str | None = None) -> pd.DataFrame:
         raise PlannerError(f"{name}: not a sweep result table (missing {', '.join(missing)})")
     if COST not in df.columns:  # a table written before the fleet's $/M at the target: its front says so
         df = df.assign(**{COST: df[PER_REPLICA_COST]})
-        df.attrs["cost_title"] = "$ per M output tokens, one replica at full load (a table from before the fleet's)"
+        df.attrs["cost_title"] = "$/M output tokens, one replica at full load"
     return df
+
+
+def cost_title(df: pd.DataFrame) -> str:
+    """What the cost column holds: the fleet's $/M at the target, or one replica's in a table from before it."""
+    return df.attrs.get("cost_title", "fleet $ per M output tokens at the target")
 
 
 def config_label(df: pd.DataFrame) -> pd.Series:
@@ -83,7 +88,7 @@ def pareto_chart(df: pd.DataFrame, latency: str = "tpot_p50_s") -> alt.Chart:
     cols = ["model", "traffic", "front", "config", latency, COST, "pareto", "gpus", "max_load_per_replica"]
     data = data[[c for c in cols if c in data.columns]]
     x = alt.X(f"{latency}:Q", title=LATENCIES.get(latency, latency), scale=alt.Scale(zero=False))
-    y = alt.Y(f"{COST}:Q", title=df.attrs.get("cost_title", "fleet $ per M output tokens at the target"),
+    y = alt.Y(f"{COST}:Q", title=cost_title(df),
               scale=alt.Scale(type="log"))
     color = alt.Color("model:N", title="Model")
     tooltip = [alt.Tooltip("model:N"), alt.Tooltip("config:N"), alt.Tooltip(f"{latency}:Q", format=".4f"),
@@ -98,5 +103,5 @@ def pareto_chart(df: pd.DataFrame, latency: str = "tpot_p50_s") -> alt.Chart:
         x=x, y=y, color=color, detail="front:N", order=alt.Order(f"{latency}:Q"),
         **({"strokeDash": alt.StrokeDash("traffic:N", title="Traffic")} if "traffic" in data else {}))
     return alt.layer(points, front, data=data, height=420, title=alt.TitleParams(
-        "Pareto front: the fleet's $ per M output tokens vs latency, per model and traffic mix",
+        f"Pareto front: {cost_title(df)} vs latency, per model and traffic mix",
         subtitle="configurations meeting the target load; faded: dominated"))

@@ -2,6 +2,7 @@
 ``python -m simulator.sweep``) and plot its Pareto front of $ per M output tokens vs latency."""
 from __future__ import annotations
 
+import hashlib
 import logging
 
 import streamlit as st
@@ -42,13 +43,16 @@ def show(df) -> None:
         return
     cols = st.columns(4)
     models = sorted(df.model.astype(str).unique())
-    pick = cols[0].multiselect("Models", models, default=models, key="sweep_models")
     traffic = sorted(df.traffic.astype(str).unique()) if "traffic" in df.columns else []
-    pick_t = cols[1].multiselect("Traffic", traffic, default=traffic, key="sweep_traffic") if traffic else []
     policies = sorted(df.policy.astype(str).unique())
-    pick_p = cols[2].multiselect("Policies", policies, default=policies, key="sweep_policies")
+    # the filters belong to the table's choices: another table starts with all of its own selected, not with
+    # the last table's picks (a table of other models opened on an empty chart, "0 rows")
+    table = hashlib.sha256(repr((models, traffic, policies, latencies)).encode()).hexdigest()[:12]
+    pick = cols[0].multiselect("Models", models, default=models, key=f"sweep_models_{table}")
+    pick_t = cols[1].multiselect("Traffic", traffic, default=traffic, key=f"sweep_traffic_{table}") if traffic else []
+    pick_p = cols[2].multiselect("Policies", policies, default=policies, key=f"sweep_policies_{table}")
     latency = cols[3].selectbox("Latency axis", latencies,
-                                format_func=V.LATENCIES.get, key="sweep_latency")
+                                format_func=V.LATENCIES.get, key=f"sweep_latency_{table}")
     view = df[df.model.astype(str).isin(pick) & df.policy.astype(str).isin(pick_p)]
     if traffic:
         view = view[view.traffic.astype(str).isin(pick_t)]
@@ -58,9 +62,12 @@ def show(df) -> None:
     st.markdown(f"**{len(view)}** rows, **{len(front)}** meet the target, **{int(front.pareto.sum())}** on the front.")
     shown = [c for c in ["model", "config", latency, V.COST, "fleet_usd_per_hour", "gpus", "gpus_band",
                         "max_load_per_replica", "rel_error", "uncertainty"] if c in front.columns]
-    st.dataframe(front[front.pareto].sort_values(["model", latency])[shown], hide_index=True, width="stretch")
+    # headers say what each number is: the cost column of a table from before the fleet's $/M holds one replica's
+    named = {V.COST: V.cost_title(df), latency: V.LATENCIES[latency]}
+    st.dataframe(front[front.pareto].sort_values(["model", latency])[shown].rename(columns=named), hide_index=True,
+                 width="stretch")
     with st.expander("All rows"):
-        st.dataframe(view, hide_index=True, width="stretch")
+        st.dataframe(view.rename(columns=named), hide_index=True, width="stretch")
 
 
 try:

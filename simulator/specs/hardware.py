@@ -23,7 +23,7 @@ HARDWARE_DIR = Path(__file__).resolve().parent.parent / "data" / "hardware"
 DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "mxfp4": 4.25 / 8,
                "nvfp4": 4.5 / 8}
 FP4_DTYPES = ("nvfp4", "mxfp4")
-WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "int8", "int4", "mxfp4", "nvfp4")
+WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "int8", "int4", "mxfp4", "nvfp4", "fp32")  # fp32: the CPU scenarios
 ACT_DTYPES = ("bf16", "fp16", "fp8", "fp32", "nvfp4", "mxfp4")
 KV_DTYPES = ("bf16", "fp16", "fp8", "fp32")
 

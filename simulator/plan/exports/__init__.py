@@ -30,12 +30,13 @@ from simulator.errors import PlannerError
 from simulator.plan.exports.common import (DEFAULT_VERSION, ENGINE_OF, FORMATS, NEWEST_CHECKED,
                                            PROPOSAL_VERSIONS, Export, KTable, check_version, k_ranges,
                                            parse_version, trtllm_generation)
-from simulator.plan.exports.sglang import _sglang, _sglang_sps, pad_to_capture, sglang_lookup, sps_lookup
+from simulator.plan.exports.sglang import (_sglang, _sglang_sps, is_launch_flags, pad_to_capture, sglang_lookup,
+                                          sps_lookup)
 from simulator.plan.exports.trtllm import _trtllm, trtllm_lookup
 from simulator.plan.exports.vllm import _vllm, _vllm_ctx, fill_infeasible, vllm_ctx_lookup, vllm_lookup
 
 __all__ = ["DEFAULT_VERSION", "ENGINE_OF", "FORMATS", "NEWEST_CHECKED", "PROPOSAL_VERSIONS", "Export", "KTable",
-           "check_version", "engine_k", "export", "fill_infeasible", "k_ranges", "pad_to_capture",
+           "check_version", "engine_k", "export", "fill_infeasible", "is_launch_flags", "k_ranges", "pad_to_capture",
            "parse_version", "sglang_lookup", "sps_lookup", "trtllm_generation", "trtllm_lookup",
            "vllm_ctx_lookup", "vllm_lookup"]
 
@@ -71,6 +72,8 @@ def engine_k(exp: Export, batch_size: int, context_len: int | None = None, cuda_
     if exp.fmt == "trtllm":
         return trtllm_lookup(exp.payload, batch_size, exp.version)
     if exp.fmt == "sglang":
+        if is_launch_flags(exp.payload):  # one fixed K at every batch size
+            return int(exp.rows[0]["SGLang runs"])
         cand = sglang_lookup(exp.payload, batch_size, cuda_graph_bs)
         return cand[len(cand) // 2]
     raise PlannerError(f"{exp.fmt} is a step-cost table, not a K schedule")

@@ -26,6 +26,12 @@ def pad_to_capture(batch_size: int, cuda_graph_bs) -> int:
     return int(batch_size)
 
 
+def is_launch_flags(payload: dict) -> bool:
+    """Whether an SGLang export is the launch flags of one fixed K (a tree or block draft, which the adaptive
+    config cannot drive) rather than an adaptive config keyed by batch size."""
+    return not any(str(x).isdigit() for x in payload)
+
+
 def sglang_lookup(payload: dict, batch_size: int, cuda_graph_bs=None) -> list[int]:
     """Candidate steps of the slot SGLang routes to: pad B to the next captured size, then the slot
     of the largest key <= padded B (below the smallest key: the smallest key's slot)."""
