@@ -230,6 +230,8 @@ def bands(summary: dict) -> dict:
                           "n": summary["step_time"]["datasheet"]["n"]},
            # zero-shot speculative speedups by batch-size range (predict quotes the range of each row)
            "_speedup_by_batch": summary["speedup"]["by_batch"]}
+    if summary.get("physics_only_by_batch"):  # the same rows predicted by the physics alone (--physics-only)
+        out["_speedup_by_batch_physics_only"] = summary["physics_only_by_batch"]
     if summary.get("parts"):  # the speculative step by part, where sources publish the parts
         out["_speedup_parts"] = parts_by_method(summary["parts"])
     for hw, g in summary["by_gpu"].items():

@@ -84,6 +84,25 @@ def test_predict_quotes_the_band_and_flags_the_rows():
     assert flagged.size and gain_at_risk_text(t).startswith(f"the predicted gain of speculation at B {flagged.min()}")
 
 
+@pytest.mark.transfer
+def test_physics_only_quotes_the_physics_own_band():
+    # --physics-only: its speedups are the physics' alone, so it quotes what the physics alone did on the same
+    # published rows (transfer.json physics_only_by_batch: median +17.4% at B 9-32), not the learned layer's band
+    import json
+    summary = json.loads((ROWS.parent / "transfer.json").read_text())
+    phys = summary["physics_only_by_batch"][1]
+    assert (phys["batch_min"], phys["batch_max"]) == (9, 32)
+    p = predict("llama-3.1-8b-h100", learned=False, batch_sizes="1,16,64")
+    t = p.table
+    assert t.speedup_published_median_error.iloc[1] == pytest.approx(phys["median_error"], rel=1e-12)
+    assert t.speedup_published_mape.iloc[1] == pytest.approx(phys["mape"], rel=1e-12)
+    assert p.provenance["speedup_uncertainty"].startswith("the physics alone, zero-shot against 68 published speedups")
+    learned = predict("llama-3.1-8b-h100", batch_sizes="1,16,64")
+    assert learned.table.speedup_published_median_error.iloc[1] == pytest.approx(
+        summary["speedup"]["by_batch"][1]["median_error"], rel=1e-12)
+    assert learned.provenance["speedup_uncertainty"].startswith("zero-shot against 68")
+
+
 def test_cpu_and_fitted_predictions_do_not_quote_the_gpu_curves(tmp_path):
     p = predict("smollm2-cpu")
     assert p.table.speedup_published_mape.isna().all() and not p.table.gain_at_risk.any()

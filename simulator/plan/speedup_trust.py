@@ -22,6 +22,11 @@ def published_band_applies(sc) -> bool:
     return sc.hardware.kind != "cpu" and getattr(sc, "deployment_fit", None) is None
 
 
+def physics_alone(sc) -> bool:
+    """Whether the speedups are the physics' alone (--physics-only on a GPU): they get the physics' own band."""
+    return getattr(sc, "step_basis", "learned layer") == "physics only"
+
+
 def speedup_trust_columns(table: pd.DataFrame, sc) -> dict:
     """Per row: the published speedup MAPE and median signed error of its batch-size range (NaN where the
     band does not apply), and whether its K*'s gain is within that median optimism (``gain_at_risk``)."""
@@ -30,7 +35,7 @@ def speedup_trust_columns(table: pd.DataFrame, sc) -> dict:
         nan = np.full(n, np.nan)
         return {"speedup_published_mape": nan, "speedup_published_median_error": nan,
                 "gain_at_risk": np.zeros(n, dtype=bool)}
-    mape, median = speedup_band_at(table["batch_size"].to_numpy())
+    mape, median = speedup_band_at(table["batch_size"].to_numpy(), physics_alone(sc))
     speedup = table["speedup_vs_plain"].to_numpy(dtype=float)
     k = table["k_opt"].fillna(0).to_numpy(dtype=float)
     with np.errstate(invalid="ignore"):
@@ -46,7 +51,7 @@ def speedup_trust_text(sc) -> str:
     if sc.hardware.kind == "cpu":
         return "no published speedup rows on CPUs: the calibrated profile's own held-out error (step-time band)"
     parts = speedup_parts_text(sc.draft.method)
-    return speedup_bands_text() + (f"; {parts}" if parts else "")
+    return speedup_bands_text(physics_alone(sc)) + (f"; {parts}" if parts else "")
 
 
 def gain_at_risk_text(table: pd.DataFrame) -> str | None:

@@ -13,6 +13,7 @@ import pandas as pd
 
 from simulator.serving.engine import engine_from_scenario
 from simulator.specs.hardware import load_hardware
+from simulator.plan.speedup_trust import physics_alone
 from simulator.specs.uncertainty import speedup_band_at
 
 SIMPLICITY = ("plain", "fixed", "dsd")  # tie-break: the simpler engine setting first
@@ -175,7 +176,7 @@ def _optimism_caveat(best, plain_load: float | None, sc=None) -> str:
     if plain_load is None or not plain_load > 0 or not batch == batch:  # noqa: PLR0124
         return ""
     edge = best["max_load_per_replica"] / plain_load - 1.0
-    median = float(speedup_band_at([max(batch, 1.0)])[1][0])
+    median = float(speedup_band_at([max(batch, 1.0)], sc is not None and physics_alone(sc))[1][0])
     if not median > 0 or edge >= median:
         return ""
     return (f"; {best['policy']}'s {edge:+.0%} capacity over plain decoding here is within the planner's median"

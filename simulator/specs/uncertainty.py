@@ -109,18 +109,20 @@ class SpeedupBand:
         return f"{self.span}: +-{self.mape:.0%} ({self.n} rows, median {self.median_error:+.0%}: {lean})"
 
 
-def speedup_bands() -> list[SpeedupBand]:
-    """The speedup bands per batch-size range that calibration.transfer wrote (empty before it has)."""
+def speedup_bands(physics_only: bool = False) -> list[SpeedupBand]:
+    """The speedup bands per batch-size range that calibration.transfer wrote (empty before it has): the planner's
+    (the physics and the learned layer), or with ``physics_only`` the physics alone's on the same rows."""
+    key = "_speedup_by_batch_physics_only" if physics_only else "_speedup_by_batch"
     return [SpeedupBand(int(b["batch_min"]), None if b.get("batch_max") is None else int(b["batch_max"]), int(b["n"]),
                         float(b["mape"]), float(b["median_error"]), float(b["worst"]))
-            for b in _bands().get("_speedup_by_batch") or [] if b.get("n")]
+            for b in _bands().get(key) or [] if b.get("n")]
 
 
-def speedup_band_at(batch_sizes) -> tuple[np.ndarray, np.ndarray]:
+def speedup_band_at(batch_sizes, physics_only: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """(MAPE, median signed error) of the published speedup rows in each batch size's range (NaN outside)."""
     b = np.asarray(batch_sizes, dtype=float)
     mape, median = np.full(b.shape, np.nan), np.full(b.shape, np.nan)
-    for band in speedup_bands():
+    for band in speedup_bands(physics_only):
         inside = (b >= band.batch_min) & ((b <= band.batch_max) if band.batch_max is not None else True)
         mape[inside], median[inside] = band.mape, band.median_error
     return mape, median
@@ -139,11 +141,12 @@ def speedup_parts_text(method: str) -> str:
             f" speedups there {optimism:+.0%} optimistic")
 
 
-def speedup_bands_text() -> str:
+def speedup_bands_text(physics_only: bool = False) -> str:
     """One line: the published speedup error by batch-size range, or why there is none."""
-    bands = speedup_bands()
+    bands = speedup_bands(physics_only)
     if not bands:
         return "no published speedup rows scored yet (python -m calibration.transfer)"
     n = sum(b.n for b in bands)
-    return (f"zero-shot against {n} published speedups over plain decoding: "
+    who = "the physics alone, " if physics_only else ""
+    return (f"{who}zero-shot against {n} published speedups over plain decoding: "
             + "; ".join(b.describe() for b in bands) + f" ({_bands().get('_source', 'the published corpus')})")
