@@ -435,7 +435,8 @@ def sidebar() -> Inputs:
         # measured on the deployment: wins over the preset / typed rates, not over an uploaded acceptance file
         rates = [round(min(float(r), S.MAX_RATE), 4) for r in fit.acceptance_rates]  # as the other controls show them
         source = f"measured on this deployment ({Path(fit.path).name})"  # the stored copy keeps the upload's name
-        st.sidebar.caption(f"Acceptance: {source}; the acceptance controls above are not used while it is loaded.")
+        st.sidebar.caption(f"Acceptance: {source}; the acceptance controls above are not used while the fit applies"
+                           " (a fit refused for another deployment leaves them in use).")
     _operating_point_controls()
 
     controls = {k: ss[k] for k in base_controls}
