@@ -95,7 +95,10 @@ def _deployment(raw: dict, get, origin: str, model: ModelSpec) -> Deployment:
         weight_dtype=get("precision", "weights", default("precision", "weights")), act_dtype=get("precision", "activations", default("precision", "activations")),
         kv_dtype=get("precision", "kv_cache", default("precision", "kv_cache")), expert_dtype=get("precision", "experts"),
         routing=routing, memory_utilization=float(get("workload", "memory_utilization", default("workload", "memory_utilization"))))
-    check_deployment(model, deployment)
+    try:
+        check_deployment(model, deployment)
+    except PlannerError as err:
+        raise PlannerError(f"{origin}: {err}") from None
     return deployment
 
 

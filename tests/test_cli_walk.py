@@ -1,0 +1,39 @@
+"""What a new user met walking the commands (README, docs/guide.md, each --help), one test per bug found:
+each refusal is one 'error:' line that names the file or flag at fault, exit 2."""
+from __future__ import annotations
+
+from cli_inprocess import run_main
+
+SCENARIO = '[model]\nname = "llama-3.1-8b"\n[hardware]\nname = "h100-sxm"\n'
+
+
+def _refused(module: str, *argv) -> str:
+    done = run_main(module, *argv)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), done.stderr
+    return lines[0]
+
+
+def test_bad_traffic_length_names_the_file_and_key(tmp_path):
+    # was: 'error: length distribution fixed -5: parameters out of range ...' (no file, no key)
+    path = tmp_path / "lengths.toml"
+    path.write_text(SCENARIO + "[traffic]\nprompt_len = -5\n")
+    line = _refused("simulator.serve", "--scenario", path)
+    assert str(path) in line and "traffic.prompt_len" in line
+    path.write_text(SCENARIO + '[traffic]\noutput_len = {dist = "uniform", low = 9, high = 2}\n')
+    line = _refused("simulator.serve", "--scenario", path)
+    assert str(path) in line and "traffic.output_len" in line
+
+
+def test_bad_parallel_layout_names_the_file(tmp_path):
+    # was: 'error: tp, ep and dp must be >= 1, got tp=-1, ...' (which file?)
+    path = tmp_path / "layout.toml"
+    path.write_text(SCENARIO.replace('"h100-sxm"\n', '"h100-sxm"\ntp = -1\n'))
+    assert _refused("simulator.predict", "--scenario", path).startswith(f"error: {path}: ")
+    path.write_text(SCENARIO.replace('"h100-sxm"\n', '"h100-sxm"\ntp = 3\n'))
+    assert _refused("simulator.predict", "--scenario", path).startswith(f"error: {path}: tp=3 does not divide")
+    # a flag's value still blames the flag
+    assert _refused("simulator.predict", "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--tp", "0"
+                    ).startswith("error: --tp 0: ")
