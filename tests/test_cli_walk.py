@@ -37,3 +37,18 @@ def test_bad_parallel_layout_names_the_file(tmp_path):
     # a flag's value still blames the flag
     assert _refused("simulator.predict", "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--tp", "0"
                     ).startswith("error: --tp 0: ")
+
+
+def test_price_must_be_finite(tmp_path):
+    # was: --price h100-sxm=nan (or prices = { h100-sxm = inf } in [sizing]) sized the fleet at $nan/h
+    base = '[model]\nname = "llama-3.1-8b"\n[hardware]\nname = "h100-sxm"\n'
+    for value in ("nan", "inf", "-1"):
+        line = _refused("simulator.size", "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--rate", "5",
+                        "--tpot-p50", "0.05", "--price", f"h100-sxm={value}")
+        assert line.startswith(f"error: --price h100-sxm={value}: ")
+    for value in ("nan", "inf"):
+        path = tmp_path / f"price-{value}.toml"
+        path.write_text(base + f'[traffic]\nrate_per_s = 5.0\n[slo]\ntpot_p50_s = 0.05\n[sizing]\n'
+                        f'candidates = ["h100-sxm"]\nprices = {{ h100-sxm = {value} }}\n')
+        line = _refused("simulator.size", "--scenario", path)
+        assert str(path) in line and "prices.h100-sxm" in line
