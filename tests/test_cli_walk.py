@@ -2,6 +2,8 @@
 each refusal is one 'error:' line that names the file or flag at fault, exit 2."""
 from __future__ import annotations
 
+import json
+
 from cli_inprocess import run_main
 
 SCENARIO = '[model]\nname = "llama-3.1-8b"\n[hardware]\nname = "h100-sxm"\n'
@@ -52,3 +54,17 @@ def test_price_must_be_finite(tmp_path):
                         f'candidates = ["h100-sxm"]\nprices = {{ h100-sxm = {value} }}\n')
         line = _refused("simulator.size", "--scenario", path)
         assert str(path) in line and "prices.h100-sxm" in line
+
+
+def test_k_max_below_the_default_fixed_k_is_legal():
+    # was: --k-max 1 alone -> 'error: --k-max 1: fixed_k=3 exceeds k_max=1' (the user never set fixed_k)
+    flags = ("--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--batch-sizes", "1,64", "--format", "json")
+    for k_max in (0, 1, 2):
+        done = run_main("simulator.predict", *flags, "--k-max", k_max)
+        assert done.returncode == 0, done.stderr
+        answer = json.loads(done.stdout)
+        assert answer["fixed_k"] == min(3, k_max)  # the default fixed K (3), or k_max below it
+        assert {row["k_opt"] for row in answer["rows"]} <= set(range(k_max + 1))
+    # a fixed K the user gave above k_max is still refused, with the fix
+    line = _refused("simulator.predict", *flags, "--k-max", "2", "--fixed-k", "4")
+    assert "fixed_k=4 exceeds k_max=2" in line and "--fixed-k" in line
