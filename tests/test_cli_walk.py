@@ -68,3 +68,14 @@ def test_k_max_below_the_default_fixed_k_is_legal():
     # a fixed K the user gave above k_max is still refused, with the fix
     line = _refused("simulator.predict", *flags, "--k-max", "2", "--fixed-k", "4")
     assert "fixed_k=4 exceeds k_max=2" in line and "--fixed-k" in line
+
+
+def test_serve_says_what_its_step_times_rest_on_and_their_band():
+    # was: serve's table ended with the model line alone: no basis, no band (predict prints both)
+    from simulator.plan.api import predict
+    done = run_main("simulator.serve", "--scenario", "llama-3.1-8b-h100", "--policy", "dsd", "--requests", "40")
+    assert done.returncode == 0, done.stderr
+    pred = predict("llama-3.1-8b-h100")
+    assert f"# step times: {pred.provenance['step_time_source']}\n" in done.stdout
+    assert f"# how far to trust them: {pred.provenance['uncertainty']}\n" in done.stdout
+    assert "# how far to trust them: +-" in done.stdout  # h100-sxm has published rows: a number, not 'unknown'

@@ -232,10 +232,10 @@ def _run(args) -> int:
         else:
             text += ("\n" if args.format == "table" else "") + render(graphs, args.format)
     if args.format == "table":
+        from simulator.plan.api import scenario_step_band
         text += (f"# {sc.model.name} on {sc.deployment.tp} x {sc.hardware.name}, draft {sc.draft.label};"
-                 f" {dtypes_text(sc)}\n")
-    if sc.deployment_fit is not None and args.format == "table":
-        text += f"# step times: {sc.deployment_fit.label}\n"
+                 f" {dtypes_text(sc)}\n# step times: {sc.cost_source}\n"
+                 f"# how far to trust them: {scenario_step_band(sc).describe()}\n")
     sys.stdout.write(text)
     if args.save_scenario:
         save_scenario(args, saved_raw(sc, args), sc.name)

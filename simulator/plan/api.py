@@ -39,6 +39,19 @@ ENGINE_FORMATS = {"vllm": ("vllm",), "sglang": ("sglang",), "trtllm": ("trtllm",
 SCHEDULE_FORMATS = ("vllm", "trtllm", "sglang")
 
 
+def scenario_step_band(sc: Scenario) -> Band:
+    """How far the scenario's step times are from measurements: the deployment fit's posterior interval,
+    else the published corpus's error for its basis and device (:func:`step_time_band`)."""
+    fit = sc.deployment_fit
+    if fit is not None:  # the deployment's own measurements: the posterior's interval
+        return Band(fit.step_time_rel, None, 0, f"deployment fit {Path(fit.path).name} on {len(fit.points)} measured"
+                    f" points; goodput at K* +-{fit.goodput_rel:.0%}", "90% posterior interval of the")
+    basis = sc.profile.basis if sc.profile else "datasheet only"
+    if sc.profile and sc.profile.surfaces:
+        basis = "measured kernel tables"
+    return step_time_band(sc.hardware.name, sc.hardware.kind, basis, sc.profile.raw if sc.profile else None)
+
+
 @dataclass
 class Prediction:
     scenario: Scenario
@@ -103,15 +116,7 @@ class Prediction:
     @cached_property
     def uncertainty(self):
         """Step-time band of this basis and device (see :mod:`simulator.specs.uncertainty`)."""
-        sc = self.scenario
-        fit = sc.deployment_fit
-        if fit is not None:  # the deployment's own measurements: the posterior's interval
-            return Band(fit.step_time_rel, None, 0, f"deployment fit {Path(fit.path).name} on {len(fit.points)} measured"
-                        f" points; goodput at K* +-{fit.goodput_rel:.0%}", "90% posterior interval of the")
-        basis = sc.profile.basis if sc.profile else "datasheet only"
-        if sc.profile and sc.profile.surfaces:
-            basis = "measured kernel tables"
-        return step_time_band(sc.hardware.name, sc.hardware.kind, basis, sc.profile.raw if sc.profile else None)
+        return scenario_step_band(self.scenario)
 
     # --- tables -------------------------------------------------------------------------------
     @cached_property
