@@ -79,3 +79,22 @@ def test_serve_says_what_its_step_times_rest_on_and_their_band():
     assert f"# step times: {pred.provenance['step_time_source']}\n" in done.stdout
     assert f"# how far to trust them: {pred.provenance['uncertainty']}\n" in done.stdout
     assert "# how far to trust them: +-" in done.stdout  # h100-sxm has published rows: a number, not 'unknown'
+
+
+def test_measured_rows_refuse_fractional_counts_and_quote_plainly(tmp_path):
+    # was: batch_size 1.5 was rounded to 2 and fitted as a run at B = 2; a NaN was quoted as np.float64(nan)
+    rows = {"frac-b.csv": ("batch_size,k,itl_ms\n1.5,0,16.8\n8,3,19.0\n", "column 'batch_size' line 2 holds 1.5"),
+            "frac-k.csv": ("batch_size,k,itl_ms\n1,0,16.8\n8,2.5,19.0\n", "column 'k' line 3 holds 2.5"),
+            "nan.csv": ("batch_size,k,itl_ms\n1,0,nan\n8,3,19.0\n", "column 'itl_ms' line 2 holds 'nan'")}
+    for name, (text, said) in rows.items():
+        path = tmp_path / name
+        path.write_text(text)
+        line = _refused("calibration.fit_deployment", "--scenario", "llama-3.1-8b-h100", "--measured", path,
+                        "--output", tmp_path / "fit.json")
+        assert said in line and "np." not in line, line
+    assert not (tmp_path / "fit.json").exists()
+    path = tmp_path / "whole.csv"  # whole numbers written as floats are whole numbers
+    path.write_text("batch_size,k,itl_ms\n1.0,0,6.2\n8,3.0,9.9\n")
+    done = run_main("calibration.fit_deployment", "--scenario", "llama-3.1-8b-h100", "--measured", path,
+                    "--output", tmp_path / "fit.json")
+    assert done.returncode == 0, done.stderr
