@@ -98,3 +98,20 @@ def test_measured_rows_refuse_fractional_counts_and_quote_plainly(tmp_path):
     done = run_main("calibration.fit_deployment", "--scenario", "llama-3.1-8b-h100", "--measured", path,
                     "--output", tmp_path / "fit.json")
     assert done.returncode == 0, done.stderr
+
+
+def test_breakdown_total_reconciles_with_the_table_step():
+    # was: '--breakdown 64,3' ended 'total 12.597 ms' while the K* table's step at B=64, K=3 is 16.637 ms: the
+    # operators' physics without the learned layer's kernel scale and host time, and nothing said so
+    import re
+    from simulator.plan.api import predict
+    done = run_main("simulator.predict", "--scenario", "llama-3.1-8b-h100", "--breakdown", "64,3")
+    assert done.returncode == 0, done.stderr
+    footer = done.stdout.splitlines()[-1]
+    found = re.search(r"verify ([\d.]+) \+ draft ([\d.]+) ms .* \+ host ([\d.]+) ms = ([\d.]+) ms$", footer)
+    assert found, footer
+    verify, draft, host, step = map(float, found.groups())
+    rows = predict("llama-3.1-8b-h100").grid_rows
+    cell = rows[(rows.batch_size == 64) & (rows.k == 3)].iloc[0]
+    assert step == round(cell.itl_ms, 3) and abs(verify + draft + host - step) <= 0.002
+    assert host > 1.0  # the learned host terms (3.4 ms here), which the operators' total leaves out

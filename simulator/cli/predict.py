@@ -354,9 +354,12 @@ def _render_answer(pred: Prediction, args) -> str:
     if args.breakdown:
         b, k = _int_pair(args.breakdown)
         df = pred.breakdown(b, k)
+        step = df.attrs["step_ms"]  # what the K* table prices: the operators with the engine terms, plus host time
         return (f"# per-operator breakdown at B={b}, K={k} ({pred.provenance['step_time_source']})\n"
                 + df.to_string(index=False, float_format=lambda v: f"{v:.4g}") + "\n"
-                + f"total {df.time_ms.sum():.3f} ms\n")
+                + f"total {df.time_ms.sum():.3f} ms over the operators (the physics); the step the K* table prices:"
+                f" verify {step['verify']:.3f} + draft {step['draft']:.3f} ms (the operators with the engine terms'"
+                f" kernel scales) + host {step['host']:.3f} ms = {step['step']:.3f} ms\n")
     if args.format in EXPORT_FORMATS:
         return render_export(pred, args.format, args.export_version, args.markdown, _cuda_graph_bs(args.cuda_graph_bs),
                              args.sglang_candidates)

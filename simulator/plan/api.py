@@ -214,7 +214,9 @@ class Prediction:
         return beats_plain(self.grid, self.scenario.step_terms)[0]
 
     def breakdown(self, batch_size: int, k: int) -> pd.DataFrame:
-        """Per-operator time, FLOPs, bytes and bound of the draft and verify steps at (B, K)."""
+        """Per-operator time, FLOPs, bytes and bound of the draft and verify steps at (B, K): the physics of
+        each operator. ``attrs["step_ms"]``: the step the K* table prices there (verify and draft with the
+        engine terms' kernel scales, host time, and their sum)."""
         if k < 0 or batch_size < 1:
             raise PlannerError(f"breakdown needs batch size >= 1 and K >= 0, got {batch_size},{k}")
         sub = predict_scenario(self.scenario, batch_sizes=[batch_size], ks=[k]).grid
@@ -238,7 +240,10 @@ class Prediction:
         df = df[(df.time_ms > 0) | (df.step == "verify")]
         total = df.time_ms.sum() + sub.overhead_s[0, 0] * MS
         df["share"] = df.time_ms / total if total > 0 else 0.0
-        return df.reset_index(drop=True)
+        df = df.reset_index(drop=True)
+        df.attrs["step_ms"] = {"verify": float(sub.verify_s[0, 0] * MS), "draft": float(sub.draft_s[0, 0] * MS),
+                               "host": float(sub.overhead_s[0, 0] * MS), "step": float(sub.itl_s[0, 0] * MS)}
+        return df
 
     # --- exports ------------------------------------------------------------------------------
     def kstar_by_batch(self) -> tuple[np.ndarray, np.ndarray]:
