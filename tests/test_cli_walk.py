@@ -115,3 +115,15 @@ def test_breakdown_total_reconciles_with_the_table_step():
     cell = rows[(rows.batch_size == 64) & (rows.k == 3)].iloc[0]
     assert step == round(cell.itl_ms, 3) and abs(verify + draft + host - step) <= 0.002
     assert host > 1.0  # the learned host terms (3.4 ms here), which the operators' total leaves out
+
+
+def test_serve_policy_numbers_say_what_they_take():
+    # was: fixed:-1 -> "only fixed:K and cutoff:B take a number" (it is fixed:K); fixed:99 -> "no memory left for
+    # the KV cache" (a K of 99 draft tokens, past the planner's 32)
+    base = ("--scenario", "llama-3.1-8b-h100", "--requests", "20", "--policy")
+    for policy in ("fixed:-1", "fixed:33", "fixed:99"):
+        line = _refused("simulator.serve", *base, policy)
+        assert line.startswith(f"error: --policy: policy '{policy}': give a K from 0 to 32"), line
+    assert "give a batch size" in _refused("simulator.serve", *base, "cutoff:x")
+    assert "only fixed:K and cutoff:B" in _refused("simulator.serve", *base, "dsd:3")
+    assert run_main("simulator.serve", *base, "fixed:32").returncode == 0

@@ -96,7 +96,10 @@ def _policies(text: str) -> list[str]:
     if not names:
         raise PlannerError("--policy: none given")
     for n in names:
-        parse_policy(n)
+        try:
+            parse_policy(n)
+        except PlannerError as err:
+            raise PlannerError(f"--policy: {err}") from None
     return names
 
 

@@ -33,6 +33,7 @@ def repo_relative(path) -> str:
 
 # raw-dict marker: acceptance was given as an override, so a deployment fit's measured rates do not replace it
 ACCEPTANCE_GIVEN = "_acceptance_given"
+MAX_K = 32  # the largest draft length the planner prices (k_max, a fixed K, a measured run's k)
 
 
 # Beyond this exponent a Zipf router sends every token to the same top-k experts to within 1e-9
@@ -136,8 +137,8 @@ def _workload(get, origin: str, model: ModelSpec) -> dict:
         fixed_k = min(default("workload", "fixed_k"), max(k_max, 0))
     if k_max < 0 or fixed_k < 0:
         raise PlannerError(f"{origin}: K must be >= 0 (k_max={k_max}, fixed_k={fixed_k})")
-    if k_max > 32:
-        raise PlannerError(f"{origin}: k_max={k_max} is out of range (at most 32)")
+    if k_max > MAX_K:
+        raise PlannerError(f"{origin}: k_max={k_max} is out of range (at most {MAX_K})")
     if fixed_k > k_max:
         raise PlannerError(f"{origin}: fixed_k={fixed_k} exceeds k_max={k_max}; give a fixed K of at most {k_max}"
                            " ([workload] fixed_k, --fixed-k) or a larger k_max")
