@@ -127,3 +127,14 @@ def test_serve_policy_numbers_say_what_they_take():
     assert "give a batch size" in _refused("simulator.serve", *base, "cutoff:x")
     assert "only fixed:K and cutoff:B" in _refused("simulator.serve", *base, "dsd:3")
     assert run_main("simulator.serve", *base, "fixed:32").returncode == 0
+
+
+def test_markdown_and_kmap_say_what_they_rest_on_and_their_band():
+    # was: --format markdown named the step times' source without a band; --format kmap named neither
+    from simulator.plan.api import predict
+    prov = predict("qwen3-235b-h200").provenance
+    for fmt in ("markdown", "kmap"):
+        done = run_main("simulator.predict", "--scenario", "qwen3-235b-h200", "--format", fmt, "--context-lens", "512,4096")
+        assert done.returncode == 0, done.stderr
+        head = "\n".join(done.stdout.splitlines()[:4])
+        assert prov["step_time_source"] in head and prov["uncertainty"] in head, (fmt, head)

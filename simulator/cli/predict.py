@@ -240,7 +240,8 @@ def render(pred: Prediction, fmt: str, versions: dict | None = None) -> str:
     if fmt == "csv":
         return pred.table.to_csv(index=False)
     if fmt == "markdown":
-        head = f"**{pred.scenario.name}**: step times from {pred.provenance['step_time_source']}\n\n"
+        head = (f"**{pred.scenario.name}**: step times from {pred.provenance['step_time_source']}; how far to trust"
+                f" them: {pred.provenance['uncertainty']}\n\n")
         return head + markdown_table(condensed(pred.table))
     if fmt == "json":
         return json.dumps(pred.to_dict(versions), indent=2, default=_json_default) + "\n"
@@ -262,6 +263,8 @@ def render_kmap(pred: Prediction, context_lens=None) -> str:
     view = t[keep].astype(object).where(t[keep].notna(), "-")
     sc = pred.scenario
     head = (f"# {sc.name}: K* by batch size (rows) x context length (columns); '-' = does not fit in memory\n"
+            f"# step times: {pred.provenance['step_time_source']}\n"
+            f"# how far to trust them: {pred.provenance['uncertainty']}\n"
             f"# acceptance: {pred.provenance['acceptance']}"
             + (f"; {sc.acceptance_context.label}" if sc.acceptance_context is not None else "") + "\n")
     return head + view.to_string() + "\n"
