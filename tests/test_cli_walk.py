@@ -138,3 +138,13 @@ def test_markdown_and_kmap_say_what_they_rest_on_and_their_band():
         assert done.returncode == 0, done.stderr
         head = "\n".join(done.stdout.splitlines()[:4])
         assert prov["step_time_source"] in head and prov["uncertainty"] in head, (fmt, head)
+
+
+def test_breakdown_outside_the_plan_says_so():
+    # was: --breakdown 99999,1 priced a batch 385x beyond memory without a word; --breakdown 1,99 a K past 32
+    flags = ("--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--breakdown")
+    done = run_main("simulator.predict", *flags, "4096,1")
+    assert done.returncode == 0
+    assert "warning: --breakdown 4096,1 does not fit in memory: at B=4096, K=1:" in done.stderr
+    assert "does not fit" not in run_main("simulator.predict", *flags, "64,3").stderr
+    assert "K from 0 to 32" in _refused("simulator.predict", *flags, "1,33")

@@ -29,7 +29,7 @@ from simulator.cli.predict_args import EXPORT_FORMATS, FORMATS, SETTING_FLAGS, b
 from simulator.files import check_output_file
 from simulator.errors import PlannerError, PlannerWarning
 from simulator.cli.catalog import catalog_text
-from simulator.specs.scenario import DEFAULT_SCENARIO
+from simulator.specs.scenario import DEFAULT_SCENARIO, MAX_K
 
 
 def _int_pair(text: str) -> tuple[int, int]:
@@ -37,8 +37,8 @@ def _int_pair(text: str) -> tuple[int, int]:
         b, k = (int(x) for x in text.split(","))
     except ValueError:
         raise PlannerError(f"--breakdown '{text}': expected B,K such as 64,3") from None
-    if b < 1 or k < 0:
-        raise PlannerError(f"--breakdown {text}: batch size must be >= 1 and K >= 0")
+    if b < 1 or not 0 <= k <= MAX_K:
+        raise PlannerError(f"--breakdown {text}: batch size must be >= 1 and K from 0 to {MAX_K}")
     return b, k
 
 
@@ -357,6 +357,9 @@ def _render_answer(pred: Prediction, args) -> str:
     if args.breakdown:
         b, k = _int_pair(args.breakdown)
         df = pred.breakdown(b, k)
+        if not df.attrs["fits_memory"]:  # priced all the same: the operators' times do not depend on the fit
+            warnings.warn(f"--breakdown {b},{k} does not fit in memory: {shortfall_text(pred.scenario, b, k)}",
+                          PlannerWarning, stacklevel=2)
         step = df.attrs["step_ms"]  # what the K* table prices: the operators with the engine terms, plus host time
         return (f"# per-operator breakdown at B={b}, K={k} ({pred.provenance['step_time_source']})\n"
                 + df.to_string(index=False, float_format=lambda v: f"{v:.4g}") + "\n"

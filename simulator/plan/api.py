@@ -31,7 +31,7 @@ from simulator.plan.speedup_trust import speedup_trust_columns, speedup_trust_te
 from simulator.physics.attribution import describe_growth, verify_growth
 from simulator.physics.engine_time import graph_batch
 from simulator.specs.uncertainty import Band, step_time_band
-from simulator.specs.scenario import DEFAULT_SCENARIO, Scenario, apply_overrides, build_scenario, load_scenario
+from simulator.specs.scenario import DEFAULT_SCENARIO, MAX_K, Scenario, apply_overrides, build_scenario, load_scenario
 
 
 # the K-schedule formats each serving engine reads (simulator/plan/exports)
@@ -216,9 +216,9 @@ class Prediction:
     def breakdown(self, batch_size: int, k: int) -> pd.DataFrame:
         """Per-operator time, FLOPs, bytes and bound of the draft and verify steps at (B, K): the physics of
         each operator. ``attrs["step_ms"]``: the step the K* table prices there (verify and draft with the
-        engine terms' kernel scales, host time, and their sum)."""
-        if k < 0 or batch_size < 1:
-            raise PlannerError(f"breakdown needs batch size >= 1 and K >= 0, got {batch_size},{k}")
+        engine terms' kernel scales, host time, and their sum); ``attrs["fits_memory"]``: whether (B, K) fits."""
+        if k < 0 or k > MAX_K or batch_size < 1:
+            raise PlannerError(f"breakdown needs batch size >= 1 and K from 0 to {MAX_K}, got {batch_size},{k}")
         sub = predict_scenario(self.scenario, batch_sizes=[batch_size], ks=[k]).grid
         frames = []
         for step, cost in (("draft", sub.draft), ("verify", sub.verify.detail)):
@@ -243,6 +243,7 @@ class Prediction:
         df = df.reset_index(drop=True)
         df.attrs["step_ms"] = {"verify": float(sub.verify_s[0, 0] * MS), "draft": float(sub.draft_s[0, 0] * MS),
                                "host": float(sub.overhead_s[0, 0] * MS), "step": float(sub.itl_s[0, 0] * MS)}
+        df.attrs["fits_memory"] = bool(np.asarray(sub.fits_memory)[0, 0])
         return df
 
     # --- exports ------------------------------------------------------------------------------
