@@ -148,3 +148,12 @@ def test_breakdown_outside_the_plan_says_so():
     assert "warning: --breakdown 4096,1 does not fit in memory: at B=4096, K=1:" in done.stderr
     assert "does not fit" not in run_main("simulator.predict", *flags, "64,3").stderr
     assert "K from 0 to 32" in _refused("simulator.predict", *flags, "1,33")
+
+
+def test_tensor_parallel_needs_an_interconnect():
+    # was: --hardware cpu-xeon-2c --tp 8 predicted '8 x cpu-xeon-2c' over the file's placeholder interconnect
+    # (interconnect = "none", [assumed] 10 GB/s "one CPU, no device interconnect")
+    line = _refused("simulator.predict", "--model", "llama-3.1-8b", "--hardware", "cpu-xeon-2c", "--tp", "8")
+    assert line.startswith("error: --tp 8: ") and 'interconnect = "none"' in line and "use tp = 1" in line
+    assert run_main("simulator.predict", "--model", "smollm2-135m", "--hardware", "cpu-xeon-2c",
+                    "--batch-sizes", "1").returncode == 0

@@ -277,6 +277,9 @@ def check_group_fits(hw: Hardware, gpus: int, what: str) -> str | None:
     """A group of ``gpus`` beyond one scale-up domain: refused (PlannerError) where the hardware file
     gives no inter-node fabric or the group does not split evenly over nodes; else a one-line caveat
     saying what it is priced with (None when it fits one domain)."""
+    if gpus > 1 and hw.interconnect.strip().lower() == "none":  # one device: its interconnect figures are placeholders
+        raise PlannerError(f"{what} = {gpus} on {hw.name}: the hardware file gives no interconnect between devices"
+                           f" (interconnect = \"none\"); use {what} = 1")
     dom = hw.scale_up_domain_gpus
     if not dom or gpus <= dom:
         return None
