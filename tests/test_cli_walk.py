@@ -176,3 +176,12 @@ def test_engine_file_is_for_the_release_the_user_runs():
     assert done.returncode == 0 and json.loads(done.stdout)["num_speculative_tokens_per_batch_size"]
     done = run_main("simulator.predict", *flags, "--engine", "vllm", "--format", "json")  # none stated: the newest
     assert json.loads(done.stdout)["exports"]["vllm"]["version"] == "0.33.0"
+
+
+def test_serve_graphs_csv_is_refused_not_two_tables_in_one_file():
+    # was: --graphs --format csv printed the summary CSV and the graphs CSV one after the other: a file no CSV
+    # reader parses (the second header read as a row of the first table)
+    base = ("--scenario", "llama-3.1-8b-h100", "--policy", "dsd", "--requests", "20", "--graphs")
+    assert "--format json" in _refused("simulator.serve", *base, "--format", "csv")
+    done = run_main("simulator.serve", *base, "--format", "json")
+    assert done.returncode == 0 and set(json.loads(done.stdout)) == {"summary", "graphs"}

@@ -119,6 +119,9 @@ def check_flags(args) -> None:
     """Flag ranges, checked before the scenario is loaded or anything simulated."""
     if args.format not in FORMATS:
         raise PlannerError(f"unknown format '{args.format}' (use {', '.join(FORMATS)})")
+    if args.graphs and args.format == "csv":  # two tables with different columns make no one CSV file
+        raise PlannerError("--graphs --format csv: the summary and the graphs are two tables; use --format json"
+                           " (both, as 'summary' and 'graphs') or --format table")
     if not 0 <= args.seed < 2**63:
         raise PlannerError(f"--seed must be an integer in [0, 2^63), got {args.seed}")
     if args.requests is not None and not 1 <= args.requests <= MAX_REQUESTS:
@@ -233,7 +236,7 @@ def _run(args) -> int:
             text = json.dumps({"summary": json.loads(df.to_json(orient="records")),
                                "graphs": json.loads(graphs.to_json(orient="records"))}, indent=2) + "\n"
         else:
-            text += ("\n" if args.format == "table" else "") + render(graphs, args.format)
+            text += "\n" + render(graphs, args.format)
     if args.format == "table":
         from simulator.plan.api import scenario_step_band
         text += (f"# {sc.model.name} on {sc.deployment.tp} x {sc.hardware.name}, draft {sc.draft.label};"
