@@ -185,3 +185,18 @@ def test_serve_graphs_csv_is_refused_not_two_tables_in_one_file():
     assert "--format json" in _refused("simulator.serve", *base, "--format", "csv")
     done = run_main("simulator.serve", *base, "--format", "json")
     assert done.returncode == 0 and set(json.loads(done.stdout)) == {"summary", "graphs"}
+
+
+def test_save_scenario_onto_the_output_is_refused(tmp_path):
+    # was: --output X --save-scenario X wrote the engine file, then replaced it with the scenario (exit 0)
+    out = tmp_path / "spec.json"
+    out.write_text("keep me")
+    (tmp_path / "link").symlink_to(out)
+    for save in (out, tmp_path / "link"):
+        line = _refused("simulator.predict", "--scenario", "llama-3.1-8b-h100", "--format", "vllm",
+                        "--output", out, "--save-scenario", save)
+        assert line.startswith(f"error: --save-scenario {save}: the same file as --output")
+    assert out.read_text() == "keep me"
+    line = _refused("calibration.fit_deployment", "--scenario", "smollm2-cpu", "--measured",
+                    "calibration/data/runs/smollm2-cpu-ngram.csv", "--output", out, "--save-scenario", out)
+    assert "the same file as --output" in line and out.read_text() == "keep me"
