@@ -200,3 +200,18 @@ def test_save_scenario_onto_the_output_is_refused(tmp_path):
     line = _refused("calibration.fit_deployment", "--scenario", "smollm2-cpu", "--measured",
                     "calibration/data/runs/smollm2-cpu-ngram.csv", "--output", out, "--save-scenario", out)
     assert "the same file as --output" in line and out.read_text() == "keep me"
+
+
+def test_a_fit_stores_the_acceptance_positions_it_measured(tmp_path):
+    # was: a K = 3 bench run's 3 measured rates were written as 8 ('rates given for positions 1-8 ... measured on
+    # this deployment'), positions 4-8 copies of the 3rd, so K* = 5-6 used them with no warning
+    fit = tmp_path / "fit.json"
+    done = run_main("calibration.fit_deployment", "--scenario", "llama-3.1-8b-h100", "--measured",
+                    "tests/fixtures/vllm/bench_k0_c8.json", "tests/fixtures/vllm/bench_k3_c8.json", "--output", fit)
+    assert done.returncode == 0, done.stderr
+    acc = json.loads(fit.read_text())["acceptance"]
+    # the fixture's unconditional 0.7866, 0.6105, 0.4410 as conditional rates: three positions, no more
+    assert acc["rates"] == [0.7866, round(0.6105 / 0.7866, 6), round(0.4410 / 0.6105, 6)] and len(acc["interval"]) == 3
+    done = run_main("simulator.predict", "--scenario", "llama-3.1-8b-h100", "--deployment", fit)
+    assert "rates given for positions 1-3" in done.stdout
+    assert "uses acceptance positions beyond the 3 given" in done.stderr
