@@ -215,3 +215,12 @@ def test_a_fit_stores_the_acceptance_positions_it_measured(tmp_path):
     done = run_main("simulator.predict", "--scenario", "llama-3.1-8b-h100", "--deployment", fit)
     assert "rates given for positions 1-3" in done.stdout
     assert "uses acceptance positions beyond the 3 given" in done.stderr
+
+
+def test_a_fit_for_another_deployment_says_what_it_was_compared_with(tmp_path):
+    # was: 'fitted for another deployment than flags: model ...'
+    fit = tmp_path / "fit.json"
+    assert run_main("calibration.fit_deployment", "--scenario", "smollm2-cpu", "--measured",
+                    "calibration/data/runs/smollm2-cpu-ngram.csv", "--output", fit).returncode == 0
+    line = _refused("simulator.predict", "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--deployment", fit)
+    assert "fitted for another deployment than the flags give: model 'smollm2-135m'" in line
