@@ -224,3 +224,11 @@ def test_a_fit_for_another_deployment_says_what_it_was_compared_with(tmp_path):
                     "calibration/data/runs/smollm2-cpu-ngram.csv", "--output", fit).returncode == 0
     line = _refused("simulator.predict", "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--deployment", fit)
     assert "fitted for another deployment than the flags give: model 'smollm2-135m'" in line
+
+
+def test_an_empty_flag_value_is_blamed_on_the_flag():
+    # was: --acceptance '' -> 'error: acceptance needs at least one rate' (which flag?): an empty value matched
+    # every message as 'already naming it'
+    flags = ("--model", "llama-3.1-8b", "--hardware", "h100-sxm")
+    assert _refused("simulator.predict", *flags, "--acceptance", "").startswith("error: --acceptance : ")
+    assert _refused("simulator.predict", *flags, "--batch-sizes", "").startswith("error: --batch-sizes : ")

@@ -252,7 +252,7 @@ def blame_flag(err: PlannerError, build: Callable[..., object], overrides: dict,
             build(**base, **{name: value})
         except PlannerError as alone:
             text, flag = bare(str(alone)), BY_NAME[name].flag
-            if text != bare(str(err)) or text.startswith((str(value), flag)):
+            if text != bare(str(err)) or text.startswith(flag) or (str(value) and text.startswith(str(value))):
                 continue  # another refusal, or one that names what is wrong already
             return PlannerError(f"{flag} {value}: {text}")
     return err
