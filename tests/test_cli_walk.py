@@ -159,25 +159,6 @@ def test_tensor_parallel_needs_an_interconnect():
                     "--batch-sizes", "1").returncode == 0
 
 
-def test_engine_file_is_for_the_release_the_user_runs():
-    # was: --engine vllm --engine-version 0.10.2 --format vllm wrote num_speculative_tokens_per_batch_size (first
-    # in vLLM 0.24.0) and a 'use: vllm serve ...' line for 0.10.2, which has no such field; the file named 0.33.0
-    flags = ("--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--draft", "eagle3", "--draft-model", "x",
-             "--batch-sizes", "1-64")
-    line = _refused("simulator.predict", *flags, "--engine", "vllm", "--engine-version", "0.10.2", "--format", "vllm")
-    assert line.startswith("error: --engine-version 0.10.2") and "first appears in vLLM 0.24.0" in line
-    line = _refused("simulator.predict", *flags, "--engine", "sglang", "--engine-version", "0.4.4", "--format", "sglang")
-    assert line.startswith("error: --engine-version 0.4.4") and "0.5.13" in line
-    # a release that reads the format gets its own file; --export-version still says which release the file is for
-    done = run_main("simulator.predict", *flags, "--engine", "vllm", "--engine-version", "0.25.1", "--format", "json")
-    assert json.loads(done.stdout)["exports"]["vllm"]["version"] == "0.25.1"
-    done = run_main("simulator.predict", *flags, "--engine", "vllm", "--engine-version", "0.10.2", "--format", "vllm",
-                    "--export-version", "0.33.0")
-    assert done.returncode == 0 and json.loads(done.stdout)["num_speculative_tokens_per_batch_size"]
-    done = run_main("simulator.predict", *flags, "--engine", "vllm", "--format", "json")  # none stated: the newest
-    assert json.loads(done.stdout)["exports"]["vllm"]["version"] == "0.33.0"
-
-
 def test_serve_graphs_csv_is_refused_not_two_tables_in_one_file():
     # was: --graphs --format csv printed the summary CSV and the graphs CSV one after the other: a file no CSV
     # reader parses (the second header read as a row of the first table)

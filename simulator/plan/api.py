@@ -384,10 +384,7 @@ class Prediction:
     def export(self, fmt: str, version: str | None = None, context_lens=None, cuda_graph_bs=None,
                sglang_candidates: str = "kstar", planned_batch_size: int | None = None) -> exports.Export:
         """The engine file for ``fmt`` (vllm, vllm-ctx, trtllm, sglang, sglang-sps) targeting
-        ``version`` (default: the engine release the scenario states, when it serves ``fmt``, else the newest
-        release checked); ``.json()`` / ``.markdown()`` render it."""
-        if version is None:
-            version = self.stated_release(fmt)
+        ``version`` (default: the newest release checked); ``.json()`` / ``.markdown()`` render it."""
         table = self.kstar_map(context_lens if context_lens is not None or fmt != "vllm-ctx"
                             else self.default_context_lens())
         draft = self.scenario.draft
@@ -427,21 +424,6 @@ class Prediction:
             exp.how_to_use, warns = paste.sglang_serve_command(self)
             exp.warnings += warns
         return exp
-
-    def stated_release(self, fmt: str) -> str | None:
-        """The release the scenario says its engine runs (--engine-version, [engine] version) when that engine
-        reads ``fmt``: the file is written for it, and a release without the format is refused naming the flag
-        (None: no release stated, or another engine's format; the newest checked is targeted)."""
-        eng, stated = self.scenario.engine, (self.scenario.raw.get("engine") or {}).get("version")
-        if not stated or eng is None or fmt not in ENGINE_FORMATS.get(eng.name, ()) + (("sglang-sps",) if
-                                                                                      eng.name == "sglang" else ()):
-            return None
-        try:
-            exports.check_version(fmt, str(stated))
-        except PlannerError as err:
-            raise PlannerError(f"--engine-version {stated} ([engine] version): {str(err).partition(': ')[2]}; give"
-                               f" --export-version for the release the file is for") from None
-        return str(stated)
 
     def engine_formats(self) -> tuple[str, ...]:
         """The K-schedule formats of the scenario's engine (vLLM: vllm; SGLang: sglang; TensorRT-LLM: trtllm);
