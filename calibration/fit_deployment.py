@@ -144,7 +144,7 @@ def fit_acceptance(rows: pd.DataFrame, sc: Scenario, k_max: int, n_boot: int = N
         steps = float(rows.n_steps.fillna(0).sum()) if "n_steps" in rows else 0.0
         sd = np.maximum(np.sqrt(rates * (1 - rates) / steps) if steps > 0 else 0.0, fewshot.NOISE_FLOOR * rates)
         samples = np.clip(rates + rng.normal(0, 1, (n_boot, 1)) * sd, 0.0, 0.999)  # positions move together
-        return {"rates": np.minimum(rates, 0.999), "samples": samples,
+        return {"rates": np.minimum(rates, 0.999), "samples": samples, "measured_positions": min(width, k_max),
                 "source": f"per_position_acceptance of {len(lists)} row(s) with K > 0"}
     if "acceptance_length" not in rows or not rows[(rows.k > 0)].acceptance_length.notna().any():
         return None
@@ -264,8 +264,11 @@ def document(sc: Scenario, result: dict, files: list[str]) -> dict:
     acc_doc = None
     if acc:
         alo, ahi = fewshot.interval(acc["samples"])
-        acc_doc = {"rates": [round(float(r), 6) for r in acc["rates"]],
-                   "interval": [[round(float(a), 6), round(float(b), 6)] for a, b in zip(alo, ahi)], "source": acc["source"]}
+        # the positions measured, no more: a reader repeats the last one beyond them and says so where K* uses it
+        n = acc.get("measured_positions", len(acc["rates"]))
+        acc_doc = {"rates": [round(float(r), 6) for r in acc["rates"][:n]],
+                   "interval": [[round(float(a), 6), round(float(b), 6)] for a, b in zip(alo[:n], ahi[:n])],
+                   "source": acc["source"]}
     pts = result["cells"]
     predicted = np.exp(fewshot.predict_log("step", res["theta"], result["points"])[0]) * 1e3
     return {

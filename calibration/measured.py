@@ -54,7 +54,7 @@ def read_measured(source: str | Path | bytes, name: str | None = None, required=
             bad |= values.isna()
         if bad.any():
             row = int(np.flatnonzero(bad.to_numpy())[0]) + 2  # header is line 1
-            raise PlannerError(f"{name}: column '{col}' line {row} holds {df[col].iloc[row - 2]!r},"
+            raise PlannerError(f"{name}: column '{col}' line {row} holds {str(df[col].iloc[row - 2])[:40]!r},"
                                " not a finite number; fix or drop that row")
         df[col] = values
     for col, (lo, hi) in RANGES.items():
@@ -64,6 +64,12 @@ def read_measured(source: str | Path | bytes, name: str | None = None, required=
                 row = int(np.flatnonzero(bad.to_numpy())[0]) + 2
                 raise PlannerError(f"{name}: column '{col}' line {row} holds {df[col].iloc[row - 2]:g}, outside"
                                    f" [{lo:g}, {hi:g}]; fix or drop that row")
+    for col in ("batch_size", "k"):  # counts: a fraction is a typo or an average, not a run's setting
+        bad = df[col] != df[col].round()
+        if bad.any():
+            row = int(np.flatnonzero(bad.to_numpy())[0]) + 2
+            raise PlannerError(f"{name}: column '{col}' line {row} holds {df[col].iloc[row - 2]:g}, not a whole"
+                               " number; fix or drop that row")
     bad = df[(df.batch_size < 1) | (df.k < 0) | ~(df.itl_ms > 0)]
     if len(bad):
         raise PlannerError(f"{name}: {len(bad)} row(s) with batch_size < 1, k < 0 or non-positive itl_ms")

@@ -365,8 +365,9 @@ def test_cli_dtype_flags_mean_what_predict_means():
     bf16 = _cli(*base)
     fp8 = _cli(*base, "--dtype", "fp8", "--act-dtype", "fp8", "--kv-dtype", "fp8")
     assert bf16.returncode == fp8.returncode == 0, fp8.stderr
-    assert "weights bf16, activations bf16, KV bf16" in bf16.stdout.splitlines()[-1]
-    assert "weights fp8, activations fp8, KV fp8" in fp8.stdout.splitlines()[-1]
+    header = lambda r: next(ln for ln in r.stdout.splitlines() if ln.startswith("# llama-3.1-8b on "))  # noqa: E731
+    assert "weights bf16, activations bf16, KV bf16" in header(bf16)
+    assert "weights fp8, activations fp8, KV fp8" in header(fp8)
     tpot = lambda r: float(r.stdout.splitlines()[1].split()[8])  # noqa: E731  tpot_p50 ms, the plain row
     assert tpot(fp8) < 0.8 * tpot(bf16)
     bad = _cli(*base, "--act-dtype", "fp7")

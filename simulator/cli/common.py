@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import signal
 import sys
 import threading
@@ -154,9 +155,22 @@ def add_save_scenario_arg(p: argparse.ArgumentParser) -> None:
 
 
 def check_save_scenario(args: argparse.Namespace) -> None:
-    """Refuse an unwritable --save-scenario before any work (one line naming the flag)."""
+    """Refuse an unwritable --save-scenario before any work (one line naming the flag), and one that names
+    the --output file (the scenario, written last, would replace the answer)."""
     if getattr(args, "save_scenario", None):
         check_output_file(args.save_scenario, SAVE_FLAG)
+        output = getattr(args, "output", None)
+        if output and _same_file(output, args.save_scenario):
+            raise PlannerError(f"{SAVE_FLAG} {args.save_scenario}: the same file as --output {output}; give the"
+                               " scenario another name")
+
+
+def _same_file(a, b) -> bool:
+    """Whether two output paths replace the same file (a device or a FIFO, written through, is never 'the same':
+    both writes reach it)."""
+    from simulator.files import output_target
+    (through_a, path_a), (through_b, path_b) = output_target(a), output_target(b, SAVE_FLAG)
+    return not (through_a or through_b) and os.path.realpath(path_a) == os.path.realpath(path_b)
 
 
 def save_scenario(args: argparse.Namespace, raw: dict, name: str | None = None) -> None:
@@ -238,7 +252,7 @@ def blame_flag(err: PlannerError, build: Callable[..., object], overrides: dict,
             build(**base, **{name: value})
         except PlannerError as alone:
             text, flag = bare(str(alone)), BY_NAME[name].flag
-            if text != bare(str(err)) or text.startswith((str(value), flag)):
+            if text != bare(str(err)) or text.startswith(flag) or (str(value) and text.startswith(str(value))):
                 continue  # another refusal, or one that names what is wrong already
             return PlannerError(f"{flag} {value}: {text}")
     return err

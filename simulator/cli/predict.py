@@ -29,7 +29,7 @@ from simulator.cli.predict_args import EXPORT_FORMATS, FORMATS, SETTING_FLAGS, b
 from simulator.files import check_output_file
 from simulator.errors import PlannerError, PlannerWarning
 from simulator.cli.catalog import catalog_text
-from simulator.specs.scenario import DEFAULT_SCENARIO
+from simulator.specs.scenario import DEFAULT_SCENARIO, MAX_K
 
 
 def _int_pair(text: str) -> tuple[int, int]:
@@ -37,8 +37,8 @@ def _int_pair(text: str) -> tuple[int, int]:
         b, k = (int(x) for x in text.split(","))
     except ValueError:
         raise PlannerError(f"--breakdown '{text}': expected B,K such as 64,3") from None
-    if b < 1 or k < 0:
-        raise PlannerError(f"--breakdown {text}: batch size must be >= 1 and K >= 0")
+    if b < 1 or not 0 <= k <= MAX_K:
+        raise PlannerError(f"--breakdown {text}: batch size must be >= 1 and K from 0 to {MAX_K}")
     return b, k
 
 
@@ -240,7 +240,8 @@ def render(pred: Prediction, fmt: str, versions: dict | None = None) -> str:
     if fmt == "csv":
         return pred.table.to_csv(index=False)
     if fmt == "markdown":
-        head = f"**{pred.scenario.name}**: step times from {pred.provenance['step_time_source']}\n\n"
+        head = (f"**{pred.scenario.name}**: step times from {pred.provenance['step_time_source']}; how far to trust"
+                f" them: {pred.provenance['uncertainty']}\n\n")
         return head + markdown_table(condensed(pred.table))
     if fmt == "json":
         return json.dumps(pred.to_dict(versions), indent=2, default=_json_default) + "\n"
@@ -262,6 +263,8 @@ def render_kmap(pred: Prediction, context_lens=None) -> str:
     view = t[keep].astype(object).where(t[keep].notna(), "-")
     sc = pred.scenario
     head = (f"# {sc.name}: K* by batch size (rows) x context length (columns); '-' = does not fit in memory\n"
+            f"# step times: {pred.provenance['step_time_source']}\n"
+            f"# how far to trust them: {pred.provenance['uncertainty']}\n"
             f"# acceptance: {pred.provenance['acceptance']}"
             + (f"; {sc.acceptance_context.label}" if sc.acceptance_context is not None else "") + "\n")
     return head + view.to_string() + "\n"
@@ -354,9 +357,15 @@ def _render_answer(pred: Prediction, args) -> str:
     if args.breakdown:
         b, k = _int_pair(args.breakdown)
         df = pred.breakdown(b, k)
+        if not df.attrs["fits_memory"]:  # priced all the same: the operators' times do not depend on the fit
+            warnings.warn(f"--breakdown {b},{k} does not fit in memory: {shortfall_text(pred.scenario, b, k)}",
+                          PlannerWarning, stacklevel=2)
+        step = df.attrs["step_ms"]  # what the K* table prices: the operators with the engine terms, plus host time
         return (f"# per-operator breakdown at B={b}, K={k} ({pred.provenance['step_time_source']})\n"
                 + df.to_string(index=False, float_format=lambda v: f"{v:.4g}") + "\n"
-                + f"total {df.time_ms.sum():.3f} ms\n")
+                + f"total {df.time_ms.sum():.3f} ms over the operators (the physics); the step the K* table prices:"
+                f" verify {step['verify']:.3f} + draft {step['draft']:.3f} ms (the operators with the engine terms'"
+                f" kernel scales) + host {step['host']:.3f} ms = {step['step']:.3f} ms\n")
     if args.format in EXPORT_FORMATS:
         return render_export(pred, args.format, args.export_version, args.markdown, _cuda_graph_bs(args.cuda_graph_bs),
                              args.sglang_candidates)

@@ -96,7 +96,10 @@ def _policies(text: str) -> list[str]:
     if not names:
         raise PlannerError("--policy: none given")
     for n in names:
-        parse_policy(n)
+        try:
+            parse_policy(n)
+        except PlannerError as err:
+            raise PlannerError(f"--policy: {err}") from None
     return names
 
 
@@ -116,6 +119,9 @@ def check_flags(args) -> None:
     """Flag ranges, checked before the scenario is loaded or anything simulated."""
     if args.format not in FORMATS:
         raise PlannerError(f"unknown format '{args.format}' (use {', '.join(FORMATS)})")
+    if args.graphs and args.format == "csv":  # two tables with different columns make no one CSV file
+        raise PlannerError("--graphs --format csv: the summary and the graphs are two tables; use --format json"
+                           " (both, as 'summary' and 'graphs') or --format table")
     if not 0 <= args.seed < 2**63:
         raise PlannerError(f"--seed must be an integer in [0, 2^63), got {args.seed}")
     if args.requests is not None and not 1 <= args.requests <= MAX_REQUESTS:
@@ -230,12 +236,12 @@ def _run(args) -> int:
             text = json.dumps({"summary": json.loads(df.to_json(orient="records")),
                                "graphs": json.loads(graphs.to_json(orient="records"))}, indent=2) + "\n"
         else:
-            text += ("\n" if args.format == "table" else "") + render(graphs, args.format)
+            text += "\n" + render(graphs, args.format)
     if args.format == "table":
+        from simulator.plan.api import scenario_step_band
         text += (f"# {sc.model.name} on {sc.deployment.tp} x {sc.hardware.name}, draft {sc.draft.label};"
-                 f" {dtypes_text(sc)}\n")
-    if sc.deployment_fit is not None and args.format == "table":
-        text += f"# step times: {sc.deployment_fit.label}\n"
+                 f" {dtypes_text(sc)}\n# step times: {sc.cost_source}\n"
+                 f"# how far to trust them: {scenario_step_band(sc).describe()}\n")
     sys.stdout.write(text)
     if args.save_scenario:
         save_scenario(args, saved_raw(sc, args), sc.name)

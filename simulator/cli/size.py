@@ -110,6 +110,8 @@ def _prices(text: str) -> dict:
             out[name.strip()] = float(usd)
         except ValueError:
             raise PlannerError(f"--price '{text}': expected GPU=USD per GPU-hour, e.g. h100-sxm=2.5,h200=3.2") from None
+        if not 0 <= out[name.strip()] < math.inf:
+            raise PlannerError(f"--price {item}: give a finite price per GPU-hour >= 0, e.g. h100-sxm=2.5")
     return out
 
 

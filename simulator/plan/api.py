@@ -31,12 +31,25 @@ from simulator.plan.speedup_trust import speedup_trust_columns, speedup_trust_te
 from simulator.physics.attribution import describe_growth, verify_growth
 from simulator.physics.engine_time import graph_batch
 from simulator.specs.uncertainty import Band, step_time_band
-from simulator.specs.scenario import DEFAULT_SCENARIO, Scenario, apply_overrides, build_scenario, load_scenario
+from simulator.specs.scenario import DEFAULT_SCENARIO, MAX_K, Scenario, apply_overrides, build_scenario, load_scenario
 
 
 # the K-schedule formats each serving engine reads (simulator/plan/exports)
 ENGINE_FORMATS = {"vllm": ("vllm",), "sglang": ("sglang",), "trtllm": ("trtllm",)}
 SCHEDULE_FORMATS = ("vllm", "trtllm", "sglang")
+
+
+def scenario_step_band(sc: Scenario) -> Band:
+    """How far the scenario's step times are from measurements: the deployment fit's posterior interval,
+    else the published corpus's error for its basis and device (:func:`step_time_band`)."""
+    fit = sc.deployment_fit
+    if fit is not None:  # the deployment's own measurements: the posterior's interval
+        return Band(fit.step_time_rel, None, 0, f"deployment fit {Path(fit.path).name} on {len(fit.points)} measured"
+                    f" points; goodput at K* +-{fit.goodput_rel:.0%}", "90% posterior interval of the")
+    basis = sc.profile.basis if sc.profile else "datasheet only"
+    if sc.profile and sc.profile.surfaces:
+        basis = "measured kernel tables"
+    return step_time_band(sc.hardware.name, sc.hardware.kind, basis, sc.profile.raw if sc.profile else None)
 
 
 @dataclass
@@ -103,15 +116,7 @@ class Prediction:
     @cached_property
     def uncertainty(self):
         """Step-time band of this basis and device (see :mod:`simulator.specs.uncertainty`)."""
-        sc = self.scenario
-        fit = sc.deployment_fit
-        if fit is not None:  # the deployment's own measurements: the posterior's interval
-            return Band(fit.step_time_rel, None, 0, f"deployment fit {Path(fit.path).name} on {len(fit.points)} measured"
-                        f" points; goodput at K* +-{fit.goodput_rel:.0%}", "90% posterior interval of the")
-        basis = sc.profile.basis if sc.profile else "datasheet only"
-        if sc.profile and sc.profile.surfaces:
-            basis = "measured kernel tables"
-        return step_time_band(sc.hardware.name, sc.hardware.kind, basis, sc.profile.raw if sc.profile else None)
+        return scenario_step_band(self.scenario)
 
     # --- tables -------------------------------------------------------------------------------
     @cached_property
@@ -209,9 +214,11 @@ class Prediction:
         return beats_plain(self.grid, self.scenario.step_terms)[0]
 
     def breakdown(self, batch_size: int, k: int) -> pd.DataFrame:
-        """Per-operator time, FLOPs, bytes and bound of the draft and verify steps at (B, K)."""
-        if k < 0 or batch_size < 1:
-            raise PlannerError(f"breakdown needs batch size >= 1 and K >= 0, got {batch_size},{k}")
+        """Per-operator time, FLOPs, bytes and bound of the draft and verify steps at (B, K): the physics of
+        each operator. ``attrs["step_ms"]``: the step the K* table prices there (verify and draft with the
+        engine terms' kernel scales, host time, and their sum); ``attrs["fits_memory"]``: whether (B, K) fits."""
+        if k < 0 or k > MAX_K or batch_size < 1:
+            raise PlannerError(f"breakdown needs batch size >= 1 and K from 0 to {MAX_K}, got {batch_size},{k}")
         sub = predict_scenario(self.scenario, batch_sizes=[batch_size], ks=[k]).grid
         frames = []
         for step, cost in (("draft", sub.draft), ("verify", sub.verify.detail)):
@@ -233,7 +240,11 @@ class Prediction:
         df = df[(df.time_ms > 0) | (df.step == "verify")]
         total = df.time_ms.sum() + sub.overhead_s[0, 0] * MS
         df["share"] = df.time_ms / total if total > 0 else 0.0
-        return df.reset_index(drop=True)
+        df = df.reset_index(drop=True)
+        df.attrs["step_ms"] = {"verify": float(sub.verify_s[0, 0] * MS), "draft": float(sub.draft_s[0, 0] * MS),
+                               "host": float(sub.overhead_s[0, 0] * MS), "step": float(sub.itl_s[0, 0] * MS)}
+        df.attrs["fits_memory"] = bool(np.asarray(sub.fits_memory)[0, 0])
+        return df
 
     # --- exports ------------------------------------------------------------------------------
     def kstar_by_batch(self) -> tuple[np.ndarray, np.ndarray]:

@@ -22,7 +22,7 @@ from simulator.errors import PlannerError, did_you_mean
 from simulator.specs.acceptance import acceptance_length_prefix
 from simulator.plan.grid import compute_grid
 from simulator.plan.schedule import schedule_k_index
-from simulator.specs.scenario import Scenario, per_scenario
+from simulator.specs.scenario import MAX_K, Scenario, per_scenario
 
 POLICIES = ("plain", "fixed", "dsd", "dsd-adaptive", "per-request", "cutoff")
 
@@ -45,8 +45,11 @@ def parse_policy(policy: str) -> tuple[str, int | None]:
     if name not in POLICIES:
         raise PlannerError(f"unknown policy '{text}'{did_you_mean(name, POLICIES)}")
     if arg:
-        if name not in ("fixed", "cutoff") or not arg.isdigit():
+        if name not in ("fixed", "cutoff"):
             raise PlannerError(f"policy '{text}': only fixed:K and cutoff:B take a number")
+        if not arg.isdigit() or (name == "fixed" and int(arg) > MAX_K):
+            what = f"a K from 0 to {MAX_K}, e.g. fixed:3" if name == "fixed" else "a batch size, e.g. cutoff:64"
+            raise PlannerError(f"policy '{text}': give {what}")
         return name, int(arg)
     return name, None
 

@@ -92,7 +92,7 @@ def parse_length(spec, where: str = "length", base_dir: str | None = None) -> Le
     if isinstance(spec, LengthDist):
         return spec
     if isinstance(spec, (int, np.integer)) and not isinstance(spec, bool):
-        return LengthDist("fixed", value=int(spec))
+        return _length_dist(where, "fixed", value=int(spec))
     if not isinstance(spec, dict):
         raise PlannerError(f"{where}: expected a token count or a table like"
                            f" {{dist = \"lognormal\", median = 1000, sigma = 1.0}}, got {spec!r}")
@@ -111,7 +111,15 @@ def parse_length(spec, where: str = "length", base_dir: str | None = None) -> Le
     for key in ("median", "sigma", "scale", "alpha"):
         if key in spec:
             spec[key] = float(spec[key])
-    return LengthDist(kind, **spec)
+    return _length_dist(where, kind, **spec)
+
+
+def _length_dist(where: str, kind: str, **fields) -> LengthDist:
+    """A LengthDist whose refusal names where it was given (the scenario file and key)."""
+    try:
+        return LengthDist(kind, **fields)
+    except PlannerError as err:
+        raise PlannerError(f"{where}: {err}") from None
 
 
 def _read_column(path: str, column: str | None, where: str, base_dir: str | None) -> list[int]:

@@ -220,8 +220,8 @@ def _parse_prices(table: dict, origin) -> dict:
     prices = table.get("prices", {})
     for name, price in prices.items():
         _check_hardware(name, origin)
-        if not isinstance(price, (int, float)) or isinstance(price, bool) or price < 0:
-            raise PlannerError(f"{origin}: [sizing] prices.{name} must be a price per GPU-hour >= 0, got {price!r}")
+        if not isinstance(price, (int, float)) or isinstance(price, bool) or not 0 <= price < math.inf:
+            raise PlannerError(f"{origin}: [sizing] prices.{name} must be a finite price per GPU-hour >= 0, got {price!r}")
     return {k: float(v) for k, v in prices.items()}
 
 

@@ -203,5 +203,6 @@ def check_fit_matches(fit: DeploymentFit, identity: dict, origin: str) -> None:
         basis = (f" (or give the scenario the kernel times it was fitted on: --calibration {fit.identity['kernel_basis']}"
                  " / [calibration] profile)" if any(d.startswith("kernel_basis ") for d in diff)
                  and fit.identity["kernel_basis"] != "datasheet" else "")
-        raise DeploymentMismatch(f"{fit.path}: fitted for another deployment than {origin}: {'; '.join(diff)}; refit it"
+        than = "the flags give" if origin == "flags" else origin
+        raise DeploymentMismatch(f"{fit.path}: fitted for another deployment than {than}: {'; '.join(diff)}; refit it"
                                  f" for this scenario with python -m calibration.fit_deployment{basis}")

@@ -281,6 +281,9 @@ def check_group_fits(hw: Hardware, gpus: int, what: str) -> str | None:
     gives no inter-node fabric or the group does not split evenly over nodes; else a one-line caveat
     saying what it is priced with (None when it fits one domain; a caveat too when the file names no domain and
     the group is larger than one server)."""
+    if gpus > 1 and hw.interconnect.strip().lower() == "none":  # one device: its interconnect figures are placeholders
+        raise PlannerError(f"{what} = {gpus} on {hw.name}: the hardware file gives no interconnect between devices"
+                           f" (interconnect = \"none\"); use {what} = 1")
     dom = hw.scale_up_domain_gpus
     if not dom and hw.kind == "gpu" and gpus > SERVER_GPUS:
         return (f"{what} = {gpus} on {hw.name}: its hardware file names no scale_up_domain_gpus, so the group is priced"

@@ -30,7 +30,7 @@ from simulator.specs.models import ModelSpec
 from simulator.specs.overrides import OVERRIDE_KEYS, apply_overrides  # noqa: F401 (API)
 from simulator.specs.settings import default
 from simulator.specs.scenario_sections import (ACCEPTANCE_GIVEN, FALLBACK_RATE, OPEN_SECTIONS,  # noqa: F401 (API)
-                                               DECISION_QUANTILE, REPO_ROOT, SCHEDULE_TOLERANCE, SCHEMA,
+                                               DECISION_QUANTILE, MAX_K, REPO_ROOT, SCHEDULE_TOLERANCE, SCHEMA,
                                                ZIPF_SKEW_MAX, _check_sections,
                                                _deployment, _draft, _model_and_hardware, _resolve_path,
                                                _scenario_acceptance, _workload)

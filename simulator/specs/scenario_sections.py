@@ -33,6 +33,7 @@ def repo_relative(path) -> str:
 
 # raw-dict marker: acceptance was given as an override, so a deployment fit's measured rates do not replace it
 ACCEPTANCE_GIVEN = "_acceptance_given"
+MAX_K = 32  # the largest draft length the planner prices (k_max, a fixed K, a measured run's k)
 
 
 # Beyond this exponent a Zipf router sends every token to the same top-k experts to within 1e-9
@@ -101,7 +102,10 @@ def _deployment(raw: dict, get, origin: str, model: ModelSpec) -> Deployment:
         weight_dtype=get("precision", "weights", default_weight_dtype(model)), act_dtype=get("precision", "activations", default("precision", "activations")),
         kv_dtype=get("precision", "kv_cache", default("precision", "kv_cache")), expert_dtype=get("precision", "experts"),
         routing=routing, memory_utilization=float(get("workload", "memory_utilization", default("workload", "memory_utilization"))))
-    check_deployment(model, deployment)
+    try:
+        check_deployment(model, deployment)
+    except PlannerError as err:
+        raise PlannerError(f"{origin}: {err}") from None
     return deployment
 
 
@@ -133,14 +137,17 @@ def _workload(get, origin: str, model: ModelSpec) -> dict:
                                " (API: allow_long_context=True) for a model served with RoPE scaling")
         warnings_.append(f"context_len={context_len} exceeds {model.name}'s max_position_embeddings={max_pos}"
                          " (allowed by allow_context_beyond_model: assumes the model is served with RoPE scaling)")
-    k_max, fixed_k = get("workload", "k_max", default("workload", "k_max")), \
-        get("workload", "fixed_k", default("workload", "fixed_k"))
+    # fixed_k left unset compares against the default K, or k_max where that is smaller (--k-max 1 alone is legal)
+    k_max, fixed_k = get("workload", "k_max", default("workload", "k_max")), get("workload", "fixed_k")
+    if fixed_k is None:
+        fixed_k = min(default("workload", "fixed_k"), max(k_max, 0))
     if k_max < 0 or fixed_k < 0:
         raise PlannerError(f"{origin}: K must be >= 0 (k_max={k_max}, fixed_k={fixed_k})")
-    if k_max > 32:
-        raise PlannerError(f"{origin}: k_max={k_max} is out of range (at most 32)")
+    if k_max > MAX_K:
+        raise PlannerError(f"{origin}: k_max={k_max} is out of range (at most {MAX_K})")
     if fixed_k > k_max:
-        raise PlannerError(f"{origin}: fixed_k={fixed_k} exceeds k_max={k_max}")
+        raise PlannerError(f"{origin}: fixed_k={fixed_k} exceeds k_max={k_max}; give a fixed K of at most {k_max}"
+                           " ([workload] fixed_k, --fixed-k) or a larger k_max")
     context_lens = None
     if get("workload", "context_lens") is not None:
         context_lens = parse_context_lens(get("workload", "context_lens"), f"{origin}: [workload] context_lens")
