@@ -148,30 +148,6 @@ def test_headline_states_the_k_schedule_in_words(page):
     assert re.search(r"K=\d+ for B 1(-\d+)?", text), text
 
 
-def test_downloads_tab_serves_an_engine_schedule(page, tmp_path):
-    """Downloads tab: the vLLM schedule downloads as the JSON vLLM reads (issue 13)."""
-    import json
-
-    ctx = page.context.browser.new_context(accept_downloads=True, viewport={"width": 1500, "height": 1000})
-    pg = ctx.new_page()
-    try:
-        pg.goto(page.url, wait_until="domcontentloaded")
-        pg.get_by_role("tab", name="Downloads").click()
-        button = pg.locator('[data-testid="stDownloadButton"]').filter(has_text="vLLM speculative config (JSON)")
-        button.wait_for(timeout=60_000)
-        with pg.expect_download(timeout=30_000) as info:
-            button.locator("button").click()
-        path = tmp_path / info.value.suggested_filename
-        info.value.save_as(path)
-    finally:
-        ctx.close()
-    cfg = json.loads(path.read_text())
-    ranges = cfg["num_speculative_tokens_per_batch_size"]
-    assert path.name.endswith("-vllm.json") and ranges[0][0] == 1
-    assert cfg["num_speculative_tokens"] == max(1, max(r[2] for r in ranges))
-    assert all(r[1] + 1 == n[0] for r, n in zip(ranges, ranges[1:]))  # inclusive, contiguous, no overlap
-
-
 # every selectbox input of the sidebar whose text is wider than its box (issue 49: dtypes read "bf1")
 CUT_VALUES = """() => [...document.querySelectorAll('[data-testid="stSidebar"] [data-testid="stSelectbox"] input')]
     .filter(i => i.scrollWidth > i.clientWidth).map(i => i.getAttribute('aria-label') + ': ' + i.value)"""
@@ -206,8 +182,11 @@ def test_sidebar_dropdowns_show_whole_values_and_the_engine_moves_the_provenance
 
 
 def test_downloads_in_a_row_each_give_their_file(page, tmp_path):
-    """Every download arrives when clicked one after another (before: a click reran the page, and a click
-    during that rerun got nothing, "Deferred file ... not found": 3 of 12 in a row failed, 0 of 24 after)."""
+    """Downloads tab: every download arrives when clicked one after another (before: a click reran the page, and a
+    click during that rerun got nothing, "Deferred file ... not found": 3 of 12 in a row failed, 0 of 24 after),
+    and the vLLM schedule is the JSON vLLM reads (issue 13)."""
+    import json
+
     ctx = page.context.browser.new_context(accept_downloads=True, viewport={"width": 1500, "height": 1000})
     pg = ctx.new_page()
     got = []
@@ -221,7 +200,14 @@ def test_downloads_in_a_row_each_give_their_file(page, tmp_path):
             with pg.expect_download(timeout=15_000) as info:
                 pg.locator('[data-testid="stDownloadButton"]').filter(has_text=label).locator("button").click()
             got.append(info.value.suggested_filename)
+            if got[-1].endswith("-vllm.json"):
+                info.value.save_as(tmp_path / got[-1])
             time.sleep(0.5)
     finally:
         ctx.close()
     assert got == [f"default-{s}" for s in ("grid.csv", "kstar.csv", "prediction.json", "vllm.json")] * 2
+    cfg = json.loads((tmp_path / "default-vllm.json").read_text())
+    ranges = cfg["num_speculative_tokens_per_batch_size"]
+    assert ranges[0][0] == 1
+    assert cfg["num_speculative_tokens"] == max(1, max(r[2] for r in ranges))
+    assert all(r[1] + 1 == n[0] for r, n in zip(ranges, ranges[1:]))  # inclusive, contiguous, no overlap

@@ -26,7 +26,7 @@ from simulator.plan.answer import _span, answer_notes, schedule_text  # noqa: F4
 from simulator.plan.grid import MS, Grid, compute_grid, kstar_columns
 from simulator.plan.k_changes import describe_change, k_changes
 from simulator.plan.schedule import schedule_loss, schedule_ranges
-from simulator.plan.decision_risk import N_DRAWS, beats_plain, term_draws
+from simulator.plan.decision_risk import N_DRAWS, beats_plain, draws_basis
 from simulator.plan.speedup_trust import speedup_trust_columns, speedup_trust_text
 from simulator.physics.attribution import describe_growth, verify_growth
 from simulator.physics.engine_time import graph_batch
@@ -76,7 +76,7 @@ class Prediction:
             "uncertainty": self.uncertainty.describe(), "speedup_uncertainty": speedup_trust_text(sc),
             "step_basis": sc.step_basis,
             "decision_uncertainty": f"P(speculation pays) per batch size over {N_DRAWS} draws of "
-                                    + term_draws(sc.step_terms, 1)[1],
+                                    + draws_basis(sc.step_terms),
         } | ({"deployment_fit": sc.deployment_fit.label} if sc.deployment_fit else {})
 
     def k_rise_attribution(self) -> str | None:

@@ -15,9 +15,10 @@ probabilities rest on the a priori spread of every term around the physics (``A_
 from __future__ import annotations
 
 import functools
+import json
+from pathlib import Path
 
 import numpy as np
-from scipy.stats import norm, qmc
 
 from simulator.specs.step_terms import A_PRIORI_SD, NEUTRAL, TERM_NAMES, compose_step_s, from_fit, to_fit
 
@@ -30,14 +31,38 @@ DRAW_DTYPE = np.float32
 OUTSIDE_BAND = 0.9
 
 
-@functools.cache  # a pure function of its arguments, built once per process (read-only)
-def standard_normal_design(n: int, dims: int, seed: int = 0) -> np.ndarray:
+# the (N_DRAWS, 6) design every prediction draws the terms from, as sobol_normal_design(64, 6, 0) made it: read from
+# the file, since importing scipy.stats for it would cost 0.56 s of every command's start
+# (tests/test_decision_risk_design.py makes it again and compares)
+DESIGN_FILE = Path(__file__).resolve().parent.parent / "data" / "normal_design_64x6.json"
+
+
+def sobol_normal_design(n: int, dims: int, seed: int = 0) -> np.ndarray:
     """(n, dims) standard normal points from a scrambled Sobol sequence (n a power of two): each term's draws
     cover its distribution evenly, so few draws give stable quantiles; deterministic for a seed."""
+    from scipy.stats import norm, qmc  # imported here: only a design other than the stored one needs it
     u = qmc.Sobol(dims, scramble=True, seed=seed).random(n)
-    z = norm.ppf(np.clip(u, 1e-9, 1 - 1e-9))
+    return norm.ppf(np.clip(u, 1e-9, 1 - 1e-9))
+
+
+@functools.cache  # a pure function of its arguments, built once per process (read-only)
+def standard_normal_design(n: int, dims: int, seed: int = 0) -> np.ndarray:
+    """:func:`sobol_normal_design`, the stored one (:data:`DESIGN_FILE`) where it is the one asked for."""
+    doc = json.loads(DESIGN_FILE.read_text())
+    if (doc["n"], doc["dims"], doc["seed"]) == (n, dims, seed):
+        z = np.array(doc["z"], dtype=float)
+    else:
+        z = sobol_normal_design(n, dims, seed)
     z.setflags(write=False)
     return z
+
+
+def draws_basis(terms) -> str:
+    """What the terms' draws rest on: the learned population, a deployment fit's intervals, or the a priori spread."""
+    if terms is None:
+        return "the a priori spread of the engine terms around the physics"
+    return "the learned layer's population of engine terms" if hasattr(terms, "mean_fit") else \
+        "the deployment fit's intervals"
 
 
 def term_draws(terms, n: int = N_DRAWS, seed: int = 0) -> tuple[np.ndarray, str]:
@@ -45,16 +70,15 @@ def term_draws(terms, n: int = N_DRAWS, seed: int = 0) -> tuple[np.ndarray, str]
     fit's intervals (each term normal in fit coordinates, its 90% interval +-1.645 sd), or the a priori spread."""
     z = standard_normal_design(n, len(TERM_NAMES), seed)
     if terms is None:
-        centre, sd, basis = to_fit(NEUTRAL), A_PRIORI_SD, "the a priori spread of the engine terms around the physics"
+        centre, sd = to_fit(NEUTRAL), A_PRIORI_SD
     elif hasattr(terms, "mean_fit"):
-        centre, sd, basis = np.asarray(terms.mean_fit), np.asarray(terms.sd_fit), \
-            "the learned layer's population of engine terms"
+        centre, sd = np.asarray(terms.mean_fit), np.asarray(terms.sd_fit)
     else:
         lo = to_fit(np.array([terms.intervals[t][0] for t in TERM_NAMES]))
         hi = to_fit(np.array([terms.intervals[t][1] for t in TERM_NAMES]))
         centre = to_fit(np.array([terms.terms[t] for t in TERM_NAMES]))
-        sd, basis = np.maximum(hi - lo, 0.0) / (2 * 1.645), "the deployment fit's intervals"
-    return from_fit(centre + sd * z), basis
+        sd = np.maximum(hi - lo, 0.0) / (2 * 1.645)
+    return from_fit(centre + sd * z), draws_basis(terms)
 
 
 def physics_parts(grid, terms) -> tuple[np.ndarray, np.ndarray]:
