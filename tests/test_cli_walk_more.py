@@ -1,0 +1,31 @@
+"""More of what a QA walk of the commands met, one test per finding (see tests/test_cli_walk.py)."""
+from __future__ import annotations
+
+import json
+
+from cli_inprocess import run_main
+
+
+def _refused(module: str, *argv) -> str:
+    done = run_main(module, *argv)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), done.stderr
+    return lines[0]
+
+
+def test_serve_json_says_what_it_rests_on_and_csv_stays_rows():
+    # was: the table printed '# step times: ...' and '# how far to trust them: ...' while --format json was a bare
+    # list of summary rows (no basis, no band); csv stays the rows only, as predict's csv
+    from simulator.plan.api import predict
+    prov = predict("llama-3.1-8b-h100").provenance
+    base = ("--scenario", "llama-3.1-8b-h100", "--policy", "plain,dsd", "--requests", "20")
+    done = run_main("simulator.serve", *base, "--format", "json")
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert set(out) == {"provenance", "summary"} and [r["policy"] for r in out["summary"]] == ["plain", "dsd"]
+    for key in ("step_time_source", "uncertainty", "speedup_uncertainty"):  # basis, step band, speedup band
+        assert out["provenance"][key] == prov[key], key
+    csv = run_main("simulator.serve", *base, "--format", "csv").stdout
+    assert csv.startswith("policy,") and "#" not in csv
