@@ -31,7 +31,7 @@ import pandas as pd
 from calibration import fewshot
 from calibration import measured as measured_io
 from calibration.vllm_io import bench_to_row
-from simulator.cli.common import (OneLineParser, add_save_scenario_arg, add_setting_args, check_save_scenario, command_line,
+from simulator.cli.common import (OneLineParser, path_given, add_save_scenario_arg, add_setting_args, check_save_scenario, command_line,
                                  run_cli, save_scenario, setting_overrides, write_atomically)
 from simulator.errors import PlannerError
 from simulator.files import check_output_file
@@ -340,7 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     add_setting_args(p, *DEPLOYMENT_FLAGS)
     p.add_argument("--measured", nargs="+", required=True, metavar="FILE",
                    help="measured-rows CSV(s) (batch_size, k, itl_ms, ...) or vllm bench serve --save-result JSON(s)")
-    p.add_argument("--output", required=True, help="deployment calibration JSON to write")
+    p.add_argument("--output", required=True, type=path_given, help="deployment calibration JSON to write")
     p.add_argument("--bootstrap", type=int, default=N_BOOT, help=f"bootstrap resamples (default {N_BOOT})")
     add_save_scenario_arg(p)
     args = p.parse_args(argv)

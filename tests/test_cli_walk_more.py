@@ -29,3 +29,16 @@ def test_serve_json_says_what_it_rests_on_and_csv_stays_rows():
         assert out["provenance"][key] == prov[key], key
     csv = run_main("simulator.serve", *base, "--format", "csv").stdout
     assert csv.startswith("policy,") and "#" not in csv
+
+
+def test_an_empty_output_path_is_refused_not_stdout(tmp_path):
+    # was: predict --output '' printed the answer to stdout (exit 0): '' read as the flag left out
+    cases = [("simulator.predict", "--output", "--scenario", "llama-3.1-8b-h100"),
+             ("simulator.predict", "--save-scenario", "--scenario", "llama-3.1-8b-h100"),
+             ("simulator.size", "--output-dir", "--scenario", "llama-3.1-8b-h100"),
+             ("simulator.sweep", "--output-dir", "x.toml"),
+             ("calibration.fit_deployment", "--output", "--scenario", "llama-3.1-8b-h100", "--measured", "x.csv"),
+             ("calibration.validate", "--output-dir", "--scenario", "x.toml", "--measured", "x.csv")]
+    for module, flag, *rest in cases:
+        line = _refused(module, *rest, flag, "")
+        assert line.startswith(f"error: argument {flag}: empty; give a path"), (module, line)
