@@ -42,3 +42,21 @@ def test_an_empty_output_path_is_refused_not_stdout(tmp_path):
     for module, flag, *rest in cases:
         line = _refused(module, *rest, flag, "")
         assert line.startswith(f"error: argument {flag}: empty; give a path"), (module, line)
+
+
+def test_a_fit_from_acceptance_lengths_says_which_positions_it_extrapolates(tmp_path):
+    # was: rows with acceptance_length only (K = 3) gave rates for positions 1-8, positions 4-8 the scenario's
+    # shape x the fitted scale, without a word
+    rows = tmp_path / "runs.csv"
+    rows.write_text("batch_size,k,itl_ms,acceptance_length\n1,0,7.0,\n1,3,8.6,2.9\n64,3,17.0,2.8\n")
+    fit = tmp_path / "fit.json"
+    base = ("calibration.fit_deployment", "--scenario", "llama-3.1-8b-h100", "--bootstrap", "20", "--output", fit)
+    done = run_main(*base, "--measured", rows)
+    assert done.returncode == 0, done.stderr
+    warned = [ln for ln in done.stderr.splitlines() if "not measured" in ln]
+    # llama-3.1-8b-h100: k_max 8, acceptance per-position 0.85,...,0.6 (scenarios/llama-3.1-8b-h100.toml)
+    assert len(warned) == 1 and warned[0].startswith("warning: --measured: acceptance_length only"), done.stderr
+    assert "positions 4-8 are not measured" in warned[0] and "per-position 0.85,0.8," in warned[0]
+    # measured per position (a vllm bench file): no such warning
+    done = run_main(*base, "--measured", "tests/fixtures/vllm/bench_k0_c8.json", "tests/fixtures/vllm/bench_k3_c8.json")
+    assert done.returncode == 0 and "not measured" not in done.stderr
