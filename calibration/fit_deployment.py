@@ -22,6 +22,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import sys
+import warnings
 from dataclasses import replace
 from pathlib import Path
 
@@ -31,9 +32,9 @@ import pandas as pd
 from calibration import fewshot
 from calibration import measured as measured_io
 from calibration.vllm_io import bench_to_row
-from simulator.cli.common import (OneLineParser, add_save_scenario_arg, add_setting_args, check_save_scenario, command_line,
+from simulator.cli.common import (OneLineParser, path_given, add_save_scenario_arg, add_setting_args, check_save_scenario, command_line,
                                  run_cli, save_scenario, setting_overrides, write_atomically)
-from simulator.errors import PlannerError
+from simulator.errors import PlannerError, PlannerWarning
 from simulator.files import check_output_file
 from simulator.plan.grid import compute_grid
 from simulator.specs.acceptance import acceptance_length_prefix
@@ -161,6 +162,12 @@ def fit_acceptance(rows: pd.DataFrame, sc: Scenario, k_max: int, n_boot: int = N
         return float(least_squares(f, [1.0], bounds=([0.02], [1.0 / max(base.max(), 1e-3)])).x[0])
 
     s_hat = scale_for(y)
+    if k.max() < k_max:  # the lengths measure positions 1..max K together; past it only the scenario's shape speaks
+        warnings.warn(PlannerWarning(
+            f"--measured: acceptance_length only (no per_position_acceptance), at K up to {k.max()}: acceptance"
+            f" positions {k.max() + 1}-{k_max} are not measured; their rates are extrapolated from the scenario's acceptance"
+            f" ({sc.acceptance.label}; {sc.acceptance.source}) x {s_hat:.3g}, the scale fitted to the measured"
+            f" lengths; rows with per_position_acceptance, or at K = {k_max}, measure them"))
     fitted = np.log(fewshot.acceptance_length(s_hat, pts.rates, pts.k)[0])
     sigma = fewshot.scatter(fitted - y, 1)
     scales = np.array([scale_for(fitted + rng.normal(0, sigma, y.size)) for _ in range(n_boot)])
@@ -340,7 +347,7 @@ def main(argv: list[str] | None = None) -> int:
     add_setting_args(p, *DEPLOYMENT_FLAGS)
     p.add_argument("--measured", nargs="+", required=True, metavar="FILE",
                    help="measured-rows CSV(s) (batch_size, k, itl_ms, ...) or vllm bench serve --save-result JSON(s)")
-    p.add_argument("--output", required=True, help="deployment calibration JSON to write")
+    p.add_argument("--output", required=True, type=path_given, help="deployment calibration JSON to write")
     p.add_argument("--bootstrap", type=int, default=N_BOOT, help=f"bootstrap resamples (default {N_BOOT})")
     add_save_scenario_arg(p)
     args = p.parse_args(argv)

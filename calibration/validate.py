@@ -30,7 +30,7 @@ from calibration.validate_moe import fit_routing_skew, fit_skew_and_reuse, grid_
 from simulator.specs.acceptance import Acceptance
 from simulator.errors import PlannerError
 from simulator.plan.grid import compute_grid
-from simulator.cli.common import OneLineParser, run_cli
+from simulator.cli.common import OneLineParser, path_given, run_cli
 from simulator.specs.scenario import Scenario, load_scenario
 
 REQUIRED = ("batch_size", "k", "itl_ms", "acceptance_length", "per_position_acceptance")
@@ -313,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--measured", required=True, help="measured runs CSV (engine sweep or vLLM readers)")
     parser.add_argument("--scenario", required=True, help="scenario TOML of the measured setup")
     parser.add_argument("--calibration", help="calibration profile (overrides the scenario's)")
-    parser.add_argument("--output-dir", help="write validation.md / .png / .json there")
+    parser.add_argument("--output-dir", type=path_given, help="write validation.md / .png / .json there")
     parser.add_argument("--update-profile", action="store_true",
                         help="write the fitted engine terms into the scenario's calibration profile")
     parser.add_argument("--traces", help="MoE: router traces .npz of the run (engine sweep --trace-output):"

@@ -18,12 +18,13 @@ class ValidationResult:
     overhead: dict
     summary: dict
 
-    def markdown(self) -> str:
-        return markdown(self)
+    def markdown(self, chart: str | None = None) -> str:
+        return markdown(self, chart)
 
 
-def markdown(result: ValidationResult) -> str:
-    """validation.md: the held-out figures, K* per batch size and, for MoE runs, expert loading."""
+def markdown(result: ValidationResult, chart: str | None = None) -> str:
+    """validation.md: the held-out figures, K* per batch size and, for MoE runs, expert loading; ``chart``: the
+    chart's file name beside it, linked (None where no chart is written: printed without --output-dir)."""
     s = result.summary
     lines = [f"# Validation: {s['scenario']} against {s['measured']}", "",
              f"- step times rest on: {s['step_time_source']}",
@@ -69,7 +70,9 @@ def markdown(result: ValidationResult) -> str:
                          f" {r.batch_size * (r.k + 1)} | {r.experts_touched:.1f} |"
                          f" {r.experts_touched_predicted:.1f} | {r.verify_ms:.2f} | {r.expert_ms_predicted:.2f} |"
                          f" {r.itl_ms:.2f} | {r.itl_ms_predicted:.2f} |")
-    lines += ["", "![predicted vs measured](validation.png)", ""]
+    if chart:
+        lines += ["", f"![predicted vs measured]({chart})"]
+    lines.append("")
     return "\n".join(lines)
 
 
@@ -105,7 +108,7 @@ def write_report(result: ValidationResult, out_dir: str | Path) -> dict[str, Pat
     names = {"markdown": "validation.md", "png": "validation.png", "json": "validation.json",
              "rows": "validation_rows.csv"}
     chart = validation_chart(result)
-    content = {"png": vlc.vegalite_to_png(chart.to_json(), scale=1.5), "markdown": result.markdown(),
+    content = {"png": vlc.vegalite_to_png(chart.to_json(), scale=1.5), "markdown": result.markdown(names["png"]),
                "json": json.dumps(result.summary, indent=2) + "\n", "rows": result.rows.to_csv(index=False)}
     write_files_atomically(out, {names[k]: content[k] for k in names})
     return {k: out / v for k, v in names.items()}

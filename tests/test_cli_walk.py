@@ -165,7 +165,7 @@ def test_serve_graphs_csv_is_refused_not_two_tables_in_one_file():
     base = ("--scenario", "llama-3.1-8b-h100", "--policy", "dsd", "--requests", "20", "--graphs")
     assert "--format json" in _refused("simulator.serve", *base, "--format", "csv")
     done = run_main("simulator.serve", *base, "--format", "json")
-    assert done.returncode == 0 and set(json.loads(done.stdout)) == {"summary", "graphs"}
+    assert done.returncode == 0 and set(json.loads(done.stdout)) == {"provenance", "summary", "graphs"}
 
 
 def test_save_scenario_onto_the_output_is_refused(tmp_path):

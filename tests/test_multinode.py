@@ -7,7 +7,7 @@ from simulator.errors import PlannerError
 from simulator.physics.fabric import allgather_s, allreduce_fabric_s, alltoall_s, node_split
 from simulator.physics.layers import allreduce_s
 from simulator.plan.api import predict
-from simulator.specs.hardware import load_hardware
+from simulator.specs.hardware import check_group_fits, load_hardware
 
 H100 = load_hardware("h100-sxm")
 
@@ -70,7 +70,7 @@ def test_sizing_rejects_the_same_candidate_with_the_reason():
     with pytest.raises(PlannerError, match="no inter-node fabric"):
         candidate_scenario(sc, Candidate("mi300x", 16))
     priced = candidate_scenario(sc, Candidate("h100-sxm", 16))
-    assert any("spans 2 nodes" in w for w in priced.warnings)
+    assert any("spans 2 NVLink4 domains" in w for w in priced.warnings)
 
 
 def test_a_hardware_file_without_a_domain_says_a_large_group_is_priced_as_one_server(tmp_path):
@@ -86,4 +86,23 @@ def test_a_hardware_file_without_a_domain_says_a_large_group_is_priced_as_one_se
     caveat = check_group_fits(hw, 16, "tp")
     assert caveat.startswith("tp = 16 on my-gpu: its hardware file names no scale_up_domain_gpus")
     # a file with a domain keeps its own caveat (an 8-GPU HGX board, 2 nodes)
-    assert "spans 2 nodes of 8 GPUs" in check_group_fits(load_hardware("h100-sxm"), 16, "tp")
+    assert "spans 2 NVLink4 domains of 8 GPUs" in check_group_fits(load_hardware("h100-sxm"), 16, "tp")
+
+
+@pytest.mark.parametrize("name", ["h100-nvl", "h100-pcie"])
+def test_bridged_pcie_cards_cross_pcie_beyond_the_pair(name):
+    # before: both files priced tp = 8 at the bridge's 300 GB/s as one 8-GPU NVLink domain. H100 datasheet (NVL and
+    # PCIe columns): 'NVLink: 600GB/s, PCIe Gen5: 128GB/s'; the bridge joins two cards -> a 2-GPU domain at
+    # 300 GB/s one direction, PCIe 64 GB/s one direction beyond it (NCCL hwLat PCI Tree/LL 1.0 us per step)
+    hw = load_hardware(name)
+    assert hw.scale_up_domain_gpus == 2 and hw.interconnect_bandwidth_bytes_per_s == 600e9 / 2
+    assert hw.scale_out["bandwidth_bytes_per_s"] == 128e9 / 2 and hw.scale_out["latency_s"] == 1.0e-6
+    assert "PCIe Gen5" in hw.scale_out["fabric"] and "128GB/s" in hw.scale_out["source"]
+    assert node_split(hw, 2) == (1, 2) and node_split(hw, 8) == (4, 2)
+    # hand: S = 16384 B over 8 GPUs = 4 pairs: 2 log2(4) x 1 us + 2*7/8 * S / (2 x 64e9) - 2*1/2 * S / 300e9
+    S = 16384.0
+    assert allreduce_fabric_s(S, 8, hw) == pytest.approx(4e-6 + 2 * 7 / 8 * S / 128e9 - S / 300e9)
+    assert allreduce_fabric_s(S, 2, hw) == 0.0
+    caveat = check_group_fits(hw, 8, "tp")
+    assert caveat.startswith(f"tp = 8 on {name} spans 4 NVLink bridge domains of 2 GPUs") and "PCIe Gen5" in caveat
+    assert check_group_fits(hw, 2, "tp") is None

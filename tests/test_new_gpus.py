@@ -131,7 +131,7 @@ def test_nvl72_ep32_accepted_on_gb200_beyond_a_domain_elsewhere():
     # H20 and MI355X (no inter-node fabric in their files) refuse it with the domain size
     with pytest.warns(UserWarning):
         h100 = predict(model="deepseek-v3", hardware="h100-sxm", tp=32, ep=32, calibration="none", batch_sizes=[1])
-    assert any("spans 4 nodes of 8 GPUs" in w for w in h100.scenario.warnings)
+    assert any("spans 4 NVLink4 domains of 8 GPUs" in w for w in h100.scenario.warnings)
     for hw in ("h20", "mi355x"):
         with pytest.raises(PlannerError, match=r"tp = 16 on .* spans 2 nodes of 8 GPUs.*tp <= 8"):
             predict(model="llama-3.1-70b", hardware=hw, tp=16)
@@ -215,7 +215,7 @@ def test_catalog_says_what_each_new_gpu_rests_on(capsys):
         assert "published prior" in rows[name]
     for name in ("gb300", "mi350x", "rtx-pro-6000", "h20", "h100-nvl"):
         assert "datasheet only" in rows[name]
-    assert "72/node" in rows["gb200"] and "fp4: nvfp4/mxfp4" in rows["gb200"] and "fp4: mxfp4" in rows["mi355x"]
+    assert "72/domain" in rows["gb200"] and "fp4: nvfp4/mxfp4" in rows["gb200"] and "fp4: mxfp4" in rows["mi355x"]
     assert "no fp4" in rows["h20"] and "PCIe Gen5" in rows["rtx-pro-6000"]
 
 

@@ -126,6 +126,18 @@ def test_report_files_written(tmp_path):
     summary = json.loads((tmp_path / "validation.json").read_text())
     assert summary["itl_mape"] <= 0.10 and summary["step_overhead"]["scale"] > 0
     assert (tmp_path / "validation.png").stat().st_size > 10_000
+    assert "![predicted vs measured](validation.png)" in (tmp_path / "validation.md").read_text()
+
+
+def test_printed_report_links_no_chart_it_did_not_write(tmp_path):
+    # was: without --output-dir the report printed '![predicted vs measured](validation.png)', a file never written
+    # (--help: '--output-dir: write validation.md / .png / .json there'; without it nothing is written)
+    if not DENSE_RUNS.exists():
+        pytest.skip("measured dataset not generated")
+    r = run_main("calibration.validate", "--measured", str(DENSE_RUNS), "--scenario",
+                 str(REPO / "scenarios/smollm2-cpu.toml"), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "# Validation:" in r.stdout and "validation.png" not in r.stdout and not list(tmp_path.iterdir())
 
 
 def test_evaluation_scenario_is_rebuilt_from_its_toml_layout():

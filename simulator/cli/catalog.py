@@ -41,11 +41,11 @@ def _hardware_basis(hw) -> str:
 
 def _hardware() -> list[str]:
     from simulator.specs.hardware import list_hardware, load_hardware
-    out = ["# hardware: name, memory, NVLink domain / inter-node fabric, FP4 tensor cores; kernel times rest on"]
+    out = ["# hardware: name, memory, GPUs per NVLink domain / the fabric between domains, FP4 tensor cores; kernel times rest on"]
     for name in list_hardware():
         hw = load_hardware(name)
         dom = hw.scale_up_domain_gpus
-        fabric = (f"{dom}/node, {hw.scale_out['fabric']}" if hw.scale_out else
+        fabric = (f"{dom}/domain, {hw.scale_out['fabric']}" if hw.scale_out else
                   f"{dom}/node, no inter-node fabric (tp <= {dom})" if dom else hw.interconnect)
         fp4 = "fp4: " + "/".join(hw.fp4_formats) if hw.fp4_formats else "no fp4"
         out.append(f"{name:12s} {hw.memory_bytes / 1e9:5.0f} GB  {fabric:60s}  {fp4:16s}  {_hardware_basis(hw)}")

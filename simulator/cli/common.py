@@ -22,7 +22,7 @@ from simulator.files import check_output_dir, check_output_file, write_atomicall
 
 __all__ = ["OneLineParser", "run_cli", "command", "say_written", "add_save_scenario_arg", "check_save_scenario",
            "save_scenario", "command_line", "one_line", "check_output_dir", "check_output_file", "write_atomically",
-           "write_files_atomically", "add_dtype_args", "dtype_overrides", "dtypes_text", "add_setting_args",
+           "write_files_atomically", "path_given", "add_dtype_args", "dtype_overrides", "dtypes_text", "add_setting_args",
            "setting_overrides", "blame_flag", "load_with_flags", "Terminated", "signals_as_exceptions"]
 
 
@@ -31,6 +31,14 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message):
         self.exit(2, f"error: {message} (see --help)\n")
+
+
+def path_given(text: str) -> str:
+    """argparse type of an output path flag: an empty one is refused (the commands read '' as the flag left
+    out, so --output '' would print to stdout where a file was asked for)."""
+    if not text:
+        raise argparse.ArgumentTypeError("empty; give a path, or leave the flag out")
+    return text
 
 
 def one_line(text: str) -> str:
@@ -150,7 +158,7 @@ SAVE_FLAG = "--save-scenario"
 
 def add_save_scenario_arg(p: argparse.ArgumentParser) -> None:
     """--save-scenario FILE: every command's way to keep what it ran as a commented scenario TOML."""
-    p.add_argument(SAVE_FLAG, metavar="FILE", help="also write what this command ran (flags folded in) as a commented"
+    p.add_argument(SAVE_FLAG, metavar="FILE", type=path_given, help="also write what this command ran (flags folded in) as a commented"
                    " TOML; given back as the scenario (a sweep: as the sweep file) it gives the same answer")
 
 

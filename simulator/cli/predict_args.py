@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 
 from simulator.plan import exports
-from simulator.cli.common import DTYPE_SETTINGS, OneLineParser, add_save_scenario_arg, add_setting_args
+from simulator.cli.common import DTYPE_SETTINGS, OneLineParser, add_save_scenario_arg, add_setting_args, path_given
 from simulator.cli.catalog import KINDS as CATALOG_KINDS
 
 EXPORT_FORMATS = exports.FORMATS  # vllm, vllm-ctx, trtllm, sglang, sglang-sps: engine files
@@ -55,7 +55,7 @@ def _output_args(p) -> None:
     p.add_argument("--sglang-candidates", choices=("kstar", "neighbors"), default="kstar",
                    help="SGLang slots: kstar = one candidate (fixed K*), neighbors = K*-1, K*, K*+1 where both"
                    " neighbours are within 2%% of the best goodput (room for SGLang's own adaptation)")
-    p.add_argument("--output", help="write to this file instead of stdout")
+    p.add_argument("--output", type=path_given, help="write to this file instead of stdout")
     p.add_argument("--list", choices=CATALOG_KINDS, help="list the catalog's models, hardware, engines, drafts or"
                    " dtypes with what each rests on, and exit (also: python -m simulator.catalog)")
     p.add_argument("--breakdown", metavar="B,K", help="print the per-operator breakdown at batch size B and draft length K")

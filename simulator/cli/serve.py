@@ -53,7 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     server = p.add_argument_group("deployment", "calibration and the engine's settings")
     add_setting_args(server, "deployment", "learned", "max_num_seqs", notes={"deployment": "every serving step uses them"})
     out = p.add_argument_group("output", "what to print")
-    out.add_argument("--format", default="table", help="table | json | csv (default table)")
+    out.add_argument("--format", default="table", help="table | json | csv (default table; json: an object with"
+                     " 'provenance' (the step times' basis and band, the speedups' band, as predict's JSON) and"
+                     " 'summary'; csv: the summary rows only, as predict's csv)")
     out.add_argument("--graphs", action="store_true", help="also list the (tokens, K) CUDA graphs each policy's K table needs"
                      " (decode-only steps; the adaptive policies start from dsd's table)")
     add_save_scenario_arg(out)
@@ -225,6 +227,7 @@ def _run(args) -> int:
     results = [serving.simulate(sc, p, workload=workload, seed=args.seed, engine=engine) for p in policies]
     df = pd.DataFrame([r.summary for r in results])
     text = render(df, args.format)
+    graphs = None
     if args.graphs:
         frames = [serving.required_graphs(serving.policy_k_table(
             sc, p, serving.running_cap(engine, workload, p != "plain"), engine),
@@ -232,11 +235,13 @@ def _run(args) -> int:
             for p in policies]
         graphs = pd.concat(frames, ignore_index=True)[["policy", "tokens", "k", "batch_min", "batch_max",
                                                        "captured"]]
-        if args.format == "json":
-            text = json.dumps({"summary": json.loads(df.to_json(orient="records")),
-                               "graphs": json.loads(graphs.to_json(orient="records"))}, indent=2) + "\n"
-        else:
+        if args.format != "json":
             text += "\n" + render(graphs, args.format)
+    if args.format == "json":  # what the numbers rest on, as predict's JSON carries it
+        from simulator.plan.api import scenario_provenance
+        text = json.dumps({"provenance": scenario_provenance(sc), "summary": json.loads(df.to_json(orient="records"))}
+                          | ({} if graphs is None else {"graphs": json.loads(graphs.to_json(orient="records"))}),
+                          indent=2) + "\n"
     if args.format == "table":
         from simulator.plan.api import scenario_step_band
         text += (f"# {sc.model.name} on {sc.deployment.tp} x {sc.hardware.name}, draft {sc.draft.label};"

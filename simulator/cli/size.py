@@ -16,7 +16,7 @@ import math
 import sys
 
 from simulator.errors import PlannerError
-from simulator.cli.common import (OneLineParser, add_dtype_args, add_save_scenario_arg, add_setting_args, blame_flag,
+from simulator.cli.common import (OneLineParser, path_given, add_dtype_args, add_save_scenario_arg, add_setting_args, blame_flag,
                                  check_output_dir, check_save_scenario, command, dtype_overrides, load_with_flags,
                                  save_scenario, say_written, setting_overrides, write_files_atomically)
 from simulator.sizing.spec import SLO_KEYS
@@ -68,7 +68,7 @@ def build_parser():
     search.add_argument("--search-steps", type=int, help=f"bisection steps after bracketing (default [sizing] search_steps, else {_default('search_steps')})")
     search.add_argument("--no-sensitivity", action="store_true", help="skip the acceptance / bandwidth reruns (also [sizing] sensitivity = false)")
     out = p.add_argument_group("output", "what to write and where")
-    out.add_argument("--output-dir", help="write <scenario>.html/.md/.json here (default: print to stdout)")
+    out.add_argument("--output-dir", type=path_given, help="write <scenario>.html/.md/.json here (default: print to stdout)")
     out.add_argument("--format", action="append", choices=FORMATS,
                      help="output format, repeatable (default: html and markdown with --output-dir, markdown otherwise)")
     add_save_scenario_arg(out)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import signal
 import sys
 
-from simulator.cli.common import (OneLineParser, Terminated, add_save_scenario_arg, check_output_dir, check_save_scenario,
+from simulator.cli.common import (OneLineParser, path_given, Terminated, add_save_scenario_arg, check_output_dir, check_save_scenario,
                                  command, save_scenario, say_written)
 from simulator.errors import PlannerError
 
@@ -33,7 +33,7 @@ def build_parser():
     where.add_argument("--workers", type=int, help="local worker processes (default: [run] workers, else 2)")
     where.add_argument("--ray-address", help="run on Ray: auto | HOST[:PORT] | ray://HOST:10001 | local")
     out = p.add_argument_group("output")
-    out.add_argument("--output-dir", help="where the journal and the tables go (default: [output] dir)")
+    out.add_argument("--output-dir", type=path_given, help="where the journal and the tables go (default: [output] dir)")
     out.add_argument("--quiet", action="store_true", help="no progress line and no 'warning:' lines")
     add_save_scenario_arg(out)  # here the sweep file, with --workers and --output-dir folded in
     return p

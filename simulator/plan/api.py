@@ -52,6 +52,28 @@ def scenario_step_band(sc: Scenario) -> Band:
     return step_time_band(sc.hardware.name, sc.hardware.kind, basis, sc.profile.raw if sc.profile else None)
 
 
+def scenario_provenance(sc: Scenario) -> dict:
+    """What a scenario's numbers rest on: its sources, the step times' basis and band, the speedups' band
+    (predict's and serve's JSON carry it as "provenance")."""
+    return {
+        "scenario": sc.name, "origin": sc.origin,
+        "step_time_source": sc.cost_source,
+        "acceptance": f"{sc.acceptance.label} ({sc.acceptance.source})",
+        "model": f"{sc.model.name}: {sc.model.source}",
+        "hardware": f"{sc.hardware.name}: {sc.hardware.source}",
+        "deployment": f"tp={sc.deployment.tp} ep={sc.deployment.ep}"
+                      + (f" layout={sc.deployment.layout} dp={sc.deployment.dp}" if sc.model.is_moe else "")
+                      + f" weights={sc.deployment.weight_dtype} activations={sc.deployment.act_dtype}"
+                      f" kv={sc.deployment.kv_dtype}"
+                      f" routing={sc.deployment.routing.describe()}",
+        "draft": sc.draft.label, "context_len": sc.context_len,
+        "uncertainty": scenario_step_band(sc).describe(), "speedup_uncertainty": speedup_trust_text(sc),
+        "step_basis": sc.step_basis,
+        "decision_uncertainty": f"P(speculation pays) per batch size over {N_DRAWS} draws of "
+                                + draws_basis(sc.step_terms),
+    } | ({"deployment_fit": sc.deployment_fit.label} if sc.deployment_fit else {})
+
+
 @dataclass
 class Prediction:
     scenario: Scenario
@@ -60,24 +82,7 @@ class Prediction:
     # --- provenance ---------------------------------------------------------------------------
     @property
     def provenance(self) -> dict:
-        sc = self.scenario
-        return {
-            "scenario": sc.name, "origin": sc.origin,
-            "step_time_source": sc.cost_source,
-            "acceptance": f"{sc.acceptance.label} ({sc.acceptance.source})",
-            "model": f"{sc.model.name}: {sc.model.source}",
-            "hardware": f"{sc.hardware.name}: {sc.hardware.source}",
-            "deployment": f"tp={sc.deployment.tp} ep={sc.deployment.ep}"
-                          + (f" layout={sc.deployment.layout} dp={sc.deployment.dp}" if sc.model.is_moe else "")
-                          + f" weights={sc.deployment.weight_dtype} activations={sc.deployment.act_dtype}"
-                          f" kv={sc.deployment.kv_dtype}"
-                          f" routing={sc.deployment.routing.describe()}",
-            "draft": sc.draft.label, "context_len": sc.context_len,
-            "uncertainty": self.uncertainty.describe(), "speedup_uncertainty": speedup_trust_text(sc),
-            "step_basis": sc.step_basis,
-            "decision_uncertainty": f"P(speculation pays) per batch size over {N_DRAWS} draws of "
-                                    + draws_basis(sc.step_terms),
-        } | ({"deployment_fit": sc.deployment_fit.label} if sc.deployment_fit else {})
+        return scenario_provenance(self.scenario)
 
     def k_rise_attribution(self) -> str | None:
         """MoE: where K* rises from B = 1 to its peak, what the verify pass's growth from K = 0 to K* is

@@ -300,9 +300,10 @@ def check_group_fits(hw: Hardware, gpus: int, what: str) -> str | None:
                            f" domain each) and the hardware file gives no inter-node fabric: add a [scale_out] table"
                            f" (fabric, bandwidth_bytes_per_s, latency_s, source) or use {what} <= {dom}")
     so = hw.scale_out
-    return (f"{what} = {gpus} on {hw.name} spans {nodes} nodes of {dom} GPUs: collectives pay the inter-node"
-            f" fabric ({so['fabric']}: {so['bandwidth_bytes_per_s'] / 1e9:.0f} GB/s per GPU,"
-            f" {so['latency_s'] * 1e6:.0f} us per network step; hardware file [scale_out])")
+    # "domains", not "nodes": a domain is an HGX board, an NVL72 rack or an NVLink-bridged pair of PCIe cards
+    return (f"{what} = {gpus} on {hw.name} spans {nodes} {hw.interconnect} domains of {dom} GPUs: collectives between"
+            f" them pay the {so['fabric']} ({so['bandwidth_bytes_per_s'] / 1e9:.0f} GB/s per GPU,"
+            f" {so['latency_s'] * 1e6:.0f} us per step; hardware file [scale_out])")
 
 
 def _published(table, origin: str) -> dict:
