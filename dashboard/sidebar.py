@@ -328,10 +328,19 @@ def _acceptance_controls(base_raw: dict, base_controls: dict) -> tuple[list, str
     return rates, source, ok
 
 
-def _workload_controls() -> None:
+def _workload_controls(model: str, base_raw: dict) -> None:
     ss, sb = st.session_state, st.sidebar
     sb.subheader("Workload and precision")
     sb.number_input("Context length L (tokens)", min_value=1, max_value=1_048_576, step=512, key="context_len")
+    spec = load_model(model)
+    trained = spec.max_position_embeddings
+    # shown where it matters: a context (or the scenario's context axis) beyond the trained length, or ticked
+    if ss["allow_beyond"] or (trained and ("context_lens" in base_raw.get("workload", {})
+                                           or int(ss["context_len"]) > trained)):
+        sb.checkbox(S.ALLOW_BEYOND_LABEL, key="allow_beyond",
+                    help=(f"{spec.name} was trained to {trained:,} tokens (max_position_embeddings); " if trained
+                          else "") + "tick this for a deployment that serves it longer with RoPE scaling (as"
+                                     " [workload] allow_context_beyond_model = true in a scenario file).")
     c1, c2 = sb.columns(2)  # two to a row: three cut "bf16" to "bf1" in the sidebar's width
     c1.selectbox("Weights", list(WEIGHT_DTYPES), key="w_dtype")
     c2.selectbox("Activations", list(ACT_DTYPES), key="a_dtype")
@@ -423,7 +432,7 @@ def sidebar() -> Inputs:
     _engine_controls()
     model, model_ok = _model_controls()
     rates, source, acceptance_ok = _acceptance_controls(base_raw, base_controls)
-    _workload_controls()
+    _workload_controls(model, base_raw)
     profile = _calibration_controls()
     fit_path, fit = _deployment_fit_controls()
     own_rates, own_source = rates, source  # the controls' acceptance, for the page without the fit

@@ -1,0 +1,41 @@
+"""Dashboard polish from a QA walk (2026-12-07), each pinned headlessly with AppTest.
+
+Each test names what the user saw before the fix.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+APP = str(ROOT / "app.py")
+
+
+def new_app() -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def test_a_context_beyond_the_trained_length_is_allowed_by_a_checkbox_the_error_names():
+    # Before: context 200000 on llama-3.1-8b (config.json max_position_embeddings = 131072) said "set [workload]
+    # allow_context_beyond_model = true (API: allow_long_context=True)", which the dashboard had no control for.
+    from dashboard import state as S
+
+    at = new_app()
+    at.sidebar.selectbox(key="model_name").set_value("llama-3.1-8b").run()
+    assert not [c for c in at.sidebar.checkbox if c.key == "allow_beyond"]  # within the trained length: not shown
+    at.sidebar.number_input(key="context_len").set_value(200_000).run()
+    err = " ".join(e.value for e in at.error)
+    assert "max_position_embeddings=131072" in err and f"tick '{S.ALLOW_BEYOND_LABEL}'" in err, err
+    assert "[workload]" not in err and "API:" not in err, err
+    box = at.sidebar.checkbox(key="allow_beyond")
+    assert box.label == S.ALLOW_BEYOND_LABEL
+    box.check().run()
+    assert not at.error, [e.value for e in at.error]
+    assert "context: 200000 tokens" in next(c.value for c in at.caption if "Prediction rests on" in c.value)
