@@ -13,6 +13,7 @@ from simulator.specs.drafts import parse_draft
 from simulator.specs.hardware import ACT_DTYPES, KV_DTYPES, WEIGHT_DTYPES, list_hardware, load_hardware
 from simulator.specs.engines import default_engine
 from simulator.specs.models import list_models, load_model
+from simulator.specs.scenario_sections import default_weight_dtype
 
 
 @dataclass
@@ -33,6 +34,7 @@ def _apply_scenario() -> None:
     ss["_base_controls"] = S.controls_from_scenario(ss["_base_raw"])
     for key, value in ss["_base_controls"].items():
         ss[key] = value
+    ss["_weights_model"] = ss["model_name"]  # the scenario's weights stand until the model changes
 
 
 def _draft_changed() -> None:
@@ -190,6 +192,7 @@ def _model_controls() -> tuple[str, bool]:
             except PlannerError as err:  # shown at its control; the page stays on the catalog model
                 sb.error(f"Model upload rejected: {err}. Showing the catalog model {model} until it is fixed.")
     _fit_draft_to(model)
+    _fit_weights_to(model)
     sb.selectbox("Draft method", S.DRAFT_CHOICES, key="draft_method", on_change=_draft_changed,
                  help="eagle / eagle3: a one-layer head; mtp: the model's multi-token-prediction module; "
                       "ngram: prompt lookup on the host; model: a separate small draft model; dflash / dspark / "
@@ -221,6 +224,17 @@ def _fit_draft_to(model: str) -> None:
         _draft_changed()
         ss["_draft_note"] = (f"Draft set to {ss['draft_method']}: no catalog model shares {target}'s vocabulary"
                              f" ({why}); a head drafts with the target's own vocabulary.")
+
+
+def _fit_weights_to(model: str) -> None:
+    """A new target model brings its checkpoint's weight precision (fp8 for DeepSeek-V3's published blocks,
+    else the default), as --model alone does; a choice made for the same model stays. Runs before the
+    Weights control is drawn."""
+    ss = st.session_state
+    if ss.setdefault("_weights_model", model) == model:
+        return
+    ss["_weights_model"] = model
+    ss["w_dtype"] = default_weight_dtype(load_model(model))
 
 
 # Each acceptance mode's controls return (rates or None, source text, usable).

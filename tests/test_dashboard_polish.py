@@ -39,3 +39,20 @@ def test_a_context_beyond_the_trained_length_is_allowed_by_a_checkbox_the_error_
     box.check().run()
     assert not at.error, [e.value for e in at.error]
     assert "context: 200000 tokens" in next(c.value for c in at.caption if "Prediction rests on" in c.value)
+
+
+def test_the_weights_follow_the_checkpoint_of_a_new_model_and_keep_a_choice_for_the_same_one():
+    # Before: switching the default scenario's llama-3.1-70b (bf16) to deepseek-v3, whose published checkpoint
+    # is fp8 blocks (config.json quantization_config: fp8, weight_block_size [128, 128]), kept Weights = bf16,
+    # twice the GB per GPU that `predict --model deepseek-v3` prices.
+    at = new_app()
+    assert at.session_state["w_dtype"] == "bf16"
+    at.sidebar.selectbox(key="model_name").set_value("deepseek-v3").run()
+    assert at.session_state["w_dtype"] == "fp8"
+    assert "weights=fp8" in next(c.value for c in at.caption if "Prediction rests on" in c.value)
+    at.sidebar.selectbox(key="w_dtype").set_value("int4").run()  # the user's choice, same model: kept
+    at.sidebar.slider(key="k_max").set_value(6).run()
+    assert at.session_state["w_dtype"] == "int4"
+    at.sidebar.selectbox(key="model_name").set_value("llama-3.1-8b").run()  # a bf16 checkpoint
+    assert at.session_state["w_dtype"] == "bf16"
+    assert not at.exception, [e.value for e in at.exception]
