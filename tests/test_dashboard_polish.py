@@ -56,3 +56,13 @@ def test_the_weights_follow_the_checkpoint_of_a_new_model_and_keep_a_choice_for_
     at.sidebar.selectbox(key="model_name").set_value("llama-3.1-8b").run()  # a bf16 checkpoint
     assert at.session_state["w_dtype"] == "bf16"
     assert not at.exception, [e.value for e in at.exception]
+
+
+def test_the_main_page_has_a_title_in_the_page_navigation():
+    # Before: Streamlit's sidebar navigation named the main page "app" (the file name), above "Fleet sweep".
+    at = new_app()
+    # AppTest (Streamlit 1.67) keeps the pages the navigation registered in this attribute; no public accessor
+    assert [p["page_name"] for p in at._registered_pages.values()] == ["Capacity planner", "Fleet sweep"]
+    assert [t.value for t in at.title] == ["Speculative decoding capacity planner"]
+    at.switch_page("pages/1_Fleet_sweep.py").run()
+    assert [t.value for t in at.title] == ["Fleet sweep"] and not at.exception
