@@ -66,3 +66,27 @@ def test_the_main_page_has_a_title_in_the_page_navigation():
     assert [t.value for t in at.title] == ["Speculative decoding capacity planner"]
     at.switch_page("pages/1_Fleet_sweep.py").run()
     assert [t.value for t in at.title] == ["Fleet sweep"] and not at.exception
+
+
+def test_heatmap_cells_overlap_their_neighbours_so_no_seam_shows():
+    # Before: above B ~ 100 the cells of the goodput heatmap and the K* by context map are under a pixel wide, and
+    # the anti-aliased edge between two cells let the white background through: in Chromium the map's K* = 0
+    # region at B 150-256 read pale and striped, like the grey of "does not fit in memory". Each cell now reaches
+    # 1 px past its right and top edges, drawn row by row and left to right, so every edge lies on a drawn cell.
+    import json
+
+    from streamlit.dataframe_util import convert_arrow_bytes_to_pandas_df
+
+    at = new_app()
+    for tab, row in (("Goodput heatmap", "k_lo"), ("K* by context", "c_lo")):
+        at.session_state["view"] = tab
+        at.run()
+        proto = at.get("vega_lite_chart")[0].proto
+        data = {d.name: convert_arrow_bytes_to_pandas_df(d.data.data) for d in proto.datasets}
+        rects = [layer for layer in json.loads(proto.spec)["layer"] if layer["mark"]["type"] == "rect"]
+        assert len(rects) == 2, tab  # the cells that fit, and the grey ones that do not
+        for layer in rects:
+            assert layer["mark"]["x2Offset"] >= 1 and layer["mark"]["y2Offset"] <= -1, (tab, layer["mark"])
+            cells = data[layer["data"]["name"]]
+            drawn = list(zip(cells[row], cells["b_lo"]))
+            assert drawn == sorted(drawn), tab
