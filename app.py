@@ -444,10 +444,16 @@ def main() -> None:
                 view(pg)
 
 
-try:
-    main()
-except PlannerError as err:
-    st.error(str(err))
-except Exception as err:  # never show a traceback; the log keeps it
-    log.exception("dashboard failed")
-    st.error(f"Internal error ({type(err).__name__}): {err}. Please report it with the scenario you used.")
+def planner_page() -> None:
+    try:
+        main()
+    except PlannerError as err:
+        st.error(str(err))
+    except Exception as err:  # never show a traceback; the log keeps it
+        log.exception("dashboard failed")
+        st.error(f"Internal error ({type(err).__name__}): {err}. Please report it with the scenario you used.")
+
+
+# the pages as the sidebar names them (without st.navigation the first would read "app", this file's name)
+st.navigation([st.Page(planner_page, title="Capacity planner", default=True),
+               st.Page("pages/1_Fleet_sweep.py", title="Fleet sweep", url_path="Fleet_sweep")]).run()

@@ -57,6 +57,18 @@ def k_star_chart(table: pd.DataFrame, title: str = "") -> alt.Chart:
         title=alt.TitleParams("Optimal draft length K* vs batch size", subtitle=title or alt.Undefined), height=340)
 
 
+# Heatmap cells without seams. Neighbouring rects with anti-aliased edges let the background through along each
+# shared edge; above B ~ 100 the cells are under a pixel wide and the seams wash the colours out towards the grey
+# of "does not fit". Each cell reaches 1 px past its right and top edges, and the cells are drawn row by row,
+# left to right (seamless_order), so every edge lies on an opaque neighbour drawn before it.
+SEAMLESS = dict(x2Offset=1, y2Offset=-1)
+
+
+def seamless_order(df: pd.DataFrame, row: str) -> pd.DataFrame:
+    """Cells in the order SEAMLESS needs: rows (``row``) bottom to top, batch sizes left to right."""
+    return df.sort_values([row, "batch_size"], kind="stable")
+
+
 def heatmap_frame(grid: pd.DataFrame) -> pd.DataFrame:
     """Grid rows with log-spaced cell edges in B and goodput relative to the best K at each B."""
     df = grid[["batch_size", "k", "goodput_per_seq", "itl_ms", "throughput", "fits_memory", "bound"]].copy()
@@ -90,14 +102,15 @@ def goodput_heatmap(grid: pd.DataFrame, table: pd.DataFrame, relative: bool = Fa
     yaxis = alt.Axis(title="Draft length K (tokens per step)", values=list(range(k_max + 1)), format="d")
     xscale = alt.Scale(type="log", domain=[float(df["b_lo"].min()), float(df["b_hi"].max())], nice=False)
     df = df.assign(k_lo=df["k"] - 0.5, k_hi=df["k"] + 0.5)
+    df = seamless_order(df, "k")
     fits, over = df[df["fits_memory"]], df[~df["fits_memory"]]
     pos = dict(x=alt.X("b_lo:Q", scale=xscale, axis=BATCH_AXIS), x2=alt.X2("b_hi:Q"),
                y=alt.Y("k_lo:Q", scale=yscale, axis=yaxis), y2=alt.Y2("k_hi:Q"))
     # cells that do not fit in memory: a separate grey layer (a conditional colour costs ~0.1 s to build)
-    grey = alt.Chart(over).mark_rect(color="#d9d9d9").encode(**pos, tooltip=[
+    grey = alt.Chart(over).mark_rect(color="#d9d9d9", **SEAMLESS).encode(**pos, tooltip=[
         alt.Tooltip("batch_size:Q", title="B"), alt.Tooltip("k:Q", title="K"),
         alt.Tooltip("fits_memory:N", title="fits memory")])
-    cells = alt.Chart(fits).mark_rect().encode(
+    cells = alt.Chart(fits).mark_rect(**SEAMLESS).encode(
         **pos, color=alt.Color(f"{field}:Q", title=ctitle, scale=alt.Scale(scheme="viridis"),
                                legend=alt.Legend(format=fmt)),
         tooltip=[alt.Tooltip("batch_size:Q", title="B"), alt.Tooltip("k:Q", title="K"),
@@ -322,7 +335,7 @@ def kstar_context_heatmap(k2d: pd.DataFrame, title: str = "") -> alt.Chart:
 
     ``k2d``: ``Prediction.kstar_frame()`` (index batch_size, columns context_len, <NA> where no K
     fits in memory; those cells are grey)."""
-    df = kstar_context_frame(k2d)
+    df = seamless_order(kstar_context_frame(k2d), "context_len")
     fits, over = df[df["k_opt"].notna()], df[df["k_opt"].isna()]
     xscale = alt.Scale(type="log", domain=[float(df["b_lo"].min()), float(df["b_hi"].max())], nice=False)
     yscale = alt.Scale(type="log", domain=[float(df["c_lo"].min()), float(df["c_hi"].max())], nice=False)
@@ -332,12 +345,12 @@ def kstar_context_heatmap(k2d: pd.DataFrame, title: str = "") -> alt.Chart:
                y2=alt.Y2("c_hi:Q"))
     tip = [alt.Tooltip("batch_size:Q", title="B"), alt.Tooltip("context_len:Q", title="L", format=","),
            alt.Tooltip("k_opt:Q", title="K*")]
-    grey = alt.Chart(over).mark_rect(color="#d9d9d9").encode(**pos, tooltip=tip[:2])
+    grey = alt.Chart(over).mark_rect(color="#d9d9d9", **SEAMLESS).encode(**pos, tooltip=tip[:2])
     # K* is a whole number: one colour per K from 0 to the largest shown (an ordinal scale), not a gradient
     # that suggests K = 2.5 exists
     fits = fits.assign(k_opt=fits["k_opt"].astype(int))
     k_max = int(fits["k_opt"].max()) if len(fits) else 1
-    cells = alt.Chart(fits).mark_rect().encode(
+    cells = alt.Chart(fits).mark_rect(**SEAMLESS).encode(
         **pos, color=alt.Color("k_opt:O", title="K*", scale=alt.Scale(scheme="viridis", domain=list(range(k_max + 1))),
                                legend=alt.Legend(orient="right")), tooltip=tip)
     note = "colour: K* at each (batch size, context length); grey: does not fit in memory"

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from dashboard.state import ALLOW_BEYOND_REMEDY
 from simulator.plan.api import Prediction, predict_scenario
 from simulator.specs.scenario import build_scenario
 
@@ -26,7 +27,7 @@ _ALTAIR_LOCK = threading.Lock()  # data transformers and themes are process-glob
 def prediction(key: str, origin: str) -> Prediction:
     """Build and evaluate the scenario that ``key`` (JSON of the scenario dict) describes."""
     raw = json.loads(key)
-    sc = build_scenario(raw, origin, raw.get("_base_dir"))
+    sc = build_scenario(raw, origin, raw.get("_base_dir"), allow_beyond=ALLOW_BEYOND_REMEDY)
     p = predict_scenario(sc)
     p.table, p.grid_rows  # noqa: B018 -- fill the cached properties once, inside the cache
     return p

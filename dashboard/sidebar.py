@@ -13,6 +13,7 @@ from simulator.specs.drafts import parse_draft
 from simulator.specs.hardware import ACT_DTYPES, KV_DTYPES, WEIGHT_DTYPES, list_hardware, load_hardware
 from simulator.specs.engines import default_engine
 from simulator.specs.models import list_models, load_model
+from simulator.specs.scenario_sections import default_weight_dtype
 
 
 @dataclass
@@ -33,6 +34,7 @@ def _apply_scenario() -> None:
     ss["_base_controls"] = S.controls_from_scenario(ss["_base_raw"])
     for key, value in ss["_base_controls"].items():
         ss[key] = value
+    ss["_weights_model"] = ss["model_name"]  # the scenario's weights stand until the model changes
 
 
 def _draft_changed() -> None:
@@ -190,6 +192,7 @@ def _model_controls() -> tuple[str, bool]:
             except PlannerError as err:  # shown at its control; the page stays on the catalog model
                 sb.error(f"Model upload rejected: {err}. Showing the catalog model {model} until it is fixed.")
     _fit_draft_to(model)
+    _fit_weights_to(model)
     sb.selectbox("Draft method", S.DRAFT_CHOICES, key="draft_method", on_change=_draft_changed,
                  help="eagle / eagle3: a one-layer head; mtp: the model's multi-token-prediction module; "
                       "ngram: prompt lookup on the host; model: a separate small draft model; dflash / dspark / "
@@ -221,6 +224,17 @@ def _fit_draft_to(model: str) -> None:
         _draft_changed()
         ss["_draft_note"] = (f"Draft set to {ss['draft_method']}: no catalog model shares {target}'s vocabulary"
                              f" ({why}); a head drafts with the target's own vocabulary.")
+
+
+def _fit_weights_to(model: str) -> None:
+    """A new target model brings its checkpoint's weight precision (fp8 for DeepSeek-V3's published blocks,
+    else the default), as --model alone does; a choice made for the same model stays. Runs before the
+    Weights control is drawn."""
+    ss = st.session_state
+    if ss.setdefault("_weights_model", model) == model:
+        return
+    ss["_weights_model"] = model
+    ss["w_dtype"] = default_weight_dtype(load_model(model))
 
 
 # Each acceptance mode's controls return (rates or None, source text, usable).
@@ -328,10 +342,19 @@ def _acceptance_controls(base_raw: dict, base_controls: dict) -> tuple[list, str
     return rates, source, ok
 
 
-def _workload_controls() -> None:
+def _workload_controls(model: str, base_raw: dict) -> None:
     ss, sb = st.session_state, st.sidebar
     sb.subheader("Workload and precision")
     sb.number_input("Context length L (tokens)", min_value=1, max_value=1_048_576, step=512, key="context_len")
+    spec = load_model(model)
+    trained = spec.max_position_embeddings
+    # shown where it matters: a context (or the scenario's context axis) beyond the trained length, or ticked
+    if ss["allow_beyond"] or (trained and ("context_lens" in base_raw.get("workload", {})
+                                           or int(ss["context_len"]) > trained)):
+        sb.checkbox(S.ALLOW_BEYOND_LABEL, key="allow_beyond",
+                    help=(f"{spec.name} was trained to {trained:,} tokens (max_position_embeddings); " if trained
+                          else "") + "tick this for a deployment that serves it longer with RoPE scaling (as"
+                                     " [workload] allow_context_beyond_model = true in a scenario file).")
     c1, c2 = sb.columns(2)  # two to a row: three cut "bf16" to "bf1" in the sidebar's width
     c1.selectbox("Weights", list(WEIGHT_DTYPES), key="w_dtype")
     c2.selectbox("Activations", list(ACT_DTYPES), key="a_dtype")
@@ -423,7 +446,7 @@ def sidebar() -> Inputs:
     _engine_controls()
     model, model_ok = _model_controls()
     rates, source, acceptance_ok = _acceptance_controls(base_raw, base_controls)
-    _workload_controls()
+    _workload_controls(model, base_raw)
     profile = _calibration_controls()
     fit_path, fit = _deployment_fit_controls()
     own_rates, own_source = rates, source  # the controls' acceptance, for the page without the fit

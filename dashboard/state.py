@@ -42,6 +42,9 @@ ENGINE_LABELS = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM", "
 BATCH_MAX = 1024
 K_MAX_LIMIT = 16
 MAX_RATE = 0.99  # Acceptance needs rates < 1
+# the checkbox for [workload] allow_context_beyond_model; the scenario's refusal names it (compute.prediction)
+ALLOW_BEYOND_LABEL = "Allow context beyond the model's trained length (RoPE scaling)"
+ALLOW_BEYOND_REMEDY = f"tick '{ALLOW_BEYOND_LABEL}' under the context length in the sidebar"
 
 
 # --- scenario files and calibration profiles --------------------------------------------------
@@ -166,6 +169,7 @@ def controls_from_scenario(raw: dict) -> dict:
         "acc_list": rates_text(rates),
         "acc_band": float(acc.get("band", default("acceptance", "band"))),
         "context_len": int(wl.get("context_len", default("workload", "context_len"))),
+        "allow_beyond": bool(wl.get("allow_context_beyond_model", default("workload", "allow_context_beyond_model"))),
         "w_dtype": prec.get("weights", default_weight_dtype(load_model(model)) if model in list_models()
                             else default("precision", "weights")),
         "a_dtype": prec.get("activations", default("precision", "activations")),
@@ -226,6 +230,10 @@ def scenario_raw(base: dict, c: dict, *, acceptance: list[float], acceptance_sou
     lo, hi = c["bs_range"]
     wl.update(context_len=int(c["context_len"]), batch_sizes=f"{int(lo)}-{int(hi)}", k_max=int(c["k_max"]),
               fixed_k=int(c["fixed_k"]))
+    if c.get("allow_beyond"):
+        wl["allow_context_beyond_model"] = True
+    else:
+        wl.pop("allow_context_beyond_model", None)
     raw.pop("calibration", None)
     if profile:
         raw["calibration"] = {"profile": profile}

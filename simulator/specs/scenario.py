@@ -108,10 +108,12 @@ class Scenario:
         return build_scenario(raw, self.origin, self.raw.get("_base_dir"))
 
 
-def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None) -> Scenario:
+def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None, *,
+                   allow_beyond: str | None = None) -> Scenario:
     """Validate a scenario dict (TOML layout) and resolve every spec in it: model and hardware, the
     parallel layout, draft and acceptance, workload grid, then the engine profile and what the kernel
-    times rest on (:func:`resolve_profile`)."""
+    times rest on (:func:`resolve_profile`). ``allow_beyond``: what a context beyond the model's trained
+    length tells the user to do, where the caller has its own control for it (the dashboard's checkbox)."""
     raw = copy.deepcopy(raw)
     raw.pop("_base_dir", None)
     acceptance_given = raw.pop(ACCEPTANCE_GIVEN, False)  # by a flag or the API: it outranks a deployment fit's
@@ -126,7 +128,7 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
         raise PlannerError(f"{origin}: {err}") from None
     draft = _draft(get, origin, base_dir, model, deployment)
     acceptance, acc_file = _scenario_acceptance(raw.get("acceptance", {}), draft.preset_key, origin, base_dir)
-    wl = _workload(get, origin, model)
+    wl = _workload(get, origin, model, allow_beyond)
     if acc_file is not None:
         wl["k_max"], wl["fixed_k"], notes = acc_file.cap(wl["k_max"], wl["fixed_k"])
         wl["warnings"] = list(wl["warnings"]) + notes

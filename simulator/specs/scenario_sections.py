@@ -121,8 +121,11 @@ def _draft(get, origin: str, base_dir: str | None, model: ModelSpec, deployment:
     return draft
 
 
-def _workload(get, origin: str, model: ModelSpec) -> dict:
-    """context_len, K range, batch sizes, context lengths, and the caveats allowed through (warnings)."""
+def _workload(get, origin: str, model: ModelSpec, allow_beyond: str | None = None) -> dict:
+    """context_len, K range, batch sizes, context lengths, and the caveats allowed through (warnings).
+
+    ``allow_beyond``: how the caller's front end allows a context beyond the model's trained length, as the
+    refusal tells the user (the dashboard names its checkbox); None: the TOML key and the API's argument."""
     context_len = get("workload", "context_len", default("workload", "context_len"))
     if context_len < 1:
         raise PlannerError(f"{origin}: context_len must be >= 1, got {context_len}")
@@ -130,11 +133,13 @@ def _workload(get, origin: str, model: ModelSpec) -> dict:
     max_pos = model.max_position_embeddings
     beyond_ok = get("workload", "allow_context_beyond_model",
                     default("workload", "allow_context_beyond_model"))
+    allow = allow_beyond or "set [workload] allow_context_beyond_model = true"
     if max_pos and context_len > max_pos:
         if not beyond_ok:
             raise PlannerError(f"{origin}: context_len={context_len} exceeds {model.name}'s max_position_embeddings"
-                               f"={max_pos}; shorten it, or set [workload] allow_context_beyond_model = true"
-                               " (API: allow_long_context=True) for a model served with RoPE scaling")
+                               f"={max_pos}; shorten it, or {allow}"
+                               f"{'' if allow_beyond else ' (API: allow_long_context=True)'}"
+                               " for a model served with RoPE scaling")
         warnings_.append(f"context_len={context_len} exceeds {model.name}'s max_position_embeddings={max_pos}"
                          " (allowed by allow_context_beyond_model: assumes the model is served with RoPE scaling)")
     # fixed_k left unset compares against the default K, or k_max where that is smaller (--k-max 1 alone is legal)
@@ -153,8 +158,8 @@ def _workload(get, origin: str, model: ModelSpec) -> dict:
         context_lens = parse_context_lens(get("workload", "context_lens"), f"{origin}: [workload] context_lens")
         if max_pos and context_lens.max() > max_pos and not beyond_ok:
             raise PlannerError(f"{origin}: context_lens up to {context_lens.max()} exceed {model.name}'s"
-                               f" max_position_embeddings={max_pos}; shorten them, or set [workload]"
-                               " allow_context_beyond_model = true for a model served with RoPE scaling")
+                               f" max_position_embeddings={max_pos}; shorten them, or {allow}"
+                               " for a model served with RoPE scaling")
     tol = float(get("workload", "schedule_tolerance", default("workload", "schedule_tolerance")))
     if not 0 <= tol < 0.5:
         raise PlannerError(f"{origin}: schedule_tolerance={tol:g} is outside [0, 0.5): the share of the best goodput"
