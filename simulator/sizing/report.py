@@ -20,6 +20,7 @@ from simulator.plan.speedup_trust import decision_risk_text, gain_at_risk_text, 
 from simulator.specs.scenario_sections import repo_relative
 from simulator.sizing.fleet import SizingResult, quality_caveat, target_output_tokens_per_hour
 from simulator.sizing.ranking import RANK_RULE
+from simulator.sizing.search import STEADY_LIFETIMES
 from simulator.sizing.spec import traffic_lengths
 from simulator.sizing.report_charts import charts, pareto_front  # noqa: F401 (pareto_front: API)
 
@@ -188,7 +189,7 @@ def _provenance(res: SizingResult) -> pd.DataFrame:
         {"quantity": "model", "source": f"{sc.model.name}: {sc.model.source}"},
         {"quantity": "capacity, TTFT, TPOT", "source": "simulated: serving simulation (simulator.serving) over the"
          f" step times; {'Poisson arrivals' if spec.load_kind == 'rate' else 'closed loop'}, seed {spec.seed};"
-         f" each run spans {'%g s' % spec.duration_s if spec.duration_s else '4 request lifetimes (>= 30 s)'} of"
+         f" each run spans {'%g s' % spec.duration_s if spec.duration_s else f'{STEADY_LIFETIMES:g} request lifetimes (>= 30 s)'} of"
          f" arrivals, {spec.n_requests}-{spec.max_requests} requests; the search starts at the steady-state capacity"
          f" (Little's law on the engine's step-time tables) and simulates near it until a passing and a failing load"
          f" are within the search resolution x{2 ** (1 / 2 ** spec.search_steps):.3f} (the capacity is the passing"

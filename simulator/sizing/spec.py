@@ -111,8 +111,8 @@ class SizingSpec:
     max_replicas: int = 64
     prices: dict = field(default_factory=dict)
     n_requests: int = 200  # at least this many requests per serving run
-    duration_s: float | None = None  # simulated seconds of arrivals per run (None: 4 request lifetimes, >= 30 s)
-    max_requests: int = 4000
+    duration_s: float | None = None  # simulated seconds of arrivals per run (None: search.STEADY_LIFETIMES lifetimes)
+    max_requests: int = 20000
     search_steps: int = 4
     seed: int = 0
     workers: int = 2
