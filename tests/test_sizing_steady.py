@@ -63,3 +63,24 @@ def test_runs_cover_many_lifetimes(case):
     # a lifetime here: TTFT 1 s (no TTFT target) + 256 tokens x 50 ms = 13.8 s; 40 of them at 9 req/s
     assert requests_for(sc, spec, "rate", 9.0) == pytest.approx(9.0 * 40 * 13.8, abs=1)
     assert requests_for(sc, dataclasses.replace(spec, duration_s=100.0), "rate", 9.0) == 900
+
+
+def test_memory_fit_counts_the_verify_steps_activations(case):
+    """size's memory check and predict's grid admit the same sequences (one rule: step_memory_bytes).
+
+    By hand, Llama-3.1-70B on 4 x H100 (80 GB x 0.9 = 72 GB usable), EAGLE-3, K_max = 8, 1024 + 256 tokens:
+    weights 35.276193792 GB + draft 0.659554304 GB per GPU; KV per token 80 layers x 2 x 8 heads x 128 x 2 B
+    / 4 = 81920 B, + the draft layer's 1024 B, over 1280 + 9 tokens = 106,914,816 B; activations per token
+    (4 x 8192 + 2 x 28672 / 4) x 2 B + 128256 / 4 x 4 B (fp32 logits) = 222,464 B, x 9 tokens = 2,002,176 B.
+    Free 36.064251904 GB / (106,914,816 + 2,002,176) = 331.1 -> 331 (without activations: 337.3 -> 337).
+    """
+    import numpy as np
+
+    from simulator.physics.memory import step_memory_bytes
+    from simulator.sizing.spec import memory_fit
+    sc, _ = case
+    fit = memory_fit(sc, 1280)
+    assert fit["max_seqs"] == int(36.064251904e9 // (106_914_816 + 2_002_176)) == 331
+    usable = sc.hardware.memory_bytes * sc.deployment.memory_utilization
+    grid = step_memory_bytes(sc.draft, sc.model, sc.deployment, np.array([331, 332]), 8, 1280 + 9)
+    assert grid[0] <= usable < grid[1]
