@@ -32,7 +32,7 @@ tp = [4]
 policies = ["dsd"]
 sensitivity = false
 """
-TOLERANCE = 0.10  # the capacity run's TPOT p50 and mean K against a run 4x longer at the same rate
+TOLERANCE = 0.05  # the capacity run's TPOT p50 and mean K against a run 4x longer at the same rate (measured: 4%)
 
 
 @pytest.fixture(scope="module")
@@ -60,8 +60,8 @@ def test_capacity_figures_are_a_long_runs(case):
 
 def test_runs_cover_many_lifetimes(case):
     sc, spec = case
-    # a lifetime here: TTFT 1 s (no TTFT target) + 256 tokens x 50 ms = 13.8 s; 40 of them at 9 req/s
-    assert requests_for(sc, spec, "rate", 9.0) == pytest.approx(9.0 * 40 * 13.8, abs=1)
+    # a lifetime here: TTFT 1 s (no TTFT target) + 256 tokens x 50 ms = 13.8 s; 20 of them at 9 req/s
+    assert requests_for(sc, spec, "rate", 9.0) == pytest.approx(9.0 * 20 * 13.8, abs=1)
     assert requests_for(sc, dataclasses.replace(spec, duration_s=100.0), "rate", 9.0) == 900
 
 
