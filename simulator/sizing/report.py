@@ -112,6 +112,14 @@ def html_table(df: pd.DataFrame, wrap: bool = False, wrap_last: bool = False) ->
     return f'<div class="tw"><table{cls}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
+def _cpu_note(capacity) -> str:
+    """The ranked table's note for CPU candidates: bought one machine at a time, priced only when given."""
+    if "device_kind" not in capacity or not (capacity.device_kind == "cpu").any():
+        return ""
+    return (" (a CPU device is a machine of its own, bought one at a time; the catalog holds no CPU price: give one"
+            " with --price NAME=USD_PER_HOUR)")
+
+
 def _cols(df: pd.DataFrame, cols) -> pd.DataFrame:
     return df[[c for c in cols if c in df.columns]] if len(df) else df
 
@@ -256,7 +264,8 @@ def _sections(res: SizingResult) -> list[tuple[str, list]]:
                    f" ({sc.acceptance.source}); {sc.acceptance.rule}.")]
     secs.append(("Why", why))
     secs.append(("Ranked configurations (meet the target within max_replicas)",
-                 [("p", f"{RANK_RULE[0].upper()}{RANK_RULE[1:]}. GPUs are whole nodes of {spec.gpus_per_node},"
+                 [("p", f"{RANK_RULE[0].upper()}{RANK_RULE[1:]}. GPUs are whole nodes of {spec.gpus_per_node}"
+                        f"{_cpu_note(res.capacity)},"
                         f" sized for the target x {1 + spec.headroom:g} (headroom) plus {spec.spare_replicas} spare"
                         " replica(s) (N+1); GPUs (band) repeats that with the capacity at the ends of its band. basis:"
                         " measured (kernel tables of the device), published prior (published measurements) or"
