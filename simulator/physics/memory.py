@@ -1,7 +1,8 @@
 """Memory per GPU: weights, KV cache, draft, activations, and the one budget they share.
 
 Every consumer (the goodput grid, the serving simulation's KV block budget, sizing's fit check)
-asks :func:`step_memory_bytes` / :func:`kv_capacity_blocks`, so there is one memory model.
+asks :func:`step_memory_bytes` (sizing through :func:`max_batch`, its rule solved for B) /
+:func:`kv_capacity_blocks`, so there is one memory model.
 """
 from __future__ import annotations
 
@@ -236,3 +237,18 @@ def step_memory_bytes(draft: DraftSpec, target: ModelSpec, dep: Deployment, batc
     if target.num_linear_layers:  # recurrent states: one per sequence, K + 1 while speculating
         memory = memory + batch * recurrent_state_bytes(target, dep, k)
     return memory
+
+
+def max_batch(draft: DraftSpec, target: ModelSpec, dep: Deployment, memory_bytes: float, k, tokens_per_seq) -> int:
+    """The most sequences of ``tokens_per_seq`` tokens whose verify step at K = ``k`` fits
+    (:func:`step_memory_bytes` <= memory_utilization x ``memory_bytes``): the grid's memory rule, solved for
+    B (the step's memory is linear in B: weights, then per sequence its KV and its (K + 1) tokens'
+    activations). 0 when not even one fits."""
+    usable = memory_bytes * dep.memory_utilization
+    fixed, one = (float(step_memory_bytes(draft, target, dep, b, k, tokens_per_seq)) for b in (0.0, 1.0))
+    if one > usable:
+        return 0
+    b = int((usable - fixed) // (one - fixed))
+    while b > 1 and float(step_memory_bytes(draft, target, dep, b, k, tokens_per_seq)) > usable:  # rounding
+        b -= 1
+    return b

@@ -5,7 +5,8 @@ finds the highest load one replica carries within the SLOs. Then
 
     replicas          = ceil(target load x (1 + headroom) / max load per replica) + spare replicas (N+1)
     nodes             = ceil(replicas / (gpus_per_node // tp))   (tp <= gpus_per_node; else replicas x tp / gpus_per_node)
-    GPUs              = nodes x gpus_per_node                      (bought as whole nodes)
+    GPUs              = nodes x gpus_per_node                      (bought as whole nodes; a CPU device is a
+                                                                    machine of its own: gpus_per_node 1 there)
     GPU range         = the same with the capacity at the high / low end of its band
     $ per hour        = GPUs x price per GPU-hour
     $ per M tokens    = fleet $ per hour / (output tokens per hour at the target load) * 1e6
@@ -140,6 +141,18 @@ def _price(spec: SizingSpec, hw) -> tuple[float, str]:
     return float("nan"), "no price"
 
 
+def devices_per_node(spec: SizingSpec, hw) -> int:
+    """How many devices are bought together: whole nodes of ``gpus_per_node`` GPUs; a CPU device (one
+    machine, or a slice of one) one at a time, as a node of eight of them is nothing one buys."""
+    return 1 if getattr(hw, "kind", "gpu") == "cpu" else spec.gpus_per_node
+
+
+def no_price_text(hardware: str) -> str:
+    """What a fleet without a price says instead of a cost, and how to give one."""
+    return (f"no price is known for {hardware}: give one with --price {hardware}=USD_PER_HOUR (per device-hour;"
+            " or [sizing] prices) for the fleet's $/h and $/M tokens")
+
+
 def nodes_for(replicas: int, tp: int, gpus_per_node: int) -> int:
     """Whole nodes holding ``replicas`` replicas of ``tp`` GPUs: ceil(replicas / (gpn // tp)) when a
     replica fits one node, else replicas x ceil(tp / gpn)."""
@@ -172,7 +185,7 @@ def _capacity_row(sc: Scenario, s: Search, spec: SizingSpec, err: float | None, 
     if cap > 0 and spec.load_kind == "rate" and summ.get("n_requests") and summ.get("output_tokens"):
         # steady state: requests/s x mean output tokens (a finite run's tokens / makespan counts ramp and drain)
         thr = cap * float(summ["output_tokens"]) / float(summ["n_requests"])
-    gpn = spec.gpus_per_node
+    gpn = devices_per_node(spec, hw)
     replicas = replicas_for(spec, cap)
     nodes = nodes_for(replicas, tp, gpn) if replicas else None
     gpus = nodes * gpn if nodes else None
@@ -192,6 +205,8 @@ def _capacity_row(sc: Scenario, s: Search, spec: SizingSpec, err: float | None, 
     ep = sc.deployment.ep
     layout = (f"{gpn // tp} x TP={tp}" if tp <= gpn else f"TP={tp} over {math.ceil(tp / gpn)} nodes") \
         + (f" (EP={ep})" if ep > 1 else "") + " per node"
+    if hw.kind == "cpu":
+        layout = "one replica per machine"
     return {
         "candidate": s.candidate.label,
         "hardware": hw.name, "tp": tp, "dtype": sc.deployment.weight_dtype, "policy": s.policy, "meets_target": ok,
@@ -201,7 +216,7 @@ def _capacity_row(sc: Scenario, s: Search, spec: SizingSpec, err: float | None, 
         "tpot_p99_s": summ.get("tpot_p99_s", np.nan), "mean_batch_size": summ.get("mean_batch_size", np.nan),
         "mean_k": summ.get("mean_k", np.nan),
         "replicas": replicas if replicas else np.nan, "nodes": nodes if nodes else np.nan,
-        "gpus": gpus if gpus else np.nan, "node_layout": layout,
+        "gpus": gpus if gpus else np.nan, "node_layout": layout, "devices_per_node": gpn, "device_kind": hw.kind,
         "gpus_range": (gpus_band := (f"{g_lo}" if g_lo == g_hi else f"{g_lo}-{g_hi}") if err is not None and cap > 0
                        else "unknown"),
         "gpus_band": gpus_band,
@@ -305,13 +320,18 @@ def _plain(v):
 
 def answer_text(best, spec: SizingSpec) -> str:
     """The answer in one sentence: what to buy, what it costs per hour and per million output tokens at
-    the target load, and the GPU band."""
-    text = (f"buy {int(best.gpus)} x {best.hardware} ({int(best.nodes)} node(s) of {spec.gpus_per_node}; TP={int(best.tp)},"
+    the target load (or that no price is known, and how to give one), and the device band."""
+    cpu = best.get("device_kind", "gpu") == "cpu"
+    where = (f"{int(best.nodes)} machine(s)" if cpu
+             else f"{int(best.nodes)} node(s) of {int(best.get('devices_per_node', spec.gpus_per_node))}")
+    text = (f"buy {int(best.gpus)} x {best.hardware} ({where}; TP={int(best.tp)},"
             f" {best['dtype']}, {POLICY_WORDS.get(best.policy, best.policy)})")
     if best.fleet_usd_per_hour == best.fleet_usd_per_hour:  # noqa: PLR0124 (NaN: no price)
         text += (f": ${best.fleet_usd_per_hour:,.2f}/h, ${best.usd_per_m_tokens_at_target:.2f} per M output tokens"
                  f" at {spec.target_load:g} {spec.load_unit}")
-    return text + f"; {best.gpus_range} GPUs across the capacity band ({best.basis})"
+    else:
+        text += f"; {no_price_text(best.hardware)}"
+    return text + f"; {best.gpus_range} {'devices' if cpu else 'GPUs'} across the capacity band ({best.basis})"
 
 
 POLICY_WORDS = {"plain": "no speculation", "fixed": "fixed K", "dsd": "dynamic K per batch size"}
@@ -336,14 +356,18 @@ def why_lines(best, capacity: pd.DataFrame, spec: SizingSpec, ranked: pd.DataFra
     lines = [f"{label} with {best.policy} carries {best.max_load_per_replica:.2f} {spec.load_unit} per replica at"
              f" {spec.slo.describe()}; {int(best.replicas)} replicas ({best.node_layout}) = the target"
              f" {spec.target_load:g} {spec.load_unit} x {1 + spec.headroom:g} (headroom) / capacity, plus"
-             f" {spec.spare_replicas} spare (N+1), rounded up to whole nodes"]
+             f" {spec.spare_replicas} spare (N+1)"
+             + (", one machine each" if best.get("device_kind", "gpu") == "cpu" else ", rounded up to whole nodes")]
     if best.fleet_usd_per_hour == best.fleet_usd_per_hour:  # noqa: PLR0124
         lines.append(f"${best.fleet_usd_per_hour:,.2f}/h = {int(best.gpus)} GPUs x ${best.price_per_gpu_hour_usd:.2f}"
                      f" per GPU-hour ({best.price_source}); per M output tokens: ${best.fleet_usd_per_hour:,.2f}/h /"
                      f" {best.target_output_tokens_per_hour / 1e6:.2f} M tokens/h at the target ="
                      f" ${best.usd_per_m_tokens_at_target:.2f} (one replica at full load would reach"
                      f" ${best.usd_per_m_output_tokens:.2f})")
-    lines.append(f"GPUs needed {best.gpus_range} across the capacity band ({best.basis}"
+    else:
+        lines.append(no_price_text(best.hardware))
+    unit = "devices" if best.get("device_kind", "gpu") == "cpu" else "GPUs"
+    lines.append(f"{unit} needed {best.gpus_range} across the capacity band ({best.basis}"
                  f"{': datasheet figures only, not measured; calibrate (python -m calibration.run) before buying' if best.basis == 'datasheet' else ''})")
     basis = best.get("step_basis", "")
     if basis:
@@ -354,7 +378,7 @@ def why_lines(best, capacity: pd.DataFrame, spec: SizingSpec, ranked: pd.DataFra
         if r.policy == best.policy:
             continue
         if r.max_load_per_replica > 0 and best.max_load_per_replica > 0:
-            gp = f"{int(r.gpus)} GPUs" if r.gpus == r.gpus else "over max_replicas"  # noqa: PLR0124
+            gp = f"{int(r.gpus)} {unit}" if r.gpus == r.gpus else "over max_replicas"  # noqa: PLR0124
             others.append(f"{r.policy} carries {r.max_load_per_replica / best.max_load_per_replica:.2f}x"
                           f" the load ({gp})")
         else:
@@ -442,8 +466,9 @@ def _sensitivity(sc: Scenario, rec: dict, spec: SizingSpec, scen: dict, simulate
     for step in TRAFFIC_STEPS:
         moved = dataclasses.replace(spec, target_load=spec.target_load * (1 + step))
         reps = replicas_for(moved, rec["max_load_per_replica"])
-        nodes = nodes_for(reps, int(rec["tp"]), spec.gpus_per_node) if reps else np.nan
-        gpus = nodes * spec.gpus_per_node if reps else np.nan
+        gpn = int(rec.get("devices_per_node") or spec.gpus_per_node)
+        nodes = nodes_for(reps, int(rec["tp"]), gpn) if reps else np.nan
+        gpus = nodes * gpn if reps else np.nan
         rows.append({"variant": f"traffic {step:+.0%} ({moved.target_load:g} {spec.load_unit})",
                      "fleet_usd_per_hour": gpus * price, "gpus": gpus, "nodes": nodes,
                      "max_load_per_replica": rec["max_load_per_replica"], "change": "-", "resolution": "-",

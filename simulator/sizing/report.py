@@ -20,6 +20,7 @@ from simulator.plan.speedup_trust import decision_risk_text, gain_at_risk_text, 
 from simulator.specs.scenario_sections import repo_relative
 from simulator.sizing.fleet import SizingResult, quality_caveat, target_output_tokens_per_hour
 from simulator.sizing.ranking import RANK_RULE
+from simulator.sizing.search import STEADY_LIFETIMES
 from simulator.sizing.spec import traffic_lengths
 from simulator.sizing.report_charts import charts, pareto_front  # noqa: F401 (pareto_front: API)
 
@@ -111,6 +112,14 @@ def html_table(df: pd.DataFrame, wrap: bool = False, wrap_last: bool = False) ->
     return f'<div class="tw"><table{cls}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
 
 
+def _cpu_note(capacity) -> str:
+    """The ranked table's note for CPU candidates: bought one machine at a time, priced only when given."""
+    if "device_kind" not in capacity or not (capacity.device_kind == "cpu").any():
+        return ""
+    return (" (a CPU device is a machine of its own, bought one at a time; the catalog holds no CPU price: give one"
+            " with --price NAME=USD_PER_HOUR)")
+
+
 def _cols(df: pd.DataFrame, cols) -> pd.DataFrame:
     return df[[c for c in cols if c in df.columns]] if len(df) else df
 
@@ -188,7 +197,7 @@ def _provenance(res: SizingResult) -> pd.DataFrame:
         {"quantity": "model", "source": f"{sc.model.name}: {sc.model.source}"},
         {"quantity": "capacity, TTFT, TPOT", "source": "simulated: serving simulation (simulator.serving) over the"
          f" step times; {'Poisson arrivals' if spec.load_kind == 'rate' else 'closed loop'}, seed {spec.seed};"
-         f" each run spans {'%g s' % spec.duration_s if spec.duration_s else '4 request lifetimes (>= 30 s)'} of"
+         f" each run spans {'%g s' % spec.duration_s if spec.duration_s else f'{STEADY_LIFETIMES:g} request lifetimes (>= 30 s)'} of"
          f" arrivals, {spec.n_requests}-{spec.max_requests} requests; the search starts at the steady-state capacity"
          f" (Little's law on the engine's step-time tables) and simulates near it until a passing and a failing load"
          f" are within the search resolution x{2 ** (1 / 2 ** spec.search_steps):.3f} (the capacity is the passing"
@@ -255,7 +264,8 @@ def _sections(res: SizingResult) -> list[tuple[str, list]]:
                    f" ({sc.acceptance.source}); {sc.acceptance.rule}.")]
     secs.append(("Why", why))
     secs.append(("Ranked configurations (meet the target within max_replicas)",
-                 [("p", f"{RANK_RULE[0].upper()}{RANK_RULE[1:]}. GPUs are whole nodes of {spec.gpus_per_node},"
+                 [("p", f"{RANK_RULE[0].upper()}{RANK_RULE[1:]}. GPUs are whole nodes of {spec.gpus_per_node}"
+                        f"{_cpu_note(res.capacity)},"
                         f" sized for the target x {1 + spec.headroom:g} (headroom) plus {spec.spare_replicas} spare"
                         " replica(s) (N+1); GPUs (band) repeats that with the capacity at the ends of its band. basis:"
                         " measured (kernel tables of the device), published prior (published measurements) or"

@@ -31,7 +31,8 @@ import numpy as np
 
 from simulator import serving
 from simulator.errors import PlannerError, did_you_mean
-from simulator.physics.memory import draft_weight_bytes, kv_budget_bytes, kv_bytes_per_sequence, weight_bytes_per_gpu
+from simulator.physics.memory import (activation_bytes_per_gpu, draft_weight_bytes, kv_bytes_per_sequence, max_batch,
+                                     weight_bytes_per_gpu)
 from simulator.specs.hardware import FP4_DTYPES, list_hardware, load_hardware
 from simulator.specs.scenario import ACCEPTANCE_GIVEN, NUM, SCENARIO_DIR, Scenario, build_scenario, check_table
 
@@ -111,8 +112,8 @@ class SizingSpec:
     max_replicas: int = 64
     prices: dict = field(default_factory=dict)
     n_requests: int = 200  # at least this many requests per serving run
-    duration_s: float | None = None  # simulated seconds of arrivals per run (None: 4 request lifetimes, >= 30 s)
-    max_requests: int = 4000
+    duration_s: float | None = None  # simulated seconds of arrivals per run (None: search.STEADY_LIFETIMES lifetimes)
+    max_requests: int = 20000
     search_steps: int = 4
     seed: int = 0
     workers: int = 2
@@ -378,7 +379,8 @@ def traffic_lengths(sc: Scenario) -> tuple[float, float]:
 
 
 def memory_fit(sc: Scenario, context_tokens: float) -> dict:
-    """Weights (target + draft), then how many sequences of ``context_tokens`` (+ K_max+1 verify slots) fit.
+    """Weights (target + draft), then how many sequences of ``context_tokens`` (+ K_max+1 verify slots) fit
+    with the activations of their verify step at K_max: the grid's rule (:func:`simulator.physics.memory.max_batch`).
 
     Returns fits, reason, and the GB figures per GPU.
     """
@@ -390,18 +392,20 @@ def memory_fit(sc: Scenario, context_tokens: float) -> dict:
     draft_w = draft_weight_bytes(sc.draft, model, dep, spec)
     tokens = context_tokens + sc.k_max + 1
     kv_seq = float(kv_bytes_per_sequence(sc.draft, model, dep, tokens, spec, k=sc.k_max))  # + a hybrid's states
+    act_seq = float(activation_bytes_per_gpu(model, dep, sc.k_max + 1))
     info = {"usable_gb": usable / GB, "weights_gb": weights / GB, "draft_gb": draft_w / GB,
-            "kv_gb_per_seq": kv_seq / GB, "context_tokens": int(context_tokens)}
+            "kv_gb_per_seq": kv_seq / GB, "activation_gb_per_seq": act_seq / GB, "context_tokens": int(context_tokens)}
     if weights + draft_w > usable:
         what = f"weights {weights / GB:.0f} GB/GPU" + (f" + draft {draft_w / GB:.1f} GB" if draft_w else "")
         return info | {"fits": False, "max_seqs": 0,
                        "reason": f"{label}: {what} exceed {usable / GB:.0f} GB usable"
                                  f" ({sc.hardware.memory_bytes / GB:.0f} GB x {dep.memory_utilization:g})"}
-    max_seqs = int(kv_budget_bytes(sc.draft, model, dep, sc.hardware.memory_bytes, spec) // kv_seq)
+    max_seqs = max_batch(sc.draft, model, dep, sc.hardware.memory_bytes, sc.k_max, tokens)
     if max_seqs < 1:
         return info | {"fits": False, "max_seqs": 0,
                        "reason": f"{label}: KV cache of one {tokens:.0f}-token sequence ({kv_seq / GB:.1f} GB/GPU)"
-                                 f" exceeds the {(usable - weights - draft_w) / GB:.1f} GB left after weights"}
+                                 f" and its verify step's activations exceed the {(usable - weights - draft_w) / GB:.1f}"
+                                 " GB left after weights"}
     return info | {"fits": True, "max_seqs": max_seqs, "reason": ""}
 
 
