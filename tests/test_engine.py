@@ -64,8 +64,10 @@ def test_smollm2_loads_and_speaks(smollm, smollm_plain):
     assert "fibonacci" in text  # a 135M model continues the recursion readably
 
 
+# the real model at one draft (K = 1) and several (K = 4); K = 2 of every draft, dense and MoE, is the tiny
+# model's below (the real model's K = 2 cases took 7 s of the suite's 180)
 @pytest.mark.parametrize("draft", ["ngram", "early-exit:6", "model:4"])
-@pytest.mark.parametrize("k", [1, 2, 4])
+@pytest.mark.parametrize("k", [1, 4])
 def test_greedy_speculative_equals_plain_smollm2(smollm, smollm_plain, draft, k):
     model, _ = smollm
     prompts, plain = smollm_plain
