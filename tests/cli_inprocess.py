@@ -42,3 +42,13 @@ def run_main(module: str, *args, cwd=None) -> Completed:
     finally:
         os.chdir(here)
     return Completed(int(rc or 0), out.getvalue(), err.getvalue())
+
+
+def refused_line(module: str, *args) -> str:
+    """The one 'error:' line a refused command prints (exit 2, no traceback): what the tests then read."""
+    done = run_main(module, *args)
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr
+    lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error:"), done.stderr
+    return lines[0]

@@ -4,28 +4,19 @@ from __future__ import annotations
 
 import json
 
-from cli_inprocess import run_main
+from cli_inprocess import refused_line, run_main
 
 SCENARIO = '[model]\nname = "llama-3.1-8b"\n[hardware]\nname = "h100-sxm"\n'
-
-
-def _refused(module: str, *argv) -> str:
-    done = run_main(module, *argv)
-    assert done.returncode == 2, done.stderr
-    assert "Traceback" not in done.stderr
-    lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error:"), done.stderr
-    return lines[0]
 
 
 def test_bad_traffic_length_names_the_file_and_key(tmp_path):
     # was: 'error: length distribution fixed -5: parameters out of range ...' (no file, no key)
     path = tmp_path / "lengths.toml"
     path.write_text(SCENARIO + "[traffic]\nprompt_len = -5\n")
-    line = _refused("simulator.serve", "--scenario", path)
+    line = refused_line("simulator.serve", "--scenario", path)
     assert str(path) in line and "traffic.prompt_len" in line
     path.write_text(SCENARIO + '[traffic]\noutput_len = {dist = "uniform", low = 9, high = 2}\n')
-    line = _refused("simulator.serve", "--scenario", path)
+    line = refused_line("simulator.serve", "--scenario", path)
     assert str(path) in line and "traffic.output_len" in line
 
 
@@ -33,11 +24,11 @@ def test_bad_parallel_layout_names_the_file(tmp_path):
     # was: 'error: tp, ep and dp must be >= 1, got tp=-1, ...' (which file?)
     path = tmp_path / "layout.toml"
     path.write_text(SCENARIO.replace('"h100-sxm"\n', '"h100-sxm"\ntp = -1\n'))
-    assert _refused("simulator.predict", "--scenario", path).startswith(f"error: {path}: ")
+    assert refused_line("simulator.predict", "--scenario", path).startswith(f"error: {path}: ")
     path.write_text(SCENARIO.replace('"h100-sxm"\n', '"h100-sxm"\ntp = 3\n'))
-    assert _refused("simulator.predict", "--scenario", path).startswith(f"error: {path}: tp=3 does not divide")
+    assert refused_line("simulator.predict", "--scenario", path).startswith(f"error: {path}: tp=3 does not divide")
     # a flag's value still blames the flag
-    assert _refused("simulator.predict", "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--tp", "0"
+    assert refused_line("simulator.predict", "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--tp", "0"
                     ).startswith("error: --tp 0: ")
 
 
@@ -45,14 +36,14 @@ def test_price_must_be_finite(tmp_path):
     # was: --price h100-sxm=nan (or prices = { h100-sxm = inf } in [sizing]) sized the fleet at $nan/h
     base = '[model]\nname = "llama-3.1-8b"\n[hardware]\nname = "h100-sxm"\n'
     for value in ("nan", "inf", "-1"):
-        line = _refused("simulator.size", "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--rate", "5",
+        line = refused_line("simulator.size", "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--rate", "5",
                         "--tpot-p50", "0.05", "--price", f"h100-sxm={value}")
         assert line.startswith(f"error: --price h100-sxm={value}: ")
     for value in ("nan", "inf"):
         path = tmp_path / f"price-{value}.toml"
         path.write_text(base + f'[traffic]\nrate_per_s = 5.0\n[slo]\ntpot_p50_s = 0.05\n[sizing]\n'
                         f'candidates = ["h100-sxm"]\nprices = {{ h100-sxm = {value} }}\n')
-        line = _refused("simulator.size", "--scenario", path)
+        line = refused_line("simulator.size", "--scenario", path)
         assert str(path) in line and "prices.h100-sxm" in line
 
 
@@ -66,7 +57,7 @@ def test_k_max_below_the_default_fixed_k_is_legal():
         assert answer["fixed_k"] == min(3, k_max)  # the default fixed K (3), or k_max below it
         assert {row["k_opt"] for row in answer["rows"]} <= set(range(k_max + 1))
     # a fixed K the user gave above k_max is still refused, with the fix
-    line = _refused("simulator.predict", *flags, "--k-max", "2", "--fixed-k", "4")
+    line = refused_line("simulator.predict", *flags, "--k-max", "2", "--fixed-k", "4")
     assert "fixed_k=4 exceeds k_max=2" in line and "--fixed-k" in line
 
 
@@ -89,7 +80,7 @@ def test_measured_rows_refuse_fractional_counts_and_quote_plainly(tmp_path):
     for name, (text, said) in rows.items():
         path = tmp_path / name
         path.write_text(text)
-        line = _refused("calibration.fit_deployment", "--scenario", "llama-3.1-8b-h100", "--measured", path,
+        line = refused_line("calibration.fit_deployment", "--scenario", "llama-3.1-8b-h100", "--measured", path,
                         "--output", tmp_path / "fit.json")
         assert said in line and "np." not in line, line
     assert not (tmp_path / "fit.json").exists()
@@ -122,10 +113,10 @@ def test_serve_policy_numbers_say_what_they_take():
     # the KV cache" (a K of 99 draft tokens, past the planner's 32)
     base = ("--scenario", "llama-3.1-8b-h100", "--requests", "20", "--policy")
     for policy in ("fixed:-1", "fixed:33", "fixed:99"):
-        line = _refused("simulator.serve", *base, policy)
+        line = refused_line("simulator.serve", *base, policy)
         assert line.startswith(f"error: --policy: policy '{policy}': give a K from 0 to 32"), line
-    assert "give a batch size" in _refused("simulator.serve", *base, "cutoff:x")
-    assert "only fixed:K and cutoff:B" in _refused("simulator.serve", *base, "dsd:3")
+    assert "give a batch size" in refused_line("simulator.serve", *base, "cutoff:x")
+    assert "only fixed:K and cutoff:B" in refused_line("simulator.serve", *base, "dsd:3")
     assert run_main("simulator.serve", *base, "fixed:32").returncode == 0
 
 
@@ -147,13 +138,13 @@ def test_breakdown_outside_the_plan_says_so():
     assert done.returncode == 0
     assert "warning: --breakdown 4096,1 does not fit in memory: at B=4096, K=1:" in done.stderr
     assert "does not fit" not in run_main("simulator.predict", *flags, "64,3").stderr
-    assert "K from 0 to 32" in _refused("simulator.predict", *flags, "1,33")
+    assert "K from 0 to 32" in refused_line("simulator.predict", *flags, "1,33")
 
 
 def test_tensor_parallel_needs_an_interconnect():
     # was: --hardware cpu-xeon-2c --tp 8 predicted '8 x cpu-xeon-2c' over the file's placeholder interconnect
     # (interconnect = "none", [assumed] 10 GB/s "one CPU, no device interconnect")
-    line = _refused("simulator.predict", "--model", "llama-3.1-8b", "--hardware", "cpu-xeon-2c", "--tp", "8")
+    line = refused_line("simulator.predict", "--model", "llama-3.1-8b", "--hardware", "cpu-xeon-2c", "--tp", "8")
     assert line.startswith("error: --tp 8: ") and 'interconnect = "none"' in line and "use tp = 1" in line
     assert run_main("simulator.predict", "--model", "smollm2-135m", "--hardware", "cpu-xeon-2c",
                     "--batch-sizes", "1").returncode == 0
@@ -163,22 +154,22 @@ def test_serve_graphs_csv_is_refused_not_two_tables_in_one_file():
     # was: --graphs --format csv printed the summary CSV and the graphs CSV one after the other: a file no CSV
     # reader parses (the second header read as a row of the first table)
     base = ("--scenario", "llama-3.1-8b-h100", "--policy", "dsd", "--requests", "20", "--graphs")
-    assert "--format json" in _refused("simulator.serve", *base, "--format", "csv")
+    assert "--format json" in refused_line("simulator.serve", *base, "--format", "csv")
     done = run_main("simulator.serve", *base, "--format", "json")
     assert done.returncode == 0 and set(json.loads(done.stdout)) == {"provenance", "summary", "graphs"}
 
 
-def test_save_scenario_onto_the_output_is_refused(tmp_path):
+def test_save_scenario_onto_the_output_isrefused_line(tmp_path):
     # was: --output X --save-scenario X wrote the engine file, then replaced it with the scenario (exit 0)
     out = tmp_path / "spec.json"
     out.write_text("keep me")
     (tmp_path / "link").symlink_to(out)
     for save in (out, tmp_path / "link"):
-        line = _refused("simulator.predict", "--scenario", "llama-3.1-8b-h100", "--format", "vllm",
+        line = refused_line("simulator.predict", "--scenario", "llama-3.1-8b-h100", "--format", "vllm",
                         "--output", out, "--save-scenario", save)
         assert line.startswith(f"error: --save-scenario {save}: the same file as --output")
     assert out.read_text() == "keep me"
-    line = _refused("calibration.fit_deployment", "--scenario", "smollm2-cpu", "--measured",
+    line = refused_line("calibration.fit_deployment", "--scenario", "smollm2-cpu", "--measured",
                     "calibration/data/runs/smollm2-cpu-ngram.csv", "--output", out, "--save-scenario", out)
     assert "the same file as --output" in line and out.read_text() == "keep me"
 
@@ -203,7 +194,7 @@ def test_a_fit_for_another_deployment_says_what_it_was_compared_with(tmp_path):
     fit = tmp_path / "fit.json"
     assert run_main("calibration.fit_deployment", "--scenario", "smollm2-cpu", "--measured",
                     "calibration/data/runs/smollm2-cpu-ngram.csv", "--output", fit).returncode == 0
-    line = _refused("simulator.predict", "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--deployment", fit)
+    line = refused_line("simulator.predict", "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--deployment", fit)
     assert "fitted for another deployment than the flags give: model 'smollm2-135m'" in line
 
 
@@ -211,5 +202,5 @@ def test_an_empty_flag_value_is_blamed_on_the_flag():
     # was: --acceptance '' -> 'error: acceptance needs at least one rate' (which flag?): an empty value matched
     # every message as 'already naming it'
     flags = ("--model", "llama-3.1-8b", "--hardware", "h100-sxm")
-    assert _refused("simulator.predict", *flags, "--acceptance", "").startswith("error: --acceptance : ")
-    assert _refused("simulator.predict", *flags, "--batch-sizes", "").startswith("error: --batch-sizes : ")
+    assert refused_line("simulator.predict", *flags, "--acceptance", "").startswith("error: --acceptance : ")
+    assert refused_line("simulator.predict", *flags, "--batch-sizes", "").startswith("error: --batch-sizes : ")

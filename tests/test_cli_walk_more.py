@@ -3,16 +3,7 @@ from __future__ import annotations
 
 import json
 
-from cli_inprocess import run_main
-
-
-def _refused(module: str, *argv) -> str:
-    done = run_main(module, *argv)
-    assert done.returncode == 2, done.stderr
-    assert "Traceback" not in done.stderr
-    lines = [ln for ln in done.stderr.splitlines() if ln.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error:"), done.stderr
-    return lines[0]
+from cli_inprocess import refused_line, run_main
 
 
 def test_serve_json_says_what_it_rests_on_and_csv_stays_rows():
@@ -40,7 +31,7 @@ def test_an_empty_output_path_is_refused_not_stdout(tmp_path):
              ("calibration.fit_deployment", "--output", "--scenario", "llama-3.1-8b-h100", "--measured", "x.csv"),
              ("calibration.validate", "--output-dir", "--scenario", "x.toml", "--measured", "x.csv")]
     for module, flag, *rest in cases:
-        line = _refused(module, *rest, flag, "")
+        line = refused_line(module, *rest, flag, "")
         assert line.startswith(f"error: argument {flag}: empty; give a path"), (module, line)
 
 
