@@ -24,7 +24,7 @@ from simulator.plan.acceptance_risk import break_even_acceptance_length
 from simulator.plan.advice import engine_advice
 from simulator.plan.answer import _span, answer_notes, schedule_text  # noqa: F401 (schedule_text: API)
 from simulator.plan.grid import MS, Grid, compute_grid, kstar_columns
-from simulator.plan.k_changes import describe_change, k_changes
+from simulator.plan.k_changes import ScheduleGrid, describe_change, k_changes
 from simulator.plan.schedule import schedule_loss, schedule_ranges
 from simulator.plan.decision_risk import N_DRAWS, beats_plain, draws_basis
 from simulator.plan.speedup_trust import speedup_trust_columns, speedup_trust_text
@@ -112,8 +112,9 @@ class Prediction:
         eng = self.scenario.engine
         per = (lambda k: k + 1) if eng is not None and eng.size_unit == "tokens" else (lambda k: 1)
         padded = (lambda b, k: (b * per(k), round(float(graph_batch(eng, b, k)) * per(k)))) if eng else None
-        recs = k_changes(g.batch_sizes, g.ks, g.itl_s, g.acceptance_length, g.k_star, g.regime(),
-                         g.experts_touched, padded, np.asarray(g.fits_memory))
+        grid = ScheduleGrid(g.batch_sizes, g.ks, g.itl_s, g.acceptance_length, g.k_star, g.regime(),
+                            g.experts_touched, np.asarray(g.fits_memory))
+        recs = k_changes(grid, padded)
         experts = self.scenario.model.num_experts if self.scenario.model.is_moe else None
         unit = eng.size_unit if eng is not None else "sequences"
         return [r | {"text": describe_change(r, experts, unit)} for r in recs]
