@@ -274,17 +274,20 @@ def fit_measured_rows(pg: Page, data: bytes, name: str) -> None:
                 " intervals; the predictions then rest on them, and it says which (B, K) to measure next.")
     if st.button("Fit this deployment's engine terms to these rows", key="fit_rows"):
         try:
-            fit_name, fit_bytes, text = S.fit_from_measured(pg.p.scenario, data, name)
+            fit_name, fit_bytes, text, caveats = S.fit_from_measured(pg.p.scenario, data, name)
         except PlannerError as err:
             st.error(f"Fit refused: {err}")
             return
         st.session_state["validation_fit"] = (fit_name, fit_bytes)
         st.session_state["validation_fit_report"] = text
+        st.session_state["validation_fit_caveats"] = caveats
         st.rerun()
     made = st.session_state.get("validation_fit")
     if made is None:
         return
     st.code(st.session_state.get("validation_fit_report", ""), language=None)
+    for caveat in st.session_state.get("validation_fit_caveats", []):  # what the command prints as 'warning:'
+        st.warning(f"Fit caveat: {caveat}")
     download(f"Download {made[0]} (use it with --deployment)", made[1], made[0], "application/json",
              "dl_validation_fit", width="content")
 
