@@ -390,7 +390,13 @@ class Prediction:
     def export(self, fmt: str, version: str | None = None, context_lens=None, cuda_graph_bs=None,
                sglang_candidates: str = "kstar", planned_batch_size: int | None = None) -> exports.Export:
         """The engine file for ``fmt`` (vllm, vllm-ctx, trtllm, sglang, sglang-sps) targeting
-        ``version`` (default: the newest release checked); ``.json()`` / ``.markdown()`` render it."""
+        ``version`` (default: the newest release checked); ``.json()`` / ``.markdown()`` render it.
+        ``planned_batch_size``: the batch size (int) or range (lo, hi) the user will serve at, for a file of one
+        K at every batch size (SGLang's launch flags for a tree or block draft; default: every batch size that
+        fits) and TensorRT-LLM's acceptance gate (an int; default: the largest that still speculates)."""
+        if fmt == "trtllm" and isinstance(planned_batch_size, tuple):
+            raise PlannerError(f"planned batch sizes {planned_batch_size[0]}-{planned_batch_size[1]}: TensorRT-LLM's"
+                               " acceptance gate sits at one batch size; give one")
         table = self.kstar_map(context_lens if context_lens is not None or fmt != "vllm-ctx"
                             else self.default_context_lens())
         draft = self.scenario.draft
