@@ -6,8 +6,8 @@ import pytest
 from simulator.errors import PlannerError
 from simulator.specs.acceptance import Acceptance, load_presets, preset_for
 from simulator.specs.drafts import parse_draft, verify_drafts
-from simulator.specs.tree_acceptance import (draft_rates, rank_probabilities, tree_acceptance_length,
-                                             tree_acceptance_lengths, verified_nodes)
+from simulator.specs.tree_acceptance import (rank_probabilities, tree_acceptance_length, tree_acceptance_lengths,
+                                             verified_nodes)
 
 TAIL = preset_for("eagle3-tree").rank_tail
 
@@ -72,13 +72,6 @@ def test_bigger_trees_accept_more_and_verify_what_they_accept_over():
                     assert al[(t2, n2)] >= v - 1e-12
     # the preset's tree vs the engine default 4 x 8 at depth 5 (SGLang's --speculative-num-steps default)
     assert tree_acceptance_length(acc.rates_upto(5), TAIL, 8, 63) - tree_acceptance_length(acc.rates_upto(5), TAIL, 4, 8) > 1.0
-
-
-def test_serving_draws_a_tree_from_its_own_depth_rates():
-    d, acc = parse_draft("eagle3:tree:8x63"), preset_for("eagle3-tree")
-    per_depth = draft_rates(d, acc, 8)
-    assert float(per_depth.acceptance_length(8)) == pytest.approx(5.39, abs=0.01)
-    assert draft_rates(parse_draft("eagle3"), preset_for("eagle3"), 8) == preset_for("eagle3")
 
 
 def test_rank_tail_in_a_scenario_is_checked():

@@ -19,7 +19,6 @@ from simulator.errors import PlannerError, did_you_mean
 from simulator.files import read_input_text, resolve_named_path
 from simulator.serving.engine import engine_from_scenario
 from simulator.specs.scenario import NUM, Scenario, check_table
-from simulator.specs.tree_acceptance import draft_rates
 
 ARRIVALS = ("poisson", "bursty", "closed", "waves")
 DISTS = ("fixed", "uniform", "lognormal", "pareto", "data")
@@ -296,8 +295,7 @@ def draw_requests(sc: Scenario, workload: Workload, seed: int, k_max: int) -> Re
     cats = workload.categories
     w = np.array([c.weight for c in cats], dtype=float)
     cat = rng_cat.choice(len(cats), n, p=w / w.sum()) if len(cats) > 1 else np.zeros(n, dtype=np.int64)
-    base = draft_rates(sc.draft, sc.acceptance, k_max)  # a tree's per depth, through its shape
-    rates = np.stack([c.rates_upto(base, max(k_max, 1)) for c in cats])
+    rates = np.stack([c.rates_upto(sc.acceptance, max(k_max, 1)) for c in cats])
     offsets = np.concatenate([[0], np.cumsum(out_len + k_max + 1)])
     uniforms = rng_acc.random(int(offsets[-1]), dtype=np.float32)
     if workload.arrival == "poisson":

@@ -29,7 +29,6 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.errors import PlannerError
-from simulator.specs.acceptance import Acceptance
 from simulator.specs.drafts import tree_pool_size
 
 RATE_CEILING = 0.999  # a context factor never lifts a rate to 1 (as plan.grid.acceptance_lengths)
@@ -93,21 +92,3 @@ def tree_acceptance_lengths(top1_rates, rank_tail: float, topk: int, tokens: int
                     for s in factors] for k in ks.ravel()]).reshape(ks.shape + factors.shape)
     return al[..., 0] if scale is None else al
 
-
-def tree_depth_rates(top1_rates, rank_tail: float, topk: int, tokens: int) -> np.ndarray:
-    """The depth-K tree's acceptance as per-position rates, P(>= d) / P(>= d - 1), d = 1..K: what a sequence's
-    accepted count is drawn from (a tree deeper than its tokens reaches past them with probability 0)."""
-    reach = tree_reach(top1_rates, rank_tail, topk, tokens)
-    before = np.concatenate([[1.0], reach[:-1]])
-    return np.divide(reach, before, out=np.zeros_like(reach), where=before > 0)
-
-
-def draft_rates(draft, acceptance, k_max: int):
-    """The Acceptance a sequence's accepted count is drawn from at depths 1..k_max (the serving simulation): a
-    tree with a rank tail, its depth-k_max tree's rates per depth (:func:`tree_depth_rates`; a shallower K reads
-    their prefix, an approximation: a shallower tree of the same N spreads its nodes wider); else the rates."""
-    if not (draft.is_tree and acceptance.rank_tail is not None):
-        return acceptance
-    k_max = max(int(k_max), 1)
-    rates = tree_depth_rates(acceptance.rates_upto(k_max), acceptance.rank_tail, draft.topk, draft.tree_tokens)
-    return Acceptance(tuple(float(r) for r in rates), f"{acceptance.source}; tree {draft.label} at depth {k_max}")
