@@ -80,8 +80,12 @@ def test_rank_tail_in_a_scenario_is_checked():
     assert acc.rank_tail == 0.6 and acc.rates == (0.7,)
     with pytest.raises(PlannerError, match=r"s.toml: \[acceptance\] rank_tail = 1.2 must be in \(0, 1\)"):
         _table_acceptance({"rates": [0.7], "rank_tail": 1.2}, "eagle3-tree", "s.toml")
-    # a tree preset with the scenario's own source keeps its rank tail
+    # a tree preset with the scenario's own source keeps its rank tail; its rates restated with its source (the
+    # dashboard's controls) are the preset; other rates for a tree are that tree's own per depth
     assert _table_acceptance({"source": "mine"}, "eagle3-tree", "s.toml").rank_tail == TAIL
+    p = preset_for("eagle3-tree")
+    assert _table_acceptance({"rates": list(p.rates), "source": p.source}, "eagle3-tree", "s.toml") == p
+    assert _table_acceptance({"rates": list(p.rates), "source": "typed"}, "eagle3-tree", "s.toml").rank_tail is None
 
 
 def test_mtp_preset_names_whose_rates_it_is():

@@ -213,6 +213,9 @@ def _table_acceptance(acc_tbl: dict, method: str, origin: str) -> Acceptance:
     acc = _table_rates(acc_tbl, method, origin)
     if "rank_tail" in acc_tbl:
         return replace(acc, rank_tail=check_rank_tail(acc_tbl["rank_tail"], origin))
+    preset = preset_for(method)
+    if preset is not None and preset.rank_tail is not None and (acc.rates, acc.source) == (preset.rates, preset.source):
+        return preset  # a tree preset's rates restated with its source (the dashboard's controls): the preset
     return acc
 
 
