@@ -184,9 +184,10 @@ def test_sglang_tree_flags_carry_n_plus_1_draft_tokens():
     flags = exp.payload
     assert flags["speculative_eagle_topk"] == 4 and flags["speculative_algorithm"] == "EAGLE3"
     k = flags["speculative_num_steps"]
-    # the K the engine schedule runs at the planned batch size (the K* map's column; K* there is 6, the schedule
-    # keeps one K = 7 over B 1-16 within its tolerance)
-    assert k == int(p.table.set_index("batch_size").loc[4, "k_schedule"]) and k >= 2
+    # K* at the planned batch size (6; plan/exports/fixed_k.py on main), or, before that export, the K the engine
+    # schedule keeps over B 1-16 within its tolerance (7)
+    row = p.table.set_index("batch_size").loc[4]
+    assert k in (int(row["k_opt"]), int(row["k_schedule"])) and k >= 2
     assert flags["speculative_num_draft_tokens"] == 9
     assert "--speculative-eagle-topk 4" in exp.how_to_use
 
