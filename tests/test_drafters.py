@@ -115,15 +115,23 @@ def test_tree_verify_width_is_n_plus_1():
     assert float(rows.gflops.iloc[0]) * 1e9 == pytest.approx(2 * 2 * (2 * 4) * qkv_params, rel=1e-6)
 
 
-def test_tree_acceptance_is_the_per_depth_preset():
-    p = predict(model="llama-3.1-8b", hardware="h100-sxm", draft="eagle3:tree:4x8")
-    assert "eagle3-tree" in p.scenario.acceptance.source
-    # AL(5) = 4.68 at depth 5 (SGLang PR #4247), the rate the preset derives from
-    assert p.scenario.acceptance.acceptance_length(5) == pytest.approx(4.68, abs=0.01)
+def test_tree_acceptance_depends_on_the_tree():
+    # the preset's tree (8 x 63, SGLang PR #4247) gives the published AL 4.68 at depth 5 and 5.39 at depth 8;
+    # the default 4 x 8 tree of the same head accepts less at every depth, and more than a chain
+    g = predict(model="llama-3.1-8b", hardware="h100-sxm", draft="eagle3:tree:8x63", batch_sizes="1").grid
+    al_big = np.asarray(g.acceptance_length)
+    assert "eagle3-tree" in predict(model="llama-3.1-8b", hardware="h100-sxm",
+                                    draft="eagle3:tree:8x63", batch_sizes="1").scenario.acceptance.source
+    assert al_big[5] == pytest.approx(4.68, abs=0.01) and al_big[8] == pytest.approx(5.39, abs=0.01)
+    al_small = np.asarray(predict(model="llama-3.1-8b", hardware="h100-sxm", draft="eagle3:tree:4x8",
+                                  batch_sizes="1").grid.acceptance_length)
+    assert (al_small[1:9] < al_big[1:9]).all() and (al_big[3:9] - al_small[3:9] > 0.5).all()
+    from simulator.specs.acceptance import preset_for
+    chain = preset_for("eagle3-tree").acceptance_length(np.arange(9))  # topk 1: the top-1 rates as a chain
+    assert (al_small[1:9] >= chain[1:9] - 1e-12).all() and al_small[2] > chain[2] + 0.2
 
 
-@pytest.mark.parametrize("name, al, k", [("dflash", 3.74, 7), ("dspark", 3.41, 7), ("p-eagle", 2.68, 5),
-                                         ("eagle3-tree", 5.39, 8)])
+@pytest.mark.parametrize("name, al, k", [("dflash", 3.74, 7), ("dspark", 3.41, 7), ("p-eagle", 2.68, 5)])
 def test_block_presets_reproduce_their_published_lengths(name, al, k):
     from simulator.specs.acceptance import preset_for
     assert preset_for(name).acceptance_length(k) == pytest.approx(al, abs=0.01)
@@ -176,7 +184,10 @@ def test_sglang_tree_flags_carry_n_plus_1_draft_tokens():
     flags = exp.payload
     assert flags["speculative_eagle_topk"] == 4 and flags["speculative_algorithm"] == "EAGLE3"
     k = flags["speculative_num_steps"]
-    assert k == int(p.table.set_index("batch_size").loc[4, "k_opt"]) and k >= 2
+    # K* at the planned batch size (6; plan/exports/fixed_k.py on main), or, before that export, the K the engine
+    # schedule keeps over B 1-16 within its tolerance (7)
+    row = p.table.set_index("batch_size").loc[4]
+    assert k in (int(row["k_opt"]), int(row["k_schedule"])) and k >= 2
     assert flags["speculative_num_draft_tokens"] == 9
     assert "--speculative-eagle-topk 4" in exp.how_to_use
 
@@ -241,7 +252,8 @@ def test_dflash_memory_hand():
 
 
 def test_a_tree_accepts_at_most_its_n_tokens():
-    # eagle3:tree:2x4 holds 4 draft tokens: depth 6 accepts no more than depth 4 (AL <= N + 1 = 5)
+    # eagle:tree:2x4 holds 4 draft tokens: AL <= N + 1 = 5 at every depth, and a deeper tree of the same N
+    # never accepts less (its candidates are a superset)
     g = predict(model="llama-3.1-8b", hardware="h100-sxm", draft="eagle:tree:2x4", k_max=6, batch_sizes="1-4").grid
     al = np.asarray(g.acceptance_length)
-    assert al[list(g.ks).index(6)] == al[list(g.ks).index(4)] <= 5.0
+    assert (al <= 5.0).all() and (np.diff(al) >= -1e-12).all()

@@ -30,7 +30,7 @@ from functools import cached_property
 import numpy as np
 
 from simulator.plan.decision_risk import OUTSIDE_BAND, decision_shares, step_draws
-from simulator.plan.acceptance_risk import banded_acceptance_lengths, k_at_each_rate_set, robust_score
+from simulator.plan.acceptance_risk import banded_acceptance_lengths, banded_rates, k_at_each_rate_set, robust_score
 from simulator.physics.memory import step_memory_bytes
 from simulator.physics.operators import PassCost, StepCost, price_pass
 from simulator.physics.pass_tables import price_plan, verify_plan
@@ -47,6 +47,7 @@ from simulator.plan.schedule import (SCHEDULE_TOLERANCE, argmax_k_index, has_ret
 from simulator.specs.acceptance import acceptance_length_prefix
 from simulator.specs.routing import expert_probabilities
 from simulator.specs.scenario import per_scenario
+from simulator.specs.tree_acceptance import tree_acceptance_lengths
 
 
 @dataclass(frozen=True)
@@ -415,8 +416,7 @@ def evaluate_grid(scenario, batch_sizes=None, ks=None, context_lens=None) -> Gri
         return grid
     band = getattr(sc, "acceptance_band", 0.0)
     if band:
-        grid.banded_acceptance_length = banded_acceptance_lengths(
-            sc.acceptance.rates_upto(max(int(k.max()), 1)), k.astype(int), band)
+        grid.banded_acceptance_length = banded_draft_acceptance_lengths(sc.draft, sc.acceptance, k.astype(int), band)
     return _drop_context_axis(grid)
 
 
@@ -440,9 +440,8 @@ def _evaluate(sc, b, k, c) -> Grid:
     verify_s, draft_step_s, overhead, itl = step.verify_s, step.draft_s, step.overhead_s, step.total_s
     k0_extend = extend is not None and (k == 0).any() and (k > 0).any() and k0_runs_draft_extend(sc.engine)
     scale = sc.acceptance_context.factor(c) if getattr(sc, "acceptance_context", None) is not None else None
-    # acceptance may fall with context; a tree of N draft tokens accepts at most N (depth beyond N adds none)
-    deep = np.minimum(k, sc.draft.tree_tokens) if sc.draft.is_tree else k
-    al = acceptance_lengths(sc.acceptance, deep.astype(int), scale, c.size)
+    # acceptance may fall with context; a tree's grows with its shape (draft_acceptance_lengths)
+    al = draft_acceptance_lengths(sc.draft, sc.acceptance, k.astype(int), scale, c.size)
     memory = step_memory_bytes(sc.draft, sc.model, sc.deployment, B, Kv, C + Kv + 1)
     touched = None
     if sc.model.is_moe:
@@ -465,6 +464,30 @@ def _drop_context_axis(grid: Grid) -> Grid:
                 g.acceptance_length[:, 0], cell(g.goodput_per_seq), cell(g.memory_per_gpu_bytes),
                 g.memory_capacity_bytes, g.experts_touched, g.schedule_tolerance, g.banded_acceptance_length,
                 cost(g.draft_extend), None, g.decision_quantile, g.step_terms, g.k0_extend_scenario)
+
+
+def draft_acceptance_lengths(draft, acceptance, ks, scale=None, n_ctx: int | None = None) -> np.ndarray:
+    """AL(K) of the scenario's draft, shaped as :func:`acceptance_lengths`. A tree whose acceptance carries a
+    rank tail: its top-1 rates through the tree of its topk and N tokens at each depth K, the nodes its verify
+    pass is priced for (specs.tree_acceptance); a tree without one: its own rates per depth, depth counted up to
+    its N tokens (a tree of N draft tokens accepts at most N); a chain: the per-position rates."""
+    ks = np.asarray(ks, dtype=int)
+    if draft.is_tree and acceptance.rank_tail is not None:
+        top1 = acceptance.rates_upto(max(int(ks.max(initial=0)), 1))
+        al = tree_acceptance_lengths(top1, acceptance.rank_tail, draft.topk, draft.tree_tokens, ks, scale)
+        return al if scale is not None or n_ctx is None else np.repeat(al[:, None], n_ctx, axis=1)
+    deep = np.minimum(ks, draft.tree_tokens) if draft.is_tree else ks
+    return acceptance_lengths(acceptance, deep, scale, n_ctx)
+
+
+def banded_draft_acceptance_lengths(draft, acceptance, ks, band: float) -> np.ndarray:
+    """(3, n_k) AL(K) at the band's low, given and high rates (plan.acceptance_risk), a tree's through its shape."""
+    ks = np.asarray(ks, dtype=int)
+    top1 = acceptance.rates_upto(max(int(ks.max(initial=0)), 1))
+    if draft.is_tree and acceptance.rank_tail is not None:
+        return np.stack([tree_acceptance_lengths(r, acceptance.rank_tail, draft.topk, draft.tree_tokens, ks)
+                         for r in banded_rates(top1, band)])
+    return banded_acceptance_lengths(top1, np.minimum(ks, draft.tree_tokens) if draft.is_tree else ks, band)
 
 
 def acceptance_lengths(acceptance, ks, scale=None, n_ctx: int | None = None) -> np.ndarray:

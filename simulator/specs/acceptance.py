@@ -17,7 +17,7 @@ Per-method presets with their sources live in ``simulator/data/acceptance.toml``
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -32,6 +32,10 @@ class Acceptance:
 
     rates: tuple[float, ...]
     source: str = "assumed"
+    # a draft tree's rank tail (specs.tree_acceptance): the rates are then the draft's top-1 rates per depth and
+    # the tree's acceptance follows from its shape; None: the rates are the draft's own (a chain's, or a tree's
+    # measured per depth)
+    rank_tail: float | None = None
 
     def __post_init__(self):
         if not self.rates:
@@ -39,12 +43,16 @@ class Acceptance:
         for r in self.rates:
             if not (isinstance(r, (int, float)) and 0.0 <= r < 1.0):
                 raise PlannerError(f"acceptance rate {r!r} outside [0, 1): a rate of 1 would accept every draft forever")
+        if self.rank_tail is not None and not 0.0 < self.rank_tail < 1.0:
+            raise PlannerError(f"acceptance rank_tail {self.rank_tail!r} outside (0, 1)")
 
     @property
     def label(self) -> str:
-        if len(self.rates) == 1:
-            return f"i.i.d. {self.rates[0]:g}"
-        return "per-position " + ",".join(f"{r:g}" for r in self.rates)
+        rates = f"i.i.d. {self.rates[0]:g}" if len(self.rates) == 1 else \
+            "per-position " + ",".join(f"{r:g}" for r in self.rates)
+        if self.rank_tail is not None:
+            return f"{rates.replace('per-position', 'per-depth')} top-1, tree rank tail {self.rank_tail:g}"
+        return rates
 
     @property
     def given_positions(self) -> int | None:
@@ -60,9 +68,12 @@ class Acceptance:
     def rule(self) -> str:
         """The extrapolation rule in words, for outputs."""
         n = self.given_positions
+        tree = "" if self.rank_tail is None else \
+            (" (a draft tree's top-1 rate per depth: the tree's acceptance follows from its topk and tokens,"
+             " specs.tree_acceptance)")
         if n is None:
-            return f"i.i.d.: every position accepted with probability {self.rates[0]:g}"
-        return f"rates given for positions 1-{n}; positions beyond {n} repeat a_{n} = {self.rates[-1]:g}"
+            return f"i.i.d.: every position accepted with probability {self.rates[0]:g}{tree}"
+        return f"rates given for positions 1-{n}; positions beyond {n} repeat a_{n} = {self.rates[-1]:g}{tree}"
 
     def rates_upto(self, k_max: int) -> np.ndarray:
         r = np.asarray(self.rates, dtype=float)
@@ -110,16 +121,35 @@ def load_presets() -> dict[str, dict]:
     for name, entry in raw.items():
         if not (isinstance(entry, dict) and isinstance(entry.get("rates"), list) and isinstance(entry.get("source"), str)):
             raise PlannerError(f"{PRESET_FILE}: preset [{name}] needs rates = [...] and source = '...'")
-        Acceptance(tuple(float(r) for r in entry["rates"]), entry["source"])  # validates the rates
+        _preset(entry)  # validates the rates and rank tail
     return raw
 
 
+def _preset(entry: dict) -> Acceptance:
+    tail = entry.get("rank_tail")
+    return Acceptance(tuple(float(r) for r in entry["rates"]), entry["source"],
+                      None if tail is None else float(tail))
+
+
 def preset_for(method: str) -> Acceptance | None:
-    """The preset of a draft method (eagle, eagle3, mtp, ngram, model), or None when none is published."""
+    """The preset of a draft method (eagle, eagle3, mtp, ngram, model, eagle3-tree, ...), or None when none is
+    published. A tree preset carries its rank tail (its rates are the draft's top-1 rates per depth)."""
     entry = load_presets().get(method)
     if entry is None:
         return None
-    return Acceptance(tuple(float(r) for r in entry["rates"]), entry["source"])
+    return _preset(entry)
+
+
+def preset_for_model(preset_name: str, acceptance: Acceptance, model_name: str) -> Acceptance:
+    """The preset ``acceptance`` as a prediction for ``model_name``: where the preset lists the models it was
+    published for (``published_for``) and this one is not among them, its source says that the prediction rests
+    on another model's rates. Anything but the unchanged preset is returned as it is."""
+    entry = load_presets().get(preset_name)
+    if entry is None or "published_for" not in entry or acceptance.source != entry["source"] \
+            or model_name in entry["published_for"]:
+        return acceptance
+    return replace(acceptance, source=f"{acceptance.source}; no published {preset_name} acceptance for {model_name}:"
+                                      f" rests on the rates of {', '.join(entry['published_for'])}")
 
 
 def parse_acceptance(value, source: str = "assumed") -> Acceptance:

@@ -129,16 +129,22 @@ def block_queries(draft: DraftSpec, k):
     return {"k": k, "k+1": k + 1.0, "2k": 2.0 * k}[rule]
 
 
+def tree_pool_size(topk, depth):
+    """Candidates a tree of topk T scores over depth K (SGLang's EAGLE tree: T children of the root, then T of
+    each of the T kept nodes per level): T + (K - 1) T^2; 0 at K = 0. The verify pass checks the N best of them
+    (:func:`verify_drafts`), and the tree's acceptance sums over the same N (specs.tree_acceptance)."""
+    k = np.asarray(depth, dtype=float)
+    t = float(topk)
+    return np.where(k > 0, t + np.maximum(k - 1.0, 0.0) * t * t, 0.0)
+
+
 def verify_drafts(draft: DraftSpec, k):
     """Draft tokens the verify pass checks per sequence at K (its queries: this + 1). A chain: K. A tree of
-    topk T and N draft tokens at depth K: the N best of the T + (K - 1) T^2 candidates its K passes score
-    (SGLang's EAGLE tree: T children of the root, then T of each of the T kept nodes per level), so
-    min(N, T + (K - 1) T^2); 0 at K = 0."""
+    topk T and N draft tokens at depth K: min(N, :func:`tree_pool_size`) = min(N, T + (K - 1) T^2); 0 at K = 0."""
     k = np.asarray(k, dtype=float)
     if not draft.is_tree:
         return k
-    t = float(draft.topk)
-    return np.where(k > 0, np.minimum(float(draft.tree_tokens), t + np.maximum(k - 1.0, 0.0) * t * t), 0.0)
+    return np.minimum(float(draft.tree_tokens), tree_pool_size(draft.topk, k))
 
 
 def _parse_tree(text: str) -> DraftSpec:

@@ -29,7 +29,7 @@ def apply_overrides(raw: dict, overrides: dict) -> dict:
         if name in ("acceptance", "acceptance_preset"):
             raw[ACCEPTANCE_GIVEN] = True
         if name == "acceptance":
-            for old in ("rate", "rates", "preset", "file"):
+            for old in ("rate", "rates", "preset", "file", "rank_tail"):
                 table.pop(old, None)
             if is_acceptance_path(value):
                 table["file"] = str(value)
@@ -37,6 +37,8 @@ def apply_overrides(raw: dict, overrides: dict) -> dict:
                 continue
             acc = parse_acceptance(value)
             table["rates"] = list(acc.rates)
+            if acc.rank_tail is not None:  # a tree's top-1 rates keep their rank tail (specs.tree_acceptance)
+                table["rank_tail"] = acc.rank_tail
             table["source"] = overrides.get("acceptance_source") or "given as an override"
         elif name == "draft":
             text = str(value)
@@ -52,10 +54,10 @@ def apply_overrides(raw: dict, overrides: dict) -> dict:
             if _draft_method_of(table) != before and overrides.get("acceptance") is None \
                     and overrides.get("acceptance_preset") is None:
                 acc = raw.setdefault("acceptance", {})
-                for key in ("rate", "rates", "source", "preset", "file"):
+                for key in ("rate", "rates", "source", "preset", "file", "rank_tail"):
                     acc.pop(key, None)
         elif name == "acceptance_preset":
-            for key in ("rate", "rates", "file"):
+            for key in ("rate", "rates", "file", "rank_tail"):
                 table.pop(key, None)
             table["preset"] = str(value)
             if overrides.get("acceptance_source") is None:

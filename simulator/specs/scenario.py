@@ -16,7 +16,8 @@ from pathlib import Path
 import numpy as np
 
 from simulator.specs.collectives import server_collectives
-from simulator.specs.acceptance import Acceptance, ContextAcceptance, context_acceptance, parse_band
+from simulator.specs.acceptance import (Acceptance, ContextAcceptance, context_acceptance, parse_band,
+                                         preset_for_model)
 from simulator.specs.acceptance_files import AcceptanceFile
 from simulator.specs.deployment import Deployment
 from simulator.specs.engines import EngineProfile, default_engine, load_engine, engine_kernels, with_capture_limit
@@ -128,6 +129,7 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
         raise PlannerError(f"{origin}: {err}") from None
     draft = _draft(get, origin, base_dir, model, deployment)
     acceptance, acc_file = _scenario_acceptance(raw.get("acceptance", {}), draft.preset_key, origin, base_dir)
+    acceptance = preset_for_model(draft.preset_key, acceptance, model.name)  # says whose rates a preset's are
     wl = _workload(get, origin, model, allow_beyond)
     if acc_file is not None:
         wl["k_max"], wl["fixed_k"], notes = acc_file.cap(wl["k_max"], wl["fixed_k"])

@@ -7,7 +7,7 @@ from them; every name here is also importable from :mod:`simulator.specs.scenari
 from __future__ import annotations
 
 import contextlib
-
+from dataclasses import replace
 from pathlib import Path
 
 from simulator.errors import PlannerError
@@ -19,6 +19,7 @@ from simulator.specs.hardware import Hardware, custom_hardware, load_hardware
 from simulator.specs.models import ModelSpec, load_model
 from simulator.specs.routing import Routing, check_reuse
 from simulator.specs.settings import DECISION_QUANTILE, OPEN_SECTIONS, SCHEDULE_TOLERANCE, SCHEMA, default  # noqa: F401 (API)
+from simulator.specs.tree_acceptance import check_rank_tail
 from simulator.specs.values import check_table, parse_batch_sizes, parse_context_lens
 
 REPO_ROOT = Path(__file__).resolve().parent.parent.parent
@@ -208,6 +209,17 @@ def _scenario_acceptance(acc_tbl: dict, method: str, origin: str,
 
 
 def _table_acceptance(acc_tbl: dict, method: str, origin: str) -> Acceptance:
+    """The table's rates or preset, with ``rank_tail`` (a draft tree's, specs.tree_acceptance) where given."""
+    acc = _table_rates(acc_tbl, method, origin)
+    if "rank_tail" in acc_tbl:
+        return replace(acc, rank_tail=check_rank_tail(acc_tbl["rank_tail"], origin))
+    preset = preset_for(method)
+    if preset is not None and preset.rank_tail is not None and (acc.rates, acc.source) == (preset.rates, preset.source):
+        return preset  # a tree preset's rates restated with its source (the dashboard's controls): the preset
+    return acc
+
+
+def _table_rates(acc_tbl: dict, method: str, origin: str) -> Acceptance:
     if "rate" in acc_tbl and "rates" in acc_tbl:
         raise PlannerError(f"{origin}: [acceptance] give either 'rate' or 'rates', not both")
     explicit = "rate" in acc_tbl or "rates" in acc_tbl
@@ -226,5 +238,5 @@ def _table_acceptance(acc_tbl: dict, method: str, origin: str) -> Acceptance:
         return Acceptance((FALLBACK_RATE,), acc_tbl.get("source", f"assumed {FALLBACK_RATE:g}: no published preset for"
                                                                  f" draft method {method}; give measured rates"))
     if "source" in acc_tbl:
-        return Acceptance(preset.rates, acc_tbl["source"])
+        return replace(preset, source=acc_tbl["source"])
     return preset

@@ -169,6 +169,7 @@ SETTINGS: tuple[Setting, ...] = (
            " the band, and the schedule says where K* depends on acceptance"),
     S("acceptance", "file"), S("acceptance", "context_points", list), S("acceptance", "context_factors", list),
     S("acceptance", "context_source"),
+    S("acceptance", "rank_tail", NUM),  # a draft tree's rank tail: the rates are its top-1 rates per depth
     S("workload", "context_len", int, 2048, name="context_len", flag="--context-len", arg_type=int,
       help="tokens already in each sequence's KV cache"),
     S("workload", "batch_sizes", STR_OR_LIST, "1-512", name="batch_sizes", flag="--batch-sizes",
