@@ -313,6 +313,29 @@ class PassCost:
                 "flops", "nbytes", "compute_s", "memory_s", "launch_s", "time_s")), self.detail.kernels)
         return PassCost(PassTime(at(self.total_s), at(self.launch_s), self.n_kernels), detail)
 
+    @staticmethod
+    def joined_on_k(parts: list["PassCost"], order) -> "PassCost":
+        """One pass from the same ops priced on column subsets of a grid's K axis (axis 1 of a cell array):
+        joined in ``order`` (the grid's K order)."""
+        cells = [np.shape(p.total_s) for p in parts]
+        time = PassTime(_joined_on_k([p.total_s for p in parts], cells, order, 1),
+                        _joined_on_k([p.launch_s for p in parts], cells, order, 1), parts[0].n_kernels)
+
+        def detail() -> StepCost:
+            ds = [p.detail for p in parts]
+            shapes = [(len(d.names),) + c for d, c in zip(ds, cells)]
+            return StepCost(ds[0].names, ds[0].families, *(_joined_on_k([getattr(d, f) for d in ds], shapes, order, 2)
+                                                          for f in ("flops", "nbytes", "compute_s", "memory_s",
+                                                                    "launch_s", "time_s")), ds[0].kernels)
+        return PassCost(time, detail)
+
+
+def _joined_on_k(arrays, shapes, order, axis: int):
+    """Arrays priced on column subsets of the K axis (``axis``), each broadcast to its subset's ``shapes``, joined
+    and put back in the grid's K order."""
+    full = [np.broadcast_to(a, shape) for a, shape in zip(arrays, shapes)]
+    return np.take(np.concatenate(full, axis=axis), order, axis=axis)
+
 
 def price_pass(ops: list[Op], hw: Hardware, dep: Deployment, profile: Profile | None, shape,
                caches=None) -> PassCost:

@@ -32,6 +32,7 @@ import numpy as np
 from simulator.plan.decision_risk import OUTSIDE_BAND, decision_shares, step_draws
 from simulator.plan.acceptance_risk import banded_acceptance_lengths, banded_rates, k_at_each_rate_set, robust_score
 from simulator.physics.memory import step_memory_bytes
+from simulator.physics.attention import MAX_DECODE_SURFACE_QUERIES
 from simulator.physics.operators import PassCost, StepCost, price_pass
 from simulator.physics.pass_tables import price_plan, verify_plan
 from simulator.physics.draft_cost import DraftSetting, draft_costs
@@ -513,6 +514,26 @@ def _has_ctx_axis(op, n_ctx: int) -> bool:
     return len(shape) == 3 and shape[2] == n_ctx
 
 
+def surface_sides(K) -> np.ndarray | None:
+    """Over the K axis (axis 1) of a verify pass's drafts: whether each column's K + 1 queries per sequence are
+    priced as a decode attention (physics.attention.MAX_DECODE_SURFACE_QUERIES) rather than a prefill kernel; None
+    where every column is on one side. An attention op is priced on one surface, chosen by its largest query
+    count, so a grid whose K axis spans both (a tree of more than 31 draft tokens: K = 0 and 1 below, deeper
+    trees above) prices each side as its own pass: plain decoding is not priced as a prefill kernel."""
+    if np.ndim(K) < 2 or np.shape(K)[1] < 2:
+        return None
+    queries = np.asarray(K, dtype=float).max(axis=tuple(i for i in range(np.ndim(K)) if i != 1)) + 1.0
+    decode = queries <= MAX_DECODE_SURFACE_QUERIES
+    return decode if decode.any() and not decode.all() else None
+
+
+def _k_columns(a, cols):
+    """``a``'s columns ``cols`` of the K axis (axis 1) where it has one; else ``a``."""
+    if a is None or np.ndim(a) < 2 or np.shape(a)[1] == 1:
+        return a
+    return np.asarray(a)[:, cols]
+
+
 def verify_over_context(sc, B, K, C, expert_batch=None, padded_tokens=None,
                         caches=None) -> tuple[PassCost, PassCost | None]:
     """The verify pass over (B, K, L): (its ops priced over (B, K, 1), None) with L of length 1;
@@ -526,6 +547,13 @@ def verify_over_context(sc, B, K, C, expert_batch=None, padded_tokens=None,
     shape = np.broadcast_shapes(B.shape, K.shape)  # (nb, nk, 1); B and K keep their own axes
     n_ctx = C.shape[-1]
     caches = step_model(sc).caches if caches is None else caches
+    decode = surface_sides(K)
+    if decode is not None:  # a tree's verify runs K + 1 > 32 queries at some K: price each side on its own kernel
+        sides = [verify_over_context(sc, B, K[:, cols], C, _k_columns(expert_batch, cols),
+                                     _k_columns(padded_tokens, cols), caches) for cols in (decode, ~decode)]
+        order = np.argsort(np.concatenate([np.flatnonzero(decode), np.flatnonzero(~decode)]), kind="stable")
+        return tuple(None if parts[0] is None else PassCost.joined_on_k(list(parts), order)
+                     for parts in zip(*sides))
     plan = verify_plan(sc.model, sc.deployment, sc.hardware, B, K, C, expert_batch, padded_tokens,
                        None if padded_tokens is None else pad_key(sc.engine), caches)
     if n_ctx == 1:
