@@ -101,9 +101,9 @@ def compose_step_draws_s(theta: np.ndarray, batch, k, kernel_s, overhead_s, dtyp
     """:func:`compose_step_s` at every cell for every draw of the terms, draws on the last axis: ``theta`` (n, 6)
     term vectors, ``batch``, ``k``, ``kernel_s``, ``overhead_s`` broadcasting to the cells' shape; every input
     cast to ``dtype`` first -> (*cells, n). The same operations in the same order, so the same values as
-    compose_step_s on the same inputs (tests/test_step_draws_factored.py), but the formula's kernel factor and
-    per-sequence host time depend on (K, draw) only: they are formed on those small arrays, and five operations,
-    in place, run over the (cells x draws) array where the broadcast formula runs eight and allocates each."""
+    compose_step_s on the same inputs (tests/test_decision_risk_speed_equivalence.py); the formula's kernel factor
+    and per-sequence host time depend on (K, draw) only and are formed on those small arrays, and the five
+    operations over the (cells x draws) array write into two buffers where the broadcast formula allocates five."""
     cast = lambda a: np.asarray(a, dtype=dtype)  # noqa: E731
     s, c0, c1, c2, sv, c3 = cast(theta).T
     batch, k, kernel_s, overhead_s = cast(batch), cast(k), cast(kernel_s), cast(overhead_s)
