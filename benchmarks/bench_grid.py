@@ -37,18 +37,21 @@ def median_seconds(fn, repeats: int = 30) -> float:
     return statistics.median(times)
 
 
-def interleaved_medians(fns, repeats: int = 30) -> list[float]:
-    """Median seconds of each function, run in turn (A B C A B C ...) so that a drift in the machine's
-    speed moves them alike and their ratios stay meaningful."""
+def interleaved_medians(fns, repeats: int = 30) -> tuple[list[float], list[float]]:
+    """(median wall-clock seconds, median process CPU seconds) of each function, run in turn (A B C A B C ...)
+    so that a drift in the machine's speed moves them alike and their ratios stay meaningful. On a shared
+    machine the CPU time is what the call itself costs: a call of a few ms is often preempted for another
+    process's time slice, which its wall time then counts."""
     for fn in fns:
         fn()  # warm-up
-    times = [[] for _ in fns]
+    wall, cpu = [[] for _ in fns], [[] for _ in fns]
     for _ in range(repeats):
-        for fn, ts in zip(fns, times):
-            start = time.perf_counter()
+        for fn, w, c in zip(fns, wall, cpu):
+            w0, c0 = time.perf_counter(), time.process_time()
             fn()
-            ts.append(time.perf_counter() - start)
-    return [statistics.median(ts) for ts in times]
+            w.append(time.perf_counter() - w0)
+            c.append(time.process_time() - c0)
+    return [statistics.median(ts) for ts in wall], [statistics.median(ts) for ts in cpu]
 
 
 def naive_roofline(sc, b, ks):
@@ -99,12 +102,13 @@ def main() -> None:
           f" tens of times more than streaming its few output arrays once at the bandwidth limit")
     for name in ("llama-3.1-8b-h100", "command-a-h100", "qwen3-235b-h200"):
         sc = load_scenario(SCENARIO_DIR / f"{name}.toml")
-        t, t_k, t_new, t_ref = interleaved_medians([lambda: evaluate_grid(sc, b, ks),
-                                                    lambda: evaluate_grid(sc, b, ks).k_star,
-                                                    lambda: new_tables_grid(sc, b, ks),
-                                                    lambda: naive_roofline(sc, b, ks)])
+        (t, t_k, t_new, t_ref), (c, c_k, _, _) = interleaved_medians([lambda: evaluate_grid(sc, b, ks),
+                                                                      lambda: evaluate_grid(sc, b, ks).k_star,
+                                                                      lambda: new_tables_grid(sc, b, ks),
+                                                                      lambda: naive_roofline(sc, b, ks)])
         print(f"  {name:32s} median {t * 1e3:6.2f} ms  ({cells / t / 1e6:.2f} M cells/s; targets 2 M / 10 M);"
-              f" with its K* schedule {t_k * 1e3:.2f} ms ({cells / t_k / 1e6:.2f} M cells/s);"
+              f" with its K* schedule {t_k * 1e3:.2f} ms ({cells / t_k / 1e6:.2f} M cells/s;"
+              f" CPU {c_k * 1e3:.2f} ms against {c * 1e3:.2f} ms for the arrays alone);"
               f" its tables new {t_new * 1e3:.2f} ms ({cells / t_new / 1e6:.2f} M cells/s);"
               f" naive numpy roofline {t_ref * 1e3:.2f} ms ({cells / t_ref / 1e6:.1f} M cells/s): {t / t_ref:.0f}x;"
               f" = {t / add_s:.0f} numpy adds' time, {t / pass_s:.0f} passes at the bandwidth limit")

@@ -77,11 +77,17 @@ def _floats(x) -> np.ndarray:
     return x if np.issubdtype(x.dtype, np.floating) else x.astype(float)
 
 
+def host_per_seq_s(c_seq, c_spec, k, c_seq_spec=0.0) -> np.ndarray:
+    """Host time the terms add per sequence of a step [s]: c_seq + (c_seq_spec + c_spec (K + 1)) [K > 0]."""
+    k = _floats(k)
+    return c_seq + (c_seq_spec + c_spec * (k + 1.0)) * (k > 0)
+
+
 def added_step_s(c_step, c_seq, c_spec, batch, k, c_seq_spec=0.0) -> np.ndarray:
     """Host time the terms add to one step [s]: c_step + c_seq B + (c_seq_spec B + c_spec B (K + 1)) [K > 0]."""
     batch, k = _floats(batch), _floats(k)
     # factored as c_step + B (c_seq + (c_seq_spec + c_spec (K + 1)) [K > 0]): on a grid the bracket is a K vector
-    return c_step + batch * (c_seq + (c_seq_spec + c_spec * (k + 1.0)) * (k > 0))
+    return c_step + batch * host_per_seq_s(c_seq, c_spec, k, c_seq_spec)
 
 
 def compose_step_s(terms, batch, k, kernel_s, overhead_s) -> np.ndarray:
@@ -89,6 +95,26 @@ def compose_step_s(terms, batch, k, kernel_s, overhead_s) -> np.ndarray:
     s, c0, c1, c2, sv, c3 = terms
     batch, k = _floats(batch), _floats(k)
     return kernel_factor(s, sv, k) * kernel_s + overhead_s + added_step_s(c0, c1, c2, batch, k, c3)
+
+
+def compose_step_draws_s(theta: np.ndarray, batch, k, kernel_s, overhead_s, dtype=np.float32) -> np.ndarray:
+    """:func:`compose_step_s` at every cell for every draw of the terms, draws on the last axis: ``theta`` (n, 6)
+    term vectors, ``batch``, ``k``, ``kernel_s``, ``overhead_s`` broadcasting to the cells' shape; every input
+    cast to ``dtype`` first -> (*cells, n). The same operations in the same order, so the same values as
+    compose_step_s on the same inputs (tests/test_decision_risk_speed_equivalence.py); the formula's kernel factor
+    and per-sequence host time depend on (K, draw) only and are formed on those small arrays, and the five
+    operations over the (cells x draws) array write into two buffers where the broadcast formula allocates five."""
+    cast = lambda a: np.asarray(a, dtype=dtype)  # noqa: E731
+    s, c0, c1, c2, sv, c3 = cast(theta).T
+    batch, k, kernel_s, overhead_s = cast(batch), cast(k), cast(kernel_s), cast(overhead_s)
+    kd = k[..., None]  # K with the draws' axis
+    shape = np.broadcast_shapes(batch.shape, k.shape, kernel_s.shape, overhead_s.shape) + s.shape
+    step = np.multiply(kernel_factor(s, sv, kd), kernel_s[..., None], out=np.empty(shape, dtype))
+    step += overhead_s[..., None]
+    host = np.multiply(batch[..., None], host_per_seq_s(c1, c2, kd, c3), out=np.empty(shape, dtype))
+    np.add(c0, host, out=host)  # c_step + B (...), as added_step_s adds it
+    step += host
+    return step
 
 
 def step_time_s(theta: np.ndarray, batch, k, kernel_s, overhead_s) -> np.ndarray:
