@@ -123,7 +123,9 @@ def main() -> None:
         m = load_model(model)
         for hw in list_hardware():
             # TP 8 where the heads split 8 ways and one scale-up domain holds 8 (GH200: one GPU a node), else 1
-            domain = load_hardware(hw).scale_up_domain_gpus or 8
+            # (a CPU device is one machine: TP 1)
+            spec = load_hardware(hw)
+            domain = spec.scale_up_domain_gpus or (8 if spec.kind == "gpu" else 1)
             tp = 8 if m.num_heads % 8 == 0 and domain >= 8 else 1
             scenarios.append(load_scenario(SCENARIO_DIR / "default.toml", model=model, hardware=hw, tp=tp,
                                            draft="eagle"))
