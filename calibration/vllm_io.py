@@ -117,8 +117,9 @@ def read_bench_json(path) -> dict:
         data = json.loads(_read_text(path))
     except RecursionError:
         raise VllmFormatError(f"{path.name}: JSON nested too deeply — {_HINT}") from None
-    except json.JSONDecodeError as e:
-        raise VllmFormatError(f"{path.name}: not JSON ({e.msg} at line {e.lineno}) — {_HINT}") from None
+    except ValueError as e:  # a JSONDecodeError, or an integer of over 4300 digits
+        why = f"{e.msg} at line {e.lineno}" if isinstance(e, json.JSONDecodeError) else "a number too long to read"
+        raise VllmFormatError(f"{path.name}: not JSON ({why}) — {_HINT}") from None
     if not isinstance(data, dict):
         raise VllmFormatError(f"{path.name}: top level is not an object — {_HINT}")
     for f in ("median_itl_ms", "output_throughput", "completed"):

@@ -23,7 +23,7 @@ from simulator.files import check_output_dir, check_output_file, write_atomicall
 __all__ = ["OneLineParser", "run_cli", "command", "say_written", "add_save_scenario_arg", "check_save_scenario",
            "save_scenario", "command_line", "one_line", "check_output_dir", "check_output_file", "write_atomically",
            "write_files_atomically", "path_given", "add_dtype_args", "dtype_overrides", "dtypes_text", "add_setting_args",
-           "setting_overrides", "blame_flag", "load_with_flags", "Terminated", "signals_as_exceptions"]
+           "setting_overrides", "blame_flag", "load_with_flags", "Terminated", "signals_as_exceptions", "launch"]
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -146,6 +146,19 @@ def command(build_parser: Callable[[], argparse.ArgumentParser], body: Callable[
     return main
 
 
+def launch(module: str) -> int:
+    """``python -m simulator.X``: import the command's module (numpy, pandas, the planner: about a second),
+    then run its ``main()``. Ctrl-C during the import is the one line and exit 130 it is during the run,
+    not a traceback (SIGTERM / SIGHUP kill the process quietly until ``main`` installs its handlers)."""
+    import importlib
+    try:
+        main = importlib.import_module(module).main
+    except KeyboardInterrupt:
+        print(interrupted_line(signal.SIGINT), file=sys.stderr)
+        return 128 + signal.SIGINT
+    return main()
+
+
 def command_line(prog: str, argv: list[str] | None) -> str:
     """The command as typed: PROG ARGS (arguments with spaces quoted)."""
     import shlex
@@ -162,15 +175,44 @@ def add_save_scenario_arg(p: argparse.ArgumentParser) -> None:
                    " TOML; given back as the scenario (a sweep: as the sweep file) it gives the same answer")
 
 
-def check_save_scenario(args: argparse.Namespace) -> None:
-    """Refuse an unwritable --save-scenario before any work (one line naming the flag), and one that names
-    the --output file (the scenario, written last, would replace the answer)."""
+def check_save_scenario(args: argparse.Namespace, report_files=()) -> None:
+    """Refuse, before any work: an unwritable --save-scenario (one line naming the flag); one that names the
+    --output file or one of ``report_files`` (the scenario, written last, would replace the answer); and an
+    --output or --save-scenario that names a file the command reads (:func:`check_output_spares_inputs`)."""
+    output = getattr(args, "output", None)
+    outputs = [("--output", output)] * bool(output) + [("--output-dir", p) for p in report_files]
+    for flag, path in outputs:
+        check_output_spares_inputs(args, flag, path)
     if getattr(args, "save_scenario", None):
         check_output_file(args.save_scenario, SAVE_FLAG)
-        output = getattr(args, "output", None)
-        if output and _same_file(output, args.save_scenario):
-            raise PlannerError(f"{SAVE_FLAG} {args.save_scenario}: the same file as --output {output}; give the"
-                               " scenario another name")
+        for flag, path in outputs:
+            if _same_file(path, args.save_scenario):
+                raise PlannerError(f"{SAVE_FLAG} {args.save_scenario}: the same file as {flag} {path}; give the"
+                                   " scenario another name")
+        # the scenario it was given may be updated in place (what is saved reads back as the same run)
+        check_output_spares_inputs(args, SAVE_FLAG, args.save_scenario, spare=("scenario", "spec"))
+
+
+# the arguments that name files a command reads (predict, serve, size, sweep, calibration.fit_deployment)
+INPUT_ARGS = ("scenario", "spec", "measured", "acceptance", "calibration", "deployment", "model", "hardware", "draft_model")
+
+
+def check_output_spares_inputs(args: argparse.Namespace, flag: str, path, spare=()) -> None:
+    """Refuse an output that would replace a file the command reads (its scenario, its measured rows): the
+    input would be lost, replaced by the report. ``spare``: input arguments an output may replace."""
+    from simulator.files import output_target
+    through, target = output_target(path, flag)
+    if through or not os.path.isfile(target):
+        return
+    for dest in INPUT_ARGS:
+        value = getattr(args, dest, None)
+        for given in value if isinstance(value, (list, tuple)) else [value]:
+            if dest in spare or not isinstance(given, (str, os.PathLike)) or not os.path.isfile(given):
+                continue
+            if os.path.samefile(target, given):
+                named = "the sweep file" if dest == "spec" else f"--{dest.replace('_', '-')}"
+                raise PlannerError(f"{flag} {path}: the same file as {named} {given}, which this command reads;"
+                                   " give the output another name")
 
 
 def _same_file(a, b) -> bool:

@@ -122,16 +122,17 @@ def _json_docs(text: str, where: str) -> list:
         return [json.loads(text)]
     except RecursionError:
         raise PlannerError(f"{where}: JSON nested too deeply") from None
-    except json.JSONDecodeError as err:
+    except ValueError as err:  # a JSONDecodeError, or an integer of over 4300 digits
         first = err
     lines = [ln for ln in text.splitlines() if ln.strip()]
     if len(lines) > 1:
         try:
             return [json.loads(ln) for ln in lines]
-        except (json.JSONDecodeError, RecursionError):
+        except (ValueError, RecursionError):
             pass
-    raise PlannerError(f"{where}: truncated or malformed JSON ({first.msg} at line {first.lineno} column"
-                       f" {first.colno}); re-export the file") from None
+    why = (f"{first.msg} at line {first.lineno} column {first.colno}" if isinstance(first, json.JSONDecodeError)
+           else "a number too long to read")
+    raise PlannerError(f"{where}: truncated or malformed JSON ({why}); re-export the file") from None
 
 
 def parse_acceptance_bytes(data: bytes, name: str) -> AcceptanceFile:

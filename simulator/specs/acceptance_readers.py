@@ -276,7 +276,7 @@ def read_csv_rows(text: str, where: str) -> dict:
             continue
         try:
             rates = json.loads(cell)
-        except (json.JSONDecodeError, RecursionError):
+        except (ValueError, RecursionError):  # ValueError: malformed, or an integer of over 4300 digits
             rates = None
         if not isinstance(rates, list) or not all(r is None or (_num(r) and 0 <= r <= 1) for r in rates):
             raise PlannerError(f"{where}: line {line}: per_position_acceptance {cell[:40]!r} is not a JSON list of"
