@@ -197,8 +197,8 @@ def output_target(path: str | Path, flag: str = "--output") -> tuple[bool, Path]
     symlink to one, or a descriptor under /proc) is written through; a symlink to a regular file (or to
     nothing yet) is followed and its target replaced; a regular file or a new name is replaced."""
     target = Path(path)
-    if not target.name:
-        raise PlannerError(f"{flag} '{target}': give a file name")
+    if not target.name or str(path).endswith(os.sep):  # 'out/': Path() drops the slash, the user meant a folder
+        raise PlannerError(f"{flag} '{path}': names a directory; give a file name")
     try:
         lst = os.lstat(target)
     except FileNotFoundError:

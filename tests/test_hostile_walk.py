@@ -42,6 +42,24 @@ def test_fit_output_over_its_measured_rows_is_refused(tmp_path):
     assert rows.read_text() == ROWS  # before: the fit's JSON replaced the measurements
 
 
+def test_validate_report_over_its_measured_rows_is_refused(tmp_path):
+    rows = tmp_path / "validation_rows.csv"  # the rows of an earlier report, validated again from its folder
+    rows.write_bytes((REPO / "calibration" / "data" / "runs" / "smollm2-cpu-ngram.csv").read_bytes())
+    before = rows.read_bytes()
+    line = refused_line("calibration.validate", "--scenario", "smollm2-cpu", "--measured", rows,
+                        "--output-dir", tmp_path)
+    assert "the same file as --measured" in line and "another directory" in line
+    assert rows.read_bytes() == before  # before: the report set replaced the rows it was computed from
+
+
+@pytest.mark.parametrize("given, expect", [("-", "'-' is not stdout here"), ("out/", "names a directory")])
+def test_an_output_that_is_not_a_file_name_is_refused(tmp_path, monkeypatch, given, expect):
+    monkeypatch.chdir(tmp_path)
+    line = refused_line("simulator.predict", "--scenario", "smollm2-cpu", "--batch-sizes", "1", "--output", given)
+    assert expect in line and "--output" in line  # before: a file named '-', and a file 'out' for 'out/'
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_save_scenario_over_a_report_of_the_set_is_refused_before_the_search(tmp_path):
     out = tmp_path / "reports"
     out.mkdir()

@@ -38,6 +38,9 @@ def path_given(text: str) -> str:
     out, so --output '' would print to stdout where a file was asked for)."""
     if not text:
         raise argparse.ArgumentTypeError("empty; give a path, or leave the flag out")
+    if text == "-":  # the usual spelling of stdout elsewhere; here it would be a file named '-'
+        raise argparse.ArgumentTypeError("'-' is not stdout here; leave the flag out to print to stdout (./- names"
+                                         " a file '-')")
     return text
 
 
@@ -211,8 +214,8 @@ def check_output_spares_inputs(args: argparse.Namespace, flag: str, path, spare=
                 continue
             if os.path.samefile(target, given):
                 named = "the sweep file" if dest == "spec" else f"--{dest.replace('_', '-')}"
-                raise PlannerError(f"{flag} {path}: the same file as {named} {given}, which this command reads;"
-                                   " give the output another name")
+                fix = "choose another directory" if flag == "--output-dir" else "give the output another name"
+                raise PlannerError(f"{flag} {path}: the same file as {named} {given}, which this command reads; {fix}")
 
 
 def _same_file(a, b) -> bool:
