@@ -113,8 +113,9 @@ def bench_acceptance(data: dict, where: str = "bench.json") -> list[float | None
 
 def read_bench_json(path) -> dict:
     path = Path(path)
+    text = _read_text(path)  # its own one-line errors (a VllmFormatError is a ValueError too)
     try:
-        data = json.loads(_read_text(path))
+        data = json.loads(text)
     except RecursionError:
         raise VllmFormatError(f"{path.name}: JSON nested too deeply — {_HINT}") from None
     except ValueError as e:  # a JSONDecodeError, or an integer of over 4300 digits
