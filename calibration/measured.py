@@ -36,7 +36,7 @@ def read_measured(source: str | Path | bytes, name: str | None = None, required=
     if not isinstance(source, bytes):  # a regular file under its cap (a FIFO or a device is refused, not read)
         source = read_input_bytes(source, "measured runs")
     try:
-        df = pd.read_csv(io.BytesIO(source))
+        df = pd.read_csv(io.BytesIO(source), skipinitialspace=True)  # 'batch_size, k, itl_ms' as written by hand
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as err:
         raise PlannerError(f"{name}: not a readable measured-runs CSV ({(str(err).splitlines() or [''])[0][:120]})") from None
     except OSError as err:

@@ -124,6 +124,28 @@ def test_a_number_too_long_to_read_is_one_line(tmp_path):
             upload(big.read_bytes(), "bench.json")
 
 
+ACC_ROWS = 'batch_size,k,itl_ms,per_position_acceptance,n_steps\n1,3,11,"[0.8, 0.6, 0.5]",100\n8,3,14,"[0.8, 0.6, 0.5]",300\n'
+
+
+@pytest.mark.parametrize("n_steps", ["-100", "nan", "1e400", "many"])
+def test_a_rows_weight_that_is_no_count_is_refused(n_steps):
+    from simulator.specs.acceptance_files import parse_acceptance_bytes
+    with pytest.raises(PlannerError, match=f"runs.csv: line 2: n_steps '{n_steps}' is not a positive count"):
+        parse_acceptance_bytes(ACC_ROWS.replace(",100\n", f",{n_steps}\n").encode(), "runs.csv")
+    # before: read as 1, silently reweighing the rows
+
+
+def test_a_hand_written_header_reads_like_the_written_one():
+    from calibration.measured import read_measured
+    from simulator.specs.acceptance_files import parse_acceptance_bytes
+    written = parse_acceptance_bytes(ACC_ROWS.encode(), "runs.csv").conditional
+    for header in ("batch_size, k, itl_ms, per_position_acceptance, n_steps",
+                   'batch_size,k,itl_ms,"per_position_acceptance",n_steps'):
+        text = header + "\n" + ACC_ROWS.split("\n", 1)[1].replace(",", ", ").replace(",  ", ", ")
+        assert parse_acceptance_bytes(text.encode(), "runs.csv").conditional == written  # before: 'not an acceptance file'
+        assert list(read_measured(text.encode(), "runs.csv").k) == [3, 3]  # before: 'missing column(s) k, itl_ms'
+
+
 def test_missing_columns_message_asks_for_what_is_missing():
     from calibration.measured import read_measured
     from calibration.validate import REQUIRED

@@ -146,7 +146,7 @@ def parse_acceptance_bytes(data: bytes, name: str) -> AcceptanceFile:
         raise PlannerError(f"{name}: empty file ({_expected()})")
     if any(ln.startswith(("vllm:", "# TYPE", "# HELP")) for ln in lines[:2000]):
         return _from_metrics(text, name)
-    if "per_position_acceptance" in lines[0].split(","):
+    if "per_position_acceptance" in [c.strip().strip('"') for c in lines[0].split(",")]:  # 'a, "b"' too
         return _finish(name, RatesRead(**read_csv_rows(text, name)))
     raise PlannerError(f"{name}: not an acceptance file this planner reads ({_expected()})")
 
