@@ -161,7 +161,7 @@ def test_missing_columns_message_asks_for_what_is_missing():
 def test_ctrl_c_while_a_command_loads_is_one_line(monkeypatch, capsys):
     import importlib
 
-    from simulator.cli.common import launch
+    from simulator.cli.launch import launch
 
     def interrupted(name):
         raise KeyboardInterrupt

@@ -18,6 +18,7 @@ from typing import Callable
 
 from simulator.errors import PlannerError, PlannerWarning
 from simulator.runtime import keep_freed_memory
+from simulator.cli.launch import interrupted_line, launch  # noqa: F401 (API)
 from simulator.files import check_output_dir, check_output_file, write_atomically, write_files_atomically
 
 __all__ = ["OneLineParser", "run_cli", "command", "say_written", "add_save_scenario_arg", "check_save_scenario",
@@ -103,12 +104,6 @@ def signals_as_exceptions():
             signal.signal(signum, handler)
 
 
-def interrupted_line(signum: int) -> str:
-    """The one line a command prints when a signal stops it."""
-    return (f"interrupted by {signal.Signals(signum).name}: stopped; every output is whole"
-            " (the old version or the new one)")
-
-
 def run_cli(body: Callable[[], int | None], quiet: bool = False) -> int:
     """Run a command's body: PlannerError -> one line on stderr, exit 2; a closed pipe is not an error;
     Ctrl-C (SIGINT) -> one line, exit 130; SIGTERM / SIGHUP -> one line, exit 128 + the signal (143, 129).
@@ -147,19 +142,6 @@ def command(build_parser: Callable[[], argparse.ArgumentParser], body: Callable[
         args.command_line = command_line(parser.prog, argv)  # what --save-scenario's header repeats
         return run_cli(lambda: body(args), quiet=args.quiet)
     return main
-
-
-def launch(module: str) -> int:
-    """``python -m simulator.X``: import the command's module (numpy, pandas, the planner: about a second),
-    then run its ``main()``. Ctrl-C during the import is the one line and exit 130 it is during the run,
-    not a traceback (SIGTERM / SIGHUP kill the process quietly until ``main`` installs its handlers)."""
-    import importlib
-    try:
-        main = importlib.import_module(module).main
-    except KeyboardInterrupt:
-        print(interrupted_line(signal.SIGINT), file=sys.stderr)
-        return 128 + signal.SIGINT
-    return main()
 
 
 def command_line(prog: str, argv: list[str] | None) -> str:

@@ -5,7 +5,7 @@ the package itself never does, and nothing imports this module.
 """
 import sys
 
-from simulator.cli.common import launch  # light: Ctrl-C while the command loads is one line
+from simulator.cli.launch import launch  # light: Ctrl-C while the command loads is one line
 
 if __name__ == "__main__":
     sys.exit(launch("simulator.cli.sweep"))
