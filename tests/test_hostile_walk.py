@@ -77,6 +77,16 @@ def test_output_dir_through_a_dangling_symlink_is_refused_before_the_search(tmp_
     assert sorted(p.name for p in tmp_path.iterdir()) == ["reports"]
 
 
+def test_a_sweep_files_own_output_dir_is_named_as_such(tmp_path):
+    (tmp_path / "taken").write_text("not a folder\n")
+    sweep = tmp_path / "sweep.toml"
+    sweep.write_text((REPO / "scenarios" / "sweeps" / "sweep-small.toml").read_text()
+                     .replace('base = "sizing-dense-command-a"', f'base = "{REPO}/scenarios/sizing-dense-command-a.toml"')
+                     .replace("[output]", f'[output]\ndir = "{tmp_path / "taken"}"'))
+    line = refused_line("simulator.sweep", sweep, "--max-tasks", "0")
+    assert line.startswith(f"error: {sweep}: [output] dir ") and "not a directory" in line  # before: '--output-dir'
+
+
 # --- inputs ---------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("text, flags", [
