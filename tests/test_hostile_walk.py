@@ -166,6 +166,41 @@ def test_missing_columns_message_asks_for_what_is_missing():
     assert f"need at least {', '.join(REQUIRED)}" in str(err.value) and missing
 
 
+@pytest.mark.parametrize("edit, expect", [
+    (lambda text: b"\xff\xfe" + text, "not a readable corpus CSV"),  # before: UnicodeDecodeError traceback
+    (lambda text: b"a,b\n1,2\n", "missing column(s) source_id"),  # before: AttributeError traceback
+    (lambda text: _row_edit(text, "tp", "x"), "line 2: tp 'x'"),  # before: ValueError traceback
+    (lambda text: _row_edit(text, "batch_size", "inf"), "line 2: batch_size 'inf'")])  # before: OverflowError
+def test_a_hostile_corpus_copy_is_one_line(tmp_path, edit, expect):
+    corpus = tmp_path / "corpus.csv"
+    corpus.write_bytes(edit((REPO / "calibration" / "data" / "published" / "corpus.csv").read_bytes()))
+    line = refused_line("calibration.learn_step", "--corpus", corpus, "--output", tmp_path / "layer.json")
+    assert line.startswith(f"error: --corpus {corpus}: ") and expect in line
+    assert not (tmp_path / "layer.json").exists()
+
+
+def _row_edit(text: bytes, column: str, value: str) -> bytes:
+    """The corpus with ``column`` of its first row set to ``value``."""
+    import csv
+    import io
+    rows = list(csv.reader(io.StringIO(text.decode())))
+    rows[1][rows[0].index(column)] = value
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows(rows)
+    return out.getvalue().encode()
+
+
+def test_a_learned_layer_or_profile_never_replaces_what_it_was_learned_from(tmp_path):
+    corpus = tmp_path / "corpus.csv"
+    corpus.write_bytes((REPO / "calibration" / "data" / "published" / "corpus.csv").read_bytes())
+    raw = tmp_path / "samples.raw.csv"
+    raw.write_bytes((REPO / "calibration" / "data" / "cpu-xeon-2c.raw.csv").read_bytes())
+    before = corpus.read_bytes(), raw.read_bytes()
+    assert "the same file as --corpus" in refused_line("calibration.learn_step", "--corpus", corpus, "--output", corpus)
+    assert "the same file as the raw samples" in refused_line("calibration.fit", raw, "--output", raw)
+    assert (corpus.read_bytes(), raw.read_bytes()) == before  # before: the JSON replaced the corpus / the samples
+
+
 # --- signals --------------------------------------------------------------------------------------
 
 def test_ctrl_c_while_a_command_loads_is_one_line(monkeypatch, capsys):

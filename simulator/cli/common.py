@@ -179,7 +179,8 @@ def check_save_scenario(args: argparse.Namespace, report_files=()) -> None:
 
 
 # the arguments that name files a command reads (predict, serve, size, sweep, calibration.fit_deployment)
-INPUT_ARGS = ("scenario", "spec", "measured", "acceptance", "calibration", "deployment", "model", "hardware", "draft_model")
+INPUT_ARGS = ("scenario", "spec", "measured", "acceptance", "calibration", "deployment", "model", "hardware", "draft_model",
+              "corpus", "raw")
 
 
 def check_output_spares_inputs(args: argparse.Namespace, flag: str, path, spare=()) -> None:
@@ -195,7 +196,7 @@ def check_output_spares_inputs(args: argparse.Namespace, flag: str, path, spare=
             if dest in spare or not isinstance(given, (str, os.PathLike)) or not os.path.isfile(given):
                 continue
             if os.path.samefile(target, given):
-                named = "the sweep file" if dest == "spec" else f"--{dest.replace('_', '-')}"
+                named = {"spec": "the sweep file", "raw": "the raw samples"}.get(dest, f"--{dest.replace('_', '-')}")
                 fix = "choose another directory" if flag == "--output-dir" else "give the output another name"
                 raise PlannerError(f"{flag} {path}: the same file as {named} {given}, which this command reads; {fix}")
 
