@@ -274,17 +274,20 @@ def fit_measured_rows(pg: Page, data: bytes, name: str) -> None:
                 " intervals; the predictions then rest on them, and it says which (B, K) to measure next.")
     if st.button("Fit this deployment's engine terms to these rows", key="fit_rows"):
         try:
-            fit_name, fit_bytes, text = S.fit_from_measured(pg.p.scenario, data, name)
+            fit_name, fit_bytes, text, caveats = S.fit_from_measured(pg.p.scenario, data, name)
         except PlannerError as err:
             st.error(f"Fit refused: {err}")
             return
         st.session_state["validation_fit"] = (fit_name, fit_bytes)
         st.session_state["validation_fit_report"] = text
+        st.session_state["validation_fit_caveats"] = caveats
         st.rerun()
     made = st.session_state.get("validation_fit")
     if made is None:
         return
     st.code(st.session_state.get("validation_fit_report", ""), language=None)
+    for caveat in st.session_state.get("validation_fit_caveats", []):  # what the command prints as 'warning:'
+        st.warning(f"Fit caveat: {caveat}")
     download(f"Download {made[0]} (use it with --deployment)", made[1], made[0], "application/json",
              "dl_validation_fit", width="content")
 
@@ -305,14 +308,32 @@ def cached_k_map(key: str, origin: str, lens: tuple):
 
 
 @st.cache_resource(max_entries=128, show_spinner=False)
-def cached_export(key: str, origin: str, fmt: str, version: str | None, lens: tuple):
-    """(engine file text, Markdown table, warnings) or (None, error line, [])."""
+def cached_export(key: str, origin: str, fmt: str, version: str | None, lens: tuple, planned: tuple | None = None):
+    """(engine file text, Markdown table, warnings, which batch sizes its one K was chosen for) or
+    (None, error line, [], "")."""
     p = cached_prediction(key, origin)
     try:
-        e = p.export(fmt, version, context_lens=list(lens) if fmt == "vllm-ctx" else None)
+        e = p.export(fmt, version, context_lens=list(lens) if fmt == "vllm-ctx" else None, planned_batch_size=planned)
     except PlannerError as err:
-        return None, str(err), []
-    return e.json(), e.markdown(), e.warnings
+        return None, str(err), [], ""
+    return e.json(), e.markdown(), e.warnings, e.chosen_for
+
+
+def planned_batches(p) -> tuple | None:
+    """The batch sizes a draft of one fixed K on SGLang (a tree or block draft) is chosen for: a range slider over
+    the batch sizes that fit, every one of them by default (None: the draft is not of one fixed K there)."""
+    d, engine = p.scenario.draft, p.scenario.engine
+    if engine is None or engine.name != "sglang" or not (d.is_tree or d.is_block):
+        return None
+    fits = [int(b) for b in p.table.loc[p.table.fits_memory, "batch_size"]]
+    if len(fits) < 2:
+        return None
+    lo, hi = st.select_slider(
+        "Batch sizes you will serve at (SGLang runs one K for this draft)", options=fits, value=(fits[0], fits[-1]),
+        key="planned_batch", help="the one K of the SGLang launch flags: K* where both ends meet, else the K keeping"
+        " most of each batch size's best goodput over the range (each doubling of batch size weighted equally);"
+        " predict --planned-batch on the command line")
+    return None if (lo, hi) == (fits[0], fits[-1]) else (lo if lo == hi else (lo, hi))
 
 
 def tab_context(pg: Page) -> None:
@@ -373,8 +394,10 @@ def tab_downloads(pg: Page) -> None:
             st.caption(f"{engine.display_name if engine else 'This engine'} reads no schedule file: pick vLLM, SGLang"
                        " or TensorRT-LLM as the serving engine in the sidebar for its files.")
         tables, warned = [], set()
+        planned = planned_batches(p)
         for label, fmt, version, suffix in shown:
-            text, md, warns = cached_export(pg.key, pg.origin, fmt, version, lens)
+            text, md, warns, chosen_for = cached_export(pg.key, pg.origin, fmt, version, lens,
+                                                        planned if fmt == "sglang" else None)
             if text is None:
                 st.caption(f"{label}: not available: {md}")
                 continue
@@ -382,6 +405,8 @@ def tab_downloads(pg: Page) -> None:
                 label = label.split(" adaptive config")[0] + " launch flags: one fixed K for this draft (JSON)"
                 suffix = suffix.replace("adaptive", "flags")
             download(label, text, f"{name}-{suffix}", "application/json", f"dl_{suffix}")
+            if chosen_for:
+                st.caption(chosen_for)
             for w in warns:  # what predict prints as 'warning:' (a placeholder draft path, the grid's end), once
                 if w not in warned:
                     st.caption(f"⚠ {w}")

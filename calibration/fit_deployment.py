@@ -49,6 +49,13 @@ DEPLOYMENT_FLAGS = ("model", "hardware", "tp", "ep", "engine", "engine_version",
                     "context_len", "dtype", "act_dtype", "kv_dtype", "calibration")
 N_BOOT = 200
 MIN_POINTS = 2
+MEASURED = "--measured"  # the subject of this command's refusals and caveats: what the user gave the points by
+
+
+def with_subject(message: str, subject: str) -> str:
+    """One of this command's messages about the measured points, naming ``subject`` (the dashboard: the
+    uploaded file's name) instead of the command's flag: one wording, the subject of where it is read."""
+    return f"{subject}: {message.removeprefix(MEASURED + ': ')}"
 
 
 def read_rows(paths: list[str]) -> pd.DataFrame:
@@ -70,11 +77,11 @@ def check_rows(rows: pd.DataFrame, sc: Scenario) -> None:
     if "target" in rows and rows.target.notna().any():
         targets = {str(t) for t in rows.target.dropna() if str(t)}
         if targets and targets != {sc.model.name}:
-            raise PlannerError(f"--measured: rows of target {sorted(targets)} but the scenario models"
+            raise PlannerError(f"{MEASURED}: rows of target {sorted(targets)} but the scenario models"
                                f" '{sc.model.name}'; give the scenario of that deployment")
     n = len(cells(rows, sc))
     if n < MIN_POINTS:
-        raise PlannerError(f"--measured: {n} distinct (batch_size, k, context_len) point(s); measure at least"
+        raise PlannerError(f"{MEASURED}: {n} distinct (batch_size, k, context_len) point(s); measure at least"
                            f" {MIN_POINTS} (e.g. the smallest and a mid batch size) to fit the deployment")
 
 
@@ -164,7 +171,7 @@ def fit_acceptance(rows: pd.DataFrame, sc: Scenario, k_max: int, n_boot: int = N
     s_hat = scale_for(y)
     if k.max() < k_max:  # the lengths measure positions 1..max K together; past it only the scenario's shape speaks
         warnings.warn(PlannerWarning(
-            f"--measured: acceptance_length only (no per_position_acceptance), at K up to {k.max()}: acceptance"
+            f"{MEASURED}: acceptance_length only (no per_position_acceptance), at K up to {k.max()}: acceptance"
             f" positions {k.max() + 1}-{k_max} are not measured; their rates are extrapolated from the scenario's acceptance"
             f" ({sc.acceptance.label}; {sc.acceptance.source}) x {s_hat:.3g}, the scale fitted to the measured"
             f" lengths; rows with per_position_acceptance, or at K = {k_max}, measure them"))

@@ -190,8 +190,14 @@ BASE_FORMS = {
 }
 FAMILY_LEVEL = " + engine family"
 GPU_LEVEL = " + GPU family"
+# the speculative cost in the kernels alone (no host cost per speculating sequence, which is blind to the model's
+# size), without family levels (docs/learned_layer_choices.md, session 5)
+KERNEL_FORMS = {
+    "speculative kernel scale": ("spec_kernel_scale",),
+    "speculative kernels and tokens": ("spec_kernel_scale", "spec_per_token_s"),
+}
 FORMS = (BASE_FORMS | {name + FAMILY_LEVEL: terms for name, terms in BASE_FORMS.items()}
-         | {name + GPU_LEVEL: terms for name, terms in BASE_FORMS.items()})
+         | {name + GPU_LEVEL: terms for name, terms in BASE_FORMS.items()} | KERNEL_FORMS)
 
 
 def has_family_level(form: str) -> bool:

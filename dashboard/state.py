@@ -383,19 +383,26 @@ def acceptance_from_metrics(data: bytes, filename: str) -> AcceptanceFile:
 
 # --- validation against measured runs -----------------------------------------------------------
 
-def fit_from_measured(sc, data: bytes, filename: str) -> tuple[str, bytes, str]:
+def fit_from_measured(sc, data: bytes, filename: str) -> tuple[str, bytes, str, list[str]]:
     """``calibration.fit_deployment`` on an uploaded measured-runs CSV for the scenario ``sc`` (its own step
-    times, without any fit it carries): (the fit file's name, its bytes, the command's report)."""
-    from calibration.fit_deployment import check_rows, document, fit, report
+    times, without any fit it carries): (the fit file's name, its bytes, the command's report, its caveats), each
+    refusal and caveat naming the uploaded file where the command names its --measured flag."""
+    import warnings
+
+    from calibration.fit_deployment import check_rows, document, fit, report, with_subject
+    from simulator.errors import PlannerWarning
 
     rows = read_measured_csv(data, filename).assign(file=filename)
     try:
         check_rows(rows, sc)
     except PlannerError as err:  # the command's flag is this upload here
-        raise PlannerError(f"{filename}: {str(err).removeprefix('--measured: ')}") from None
-    doc = document(sc, fit(sc, rows), [filename])
+        raise PlannerError(with_subject(str(err), filename)) from None
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", PlannerWarning)
+        doc = document(sc, fit(sc, rows), [filename])
+    caveats = [with_subject(str(w.message), filename) for w in caught if issubclass(w.category, PlannerWarning)]
     name = f"fit-{Path(filename).stem or 'measured'}.json"
-    return name, (json.dumps(doc, indent=1) + "\n").encode(), report(doc)
+    return name, (json.dumps(doc, indent=1) + "\n").encode(), report(doc), caveats
 
 
 def read_measured_csv(data: bytes, filename: str) -> pd.DataFrame:

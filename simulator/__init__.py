@@ -9,8 +9,9 @@ Floors, each importing only the ones below it::
     sizing/    SLO capacity search, fleet ranking, uncertainty, reports
     sweep/     fleet sweeps: many models x traffic x hardware x layouts, local pool or Ray
     cli/       predict, serve, size, sweep
-    (errors.py, files.py and runtime.py, the ground floor: one-line errors, all-or-nothing writes, the
-    memory allocator tuning the planner's own programs apply for the grids' temporaries)
+    (errors.py, files.py, file_sets.py and runtime.py, the ground floor: one-line errors, capped reads and
+    atomic writes, all-or-nothing sets of files, the memory allocator tuning the planner's own programs
+    apply for the grids' temporaries)
 
 Notebook use::
 

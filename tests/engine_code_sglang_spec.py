@@ -41,6 +41,43 @@ def spec_struct(version: str = ec.DEFAULT_SGLANG_VERSION):
     return mod.Spec
 
 
+@functools.lru_cache(maxsize=None)
+def spec_parser(version: str = ec.DEFAULT_SGLANG_VERSION):
+    """SGLang's own argparse for the ``--speculative-*`` server flags: ``add_cli_args_from_dataclass``
+    (``sglang/srt/arg_groups/arg_utils.py``) over ``Spec``, with arg_utils, the choices lists and spec.py all
+    executed unmodified from the wheel (arg_utils needs only msgspec), as ``launch_server`` builds them."""
+    import argparse
+    ec._ensure_msgspec()
+    tag = ec._norm(version)
+    real = {}
+    for name, member in (("arg_utils", "sglang/srt/arg_groups/arg_utils.py"),
+                         ("choices", "sglang/srt/arg_groups/choices.py")):
+        real[f"sglang.srt.arg_groups.{name}"] = ec._load_module(ec._extract_member("sglang", version, member),
+                                                                f"_dsd_engine_sglang_{tag}_{name}")
+    stubs = {name: types.ModuleType(name) for name in ("sglang", "sglang.srt", "sglang.srt.arg_groups")} | real
+    modname = f"_dsd_engine_sglang_{tag}_spec_fields_real_args"
+    mod = ec._load_module(ec._extract_member("sglang", version, _SPEC), modname, stubs)
+    sys.modules[modname] = mod  # get_type_hints resolves the postponed annotations in the module's namespace
+    parser = argparse.ArgumentParser(prog="sglang.launch_server", exit_on_error=False)
+    real["sglang.srt.arg_groups.arg_utils"].add_cli_args_from_dataclass(parser, mod.Spec)
+    return parser
+
+
+def parse_launch_line(command: str, version: str = ec.DEFAULT_SGLANG_VERSION):
+    """The ``--speculative-*`` flags of a ``python -m sglang.launch_server ...`` line, parsed by SGLang's own
+    argparse (:func:`spec_parser`; the other flags belong to other groups); argparse.ArgumentError or
+    SystemExit where SGLang would refuse one."""
+    import shlex
+    words = shlex.split(command)
+    spec_words = []
+    for i, w in enumerate(words):
+        if w.startswith("--speculative-"):
+            spec_words.append(w)
+            if i + 1 < len(words) and not words[i + 1].startswith("--"):
+                spec_words.append(words[i + 1])
+    return spec_parser(version).parse_args(spec_words)
+
+
 def read_flags(flags: dict, version: str = ec.DEFAULT_SGLANG_VERSION):
     """The ``Spec`` SGLang builds from these fields (msgspec.convert: each value of its declared type);
     ValueError for a name that is no field of it (SGLang's argparse would refuse the flag)."""

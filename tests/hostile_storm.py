@@ -2,7 +2,7 @@
 scenario (one candidate, its searches run once beforehand and kept in the process's search cache),
 forked once per instant from this process (so each run is the command's own work: loading, sizing,
 rendering, publishing; not interpreter start-up), SIGTERM at each instant, and the output directory read
-after each kill. The publish step is slowed (``simulator.files.exchange_paths`` and ``os.replace`` wait
+after each kill. The publish step is slowed (``simulator.file_sets.exchange_paths`` and ``os.replace`` wait
 DELAY_S before and after the real call) so that a good share of the instants land inside it.
 
     python tests/hostile_storm.py WORKDIR N_INSTANTS   -> one JSON line on stdout: the states seen
@@ -91,7 +91,7 @@ def run_child(out: Path, kill_at: float | None, in_publish: bool = False) -> tup
 
 
 def main(work: Path, n: int) -> dict:
-    import simulator.files as files
+    import simulator.file_sets as file_sets
     from simulator.cli import size as size_cli
     import simulator.sizing  # noqa: F401
     import simulator.sizing.report  # noqa: F401
@@ -105,8 +105,8 @@ def main(work: Path, n: int) -> dict:
         assert size_cli.main(ARGS + ["--output-dir", str(work / "warm-up")]) == 0
     finally:
         os.dup2(saved, 2)
-    files.exchange_paths = _slowed(files.exchange_paths)
-    files.os.replace = _slowed(os.replace)  # the fallback path (files.os is the os module: all renames)
+    file_sets.exchange_paths = _slowed(file_sets.exchange_paths)
+    file_sets.os.replace = _slowed(os.replace)  # the fallback path (file_sets.os is the os module: all renames)
     lanes = [work / f"lane{i}" for i in range(LANES)]
     for lane in lanes:
         lane.mkdir()

@@ -205,7 +205,8 @@ def test_sizing_k_table_equals_predict_with_the_same_flags(capsys, name):
     import pandas as pd
 
     from simulator.sizing.fleet import _engine_tables, _plan_candidates, k_table_context
-    from simulator.sizing.spec import parse_sizing, traffic_lengths
+    from simulator.sizing.candidate import traffic_lengths
+    from simulator.sizing.spec import parse_sizing
     from simulator.specs.scenario import load_scenario
     sc = load_scenario(name)
     spec = parse_sizing(sc, dtypes=["own", "fp8"])  # W8A8 is searched only when asked

@@ -165,7 +165,7 @@ def test_fleet_cost_decides_and_evidence_breaks_ties():
 
 
 def test_report_numbers_never_scientific():
-    from simulator.sizing.report import number
+    from simulator.sizing.report_tables import number
     for v, want in [(0.0001234, "0.00012"), (0.02623, "0.026"), (6.034, "6.03"), (905.1, "905"),
                     (1653.0, "1,653"), (2.5e7, "25,000,000")]:
         assert number(v) == want

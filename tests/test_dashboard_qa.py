@@ -301,3 +301,45 @@ def test_heatmap_cells_overlap_their_neighbours_so_no_seam_shows():
             cells = data[layer["data"]["name"]]
             drawn = list(zip(cells[row], cells["b_lo"]))
             assert drawn == sorted(drawn), tab
+
+
+# --- issue 47 follow-ups (2026-12-07) -------------------------------------------------------------
+
+def test_sglang_fixed_k_is_chosen_for_the_batch_sizes_the_user_plans():
+    # Before: the DFlash launch flags carried K* at the largest batch size that fits (the default scenario on
+    # SGLang: K = 1 at B = 256, where K* = 0; K* is 8 at B = 8) with no control for the load served and no word of
+    # which batch size the K was for.
+    from simulator.plan.api import predict
+
+    at = AppTest.from_file(APP, default_timeout=60)
+    view(at, "Downloads")  # the first run
+    at.sidebar.selectbox(key="engine_name").set_value("sglang").run()
+    at.sidebar.selectbox(key="draft_method").set_value("dflash").run()
+    said = [c.value for c in at.caption if "chosen for" in c.value]
+    assert len(said) == 1 and "chosen for batch sizes 1-256" in said[0], said
+    at.select_slider(key="planned_batch").set_value((8, 8)).run()
+    p = predict("default", engine="sglang", draft="dflash")
+    k8 = int(p.table.set_index("batch_size").loc[8, "k_opt"])
+    said = [c.value for c in at.caption if "chosen for" in c.value]
+    assert said == [f"K = {k8} chosen for batch size 8 (the planned batch size)"], said
+    assert p.export("sglang", planned_batch_size=8).payload["speculative_num_draft_tokens"] == k8 + 1
+
+
+def test_the_fit_caveat_names_the_uploaded_file_not_the_cli_flag():
+    # Before: fitting uploaded rows that measure acceptance_length at K = 2 only gave no caveat on the page, and the
+    # command's text began '--measured: acceptance_length only ...': a flag the dashboard user never typed.
+    from simulator.plan.api import predict
+
+    grid = predict("scenarios/default.toml").grid_rows
+    rows = grid[(grid["batch_size"] == 8) & grid["k"].isin([0, 2])][["batch_size", "k", "itl_ms"]].copy()
+    rows["acceptance_length"] = [float("nan"), 2.2]
+    at = AppTest.from_file(APP, default_timeout=60)
+    view(at, "Validation")  # the first run
+    at.file_uploader(key="measured_csv").set_value(("runs.csv", rows.to_csv(index=False).encode(), "text/csv")).run()
+    at.button(key="fit_rows").click().run()
+    assert not at.exception and not [e.value for e in at.error], [e.value for e in at.error]
+    caveats = [w.value for w in at.warning if w.value.startswith("Fit caveat:")]
+    assert caveats and caveats[0].startswith(
+        "Fit caveat: runs.csv: acceptance_length only (no per_position_acceptance), at K up to 2"), caveats
+    shown = [e.value for kind in ("warning", "error", "caption", "markdown") for e in at.get(kind)]
+    assert not any("--measured" in str(v) for v in shown)

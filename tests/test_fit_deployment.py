@@ -306,7 +306,7 @@ def test_acceptance_given_as_a_flag_outranks_the_fit(tmp_path):
 
 
 def test_sizing_keeps_the_fit_only_on_its_deployment(tmp_path):
-    from simulator.sizing.spec import Candidate, candidate_scenario as moved
+    from simulator.sizing.candidate import Candidate, candidate_scenario as moved
     from simulator.specs.scenario import load_scenario
     path = tmp_path / "fit.json"
     path.write_text(json.dumps(_fit_doc()))

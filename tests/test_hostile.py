@@ -163,7 +163,7 @@ def test_output_directory_refused(tmp_path):
 # --- report sets: one exchange, a reader sees old or new -----------------------------------------
 
 def test_report_set_is_swapped_in_one_step(tmp_path, monkeypatch):
-    import simulator.files as files
+    import simulator.file_sets as file_sets
 
     out = tmp_path / "reports"
     out.mkdir()
@@ -182,10 +182,10 @@ def test_report_set_is_swapped_in_one_step(tmp_path, monkeypatch):
     def swap(a, b):  # what readers see the instant after the one step
         real_exchange(a, b)
         seen["held"], seen["fresh"] = read(reader), read()
-    real_exchange = files.exchange_paths
-    monkeypatch.setattr(files, "exchange_paths", swap)
+    real_exchange = file_sets.exchange_paths
+    monkeypatch.setattr(file_sets, "exchange_paths", swap)
     try:
-        files.write_files_atomically(out, {"a.md": "new a\n", "b.html": "new b\n"})
+        file_sets.write_files_atomically(out, {"a.md": "new a\n", "b.html": "new b\n"})
     finally:
         os.close(reader)
     assert seen["held"] == {"a.md": "old a\n", "b.html": "old b\n"}  # the whole old set, not a mix
@@ -196,7 +196,7 @@ def test_report_set_is_swapped_in_one_step(tmp_path, monkeypatch):
 
 
 def test_report_set_in_a_folder_with_subfolders_still_whole(tmp_path):
-    from simulator.files import write_files_atomically
+    from simulator.file_sets import write_files_atomically
 
     out = tmp_path / "out"
     (out / "sub").mkdir(parents=True)
@@ -209,7 +209,7 @@ def test_report_set_in_a_folder_with_subfolders_still_whole(tmp_path):
 def test_renames_hold_a_signal_until_the_set_is_whole(tmp_path, monkeypatch):
     """Where the folder cannot be swapped (it holds a subfolder), the renames run with SIGTERM held: one
     arriving after the first rename acts only once the last is done."""
-    import simulator.files as files
+    import simulator.file_sets as file_sets
     from simulator.cli.common import Terminated, signals_as_exceptions
 
     out = tmp_path / "out"
@@ -223,15 +223,15 @@ def test_renames_hold_a_signal_until_the_set_is_whole(tmp_path, monkeypatch):
         done.append(b)
         if len(done) == 1:
             os.kill(os.getpid(), signal.SIGTERM)
-    monkeypatch.setattr(files.os, "replace", replace)
+    monkeypatch.setattr(file_sets.os, "replace", replace)
     with pytest.raises(Terminated), signals_as_exceptions():
-        files.write_files_atomically(out, {"a.md": "new\n", "b.md": "new\n"})
+        file_sets.write_files_atomically(out, {"a.md": "new\n", "b.md": "new\n"})
     assert [(out / n).read_text() for n in ("a.md", "b.md")] == ["new\n", "new\n"]
     assert sorted(p.name for p in out.iterdir()) == ["a.md", "b.md", "sub"]
 
 
 def test_staging_left_by_a_killed_run_is_removed_by_the_next(tmp_path):
-    from simulator.files import write_files_atomically
+    from simulator.file_sets import write_files_atomically
 
     out = tmp_path / "out"
     out.mkdir()

@@ -9,14 +9,14 @@ import numpy as np
 
 from simulator.cli.predict import main as predict_main
 from simulator.physics.engine_time import graph_batch
-from simulator.plan.k_changes import change_points, describe_change, k_changes
+from simulator.plan.k_changes import ScheduleGrid, change_points, describe_change, k_changes
 from simulator.specs.engines import load_engine
 
 
 def test_changes_on_a_hand_grid():
     # hand grid: plain 10-13 ms; K=1 and K=2 steps; AL(K) = 1, 1.8, 2.4; the schedule K* = 2, 2, 1, 0
     itl = np.array([[10, 12, 14], [11, 14, 16], [12, 18, 24], [13, 20, 30]], dtype=float) * 1e-3
-    recs = k_changes([1, 2, 3, 4], [0, 1, 2], itl, [1.0, 1.8, 2.4], np.array([2, 2, 1, 0]))
+    recs = k_changes(ScheduleGrid([1, 2, 3, 4], [0, 1, 2], itl, [1.0, 1.8, 2.4], np.array([2, 2, 1, 0])))
     assert [(r["batch_size"], r["previous_batch_size"], r["k_from"], r["k_to"]) for r in recs] == [(3, 2, 2, 1), (4, 3, 1, 0)]
     k1, k2 = recs[0]["cells"]
     # B=3: K=1 step 18 / 12 = 1.5x plain, AL 1.8 -> 1.8 / 1.5 = 1.2x; K=2 step 24 / 12 = 2.0x, AL 2.4 -> 1.2x
@@ -43,7 +43,7 @@ def test_padding_is_named_where_plain_and_speculative_graphs_differ():
     # tokens, padded to 248 = 124 sequences' worth
     assert graph_batch(load_engine("vllm", "0.29.0"), 122, 1) == 124
     itl = np.array([[8.0, 14.0], [12.0, 13.0]]) * 1e-3
-    recs = k_changes([8, 9], [0, 1], itl, [1.0, 1.65], np.array([0, 1]),
+    recs = k_changes(ScheduleGrid([8, 9], [0, 1], itl, [1.0, 1.65], np.array([0, 1])),
                      graph_batch=lambda b, k: (b, float(graph_batch(eng, b, k))))
     assert recs[0]["padded"] == {0: 12, 1: 10}
     assert describe_change(recs[0]).endswith("its CUDA graphs are padded: plain to 12 sequences, K=1 to 10")

@@ -244,7 +244,7 @@ def test_goodput_band_carries_the_layers_speedup_misfit(new_user_fit):
 def test_physics_only_holds_on_every_sizing_candidate():
     # a candidate on another GPU drops the scenario's calibration profile (it belongs to its device) but keeps
     # --physics-only; the learned layer stays on where it was not asked away
-    from simulator.sizing.spec import Candidate, candidate_scenario
+    from simulator.sizing.candidate import Candidate, candidate_scenario
     physics = load_scenario("sizing-dense-command-a", learned=False)
     assert physics.profile is not None and physics.profile.hardware == "h100-sxm"
     other = candidate_scenario(physics, Candidate("mi300x", 8))

@@ -64,7 +64,7 @@ def test_group_beyond_a_domain_without_fabric_is_refused():
 
 
 def test_sizing_rejects_the_same_candidate_with_the_reason():
-    from simulator.sizing.spec import Candidate, candidate_scenario
+    from simulator.sizing.candidate import Candidate, candidate_scenario
     from simulator.specs.scenario import load_scenario
     sc = load_scenario("sizing-dense-command-a")
     with pytest.raises(PlannerError, match="no inter-node fabric"):

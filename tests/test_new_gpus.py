@@ -265,7 +265,8 @@ def test_rtx_pro_6000_tp_goes_over_pcie():
 
 
 def test_sizing_makes_fp4_variants_only_where_the_tensor_cores_run_them():
-    from simulator.sizing.spec import _parse_candidates, candidate_scenario
+    from simulator.sizing.candidate import candidate_scenario
+    from simulator.sizing.spec import _parse_candidates
     from simulator.specs.scenario import load_scenario
     sc = load_scenario("sizing-dense-command-a")
     cands = _parse_candidates(sc, {}, ["h100-sxm", "b200", "mi355x"], [8], ["", "nvfp4", "mxfp4"])

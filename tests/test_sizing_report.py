@@ -148,7 +148,7 @@ def test_k_star_runs_carry_the_probability_that_k_star_beats_plain():
     # issue 47 item 4 in the sizing report: each run of equal K* quotes the range of P(K* beats plain) over its
     # batch sizes (plan.decision_risk), '-' for plain decoding
     import pandas as pd
-    from simulator.sizing.report import k_star_table
+    from simulator.sizing.report_tables import k_star_table
     t = pd.DataFrame({"batch_size": [1, 2, 3, 4], "k_opt": pd.array([3, 3, 0, 0], dtype="Int64"),
                       "speedup_vs_plain": [1.5, 1.4, 1.0, 1.0], "speedup_vs_fixed": [1.0, 1.0, 1.2, 1.3],
                       "bound": ["memory"] * 4, "p_kopt_beats_plain": [1.0, 0.875, float("nan"), float("nan")]})

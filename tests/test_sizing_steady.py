@@ -77,7 +77,7 @@ def test_memory_fit_counts_the_verify_steps_activations(case):
     import numpy as np
 
     from simulator.physics.memory import step_memory_bytes
-    from simulator.sizing.spec import memory_fit
+    from simulator.sizing.candidate import memory_fit
     sc, _ = case
     fit = memory_fit(sc, 1280)
     assert fit["max_seqs"] == int(36.064251904e9 // (106_914_816 + 2_002_176)) == 331

@@ -1,5 +1,5 @@
 """What every command line shares: a one-line argparse, one error boundary, atomic writes (re-exported
-from :mod:`simulator.files`).
+from :mod:`simulator.files` and :mod:`simulator.file_sets`).
 
 Bad input is a :class:`PlannerError`: the boundary prints it as one line on stderr and exits 2;
 outputs are written beside their target and renamed into place, so a failure never leaves a
@@ -19,7 +19,8 @@ from typing import Callable
 from simulator.errors import PlannerError, PlannerWarning
 from simulator.runtime import keep_freed_memory
 from simulator.cli.launch import interrupted_line, launch  # noqa: F401 (API)
-from simulator.files import check_output_dir, check_output_file, write_atomically, write_files_atomically
+from simulator.file_sets import write_files_atomically
+from simulator.files import check_output_dir, check_output_file, write_atomically
 
 __all__ = ["OneLineParser", "run_cli", "command", "say_written", "add_save_scenario_arg", "check_save_scenario",
            "save_scenario", "command_line", "one_line", "check_output_dir", "check_output_file", "write_atomically",

@@ -271,14 +271,50 @@ def render_kmap(pred: Prediction, context_lens=None) -> str:
 
 
 def render_export(pred: Prediction, fmt: str, version: str | None = None, markdown: bool = False,
-                  cuda_graph_bs=None, sglang_candidates: str = "kstar") -> str:
-    """An engine file (or its Markdown table); its warnings go to stderr as 'warning:' lines."""
-    exp = pred.export(fmt, version, cuda_graph_bs=cuda_graph_bs, sglang_candidates=sglang_candidates)
+                  cuda_graph_bs=None, sglang_candidates: str = "kstar", planned_batch=None) -> str:
+    """An engine file (or its Markdown table); its warnings go to stderr as 'warning:' lines, and for a file of
+    one fixed K which batch sizes it was chosen for."""
+    draft = pred.scenario.draft
+    if planned_batch is not None and fmt == "sglang" and not (draft.is_tree or draft.is_block):
+        raise PlannerError(f"--planned-batch: SGLang's adaptive config switches K per batch size itself (draft"
+                           f" {draft.label}); the flag sets the one K of a tree or block draft's launch flags")
+    try:
+        exp = pred.export(fmt, version, cuda_graph_bs=cuda_graph_bs, sglang_candidates=sglang_candidates,
+                          planned_batch_size=planned_batch)
+    except PlannerError as err:  # the flag's own refusal names it
+        if planned_batch is not None and str(err).startswith("planned batch sizes"):
+            raise PlannerError(f"--planned-batch: {err}") from None
+        raise
     for w in exp.warnings:
         warnings.warn(w, PlannerWarning, stacklevel=2)
     if exp.how_to_use and not markdown:
         print(f"use: {exp.how_to_use}", file=sys.stderr)
+    if exp.chosen_for and not markdown:  # the Markdown carries it as a note
+        print(f"note: {exp.chosen_for}" + ("" if planned_batch is not None else
+                                          "; --planned-batch B (or LO-HI) chooses it for the load you will serve"),
+              file=sys.stderr)
     return exp.markdown() if markdown else exp.json()
+
+
+def planned_batch(text: str | None, fmt: str):
+    """--planned-batch B (an int) or LO-HI (a (lo, hi) pair), checked against the format that reads it."""
+    if text is None:
+        return None
+    if fmt not in ("sglang", "trtllm"):
+        raise PlannerError(f"--planned-batch applies to --format sglang (the one fixed K of a tree or block draft)"
+                           f" and --format trtllm (its acceptance gate), not --format {fmt}")
+    lo, sep, hi = text.strip().partition("-")
+    try:
+        pair = (int(lo), int(hi) if sep else int(lo))
+    except ValueError:
+        pair = (0, 0)
+    if min(pair) < 1 or pair[0] > pair[1]:
+        raise PlannerError(f"--planned-batch '{text}': expected a batch size (e.g. 64) or a range LO-HI (e.g. 8-64)"
+                           " of batch sizes >= 1, LO <= HI")
+    if sep and fmt == "trtllm":
+        raise PlannerError(f"--planned-batch {text}: TensorRT-LLM's acceptance gate sits at one batch size; give one"
+                           f" (e.g. --planned-batch {pair[1]})")
+    return pair if sep else pair[0]
 
 
 def _cuda_graph_bs(text: str | None):
@@ -323,6 +359,7 @@ def _run(args) -> int:
     if export_only and args.format not in EXPORT_FORMATS:
         raise PlannerError(f"{export_only[0]} applies to an engine export (--format {', '.join(EXPORT_FORMATS)}),"
                            f" not --format {args.format}")
+    planned_batch(args.planned_batch, args.format)  # refuse a malformed or misplaced one before any work
     if args.format in EXPORT_FORMATS:
         exports.check_version(args.format, args.export_version)  # refuse a wrong version before any work
     if args.output:
@@ -368,7 +405,7 @@ def _render_answer(pred: Prediction, args) -> str:
                 f" kernel scales) + host {step['host']:.3f} ms = {step['step']:.3f} ms\n")
     if args.format in EXPORT_FORMATS:
         return render_export(pred, args.format, args.export_version, args.markdown, _cuda_graph_bs(args.cuda_graph_bs),
-                             args.sglang_candidates)
+                             args.sglang_candidates, planned_batch(args.planned_batch, args.format))
     if args.format == "table":  # the table's reader gets its caveats (json carries them as "notes")
         warn_notes(pred)
     versions = None

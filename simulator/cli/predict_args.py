@@ -55,6 +55,10 @@ def _output_args(p) -> None:
     p.add_argument("--sglang-candidates", choices=("kstar", "neighbors"), default="kstar",
                    help="SGLang slots: kstar = one candidate (fixed K*), neighbors = K*-1, K*, K*+1 where both"
                    " neighbours are within 2%% of the best goodput (room for SGLang's own adaptation)")
+    p.add_argument("--planned-batch", metavar="B or LO-HI",
+                   help="the batch size (or range) you will serve at: sglang with a tree or block draft (one fixed"
+                   " K: K* at B, or the K keeping most of the best goodput over LO-HI, each doubling weighted"
+                   " equally; default: every batch size that fits) and trtllm's acceptance gate (one B)")
     p.add_argument("--output", type=path_given, help="write to this file instead of stdout")
     p.add_argument("--list", choices=CATALOG_KINDS, help="list the catalog's models, hardware, engines, drafts or"
                    " dtypes with what each rests on, and exit (also: python -m simulator.catalog)")

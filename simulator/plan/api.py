@@ -24,7 +24,7 @@ from simulator.plan.acceptance_risk import break_even_acceptance_length
 from simulator.plan.advice import engine_advice
 from simulator.plan.answer import _span, answer_notes, schedule_text  # noqa: F401 (schedule_text: API)
 from simulator.plan.grid import MS, Grid, compute_grid, kstar_columns
-from simulator.plan.k_changes import describe_change, k_changes
+from simulator.plan.k_changes import ScheduleGrid, describe_change, k_changes
 from simulator.plan.schedule import schedule_loss, schedule_ranges
 from simulator.plan.decision_risk import N_DRAWS, beats_plain, draws_basis
 from simulator.plan.speedup_trust import speedup_trust_columns, speedup_trust_text
@@ -112,8 +112,9 @@ class Prediction:
         eng = self.scenario.engine
         per = (lambda k: k + 1) if eng is not None and eng.size_unit == "tokens" else (lambda k: 1)
         padded = (lambda b, k: (b * per(k), round(float(graph_batch(eng, b, k)) * per(k)))) if eng else None
-        recs = k_changes(g.batch_sizes, g.ks, g.itl_s, g.acceptance_length, g.k_star, g.regime(),
-                         g.experts_touched, padded, np.asarray(g.fits_memory))
+        grid = ScheduleGrid(g.batch_sizes, g.ks, g.itl_s, g.acceptance_length, g.k_star, g.regime(),
+                            g.experts_touched, np.asarray(g.fits_memory))
+        recs = k_changes(grid, padded)
         experts = self.scenario.model.num_experts if self.scenario.model.is_moe else None
         unit = eng.size_unit if eng is not None else "sequences"
         return [r | {"text": describe_change(r, experts, unit)} for r in recs]
@@ -389,7 +390,13 @@ class Prediction:
     def export(self, fmt: str, version: str | None = None, context_lens=None, cuda_graph_bs=None,
                sglang_candidates: str = "kstar", planned_batch_size: int | None = None) -> exports.Export:
         """The engine file for ``fmt`` (vllm, vllm-ctx, trtllm, sglang, sglang-sps) targeting
-        ``version`` (default: the newest release checked); ``.json()`` / ``.markdown()`` render it."""
+        ``version`` (default: the newest release checked); ``.json()`` / ``.markdown()`` render it.
+        ``planned_batch_size``: the batch size (int) or range (lo, hi) the user will serve at, for a file of one
+        K at every batch size (SGLang's launch flags for a tree or block draft; default: every batch size that
+        fits) and TensorRT-LLM's acceptance gate (an int; default: the largest that still speculates)."""
+        if fmt == "trtllm" and isinstance(planned_batch_size, tuple):
+            raise PlannerError(f"planned batch sizes {planned_batch_size[0]}-{planned_batch_size[1]}: TensorRT-LLM's"
+                               " acceptance gate sits at one batch size; give one")
         table = self.kstar_map(context_lens if context_lens is not None or fmt != "vllm-ctx"
                             else self.default_context_lens())
         draft = self.scenario.draft

@@ -16,7 +16,10 @@ more positions ride on them (docs/moe.md, "Why K* rises, then falls").
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
+from numpy.typing import ArrayLike
 
 
 def change_points(k_star: np.ndarray) -> np.ndarray:
@@ -29,9 +32,23 @@ def change_points(k_star: np.ndarray) -> np.ndarray:
 OUT_OF_MEMORY = "out of memory"
 
 
-def k_changes(batch_sizes, ks, itl_s, acceptance_length, k_star, regime=None, experts_touched=None,
-              graph_batch=None, fits_memory=None) -> list[dict]:
-    """One record per change of K* over the batch sizes of a (n_batch, n_k) grid:
+@dataclass(frozen=True)
+class ScheduleGrid:
+    """What :func:`k_changes` reads of a (n_batch, n_k) grid: its axes, step times [s], the acceptance
+    length of each K and the schedule K* per batch size; ``regime`` (the bound of each cell),
+    ``experts_touched`` (MoE: experts loaded per layer) and ``fits_memory`` where known."""
+    batch_sizes: ArrayLike
+    ks: ArrayLike
+    itl_s: ArrayLike
+    acceptance_length: ArrayLike
+    k_star: np.ndarray
+    regime: ArrayLike | None = None
+    experts_touched: ArrayLike | None = None
+    fits_memory: ArrayLike | None = None
+
+
+def k_changes(grid: ScheduleGrid, graph_batch=None) -> list[dict]:
+    """One record per change of K* over the batch sizes of ``grid``:
     ``{"batch_size", "previous_batch_size", "k_from", "k_to", "cells": [...]}`` with one cell per K of
     the two that is > 0: ``{"k", "step_vs_plain", "acceptance_length", "vs_plain", "bound",
     "experts_touched"}`` (bound and experts where given), plus ``experts_touched_plain`` for MoE.
@@ -39,8 +56,9 @@ def k_changes(batch_sizes, ks, itl_s, acceptance_length, k_star, regime=None, ex
     unit (sequences or tokens); where plain's or a K's is padded the record carries ``padded``: {K: the
     padded size} of those padded. ``fits_memory`` (n_batch, n_k): a K that does not fit at B gets
     ``fits_memory`` False and the bound "out of memory" (its goodput there is what it would give)."""
-    batch_sizes, ks = np.asarray(batch_sizes), np.asarray(ks)
-    itl_s, al = np.asarray(itl_s, dtype=float), np.asarray(acceptance_length, dtype=float)
+    batch_sizes, ks, k_star = np.asarray(grid.batch_sizes), np.asarray(grid.ks), grid.k_star
+    itl_s, al = np.asarray(grid.itl_s, dtype=float), np.asarray(grid.acceptance_length, dtype=float)
+    regime, experts_touched, fits_memory = grid.regime, grid.experts_touched, grid.fits_memory
     col = {int(k): j for j, k in enumerate(ks)}
     j0 = col.get(0)
     out = []

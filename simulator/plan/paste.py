@@ -232,32 +232,38 @@ def serve_notes(pred) -> list[str]:
     return out
 
 
-def sglang_fixed_export(pred, table, version: str, planned_batch_size: int | None = None):
+def sglang_fixed_export(pred, table, version: str, planned_batch_size=None):
     """SGLang launch flags for a draft its adaptive config cannot drive (an EAGLE tree: adaptive speculation
-    needs topk 1; DFLASH / DSPARK: one block step): one fixed K, K* at the planned batch size (default: the
-    largest batch size that fits), as a flag dict (``payload``) and the launch line."""
-    from simulator.errors import PlannerError
-    from simulator.plan.exports.common import Export, _column
-    b, k1 = _column(table, np.array(table.k_opt))
-    k_spec = np.asarray(table.best_k(table.ks >= 1))[:, table.context_index]  # best K >= 1 (-1: none fits)
-    fits = np.flatnonzero((k1 >= 0) & (k_spec >= 1))
-    if not fits.size:
-        raise PlannerError(f"no batch size fits in memory with speculation at context {table.context_len}:"
-                           " nothing to export")
-    at = int(planned_batch_size) if planned_batch_size else int(b[fits[-1]])
-    i = int(fits[np.argmin(np.abs(b[fits] - at))])
-    k, warns = int(k1[i]), []
-    if k == 0:
-        k = int(k_spec[i])
-        warns.append(f"K* = 0 at batch size {b[i]}: speculation does not pay there; the flags carry the best K >= 1"
-                     f" ({k}); serve without --speculative-algorithm for that load")
+    needs topk 1; DFLASH / DSPARK: one block step): one fixed K for the batch size(s) the user plans to serve at
+    (an int, a (lo, hi) range, or None: every evaluated batch size that fits; simulator/plan/exports/fixed_k.py),
+    as a flag dict (``payload``), rows of K* and the share of the best goodput SGLang keeps, and the launch line."""
+    from simulator.plan.exports.common import Export, k_ranges
+    from simulator.plan.exports.fixed_k import choose_fixed_k
+    choice = choose_fixed_k(table, planned_batch_size)
+    k = choice.k
+    b = np.asarray(table.batch_sizes, dtype=int)
+    # K* of each batch size alone (the best goodput there, as predict's table), not the compressed schedule: a
+    # fixed K has no ranges to save
+    k1 = np.asarray(table.best_k(np.ones(len(table.ks), dtype=bool))[:, table.context_index], dtype=int)
     d = pred.scenario.draft
     flags = sglang_launch_flags(d, k)
-    rows = [{"batch size": int(x), "K*": int(kk), "SGLang runs": k} for x, kk in zip(b, k1) if kk >= 0]
+    rows = []
+    for lo, hi, kk in k_ranges(b, k1):  # one row per run of K*, with the share of its best goodput K keeps
+        here = choice.share[(b >= lo) & (b <= hi)]
+        rows.append({"batch sizes": f"{lo}-{hi}" if lo != hi else str(lo), "K*": kk, "SGLang runs": k,
+                     "share of the best goodput": _share_text(here)})
     what = (f"tree depth (--speculative-num-steps) {k}, topk {d.topk}, {d.tree_tokens} draft tokens + the root"
             if d.is_tree else f"block of {k} drafts (--speculative-num-draft-tokens {k + 1})")
-    notes = [f"SGLang runs one fixed K for {d.label} (adaptive speculation needs EAGLE with topk 1): {what},"
-             f" K* at batch size {b[i]}" + (" (the planned batch size)" if planned_batch_size else
-                                             " (the largest batch size that fits with speculation)")]
+    notes = [f"SGLang runs one fixed K for {d.label} (adaptive speculation needs EAGLE with topk 1): {what}",
+             choice.chosen_for()]
     cmd, ck_warns = flags_command(pred, flags)
-    return Export("sglang", version, flags, rows, warns + ck_warns, notes, cmd)
+    return Export("sglang", version, flags, rows, list(choice.warnings) + ck_warns, notes, cmd, choice.chosen_for())
+
+
+def _share_text(shares: np.ndarray) -> str:
+    """'87%-93%' over a run of batch sizes; 'does not fit' where K fits at none, and says where it stops."""
+    ok = shares[np.isfinite(shares)]
+    if not ok.size:
+        return "does not fit"
+    lo, hi = f"{ok.min():.0%}", f"{ok.max():.0%}"
+    return (lo if lo == hi else f"{lo}-{hi}") + ("" if ok.size == shares.size else " (then does not fit)")

@@ -42,8 +42,9 @@ from simulator.sizing.ranking import (EVIDENCE, RANK_RULE, SIMPLICITY, best_per_
                                       speculation_margin)  # noqa: F401 (re-exported)
 from simulator.sizing.pool import Task, run_all
 from simulator.sizing.search import Search
-from simulator.sizing.spec import (Candidate, SizingOverrides, SizingSpec, candidate_scenario, k_table_context,
-                                   memory_fit, parse_sizing, predict_command, traffic_lengths)
+from simulator.sizing.candidate import (Candidate, candidate_scenario, k_table_context, memory_fit, predict_command,
+                                        traffic_lengths)
+from simulator.sizing.spec import SizingOverrides, SizingSpec, parse_sizing
 from simulator.sizing.uncertainty import candidate_band, prediction_basis, uncertainty
 from simulator.specs.scenario import SCENARIO_DIR, Scenario, load_scenario
 

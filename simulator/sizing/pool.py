@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from simulator import serving
 from simulator.sizing.search import Search, search_capacity
 from simulator.workers import worker_pool
-from simulator.sizing.spec import Candidate, SizingSpec
+from simulator.sizing.candidate import Candidate
+from simulator.sizing.spec import SizingSpec
 from simulator.specs.scenario import Scenario
 
 

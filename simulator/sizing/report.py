@@ -2,7 +2,7 @@
 
 Charts are drawn with Altair and rendered to SVG by vl-convert at build time
 (:mod:`simulator.sizing.report_charts`), so the HTML file loads nothing when opened (no scripts, no
-external links).
+external links); tables are formatted by :mod:`simulator.sizing.report_tables`.
 """
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import json
 import re
 from datetime import datetime, timezone
 
-import numpy as np
 import pandas as pd
 
 from simulator.plan.advice import advice_lines
@@ -21,8 +20,9 @@ from simulator.specs.scenario_sections import repo_relative
 from simulator.sizing.fleet import SizingResult, quality_caveat, target_output_tokens_per_hour
 from simulator.sizing.ranking import RANK_RULE
 from simulator.sizing.search import STEADY_LIFETIMES
-from simulator.sizing.spec import traffic_lengths
-from simulator.sizing.report_charts import charts, pareto_front  # noqa: F401 (pareto_front: API)
+from simulator.sizing.candidate import traffic_lengths
+from simulator.sizing.report_charts import charts
+from simulator.sizing.report_tables import html_table, k_star_table, md_table
 
 # cost first, then what to buy, then why; the rest is in the capacity table and the JSON output
 RANKED_COLUMNS = ["rank", "fleet_usd_per_hour", "usd_per_m_tokens_at_target", "price_per_gpu_hour_usd", "hardware",
@@ -32,85 +32,11 @@ REASON_COLUMNS = ["rank", "hardware", "tp", "dtype", "policy", "basis", "gpus_ra
 CAPACITY_COLUMNS = ["hardware", "tp", "dtype", "policy", "max_load_per_replica", "load_band_low", "load_band_high",
                     "basis", "tok_s_per_gpu", "usd_per_m_output_tokens", "tpot_p50_s", "ttft_p99_s", "mean_batch_size", "mean_k", "replicas",
                     "gpus", "meets_target", "reason"]
-# column headers with units (seconds shown as ms)
-HEADERS = {"fleet_usd_per_hour": "fleet $/h", "usd_per_m_output_tokens": "$/M tok, 1 replica at full load",
-           "hardware": "GPU", "gpus": "GPUs", "nodes": "nodes", "policy": "policy",
-           "price_per_gpu_hour_usd": "$/GPU-h", "gpus_range": "GPUs (band)", "node_layout": "per node",
-           "max_load_per_replica": "load/replica", "load_band_low": "load band low", "load_band_high": "load band high",
-           "tok_s_per_gpu": "tok/s/GPU", "tpot_p50_s": "TPOT p50 ms", "ttft_p99_s": "TTFT p99 ms",
-           "mean_batch_size": "mean B", "mean_k": "mean K", "usable_gb": "usable GB", "weights_gb": "weights GB",
-           "draft_gb": "draft GB", "kv_gb_per_seq": "KV GB/seq", "context_tokens": "context tok",
-           "max_seqs": "max seqs", "meets_target": "meets target", "usd_per_m_tokens_at_target": "fleet $/M output tok at target",
-           "energy_j_per_token_est": "J/token (est.)", "speedup_vs_plain": "vs plain", "speedup_vs_fixed": "vs fixed",
-           "batch_sizes": "B", "k_opt": "K*", "break_even_acceptance_length": "fixed K needs AL",
-           "p_kopt_beats_plain": "P(K* beats plain)"}
 PER_GPU_COLUMNS = ["hardware", "gpus", "nodes", "fleet_usd_per_hour", "usd_per_m_tokens_at_target", "gpus_range", "tp",
                    "dtype", "policy", "basis", "rank", "note"]
-MS_COLUMNS = ("tpot_p50_s", "ttft_p99_s")
 
 
-# --- tables -------------------------------------------------------------------------------------
-
-def _cell(v) -> str:
-    if v is None or v is pd.NA:
-        return "-"
-    if isinstance(v, (bool, np.bool_)):
-        return "yes" if v else "no"
-    if isinstance(v, (float, np.floating)):
-        return number(float(v))
-    return str(v)
-
-
-def number(v: float) -> str:
-    """Plain decimal, never scientific: thousands separators from 1000, 3 significant digits below."""
-    if not np.isfinite(v):
-        return "-"
-    if abs(v - round(v)) <= 1e-9 * max(1.0, abs(v)) and abs(v) < 1e15:  # whole up to float noise (a mean K of 3)
-        return f"{int(round(v)):,}"
-    a = abs(v)
-    if a >= 100:
-        return f"{v:,.0f}"
-    if a >= 10:
-        return f"{v:.1f}"
-    if a >= 1:
-        return f"{v:.2f}"
-    if a >= 0.01:
-        return f"{v:.3f}"
-    return f"{v:.5f}".rstrip("0").rstrip(".") if a >= 1e-5 else "0"
-
-
-def readable(df: pd.DataFrame) -> pd.DataFrame:
-    """Seconds columns to ms, headers with units."""
-    if not len(df):
-        return df
-    out = df.copy()
-    for col in MS_COLUMNS:
-        if col in out:
-            out[col] = out[col].astype(float) * 1e3
-    return out.rename(columns=HEADERS)
-
-
-def md_table(df: pd.DataFrame) -> str:
-    if not len(df):
-        return "_(none)_\n"
-    df = readable(df)
-    rows = ["| " + " | ".join(map(str, df.columns)) + " |", "|" + "---|" * len(df.columns)]
-    rows += ["| " + " | ".join(_cell(v).replace("|", "/") for v in rec) + " |" for rec in df.itertuples(index=False)]
-    return "\n".join(rows) + "\n"
-
-
-def html_table(df: pd.DataFrame, wrap: bool = False, wrap_last: bool = False) -> str:
-    if not len(df):
-        return "<p><em>(none)</em></p>"
-    df = readable(df)
-    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in df.columns)
-    last = len(df.columns) - 1
-    note = ' class="note"'
-    body = "".join("<tr>" + "".join(f"<td{note if wrap_last and i == last else ''}>{html.escape(_cell(v))}</td>"
-                                    for i, v in enumerate(rec)) + "</tr>" for rec in df.itertuples(index=False))
-    cls = ' class="wrap"' if wrap else ""
-    return f'<div class="tw"><table{cls}><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table></div>'
-
+# --- small pieces of the sections --------------------------------------------------------------
 
 def _cpu_note(capacity) -> str:
     """The ranked table's note for CPU candidates: bought one machine at a time, priced only when given."""
@@ -122,44 +48,6 @@ def _cpu_note(capacity) -> str:
 
 def _cols(df: pd.DataFrame, cols) -> pd.DataFrame:
     return df[[c for c in cols if c in df.columns]] if len(df) else df
-
-
-def _share_span(p: pd.Series) -> str:
-    """A run's probabilities as a range of percentages; '-' where none applies (K* = 0)."""
-    p = p.astype(float).dropna()
-    if p.empty:
-        return "-"
-    lo, hi = f"{p.min():.0%}", f"{p.max():.0%}"
-    return lo if lo == hi else f"{lo}-{hi}"
-
-
-def _from_to(first: str, last: str) -> str:
-    """A run's value at its first and last batch size, once where they read the same."""
-    return first if first == last else f"{first}-{last}"
-
-
-def k_star_table(table: pd.DataFrame) -> pd.DataFrame:
-    """Compact K* table: runs of batch sizes with the same K* (or where no K fits memory)."""
-    t = table.reset_index(drop=True)
-    key = t.k_opt.astype("float").fillna(-1).astype(int).to_numpy()
-    rows, start = [], 0
-    for i in range(len(t)):
-        if i + 1 < len(t) and key[i + 1] == key[i]:
-            continue
-        a, b = t.iloc[start], t.iloc[i]
-        span = lambda col: (_from_to(f"{a[col]:.2f}", f"{b[col]:.2f}")  # noqa: E731
-                            if np.isfinite(a[col]) and np.isfinite(b[col]) else "-")
-        rows.append({"batch_sizes": _from_to(f"{int(a.batch_size)}", f"{int(b.batch_size)}"),
-                     "k_opt": "none fits memory" if key[i] < 0 else int(key[i]),
-                     "speedup_vs_plain": span("speedup_vs_plain"), "speedup_vs_fixed": span("speedup_vs_fixed"),
-                     "break_even_acceptance_length": (span("break_even_acceptance_length")
-                                                      if "break_even_acceptance_length" in t else "-"),
-                     # the share of the engine terms' draws where K* beats plain decoding (plan.decision_risk)
-                     "p_kopt_beats_plain": (_share_span(t["p_kopt_beats_plain"].iloc[start:i + 1])
-                                            if "p_kopt_beats_plain" in t else "-"),
-                     "bound": b.bound})
-        start = i + 1
-    return pd.DataFrame(rows)
 
 
 def _break_even_sentence(table: pd.DataFrame, fixed_k: int) -> str:

@@ -24,7 +24,8 @@ from simulator.errors import PlannerError
 from simulator.plan.api import predict_scenario
 from simulator.serving.early_stop import PercentileStop
 from simulator.serving.steady import SteadyState, steady_state
-from simulator.sizing.spec import Candidate, SizingSpec, _fmt, traffic_lengths
+from simulator.sizing.candidate import Candidate, traffic_lengths
+from simulator.sizing.spec import SizingSpec, _fmt
 from simulator.specs.scenario import Scenario
 
 # When the SLOs say nothing about TTFT, an overloaded replica still looks fine on TPOT (the queue

@@ -19,7 +19,8 @@ from simulator.errors import PlannerError
 from simulator.sweep.backends import Progress, import_ray, run_inline, run_local, run_ray
 from simulator.sweep.journal import JOURNAL, Journal, read_journal, roundtrip
 from simulator.sweep.spec import SweepSpec, SweepTask, parse_sweep, task_key
-from simulator.files import check_output_dir, write_files_atomically
+from simulator.file_sets import write_files_atomically
+from simulator.files import check_output_dir
 from simulator.sweep.tables import pareto_flags, results_table, summary_html, summary_markdown, table_bytes
 
 OUTPUT_NAMES = {"parquet": "results.parquet", "csv": "results.csv", "markdown": "summary.md", "html": "summary.html"}

@@ -55,7 +55,8 @@ from pathlib import Path
 from simulator import serving
 from simulator.errors import PlannerError, PlannerWarning, did_you_mean
 from simulator.files import read_toml_file
-from simulator.sizing.spec import POLICIES, memory_fit, parse_sizing, traffic_lengths
+from simulator.sizing.candidate import memory_fit, traffic_lengths
+from simulator.sizing.spec import POLICIES, parse_sizing
 from simulator.specs.acceptance import parse_acceptance
 from simulator.specs.acceptance_files import read_acceptance_file
 from simulator.specs.drafts import parse_draft

@@ -171,6 +171,7 @@ class Export:
     warnings: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     how_to_use: str = ""
+    chosen_for: str = ""  # a file of one K for every batch size: which batch size(s) that K was chosen for
 
     @property
     def engine(self) -> str:
