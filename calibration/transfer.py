@@ -44,8 +44,8 @@ import pandas as pd
 from scipy.optimize import brentq
 
 # re-exported: tests, calibration.transfer_twoshot and the rows' notes ("see DEVICES in calibration/transfer.py")
-from calibration.transfer_cases import (CORPUS, DEVICES, MOE_REUSE, OUT_DIR, REPO, Case, anchor_curve_key, read_corpus,  # noqa: F401
-                                        case_for, iid_rate, scenario_for, speculative_running)
+from calibration.transfer_cases import (CORPUS, DEVICES, MOE_REUSE, OUT_DIR, REPO, Case, anchor_curve_key,  # noqa: F401
+                                        case_for, iid_rate, read_corpus, scenario_for, speculative_running)
 from calibration.transfer_components import part_rows, published_parts, summarize_parts
 from calibration.transfer_peer import peer_speedup, peer_tpot_ms
 from calibration.transfer_report import bands, markdown, summarize

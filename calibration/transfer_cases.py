@@ -66,7 +66,8 @@ class Case:
 
 # the columns a corpus row is read through (case_for); a copy given with --corpus needs them all
 CORPUS_COLUMNS = ("source_id", "device", "num_gpus", "engine", "model", "tp", "ep", "weight_dtype", "kv_dtype",
-                  "batch_size", "input_len", "output_len", "context_len", "draft_method", "k", "metric", "value", "notes")
+                  "batch_size", "input_len", "output_len", "context_len", "draft_method", "k", "metric", "value",
+                  "notes")
 
 # numeric columns and their least value (value: the published figure, > 0 in every metric's unit)
 CORPUS_NUMBERS = {"num_gpus": 1, "tp": 1, "ep": 1, "batch_size": 1, "input_len": 0, "output_len": 0,

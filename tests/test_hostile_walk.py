@@ -31,6 +31,16 @@ def test_predict_output_over_its_own_scenario_is_refused(tmp_path):
     assert scenario.read_text() == LLAMA  # before: the K* table replaced the scenario
 
 
+def test_output_over_a_scenario_named_by_its_bundled_name_is_refused(tmp_path, monkeypatch):
+    import simulator.specs.scenario as scenario_module
+    monkeypatch.setattr(scenario_module, "SCENARIO_DIR", tmp_path)  # a bundled folder of our own
+    (tmp_path / "mine.toml").write_text(LLAMA)
+    line = refused_line("simulator.predict", "--scenario", "mine", "--batch-sizes", "1",
+                        "--output", tmp_path / "mine.toml")
+    assert "the same file as --scenario mine" in line
+    assert (tmp_path / "mine.toml").read_text() == LLAMA  # before: the K* table replaced the bundled scenario
+
+
 def test_fit_output_over_its_measured_rows_is_refused(tmp_path):
     rows = tmp_path / "rows.csv"
     rows.write_text(ROWS)
@@ -134,7 +144,8 @@ def test_a_number_too_long_to_read_is_one_line(tmp_path):
             upload(big.read_bytes(), "bench.json")
 
 
-ACC_ROWS = 'batch_size,k,itl_ms,per_position_acceptance,n_steps\n1,3,11,"[0.8, 0.6, 0.5]",100\n8,3,14,"[0.8, 0.6, 0.5]",300\n'
+ACC_ROWS = ('batch_size,k,itl_ms,per_position_acceptance,n_steps\n'
+            '1,3,11,"[0.8, 0.6, 0.5]",100\n8,3,14,"[0.8, 0.6, 0.5]",300\n')
 
 
 @pytest.mark.parametrize("n_steps", ["-100", "nan", "1e400", "many"])
@@ -152,8 +163,9 @@ def test_a_hand_written_header_reads_like_the_written_one():
     for header in ("batch_size, k, itl_ms, per_position_acceptance, n_steps",
                    'batch_size,k,itl_ms,"per_position_acceptance",n_steps'):
         text = header + "\n" + ACC_ROWS.split("\n", 1)[1].replace(",", ", ").replace(",  ", ", ")
-        assert parse_acceptance_bytes(text.encode(), "runs.csv").conditional == written  # before: 'not an acceptance file'
-        assert list(read_measured(text.encode(), "runs.csv").k) == [3, 3]  # before: 'missing column(s) k, itl_ms'
+        # before: 'not an acceptance file' and 'missing column(s) k, itl_ms'
+        assert parse_acceptance_bytes(text.encode(), "runs.csv").conditional == written
+        assert list(read_measured(text.encode(), "runs.csv").k) == [3, 3]
 
 
 def test_missing_columns_message_asks_for_what_is_missing():

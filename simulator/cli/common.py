@@ -180,8 +180,8 @@ def check_save_scenario(args: argparse.Namespace, report_files=()) -> None:
 
 
 # the arguments that name files a command reads (predict, serve, size, sweep, calibration.fit_deployment)
-INPUT_ARGS = ("scenario", "spec", "measured", "acceptance", "calibration", "deployment", "model", "hardware", "draft_model",
-              "corpus", "raw")
+INPUT_ARGS = ("scenario", "spec", "measured", "acceptance", "calibration", "deployment", "model", "hardware",
+              "draft_model", "corpus", "raw")
 
 
 def check_output_spares_inputs(args: argparse.Namespace, flag: str, path, spare=()) -> None:
@@ -194,12 +194,24 @@ def check_output_spares_inputs(args: argparse.Namespace, flag: str, path, spare=
     for dest in INPUT_ARGS:
         value = getattr(args, dest, None)
         for given in value if isinstance(value, (list, tuple)) else [value]:
-            if dest in spare or not isinstance(given, (str, os.PathLike)) or not os.path.isfile(given):
+            if dest in spare or not isinstance(given, (str, os.PathLike)):
                 continue
-            if os.path.samefile(target, given):
+            read = given if os.path.isfile(given) else _named_file(dest, str(given))
+            if read is not None and os.path.samefile(target, read):
                 named = {"spec": "the sweep file", "raw": "the raw samples"}.get(dest, f"--{dest.replace('_', '-')}")
                 fix = "choose another directory" if flag == "--output-dir" else "give the output another name"
                 raise PlannerError(f"{flag} {path}: the same file as {named} {given}, which this command reads; {fix}")
+
+
+def _named_file(dest: str, name: str):
+    """The file a bundled name reads (``--scenario llama-3.1-8b-h100``, ``--hardware h100-sxm``), else None."""
+    from simulator.specs.hardware import HARDWARE_DIR
+    from simulator.specs.models import MODELS_DIR
+    from simulator.specs.scenario import SCENARIO_DIR
+    folder, suffix = {"scenario": (SCENARIO_DIR, ".toml"), "hardware": (HARDWARE_DIR, ".toml"),
+                      "model": (MODELS_DIR, ".json")}.get(dest, (None, ""))
+    path = folder / f"{name}{suffix}" if folder is not None and name and "/" not in name else None
+    return path if path is not None and path.is_file() else None
 
 
 def _same_file(a, b) -> bool:
