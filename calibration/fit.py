@@ -343,7 +343,7 @@ def format_heldout(h: dict) -> str:
 
 
 def main(argv=None) -> int:
-    from simulator.cli.common import OneLineParser, check_output_file, run_cli
+    from simulator.cli.common import OneLineParser, check_output_file, check_output_spares_inputs, run_cli
 
     ap = OneLineParser(prog="python -m calibration.fit", description=__doc__.splitlines()[0])
     ap.add_argument("raw", help="raw sample CSV written by calibration.run / calibration.microbench")
@@ -354,6 +354,7 @@ def main(argv=None) -> int:
     def body() -> int:
         if Path(args.output).parent.exists():
             check_output_file(args.output)
+            check_output_spares_inputs(args, "--output", args.output)  # the samples took a GPU session
         prof = fit_raw(args.raw, args.hardware)
         _report(prof, write_profile(prof, args.output))
         return 0

@@ -33,9 +33,9 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from calibration.transfer_cases import (CORPUS, Case, anchor_curve_key, case_for, iid_rate, scenario_for,
+from calibration.transfer_cases import (CORPUS, Case, anchor_curve_key, case_for, iid_rate, read_corpus, scenario_for,
                                         speculative_running)
-from simulator.cli.common import OneLineParser, run_cli, write_atomically
+from simulator.cli.common import OneLineParser, check_output_file, check_output_spares_inputs, run_cli, write_atomically
 from simulator.errors import PlannerError, PlannerWarning
 from simulator.plan.grid import compute_grid
 from simulator.specs.step_terms import (A_PRIORI_SD, LEARNED_FILE, LEARNED_FORMAT, LOWER, NEUTRAL, TERM_NAMES, TERMS, UPPER,
@@ -401,9 +401,9 @@ def main(argv: list[str] | None = None) -> int:
 
     def body() -> int:
         path = Path(args.corpus)
-        if not path.is_file():
-            raise PlannerError(f"--corpus {path}: not a file")
-        rows = training_rows(corpus_cases(pd.read_csv(path)))
+        check_output_file(args.output)  # before the learning, as every command
+        check_output_spares_inputs(args, "--output", args.output)
+        rows = training_rows(corpus_cases(read_corpus(path)))
         pop = Learner(rows).learn()
         doc = learned_document(pop, path, rows)
         write_atomically(args.output, json.dumps(doc, indent=1) + "\n")

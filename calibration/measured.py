@@ -21,8 +21,9 @@ NUMERIC = ("batch_size", "k", "itl_ms", "goodput_per_seq", "acceptance_length", 
            "verify_ms", "n_steps")
 
 
-# where a measured value can lie (a step of 1000 s, a context of 16M tokens: a typo or a wrong unit)
-RANGES = {"context_len": (0, 1 << 24), "itl_ms": (0, 1e6), "verify_ms": (0, 1e6), "goodput_per_seq": (0, 1e6),
+# where a measured value can lie (a step of 1000 s or under 1 us, a context of 16M tokens: a typo or a
+# wrong unit; the fastest real decode step, a tiny model on one GPU, is ~1 ms)
+RANGES = {"context_len": (0, 1 << 24), "itl_ms": (1e-3, 1e6), "verify_ms": (0, 1e6), "goodput_per_seq": (0, 1e6),
           "experts_touched": (0, 1e6), "n_steps": (0, 1e12)}
 
 
@@ -35,7 +36,7 @@ def read_measured(source: str | Path | bytes, name: str | None = None, required=
     if not isinstance(source, bytes):  # a regular file under its cap (a FIFO or a device is refused, not read)
         source = read_input_bytes(source, "measured runs")
     try:
-        df = pd.read_csv(io.BytesIO(source))
+        df = pd.read_csv(io.BytesIO(source), skipinitialspace=True)  # 'batch_size, k, itl_ms' as written by hand
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as err:
         raise PlannerError(f"{name}: not a readable measured-runs CSV ({(str(err).splitlines() or [''])[0][:120]})") from None
     except OSError as err:
@@ -44,7 +45,7 @@ def read_measured(source: str | Path | bytes, name: str | None = None, required=
     if missing:
         raise PlannerError(f"{name}: missing column(s) {', '.join(missing)} (write it with"
                            " `python -m calibration.engine sweep` or calibration.vllm_io; need at least"
-                           f" {', '.join(MIN_COLUMNS)})")
+                           f" {', '.join(required)})")
     if df.empty:
         raise PlannerError(f"{name}: no measured rows")
     for col in (c for c in NUMERIC if c in df.columns):
@@ -98,7 +99,7 @@ def _check_rates_cell(cell, name: str, line: int) -> None:
         return
     try:
         rates = json.loads(cell) if isinstance(cell, str) else None
-    except (json.JSONDecodeError, RecursionError):
+    except (ValueError, RecursionError):  # ValueError: malformed, or an integer of over 4300 digits
         rates = None
     ok = isinstance(rates, list) and all(
         r is None or (isinstance(r, (int, float)) and not isinstance(r, bool) and 0 <= r <= 1) for r in rates)

@@ -45,7 +45,7 @@ from scipy.optimize import brentq
 
 # re-exported: tests, calibration.transfer_twoshot and the rows' notes ("see DEVICES in calibration/transfer.py")
 from calibration.transfer_cases import (CORPUS, DEVICES, MOE_REUSE, OUT_DIR, REPO, Case, anchor_curve_key,  # noqa: F401
-                                        case_for, iid_rate, scenario_for, speculative_running)
+                                        case_for, iid_rate, read_corpus, scenario_for, speculative_running)
 from calibration.transfer_components import part_rows, published_parts, summarize_parts
 from calibration.transfer_peer import peer_speedup, peer_tpot_ms
 from calibration.transfer_report import bands, markdown, summarize
@@ -360,9 +360,7 @@ def main(argv: list[str] | None = None) -> int:
 
     def body() -> int:
         path = Path(args.corpus)
-        if not path.is_file():
-            raise PlannerError(f"--corpus {path}: not a file (the shipped corpus is {CORPUS.relative_to(REPO)})")
-        corpus = pd.read_csv(path)
+        corpus = read_corpus(path)
         from calibration.learn_step import Learner, corpus_cases, training_rows
         learner = Learner(training_rows(corpus_cases(corpus)))
         if args.holdout_source is not None:

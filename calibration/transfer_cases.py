@@ -64,6 +64,49 @@ class Case:
     closed_loop: bool = False
 
 
+# the columns a corpus row is read through (case_for); a copy given with --corpus needs them all
+CORPUS_COLUMNS = ("source_id", "device", "num_gpus", "engine", "model", "tp", "ep", "weight_dtype", "kv_dtype",
+                  "batch_size", "input_len", "output_len", "context_len", "draft_method", "k", "metric", "value",
+                  "notes")
+
+# numeric columns and their least value (value: the published figure, > 0 in every metric's unit)
+CORPUS_NUMBERS = {"num_gpus": 1, "tp": 1, "ep": 1, "batch_size": 1, "input_len": 0, "output_len": 0,
+                  "context_len": 0, "k": 0, "value": 1e-12}
+
+
+def read_corpus(path: str | Path, flag: str = "--corpus") -> pd.DataFrame:
+    """The published corpus (or a copy of it given with ``flag``): a regular UTF-8 CSV file with
+    :data:`CORPUS_COLUMNS`; PlannerError naming the flag and the file else, never a pandas traceback."""
+    import io
+
+    from simulator.files import read_input_bytes
+    data = read_input_bytes(path, "published corpus", flag=flag)
+    where = f"{flag} {path}"
+    try:
+        corpus = pd.read_csv(io.BytesIO(data))
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError) as err:
+        raise PlannerError(f"{where}: not a readable corpus CSV ({(str(err).splitlines() or [''])[0][:100]});"
+                           f" give {CORPUS.relative_to(REPO)} or a copy of it") from None
+    missing = [c for c in CORPUS_COLUMNS if c not in corpus.columns]
+    if missing:
+        raise PlannerError(f"{where}: missing column(s) {', '.join(missing)}; a corpus has the columns of"
+                           f" {CORPUS.relative_to(REPO)}")
+    for col, low in CORPUS_NUMBERS.items():  # counts and the figure: a number (empty: not stated), never text
+        values = pd.to_numeric(corpus[col], errors="coerce")
+        bad = (corpus[col].notna() & ~np.isfinite(values.fillna(np.inf))) | (values < low)
+        if col != "value":
+            bad |= values.notna() & (values != values.round())
+        if col in ("batch_size", "value"):
+            bad |= values.isna()
+        if bad.any():
+            line = int(np.flatnonzero(bad.to_numpy())[0])
+            raise PlannerError(f"{where}: line {line + 2}: {col} {str(corpus[col].iloc[line])[:30]!r} is not"
+                               f" {'a finite number' if col == 'value' else 'a whole number'} >= {low:g};"
+                               " fix or drop that row")
+        corpus[col] = values
+    return corpus
+
+
 def _num(v) -> float | None:
     return None if pd.isna(v) else float(v)
 

@@ -24,7 +24,8 @@ import pandas as pd
 
 from calibration import fewshot
 from simulator.specs.step_terms import A_PRIORI_SD, NEUTRAL, to_fit
-from calibration.transfer_cases import CORPUS, OUT_DIR, Case, case_for, iid_rate, scenario_for, speculative_running
+from calibration.transfer_cases import (CORPUS, OUT_DIR, Case, case_for, iid_rate, read_corpus, scenario_for,
+                                        speculative_running)
 from simulator.cli.common import OneLineParser, run_cli
 from simulator.errors import PlannerError, PlannerWarning
 from simulator.plan.grid import compute_grid
@@ -373,10 +374,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     def body() -> int:
-        path = Path(args.corpus)
-        if not path.is_file():
-            raise PlannerError(f"--corpus {path}: not a file")
-        corpus = pd.read_csv(path)
+        corpus = read_corpus(Path(args.corpus))
         cases = [c for c in (case_for(r) for _, r in corpus.iterrows()) if isinstance(c, Case)]
         two = score_two_shot(cases)
         zero = OUT_DIR / "transfer_rows.csv"  # the committed zero-shot rows, for the same-rows comparison

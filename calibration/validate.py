@@ -25,7 +25,7 @@ import pandas as pd
 from scipy.optimize import nnls
 
 from calibration import measured as measured_io
-from calibration.validate_report import ValidationResult, update_profile, write_report
+from calibration.validate_report import REPORT_NAMES, ValidationResult, update_profile, write_report
 from calibration.validate_moe import fit_routing_skew, fit_skew_and_reuse, grid_verify_expert_ms, router_reuse
 from simulator.specs.acceptance import Acceptance
 from simulator.errors import PlannerError
@@ -323,10 +323,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args) -> int:
-    from simulator.cli.common import check_output_dir, check_output_file
+    from simulator.cli.common import check_output_dir, check_output_file, check_output_spares_inputs
 
     if args.output_dir:
         check_output_dir(args.output_dir)
+        for name in REPORT_NAMES.values():  # the rows of a previous report, validated again: read, not replaced
+            check_output_spares_inputs(args, "--output-dir", Path(args.output_dir) / name)
     sc = load_scenario(args.scenario, calibration=args.calibration)
     if args.update_profile:
         if sc.profile is None:

@@ -98,6 +98,10 @@ def validation_chart(result: ValidationResult):
                        title=title)
 
 
+REPORT_NAMES = {"markdown": "validation.md", "png": "validation.png", "json": "validation.json",
+                "rows": "validation_rows.csv"}
+
+
 def write_report(result: ValidationResult, out_dir: str | Path) -> dict[str, Path]:
     """validation.md / .png / .json / _rows.csv, rendered first and swapped in together (all or none)."""
     import vl_convert as vlc
@@ -105,8 +109,7 @@ def write_report(result: ValidationResult, out_dir: str | Path) -> dict[str, Pat
     from simulator.cli.common import check_output_dir, write_files_atomically
 
     out = check_output_dir(out_dir)
-    names = {"markdown": "validation.md", "png": "validation.png", "json": "validation.json",
-             "rows": "validation_rows.csv"}
+    names = REPORT_NAMES
     chart = validation_chart(result)
     content = {"png": vlc.vegalite_to_png(chart.to_json(), scale=1.5), "markdown": result.markdown(names["png"]),
                "json": json.dumps(result.summary, indent=2) + "\n", "rows": result.rows.to_csv(index=False)}

@@ -113,12 +113,14 @@ def bench_acceptance(data: dict, where: str = "bench.json") -> list[float | None
 
 def read_bench_json(path) -> dict:
     path = Path(path)
+    text = _read_text(path)  # its own one-line errors (a VllmFormatError is a ValueError too)
     try:
-        data = json.loads(_read_text(path))
+        data = json.loads(text)
     except RecursionError:
         raise VllmFormatError(f"{path.name}: JSON nested too deeply — {_HINT}") from None
-    except json.JSONDecodeError as e:
-        raise VllmFormatError(f"{path.name}: not JSON ({e.msg} at line {e.lineno}) — {_HINT}") from None
+    except ValueError as e:  # a JSONDecodeError, or an integer of over 4300 digits
+        why = f"{e.msg} at line {e.lineno}" if isinstance(e, json.JSONDecodeError) else "a number too long to read"
+        raise VllmFormatError(f"{path.name}: not JSON ({why}) — {_HINT}") from None
     if not isinstance(data, dict):
         raise VllmFormatError(f"{path.name}: top level is not an object — {_HINT}")
     for f in ("median_itl_ms", "output_throughput", "completed"):

@@ -272,8 +272,9 @@ def _json_object(data: bytes, filename: str) -> dict:
         raise PlannerError(f"{filename}: not a text file") from None
     except RecursionError:
         raise PlannerError(f"{filename}: JSON nested too deeply") from None
-    except json.JSONDecodeError as err:
-        raise PlannerError(f"{filename}: not valid JSON ({err.msg} at line {err.lineno})") from None
+    except ValueError as err:  # a JSONDecodeError, or an integer of over 4300 digits
+        why = f"{err.msg} at line {err.lineno}" if isinstance(err, json.JSONDecodeError) else "a number too long to read"
+        raise PlannerError(f"{filename}: not valid JSON ({why})") from None
     if not isinstance(obj, dict):
         raise PlannerError(f"{filename}: expected a JSON object at the top level")
     return obj

@@ -1,5 +1,5 @@
 import sys
 
-from simulator.cli.predict import main
+from simulator.cli.launch import launch  # light: Ctrl-C while the command loads is one line
 
-sys.exit(main())
+sys.exit(launch("simulator.cli.predict"))

@@ -1,7 +1,7 @@
 """`python -m simulator.catalog`: the command lives in :mod:`simulator.cli.catalog`."""
 import sys
 
-from simulator.cli.catalog import main
+from simulator.cli.launch import launch  # light: Ctrl-C while the command loads is one line
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(launch("simulator.cli.catalog"))

@@ -153,6 +153,8 @@ def read_toml_file(path: str | Path, what: str, missing_hint: str = "", cap: int
         raise PlannerError(f"{path}: nested more than {MAX_DEPTH} levels deep; not a {what} file") from None
     except tomllib.TOMLDecodeError as err:
         raise PlannerError(f"{path}: malformed TOML: {err}") from None
+    except ValueError:  # an integer of over 4300 digits (Python's limit on converting one)
+        raise PlannerError(f"{path}: malformed TOML: a number too long to read; not a {what} file") from None
     return _check_depth(value, str(path), what)
 
 
@@ -185,8 +187,8 @@ def output_target(path: str | Path, flag: str = "--output") -> tuple[bool, Path]
     symlink to one, or a descriptor under /proc) is written through; a symlink to a regular file (or to
     nothing yet) is followed and its target replaced; a regular file or a new name is replaced."""
     target = Path(path)
-    if not target.name:
-        raise PlannerError(f"{flag} '{target}': give a file name")
+    if not target.name or str(path).endswith(os.sep):  # 'out/': Path() drops the slash, the user meant a folder
+        raise PlannerError(f"{flag} '{path}': names a directory; give a file name")
     try:
         lst = os.lstat(target)
     except FileNotFoundError:
@@ -284,6 +286,9 @@ def check_output_dir(out_dir: str | Path, flag: str = "--output-dir", names=()) 
 
     ``names``: the files that will be written into it; one that exists there as a directory is refused too."""
     out = Path(out_dir)
+    if out.is_symlink() and not out.exists():  # mkdir cannot make it: refused now, not after the work
+        raise PlannerError(f"{flag} {out}: a symlink to {os.readlink(out)}, which does not exist; create that"
+                           " directory or give another")
     if out.exists() and not out.is_dir():
         raise PlannerError(f"{flag} {out}: exists and is not a directory")
     for name in names:

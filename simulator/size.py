@@ -5,7 +5,7 @@ API function, with a module): run it with ``python -m`` or use the ``dsd-size`` 
 """
 import sys
 
-from simulator.cli.size import main
+from simulator.cli.launch import launch  # light: Ctrl-C while the command loads is one line
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(launch("simulator.cli.size"))

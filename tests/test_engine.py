@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -216,3 +217,14 @@ def test_cli_unreadable_output_and_missing_args(tmp_path):
     with pytest.raises(SystemExit) as e:
         cli_main(["sweep"])  # --output missing
     assert e.value.code == 2
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dir"])
+def test_cli_output_that_is_no_regular_file_is_refused_before_measuring(tmp_path, capsys, kind):
+    """The sweep reads its --output to resume, then appends to it: a FIFO (before: the run measured, then
+    waited forever on it) or a folder is one line before any measurement."""
+    out = tmp_path / "runs.csv"
+    os.mkfifo(out) if kind == "fifo" else out.mkdir()
+    rc = cli_main(["sweep", "--output", str(out)])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "\n" not in err and "regular CSV file" in err and str(out) in err

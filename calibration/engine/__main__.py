@@ -178,8 +178,16 @@ def _output_error(a) -> str | None:
     # the output must be writable and, if it exists, a readable CSV
     from pathlib import Path
 
+    import os
+    import stat
+
+    from simulator.files import file_kind
+
     out = Path(a.output)
     try:
+        if out.exists() and not stat.S_ISREG(os.stat(out).st_mode):  # read to resume, then appended to
+            return (f"--output {a.output}: is {file_kind(os.stat(out).st_mode)}; the sweep resumes from and appends"
+                    " to a regular CSV file: give one")
         if out.exists():
             import pandas as pd
             if out.stat().st_size:

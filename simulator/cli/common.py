@@ -18,13 +18,14 @@ from typing import Callable
 
 from simulator.errors import PlannerError, PlannerWarning
 from simulator.runtime import keep_freed_memory
+from simulator.cli.launch import interrupted_line, launch  # noqa: F401 (API)
 from simulator.file_sets import write_files_atomically
 from simulator.files import check_output_dir, check_output_file, write_atomically
 
 __all__ = ["OneLineParser", "run_cli", "command", "say_written", "add_save_scenario_arg", "check_save_scenario",
            "save_scenario", "command_line", "one_line", "check_output_dir", "check_output_file", "write_atomically",
            "write_files_atomically", "path_given", "add_dtype_args", "dtype_overrides", "dtypes_text", "add_setting_args",
-           "setting_overrides", "blame_flag", "load_with_flags", "Terminated", "signals_as_exceptions"]
+           "setting_overrides", "blame_flag", "load_with_flags", "Terminated", "signals_as_exceptions", "launch"]
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -39,6 +40,9 @@ def path_given(text: str) -> str:
     out, so --output '' would print to stdout where a file was asked for)."""
     if not text:
         raise argparse.ArgumentTypeError("empty; give a path, or leave the flag out")
+    if text == "-":  # the usual spelling of stdout elsewhere; here it would be a file named '-'
+        raise argparse.ArgumentTypeError("'-' is not stdout here; leave the flag out to print to stdout (./- names"
+                                         " a file '-')")
     return text
 
 
@@ -101,12 +105,6 @@ def signals_as_exceptions():
             signal.signal(signum, handler)
 
 
-def interrupted_line(signum: int) -> str:
-    """The one line a command prints when a signal stops it."""
-    return (f"interrupted by {signal.Signals(signum).name}: stopped; every output is whole"
-            " (the old version or the new one)")
-
-
 def run_cli(body: Callable[[], int | None], quiet: bool = False) -> int:
     """Run a command's body: PlannerError -> one line on stderr, exit 2; a closed pipe is not an error;
     Ctrl-C (SIGINT) -> one line, exit 130; SIGTERM / SIGHUP -> one line, exit 128 + the signal (143, 129).
@@ -163,15 +161,57 @@ def add_save_scenario_arg(p: argparse.ArgumentParser) -> None:
                    " TOML; given back as the scenario (a sweep: as the sweep file) it gives the same answer")
 
 
-def check_save_scenario(args: argparse.Namespace) -> None:
-    """Refuse an unwritable --save-scenario before any work (one line naming the flag), and one that names
-    the --output file (the scenario, written last, would replace the answer)."""
+def check_save_scenario(args: argparse.Namespace, report_files=()) -> None:
+    """Refuse, before any work: an unwritable --save-scenario (one line naming the flag); one that names the
+    --output file or one of ``report_files`` (the scenario, written last, would replace the answer); and an
+    --output or --save-scenario that names a file the command reads (:func:`check_output_spares_inputs`)."""
+    output = getattr(args, "output", None)
+    outputs = [("--output", output)] * bool(output) + [("--output-dir", p) for p in report_files]
+    for flag, path in outputs:
+        check_output_spares_inputs(args, flag, path)
     if getattr(args, "save_scenario", None):
         check_output_file(args.save_scenario, SAVE_FLAG)
-        output = getattr(args, "output", None)
-        if output and _same_file(output, args.save_scenario):
-            raise PlannerError(f"{SAVE_FLAG} {args.save_scenario}: the same file as --output {output}; give the"
-                               " scenario another name")
+        for flag, path in outputs:
+            if _same_file(path, args.save_scenario):
+                raise PlannerError(f"{SAVE_FLAG} {args.save_scenario}: the same file as {flag} {path}; give the"
+                                   " scenario another name")
+        # the scenario it was given may be updated in place (what is saved reads back as the same run)
+        check_output_spares_inputs(args, SAVE_FLAG, args.save_scenario, spare=("scenario", "spec"))
+
+
+# the arguments that name files a command reads (predict, serve, size, sweep, calibration.fit_deployment)
+INPUT_ARGS = ("scenario", "spec", "measured", "acceptance", "calibration", "deployment", "model", "hardware",
+              "draft_model", "corpus", "raw")
+
+
+def check_output_spares_inputs(args: argparse.Namespace, flag: str, path, spare=()) -> None:
+    """Refuse an output that would replace a file the command reads (its scenario, its measured rows): the
+    input would be lost, replaced by the report. ``spare``: input arguments an output may replace."""
+    from simulator.files import output_target
+    through, target = output_target(path, flag)
+    if through or not os.path.isfile(target):
+        return
+    for dest in INPUT_ARGS:
+        value = getattr(args, dest, None)
+        for given in value if isinstance(value, (list, tuple)) else [value]:
+            if dest in spare or not isinstance(given, (str, os.PathLike)):
+                continue
+            read = given if os.path.isfile(given) else _named_file(dest, str(given))
+            if read is not None and os.path.samefile(target, read):
+                named = {"spec": "the sweep file", "raw": "the raw samples"}.get(dest, f"--{dest.replace('_', '-')}")
+                fix = "choose another directory" if flag == "--output-dir" else "give the output another name"
+                raise PlannerError(f"{flag} {path}: the same file as {named} {given}, which this command reads; {fix}")
+
+
+def _named_file(dest: str, name: str):
+    """The file a bundled name reads (``--scenario llama-3.1-8b-h100``, ``--hardware h100-sxm``), else None."""
+    from simulator.specs.hardware import HARDWARE_DIR
+    from simulator.specs.models import MODELS_DIR
+    from simulator.specs.scenario import SCENARIO_DIR
+    folder, suffix = {"scenario": (SCENARIO_DIR, ".toml"), "hardware": (HARDWARE_DIR, ".toml"),
+                      "model": (MODELS_DIR, ".json")}.get(dest, (None, ""))
+    path = folder / f"{name}{suffix}" if folder is not None and name and "/" not in name else None
+    return path if path is not None and path.is_file() else None
 
 
 def _same_file(a, b) -> bool:

@@ -238,13 +238,14 @@ def run(args) -> int:
                                    ("--engine", args.engine)) if v]
         if one_only:
             raise PlannerError(f"{one_only[0]} applies to one scenario (--scenario or flags), not --all-bundled")
-    check_save_scenario(args)
     precision = dtype_overrides(args)
     scenarios = bundled_sizing_scenarios() if args.all_bundled else [flags_scenario(args)]
     if not scenarios:
         raise PlannerError("no bundled sizing scenarios (scenarios/sizing-*.toml)")
+    report_names = [f"{n}{SUFFIX[f]}" for n in _names(scenarios) for f in formats] if out_dir is not None else []
     if out_dir is not None:
-        check_output_dir(out_dir, names=[f"{n}{SUFFIX[f]}" for n in _names(scenarios) for f in formats])
+        check_output_dir(out_dir, names=report_names)
+    check_save_scenario(args, [out_dir / name for name in report_names])
     renderers = {"html": render_html, "markdown": render_markdown, "json": render_json}
     if "html" in formats:
         from simulator.sizing.report_charts import start_renderer_warmup

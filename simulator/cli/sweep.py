@@ -77,7 +77,7 @@ def run(args) -> int:
         for (kind, reason), n in counts.items():
             print(f"  filtered ({kind}) x{n}: {reason}")
         return 0
-    check_outputs(spec)
+    check_outputs(spec, args.output_dir)
     try:
         res = run_sweep(spec, output_dir=args.output_dir, ray_address=args.ray_address, max_tasks=args.max_tasks,
                         progress=not args.quiet)

@@ -122,16 +122,17 @@ def _json_docs(text: str, where: str) -> list:
         return [json.loads(text)]
     except RecursionError:
         raise PlannerError(f"{where}: JSON nested too deeply") from None
-    except json.JSONDecodeError as err:
+    except ValueError as err:  # a JSONDecodeError, or an integer of over 4300 digits
         first = err
     lines = [ln for ln in text.splitlines() if ln.strip()]
     if len(lines) > 1:
         try:
             return [json.loads(ln) for ln in lines]
-        except (json.JSONDecodeError, RecursionError):
+        except (ValueError, RecursionError):
             pass
-    raise PlannerError(f"{where}: truncated or malformed JSON ({first.msg} at line {first.lineno} column"
-                       f" {first.colno}); re-export the file") from None
+    why = (f"{first.msg} at line {first.lineno} column {first.colno}" if isinstance(first, json.JSONDecodeError)
+           else "a number too long to read")
+    raise PlannerError(f"{where}: truncated or malformed JSON ({why}); re-export the file") from None
 
 
 def parse_acceptance_bytes(data: bytes, name: str) -> AcceptanceFile:
@@ -145,7 +146,7 @@ def parse_acceptance_bytes(data: bytes, name: str) -> AcceptanceFile:
         raise PlannerError(f"{name}: empty file ({_expected()})")
     if any(ln.startswith(("vllm:", "# TYPE", "# HELP")) for ln in lines[:2000]):
         return _from_metrics(text, name)
-    if "per_position_acceptance" in lines[0].split(","):
+    if "per_position_acceptance" in [c.strip().strip('"') for c in lines[0].split(",")]:  # 'a, "b"' too
         return _finish(name, RatesRead(**read_csv_rows(text, name)))
     raise PlannerError(f"{name}: not an acceptance file this planner reads ({_expected()})")
 

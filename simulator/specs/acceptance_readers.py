@@ -263,7 +263,7 @@ def read_vllm_requests(sds: list[dict], where: str) -> dict:
 
 def read_csv_rows(text: str, where: str) -> dict:
     try:
-        rows = list(csv.DictReader(io.StringIO(text)))
+        rows = list(csv.DictReader(io.StringIO(text), skipinitialspace=True))  # 'a, b' as written by hand
     except csv.Error as err:
         raise PlannerError(f"{where}: not a readable CSV ({err})") from None
     sums: list[float] = []
@@ -276,12 +276,12 @@ def read_csv_rows(text: str, where: str) -> dict:
             continue
         try:
             rates = json.loads(cell)
-        except (json.JSONDecodeError, RecursionError):
+        except (ValueError, RecursionError):  # ValueError: malformed, or an integer of over 4300 digits
             rates = None
         if not isinstance(rates, list) or not all(r is None or (_num(r) and 0 <= r <= 1) for r in rates):
             raise PlannerError(f"{where}: line {line}: per_position_acceptance {cell[:40]!r} is not a JSON list of"
                                " conditional rates in [0, 1] such as [0.8, 0.6]; fix or drop that row")
-        w = _weight(row.get("n_steps"))
+        w = _weight(row.get("n_steps"), where, line)
         for i, r in enumerate(rates):
             if r is None:
                 break
@@ -309,9 +309,16 @@ def read_csv_rows(text: str, where: str) -> dict:
             "conditions": "; ".join(conditions), "measured_k": max(ks)}
 
 
-def _weight(cell) -> float:
+def _weight(cell, where: str, line: int) -> float:
+    """A row's weight: its n_steps (verify steps measured), 1 where the column is absent or empty; a count
+    that is not a positive number is refused, not read as 1 (it would weigh a row other than measured)."""
+    if cell is None or not str(cell).strip():
+        return 1.0
     try:
         w = float(cell)
-    except (TypeError, ValueError):
-        return 1.0
-    return w if math.isfinite(w) and w > 0 else 1.0
+    except ValueError:
+        w = math.nan
+    if not (math.isfinite(w) and w > 0):
+        raise PlannerError(f"{where}: line {line}: n_steps {str(cell)[:40]!r} is not a positive count of verify"
+                           " steps; fix it, or leave the cell empty to weigh the row as one")
+    return w

@@ -125,6 +125,19 @@ def _is_number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+# where a rate or a size of a device can lie: 1e-300 B/s or 1e308 FLOP/s is a typo or a wrong unit (and
+# overflows every step time); the catalog spans 1e10-2e16 per second and 2e10-3e11 bytes
+PLAUSIBLE = {"_per_s": (1e6, 1e18), "_bytes": (1e6, 1e15)}
+
+
+def _check_plausible(key: str, value: float, origin: str) -> None:
+    for suffix, (low, high) in PLAUSIBLE.items():
+        if key.endswith(suffix) and not low <= value <= high:
+            unit = "bytes" if suffix == "_bytes" else "per second"
+            raise PlannerError(f"{origin}: '{key}' = {value:g} is outside [{low:g}, {high:g}]; check its unit"
+                               f" ({unit}) and its power of ten")
+
+
 def hardware_from_dict(data: dict, origin: str) -> Hardware:
     """Build a Hardware from a catalog-format dict; errors name the file and key.
 
@@ -147,6 +160,7 @@ def hardware_from_dict(data: dict, origin: str) -> Hardware:
     for key in ("peak_bf16_flops_per_s", "hbm_bandwidth_bytes_per_s", "memory_bytes"):
         if not np.isfinite(data[key]) or data[key] <= 0:
             raise PlannerError(f"{origin}: '{key}' must be a finite number > 0, got {data[key]}")
+        _check_plausible(key, data[key], origin)
     for table in (data, assumed):
         for key in _POSITIVE + _NON_NEGATIVE:
             if key not in table or table[key] is None:
@@ -155,6 +169,7 @@ def hardware_from_dict(data: dict, origin: str) -> Hardware:
             if not _is_number(value) or not np.isfinite(value) or (value < 0 if low == 0 else value <= 0):
                 bound = ">= 0" if low == 0 else "> 0"
                 raise PlannerError(f"{origin}: '{key}' must be a finite number {bound}, got {value!r}")
+            _check_plausible(key, value, origin)
 
     def pick(key, default=None):
         return data.get(key, assumed.get(key, default))
@@ -356,5 +371,7 @@ def custom_hardware(base: Hardware | None = None, **overrides) -> Hardware:
         if key.endswith(("_per_s", "_bytes", "_usd")) and value is not None \
                 and (not _is_number(value) or not np.isfinite(value) or value <= 0):
             raise PlannerError(f"custom hardware: '{key}' must be a finite number > 0, got {value!r}")
+        if value is not None and _is_number(value):
+            _check_plausible(key, value, "custom hardware")
     overrides.setdefault("source", f"custom figures over {base.name}")
     return replace(base, **overrides)

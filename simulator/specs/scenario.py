@@ -32,7 +32,7 @@ from simulator.specs.overrides import OVERRIDE_KEYS, apply_overrides  # noqa: F4
 from simulator.specs.settings import default
 from simulator.specs.scenario_sections import (ACCEPTANCE_GIVEN, FALLBACK_RATE, OPEN_SECTIONS,  # noqa: F401 (API)
                                                DECISION_QUANTILE, MAX_K, REPO_ROOT, SCHEDULE_TOLERANCE, SCHEMA,
-                                               ZIPF_SKEW_MAX, _check_sections,
+                                               ZIPF_SKEW_MAX, _check_sections, check_section_tables,
                                                _deployment, _draft, _model_and_hardware, _resolve_path,
                                                _scenario_acceptance, _workload)
 from simulator.specs.values import (NUM, STR_OR_LIST, check_table, parse_batch_sizes,  # noqa: F401 (API)
@@ -256,6 +256,7 @@ def read_scenario_file(path: str | Path) -> dict:
         path = SCENARIO_DIR / f"{path}.toml"
     known = ", ".join(p.stem for p in sorted(SCENARIO_DIR.glob("*.toml")))
     raw = read_toml_file(path, "scenario", missing_hint=f" (bundled: {known})")
+    check_section_tables(raw, str(path))
     raw["_base_dir"] = str(path.parent)
     raw["_path"] = str(path)
     return raw

@@ -52,8 +52,19 @@ def _resolve_path(path: str, base_dir: str | None) -> str:
     return str(p)
 
 
+def check_section_tables(raw: dict, origin: str) -> None:
+    """A section written as a value (``workload = 5``) or as an array of tables (``[[workload]]``): refused
+    as such, before a flag's override is folded into it."""
+    for section, table in raw.items():
+        if (section in SCHEMA or section in OPEN_SECTIONS) and section and not isinstance(table, dict):
+            shape = "an array of tables ([[...]])" if isinstance(table, list) else "a plain value, not a table"
+            raise PlannerError(f"{origin}: [{section}] is {shape}; write it as one table: a [{section}] line,"
+                               " then key = value lines")
+
+
 def _check_sections(raw: dict, origin: str) -> None:
     """Unknown sections and keys, wrong types, NaN: refused before anything is resolved."""
+    check_section_tables(raw, origin)
     check_table({k: v for k, v in raw.items() if not isinstance(v, dict)}, SCHEMA[""], origin, "")
     for section, table in raw.items():
         if not isinstance(table, dict) or section in OPEN_SECTIONS:

@@ -53,7 +53,8 @@ def check_outputs(spec: SweepSpec, output_dir=None) -> Path:
         raise PlannerError("Parquet output needs pyarrow: pip install 'dsd-planner[sweep]'"
                            " (or set [output] formats without \"parquet\")")
     out = Path(output_dir or spec.output["dir"])
-    return check_output_dir(out, names=output_names(spec))
+    flag = "--output-dir" if output_dir is not None else f"{spec.path}: [output] dir"  # where the user fixes it
+    return check_output_dir(out, flag, names=output_names(spec))
 
 
 def run_sweep(spec: str | Path | SweepSpec, output_dir=None, workers=None, ray_address=None, max_tasks=None,

@@ -5,7 +5,7 @@ the package itself never does, and nothing imports this module.
 """
 import sys
 
-from simulator.cli.sweep import main
+from simulator.cli.launch import launch  # light: Ctrl-C while the command loads is one line
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(launch("simulator.cli.sweep"))
