@@ -108,7 +108,8 @@ def layer_projection_ops(model: ModelSpec, dep: Deployment, tokens, kinds: dict[
         w, a, D = DTYPE_BYTES[dep.weight_dtype], DTYPE_BYTES[dep.act_dtype], model.hidden_size
         n, hi, di = kinds["sparse"], model.index_n_heads, model.index_head_dim
         blocks = model.fp8_blocks(dep.weight_dtype)  # weights_proj stays bf16 in the checkpoint
-        ops += [gemm(prefix + "attn_indexer_q", tokens, hi * di, model.q_lora_rank, w, a, n, fp8_blocks=blocks),
+        ops += [gemm(prefix + "attn_indexer_q", tokens, hi * di, model.q_lora_rank, w, a, n,
+                     fp8_blocks=blocks),
                 gemm(prefix + "attn_indexer_k", tokens, di, D, w, a, n, fp8_blocks=blocks),
                 gemm(prefix + "attn_indexer_w", tokens, hi, D, w, a, n)]
     if n_linear:
