@@ -38,9 +38,9 @@ from calibration.import_fit import (  # noqa: F401
 from calibration.import_report import (  # noqa: F401
     RAW_COLS, dump_profile, heldout_markdown, profile_filename, sample_heldout)
 from calibration.import_rows import (  # noqa: F401
-    DTYPES, HELDOUT_BUCKETS, KV_BYTES, MLA_KV_LORA, MLA_ROPE, DevicePeaks, _dedupe, device_peaks, dtype_terms,
-    measurable_dtypes, prepare_all_reduce, prepare_attention_decode, prepare_gemm, prepare_mla_decode,
-    shape_bucket)
+    DTYPES, HELDOUT_BUCKETS, HOST_BOUND_FLOOR_RATIO, KV_BYTES, MLA_KV_LORA, MLA_ROPE, DevicePeaks, _dedupe,
+    device_peaks, dtype_terms, host_bound_dtypes, measurable_dtypes, prepare_all_reduce, prepare_attention_decode,
+    prepare_gemm, prepare_mla_decode, shape_bucket)
 from calibration.planner_rows import monotone_rows_s
 from calibration.surface_fit import fit_surface
 from simulator.cli.common import (OneLineParser, check_output_dir, command, write_atomically,
@@ -176,6 +176,7 @@ class _Gathered:
     statuses: dict = field(default_factory=dict)
     held_parts: list = field(default_factory=list)
     device: str | None = None
+    left_out: dict = field(default_factory=dict)  # "gemm.<dtype>" -> why its rows were not fitted
 
 
 def build_profile(src: gt.TableSource, system: str, engine: str, version: str,
@@ -205,6 +206,12 @@ def _import_family(combo: _Combo, fam: str, acc: _Gathered, log) -> None:
     if rel is None:
         return
     raw = gt.read_table(combo.src, rel)
+    if fam == "gemm":
+        small = raw[raw.m <= 16].groupby("gemm_dtype").latency.min()
+        for dtype in host_bound_dtypes(raw):
+            acc.left_out[f"gemm.{DTYPES[dtype][0]}"] = (
+                f"host-bound timing: fastest GEMM with m <= 16 {small[dtype] * 1e3:.1f} us, the table's bf16 one"
+                f" {small['bfloat16'] * 1e3:.1f} us (> {HOST_BOUND_FLOOR_RATIO:g} x); priced with the next surface")
     rows = PREPARE[fam](raw, combo.device_hw)
     rows = rows[np.isfinite(rows.t0) & (rows.meas_s > 0)]
     if rows.empty:
@@ -279,6 +286,7 @@ def _profile_json(combo: _Combo, acc: _Gathered) -> dict:
             "tables": acc.used, "date": _dt.date.today().isoformat(),
             "status": "; ".join(f"{k}: {v}" for k, v in acc.statuses.items()),
             "system": combo.system,
+            **({"left_out": dict(sorted(acc.left_out.items()))} if acc.left_out else {}),
             "axes": {f: AXIS_NOTES[f] for f in AXES if any(k.startswith(f + ".") for k in acc.surfaces)},
             "notes": ("efficiency = roofline time / measured time, roofline from the catalog datasheet "
                       "peaks of 'hardware'; surfaces fitted on 4/5 of the shapes (sha1(shape) mod 5 != 0); "

@@ -67,6 +67,8 @@ CONFIGS = [
     ("sliding-window-negative", edited(LLAMA, sliding_window=-4096), "sliding_window"),
     ("quant-config-string", edited(LLAMA, quantization_config="fp8"), "quantization_config"),
     ("quant-method-number", edited(LLAMA, quantization_config={"quant_method": 8}), "quant_method"),
+    ("weight-block-size-one", edited(DEEPSEEK, quantization_config={"quant_method": "fp8", "weight_block_size": [128]}),
+     "weight_block_size"),
     ("layer-types-int", edited(LLAMA, sliding_window=4096, layer_types=5), "layer_types"),
     ("layer-types-wrong-length", edited(LLAMA, sliding_window=4096, layer_types=["sliding_attention"]), "layer_types"),
     ("layer-types-numbers", edited(LLAMA, sliding_window=4096, layer_types=[1] * 32), "layer_types"),

@@ -116,6 +116,39 @@ def test_gemm_hand():
     assert op.nbytes == 1024 * 4096 * 2 + 4 * 5120 * 2
 
 
+def test_block_fp8_gemms_run_at_the_fp8_peak():
+    # DeepSeek-V3's checkpoint stores fp8 weights with 128 x 128 block scales; engines multiply them with
+    # block-scaled fp8 kernels (DeepGEMM, CUTLASS blockwise) on activations quantized to fp8 per 128
+    # channels, so the datasheet bound is the fp8 peak, not bf16's. hand: its attention output projection on
+    # one of 8 H200s at T = 8192 tokens, n = 7168, k = 128 heads / 8 x 128 = 2048: F = 2 x 8192 x 7168 x 2048
+    # = 240,518,168,576; compute 240.518e9 / 1978.9e12 = 121.54 us; memory (7168 x 2048 + 8192 x 9216) x 1 B /
+    # 4.8e12 = 18.79 us; + one launch of 2 us. At the bf16 peak it was 243.1 us + 2, above the 198.2 us
+    # SGLang 0.5.14 measured for DeepGEMM at this shape on an H200 (aiconfigurator-core 0.12.0
+    # h200_sxm/gemm/sglang/0.5.14/gemm_perf.parquet, fp8_block, m 8192, n 7168, k 2048): no bound at all.
+    from simulator.physics.layers import attention_projection_ops, head_ops, moe_token_ops
+    from simulator.physics.operators import evaluate
+    m, hw = load_model("deepseek-v3"), load_hardware("h200")
+    dep = Deployment(tp=8, weight_dtype="fp8", act_dtype="bf16")
+    T = np.array([8192.0])
+    op = next(o for o in attention_projection_ops(m, dep, T, 1) if o.name == "attn_o")
+    assert op.dtype == "fp8_block" and float(op.flops[0]) == 240_518_168_576
+    t = float(evaluate([op], hw, dep, None, (1,)).time_s[0, 0])
+    assert t == pytest.approx(240_518_168_576 / 1978.9e12 + 2e-6, rel=1e-9)
+    assert t < 198.2e-6
+    # decode-sized (T = 64): memory-bound, the peak does not matter: (14,680,064 + 64 x 9216) B / 4.8e12 + 2 us
+    op64 = next(o for o in attention_projection_ops(m, dep, np.array([64.0]), 1) if o.name == "attn_o")
+    t64 = float(evaluate([op64], hw, dep, None, (1,)).time_s[0, 0])
+    assert t64 == pytest.approx((14_680_064 + 64 * 9216) / 4.8e12 + 2e-6, rel=1e-9)
+    # the router and the LM head are bf16 in the checkpoint (no block scales): not on this path; nor are
+    # bf16 weights of the same model, nor fp8 weights of a per-tensor checkpoint (weight-only, as before)
+    others = moe_token_ops(m, dep, hw, T, 1, "") + head_ops(m, dep, hw, T, m.vocab_size)
+    assert {o.name: o.dtype for o in others if o.name in ("moe_router", "lm_head")} == {"moe_router": "int8_wo",
+                                                                                       "lm_head": "int8_wo"}
+    assert {o.dtype for o in attention_projection_ops(m, Deployment(tp=8), T, 1)} == {"bf16"}
+    llama = load_model("llama-3.1-70b")
+    assert {o.dtype for o in attention_projection_ops(llama, Deployment(tp=8, weight_dtype="fp8"), T, 1)} == {"int8_wo"}
+
+
 def test_allreduce_hand():
     hw = load_hardware("h100-sxm")
     # hand: 8 GPUs, 1 MB: 3 us + 2*7/8*1e6 / 450e9

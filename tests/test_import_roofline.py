@@ -90,3 +90,25 @@ def test_all_reduce(gpus):
             collective=("all_reduce", gpus), shape={"bytes": nbytes})
     cost = evaluate([op], HW, Deployment(tp=gpus), None, (len(message),))
     np.testing.assert_allclose(t0, np.maximum(cost.compute_s, cost.memory_s)[0], rtol=1e-12)
+
+
+def test_block_fp8_gemm_and_moe(monkeypatch):
+    # DeepSeek-V3's checkpoint (fp8 weights in 128 x 128 blocks) with bf16 activations between layers: its
+    # GEMMs and experts are the tables' fp8_block rows, read on the fp8 peak with the engine's fp8-quantized
+    # activations (a = 1), so each side's roofline is the other's
+    model = load_model("deepseek-v3")
+    n, k = 7168.0, 2048.0
+    t0 = importer_t0("gemm", {"gemm_dtype": "fp8_block", "m": TOKENS, "n": n, "k": k})
+    dep = Deployment(weight_dtype="fp8", act_dtype="bf16")
+    op = layers.gemm("g", TOKENS, n, k, DTYPE_BYTES["fp8"], DTYPE_BYTES["bf16"], 1, fp8_blocks=True)
+    assert op.dtype == "fp8_block"
+    np.testing.assert_allclose(t0, planner_roofline([op], dep), rtol=1e-12)
+    monkeypatch.setattr(it, "BUSIEST_LOAD_FROM_PLANNER", True)
+    dep = Deployment(tp=8, ep=8, layout="tp-ep", weight_dtype="fp8", act_dtype="bf16")
+    t0 = importer_t0("moe", {
+        "moe_dtype": "fp8_block", "kernel_source": "k", "distribution": "balanced", "num_tokens": TOKENS,
+        "hidden_size": model.hidden_size, "inter_size": model.expert_intermediate_size,
+        "topk": model.experts_per_token, "num_experts": model.num_experts, "moe_tp_size": 1, "moe_ep_size": 8})
+    op = [o for o in layers.moe_ops(model, dep, HW, TOKENS, 1) if o.surface == "moe"]
+    assert op[0].dtype == "fp8_block"
+    np.testing.assert_allclose(t0, planner_roofline(op, dep), rtol=1e-12)

@@ -17,7 +17,7 @@ from simulator.physics.operators import StepCost, evaluate
 from simulator.physics.ops import GemmOp, Op, array_key, share_op
 from simulator.physics.terms import gemm_terms, moe_expert_terms
 from simulator.specs.deployment import Deployment, kv_heads_per_gpu, layer_kind_counts, sliding_layers
-from simulator.specs.hardware import DTYPE_BYTES, Hardware
+from simulator.specs.hardware import BLOCK_FP8, DTYPE_BYTES, Hardware
 from simulator.specs.models import ModelSpec
 from simulator.specs.profile import Profile
 from simulator.specs.routing import expert_probabilities
@@ -25,11 +25,15 @@ from simulator.specs.wire import collective_factor
 
 
 def gemm(name: str, tokens, n: float, k: float, w_bytes: float, a_bytes: float, count: float,
-         family: str = "gemm") -> Op:
-    """Y[T, n] = X[T, k] @ W[k, n]:  F = 2 T n k,  M = n k w + T (n + k) a."""
+         family: str = "gemm", fp8_blocks: bool = False) -> Op:
+    """Y[T, n] = X[T, k] @ W[k, n]:  F = 2 T n k,  M = n k w + T (n + k) a. ``fp8_blocks``: W is a checkpoint's
+    block-scaled fp8 (:meth:`ModelSpec.fp8_blocks`), multiplied by a block-scaled fp8 kernel on activations the
+    engine quantized to fp8 (a = 1, as the measured tables' fp8_block rows are read: calibration/import_rows.py)."""
+    block = fp8_blocks and a_bytes <= DTYPE_BYTES["bf16"]
+    a_bytes = DTYPE_BYTES["fp8"] if block else a_bytes
     return GemmOp(name, family, gemm_terms, kernels=1, count=count, eff_tokens=tokens, surface="gemm",
                   shape={"m": tokens, "n": n, "k": k, "nk": n * k, "w_bytes": w_bytes, "a_bytes": a_bytes},
-                  dtype=gemm_kernel_dtype(w_bytes, a_bytes))
+                  dtype=BLOCK_FP8 if block else gemm_kernel_dtype(w_bytes, a_bytes))
 
 
 def gemm_kernel_dtype(w_bytes: float, a_bytes: float) -> str:
@@ -59,27 +63,30 @@ def attention_projection_ops(model: ModelSpec, dep: Deployment, tokens, count: i
     counts them whole per GPU, :func:`simulator.physics.memory.weight_bytes_per_gpu`)."""
     w = DTYPE_BYTES[dep.weight_dtype]
     a = DTYPE_BYTES[dep.act_dtype]
+    blocks = model.fp8_blocks(dep.weight_dtype)
     D, t = model.hidden_size, dep.tp
     if model.attention == "mla":
         H = model.num_heads / t
         ops = []
         if model.q_lora_rank:
-            ops.append(gemm(prefix + "attn_q_a", tokens, model.q_lora_rank, D, w, a, count))
-            ops.append(gemm(prefix + "attn_q_b", tokens, H * model.qk_head_dim, model.q_lora_rank, w, a, count))
+            ops.append(gemm(prefix + "attn_q_a", tokens, model.q_lora_rank, D, w, a, count, fp8_blocks=blocks))
+            ops.append(gemm(prefix + "attn_q_b", tokens, H * model.qk_head_dim, model.q_lora_rank, w, a, count,
+                            fp8_blocks=blocks))
         else:
-            ops.append(gemm(prefix + "attn_q", tokens, H * model.qk_head_dim, D, w, a, count))
-        ops.append(gemm(prefix + "attn_kv_a", tokens, model.kv_lora_rank + model.qk_rope_head_dim, D, w, a, count))
+            ops.append(gemm(prefix + "attn_q", tokens, H * model.qk_head_dim, D, w, a, count, fp8_blocks=blocks))
+        ops.append(gemm(prefix + "attn_kv_a", tokens, model.kv_lora_rank + model.qk_rope_head_dim, D, w, a, count,
+                        fp8_blocks=blocks))
         # kv_b is absorbed into the query and output sides in decode; same FLOPs and bytes
         ops.append(gemm(prefix + "attn_kv_b", tokens, H * (model.qk_nope_head_dim + model.v_head_dim),
-                        model.kv_lora_rank, w, a, count))
-        ops.append(gemm(prefix + "attn_o", tokens, D, H * model.v_head_dim, w, a, count))
+                        model.kv_lora_rank, w, a, count, fp8_blocks=blocks))
+        ops.append(gemm(prefix + "attn_o", tokens, D, H * model.v_head_dim, w, a, count, fp8_blocks=blocks))
         return ops
     d = model.head_dim
     kv = 1 if model.kv_shares_k_and_v else 2  # Gemma 4 global layers: K doubles as V
     gate = model.num_heads / t if model.attention_output_gate else 0.0  # Qwen3-Next: a gate per query head
     qkv_n = (model.num_heads / t + gate + kv * kv_heads_per_gpu(model, t)) * d
-    return [gemm(prefix + "attn_qkv" + suffix, tokens, qkv_n, D, w, a, count),
-            gemm(prefix + "attn_o" + suffix, tokens, D, model.num_heads / t * d, w, a, count)]
+    return [gemm(prefix + "attn_qkv" + suffix, tokens, qkv_n, D, w, a, count, fp8_blocks=blocks),
+            gemm(prefix + "attn_o" + suffix, tokens, D, model.num_heads / t * d, w, a, count, fp8_blocks=blocks)]
 
 
 def layer_projection_ops(model: ModelSpec, dep: Deployment, tokens, kinds: dict[str, int], prefix: str = "") -> list[Op]:
@@ -100,15 +107,18 @@ def layer_projection_ops(model: ModelSpec, dep: Deployment, tokens, kinds: dict[
     if kinds.get("sparse"):
         w, a, D = DTYPE_BYTES[dep.weight_dtype], DTYPE_BYTES[dep.act_dtype], model.hidden_size
         n, hi, di = kinds["sparse"], model.index_n_heads, model.index_head_dim
-        ops += [gemm(prefix + "attn_indexer_q", tokens, hi * di, model.q_lora_rank, w, a, n),
-                gemm(prefix + "attn_indexer_k", tokens, di, D, w, a, n),
+        blocks = model.fp8_blocks(dep.weight_dtype)  # weights_proj stays bf16 in the checkpoint
+        ops += [gemm(prefix + "attn_indexer_q", tokens, hi * di, model.q_lora_rank, w, a, n,
+                     fp8_blocks=blocks),
+                gemm(prefix + "attn_indexer_k", tokens, di, D, w, a, n, fp8_blocks=blocks),
                 gemm(prefix + "attn_indexer_w", tokens, hi, D, w, a, n)]
     if n_linear:
         w, a, D, t = DTYPE_BYTES[dep.weight_dtype], DTYPE_BYTES[dep.act_dtype], model.hidden_size, dep.tp
+        blocks = model.fp8_blocks(dep.weight_dtype)
         ops += [gemm(prefix + "attn_linear_in", tokens, (model.linear_qkvz_width + 2 * model.linear_num_value_heads) / t,
-                     D, w, a, n_linear),
+                     D, w, a, n_linear, fp8_blocks=blocks),
                 gemm(prefix + "attn_linear_out", tokens, D, model.linear_num_value_heads * model.linear_value_head_dim / t,
-                     w, a, n_linear)]
+                     w, a, n_linear, fp8_blocks=blocks)]
     return ops
 
 
@@ -118,8 +128,9 @@ def dense_mlp_ops(model: ModelSpec, dep: Deployment, tokens, count: int, width: 
     w = DTYPE_BYTES[dep.weight_dtype]
     a = DTYPE_BYTES[dep.act_dtype]
     f = width / dep.tp
-    return [gemm(f"{prefix}{name}_gate_up", tokens, 2 * f, model.hidden_size, w, a, count),
-            gemm(f"{prefix}{name}_down", tokens, model.hidden_size, f, w, a, count)]
+    blocks = model.fp8_blocks(dep.weight_dtype)
+    return [gemm(f"{prefix}{name}_gate_up", tokens, 2 * f, model.hidden_size, w, a, count, fp8_blocks=blocks),
+            gemm(f"{prefix}{name}_down", tokens, model.hidden_size, f, w, a, count, fp8_blocks=blocks)]
 
 
 def moe_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, count: int, prefix: str = "",
@@ -223,6 +234,8 @@ def routed_experts_op(model: ModelSpec, dep: Deployment, tokens, count: int, pre
     (simulator.physics.experts keeps its load tables there)."""
     w_e = DTYPE_BYTES[dep.expert_dtype_for(model)]
     a = DTYPE_BYTES[dep.act_dtype]
+    block = model.fp8_blocks(dep.expert_dtype_for(model)) and a <= DTYPE_BYTES["bf16"]
+    a = DTYPE_BYTES["fp8"] if block else a  # block-scaled experts multiply fp8-quantized activations (as gemm)
     D = model.hidden_size
     expert_tp = dep.tp // dep.ep
     reuse = dep.routing.reuse
@@ -243,7 +256,7 @@ def routed_experts_op(model: ModelSpec, dep: Deployment, tokens, count: int, pre
                      "touched": touched_all, "sequences": batch, "probabilities": p, "params_slice": params_slice,
                      "w_bytes": w_e,
                         "pair_bytes": (2 * D + 3 * model.expert_intermediate_size / expert_tp) * a},
-              dtype="fp8" if w_e == a == 1 else "bf16")
+              dtype=BLOCK_FP8 if block else "fp8" if w_e == a == 1 else "bf16")
 
 
 def _dispatch_combine_ops(model: ModelSpec, dep: Deployment, hw: Hardware, sent, count: int, prefix: str) -> list[Op]:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from simulator.specs.deployment import Deployment, kv_heads_per_gpu
-from simulator.specs.hardware import DTYPE_BYTES, Hardware
+from simulator.specs.hardware import BLOCK_FP8, DTYPE_BYTES, Hardware
 from simulator.specs.models import ModelSpec
 from simulator.specs.profile import Profile
 from simulator.physics.attention import MAX_DECODE_SURFACE_QUERIES, per_query_head_kernel
@@ -145,9 +145,15 @@ def _shared_instance_s(scope: dict, op: Op, hw: Hardware, dep: Deployment, profi
            op.name if profile is not None and not profile.surfaces else "")
     hit = scope.get(key)
     if hit is None:
-        hit = scope[key] = _instance_s(op, profile, dep.kernels.engine, peak, bw, caches)
+        hit = scope[key] = _instance_s(op, profile, dep.kernels.engine, _op_peak(op, hw, dep, peak), bw, caches)
         scope["keep"].append((hw, dep, profile))
     return hit
+
+
+def _op_peak(op: Op, hw: Hardware, dep: Deployment, peak: float) -> float:
+    """The peak of the math ``op`` runs in: a block-scaled fp8 GEMM's own (fp8 whatever the activations between
+    layers are, :meth:`Hardware.peak_flops_per_s`), every other op the pass's."""
+    return hw.peak_flops_per_s("fp8", dep.act_dtype, op.dtype) if op.dtype == BLOCK_FP8 else peak
 
 
 def _device_terms(hw: Hardware, dep: Deployment, profile: Profile | None) -> tuple[float, float, float, float]:
@@ -178,8 +184,8 @@ def pass_time(ops: list[Op], hw: Hardware, dep: Deployment, profile: Profile | N
     launch, kernels = 0.0, 0.0
     scope = None if caches is None else caches.shared  # ops shared in this evaluation (PhysicsCaches.shared_ops)
     for op in ops:
-        t, measured, parts = _instance_s(op, profile, dep.kernels.engine, peak, bw, caches) if scope is None or \
-            op.recipe is None else _shared_instance_s(scope, op, hw, dep, profile, peak, bw, caches)
+        t, measured, parts = _instance_s(op, profile, dep.kernels.engine, _op_peak(op, hw, dep, peak), bw, caches) \
+            if scope is None or op.recipe is None else _shared_instance_s(scope, op, hw, dep, profile, peak, bw, caches)
         if instances is not None:
             instances.append((t, measured, parts))
         s = 1.0 if op.comm_s is not None else scale
@@ -259,16 +265,17 @@ def evaluate(ops: list[Op], hw: Hardware, dep: Deployment, profile: Profile | No
     for i, op in enumerate(ops):
         np.multiply(op.flops, op.count, out=flops[i, ...])
         np.multiply(op.nbytes, op.count, out=nbytes[i, ...])
+        op_peak = _op_peak(op, hw, dep, peak)
         t, measured[i], parts = instances[i] if instances is not None else _instance_s(
-            op, profile, dep.kernels.engine, peak, bw, caches)
+            op, profile, dep.kernels.engine, op_peak, bw, caches)
         if op.comm_s is not None:
             is_comm[i] = True
             np.multiply(t, op.count, out=memory_s[i, ...])
         elif parts is None:
             # t / roofline: both roofline terms scaled alike, so the larger one is the measured time
-            roof = np.maximum(flops[i, ...] / peak, nbytes[i, ...] / bw)
+            roof = np.maximum(flops[i, ...] / op_peak, nbytes[i, ...] / bw)
             ratio = np.divide(np.multiply(t, op.count), roof, out=np.zeros(shape), where=roof > 0)
-            np.multiply(flops[i, ...] / peak, ratio, out=compute_s[i, ...])
+            np.multiply(flops[i, ...] / op_peak, ratio, out=compute_s[i, ...])
             np.multiply(nbytes[i, ...] / bw, ratio, out=memory_s[i, ...])
         else:
             np.multiply(parts[0], op.count, out=compute_s[i, ...])

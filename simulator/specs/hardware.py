@@ -23,6 +23,8 @@ HARDWARE_DIR = Path(__file__).resolve().parent.parent / "data" / "hardware"
 DTYPE_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5, "mxfp4": 4.25 / 8,
                "nvfp4": 4.5 / 8}
 FP4_DTYPES = ("nvfp4", "mxfp4")
+# the GEMM kernel of fp8 weights with block scales (the measured tables' "fp8_block" mode)
+BLOCK_FP8 = "fp8_block"
 WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "int8", "int4", "mxfp4", "nvfp4", "fp32")  # fp32: the CPU scenarios
 ACT_DTYPES = ("bf16", "fp16", "fp8", "fp32", "nvfp4", "mxfp4")
 KV_DTYPES = ("bf16", "fp16", "fp8", "fp32")
@@ -94,13 +96,18 @@ class Hardware:
         hbm = self.published.get("stream_bandwidth_bytes_per_s") or self.hbm_bandwidth_bytes_per_s
         return min(1.0, hbm / l2)
 
-    def peak_flops_per_s(self, weight_dtype: str, act_dtype: str) -> float:
+    def peak_flops_per_s(self, weight_dtype: str, act_dtype: str, kernel: str = "") -> float:
         """Peak of the math the GEMMs run in.
 
         fp8 tensor cores are used only when both operands are fp8, FP4 ones only when both are in one
         FP4 format the device runs (:func:`check_precision`); int4 / mxfp4 / nvfp4 / fp8 weights with
         bf16 activations are dequantized and computed in bf16 (weight-only quantization).
+        ``kernel`` "fp8_block" (fp8 weights with block scales, :meth:`ModelSpec.fp8_blocks`): the engines'
+        block-scaled kernels (DeepGEMM, CUTLASS blockwise) quantize each token's bf16 activations to fp8 per
+        128 channels and multiply fp8 x fp8, so they run at the fp8 peak where the device has fp8 tensor cores.
         """
+        if kernel == BLOCK_FP8 and weight_dtype == "fp8" and act_dtype in ("bf16", "fp16"):
+            act_dtype = "fp8"
         if act_dtype == "fp32":
             return self.peak_fp32_flops_per_s or self.peak_bf16_flops_per_s
         if act_dtype == "fp8" and weight_dtype in ("fp8", "int8") and self.peak_fp8_flops_per_s:

@@ -93,6 +93,8 @@ class ModelSpec:
     expert_weight_dtype: str | None = None  # e.g. gpt-oss ships experts in mxfp4
     # the checkpoint's own precision of every linear layer (DeepSeek-V3's fp8 blocks): the weights' default
     checkpoint_weight_dtype: str | None = None
+    # its fp8 weights' scale blocks (quantization_config weight_block_size: DeepSeek-V3's [128, 128]); None: per tensor
+    weight_block_size: tuple[int, int] | None = None
     num_mtp_layers: int = 0  # multi-token-prediction modules shipped with the model
     expert_groups: int = 0  # DeepSeek's n_group: a grouped top-k router picks groups, then experts (0: plain top-k)
     max_position_embeddings: int | None = None  # longest context the model was trained for (None: not given)
@@ -124,6 +126,11 @@ class ModelSpec:
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
+
+    def fp8_blocks(self, dtype: str) -> bool:
+        """Whether weights held in ``dtype`` are this checkpoint's block-scaled fp8 ones: the GEMMs over them run
+        block-scaled fp8 kernels (:meth:`simulator.specs.hardware.Hardware.peak_flops_per_s`)."""
+        return dtype == "fp8" and self.weight_block_size is not None
 
     @property
     def num_full_layers(self) -> int:
@@ -443,6 +450,18 @@ def _checkpoint_weight_dtype(cfg: dict, quant: str | None) -> str | None:
     return None if any(a in m for m in kept for a in _ATTENTION_MODULES) else "fp8"
 
 
+def _weight_block_size(cfg: dict, quant: str | None, origin: str) -> tuple[int, int] | None:
+    """An fp8 checkpoint's weight scale blocks [rows, columns] (quantization_config weight_block_size), or None."""
+    block = (cfg.get("quantization_config") or {}).get("weight_block_size") if quant == "fp8" else None
+    if block is None:
+        return None
+    if (not isinstance(block, list) or len(block) != 2
+            or not all(isinstance(b, int) and not isinstance(b, bool) and b > 0 for b in block)):
+        raise PlannerError(f"{origin}: 'quantization_config.weight_block_size' must be two positive integers such as"
+                           f" [128, 128], got {block!r}")
+    return block[0], block[1]
+
+
 def _check_spec(spec: ModelSpec, origin: str) -> ModelSpec:
     """Cross-field sense: heads divide, top-k within the experts, dense layers within the layers."""
     if spec.attention == "gqa":
@@ -578,6 +597,7 @@ def _common_fields(cfg: dict, name: str, origin: str, model_type: str) -> tuple[
                   tie_word_embeddings=tie, sliding_window=window, num_sliding_layers=n_sliding,
                   max_position_embeddings=max_pos, attention_chunk_size=chunk, num_chunked_layers=n_chunked,
                   checkpoint_weight_dtype=_checkpoint_weight_dtype(cfg, quant),
+                  weight_block_size=_weight_block_size(cfg, quant, origin),
                   attn_logit_softcapping=_opt_float(cfg, "attn_logit_softcapping", origin),
                   final_logit_softcapping=_opt_float(cfg, "final_logit_softcapping", origin))
     if model_type.startswith("gemma4"):

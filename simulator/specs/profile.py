@@ -111,8 +111,9 @@ class Profile:
         return self.surfaces.get(self.surface_name(family, dtype) or "")
 
     def surface_name(self, family: str, dtype: str) -> str | None:
-        """Which surface prices the family at this dtype: its own, else bf16's, else none."""
-        for name in (f"{family}.{dtype}", f"{family}.bf16"):
+        """Which surface prices the family at this dtype: its own, else (block-scaled fp8) per-tensor fp8's, the
+        same tensor-core math, else bf16's, else none."""
+        for name in (f"{family}.{dtype}",) + ((f"{family}.fp8",) if dtype == "fp8_block" else ()) + (f"{family}.bf16",):
             if name in self.surfaces:
                 return name
         return None
