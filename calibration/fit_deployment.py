@@ -137,7 +137,9 @@ def fit_acceptance(rows: pd.DataFrame, sc: Scenario, k_max: int, n_boot: int = N
     """Per-position rates a_1..a_k_max measured on the deployment, with bootstrap samples (n_boot, k_max):
     pooled per_position_acceptance when the rows carry it (each position's mean, redrawn with its binomial
     scatter over the rows' steps, at least NOISE_FLOOR of the rate), else a scale s_a on the scenario's
-    rates fitted to the rows' acceptance_length; None when no row with K > 0 says either."""
+    rates fitted to the rows' acceptance_length; None when no row with K > 0 says either. A draft tree's
+    per_position_acceptance is its own per depth (no rank tail); its acceptance_length scales the scenario's
+    top-1 rates through the tree (the grid's formula), the rank tail kept and returned as ``rank_tail``."""
     rng = np.random.default_rng(seed)
     lists = _rate_lists(rows)
     if lists:
