@@ -4,7 +4,8 @@ Parameters theta = the six engine terms of ``simulator/specs/step_terms.py`` plu
 acceptance rates::
 
     T(B, K)  = s s_spec^[K>0] kernel(B, K) + overhead(B, K) + c_step + c_seq B + (c_seq_spec B + c_spec B (K + 1)) [K > 0]
-    AL(K)    = 1 + sum_{j <= K} prod_{i <= j} min(s_a a_i, 0.999)
+    AL(K)    = 1 + sum_{j <= K} prod_{i <= j} min(s_a a_i, 0.999)          a chain (or a tree's own rates per depth)
+    AL(K)    = the tree's, from its top-1 rates min(s_a a_d, 0.999) and rank tail   a draft tree (specs.tree_acceptance)
     speedup  = AL(K) * T(B, 0) / T(B, K)
 
 kernel and overhead are the planner's own components at each point (verify + draft as the engine runs
@@ -24,6 +25,7 @@ from scipy.optimize import least_squares
 from simulator.specs.deployment_fit import TERMS
 from simulator.specs.step_terms import from_fit, to_fit
 from simulator.specs import step_terms
+from simulator.specs.tree_acceptance import TreeShape, draft_acceptance_lengths
 
 PARAMS = tuple(TERMS) + ("acceptance_scale",)
 ACCEPTANCE = PARAMS.index("acceptance_scale")
@@ -50,6 +52,9 @@ class Points:
     # batch (None: ``batch``) and the speculative throughput's share R / B of it (None: 1)
     batch0: np.ndarray | None = None
     share: np.ndarray | None = None
+    # the draft tree the rates are of (specs.tree_acceptance.tree_shape: with its rank tail, they are its top-1
+    # rates per depth); None: a chain
+    tree: TreeShape | None = None
 
     def __len__(self) -> int:
         return int(self.batch.size)
@@ -60,12 +65,23 @@ def step_time_s(theta: np.ndarray, batch, k, kernel_s, overhead_s) -> np.ndarray
     return step_terms.step_time_s(np.atleast_2d(theta)[:, :len(TERMS)], batch, k, kernel_s, overhead_s)
 
 
-def acceptance_length(scale, rates: np.ndarray, k) -> np.ndarray:
-    """AL = 1 + sum_{j <= K} prod_{i <= j} min(s_a a_i, 0.999); scale (m,), rates (n, k_max) -> (m, n)."""
-    sa = np.atleast_1d(np.asarray(scale, dtype=float))[:, None, None]
-    r = np.minimum(sa * np.asarray(rates, dtype=float)[None], 0.999)
-    reached = np.arange(1, r.shape[-1] + 1)[None, :] <= np.asarray(k)[:, None]
-    return 1.0 + (np.cumprod(r, axis=-1) * reached[None]).sum(axis=-1)
+def acceptance_length(scale, rates: np.ndarray, k, tree: TreeShape | None = None) -> np.ndarray:
+    """AL at each point's K from its rates, every rate multiplied by s_a (capped at 0.999): the planner's formula
+    for the draft (specs.tree_acceptance.draft_acceptance_lengths, the grid's); scale (m,), rates (n, k_max) -> (m, n).
+
+    A tree with a rank tail: s_a scales the draft's top-1 rate at each depth (how often its best guess is the
+    target's token on this deployment's prompts) and keeps the rank tail (how its lower-ranked candidates share
+    the misses: the draft head's spread of confidence, not the prompts'), so a fitted scale moves the lengths
+    through the tree as the grid's context factor does."""
+    sa = np.atleast_1d(np.asarray(scale, dtype=float))
+    k = np.atleast_1d(np.asarray(k)).astype(int)
+    rates = np.broadcast_to(np.atleast_2d(np.asarray(rates, dtype=float)), (k.size, np.shape(rates)[-1]))
+    out = np.empty((sa.size, k.size))
+    unique, which = np.unique(rates, axis=0, return_inverse=True)
+    for i, row in enumerate(unique):  # points with one rate set share one evaluation
+        at = which.ravel() == i
+        out[:, at] = draft_acceptance_lengths(row, k[at], sa, tree).T
+    return out
 
 
 def predict_log(kind: str, theta: np.ndarray, pts: Points) -> np.ndarray:
@@ -77,7 +93,7 @@ def predict_log(kind: str, theta: np.ndarray, pts: Points) -> np.ndarray:
     batch0 = pts.batch if pts.batch0 is None else pts.batch0
     t0 = step_time_s(th, batch0, np.zeros_like(pts.k), pts.kernel0_s, pts.overhead0_s)
     share = 0.0 if pts.share is None else np.log(pts.share)
-    return np.log(acceptance_length(th[:, ACCEPTANCE], pts.rates, pts.k)) + np.log(t0) - np.log(t) + share
+    return np.log(acceptance_length(th[:, ACCEPTANCE], pts.rates, pts.k, pts.tree)) + np.log(t0) - np.log(t) + share
 
 
 POINT_FIELDS = ("batch", "k", "kernel_s", "overhead_s", "kernel0_s", "overhead0_s", "rates", "batch0", "share")
@@ -85,7 +101,8 @@ POINT_FIELDS = ("batch", "k", "kernel_s", "overhead_s", "kernel0_s", "overhead0_
 
 def subset(pts: Points, keep) -> Points:
     """The points ``keep`` selects (a mask or indices)."""
-    return Points(*(None if getattr(pts, f) is None else np.asarray(getattr(pts, f))[keep] for f in POINT_FIELDS))
+    return Points(*(None if getattr(pts, f) is None else np.asarray(getattr(pts, f))[keep] for f in POINT_FIELDS),
+                  tree=pts.tree)
 
 
 def scatter(residuals: np.ndarray, n_terms: int) -> float:

@@ -103,7 +103,7 @@ def score(sc, rows: pd.DataFrame, start=None, active: int = 2, n_boot: int = 100
     pts = fd.points_for(grid, held)
     itl = np.exp(fewshot.predict_log("step", result["fit"]["theta"], pts)[0]) * 1e3
     acc = result["acceptance"]
-    al = fd.al_by_k(acc["rates"][None, :], held.k)[0] if acc else grid.acceptance.acceptance_length(held.k)
+    al = fd.fitted_acceptance_lengths(grid, acc, held.k, "rates")[0]
     held = held.assign(predicted_itl_ms=itl, predicted_goodput=al / (itl / 1e3))
     meas = measured_goodput(rows)
     held = held.merge(meas[["batch_size", "k", "median"]].rename(columns={"median": "measured_goodput"}),
@@ -111,7 +111,7 @@ def score(sc, rows: pd.DataFrame, start=None, active: int = 2, n_boot: int = 100
     # K* over every measured K: predicted at all cells (fit cells included: the planner predicts them too)
     every = all_cells.reset_index(drop=True)
     t_all = np.exp(fewshot.predict_log("step", result["fit"]["theta"], fd.points_for(grid, every))[0])
-    al_all = fd.al_by_k(acc["rates"][None, :], every.k)[0] if acc else grid.acceptance.acceptance_length(every.k)
+    al_all = fd.fitted_acceptance_lengths(grid, acc, every.k, "rates")[0]
     reg = regret(every.assign(predicted_goodput=al_all / t_all)[["batch_size", "k", "predicted_goodput"]], meas)
     # acceptance given (each cell's own measured acceptance length): the decisions of the cost model alone
     al_meas = rows.groupby(["batch_size", "k"]).acceptance_length.median()

@@ -36,11 +36,11 @@ from simulator.cli.common import (OneLineParser, path_given, add_save_scenario_a
                                  run_cli, save_scenario, setting_overrides, write_atomically)
 from simulator.errors import PlannerError, PlannerWarning
 from simulator.files import check_output_file
-from simulator.plan.grid import compute_grid
-from simulator.specs.acceptance import acceptance_length_prefix
+from simulator.plan.grid import compute_grid, draft_acceptance_lengths as grid_acceptance_lengths
 from simulator.specs.deployment_fit import DEPLOYMENT_FORMAT, DEPLOYMENT_VERSION, TERMS, scenario_identity
 from simulator.plan.api import resolve_scenario
 from simulator.specs.scenario import Scenario, load_scenario
+from simulator.specs.tree_acceptance import draft_acceptance_lengths, tree_shape
 from simulator.specs.step_terms import (A_PRIORI_SD, LOWER as TERM_LOWER, NEUTRAL as TERM_NEUTRAL, TERM_NAMES,
                                         UPPER as TERM_UPPER, to_fit)
 
@@ -117,7 +117,8 @@ def points_for(sc: Scenario, pts: pd.DataFrame) -> fewshot.Points:
             kern[pos], over[pos], kern0[pos], over0[pos] = kernel[bi, ki], overhead[bi, ki], kernel[bi, 0], overhead[bi, 0]
     k = pts.k.to_numpy(dtype=float)
     rates = np.tile(sc.acceptance.rates_upto(max(int(k.max()), 1)), (len(pts), 1))
-    return fewshot.Points(pts.batch_size.to_numpy(dtype=float), k, kern, over, kern0, over0, rates)
+    return fewshot.Points(pts.batch_size.to_numpy(dtype=float), k, kern, over, kern0, over0, rates,
+                          tree=tree_shape(sc.draft, sc.acceptance.rank_tail))
 
 
 def _rate_lists(rows: pd.DataFrame) -> list[list]:
@@ -136,7 +137,9 @@ def fit_acceptance(rows: pd.DataFrame, sc: Scenario, k_max: int, n_boot: int = N
     """Per-position rates a_1..a_k_max measured on the deployment, with bootstrap samples (n_boot, k_max):
     pooled per_position_acceptance when the rows carry it (each position's mean, redrawn with its binomial
     scatter over the rows' steps, at least NOISE_FLOOR of the rate), else a scale s_a on the scenario's
-    rates fitted to the rows' acceptance_length; None when no row with K > 0 says either."""
+    rates fitted to the rows' acceptance_length; None when no row with K > 0 says either. A draft tree's
+    per_position_acceptance is its own per depth (no rank tail); its acceptance_length scales the scenario's
+    top-1 rates through the tree (the grid's formula), the rank tail kept and returned as ``rank_tail``."""
     rng = np.random.default_rng(seed)
     lists = _rate_lists(rows)
     if lists:
@@ -158,15 +161,18 @@ def fit_acceptance(rows: pd.DataFrame, sc: Scenario, k_max: int, n_boot: int = N
         return None
     spec = rows[(rows.k > 0) & rows.acceptance_length.notna()]
     base = sc.acceptance.rates_upto(k_max)
-    k = spec.k.to_numpy()
-    pts = fewshot.Points(np.ones(len(k)), k.astype(float), *(np.ones(len(k)),) * 4,
-                         np.tile(sc.acceptance.rates_upto(int(k.max())), (len(k), 1)))
+    k = spec.k.to_numpy().astype(int)
+    # the scale multiplies the scenario's rates through the draft's own formula (fewshot.acceptance_length): a
+    # tree's top-1 rates per depth, its rank tail kept
+    tree = tree_shape(sc.draft, sc.acceptance.rank_tail)
+    rates = sc.acceptance.rates_upto(int(k.max()))[None, :]
     y = np.log(spec.acceptance_length.to_numpy(dtype=float))
+    s_max = 1.0 / max(base.max(), 1e-3)
+    log_al = lambda s: np.log(fewshot.acceptance_length(s, rates, k, tree)[0])  # noqa: E731
 
-    def scale_for(target):
+    def scale_for(target, al_of=log_al):
         from scipy.optimize import least_squares
-        f = lambda s: np.log(fewshot.acceptance_length(s, pts.rates, pts.k)[0]) - target  # noqa: E731
-        return float(least_squares(f, [1.0], bounds=([0.02], [1.0 / max(base.max(), 1e-3)])).x[0])
+        return float(least_squares(lambda s: al_of(s) - target, [1.0], bounds=([0.02], [s_max])).x[0])
 
     s_hat = scale_for(y)
     if k.max() < k_max:  # the lengths measure positions 1..max K together; past it only the scenario's shape speaks
@@ -175,19 +181,38 @@ def fit_acceptance(rows: pd.DataFrame, sc: Scenario, k_max: int, n_boot: int = N
             f" positions {k.max() + 1}-{k_max} are not measured; their rates are extrapolated from the scenario's acceptance"
             f" ({sc.acceptance.label}; {sc.acceptance.source}) x {s_hat:.3g}, the scale fitted to the measured"
             f" lengths; rows with per_position_acceptance, or at K = {k_max}, measure them"))
-    fitted = np.log(fewshot.acceptance_length(s_hat, pts.rates, pts.k)[0])
+    fitted = log_al(s_hat)
     sigma = fewshot.scatter(fitted - y, 1)
-    scales = np.array([scale_for(fitted + rng.normal(0, sigma, y.size)) for _ in range(n_boot)])
+    # the resamples invert AL(s) tabulated on a log grid of s (a tree's length costs ~0.1 ms: 200 exact solves
+    # would take seconds); between nodes 1% apart, linear in log s, the table is off by ~1e-5, far inside a
+    # resample's scatter (>= 2%)
+    grid_s = np.exp(np.linspace(np.log(0.02), np.log(s_max), 400))
+    table = np.log(fewshot.acceptance_length(grid_s, rates, k, tree))  # (n_s, n)
+    tabulated = lambda s: np.array([np.interp(np.log(s[0]), np.log(grid_s), col) for col in table.T])  # noqa: E731
+    scales = np.array([scale_for(fitted + rng.normal(0, sigma, y.size), tabulated) for _ in range(n_boot)])
+    tail = sc.acceptance.rank_tail if tree is not None else None
     return {"rates": np.minimum(base * s_hat, 0.999), "samples": np.minimum(scales[:, None] * base, 0.999),
-            "source": f"acceptance_length of {len(spec)} row(s): scenario rates x {s_hat:.3g}"}
+            "rank_tail": tail,
+            "source": f"acceptance_length of {len(spec)} row(s): scenario rates x {s_hat:.3g}"
+                      + (f" (a tree's top-1 rates per depth, its rank tail {tail:g} kept)" if tail is not None else "")}
 
 
 MIN_MISFIT_DOF = 2  # residual degrees of freedom from which the points' own scatter sizes the misfit
 
 
-def al_by_k(rate_samples: np.ndarray, ks: np.ndarray) -> np.ndarray:
-    """AL(K) = 1 + sum_{j <= K} prod_{i <= j} a_i for each row of rates: (m, n_k)."""
-    return acceptance_length_prefix(rate_samples, axis=1)[:, np.asarray(ks, dtype=int)]
+def al_by_k(sc: Scenario, rate_samples: np.ndarray, ks: np.ndarray, rank_tail: float | None = None) -> np.ndarray:
+    """AL(K) of the scenario's draft for each row of rates, (m, n_k): the grid's formula (specs.tree_acceptance);
+    ``rank_tail`` None: the rates are the draft's own per position (a chain's, or a tree's measured per depth)."""
+    tree = tree_shape(sc.draft, rank_tail)
+    return np.stack([draft_acceptance_lengths(r, ks, tree=tree) for r in np.atleast_2d(rate_samples)])
+
+
+def fitted_acceptance_lengths(sc: Scenario, acc: dict | None, ks, key: str = "samples") -> np.ndarray:
+    """AL(K), (m, n_k), of the fitted acceptance (its ``key``: bootstrap samples or the rates), else the scenario's
+    as the grid has it."""
+    if acc is None:
+        return grid_acceptance_lengths(sc.draft, sc.acceptance, np.asarray(ks, dtype=int))[None, :]
+    return al_by_k(sc, acc[key], ks, acc.get("rank_tail"))
 
 
 def fit(sc: Scenario, rows: pd.DataFrame, n_boot: int = N_BOOT, seed: int = 0) -> dict:
@@ -199,7 +224,7 @@ def fit(sc: Scenario, rows: pd.DataFrame, n_boot: int = N_BOOT, seed: int = 0) -
     res = fewshot.posterior("step", pts, y, mean, sd, n_boot, seed)
     ks = np.arange(sc.k_max + 1)
     acc = fit_acceptance(rows, sc, max(sc.k_max, 1), n_boot, seed)
-    al = al_by_k(acc["samples"], ks) if acc else sc.acceptance.acceptance_length(ks)[None, :]
+    al = fitted_acceptance_lengths(sc, acc, ks)
     kernel, overhead = planner_parts(sc, sc.batch_sizes, ks)
     good = fewshot.goodput_samples(res["samples"], kernel, overhead, sc.batch_sizes, ks, al)
     steps = fewshot.step_time_s(res["samples"], np.repeat(sc.batch_sizes, ks.size), np.tile(ks, sc.batch_sizes.size),
@@ -283,6 +308,8 @@ def document(sc: Scenario, result: dict, files: list[str]) -> dict:
         acc_doc = {"rates": [round(float(r), 6) for r in acc["rates"][:n]],
                    "interval": [[round(float(a), 6), round(float(b), 6)] for a, b in zip(alo[:n], ahi[:n])],
                    "source": acc["source"]}
+        if acc.get("rank_tail") is not None:  # the rates are a tree's top-1 rates per depth (specs.tree_acceptance)
+            acc_doc["rank_tail"] = float(acc["rank_tail"])
     pts = result["cells"]
     predicted = np.exp(fewshot.predict_log("step", res["theta"], result["points"])[0]) * 1e3
     return {

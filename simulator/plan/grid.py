@@ -45,10 +45,10 @@ from simulator.physics.experts import experts_touched_correlated
 from simulator.plan.step_models import step_model
 from simulator.plan.schedule import (SCHEDULE_TOLERANCE, argmax_k_index, has_return, schedule_k_index,
                                      without_band_returns)
-from simulator.specs.acceptance import acceptance_length_prefix
 from simulator.specs.routing import expert_probabilities
 from simulator.specs.scenario import per_scenario
-from simulator.specs.tree_acceptance import tree_acceptance_lengths
+from simulator.specs.tree_acceptance import draft_acceptance_lengths as acceptance_lengths_of_draft
+from simulator.specs.tree_acceptance import tree_acceptance_lengths, tree_shape
 
 
 @dataclass(frozen=True)
@@ -468,17 +468,14 @@ def _drop_context_axis(grid: Grid) -> Grid:
 
 
 def draft_acceptance_lengths(draft, acceptance, ks, scale=None, n_ctx: int | None = None) -> np.ndarray:
-    """AL(K) of the scenario's draft, shaped as :func:`acceptance_lengths`. A tree whose acceptance carries a
-    rank tail: its top-1 rates through the tree of its topk and N tokens at each depth K, the nodes its verify
-    pass is priced for (specs.tree_acceptance); a tree without one: its own rates per depth, depth counted up to
-    its N tokens (a tree of N draft tokens accepts at most N); a chain: the per-position rates."""
+    """AL(K) of the scenario's draft, shaped as :func:`acceptance_lengths`: specs.tree_acceptance's one formula
+    for a draft (the deployment fits use it too). A tree whose acceptance carries a rank tail: its top-1 rates
+    through the tree of its topk and N tokens at each depth K, the nodes its verify pass is priced for; a tree
+    without one: its own rates per depth, depth counted up to its N tokens; a chain: the per-position rates."""
     ks = np.asarray(ks, dtype=int)
-    if draft.is_tree and acceptance.rank_tail is not None:
-        top1 = acceptance.rates_upto(max(int(ks.max(initial=0)), 1))
-        al = tree_acceptance_lengths(top1, acceptance.rank_tail, draft.topk, draft.tree_tokens, ks, scale)
-        return al if scale is not None or n_ctx is None else np.repeat(al[:, None], n_ctx, axis=1)
-    deep = np.minimum(ks, draft.tree_tokens) if draft.is_tree else ks
-    return acceptance_lengths(acceptance, deep, scale, n_ctx)
+    rates = acceptance.rates_upto(max(int(ks.max(initial=0)), 1))
+    al = acceptance_lengths_of_draft(rates, ks, scale, tree_shape(draft, acceptance.rank_tail))
+    return al if scale is not None or n_ctx is None else np.repeat(al[:, None], n_ctx, axis=1)
 
 
 def banded_draft_acceptance_lengths(draft, acceptance, ks, band: float) -> np.ndarray:
@@ -492,20 +489,14 @@ def banded_draft_acceptance_lengths(draft, acceptance, ks, band: float) -> np.nd
 
 
 def acceptance_lengths(acceptance, ks, scale=None, n_ctx: int | None = None) -> np.ndarray:
-    """AL(K) with every per-position rate multiplied by a context factor s(L):
+    """AL(K) of a chain with every per-position rate multiplied by a context factor s(L):
 
         AL(K, L) = 1 + sum_{j<=K} prod_{i<=j} min(s(L) a_i, 0.999)
 
-    ``scale`` None: AL(K) as ``acceptance.acceptance_length``, (n_k,), or (n_k, n_ctx) repeated over
-    ``n_ctx`` context lengths when given; else (n_k, n_ctx)."""
+    ``scale`` None: (n_k,), or (n_k, n_ctx) repeated over ``n_ctx`` context lengths when given; else (n_k, n_ctx)."""
     ks = np.asarray(ks, dtype=int)
-    if scale is None:
-        al = acceptance.acceptance_length(ks)
-        return al if n_ctx is None else np.repeat(al[:, None], n_ctx, axis=1)
-    s = np.asarray(scale, dtype=float)
-    k_max = int(ks.max()) if ks.size else 0
-    rates = np.minimum(acceptance.rates_upto(k_max)[:, None] * s[None, :], 0.999)
-    return acceptance_length_prefix(rates, axis=0)[ks]
+    al = acceptance_lengths_of_draft(acceptance.rates_upto(max(int(ks.max(initial=0)), 1)), ks, scale)
+    return al if scale is not None or n_ctx is None else np.repeat(al[:, None], n_ctx, axis=1)
 
 
 def _has_ctx_axis(op, n_ctx: int) -> bool:

@@ -5,13 +5,15 @@
 sequence, per sequence and per speculative token when speculating) are the posterior of the learned
 population given the deployment's points; a file written before the speculative terms existed leaves
 them neutral (s = 1, c = 0). When the rows carried acceptance, the fitted
-per-position rates replace the scenario's. Format::
+per-position rates replace the scenario's; with ``rank_tail`` (a draft tree's acceptance lengths fitted as a scale
+on its top-1 rates) they are the tree's top-1 rates per depth and keep that rank tail (specs.tree_acceptance),
+without it the draft's own rates (a tree's: measured per depth on it). Format::
 
     {"format": "dsd-planner-deployment-fit", "format_version": 1,
      "scenario": {"model": ..., "hardware": ..., "tp": ..., "engine": ..., "engine_version": ..., "draft": ...,
                   "weights": ..., "activations": ..., "kv_cache": ..., "kernel_basis": "h100-sxm.vllm-0.24.0.profile.json"},
      "terms": {"kernel_scale": {"value": 1.1, "interval": [1.0, 1.2], "fitted": true}, ...},
-     "acceptance": {"rates": [...], "interval": [[lo, hi], ...], "source": "..."} | null,
+     "acceptance": {"rates": [...], "interval": [[lo, hi], ...], "source": "...", "rank_tail": 0.751} | null,
      "uncertainty": {"step_time_rel": 0.03, "goodput_rel": 0.05, "interval": "90% of the posterior ..."},
      "points": [{"batch_size": 8, "k": 0, "context_len": 2048, "itl_ms": 9.1, "file": "runs.csv"}, ...],
      "provenance": {...}}
@@ -25,6 +27,7 @@ import numpy as np
 
 from simulator.errors import PlannerError
 from simulator.files import read_json_file
+from simulator.specs.tree_acceptance import check_rank_tail
 from simulator.specs.step_terms import TERMS, added_step_s, kernel_factor  # noqa: F401 (re-exported)
 
 DEPLOYMENT_FORMAT = "dsd-planner-deployment-fit"
@@ -75,6 +78,7 @@ class DeploymentFit:
     goodput_rel: float
     points: tuple
     provenance: dict = field(default_factory=dict)
+    acceptance_rank_tail: float | None = None  # the rates are a draft tree's top-1 rates with this rank tail
 
     @property
     def kernel_scale(self) -> float:
@@ -158,12 +162,14 @@ def load_deployment_fit(path: str | Path, origin: str | None = None, identity: d
         raise PlannerError(f"{path}: 'scenario' must name {', '.join(IDENTITY)}")
     values, intervals, fitted = _terms(data, path)
     acc = data.get("acceptance")
-    rates = None
+    rates, rank_tail = None, None
     if acc is not None:
         r = acc.get("rates") if isinstance(acc, dict) else None
         if not isinstance(r, list) or not r:
             raise PlannerError(f"{path}: acceptance.rates must be a non-empty list of rates in [0, 1)")
         rates = tuple(_number(x, f"{path}: acceptance.rates", 0.0, 0.999) for x in r)
+        if acc.get("rank_tail") is not None:
+            rank_tail = check_rank_tail(acc["rank_tail"], path)
     unc = data.get("uncertainty")
     if not isinstance(unc, dict) or any(k not in unc for k in ("step_time_rel", "goodput_rel")):
         raise PlannerError(f"{path}: 'uncertainty' must be a table with step_time_rel and goodput_rel (a fit without"
@@ -185,7 +191,7 @@ def load_deployment_fit(path: str | Path, origin: str | None = None, identity: d
         raise PlannerError(f"{path}: 'provenance' must be a table (JSON object), got {type(provenance).__name__};"
                            " refit it with python -m calibration.fit_deployment")
     fit = DeploymentFit(path, dict(ident), values, intervals, fitted, rates, rel["step_time_rel"], rel["goodput_rel"],
-                        tuple(points), dict(provenance or {}))
+                        tuple(points), dict(provenance or {}), rank_tail)
     if identity is not None:
         check_fit_matches(fit, identity, origin or "the scenario")
     return fit

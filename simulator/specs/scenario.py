@@ -147,7 +147,8 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
     fit = load_deployment_fit(_resolve_path(fit_path, base_dir), origin,
                               scenario_identity(model, hardware, deployment, engine, draft, profile)) if fit_path else None
     if fit is not None and fit.acceptance_rates and not acceptance_given:
-        acceptance = Acceptance(fit.acceptance_rates, f"measured on this deployment ({Path(fit.path).name})")
+        acceptance = Acceptance(fit.acceptance_rates, f"measured on this deployment ({Path(fit.path).name})",
+                                fit.acceptance_rank_tail)
     raw["_base_dir"] = base_dir
     if acceptance_given:
         raw[ACCEPTANCE_GIVEN] = True

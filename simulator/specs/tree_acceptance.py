@@ -26,9 +26,12 @@ The rank tail and the top-1 rates of the tree presets, with their sources, are i
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from simulator.errors import PlannerError
+from simulator.specs.acceptance import acceptance_length_prefix
 from simulator.specs.drafts import tree_pool_size
 
 RATE_CEILING = 0.999  # a context factor never lifts a rate to 1 (as plan.grid.acceptance_lengths)
@@ -92,3 +95,38 @@ def tree_acceptance_lengths(top1_rates, rank_tail: float, topk: int, tokens: int
                     for s in factors] for k in ks.ravel()]).reshape(ks.shape + factors.shape)
     return al[..., 0] if scale is None else al
 
+
+
+@dataclass(frozen=True)
+class TreeShape:
+    """A draft tree as its acceptance sees it: topk T, N draft tokens and the rank tail of its rates (None: the
+    rates are the tree's own, measured per depth on it)."""
+
+    topk: int
+    tokens: int
+    rank_tail: float | None = None
+
+
+def tree_shape(draft, rank_tail: float | None) -> TreeShape | None:
+    """The shape of ``draft`` (a specs.drafts.DraftSpec) with its rates' rank tail; None for a chain."""
+    return TreeShape(int(draft.topk), int(draft.tree_tokens), rank_tail) if draft.is_tree else None
+
+
+def draft_acceptance_lengths(rates, ks, scale=None, tree: TreeShape | None = None) -> np.ndarray:
+    """AL(K) of a draft at integer depths ``ks`` from its rates (at least max(ks) of them): the one formula the
+    planner's grid and the deployment fits use. (n_k,), or (n_k, n_s) with ``scale``: every rate multiplied
+    by s (a context factor, a fitted acceptance scale), capped at 0.999.
+
+    A tree with a rank tail: the rates are the draft's top-1 rates per depth, through SGLang's tree of its
+    topk and tokens (:func:`tree_acceptance_lengths`). Otherwise the rates are the draft's own per position:
+    a chain's, or a tree's measured per depth on it (a tree of N draft tokens accepts at most N, so its depth
+    counts up to N): AL(K) = 1 + sum_{j <= K} prod_{i <= j} a_i."""
+    ks = np.asarray(ks, dtype=int)
+    rates = np.asarray(rates, dtype=float)[:max(int(ks.max(initial=0)), 1)]
+    if tree is not None and tree.rank_tail is not None:
+        return tree_acceptance_lengths(rates, tree.rank_tail, tree.topk, tree.tokens, ks, scale)
+    deep = ks if tree is None else np.minimum(ks, tree.tokens)
+    if scale is None:
+        return acceptance_length_prefix(rates)[deep]
+    scaled = np.minimum(rates[:, None] * np.asarray(scale, dtype=float)[None, :], RATE_CEILING)
+    return acceptance_length_prefix(scaled, axis=0)[deep]
