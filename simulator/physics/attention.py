@@ -87,14 +87,16 @@ def attention_op(model: ModelSpec, dep: Deployment, batch, queries, context_len:
     # the decode surfaces were measured at q = 1 and price decode and verify passes; a prompt chunk
     # is a compute-bound prefill kernel they never saw (their efficiency at one sequence is the
     # latency floor of a tiny decode kernel). A prefill kernel runs, per sequence and KV head, the
-    # GEMMs S = Q K^T (m = q g query rows, n = keys, k = d) and S V: it borrows the GEMM surface at
-    # that shape (MLA prefill: the roofline). One op, one path, chosen by its largest query count: a
-    # caller with chunks on both sides of the limit prices each side apart (serving.pricer)
+    # GEMMs S = Q K^T (q g query rows, n = keys, k = d) and S V, all of them in one launch (FlashAttention
+    # tiles every sequence's and head's query rows side by side): it borrows the GEMM surface at the
+    # launch's shape, m = B hkv q g rows (MLA prefill: the roofline). One op, one path, chosen by its
+    # largest query count: a caller with chunks on both sides of the limit prices each side apart
+    # (serving.pricer, plan.grid.surface_sides)
     if float(np.max(queries)) <= MAX_DECODE_SURFACE_QUERIES:
         surface = "mla_decode" if model.attention == "mla" else "attention_decode"
     elif model.attention != "mla":
         surface = "gemm"
-        shape = {"m": queries * shape["group"], "n": keys + queries, "k": shape["head_dim"]}
+        shape = {"m": queries * shape["group"] * shape["batch_heads"], "n": keys + queries, "k": shape["head_dim"]}
     else:
         surface = None
     return AttentionOp(name, "attention", flops, io, kernels=2, count=count, eff_tokens=batch * queries,

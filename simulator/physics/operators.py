@@ -209,7 +209,7 @@ def prompt_chunk_point_s(model: ModelSpec, dep: Deployment, hw: Hardware, profil
     """Seconds of one prompt chunk's attention (``chunk`` queries over ``cached`` keys, one sequence) over
     ``layers`` ((op name, count) per attention kind), launches left out, as :func:`pass_time` prices
     :func:`simulator.physics.attention.attention_op` there: with measured tables the GEMM surface's
-    efficiency at (q g, keys + q, d) and the surface time's cap; with a fitted profile, a published prior
+    efficiency at (hkv q g, keys + q, d) and the surface time's cap; with a fitted profile, a published prior
     or the datasheet the roofline at its efficiencies. Python floats with the same IEEE operations in the
     same order as on a one-pair array (a serving step prices one chunk, where array calls cost more than
     their arithmetic). None where another path prices it: a chunk the decode surfaces take, MLA, a model
@@ -236,7 +236,7 @@ def prompt_chunk_point_s(model: ModelSpec, dep: Deployment, hw: Hardware, profil
         kv_read, q_io = attention_decode_bytes(1.0, chunk, keys, hq, hkv, d, kv, a)
         nbytes = kv_read * 1.0 + q_io
         if measured:
-            eta = surf._at_one_point([np.array([chunk * (group / 1.0)]), np.array([keys + chunk]),
+            eta = surf._at_one_point([np.array([chunk * (group / 1.0) * (1.0 * hkv * 1.0)]), np.array([keys + chunk]),
                                       np.array([float(d)])])
             t = surface_time_point_s(flops, nbytes, eta, peak, bw)
         else:
