@@ -44,3 +44,14 @@ def test_surface_sides_splits_only_a_k_axis_that_spans_the_limit():
     sides = surface_sides(np.array([0.0, 8.0, 63.0]).reshape(1, 3, 1))  # 1, 9 and 64 queries
     assert sides.tolist() == [True, True, False]
     assert surface_sides(np.array([63.0]).reshape(1, 1, 1)) is None
+
+
+def test_a_deep_trees_attention_runs_at_a_prefill_kernels_rate(tree_scenario):
+    """64 tree queries per sequence over 512 keys is one prefill (FlashAttention) launch over all 8 sequences'
+    and 8 KV heads' query rows. FlashAttention-3 runs the bf16 forward at ~330-500 TFLOP/s on an H100 at
+    sequence length 512, head dim 128 (Shah et al. 2024, arXiv:2407.08608, Fig. 5), under the 989 TFLOP/s
+    dense peak. Priced per sequence and head (m = q g = 256 rows) it ran at 26 TFLOP/s."""
+    g = evaluate_grid(tree_scenario, np.array([8.0]), np.array([2.0]), np.array([512.0]))
+    attention = g.verify_context.detail
+    rate = float(attention.flops.sum() / attention.time_s.sum())
+    assert 150e12 < rate < 989e12
