@@ -205,6 +205,10 @@ def test_draft_heads_precision_by_checkpoint():
     assert {mtp[n].dtype for n in ("draft.attn_q_a", "draft.attn_o", "draft.moe_experts")} == {"fp8_block"}
     assert eagle["draft.fusion"].dtype == "bf16" and float(eagle["draft.fusion"].nbytes[0]) == 311_951_360
     assert eagle["draft.attn_o"].dtype == "bf16" and float(eagle["draft.attn_o"].nbytes[0]) == 30_539_776
+    # under fp8 activations the bf16 fc still reads bf16 ones (an unquantized layer): the same 311,951,360 B
+    dep8 = Deployment(tp=8, weight_dtype="fp8", act_dtype="fp8")
+    plan8 = draft_pass_plan(DraftSetting(parse_draft("eagle3"), m, dep8, hw), np.array([64.0]), 2048.0)
+    assert float({o.name: o for o in plan8.full()}["draft.fusion"].nbytes[0]) == 311_951_360
     # a target the deployment quantizes (Llama-3.1-70B's bf16 checkpoint run at fp8) quantizes its head alike
     llama = load_model("llama-3.1-70b")
     plan = draft_pass_plan(DraftSetting(parse_draft("eagle3"), llama, dep, hw), np.array([64.0]), 2048.0)

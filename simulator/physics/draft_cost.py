@@ -78,6 +78,14 @@ def _rows(dep: Deployment, batch, queries, part: str):
     return np.asarray(batch, dtype=float) if part == "tokens" else rank_tokens(dep, batch, queries)
 
 
+def _fusion_bytes(draft: DraftSpec, target: ModelSpec, dep: Deployment) -> tuple[float, float]:
+    """(weight, activation) bytes of a head's fusion projection: a bf16 one the target's quantization does not
+    reach (an MTP eh_proj, an EAGLE fc) multiplies bf16 activations."""
+    held = fusion_dtype(draft, target, dep)
+    a = DTYPE_BYTES[dep.act_dtype]
+    return DTYPE_BYTES[held], max(a, DTYPE_BYTES["bf16"]) if held != dep.weight_dtype else a
+
+
 def _plan(dep: Deployment, specs: tuple, key: tuple, segments: list, ops, batch, context_len,
           cell_key: tuple) -> PassPlan:
     """A pass whose ops ``ops(batch, context, part)`` builds; ``segments``: (key suffix, token count per
@@ -125,7 +133,7 @@ def draft_extend_plan(setting: DraftSetting, batch, k, context_len, expert_batch
             model_ops, batch, context_len, cells)
     cfg = draft_defaults()[draft.method]
     vocab = min(cfg.get("draft_vocab") or target.vocab_size, target.vocab_size)
-    w, a = DTYPE_BYTES[fusion_dtype(draft, target, dep)], DTYPE_BYTES[dep.act_dtype]
+    w, a = _fusion_bytes(draft, target, dep)
     D = target.hidden_size
     layers = (0, 1) if draft.method == "mtp" and target.is_moe else (1, 0)
     hdep = head_deployment(draft, target, dep)  # MTP: the target's checkpoint; EAGLE heads: their own (bf16)
@@ -278,7 +286,7 @@ def draft_pass_plan(setting: DraftSetting, batch, context_len) -> PassPlan | Non
     cfg = draft_defaults()[draft.method]
     vocab = min(cfg.get("draft_vocab") or target.vocab_size, target.vocab_size)
     moe_layer = draft.method == "mtp" and target.is_moe
-    w, a, D = DTYPE_BYTES[fusion_dtype(draft, target, dep)], DTYPE_BYTES[dep.act_dtype], target.hidden_size
+    (w, a), D = _fusion_bytes(draft, target, dep), target.hidden_size
     hdep = head_deployment(draft, target, dep)  # MTP: the target's checkpoint; EAGLE heads: their own (bf16)
     adep = attention_deployment(hdep)
 

@@ -38,6 +38,7 @@ import numpy as np
 
 from simulator.errors import PlannerError
 from simulator.specs.deployment import Deployment
+from simulator.specs.hardware import DTYPE_BYTES
 from simulator.specs.models import ModelSpec, load_model
 
 DRAFTS_FILE = Path(__file__).resolve().parent.parent / "data" / "drafts.toml"
@@ -235,9 +236,9 @@ def head_deployment(draft: DraftSpec, target: ModelSpec, dep: Deployment) -> Dep
 
 @lru_cache(maxsize=64)
 def _bf16_weights(dep: Deployment) -> Deployment:
-    """``dep`` with bf16 weights, one object per deployment (the step model's shared ops key deployments by
-    identity)."""
-    return replace(dep, weight_dtype="bf16")
+    """``dep`` with bf16 weights, which multiply bf16 activations (an unquantized layer is not fed fp8 ones), one
+    object per deployment (the step model's shared ops key deployments by identity)."""
+    return replace(dep, weight_dtype="bf16", act_dtype="bf16" if DTYPE_BYTES[dep.act_dtype] < 2 else dep.act_dtype)
 
 
 def fusion_dtype(draft: DraftSpec, target: ModelSpec, dep: Deployment) -> str:
