@@ -139,14 +139,104 @@ def test_block_fp8_gemms_run_at_the_fp8_peak():
     op64 = next(o for o in attention_projection_ops(m, dep, np.array([64.0]), 1) if o.name == "attn_o")
     t64 = float(evaluate([op64], hw, dep, None, (1,)).time_s[0, 0])
     assert t64 == pytest.approx((14_680_064 + 64 * 9216) / 4.8e12 + 2e-6, rel=1e-9)
-    # the router and the LM head are bf16 in the checkpoint (no block scales): not on this path; nor are
-    # bf16 weights of the same model, nor fp8 weights of a per-tensor checkpoint (weight-only, as before)
+    # the router and the LM head are bf16 in the checkpoint (no block scales): not on this path (bf16 GEMMs:
+    # test_fp8_checkpoint_keeps_head_and_router_bf16); nor are bf16 weights of the same model, nor fp8
+    # weights of a per-tensor checkpoint (weight-only, as before)
     others = moe_token_ops(m, dep, hw, T, 1, "") + head_ops(m, dep, hw, T, m.vocab_size)
-    assert {o.name: o.dtype for o in others if o.name in ("moe_router", "lm_head")} == {"moe_router": "int8_wo",
-                                                                                       "lm_head": "int8_wo"}
+    assert {o.name: o.dtype for o in others if o.name in ("moe_router", "lm_head")} == {"moe_router": "bf16",
+                                                                                       "lm_head": "bf16"}
     assert {o.dtype for o in attention_projection_ops(m, Deployment(tp=8), T, 1)} == {"bf16"}
     llama = load_model("llama-3.1-70b")
     assert {o.dtype for o in attention_projection_ops(llama, Deployment(tp=8, weight_dtype="fp8"), T, 1)} == {"int8_wo"}
+
+
+def test_fp8_checkpoint_keeps_head_and_router_bf16():
+    # DeepSeek-V3's fp8 checkpoint quantizes its Linear layers only: the output head is built in bf16
+    # (inference/model.py: ColumnParallelLinear(dim, vocab, dtype=torch.get_default_dtype())) and the router
+    # (Gate) is a plain bf16 parameter; vLLM and SGLang load both unquantized. hand, 8 x H200 (TP 8), T = 64:
+    # LM head n = 129280 / 8 = 16160, k = 7168: M = 16160 x 7168 x 2 + 64 x (16160 + 7168) x 2 = 234,655,744 B
+    # -> 48.887 us + one 2 us launch (F = 2 x 64 x 16160 x 7168 = 14.8 GFLOP: 15.0 us at bf16's 989.4 TFLOP/s,
+    # memory-bound); at fp8 weight bytes (before) it was 118,820,864 B. Router [7168 x 256], whole:
+    # M = 256 x 7168 x 2 + 64 x (256 + 7168) x 2 = 4,620,288 B.
+    from simulator.physics.layers import head_ops, moe_token_ops
+    from simulator.physics.operators import evaluate
+    m, hw = load_model("deepseek-v3"), load_hardware("h200")
+    dep = Deployment(tp=8, weight_dtype="fp8", act_dtype="bf16")
+    T = np.array([64.0])
+    assert (m.module_dtype("lm_head", "fp8"), m.module_dtype("router", "fp8")) == ("bf16", "bf16")
+    head = next(o for o in head_ops(m, dep, hw, T, m.vocab_size) if o.name == "lm_head")
+    router = next(o for o in moe_token_ops(m, dep, hw, T, 1, "") if o.name == "moe_router")
+    assert float(head.nbytes[0]) == 234_655_744 and float(router.nbytes[0]) == 4_620_288
+    t = float(evaluate([head], hw, dep, None, (1,)).time_s[0, 0])
+    assert t == pytest.approx(234_655_744 / 4.8e12 + 2e-6, rel=1e-9)
+    # under fp8 activations the unquantized head still multiplies bf16 x bf16 at bf16's peak: T = 8192 is
+    # compute-bound, F = 2 x 8192 x 16160 x 7168 = 1,897,838,673,920 -> 1918.2 us at 989.4e12 (not 959.0 at fp8's)
+    dep8 = Deployment(tp=8, weight_dtype="fp8", act_dtype="fp8")
+    big = next(o for o in head_ops(m, dep8, hw, np.array([8192.0]), m.vocab_size) if o.name == "lm_head")
+    t8 = float(evaluate([big], hw, dep8, None, (1,)).time_s[0, 0])
+    assert t8 == pytest.approx(1_897_838_673_920 / 989.4e12 + 2e-6, rel=1e-9)
+    # memory holds them at bf16 too: embedding + head 2 x 129280 x 7168 one byte more each, over TP 8
+    # (231,669,760 B), and 58 MoE layers' routers whole (58 x 7168 x 256 = 106,430,464 B)
+    from dataclasses import replace
+    as_fp8 = replace(m, bf16_modules=())
+    assert weight_bytes_per_gpu(m, dep) - weight_bytes_per_gpu(as_fp8, dep) == 231_669_760 + 106_430_464
+    # a deployment of another precision, or a checkpoint that is not fp8, keeps the pass's precision
+    assert m.module_dtype("lm_head", "bf16") == "bf16" and m.module_dtype("lm_head", "int4") == "int4"
+    assert load_model("llama-3.1-70b").module_dtype("lm_head", "fp8") == "fp8"
+
+
+def test_draft_heads_precision_by_checkpoint():
+    # DeepSeek-V3's MTP module is layer 61 of the same fp8 checkpoint (README_WEIGHTS.md): its decoder layer
+    # runs block-scaled fp8; its eh_proj [2D -> D] is a plain nn.Linear in vLLM's deepseek_mtp.py and SGLang's
+    # deepseek_nextn.py (bf16). An EAGLE-3 head is its own bf16 checkpoint: bf16 layer and fc [3D -> D].
+    # hand, 8 x H200, 64 rows: eh_proj M = 7168 x 14336 x 2 + 64 x (7168 + 14336) x 2 = 208,273,408 B;
+    # EAGLE-3's fc M = 7168 x 21504 x 2 + 64 x (7168 + 21504) x 2 = 311,951,360 B; its attention output
+    # projection [128 heads / 8 x 128 -> 7168] M = 7168 x 2048 x 2 + 64 x 9216 x 2 = 30,539,776 B
+    from simulator.physics.draft_cost import DraftSetting, draft_pass_plan
+    from simulator.specs.drafts import parse_draft
+    m, hw = load_model("deepseek-v3"), load_hardware("h200")
+    dep = Deployment(tp=8, weight_dtype="fp8", act_dtype="bf16")
+
+    def ops(method):
+        plan = draft_pass_plan(DraftSetting(parse_draft(method), m, dep, hw), np.array([64.0]), 2048.0)
+        return {o.name: o for o in plan.full()}
+    mtp, eagle = ops("mtp"), ops("eagle3")
+    assert mtp["draft.fusion"].dtype == "bf16" and float(mtp["draft.fusion"].nbytes[0]) == 208_273_408
+    assert {mtp[n].dtype for n in ("draft.attn_q_a", "draft.attn_o", "draft.moe_experts")} == {"fp8_block"}
+    assert eagle["draft.fusion"].dtype == "bf16" and float(eagle["draft.fusion"].nbytes[0]) == 311_951_360
+    assert eagle["draft.attn_o"].dtype == "bf16" and float(eagle["draft.attn_o"].nbytes[0]) == 30_539_776
+    # under fp8 activations the bf16 fc still reads bf16 ones (an unquantized layer): the same 311,951,360 B
+    dep8 = Deployment(tp=8, weight_dtype="fp8", act_dtype="fp8")
+    plan8 = draft_pass_plan(DraftSetting(parse_draft("eagle3"), m, dep8, hw), np.array([64.0]), 2048.0)
+    assert float({o.name: o for o in plan8.full()}["draft.fusion"].nbytes[0]) == 311_951_360
+    # a target the deployment quantizes (Llama-3.1-70B's bf16 checkpoint run at fp8) quantizes its head alike
+    llama = load_model("llama-3.1-70b")
+    plan = draft_pass_plan(DraftSetting(parse_draft("eagle3"), llama, dep, hw), np.array([64.0]), 2048.0)
+    assert {o.name: o.dtype for o in plan.full()}["draft.attn_o"] == "int8_wo"
+
+
+def test_published_prior_prices_fp8_peak_gemms_at_the_fp8_matmul_share():
+    # H200's [published] table: MAMF bf16 794.5 TFLOP/s of 989.4 (0.8030), fp8 1453.4 of 1978.9 (0.7345:
+    # ML-Eng MAMF FP8 table, row 'NVIDIA H200 SXM'); stream 4.15 TB/s of 4.8. hand: DeepSeek-V3's block-fp8
+    # attention output projection at T = 8192 on one of 8 H200s (test_block_fp8_gemms_run_at_the_fp8_peak):
+    # F = 240,518,168,576 at 1453.4 TFLOP/s = 165.49 us (at bf16's share of the fp8 peak, before: 151.36 us);
+    # memory (14,680,064 + 8192 x 9216) B at 4.15 TB/s = 21.73 us; + one 2 us launch
+    from simulator.physics.layers import attention_projection_ops
+    from simulator.physics.operators import evaluate
+    from simulator.specs.profile import prior_profile
+    m, hw = load_model("deepseek-v3"), load_hardware("h200")
+    prior = prior_profile(hw)
+    assert prior.compute_efficiency("attn_o", "gemm", 8192.0, "fp8_block") == pytest.approx(1453.4 / 1978.9)
+    assert prior.compute_efficiency("attn_o", "gemm", 8192.0, "bf16") == pytest.approx(794.5 / 989.4)
+    dep = Deployment(tp=8, weight_dtype="fp8", act_dtype="bf16")
+    op = next(o for o in attention_projection_ops(m, dep, np.array([8192.0]), 1) if o.name == "attn_o")
+    t = float(evaluate([op], hw, dep, prior, (1,)).time_s[0, 0])
+    assert t == pytest.approx(240_518_168_576 / 1453.4e12 + 2e-6, rel=1e-9)
+    assert "fp8 matmul" in prior.provenance["source"] and "assumed" not in prior.provenance["source"]
+    # MI325X publishes a bf16 figure only: its fp8 GEMMs keep bf16's share, and the provenance says so
+    mi = prior_profile(load_hardware("mi325x"))
+    assert mi.compute_efficiency("attn_o", "gemm", 8192.0, "fp8_block") == pytest.approx(784.9 / 1307.4)
+    assert "fp8 GEMMs assumed at bf16's share" in mi.label
 
 
 def test_allreduce_hand():

@@ -37,7 +37,8 @@ from simulator.physics.operators import PassCost, StepCost, evaluate
 from simulator.physics.pass_tables import PassPlan, Segment, cell_inputs, price_plan
 from simulator.specs.deployment import Deployment
 from simulator.physics.ops import Op
-from simulator.specs.drafts import DraftSpec, block_queries, draft_defaults, draft_deployment
+from simulator.specs.drafts import (DraftSpec, block_queries, draft_defaults, draft_deployment, fusion_dtype,
+                                    head_deployment)
 from simulator.specs.hardware import DTYPE_BYTES, Hardware
 from simulator.specs.models import ModelSpec
 from simulator.specs.profile import Profile
@@ -75,6 +76,14 @@ def has_extend_pass(draft: DraftSpec, dep: Deployment | None = None) -> bool:
 def _rows(dep: Deployment, batch, queries, part: str):
     """A part's token count: the builder's own (part "tokens", simulator.physics.layers), else the replica's."""
     return np.asarray(batch, dtype=float) if part == "tokens" else rank_tokens(dep, batch, queries)
+
+
+def _fusion_bytes(draft: DraftSpec, target: ModelSpec, dep: Deployment) -> tuple[float, float]:
+    """(weight, activation) bytes of a head's fusion projection: a bf16 one the target's quantization does not
+    reach (an MTP eh_proj, an EAGLE fc) multiplies bf16 activations."""
+    held = fusion_dtype(draft, target, dep)
+    a = DTYPE_BYTES[dep.act_dtype]
+    return DTYPE_BYTES[held], max(a, DTYPE_BYTES["bf16"]) if held != dep.weight_dtype else a
 
 
 def _plan(dep: Deployment, specs: tuple, key: tuple, segments: list, ops, batch, context_len,
@@ -124,16 +133,17 @@ def draft_extend_plan(setting: DraftSetting, batch, k, context_len, expert_batch
             model_ops, batch, context_len, cells)
     cfg = draft_defaults()[draft.method]
     vocab = min(cfg.get("draft_vocab") or target.vocab_size, target.vocab_size)
-    w, a = DTYPE_BYTES[dep.weight_dtype], DTYPE_BYTES[dep.act_dtype]
+    w, a = _fusion_bytes(draft, target, dep)
     D = target.hidden_size
     layers = (0, 1) if draft.method == "mtp" and target.is_moe else (1, 0)
-    adep = attention_deployment(dep)
+    hdep = head_deployment(draft, target, dep)  # MTP: the target's checkpoint; EAGLE heads: their own (bf16)
+    adep = attention_deployment(hdep)
 
     def layer_ops(b, L, part):
         ops = [] if part == "cells" else [gemm("draft_extend.fusion", _rows(dep, b, queries, part), D,
                                                cfg["fusion_inputs"] * D, w, a, 1)]
         eb = {} if part == "tokens" or expert_batch is None else {"expert_batch": expert_batch}
-        return ops + LAYER_PARTS[part](target, dep, hw, b, queries, L, "draft_extend.", layer_counts=layers,
+        return ops + LAYER_PARTS[part](target, hdep, hw, b, queries, L, "draft_extend.", layer_counts=layers,
                                        caches=setting.caches, **eb)
 
     def head_ops_at(t):
@@ -180,7 +190,9 @@ def block_plan(setting: DraftSetting, batch, k, context_len, cells: tuple) -> Pa
             pard_ops, batch, context_len, cells)
     vocab = min(cfg.get("draft_vocab") or target.vocab_size, target.vocab_size)
     D, n_layers = target.hidden_size, int(cfg["draft_layers"])
-    adep = attention_deployment(dep)
+    hdep = head_deployment(draft, target, dep)  # a block head is its own (bf16) checkpoint
+    w = DTYPE_BYTES[hdep.weight_dtype]
+    adep = attention_deployment(hdep)
     verified = k + 1.0  # the verified positions whose target features the context step projects
     kv_width = n_layers * 2 * target.num_kv_heads * target.head_dim / adep.tp
 
@@ -190,7 +202,7 @@ def block_plan(setting: DraftSetting, batch, k, context_len, cells: tuple) -> Pa
         fuse = part != "cells" and not cfg["context_kv"]
         ops = [gemm("draft_block.fusion", _rows(dep, b, queries, part), D, cfg["fusion_inputs"] * D, w, a, 1)] \
             if fuse else []
-        return ops + LAYER_PARTS[part](target, dep, hw, b, queries, L, "draft_block.", layer_counts=(n_layers, 0),
+        return ops + LAYER_PARTS[part](target, hdep, hw, b, queries, L, "draft_block.", layer_counts=(n_layers, 0),
                                        caches=setting.caches)
 
     def context_ops(t):  # fc of the fused target features + one K/V GEMM for every draft layer
@@ -274,13 +286,14 @@ def draft_pass_plan(setting: DraftSetting, batch, context_len) -> PassPlan | Non
     cfg = draft_defaults()[draft.method]
     vocab = min(cfg.get("draft_vocab") or target.vocab_size, target.vocab_size)
     moe_layer = draft.method == "mtp" and target.is_moe
-    w, a, D = DTYPE_BYTES[dep.weight_dtype], DTYPE_BYTES[dep.act_dtype], target.hidden_size
-    adep = attention_deployment(dep)
+    (w, a), D = _fusion_bytes(draft, target, dep), target.hidden_size
+    hdep = head_deployment(draft, target, dep)  # MTP: the target's checkpoint; EAGLE heads: their own (bf16)
+    adep = attention_deployment(hdep)
 
     q = float(draft.topk)  # a tree's passes after the first run T candidates per sequence (a chain: 1)
 
     def head_layer(b, L, part):  # the fusion projection, one decoder layer, the LM head
-        ops = LAYER_PARTS[part](target, dep, hw, b, q, L, "draft.", layer_counts=(0, 1) if moe_layer else (1, 0),
+        ops = LAYER_PARTS[part](target, hdep, hw, b, q, L, "draft.", layer_counts=(0, 1) if moe_layer else (1, 0),
                                 caches=setting.caches)
         if part == "cells":
             return ops

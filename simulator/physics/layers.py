@@ -49,6 +49,14 @@ def gemm_kernel_dtype(w_bytes: float, a_bytes: float) -> str:
     return "bf16"
 
 
+def module_bytes(model: ModelSpec, dep: Deployment, module: str) -> tuple[float, float]:
+    """(weight, activation) bytes of a GEMM over one of the checkpoint's own modules (:meth:`ModelSpec.module_dtype`):
+    a module the checkpoint keeps in bf16 is an unquantized layer, which the engine runs on bf16 activations."""
+    held = model.module_dtype(module, dep.weight_dtype)
+    a = DTYPE_BYTES[dep.act_dtype]
+    return DTYPE_BYTES[held], max(a, DTYPE_BYTES["bf16"]) if held != dep.weight_dtype else a
+
+
 def allreduce_s(nbytes, gpus: int, hw: Hardware):
     """Ring all-reduce: latency + 2 (t-1)/t * bytes / link bandwidth (one direction)."""
     return hw.interconnect_latency_s + collective_factor("all_reduce", gpus) * nbytes / hw.interconnect_bandwidth_bytes_per_s
@@ -217,8 +225,8 @@ def _routed_experts(model: ModelSpec, dep: Deployment, tokens, count: int, prefi
 
 def moe_token_ops(model: ModelSpec, dep: Deployment, hw: Hardware, local, count: int, prefix: str) -> list[Op]:
     """The MoE layer's ops sized by the rank's own ``local`` tokens: router, shared experts, "dp-ep" all-to-alls."""
-    w, a, D = DTYPE_BYTES[dep.weight_dtype], DTYPE_BYTES[dep.act_dtype], model.hidden_size
-    ops = [gemm(prefix + "moe_router", local, model.num_experts, D, w, a, count)]
+    (w_r, a_r), a, D = module_bytes(model, dep, "router"), DTYPE_BYTES[dep.act_dtype], model.hidden_size
+    ops = [gemm(prefix + "moe_router", local, model.num_experts, D, w_r, a_r, count)]
     if model.shared_expert_intermediate_size:
         ops += dense_mlp_ops(model, attention_deployment(dep), local, count, model.shared_expert_intermediate_size,
                              prefix, "shared_expert")
@@ -415,13 +423,13 @@ def head_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, vocab: int
              sampling: bool = True, logit_bytes=None) -> list[Op]:
     """Embedding gather, LM head (vocab split over TP unless the engine replicates it), logits gather and
     sampling/acceptance (``logit_bytes`` per logit element; default: the deployment's plain-decoding figure)."""
-    w = DTYPE_BYTES[dep.weight_dtype]
+    w, a_head = module_bytes(model, dep, "lm_head")
     a = DTYPE_BYTES[dep.act_dtype]
     D = model.hidden_size
     lm_head = dep.kernels.lm_head
     split = 1 if lm_head == "replicated" else dep.tp
     ops = [Op(prefix + "embedding", "elementwise", 0.0, 2 * tokens * D * a, kernels=1, count=1, eff_tokens=tokens),
-           gemm(prefix + "lm_head", tokens, vocab / split, D, w, a, 1, family="lm_head")]
+           gemm(prefix + "lm_head", tokens, vocab / split, D, w, a_head, 1, family="lm_head")]
     if split > 1 and lm_head == "vocab-parallel-argmax":
         # each rank takes the argmax of its own slice, then two all-reduces of [tokens, tp] (max values
         # and their int64 indices) pick the winner: no logits leave the GPU

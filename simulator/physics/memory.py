@@ -11,7 +11,7 @@ import numpy as np
 from simulator.physics.attention import (indexer_key_bytes_per_token, linear_state_bytes_per_gpu,
                                          sparse_latent_bytes_per_token)
 from simulator.specs.deployment import Deployment, kv_heads_per_gpu, layer_kind_counts, sliding_layers
-from simulator.specs.drafts import DraftSpec, draft_defaults, draft_deployment, mtp_depth
+from simulator.specs.drafts import DraftSpec, draft_defaults, draft_deployment, fusion_dtype, head_deployment, mtp_depth
 from simulator.specs.hardware import DTYPE_BYTES
 from simulator.specs.models import ModelSpec
 
@@ -29,8 +29,9 @@ def moe_layer_bytes_per_gpu(model: ModelSpec, dep: Deployment) -> float:
     both: E P_e / tp either way), shared experts over the attention group, the router [D x E] whole."""
     w = DTYPE_BYTES[dep.weight_dtype]
     w_e = DTYPE_BYTES[dep.expert_dtype_for(model)]
+    w_router = DTYPE_BYTES[model.module_dtype("router", dep.weight_dtype)]
     return (model.num_experts * model.expert_params() * w_e / dep.tp
-            + model.shared_expert_params() * w / dep.attention_tp + model.hidden_size * model.num_experts * w)
+            + model.shared_expert_params() * w / dep.attention_tp + model.hidden_size * model.num_experts * w_router)
 
 
 def attention_bytes_per_gpu(model: ModelSpec, dep: Deployment) -> float:
@@ -55,7 +56,8 @@ def weight_bytes_per_gpu(model: ModelSpec, dep: Deployment) -> float:
 
     t_a = attention TP (tp, or tp/dp with data-parallel attention: each replica holds its own copy of
     attention, dense MLPs, shared experts, embedding and LM head); routed experts over all tp GPUs; an
-    engine that replicates the LM head (gpt-fast) holds embedding and head whole on every GPU.
+    engine that replicates the LM head (gpt-fast) holds embedding and head whole on every GPU. Embedding, head
+    and routers are held in the precision the checkpoint keeps them in (:meth:`ModelSpec.module_dtype`).
     """
     w = DTYPE_BYTES[dep.weight_dtype]
     t_a = dep.attention_tp
@@ -64,7 +66,8 @@ def weight_bytes_per_gpu(model: ModelSpec, dep: Deployment) -> float:
     embedding_split = 1 if dep.kernels.lm_head == "replicated" else t_a
     attention = model.num_layers * attention_bytes_per_gpu(model, dep) if model.uniform_attention \
         else attention_layers_bytes_per_gpu(model, dep)
-    return attention + dense + moe + model.embedding_params() * w / embedding_split
+    embedding = model.embedding_params() * DTYPE_BYTES[model.module_dtype("embedding", dep.weight_dtype)]
+    return attention + dense + moe + embedding / embedding_split
 
 
 def attention_layers_bytes_per_gpu(model: ModelSpec, dep: Deployment) -> float:
@@ -172,10 +175,11 @@ def draft_memory_bytes(draft: DraftSpec, target: ModelSpec, dep: Deployment, bat
         return kv_bytes_per_gpu(target, dep, batch, tokens_per_seq, layers=draft.layers)
     cfg = draft_defaults()[draft.method]
     D = target.hidden_size
-    w = DTYPE_BYTES[dep.weight_dtype]
+    dep = head_deployment(draft, target, dep)  # the precisions the head's weights are held in (as its ops)
+    w, w_fusion = DTYPE_BYTES[dep.weight_dtype], DTYPE_BYTES[fusion_dtype(draft, target, dep)]
     t_a = dep.attention_tp
     vocab = cfg.get("draft_vocab") or 0
-    extra = (cfg["fusion_inputs"] * D * D + (vocab * D if vocab and vocab < target.vocab_size else 0)) * w / t_a
+    extra = (cfg["fusion_inputs"] * D * D * w_fusion + (vocab * D * w if vocab and vocab < target.vocab_size else 0)) / t_a
     if draft.method == "mtp":
         # D MTP modules (DeepSeek-V3: num_nextn_predict_layers), each a full decoder block of the target
         # (MoE when the target is) + the 2D -> D projection; embedding and LM head shared with the target

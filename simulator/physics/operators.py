@@ -107,7 +107,7 @@ def _roofline_parts_s(op: Op, profile: Profile | None, peak: float, bw: float):
         return np.multiply(op.flops, 1.0 / peak), np.multiply(op.nbytes, 1.0 / bw)
     if profile.surfaces:  # measured tables, but none for this op: stream at the attained bandwidth
         return np.multiply(op.flops, 1.0 / peak), np.multiply(op.nbytes, 1.0 / (bw * profile.streaming_efficiency))
-    eta_c = profile.compute_efficiency(op.name, op.family, op.eff_tokens)
+    eta_c = profile.compute_efficiency(op.name, op.family, op.eff_tokens, op.dtype)
     eta_m = profile.memory_efficiency(op.family, op.nbytes)
     return np.divide(op.flops, np.multiply(eta_c, peak)), np.divide(op.nbytes, np.multiply(eta_m, bw))
 
@@ -152,8 +152,14 @@ def _shared_instance_s(scope: dict, op: Op, hw: Hardware, dep: Deployment, profi
 
 def _op_peak(op: Op, hw: Hardware, dep: Deployment, peak: float) -> float:
     """The peak of the math ``op`` runs in: a block-scaled fp8 GEMM's own (fp8 whatever the activations between
-    layers are, :meth:`Hardware.peak_flops_per_s`), every other op the pass's."""
-    return hw.peak_flops_per_s("fp8", dep.act_dtype, op.dtype) if op.dtype == BLOCK_FP8 else peak
+    layers are, :meth:`Hardware.peak_flops_per_s`), a bf16 x bf16 GEMM's (a module the checkpoint keeps in bf16,
+    :func:`simulator.physics.layers.module_bytes`, in a pass of fp8 activations), every other op the pass's."""
+    if op.dtype == BLOCK_FP8:
+        return hw.peak_flops_per_s("fp8", dep.act_dtype, op.dtype)
+    shape = op.shape or {}
+    if op.dtype == "bf16" and shape.get("w_bytes") == shape.get("a_bytes") == DTYPE_BYTES["bf16"]:
+        return hw.peak_flops_per_s("bf16", "bf16")
+    return peak
 
 
 def _device_terms(hw: Hardware, dep: Deployment, profile: Profile | None) -> tuple[float, float, float, float]:

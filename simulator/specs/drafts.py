@@ -30,7 +30,7 @@ Method defaults (fusion width, draft vocabulary, host costs) live in ``data/draf
 from __future__ import annotations
 
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -38,6 +38,7 @@ import numpy as np
 
 from simulator.errors import PlannerError
 from simulator.specs.deployment import Deployment
+from simulator.specs.hardware import DTYPE_BYTES
 from simulator.specs.models import ModelSpec, load_model
 
 DRAFTS_FILE = Path(__file__).resolve().parent.parent / "data" / "drafts.toml"
@@ -219,6 +220,32 @@ def draft_deployment(model: ModelSpec, dep: Deployment) -> Deployment:
     """Where a draft model runs: the target's precisions and engine kernels on :func:`draft_tp` GPUs."""
     return Deployment(tp=draft_tp(model, dep.tp), weight_dtype=dep.weight_dtype, act_dtype=dep.act_dtype,
                       kv_dtype=dep.kv_dtype, memory_utilization=dep.memory_utilization, kernels=dep.kernels)
+
+
+def head_deployment(draft: DraftSpec, target: ModelSpec, dep: Deployment) -> Deployment:
+    """The precisions a draft head's weights (its decoder layers and fusion projection) are held in. An MTP
+    module ships in the target's own checkpoint (DeepSeek-V3's layer 61, README_WEIGHTS.md; its fusion
+    projection at :meth:`fusion_dtype`), so it runs the target's precisions, block-scaled fp8 included. A head
+    trained separately (EAGLE, EAGLE-3, the block heads) is its own bf16 checkpoint, which the target's
+    quantization_config does not quantize (vLLM builds the draft's quantization from the draft's own config): bf16
+    where the target runs its checkpoint's precision; a target quantized by the deployment quantizes both, as before."""
+    if draft.method == "mtp" or dep.weight_dtype != target.checkpoint_weight_dtype:
+        return dep
+    return _bf16_weights(dep)
+
+
+@lru_cache(maxsize=64)
+def _bf16_weights(dep: Deployment) -> Deployment:
+    """``dep`` with bf16 weights, which multiply bf16 activations (an unquantized layer is not fed fp8 ones), one
+    object per deployment (the step model's shared ops key deployments by identity)."""
+    return replace(dep, weight_dtype="bf16", act_dtype="bf16" if DTYPE_BYTES[dep.act_dtype] < 2 else dep.act_dtype)
+
+
+def fusion_dtype(draft: DraftSpec, target: ModelSpec, dep: Deployment) -> str:
+    """The precision of a head's fusion projection ([embedding, target features] -> D): an MTP module's eh_proj is
+    a module its checkpoint keeps in bf16 (:meth:`ModelSpec.module_dtype`), an EAGLE head's fc its own precision."""
+    held = head_deployment(draft, target, dep).weight_dtype
+    return target.module_dtype("mtp_fusion", held) if draft.method == "mtp" else held
 
 
 def draft_tp(model: ModelSpec, tp: int) -> int:

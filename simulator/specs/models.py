@@ -95,6 +95,8 @@ class ModelSpec:
     checkpoint_weight_dtype: str | None = None
     # its fp8 weights' scale blocks (quantization_config weight_block_size: DeepSeek-V3's [128, 128]); None: per tensor
     weight_block_size: tuple[int, int] | None = None
+    # modules the checkpoint keeps in bf16 beside its quantized linear layers (:func:`_bf16_modules`)
+    bf16_modules: tuple[str, ...] = ()
     num_mtp_layers: int = 0  # multi-token-prediction modules shipped with the model
     expert_groups: int = 0  # DeepSeek's n_group: a grouped top-k router picks groups, then experts (0: plain top-k)
     max_position_embeddings: int | None = None  # longest context the model was trained for (None: not given)
@@ -131,6 +133,12 @@ class ModelSpec:
         """Whether weights held in ``dtype`` are this checkpoint's block-scaled fp8 ones: the GEMMs over them run
         block-scaled fp8 kernels (:meth:`simulator.specs.hardware.Hardware.peak_flops_per_s`)."""
         return dtype == "fp8" and self.weight_block_size is not None
+
+    def module_dtype(self, module: str, dtype: str) -> str:
+        """The precision ``module`` ("embedding", "lm_head", "router", "mtp_fusion") is held in when the model's
+        linear layers run in ``dtype``: bf16 where the checkpoint keeps it unquantized and the deployment runs
+        the checkpoint's own precision (:attr:`bf16_modules`), else ``dtype``."""
+        return "bf16" if module in self.bf16_modules and dtype == self.checkpoint_weight_dtype else dtype
 
     @property
     def num_full_layers(self) -> int:
@@ -450,6 +458,21 @@ def _checkpoint_weight_dtype(cfg: dict, quant: str | None) -> str | None:
     return None if any(a in m for m in kept for a in _ATTENTION_MODULES) else "fp8"
 
 
+# What an fp8 checkpoint (quant_method fp8) leaves in bf16: only its Linear layers carry fp8 weights and
+# scales. DeepSeek-V3's reference code builds the output head with dtype=torch.get_default_dtype() (bf16) and
+# the router (Gate) as a plain bf16 parameter (inference/model.py); V3.2's notes "lm_head in the checkpoint is
+# stored in bf16"; the engines load them unquantized (vLLM's Fp8Config quantizes LinearBase and FusedMoE
+# layers only, so the embedding and ParallelLMHead stay bf16, and its DeepSeek / Qwen3-MoE / MiniMax-M2 routers
+# are ReplicatedLinear with quant_config=None), and MTP's eh_proj is a plain nn.Linear in vLLM's deepseek_mtp.py
+# and SGLang's deepseek_nextn.py (it cannot hold fp8 weights).
+_FP8_CHECKPOINT_BF16_MODULES = ("embedding", "lm_head", "router", "mtp_fusion")
+
+
+def _bf16_modules(checkpoint_dtype: str | None) -> tuple[str, ...]:
+    """The modules a checkpoint keeps in bf16 beside its own quantized layers (:meth:`ModelSpec.module_dtype`)."""
+    return _FP8_CHECKPOINT_BF16_MODULES if checkpoint_dtype == "fp8" else ()
+
+
 def _weight_block_size(cfg: dict, quant: str | None, origin: str) -> tuple[int, int] | None:
     """An fp8 checkpoint's weight scale blocks [rows, columns] (quantization_config weight_block_size), or None."""
     block = (cfg.get("quantization_config") or {}).get("weight_block_size") if quant == "fp8" else None
@@ -597,6 +620,7 @@ def _common_fields(cfg: dict, name: str, origin: str, model_type: str) -> tuple[
                   tie_word_embeddings=tie, sliding_window=window, num_sliding_layers=n_sliding,
                   max_position_embeddings=max_pos, attention_chunk_size=chunk, num_chunked_layers=n_chunked,
                   checkpoint_weight_dtype=_checkpoint_weight_dtype(cfg, quant),
+                  bf16_modules=_bf16_modules(_checkpoint_weight_dtype(cfg, quant)),
                   weight_block_size=_weight_block_size(cfg, quant, origin),
                   attn_logit_softcapping=_opt_float(cfg, "attn_logit_softcapping", origin),
                   final_logit_softcapping=_opt_float(cfg, "final_logit_softcapping", origin))

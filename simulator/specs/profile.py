@@ -57,6 +57,10 @@ SHIPPED_DIR = Path(__file__).resolve().parent.parent / "data" / "profiles"
 PROFILE_VERSIONS = (1, 2)
 # Op families whose curve falls back to the generic GEMM curve when the profile has none of its own.
 _GEMM_LIKE = {"gemm", "lm_head", "moe", "draft"}
+# the GEMM kernels that run at the fp8 peak (per-tensor fp8 x fp8, block-scaled fp8) and the compute curve of
+# a published prior that prices them (the fraction of the fp8 peak others attained)
+FP8_PEAK_KERNELS = ("fp8", "fp8_block")
+FP8_MATMUL_CURVE = "gemm.fp8"
 
 
 @dataclass(frozen=True)
@@ -128,8 +132,14 @@ class Profile:
         return replace(self, engine_scale=1.0, step_overhead_fixed_s=0.0, step_overhead_per_seq_s=0.0,
                        step_overhead_per_token_s=0.0)
 
-    def compute_efficiency(self, op_name: str, family: str, tokens) -> np.ndarray | float:
-        curve = self.compute.get(op_name) or self.compute.get(family)
+    def compute_efficiency(self, op_name: str, family: str, tokens, dtype: str = "") -> np.ndarray | float:
+        """The attained share of the peak an op runs at: its own curve, else (a GEMM at the fp8 peak,
+        ``dtype`` in :data:`FP8_PEAK_KERNELS`) the fp8 matmul curve, else its family's, else the GEMMs'."""
+        curve = self.compute.get(op_name)
+        if curve is None and dtype in FP8_PEAK_KERNELS and family in _GEMM_LIKE:
+            curve = self.compute.get(FP8_MATMUL_CURVE)
+        if curve is None:
+            curve = self.compute.get(family)
         if curve is None and family in _GEMM_LIKE:
             curve = self.compute.get("gemm")
         return 1.0 if curve is None else curve(tokens)
@@ -327,9 +337,16 @@ def prior_profile(hw) -> Profile | None:
         return None
     const = lambda value: Curve(np.zeros(1), np.array([value]))  # noqa: E731
     compute, memory, collectives, used = {}, {}, {}, []
+    notes = []
     if "mamf_bf16_flops_per_s" in pub:
         compute["gemm"] = const(min(pub["mamf_bf16_flops_per_s"] / hw.peak_bf16_flops_per_s, 1.0))
         used.append("matmul")
+        # GEMMs at the fp8 peak (FP8_PEAK_KERNELS) take the fp8 figure's own share of it where one is published
+        if hw.peak_fp8_flops_per_s and "mamf_fp8_flops_per_s" in pub:
+            compute[FP8_MATMUL_CURVE] = const(min(pub["mamf_fp8_flops_per_s"] / hw.peak_fp8_flops_per_s, 1.0))
+            used.append("fp8 matmul")
+        elif hw.peak_fp8_flops_per_s:
+            notes.append("fp8 GEMMs assumed at bf16's share of their peak (no published fp8 matmul figure)")
     if "stream_bandwidth_bytes_per_s" in pub:
         memory["default"] = const(min(pub["stream_bandwidth_bytes_per_s"] / hw.hbm_bandwidth_bytes_per_s, 1.0))
         used.append("bandwidth")
@@ -341,7 +358,8 @@ def prior_profile(hw) -> Profile | None:
     return Profile(path=f"{hw.name} [published]", hardware=hw.name, device_name=hw.display_name, compute=compute,
                    memory=memory, launch_overhead_s=hw.launch_overhead_s, collectives=collectives,
                    basis="published prior", provenance={"source": f"published measurements ({', '.join(used)})"
-                                                                  f" in the [published] table of {hw.name}'s hardware file"})
+                                                                  f" in the [published] table of {hw.name}'s hardware file"
+                                                                  + "".join(f"; {n}" for n in notes)})
 
 
 def load_profile(path: str | Path) -> Profile:
