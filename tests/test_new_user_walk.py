@@ -1,0 +1,29 @@
+"""A new user's walk of the planner after the 2026-12-07 merges (issue 47 follow-ups): what it found, each
+checked in process (no new subprocess or browser page)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from cli_inprocess import run_main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_sweep_summary_names_the_replica_cap_the_tasks_ran_under(tmp_path):
+    # Before: scenarios/sweeps/sweep-small.toml's summary said "32 meet the target load within max_replicas=of the
+    # base scenario." and "seed=None." (the values left out); the base, sizing-dense-command-a, sets [sizing]
+    # max_replicas = 32 and seed = 0.
+    from simulator.sweep import parse_sweep
+    from simulator.sweep.tables import _sections
+
+    spec = parse_sweep(ROOT / "scenarios" / "sweeps" / "sweep-small.toml", output_dir=str(tmp_path / "out"))
+    rows = pd.DataFrame({"model": ["command-a"], "traffic": ["chat"], "pareto": [False], "meets_target": [True]})
+
+    def intro():
+        return _sections(spec, rows, pd.DataFrame(), {})[0][1]
+    assert "1 meet the target load within max_replicas=32 (the base scenario's)." in intro(), intro()
+    assert intro().endswith("; seed=0 (the base scenario's)."), intro()
+    spec.run["max_replicas"], spec.run["seed"] = 7, 3  # [run] settings of the sweep's own
+    assert "within max_replicas=7." in intro() and intro().endswith("; seed=3."), intro()
