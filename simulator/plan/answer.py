@@ -59,7 +59,9 @@ def answer_notes(pred) -> list[str]:
     n = acc.given_positions
     if n is not None and k.size and int(k.max()) > n:
         hit = t[t["k_opt"].fillna(-1).astype(int) > n]
-        out.append(f"K* = {int(k.max())} uses acceptance positions beyond the {n} given (B {_span(hit.batch_size.to_numpy(), False) if len(hit) <= 6 else f'{hit.batch_size.min()}-{hit.batch_size.max()}'}):"
+        lo_k = int(hit["k_opt"].min())  # the K* of every batch size named, not only the largest
+        said = f"K* = {int(k.max())}" if lo_k == int(k.max()) else f"K* = {lo_k}-{int(k.max())}"
+        out.append(f"{said} uses acceptance positions beyond the {n} given (B {_span(hit.batch_size.to_numpy(), False) if len(hit) <= 6 else f'{hit.batch_size.min()}-{hit.batch_size.max()}'}):"
                    f" {acc.rule}; measure per-position rates up to K={int(k.max())} before relying on it")
     if b_all.size > 1 and b_all[-1] - b_all[0] + 1 != b_all.size:
         out.append(f"batch sizes evaluated only at {_span(b_all, False) if b_all.size <= 12 else f'{b_all.size} sizes between {b_all[0]} and {b_all[-1]}'}"
