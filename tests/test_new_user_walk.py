@@ -39,3 +39,17 @@ def test_positions_warning_names_the_k_star_of_every_batch_size_it_lists():
     assert {int(r[0]): int(r[1]) for r in rows} == {1: 8, 8: 8, 32: 8, 128: 4}, done.stdout
     line = next(ln for ln in done.stderr.splitlines() if "uses acceptance positions beyond" in ln)
     assert line.startswith("warning: K* = 4-8 uses acceptance positions beyond the 2 given (B 1, 8, 32 and 128)"), line
+
+
+def test_table_names_sglang_tree_flags_as_one_fixed_k_not_an_adaptive_config():
+    # Before: the table's engine line read "SGLang 0.5.23 adaptive config (--format sglang): {...speculative_num_steps
+    # 8...}" for an EAGLE-3 8x63 tree, whose file is launch flags of one K for every batch size (K* is 1 at B = 64)
+    # and whose load is set by --planned-batch; the dashboard already labels it "launch flags: one fixed K".
+    done = run_main("simulator.predict", "--scenario", "llama-3.1-8b-h100", "--engine", "sglang", "--draft",
+                    "eagle3:tree:8x63", "--batch-sizes", "1,16,64")
+    assert done.returncode == 0, done.stderr
+    line = next(ln for ln in done.stdout.splitlines() if "(--format sglang" in ln)
+    assert line.startswith("SGLang 0.5.23 launch flags, one fixed K at every batch size (--format sglang; --planned-batch"
+                           " picks it for your load): {\"speculative_algorithm\": \"EAGLE3\""), line
+    chain = run_main("simulator.predict", "--scenario", "llama-3.1-8b-h100", "--engine", "sglang", "--batch-sizes", "1,16,64")
+    assert "SGLang 0.5.23 adaptive config (--format sglang): {\"1\": " in chain.stdout, chain.stdout
