@@ -53,3 +53,16 @@ def test_table_names_sglang_tree_flags_as_one_fixed_k_not_an_adaptive_config():
                            " picks it for your load): {\"speculative_algorithm\": \"EAGLE3\""), line
     chain = run_main("simulator.predict", "--scenario", "llama-3.1-8b-h100", "--engine", "sglang", "--batch-sizes", "1,16,64")
     assert "SGLang 0.5.23 adaptive config (--format sglang): {\"1\": " in chain.stdout, chain.stdout
+
+
+def test_dspark_step_cost_table_is_refused_for_a_tree():
+    # Before: --format sglang-sps for an EAGLE-3 8x63 tree wrote probes at B (K + 1) batch tokens (9 at B = 1, K = 8)
+    # where the tree verifies 64 tokens a sequence, and the dashboard offered it as a download.
+    from cli_inprocess import refused_line
+
+    line = refused_line("simulator.predict", "--scenario", "llama-3.1-8b-h100", "--engine", "sglang", "--draft",
+                        "eagle3:tree:8x63", "--batch-sizes", "1-8", "--format", "sglang-sps")
+    assert line.startswith("error: --draft eagle3:tree:8x63: the DSpark step-cost table (--format sglang-sps)"), line
+    assert line.endswith("use --format sglang (its launch flags)"), line
+    chain = run_main("simulator.predict", "--scenario", "llama-3.1-8b-h100", "--batch-sizes", "1-8", "--format", "sglang-sps")
+    assert chain.returncode == 0 and '"sample_batch_tokens"' in chain.stdout, chain.stderr
