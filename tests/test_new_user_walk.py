@@ -66,3 +66,15 @@ def test_dspark_step_cost_table_is_refused_for_a_tree():
     assert line.endswith("use --format sglang (its launch flags)"), line
     chain = run_main("simulator.predict", "--scenario", "llama-3.1-8b-h100", "--batch-sizes", "1-8", "--format", "sglang-sps")
     assert chain.returncode == 0 and '"sample_batch_tokens"' in chain.stdout, chain.stderr
+
+
+def test_a_huge_planned_batch_is_one_line_not_a_traceback():
+    # Before: --planned-batch 9999999999999999999999 ended in "OverflowError: Python int too large to convert to C
+    # long" (a traceback from plan/exports/fixed_k.py); --batch-sizes already caps a batch size at 65536.
+    from cli_inprocess import refused_line
+
+    for value in ("9999999999999999999999", "1-65537"):
+        line = refused_line("simulator.predict", "--scenario", "llama-3.1-8b-h100", "--engine", "sglang", "--draft",
+                            "eagle3:tree:4x8", "--batch-sizes", "1-8", "--format", "sglang", "--planned-batch", value)
+        assert line == (f"error: --planned-batch '{value}': expected a batch size (e.g. 64) or a range LO-HI (e.g. 8-64)"
+                        " of batch sizes in 1-65536, LO <= HI"), line
