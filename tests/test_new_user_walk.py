@@ -78,3 +78,16 @@ def test_a_huge_planned_batch_is_one_line_not_a_traceback():
                             "eagle3:tree:4x8", "--batch-sizes", "1-8", "--format", "sglang", "--planned-batch", value)
         assert line == (f"error: --planned-batch '{value}': expected a batch size (e.g. 64) or a range LO-HI (e.g. 8-64)"
                         " of batch sizes in 1-65536, LO <= HI"), line
+
+
+def test_sglang_tree_note_counts_the_draft_tokens_its_flags_carry():
+    # Before: K = 1 on an 8x63 tree wrote --speculative-num-draft-tokens 9 (topk 8 at depth 1: 8 nodes + the root)
+    # while its note said "tree depth (--speculative-num-steps) 1, topk 8, 63 draft tokens + the root".
+    import json
+
+    done = run_main("simulator.predict", "--scenario", "llama-3.1-8b-h100", "--engine", "sglang", "--draft",
+                    "eagle3:tree:8x63", "--batch-sizes", "1-128", "--format", "json")
+    sglang = json.loads(done.stdout)["exports"]["sglang"]
+    flags = sglang["file"]
+    assert (flags["speculative_num_steps"], flags["speculative_num_draft_tokens"]) == (1, 9), flags
+    assert sglang["notes"][0].endswith("tree depth (--speculative-num-steps) 1, topk 8, 8 draft tokens + the root")

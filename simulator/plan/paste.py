@@ -256,7 +256,8 @@ def sglang_fixed_export(pred, table, version: str, planned_batch_size=None):
         here = choice.share[(b >= lo) & (b <= hi)]
         rows.append({"batch sizes": f"{lo}-{hi}" if lo != hi else str(lo), "K*": kk, "SGLang runs": k,
                      "share of the best goodput": _share_text(here)})
-    what = (f"tree depth (--speculative-num-steps) {k}, topk {d.topk}, {d.tree_tokens} draft tokens + the root"
+    what = (f"tree depth (--speculative-num-steps) {k}, topk {d.topk},"  # the nodes a depth-K tree holds, as flags
+            f" {flags['speculative_num_draft_tokens'] - 1} draft tokens + the root"
             if d.is_tree else f"block of {k} drafts (--speculative-num-draft-tokens {k + 1})")
     notes = [f"SGLang runs one fixed K for {d.label} (adaptive speculation needs EAGLE with topk 1): {what}",
              choice.chosen_for()]
