@@ -91,3 +91,31 @@ def test_sglang_tree_note_counts_the_draft_tokens_its_flags_carry():
     flags = sglang["file"]
     assert (flags["speculative_num_steps"], flags["speculative_num_draft_tokens"]) == (1, 9), flags
     assert sglang["notes"][0].endswith("tree depth (--speculative-num-steps) 1, topk 8, 8 draft tokens + the root")
+
+
+def test_dashboard_counts_a_trees_verify_tokens_on_the_roofline_and_experts_charts():
+    # Before: the Roofline tab said "T = 64 tokens" at B = 8, K = 7 of an EAGLE-3 4x8 tree, which verifies its 8
+    # draft tokens + the root per sequence (72 tokens, as the grid prices it), and the MoE experts chart put a tree's
+    # rows at T = B (K + 1) (an 8x63 tree at B = 8, K = 8: 72 tokens where it verifies 512).
+    import json
+
+    from streamlit.testing.v1 import AppTest
+
+    from dashboard import compute
+    from simulator.plan.api import predict
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.session_state["view"] = "Roofline"
+    at.run()
+    at.sidebar.selectbox(key="draft_method").set_value("eagle3:tree:4x8").run()
+    at.sidebar.number_input(key="insp_b").set_value(8).run()
+    at.sidebar.selectbox(key="insp_k").set_value(7).run()
+    assert not at.exception, [e.value for e in at.exception]
+    said = next(c.value for c in at.caption if "Each point is one operator" in c.value)
+    assert "at B = 8, K = 7 (T = 72 tokens)" in said, said
+
+    p = predict("default", model="qwen3-30b-a3b", draft="eagle3:tree:8x63", engine="sglang", batch_sizes="8")
+    spec = compute.chart_spec(compute.build_chart(p, "experts"))
+    rows = next(d for d in spec["datasets"].values() if "experts_touched" in d.columns).set_index("k")
+    assert int(rows.loc[8, "tokens"]) == 8 * 64 and int(rows.loc[1, "tokens"]) == 8 * 9, rows
+    assert "tree nodes" in json.dumps({k: v for k, v in spec.items() if k != "datasets"})
