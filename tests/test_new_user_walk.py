@@ -119,3 +119,21 @@ def test_dashboard_counts_a_trees_verify_tokens_on_the_roofline_and_experts_char
     rows = next(d for d in spec["datasets"].values() if "experts_touched" in d.columns).set_index("k")
     assert int(rows.loc[8, "tokens"]) == 8 * 64 and int(rows.loc[1, "tokens"]) == 8 * 9, rows
     assert "tree nodes" in json.dumps({k: v for k, v in spec.items() if k != "datasets"})
+
+
+def test_refused_sglang_flags_of_a_block_draft_keep_their_name():
+    # Before: DFlash on SGLang read "SGLang 0.5.13 adaptive config, no K = 0 (JSON): not available: --draft dflash:
+    # not verified in SGLang 0.5.13" (and "SGLang 0.5.14+ adaptive config (JSON): not available: no batch size fits"
+    # where nothing fits): a block draft's file is launch flags of one fixed K, as the page names it when written.
+    from streamlit.testing.v1 import AppTest
+
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.session_state["view"] = "Downloads"
+    at.run()
+    at.sidebar.selectbox(key="engine_name").set_value("sglang")
+    at.sidebar.selectbox(key="draft_method").set_value("dflash").run()
+    assert not at.exception, [e.value for e in at.exception]
+    refused = [c.value for c in at.caption if "not available" in c.value]
+    assert [c.split(": not available")[0] for c in refused] == [
+        "SGLang 0.5.13 launch flags: one fixed K for this draft (JSON)"], refused
+    assert "SGLang 0.5.14+ launch flags: one fixed K for this draft (JSON)" in [b.label for b in at.get("download_button")]
