@@ -137,3 +137,20 @@ def test_refused_sglang_flags_of_a_block_draft_keep_their_name():
     assert [c.split(": not available")[0] for c in refused] == [
         "SGLang 0.5.13 launch flags: one fixed K for this draft (JSON)"], refused
     assert "SGLang 0.5.14+ launch flags: one fixed K for this draft (JSON)" in [b.label for b in at.get("download_button")]
+
+
+def test_a_tree_given_rates_without_a_rank_tail_says_how_they_are_read():
+    # Before: --draft eagle3:tree:4x8 --acceptance FILE (a vLLM chain's /metrics, AL 2.84 at K = 3) priced the tree
+    # at the chain's AL (2.84 at depth 3, where the preset's shape gives a 4x8 tree more) without a word: rates with
+    # no [acceptance] rank_tail are read as the tree's own per depth (data/acceptance.toml), a chain's under-count it.
+    done = run_main("simulator.predict", "--scenario", "llama-3.1-8b-h100", "--engine", "sglang", "--draft",
+                    "eagle3:tree:4x8", "--acceptance", "0.7", "--batch-sizes", "1-4")
+    said = [ln for ln in done.stderr.splitlines() if "rank tail" in ln]
+    assert said == ["warning: --draft eagle3:tree:4x8: the acceptance rates given carry no rank tail, so they are read"
+                    " as the tree's own acceptance per depth, measured on this tree (rates measured on a chain"
+                    " under-count a tree, whose lower-ranked candidates catch the top one's misses); to price the"
+                    " tree's shape from top-1 rates, give [acceptance] rank_tail in the scenario (the eagle3-tree"
+                    " preset's: 0.751)"], done.stderr
+    preset = run_main("simulator.predict", "--scenario", "llama-3.1-8b-h100", "--engine", "sglang", "--draft",
+                      "eagle3:tree:4x8", "--batch-sizes", "1-4")
+    assert "rank tail" not in preset.stderr and preset.returncode == 0
