@@ -154,3 +154,27 @@ def test_a_tree_given_rates_without_a_rank_tail_says_how_they_are_read():
     preset = run_main("simulator.predict", "--scenario", "llama-3.1-8b-h100", "--engine", "sglang", "--draft",
                       "eagle3:tree:4x8", "--batch-sizes", "1-4")
     assert "rank tail" not in preset.stderr and preset.returncode == 0
+
+
+def test_sizing_a_tree_draft_is_refused_up_front():
+    # Before: size --draft eagle3:tree:4x8 ran the whole search and answered "buy 24 x h100-sxm (... no speculation)",
+    # its fixed and dsd rows "misses the SLOs even at 0.185 req/s: draft eagle3:tree:4x8: the serving simulation and
+    # sizing price chains only" (the refusal read as a capacity result), and "fixed cannot meet the SLOs".
+    from simulator.errors import PlannerError
+    from simulator.plan.api import resolve_scenario
+    from simulator.sizing.spec import parse_sizing
+
+    line = __import__("cli_inprocess").refused_line(
+        "simulator.size", "--model", "llama-3.1-70b", "--hardware", "h100-sxm", "--draft", "eagle3:tree:4x8",
+        "--rate", "30", "--tpot-p50", "0.05", "--tp", "4")
+    assert line == ("error: draft eagle3:tree:4x8: sizing prices chains only (the serving simulation verifies K + 1"
+                    " tokens a sequence, a tree N + 1), so policies fixed, dsd cannot run: plan the tree with python -m"
+                    ' simulator.predict, or size plain decoding alone with [sizing] policies = ["plain"]'), line
+    sc = resolve_scenario("sizing-dense-command-a", draft="eagle3:tree:4x8")
+    assert parse_sizing(sc, policies=["plain"]).policies == ("plain",)
+    try:
+        parse_sizing(sc, policies=["plain", "dsd"])
+    except PlannerError as err:
+        assert "policies dsd cannot run" in str(err)
+    else:
+        raise AssertionError("a tree with dsd was not refused")
