@@ -49,9 +49,10 @@ def test_table_names_sglang_tree_flags_as_one_fixed_k_not_an_adaptive_config():
                     "eagle3:tree:8x63", "--batch-sizes", "1,16,64")
     assert done.returncode == 0, done.stderr
     line = next(ln for ln in done.stdout.splitlines() if "(--format sglang" in ln)
-    assert line.startswith("SGLang 0.5.23 launch flags, one fixed K at every batch size (--format sglang; --planned-batch"
-                           " picks it for your load): {\"speculative_algorithm\": \"EAGLE3\""), line
-    chain = run_main("simulator.predict", "--scenario", "llama-3.1-8b-h100", "--engine", "sglang", "--batch-sizes", "1,16,64")
+    assert line.startswith("SGLang 0.5.23 launch flags, one fixed K at every batch size (--format sglang;"
+                           " --planned-batch picks it for your load): {\"speculative_algorithm\": \"EAGLE3\""), line
+    chain = run_main("simulator.predict", "--scenario", "llama-3.1-8b-h100", "--engine", "sglang",
+                     "--batch-sizes", "1,16,64")
     assert "SGLang 0.5.23 adaptive config (--format sglang): {\"1\": " in chain.stdout, chain.stdout
 
 
@@ -64,7 +65,8 @@ def test_dspark_step_cost_table_is_refused_for_a_tree():
                         "eagle3:tree:8x63", "--batch-sizes", "1-8", "--format", "sglang-sps")
     assert line.startswith("error: --draft eagle3:tree:8x63: the DSpark step-cost table (--format sglang-sps)"), line
     assert line.endswith("use --format sglang (its launch flags)"), line
-    chain = run_main("simulator.predict", "--scenario", "llama-3.1-8b-h100", "--batch-sizes", "1-8", "--format", "sglang-sps")
+    chain = run_main("simulator.predict", "--scenario", "llama-3.1-8b-h100", "--batch-sizes", "1-8",
+                     "--format", "sglang-sps")
     assert chain.returncode == 0 and '"sample_batch_tokens"' in chain.stdout, chain.stderr
 
 
@@ -76,8 +78,8 @@ def test_a_huge_planned_batch_is_one_line_not_a_traceback():
     for value in ("9999999999999999999999", "1-65537"):
         line = refused_line("simulator.predict", "--scenario", "llama-3.1-8b-h100", "--engine", "sglang", "--draft",
                             "eagle3:tree:4x8", "--batch-sizes", "1-8", "--format", "sglang", "--planned-batch", value)
-        assert line == (f"error: --planned-batch '{value}': expected a batch size (e.g. 64) or a range LO-HI (e.g. 8-64)"
-                        " of batch sizes in 1-65536, LO <= HI"), line
+        assert line == (f"error: --planned-batch '{value}': expected a batch size (e.g. 64) or a range LO-HI"
+                        " (e.g. 8-64) of batch sizes in 1-65536, LO <= HI"), line
 
 
 def test_sglang_tree_note_counts_the_draft_tokens_its_flags_carry():
@@ -86,7 +88,8 @@ def test_sglang_tree_note_counts_the_draft_tokens_its_flags_carry():
     import json
 
     done = run_main("simulator.predict", "--scenario", "llama-3.1-8b-h100", "--engine", "sglang", "--draft",
-                    "eagle3:tree:8x63", "--batch-sizes", "1-128", "--format", "json")
+                    "eagle3:tree:8x63", "--batch-sizes", "1-128", "--k-max", "1", "--fixed-k", "1",  # depth 1
+                    "--format", "json")
     sglang = json.loads(done.stdout)["exports"]["sglang"]
     flags = sglang["file"]
     assert (flags["speculative_num_steps"], flags["speculative_num_draft_tokens"]) == (1, 9), flags
@@ -136,7 +139,8 @@ def test_refused_sglang_flags_of_a_block_draft_keep_their_name():
     refused = [c.value for c in at.caption if "not available" in c.value]
     assert [c.split(": not available")[0] for c in refused] == [
         "SGLang 0.5.13 launch flags: one fixed K for this draft (JSON)"], refused
-    assert "SGLang 0.5.14+ launch flags: one fixed K for this draft (JSON)" in [b.label for b in at.get("download_button")]
+    labels = [b.label for b in at.get("download_button")]
+    assert "SGLang 0.5.14+ launch flags: one fixed K for this draft (JSON)" in labels, labels
 
 
 def test_a_tree_given_rates_without_a_rank_tail_says_how_they_are_read():

@@ -203,7 +203,8 @@ def engine_file_lines(pred: Prediction) -> list[str]:
         body = exp.payload.get(key) if key else exp.payload
         what = f"{key or 'adaptive config'} (--format {fmt})"
         if exp.chosen_for:  # SGLang with a tree or block draft: launch flags of one K, not a per-batch config
-            what = f"launch flags, one fixed K at every batch size (--format {fmt}; --planned-batch picks it for your load)"
+            what = (f"launch flags, one fixed K at every batch size (--format {fmt}; --planned-batch picks it for"
+                    " your load)")
         lines.append(f"{exp.engine} {exp.version} {what}: " + json.dumps(body))
     return lines
 

@@ -103,8 +103,8 @@ def check_draft_export(draft, fmt: str, version: str) -> None:
     elif fmt in ("sglang", "sglang-sps"):
         if fmt == "sglang-sps" and draft.is_tree:  # its probes are B (K + 1) tokens: a chain's or a block's step
             raise PlannerError(f"--draft {label}: the DSpark step-cost table (--format sglang-sps) probes steps of"
-                               f" B (K + 1) tokens, and a tree verifies up to its {draft.tree_tokens} draft tokens + the root per"
-                               " sequence at one fixed K: use --format sglang (its launch flags)")
+                               f" B (K + 1) tokens, and a tree verifies up to its {draft.tree_tokens} draft tokens +"
+                               " the root per sequence at one fixed K: use --format sglang (its launch flags)")
         if draft.method in ("p-eagle", "pard"):
             raise PlannerError(f"--draft {label}: SGLang {version} has no {label} algorithm (its builtins: EAGLE,"
                                f" EAGLE3, NEXTN, STANDALONE, NGRAM, DFLASH, DSPARK, UNO); vLLM {VLLM_CHECKED} runs"
