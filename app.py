@@ -21,8 +21,8 @@ from calibration.measured import mape, match  # noqa: E402
 from dashboard import compute, state as S  # noqa: E402
 from dashboard.sidebar import sidebar  # noqa: E402
 from simulator.errors import PlannerError  # noqa: E402
-from simulator.plan.exports import is_launch_flags  # noqa: E402
 from simulator.specs.deployment_fit import DeploymentMismatch  # noqa: E402
+from simulator.specs.drafts import verify_drafts  # noqa: E402
 from simulator.plan.advice import advice_lines  # noqa: E402
 from simulator.plan.speedup_trust import decision_risk_text, gain_at_risk_text  # noqa: E402
 
@@ -187,8 +187,9 @@ def tab_policy(pg: Page) -> None:
 def tab_roofline(pg: Page) -> None:
     pg.chart("roofline", at_point=True)
     hw = pg.p.scenario.hardware
+    drafts = int(verify_drafts(pg.p.scenario.draft, pg.k))  # a draft tree verifies its nodes, not K
     st.caption(f"Each point is one operator of the verify step at B = {pg.b}, K = {pg.k} "
-               f"(T = {pg.b * (pg.k + 1)} tokens). On the slope: memory-bound; on the flat roof: compute-bound. "
+               f"(T = {pg.b * (drafts + 1)} tokens). On the slope: memory-bound; on the flat roof: compute-bound. "
                f"Ridge point of {hw.name}: {hw.ridge_point:,.0f} FLOP/byte (bf16). Datasheet-only predictions sit "
                "on the roof; a calibration profile moves them below it. Set B and K in the sidebar.")
 
@@ -398,12 +399,13 @@ def tab_downloads(pg: Page) -> None:
         for label, fmt, version, suffix in shown:
             text, md, warns, chosen_for = cached_export(pg.key, pg.origin, fmt, version, lens,
                                                         planned if fmt == "sglang" else None)
+            if fmt == "sglang" and (p.scenario.draft.is_tree or p.scenario.draft.is_block):  # one fixed K (as
+                # Prediction.export), named so where the file is refused too
+                label = label.split(" adaptive config")[0] + " launch flags: one fixed K for this draft (JSON)"
+                suffix = suffix.replace("adaptive", "flags")
             if text is None:
                 st.caption(f"{label}: not available: {md}")
                 continue
-            if fmt == "sglang" and is_launch_flags(json.loads(text)):  # a tree or block draft: one fixed K
-                label = label.split(" adaptive config")[0] + " launch flags: one fixed K for this draft (JSON)"
-                suffix = suffix.replace("adaptive", "flags")
             download(label, text, f"{name}-{suffix}", "application/json", f"dl_{suffix}")
             if chosen_for:
                 st.caption(chosen_for)

@@ -223,14 +223,19 @@ def roofline_chart(ops: pd.DataFrame, peak_flops_per_s: float, bandwidth_bytes_p
         title=alt.TitleParams("Roofline of the verify step", subtitle=title or alt.Undefined), height=380)
 
 
-def experts_touched_chart(grid: pd.DataFrame, num_experts: int, top_k: int, title: str = "") -> alt.Chart:
+def experts_touched_chart(grid: pd.DataFrame, num_experts: int, top_k: int, title: str = "",
+                          drafts_per_seq=None) -> alt.Chart:
     """Experts a verify step loads (per MoE layer) vs tokens in the step, T = B * (K + 1): one line per K
-    (with correlated routing the count depends on B and K, not on T alone, so one line would zigzag)."""
+    (with correlated routing the count depends on B and K, not on T alone, so one line would zigzag).
+    ``drafts_per_seq``: the draft tokens each row's verify checks per sequence (a draft tree's nodes:
+    ``specs.drafts.verify_drafts``); None: K (a chain)."""
     df = grid[["batch_size", "k", "experts_touched"]].copy()
-    df["tokens"] = df["batch_size"] * (df["k"] + 1)
+    drafts = df["k"] if drafts_per_seq is None else np.asarray(drafts_per_seq, dtype=float)
+    df["tokens"] = df["batch_size"] * (drafts + 1)
+    per_seq = "K+1" if drafts_per_seq is None else "tree nodes at depth K + 1"
     line = alt.Chart(df).mark_line(strokeWidth=2).encode(
         x=alt.X("tokens:Q", scale=alt.Scale(type="log"),
-                axis=alt.Axis(title="Tokens per verify step T = B·(K+1) (log scale)", format="~s")),
+                axis=alt.Axis(title=f"Tokens per verify step T = B·({per_seq}) (log scale)", format="~s")),
         y=alt.Y("experts_touched:Q", title="Experts loaded per MoE layer", scale=alt.Scale(domain=[0, num_experts * 1.05])),
         color=alt.Color("k:O", title="K", scale=alt.Scale(scheme="viridis")),
         tooltip=[alt.Tooltip("k:O", title="K"), alt.Tooltip("batch_size:Q", title="B"),

@@ -16,6 +16,7 @@ import pandas as pd
 
 from dashboard.state import ALLOW_BEYOND_REMEDY
 from simulator.plan.api import Prediction, predict_scenario
+from simulator.specs.drafts import verify_drafts
 from simulator.specs.scenario import build_scenario
 
 if TYPE_CHECKING:
@@ -69,7 +70,8 @@ def build_chart(p: Prediction, name: str, b: int = 1, k: int = 0) -> alt.TopLeve
     if name == "gain":
         return C.gain_chart(t, sc.fixed_k, sub)
     if name == "experts":
-        return C.experts_touched_chart(g, sc.model.num_experts, sc.model.experts_per_token, sub)
+        return C.experts_touched_chart(g, sc.model.num_experts, sc.model.experts_per_token, sub,
+                                       verify_drafts(sc.draft, g["k"].to_numpy()) if sc.draft.is_tree else None)
     if name == "expert_share":
         return C.expert_share_chart(g, sub)
     if name == "roofline":

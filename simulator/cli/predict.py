@@ -30,6 +30,7 @@ from simulator.files import check_output_file
 from simulator.errors import PlannerError, PlannerWarning
 from simulator.cli.catalog import catalog_text
 from simulator.specs.scenario import DEFAULT_SCENARIO, MAX_K
+from simulator.specs.values import BATCH_SIZE_MAX
 
 
 def _int_pair(text: str) -> tuple[int, int]:
@@ -200,7 +201,11 @@ def engine_file_lines(pred: Prediction) -> list[str]:
             continue
         key = ENGINE_FILE_KEYS.get(fmt)
         body = exp.payload.get(key) if key else exp.payload
-        lines.append(f"{exp.engine} {exp.version} {key or 'adaptive config'} (--format {fmt}): " + json.dumps(body))
+        what = f"{key or 'adaptive config'} (--format {fmt})"
+        if exp.chosen_for:  # SGLang with a tree or block draft: launch flags of one K, not a per-batch config
+            what = (f"launch flags, one fixed K at every batch size (--format {fmt}; --planned-batch picks it for"
+                    " your load)")
+        lines.append(f"{exp.engine} {exp.version} {what}: " + json.dumps(body))
     return lines
 
 
@@ -308,9 +313,9 @@ def planned_batch(text: str | None, fmt: str):
         pair = (int(lo), int(hi) if sep else int(lo))
     except ValueError:
         pair = (0, 0)
-    if min(pair) < 1 or pair[0] > pair[1]:
+    if min(pair) < 1 or pair[0] > pair[1] or pair[1] > BATCH_SIZE_MAX:  # a 22-digit one overflowed numpy
         raise PlannerError(f"--planned-batch '{text}': expected a batch size (e.g. 64) or a range LO-HI (e.g. 8-64)"
-                           " of batch sizes >= 1, LO <= HI")
+                           f" of batch sizes in 1-{BATCH_SIZE_MAX}, LO <= HI")
     if sep and fmt == "trtllm":
         raise PlannerError(f"--planned-batch {text}: TensorRT-LLM's acceptance gate sits at one batch size; give one"
                            f" (e.g. --planned-batch {pair[1]})")

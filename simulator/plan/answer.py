@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.plan import exports
+from simulator.specs.acceptance import preset_for
 
 
 def _span(sizes: np.ndarray, dense: bool) -> str:
@@ -59,8 +60,17 @@ def answer_notes(pred) -> list[str]:
     n = acc.given_positions
     if n is not None and k.size and int(k.max()) > n:
         hit = t[t["k_opt"].fillna(-1).astype(int) > n]
-        out.append(f"K* = {int(k.max())} uses acceptance positions beyond the {n} given (B {_span(hit.batch_size.to_numpy(), False) if len(hit) <= 6 else f'{hit.batch_size.min()}-{hit.batch_size.max()}'}):"
+        lo_k = int(hit["k_opt"].min())  # the K* of every batch size named, not only the largest
+        said = f"K* = {int(k.max())}" if lo_k == int(k.max()) else f"K* = {lo_k}-{int(k.max())}"
+        out.append(f"{said} uses acceptance positions beyond the {n} given (B {_span(hit.batch_size.to_numpy(), False) if len(hit) <= 6 else f'{hit.batch_size.min()}-{hit.batch_size.max()}'}):"
                    f" {acc.rule}; measure per-position rates up to K={int(k.max())} before relying on it")
+    if sc.draft.is_tree and acc.rank_tail is None:  # e.g. a chain's measured rates given for a tree
+        preset = preset_for(sc.draft.preset_key)
+        tail = f" (the {sc.draft.preset_key} preset's: {preset.rank_tail:g})" if preset and preset.rank_tail else ""
+        out.append(f"--draft {sc.draft.label}: the acceptance rates given carry no rank tail, so they are read as the"
+                   " tree's own acceptance per depth, measured on this tree (rates measured on a chain under-count"
+                   " a tree, whose lower-ranked candidates catch the top one's misses); to price the tree's shape"
+                   f" from top-1 rates, give [acceptance] rank_tail in the scenario{tail}")
     if b_all.size > 1 and b_all[-1] - b_all[0] + 1 != b_all.size:
         out.append(f"batch sizes evaluated only at {_span(b_all, False) if b_all.size <= 12 else f'{b_all.size} sizes between {b_all[0]} and {b_all[-1]}'}"
                    " (given sparsely): the engine ranges hold each evaluated K* until the next evaluated batch size")

@@ -101,6 +101,10 @@ def check_draft_export(draft, fmt: str, version: str) -> None:
             raise PlannerError(f"--draft {label}: TensorRT-LLM {version}'s draft_len_schedule does not drive it;"
                                f" {where} runs it")
     elif fmt in ("sglang", "sglang-sps"):
+        if fmt == "sglang-sps" and draft.is_tree:  # its probes are B (K + 1) tokens: a chain's or a block's step
+            raise PlannerError(f"--draft {label}: the DSpark step-cost table (--format sglang-sps) probes steps of"
+                               f" B (K + 1) tokens, and a tree verifies up to its {draft.tree_tokens} draft tokens +"
+                               " the root per sequence at one fixed K: use --format sglang (its launch flags)")
         if draft.method in ("p-eagle", "pard"):
             raise PlannerError(f"--draft {label}: SGLang {version} has no {label} algorithm (its builtins: EAGLE,"
                                f" EAGLE3, NEXTN, STANDALONE, NGRAM, DFLASH, DSPARK, UNO); vLLM {VLLM_CHECKED} runs"
@@ -252,7 +256,8 @@ def sglang_fixed_export(pred, table, version: str, planned_batch_size=None):
         here = choice.share[(b >= lo) & (b <= hi)]
         rows.append({"batch sizes": f"{lo}-{hi}" if lo != hi else str(lo), "K*": kk, "SGLang runs": k,
                      "share of the best goodput": _share_text(here)})
-    what = (f"tree depth (--speculative-num-steps) {k}, topk {d.topk}, {d.tree_tokens} draft tokens + the root"
+    what = (f"tree depth (--speculative-num-steps) {k}, topk {d.topk},"  # the nodes a depth-K tree holds, as flags
+            f" {flags['speculative_num_draft_tokens'] - 1} draft tokens + the root"
             if d.is_tree else f"block of {k} drafts (--speculative-num-draft-tokens {k + 1})")
     notes = [f"SGLang runs one fixed K for {d.label} (adaptive speculation needs EAGLE with topk 1): {what}",
              choice.chosen_for()]

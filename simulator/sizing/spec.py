@@ -271,6 +271,12 @@ def parse_sizing(sc: Scenario, candidates=None, tp=None, target_load=None, polic
     for p in pols:
         if not isinstance(p, str):
             raise PlannerError(f"{origin}: [sizing] policies must be strings, got {p!r}")
+    speculative = [p for p in pols if p != "plain"]
+    if sc.draft.is_tree and speculative:  # refused here, not per policy as "misses the SLOs" after the search
+        raise PlannerError(f"draft {sc.draft.label}: sizing prices chains only (the serving simulation verifies K + 1"
+                           f" tokens a sequence, a tree N + 1), so policies {', '.join(speculative)} cannot run:"
+                           " plan the tree with python -m simulator.predict, or size plain decoding alone with [sizing]"
+                           " policies = [\"plain\"]")
     prices = _parse_prices(table, origin) | _parse_prices({"prices": prices or {}}, "price override")
     kind, load = _target_load(table, traffic, target_load, origin)
     settings = _parse_settings(table, over, origin)

@@ -11,6 +11,7 @@ import io
 import numpy as np
 import pandas as pd
 
+from simulator.sizing.spec import SizingSpec
 from simulator.specs.scenario_sections import repo_relative
 
 # the front's cost: what the buyer pays per output token, the whole fleet (headroom, spare, whole nodes) at the
@@ -88,6 +89,15 @@ def _md_table(df: pd.DataFrame) -> str:
     return head + "".join("| " + " | ".join(fmt(v) for v in r) + " |\n" for r in df.itertuples(index=False))
 
 
+def _search_setting(spec, key: str) -> str:
+    """A search setting each task ran under: the sweep's [run] value, else the base scenario's [sizing] one, else
+    the sizing default, named as such (was 'max_replicas=of the base scenario' and 'seed=None', the value left out)."""
+    if spec.run.get(key) is not None:
+        return str(spec.run[key])
+    base = (spec.base_raw.get("sizing") or {}).get(key)
+    return f"{base} (the base scenario's)" if base is not None else f"{getattr(SizingSpec, key)} (the sizing default)"
+
+
 def _sections(spec, df: pd.DataFrame, filtered: pd.DataFrame, stats: dict):
     """(title, text, table) blocks shared by the Markdown and HTML summaries."""
     lat = spec.output["latency"]
@@ -98,7 +108,7 @@ def _sections(spec, df: pd.DataFrame, filtered: pd.DataFrame, stats: dict):
              f" {spec.n_combinations} combinations: {len(spec.tasks)} tasks ran ({stats.get('computed', 0)} computed"
              f" now, {stats.get('resumed', 0)} from the journal), {len(filtered)} filtered"
              f" (memory or layout). {len(df)} result rows, {meets} meet the target load within"
-             f" max_replicas={spec.run['max_replicas'] or 'of the base scenario'}.")
+             f" max_replicas={_search_setting(spec, 'max_replicas')}.")
     run = spec.run
     if run["size"]:
         same = all(run.get(k) is None for k in ("n_requests", "search_steps", "duration_s", "max_requests"))
@@ -108,7 +118,7 @@ def _sections(spec, df: pd.DataFrame, filtered: pd.DataFrame, stats: dict):
                      f" with [run] n_requests={run['n_requests']}, search_steps={run['search_steps']},"
                      f" duration_s={run['duration_s']}, max_requests={run['max_requests']} (shorter runs than"
                      " `size`: coarser, and optimistic where the queue has no time to build)")
-                  + f"; seed={run['seed']}.")
+                  + f"; seed={_search_setting(spec, 'seed')}.")
     blocks = [("", intro, None)]
     cols = [c for c in PARETO_COLS if c in df.columns]
     front_keys = [c for c in ("model", "traffic") if c in df.columns]
