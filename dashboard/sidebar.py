@@ -450,6 +450,7 @@ def sidebar() -> Inputs:
     profile = _calibration_controls()
     fit_path, fit = _deployment_fit_controls()
     own_rates, own_source = rates, source  # the controls' acceptance, for the page without the fit
+    rank_tail = None  # a tree fit's rank tail goes with its top-1 rates
     physics_only = st.sidebar.checkbox(
         "Physics only (leave out the learned layer)", key="physics_only",
         help="The step times without the engine terms learned from published measurements"
@@ -458,6 +459,7 @@ def sidebar() -> Inputs:
         # measured on the deployment: wins over the preset / typed rates, not over an uploaded acceptance file
         rates = [round(min(float(r), S.MAX_RATE), 4) for r in fit.acceptance_rates]  # as the other controls show them
         source = f"measured on this deployment ({Path(fit.path).name})"  # the stored copy keeps the upload's name
+        rank_tail = fit.acceptance_rank_tail
         st.sidebar.caption(f"Acceptance: {source}; the acceptance controls above are not used while the fit applies"
                            " (a fit refused for another deployment leaves them in use).")
     _operating_point_controls()
@@ -471,7 +473,8 @@ def sidebar() -> Inputs:
                            " so it runs on TP alone.")
     usable = model_ok and acceptance_ok
     raw = S.scenario_raw(base_raw, controls, acceptance=rates, acceptance_source=source, model=model,
-                         profile=profile, deployment_fit=fit_path, physics_only=physics_only) if usable else None
+                         profile=profile, deployment_fit=fit_path, physics_only=physics_only,
+                         rank_tail=rank_tail) if usable else None
     # a fit for another deployment is refused when the scenario is built: then neither its terms nor its
     # measured acceptance apply
     raw_without_fit = S.scenario_raw(base_raw, controls, acceptance=own_rates, acceptance_source=own_source,

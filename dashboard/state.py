@@ -190,8 +190,10 @@ def read_scenario(name: str) -> dict:
 
 def scenario_raw(base: dict, c: dict, *, acceptance: list[float], acceptance_source: str,
                  model: str, profile: str | None, deployment_fit: str | None = None,
-                 physics_only: bool = False) -> dict:
-    """Overlay the controls ``c`` on a scenario dict (keeps its routing, expert dtype, open sections)."""
+                 physics_only: bool = False, rank_tail: float | None = None) -> dict:
+    """Overlay the controls ``c`` on a scenario dict (keeps its routing, expert dtype, open sections);
+    ``rank_tail``: a draft tree's rank tail that goes with ``acceptance`` (a tree's fit: its rates are top-1 rates
+    per depth, specs.tree_acceptance), None where the rates are what they say."""
     raw = copy.deepcopy(base)
     raw.setdefault("model", {})["name"] = model
     raw["model"].pop("source", None)
@@ -224,6 +226,8 @@ def scenario_raw(base: dict, c: dict, *, acceptance: list[float], acceptance_sou
     raw["draft"] = ({"method": "model", "model": c["draft_model"]} if c["draft_method"] == "model"
                     else {"method": c["draft_method"]})
     raw["acceptance"] = {"rates": [float(r) for r in acceptance], "source": acceptance_source}
+    if rank_tail is not None:
+        raw["acceptance"]["rank_tail"] = float(rank_tail)
     if float(c.get("acc_band", 0.0)) > 0:
         raw["acceptance"]["band"] = float(c["acc_band"])
     wl = raw.setdefault("workload", {})

@@ -130,3 +130,28 @@ def test_rates_measured_on_a_tree_stay_its_own_per_depth(tree_sc, tmp_path):
     assert fitted_sc.acceptance.rank_tail is None
     al = compute_grid(fitted_sc, batch_sizes=np.array([1.0]), ks=np.array([3.0])).acceptance_length
     assert al[0] == pytest.approx(3.124)
+
+
+def test_the_dashboards_scenario_keeps_a_tree_fits_rank_tail():
+    """The dashboard copies a deployment fit's acceptance into the scenario it builds (dashboard/sidebar.py). A
+    tree's fit writes top-1 rates per depth with a rank tail; without the tail the planner reads the rates as the
+    tree's own per-depth rates, and the 4x8 tree at depth 3 gets the chain's length 1 + 0.8 + 0.64 + 0.512 =
+    2.952 instead of the tree's. Before: scenario_raw wrote the rates alone."""
+    from dashboard import state as S
+    from simulator.specs.scenario import build_scenario
+
+    raw = S.read_scenario("llama-3.1-8b-h100")
+    raw.setdefault("engine", {})["name"] = "sglang"
+    raw["draft"] = {"method": "eagle3:tree:4x8"}
+    controls = S.controls_from_scenario(raw)
+    kwargs = dict(acceptance=[0.8] * 8, acceptance_source="measured on this deployment (fit.json)",
+                  model=raw["model"]["name"], profile=None)
+    with_tail = build_scenario(S.scenario_raw(raw, controls, rank_tail=0.751, **kwargs), "dashboard")
+    without = build_scenario(S.scenario_raw(raw, controls, **kwargs), "dashboard")
+    assert with_tail.acceptance.rank_tail == 0.751
+    al = lambda sc: float(compute_grid(sc, batch_sizes=[1], ks=[3]).acceptance_length[0])  # noqa: E731
+    assert al(without) == pytest.approx(2.952, abs=1e-3)
+    # by hand, the 8 best of the tree's 36 candidates by path probability (each further candidate at a depth
+    # catches 1 - 0.751 of the misses left): 0.8, 0.64, 0.512; 0.2 x 0.249 = 0.0498 (depth 1, second); 0.8 x 0.0498
+    # twice (depth 2); 0.1502 x 0.249 = 0.0374 (depth 1, third); 0.64 x 0.0498 = 0.0319 (depth 3): 1 + 2.1508
+    assert al(with_tail) == pytest.approx(3.1508, abs=2e-4)
