@@ -33,15 +33,15 @@ def fx(tmp_path_factory):
 
 # The longest files first: `make test` hands whole files to two workers (--dist loadfile), and starting
 # with the long ones keeps the workers' finish times close (longest-processing-time-first). Seconds of
-# one file on the 2-core box (--durations=0, 2026-12-07): 37, 32, 30, 26, 25, 20, 17, 11, 9, 9, 8, 7, 7, 6, 6, 6,
-# 5, 5, 5, 5, 5, 5, 5, 5; files not listed keep their order after them. (Three files of 20-32 s had come to run
-# last, in alphabetical order: the suite ended with one worker idle.)
-LONGEST_FIRST = ("test_engine.py", "test_app_walk.py", "test_browser.py", "test_docs.py", "test_app.py",
-                 "test_transfer_holdout.py", "test_hostile.py", "test_sweep.py", "test_sizing.py", "test_transfer_peer.py",
-                 "test_monotone.py", "test_learned_family.py", "test_gpu_tables.py", "test_exports.py",
-                 "test_step_grid.py", "test_engine_releases.py", "test_flags_first.py", "test_bad_input_readers.py",
-                 "test_validate.py", "test_prompt_chunk_point.py", "test_core.py", "test_dashboard_files.py",
-                 "test_layout.py", "test_dashboard_qa.py")
+# file totals under 3 workers on the 2-core box (--junitxml, 2026-12-07, session 5), seconds: 51, 45, 40, 39, 29, 29,
+# 25, 19, 15, 14, 14, 13, 13, 11, 11, 10, 9, 8, 8, 8, 8, 6, 6, 6; files not listed keep their order after them.
+# (Long files that came to run last, in alphabetical order, left the suite ending with one worker busy.)
+LONGEST_FIRST = ("test_engine.py", "test_app_walk.py", "test_app.py", "test_docs.py", "test_browser.py",
+                 "test_sweep.py", "test_hostile.py", "test_transfer_holdout.py", "test_transfer_peer.py",
+                 "test_gpu_tables.py", "test_monotone.py", "test_step_grid.py", "test_dashboard_qa.py",
+                 "test_flags_first.py", "test_exports.py", "test_sizing.py", "test_engine_releases.py",
+                 "test_serving.py", "test_core.py", "test_bad_input_readers.py", "test_dashboard_files.py",
+                 "test_fleet_search.py", "test_actionable.py", "test_bad_input_predict.py")
 
 
 def pytest_collection_modifyitems(config, items):
