@@ -18,7 +18,8 @@ from simulator.cli.predict import main as predict_main
 from simulator.errors import PlannerError
 from simulator.plan import exports as E
 from simulator.plan.api import predict
-from simulator.plan.grid import acceptance_lengths, compute_grid
+from simulator.plan.grid import compute_grid
+from simulator.specs.tree_acceptance import draft_acceptance_lengths
 from simulator.specs.scenario import SCENARIO_DIR, build_scenario, load_scenario, parse_context_lens, read_scenario_file
 
 B10 = np.arange(1, 11)
@@ -270,10 +271,7 @@ def test_verify_time_grows_with_context_and_kstar_map_shape():
 
 
 def test_acceptance_by_context_hand_computed():
-    class Acc:
-        def rates_upto(self, n):
-            return np.full(n, 0.8)
-    al = acceptance_lengths(Acc(), np.arange(3), [1.0, 0.5])
+    al = draft_acceptance_lengths(np.full(2, 0.8), np.arange(3), [1.0, 0.5])  # a chain: rates scaled by s(L)
     np.testing.assert_allclose(al[:, 0], [1, 1.8, 1 + 0.8 + 0.64])
     np.testing.assert_allclose(al[:, 1], [1, 1.4, 1 + 0.4 + 0.16])
 

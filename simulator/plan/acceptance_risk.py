@@ -21,9 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.specs.acceptance import acceptance_length_prefix
-
-RATE_CEILING = 0.999
+from simulator.specs.acceptance import RATE_CEILING
+from simulator.specs.tree_acceptance import TreeShape, draft_acceptance_lengths
 
 
 def break_even_acceptance_length(itl_k, itl_plain) -> np.ndarray:
@@ -53,15 +52,16 @@ def banded_rates(rates: np.ndarray, band: float) -> np.ndarray:
     return np.clip(np.stack([rates - band, rates, rates + band]), 0.0, RATE_CEILING)
 
 
-def banded_acceptance_lengths(rates: np.ndarray, ks, band: float) -> np.ndarray:
+def banded_acceptance_lengths(rates: np.ndarray, ks, band: float, tree: TreeShape | None = None) -> np.ndarray:
     """(3, n_k) AL(K) at the low, given and high rates of the band (positions past the given
-    rates repeat the last one, as everywhere in the planner)."""
+    rates repeat the last one, as everywhere in the planner), each through a draft's one formula
+    (specs.tree_acceptance.draft_acceptance_lengths: a chain's, or ``tree``'s)."""
     ks = np.asarray(ks, dtype=int)
     rates = np.asarray(rates, dtype=float)
     k_max = int(ks.max(initial=0))
     if k_max > rates.size:
         rates = np.concatenate([rates, np.full(k_max - rates.size, rates[-1])])
-    return acceptance_length_prefix(banded_rates(rates, band), axis=1)[:, ks]
+    return np.stack([draft_acceptance_lengths(r, ks, tree=tree) for r in banded_rates(rates, band)])
 
 
 def robust_score(itl_s: np.ndarray, banded_al: np.ndarray, fits: np.ndarray) -> np.ndarray:

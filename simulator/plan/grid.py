@@ -30,7 +30,7 @@ from functools import cached_property
 import numpy as np
 
 from simulator.plan.decision_risk import OUTSIDE_BAND, decision_shares, step_draws
-from simulator.plan.acceptance_risk import banded_acceptance_lengths, banded_rates, k_at_each_rate_set, robust_score
+from simulator.plan.acceptance_risk import banded_acceptance_lengths, k_at_each_rate_set, robust_score
 from simulator.physics.memory import step_memory_bytes
 from simulator.physics.attention import MAX_DECODE_SURFACE_QUERIES
 from simulator.physics.operators import PassCost, StepCost, price_pass
@@ -48,7 +48,7 @@ from simulator.plan.schedule import (SCHEDULE_TOLERANCE, argmax_k_index, has_ret
 from simulator.specs.routing import expert_probabilities
 from simulator.specs.scenario import per_scenario
 from simulator.specs.tree_acceptance import draft_acceptance_lengths as acceptance_lengths_of_draft
-from simulator.specs.tree_acceptance import tree_acceptance_lengths, tree_shape
+from simulator.specs.tree_acceptance import tree_shape
 
 
 @dataclass(frozen=True)
@@ -468,7 +468,8 @@ def _drop_context_axis(grid: Grid) -> Grid:
 
 
 def draft_acceptance_lengths(draft, acceptance, ks, scale=None, n_ctx: int | None = None) -> np.ndarray:
-    """AL(K) of the scenario's draft, shaped as :func:`acceptance_lengths`: specs.tree_acceptance's one formula
+    """AL(K) of the scenario's draft, (n_k,), or (n_k, n_ctx) with a context factor ``scale`` s(L) or repeated over
+    ``n_ctx`` context lengths: specs.tree_acceptance's one formula
     for a draft (the deployment fits use it too). A tree whose acceptance carries a rank tail: its top-1 rates
     through the tree of its topk and N tokens at each depth K, the nodes its verify pass is priced for; a tree
     without one: its own rates per depth, depth counted up to its N tokens; a chain: the per-position rates."""
@@ -481,22 +482,8 @@ def draft_acceptance_lengths(draft, acceptance, ks, scale=None, n_ctx: int | Non
 def banded_draft_acceptance_lengths(draft, acceptance, ks, band: float) -> np.ndarray:
     """(3, n_k) AL(K) at the band's low, given and high rates (plan.acceptance_risk), a tree's through its shape."""
     ks = np.asarray(ks, dtype=int)
-    top1 = acceptance.rates_upto(max(int(ks.max(initial=0)), 1))
-    if draft.is_tree and acceptance.rank_tail is not None:
-        return np.stack([tree_acceptance_lengths(r, acceptance.rank_tail, draft.topk, draft.tree_tokens, ks)
-                         for r in banded_rates(top1, band)])
-    return banded_acceptance_lengths(top1, np.minimum(ks, draft.tree_tokens) if draft.is_tree else ks, band)
-
-
-def acceptance_lengths(acceptance, ks, scale=None, n_ctx: int | None = None) -> np.ndarray:
-    """AL(K) of a chain with every per-position rate multiplied by a context factor s(L):
-
-        AL(K, L) = 1 + sum_{j<=K} prod_{i<=j} min(s(L) a_i, 0.999)
-
-    ``scale`` None: (n_k,), or (n_k, n_ctx) repeated over ``n_ctx`` context lengths when given; else (n_k, n_ctx)."""
-    ks = np.asarray(ks, dtype=int)
-    al = acceptance_lengths_of_draft(acceptance.rates_upto(max(int(ks.max(initial=0)), 1)), ks, scale)
-    return al if scale is not None or n_ctx is None else np.repeat(al[:, None], n_ctx, axis=1)
+    return banded_acceptance_lengths(acceptance.rates_upto(max(int(ks.max(initial=0)), 1)), ks, band,
+                                     tree_shape(draft, acceptance.rank_tail))
 
 
 def _has_ctx_axis(op, n_ctx: int) -> bool:

@@ -90,6 +90,10 @@ class Acceptance:
         return acceptance_length_prefix(self.rates_upto(k_max))[k.astype(int)]
 
 
+# a rate scaled up (a context factor, an acceptance band, a fitted scale) never reaches 1
+RATE_CEILING = 0.999
+
+
 def acceptance_length_prefix(rates, axis: int = -1) -> np.ndarray:
     """AL(0), AL(1), ..., AL(n) from per-position rates a_1..a_n along ``axis``:
     1, 1 + a_1, 1 + a_1 + a_1 a_2, ... (other axes: independent rate sets)."""

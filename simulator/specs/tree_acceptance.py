@@ -31,10 +31,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from simulator.errors import PlannerError
-from simulator.specs.acceptance import acceptance_length_prefix
+from simulator.specs.acceptance import RATE_CEILING, acceptance_length_prefix
 from simulator.specs.drafts import tree_pool_size
-
-RATE_CEILING = 0.999  # a context factor never lifts a rate to 1 (as plan.grid.acceptance_lengths)
 
 
 def check_rank_tail(value, origin: str) -> float:
@@ -94,7 +92,6 @@ def tree_acceptance_lengths(top1_rates, rank_tail: float, topk: int, tokens: int
     al = np.array([[tree_acceptance_length(np.minimum(rates[:k] * s, RATE_CEILING), rank_tail, topk, tokens)
                     for s in factors] for k in ks.ravel()]).reshape(ks.shape + factors.shape)
     return al[..., 0] if scale is None else al
-
 
 
 @dataclass(frozen=True)
