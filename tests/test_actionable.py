@@ -204,8 +204,8 @@ def test_sizing_k_table_equals_predict_with_the_same_flags(capsys, name):
 
     import pandas as pd
 
-    from simulator.sizing.fleet import _engine_tables, _plan_candidates, k_table_context
-    from simulator.sizing.candidate import traffic_lengths
+    from simulator.sizing.fleet import _engine_tables, _plan_candidates
+    from simulator.sizing.candidate import k_table_context, traffic_lengths
     from simulator.sizing.spec import parse_sizing
     from simulator.specs.scenario import load_scenario
     sc = load_scenario(name)

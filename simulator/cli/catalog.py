@@ -53,7 +53,8 @@ def _hardware() -> list[str]:
 
 
 def _engines() -> list[str]:
-    from simulator.specs.engines import list_engines, load_engine
+    from simulator.specs.engine_catalog import list_engines
+    from simulator.specs.engines import load_engine
     out = ["# engines (simulator/data/engines/*.toml): profile, values assumed; read from"]
     for key in list_engines():
         e = load_engine(key)

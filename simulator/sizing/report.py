@@ -17,7 +17,9 @@ from simulator.plan.advice import advice_lines
 from simulator.plan.api import schedule_text
 from simulator.plan.speedup_trust import decision_risk_text, gain_at_risk_text, speedup_trust_text
 from simulator.specs.scenario_sections import repo_relative
-from simulator.sizing.fleet import SizingResult, quality_caveat, target_output_tokens_per_hour
+from simulator.sizing.answer import quality_caveat
+from simulator.sizing.costing import target_output_tokens_per_hour
+from simulator.sizing.fleet import SizingResult
 from simulator.sizing.ranking import RANK_RULE
 from simulator.sizing.search import STEADY_LIFETIMES
 from simulator.sizing.candidate import traffic_lengths

@@ -151,32 +151,11 @@ def hardware_from_dict(data: dict, origin: str) -> Hardware:
     Every figure must be a finite number: peaks, bandwidths and memory > 0, latency and launch
     overhead >= 0 (a NaN bandwidth would otherwise read as "does not fit in memory").
     """
-    if not isinstance(data, dict):
-        raise PlannerError(f"{origin}: expected a table of hardware figures")
-    for key, kind in _REQUIRED.items():
-        if key not in data:
-            raise PlannerError(f"{origin}: missing key '{key}'")
-        if not isinstance(data[key], kind) or isinstance(data[key], bool):
-            raise PlannerError(f"{origin}: key '{key}' must be {getattr(kind, '__name__', 'a number')}")
+    _check_required(data, origin)
     assumed = data.get("assumed", {})
     if not isinstance(assumed, dict):
         raise PlannerError(f"{origin}: [assumed] must be a table of figures")
-    for key in _STRINGS:
-        if key in data and not isinstance(data[key], str):
-            raise PlannerError(f"{origin}: key '{key}' must be a string, got {data[key]!r}")
-    for key in ("peak_bf16_flops_per_s", "hbm_bandwidth_bytes_per_s", "memory_bytes"):
-        if not np.isfinite(data[key]) or data[key] <= 0:
-            raise PlannerError(f"{origin}: '{key}' must be a finite number > 0, got {data[key]}")
-        _check_plausible(key, data[key], origin)
-    for table in (data, assumed):
-        for key in _POSITIVE + _NON_NEGATIVE:
-            if key not in table or table[key] is None:
-                continue
-            value, low = table[key], (0 if key in _NON_NEGATIVE else None)
-            if not _is_number(value) or not np.isfinite(value) or (value < 0 if low == 0 else value <= 0):
-                bound = ">= 0" if low == 0 else "> 0"
-                raise PlannerError(f"{origin}: '{key}' must be a finite number {bound}, got {value!r}")
-            _check_plausible(key, value, origin)
+    _check_figures(data, assumed, origin)
 
     def pick(key, default=None):
         return data.get(key, assumed.get(key, default))
@@ -206,6 +185,38 @@ def hardware_from_dict(data: dict, origin: str) -> Hardware:
         fp4_formats=_fp4_formats(data, origin),
         architecture=_architecture(data, origin),
     )
+
+
+def _check_required(data, origin: str) -> None:
+    """A table with the required keys (:data:`_REQUIRED`), each of its type."""
+    if not isinstance(data, dict):
+        raise PlannerError(f"{origin}: expected a table of hardware figures")
+    for key, kind in _REQUIRED.items():
+        if key not in data:
+            raise PlannerError(f"{origin}: missing key '{key}'")
+        if not isinstance(data[key], kind) or isinstance(data[key], bool):
+            raise PlannerError(f"{origin}: key '{key}' must be {getattr(kind, '__name__', 'a number')}")
+
+
+def _check_figures(data: dict, assumed: dict, origin: str) -> None:
+    """Labels are strings; the datasheet figures (here or under [assumed]) finite, > 0 (latency and launch
+    overhead >= 0) and of a plausible size (:data:`PLAUSIBLE`)."""
+    for key in _STRINGS:
+        if key in data and not isinstance(data[key], str):
+            raise PlannerError(f"{origin}: key '{key}' must be a string, got {data[key]!r}")
+    for key in ("peak_bf16_flops_per_s", "hbm_bandwidth_bytes_per_s", "memory_bytes"):
+        if not np.isfinite(data[key]) or data[key] <= 0:
+            raise PlannerError(f"{origin}: '{key}' must be a finite number > 0, got {data[key]}")
+        _check_plausible(key, data[key], origin)
+    for table in (data, assumed):
+        for key in _POSITIVE + _NON_NEGATIVE:
+            if key not in table or table[key] is None:
+                continue
+            value, low = table[key], (0 if key in _NON_NEGATIVE else None)
+            if not _is_number(value) or not np.isfinite(value) or (value < 0 if low == 0 else value <= 0):
+                bound = ">= 0" if low == 0 else "> 0"
+                raise PlannerError(f"{origin}: '{key}' must be a finite number {bound}, got {value!r}")
+            _check_plausible(key, value, origin)
 
 
 def _architecture(data: dict, origin: str) -> str:
