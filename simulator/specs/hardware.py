@@ -164,6 +164,8 @@ def hardware_from_dict(data: dict, origin: str) -> Hardware:
     for key in _STRINGS:
         if key in data and not isinstance(data[key], str):
             raise PlannerError(f"{origin}: key '{key}' must be a string, got {data[key]!r}")
+    if not data["name"].strip():  # else every output reads "on 1 x ," and "'s hardware file"
+        raise PlannerError(f"{origin}: key 'name' is empty; give the device a name, e.g. name = \"my-gpu\"")
     for key in ("peak_bf16_flops_per_s", "hbm_bandwidth_bytes_per_s", "memory_bytes"):
         if not np.isfinite(data[key]) or data[key] <= 0:
             raise PlannerError(f"{origin}: '{key}' must be a finite number > 0, got {data[key]}")
