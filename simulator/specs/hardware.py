@@ -241,6 +241,19 @@ def fp4_hardware() -> dict[str, tuple[str, ...]]:
     return {n: hw.fp4_formats for n in list_hardware() if (hw := load_hardware(n)).fp4_formats}
 
 
+def gemm_kernel_dtype(w_bytes: float, a_bytes: float) -> str:
+    """Which measured GEMM kernel family runs these operand sizes: fp8 x fp8 or FP4 x FP4 tensor cores
+    (a table without an fp4 surface prices them with its bf16 one), weight-only int8 / int4
+    (dequantized into bf16 math), or bf16."""
+    if w_bytes == a_bytes == 1:
+        return "fp8"
+    if w_bytes == a_bytes < 1:
+        return "fp4"
+    if a_bytes == 2 and w_bytes in (1, 0.5):
+        return "int8_wo" if w_bytes == 1 else "int4_wo"
+    return "bf16"
+
+
 def check_precision(hw: Hardware, weight_dtype: str, act_dtype: str) -> None:
     """FP4 activations run FP4 tensor cores: refused (PlannerError, one line naming the device) unless
     the weights are in the same format and the device's datasheet lists that format. FP4 weights with
