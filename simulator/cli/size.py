@@ -68,7 +68,8 @@ def build_parser():
     search.add_argument("--search-steps", type=int, help=f"bisection steps after bracketing (default [sizing] search_steps, else {_default('search_steps')})")
     search.add_argument("--no-sensitivity", action="store_true", help="skip the acceptance / bandwidth reruns (also [sizing] sensitivity = false)")
     out = p.add_argument_group("output", "what to write and where")
-    out.add_argument("--output-dir", type=path_given, help="write <scenario>.html/.md/.json here (default: print to stdout)")
+    out.add_argument("--output-dir", type=path_given, help="write <scenario>.html/.md/.json here, in place of an earlier"
+                     " run's reports of the scenario in other formats (default: print to stdout)")
     out.add_argument("--format", action="append", choices=FORMATS,
                      help="output format, repeatable (default: html and markdown with --output-dir, markdown otherwise)")
     add_save_scenario_arg(out)
