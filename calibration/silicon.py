@@ -33,7 +33,7 @@ from calibration.transfer import closed_loop
 from calibration.transfer_cases import MOE_REUSE, REPO, scenario_for
 from simulator.cli.common import OneLineParser, command, write_files_atomically
 from simulator.errors import PlannerError, PlannerWarning
-from simulator.specs.engines import engine_versions, nearest_profile
+from simulator.specs.engine_catalog import engine_versions, nearest_profile
 from simulator.specs.hardware import load_hardware
 
 SILICON_FILE = "silicon_sample.csv"  # relative to the package's systems/ folder

@@ -17,7 +17,7 @@ from simulator.physics.operators import StepCost, evaluate
 from simulator.physics.ops import GemmOp, Op, array_key, share_op
 from simulator.physics.terms import gemm_terms, moe_expert_terms
 from simulator.specs.deployment import Deployment, kv_heads_per_gpu, layer_kind_counts, sliding_layers
-from simulator.specs.hardware import BLOCK_FP8, DTYPE_BYTES, Hardware
+from simulator.specs.hardware import BLOCK_FP8, DTYPE_BYTES, Hardware, gemm_kernel_dtype  # noqa: F401 (API)
 from simulator.specs.models import ModelSpec
 from simulator.specs.profile import Profile
 from simulator.specs.routing import expert_probabilities
@@ -34,19 +34,6 @@ def gemm(name: str, tokens, n: float, k: float, w_bytes: float, a_bytes: float, 
     return GemmOp(name, family, gemm_terms, kernels=1, count=count, eff_tokens=tokens, surface="gemm",
                   shape={"m": tokens, "n": n, "k": k, "nk": n * k, "w_bytes": w_bytes, "a_bytes": a_bytes},
                   dtype=BLOCK_FP8 if block else gemm_kernel_dtype(w_bytes, a_bytes))
-
-
-def gemm_kernel_dtype(w_bytes: float, a_bytes: float) -> str:
-    """Which measured GEMM kernel family runs these operand sizes: fp8 x fp8 or FP4 x FP4 tensor cores
-    (a table without an fp4 surface prices them with its bf16 one), weight-only int8 / int4
-    (dequantized into bf16 math), or bf16."""
-    if w_bytes == a_bytes == 1:
-        return "fp8"
-    if w_bytes == a_bytes < 1:
-        return "fp4"
-    if a_bytes == 2 and w_bytes in (1, 0.5):
-        return "int8_wo" if w_bytes == 1 else "int4_wo"
-    return "bf16"
 
 
 def module_bytes(model: ModelSpec, dep: Deployment, module: str) -> tuple[float, float]:

@@ -204,6 +204,8 @@ def _check_figures(data: dict, assumed: dict, origin: str) -> None:
     for key in _STRINGS:
         if key in data and not isinstance(data[key], str):
             raise PlannerError(f"{origin}: key '{key}' must be a string, got {data[key]!r}")
+    if not data["name"].strip():  # else every output reads "on 1 x ," and "'s hardware file"
+        raise PlannerError(f"{origin}: key 'name' is empty; give the device a name, e.g. name = \"my-gpu\"")
     for key in ("peak_bf16_flops_per_s", "hbm_bandwidth_bytes_per_s", "memory_bytes"):
         if not np.isfinite(data[key]) or data[key] <= 0:
             raise PlannerError(f"{origin}: '{key}' must be a finite number > 0, got {data[key]}")
@@ -248,6 +250,19 @@ def _fp4_formats(data: dict, origin: str) -> tuple[str, ...]:
 def fp4_hardware() -> dict[str, tuple[str, ...]]:
     """Catalog devices whose tensor cores run FP4, with the formats each runs."""
     return {n: hw.fp4_formats for n in list_hardware() if (hw := load_hardware(n)).fp4_formats}
+
+
+def gemm_kernel_dtype(w_bytes: float, a_bytes: float) -> str:
+    """Which measured GEMM kernel family runs these operand sizes: fp8 x fp8 or FP4 x FP4 tensor cores
+    (a table without an fp4 surface prices them with its bf16 one), weight-only int8 / int4
+    (dequantized into bf16 math), or bf16."""
+    if w_bytes == a_bytes == 1:
+        return "fp8"
+    if w_bytes == a_bytes < 1:
+        return "fp4"
+    if a_bytes == 2 and w_bytes in (1, 0.5):
+        return "int8_wo" if w_bytes == 1 else "int4_wo"
+    return "bf16"
 
 
 def check_precision(hw: Hardware, weight_dtype: str, act_dtype: str) -> None:
