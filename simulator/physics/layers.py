@@ -251,7 +251,7 @@ def routed_experts_op(model: ModelSpec, dep: Deployment, tokens, count: int, pre
                      "touched": touched_all, "sequences": batch, "probabilities": p, "params_slice": params_slice,
                      "w_bytes": w_e,
                         "pair_bytes": (2 * D + 3 * model.expert_intermediate_size / expert_tp) * a},
-              dtype=BLOCK_FP8 if block else "fp8" if w_e == a == 1 else "bf16")
+              dtype=BLOCK_FP8 if block else gemm_kernel_dtype(w_e, a))
 
 
 def _dispatch_combine_ops(model: ModelSpec, dep: Deployment, hw: Hardware, sent, count: int, prefix: str) -> list[Op]:

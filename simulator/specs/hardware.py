@@ -253,15 +253,17 @@ def fp4_hardware() -> dict[str, tuple[str, ...]]:
 
 
 def gemm_kernel_dtype(w_bytes: float, a_bytes: float) -> str:
-    """Which measured GEMM kernel family runs these operand sizes: fp8 x fp8 or FP4 x FP4 tensor cores
-    (a table without an fp4 surface prices them with its bf16 one), weight-only int8 / int4
-    (dequantized into bf16 math), or bf16."""
+    """Which measured kernel family runs these operand sizes (GEMMs and MoE experts): fp8 x fp8 or FP4 x FP4
+    tensor cores (a table without an fp4 surface prices them with its bf16 one), weight-only int8 / int4 /
+    MXFP4 (dequantized into bf16 math), or bf16."""
     if w_bytes == a_bytes == 1:
         return "fp8"
     if w_bytes == a_bytes < 1:
         return "fp4"
     if a_bytes == 2 and w_bytes in (1, 0.5):
         return "int8_wo" if w_bytes == 1 else "int4_wo"
+    if a_bytes == 2 and w_bytes == DTYPE_BYTES["mxfp4"]:
+        return "mxfp4_wo"
     return "bf16"
 
 
