@@ -178,7 +178,8 @@ def score(rows: pd.DataFrame, mapping: dict, progress=None) -> pd.DataFrame:
                 warnings.simplefilter("ignore", PlannerWarning)
                 pred, basis = predict_tpot_ms(raw, row, cache)
         except PlannerError as err:
-            out.append(rec | {"not_expressible": str(err).splitlines()[0][:200]})
+            # scenario_for builds the row as a corpus scenario: its messages start "corpus: "
+            out.append(rec | {"not_expressible": str(err).splitlines()[0].removeprefix("corpus: ")[:200]})
             continue
         out.append(rec | {"predicted_tpot_ms": pred, "basis": basis, "not_expressible": ""})
         if progress and i % 100 == 0:
