@@ -367,7 +367,6 @@ def _mlp_ops(model: ModelSpec, dep: Deployment, hw: Hardware, adep: Deployment, 
     n_dense, n_moe = layer_counts
     n_layers = n_dense + n_moe
     sized = part != "cells"
-    a = DTYPE_BYTES[dep.act_dtype]
     ops = []
     if sized and n_dense:
         ops += dense_mlp_ops(model, adep, rtokens, n_dense, model.intermediate_size, prefix)
@@ -383,8 +382,17 @@ def _mlp_ops(model: ModelSpec, dep: Deployment, hw: Hardware, adep: Deployment, 
     ops.append(elementwise_op(model, adep, rtokens, n_layers, mlp_width, prefix + "elementwise"))
     if adep.tp > 1:
         n_allreduce = 2 * n_layers - (n_moe if dep.dp_attention and not model.shared_expert_intermediate_size else 0)
-        ops.append(allreduce_op(prefix + "allreduce", rtokens, model.hidden_size * a, n_allreduce, adep, hw))
+        ops.append(allreduce_op(prefix + "allreduce", rtokens, model.hidden_size * residual_bytes(dep.act_dtype),
+                                n_allreduce, adep, hw))
     return ops
+
+
+def residual_bytes(act_dtype: str) -> float:
+    """Bytes per element of the residual stream, which the TP all-reduces sum: fp8 / FP4 activations are the
+    GEMMs' quantized inputs, but every engine's quantized GEMM returns bf16 (vLLM's and SGLang's fp8 linear
+    methods return the input's dtype; TensorRT-LLM reduces bf16 and quantizes after, fused with the norm), so
+    the stream stays bf16 (fp32 on a CPU run in fp32)."""
+    return max(DTYPE_BYTES[act_dtype], DTYPE_BYTES["bf16"])
 
 
 def allreduce_op(name: str, tokens, bytes_per_token: float, count, dep: Deployment, hw: Hardware) -> Op:
