@@ -73,8 +73,8 @@ def layout_for(row, dense_model: bool = False) -> dict | str:
         if mtp * mep != tp:
             return f"experts over {mtp} x {mep} GPUs, attention over {tp}: not one group"
         return {"tp": tp} | ({"ep": mep} if mep > 1 else {})
-    if tp == 1 and mtp == 1 and mep == dp:
-        return {"tp": dp, "layout": "dp-ep", "dp": dp, "ep": dp}
+    if mtp == 1 and mep == tp * dp:  # dp attention groups of tp GPUs each, experts over all of them
+        return {"tp": tp * dp, "layout": "dp-ep", "dp": dp, "ep": tp * dp}
     return f"attention DP {dp} x TP {tp} with experts over {mtp} x {mep}: a layout the planner has no name for"
 
 

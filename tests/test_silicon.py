@@ -27,8 +27,11 @@ def test_layouts_the_planner_names_and_the_ones_it_does_not():
     # DeepSeek-style: attention data-parallel on 8 GPUs, experts over all 8
     assert silicon.layout_for(row(tp_size=1.0, attention_dp_size=8.0, moe_tp_size=1.0, moe_ep_size=8.0)) == \
         {"tp": 8, "layout": "dp-ep", "dp": 8, "ep": 8}
-    # experts over 16 GPUs under attention over 4: no single group
-    assert "no name" in silicon.layout_for(row(tp_size=4.0, attention_dp_size=4.0, moe_tp_size=1.0, moe_ep_size=16.0))
+    # 4 attention groups of TP 4, experts over all 16 GPUs: dp-ep with attention TP 16 / 4
+    assert silicon.layout_for(row(tp_size=4.0, attention_dp_size=4.0, moe_tp_size=1.0, moe_ep_size=16.0)) == \
+        {"tp": 16, "layout": "dp-ep", "dp": 4, "ep": 16}
+    # experts sliced 4 ways inside EP groups under data-parallel attention: no planner layout
+    assert "no name" in silicon.layout_for(row(tp_size=1.0, attention_dp_size=16.0, moe_tp_size=4.0, moe_ep_size=4.0))
     assert "missing" in silicon.layout_for(row(attention_dp_size=0.0))
     # a dense model: blank expert sizes mean nothing, a blank attention DP is none
     assert silicon.layout_for(row(attention_dp_size=float("nan"), moe_tp_size=0.0, moe_ep_size=0.0),
