@@ -35,6 +35,7 @@ from simulator.cli.common import OneLineParser, command, write_files_atomically
 from simulator.errors import PlannerError, PlannerWarning
 from simulator.specs.engine_catalog import engine_versions, nearest_profile
 from simulator.specs.hardware import load_hardware
+from simulator.specs.models import load_model
 
 SILICON_FILE = "silicon_sample.csv"  # relative to the package's systems/ folder
 MAP_FILE = REPO / "calibration" / "data" / "validation" / "silicon_map.toml"
@@ -92,15 +93,16 @@ def precision_for(row, model: str, hardware, kv_rule: dict) -> dict | str:
         out = {"weights": "bf16", "activations": "bf16", "experts": "int4"}
     elif gemm == "fp8" and moe == "fp8":  # per-tensor fp8 GEMMs, fp8 activations
         out = {"weights": "fp8", "activations": "fp8"}
-    elif gemm in ("fp8", "fp8_block") and moe == "fp8_block":  # 128x128 block scales, activations per token group
-        out = {"weights": "fp8", "activations": "bf16"}
-    elif gemm == "fp8_block":
-        out = {"weights": "fp8", "activations": "bf16"}
+    elif "fp8_block" in (gemm, moe):
+        # 128 x 128 block scales, activations quantized per token group inside the kernel: the planner's block
+        # kernel where the catalog model holds block-scaled fp8 (bf16 activations in, fp8 math), else its
+        # per-tensor fp8 kernel (the same fp8 x fp8 math)
+        out = {"weights": "fp8", "activations": "bf16" if load_model(model).weight_block_size else "fp8"}
     elif gemm == "bf16":
         out = {"weights": "bf16", "activations": "bf16"}
     else:
         return f"quantization {gemm} / {moe} has no planner dtype"
-    if model in MOE_CATALOG and "experts" not in out:  # the row's mode covers the experts too (the catalog's
+    if load_model(model).is_moe and "experts" not in out:  # the row's mode covers the experts too (the catalog's
         out["experts"] = out["weights"]                  # default is the checkpoint's own expert dtype)
     quantized = out["weights"] != "bf16" or out.get("experts", "bf16") != "bf16"
     kv = "fp8" if quantized and row.backend in kv_rule["fp8_for_quantized_on"] else "bf16"
@@ -128,7 +130,7 @@ def raw_for(row, mapping: dict) -> dict | str:
     hw_name = gt.SYSTEM_TO_CATALOG.get(str(row.system))
     if hw_name is None:
         return f"system {row.system} is not in the hardware catalog"
-    layout = layout_for(row, dense_model=m["model"] not in MOE_CATALOG)
+    layout = layout_for(row, dense_model=not load_model(m["model"]).is_moe)
     if isinstance(layout, str):
         return layout
     prec = precision_for(row, m["model"], load_hardware(hw_name), mapping["kv_cache"])
@@ -142,12 +144,9 @@ def raw_for(row, mapping: dict) -> dict | str:
            "workload": {"context_len": isl + osl // 2, "batch_sizes": [conc], "k_max": 1, "fixed_k": 1,
                         "memory_utilization": 0.9},
            "engine": engine, "draft": {"method": "ngram"}}
-    if m["model"] in MOE_CATALOG:
+    if load_model(m["model"]).is_moe:
         raw["routing"] = {"kind": "uniform", "reuse": MOE_REUSE}
     return raw
-
-
-MOE_CATALOG = ("deepseek-v3", "qwen3-235b-a22b", "gpt-oss-120b", "minimax-m2", "kimi-k2")
 
 
 def predict_tpot_ms(raw: dict, row, cache: dict) -> tuple[float, str]:
