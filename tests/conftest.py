@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import sys
 
 import pytest
@@ -21,6 +22,34 @@ def _streamlit_components_scanned_once():
     scanner = sys.modules.get("streamlit.components.v2.manifest_scanner")
     if scanner is not None and not hasattr(scanner.scan_component_manifests, "cache_info"):
         scanner.scan_component_manifests = functools.cache(scanner.scan_component_manifests)
+    yield
+
+
+_COMPILED_SCRIPTS: dict = {}  # (path, source, magic on) -> code object, for this test session's worker
+
+
+@pytest.fixture(autouse=True)
+def _streamlit_scripts_compiled_once():
+    """Every AppTest run builds a new ScriptCache (two, with its runner), so each run reads app.py, rewrites
+    its syntax tree for Streamlit's "magic" and compiles it again: about 0.1 s a compile, a third of a
+    dashboard rerun on the 2-core box. A code object is a pure function of the source, its path and the
+    magic flag, so the session keeps one per (path, source, flag): an edited or new script (AppTest.from_string)
+    still compiles, and every run still executes the whole script."""
+    module = sys.modules.get("streamlit.runtime.scriptrunner.script_cache")
+    if module is not None and not hasattr(module.ScriptCache.get_bytecode, "compiled_once"):
+        from streamlit import config
+        from streamlit.source_util import open_python_file
+        compile_script = module.ScriptCache.get_bytecode
+
+        def get_bytecode(self, script_path):
+            path = os.path.abspath(script_path)
+            with open_python_file(path) as f:
+                key = (path, f.read(), bool(config.get_option("runner.magicEnabled")))
+            if key not in _COMPILED_SCRIPTS:
+                _COMPILED_SCRIPTS[key] = compile_script(self, path)
+            return _COMPILED_SCRIPTS[key]
+        get_bytecode.compiled_once = True
+        module.ScriptCache.get_bytecode = get_bytecode
     yield
 
 
