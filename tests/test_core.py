@@ -566,7 +566,8 @@ def test_cli_malformed_inputs(tmp_path):
 
 
 def test_cli_formats_and_atomic_output(tmp_path):
-    r = run_process("--scenario", "llama-3.1-8b-h100", "--format", "json")
+    # in the test process but the last run: one real process writes the engine file (run_process)
+    r = run_cli("--scenario", "llama-3.1-8b-h100", "--format", "json")
     data = json.loads(r.stdout)
     row = data["rows"][0]
     for key in ("batch_size", "k_opt", "goodput_per_seq", "throughput", "speedup_vs_plain", "speedup_vs_fixed",
@@ -576,7 +577,7 @@ def test_cli_formats_and_atomic_output(tmp_path):
     assert data["provenance"]["uncertainty"]
     out = tmp_path / "vllm.json"
     out.write_text("keep me")
-    r = run_process("--scenario", "llama-3.1-8b-h100", "--acceptance", "2", "--format", "vllm", "--output", str(out))
+    r = run_cli("--scenario", "llama-3.1-8b-h100", "--acceptance", "2", "--format", "vllm", "--output", str(out))
     assert r.returncode == 2 and out.read_text() == "keep me"  # a failed run leaves the old file
     r = run_process("--scenario", "llama-3.1-8b-h100", "--format", "vllm", "--output", str(out))
     cfg = json.loads(out.read_text())
