@@ -39,10 +39,14 @@ def dtype_terms(table_dtypes: pd.Series, hw: Hardware):
 
 
 def measurable_dtypes(hw: Hardware) -> list[str]:
-    """Table dtypes the device can run: fp8 ones only with an fp8 peak in the catalog, FP4 ones only where its
-    tensor cores run that format."""
+    """Table dtypes the device runs as the engines run them: fp8 ones only with an fp8 peak in the catalog, FP4
+    ones only where its tensor cores run that format; FP4 weights dequantized into bf16 math only where they do
+    not (on Blackwell the engines multiply MXFP4 / NVFP4 weights on FP4 or FP8 tensor cores: TensorRT-LLM
+    1.3.0rc20's w4a16_mxfp4 MoE rows on B200 run 4.3x its w4a8_mxfp4_mxfp8 rows at 64 tokens, a path its
+    gpt-oss and DeepSeek-FP4 deployments do not take)."""
     return [d for d, s in DTYPES.items() if (s[2] != "fp8" or hw.peak_fp8_flops_per_s)
-            and (s[2] not in FP4_DTYPES or s[2] in hw.fp4_formats)]
+            and (s[2] not in FP4_DTYPES or s[2] in hw.fp4_formats)
+            and not (s[1] in FP4_DTYPES and s[2] not in FP4_DTYPES and s[1] in hw.fp4_formats)]
 
 
 @dataclass(frozen=True)
