@@ -95,6 +95,8 @@ def attention_op(model: ModelSpec, dep: Deployment, batch, queries, context_len:
     # tokens (query tiles, KV writes) and the same FLOPs, so it runs at the efficiency the table measured
     # for that kernel (the exact row at L = 0); axes B' hkv, n, d, g (terms.prefill_table_coordinates;
     # under one launch, B' hkv < 1, a short chunk over a long cache: one launch of the same FLOPs).
+    # Its time: the table's for the equivalent prompts (their bytes: the new tokens' Q, K, V and O,
+    # prompt_bytes), never faster than streaming the chunk's own, cached keys included (physics.measured).
     # Without the surface: this roofline (a datasheet device, a fitted profile, older tables). MLA
     # prefill: the roofline. One op, one path, chosen by its largest query count: a caller with chunks
     # on both sides of the limit prices each side apart (serving.pricer, plan.grid.surface_sides)
@@ -103,7 +105,9 @@ def attention_op(model: ModelSpec, dep: Deployment, batch, queries, context_len:
     elif model.attention != "mla":
         surface = PREFILL_SURFACE
         launches, length = prefill_table_coordinates(batch, queries, keys, hkv)
-        shape = {"batch_heads": launches, "context": length, "head_dim": float(d), "group": group}
+        new_kv, q_io = attention_decode_bytes(batch, queries, 0.0, hq, hkv, d, kv, a)
+        shape = {"batch_heads": launches, "context": length, "head_dim": float(d), "group": group,
+                 "prompt_bytes": new_kv + q_io}
     else:
         surface = None
     return AttentionOp(name, "attention", flops, io, kernels=2, count=count, eff_tokens=batch * queries,

@@ -228,8 +228,8 @@ def prompt_chunk_point_s(model: ModelSpec, dep: Deployment, hw: Hardware, profil
     ``layers`` ((op name, count) per attention kind), launches left out, as :func:`pass_time` prices
     :func:`simulator.physics.attention.attention_op` there: with measured tables the prefill surface's
     efficiency at the chunk's equivalent prompts (B' hkv, n, d, g: physics.terms.prefill_table_coordinates)
-    and the surface time's cap (tables without that surface: the roofline at the attained streaming
-    bandwidth); with a fitted profile, a published prior or the datasheet the roofline at its efficiencies;
+    and the surface time's cap, never faster than streaming the chunk's bytes (tables without that surface:
+    the roofline at the attained streaming bandwidth); with a fitted profile, a published prior or the datasheet the roofline at its efficiencies;
     at bf16's peak (:func:`prefill_attention_peak`). Python floats with the same IEEE operations in the same
     order as on a one-pair array (a serving step prices one chunk, where array calls cost more than their
     arithmetic). None where another path prices it: a chunk the decode surfaces take, MLA, a model whose
@@ -259,7 +259,9 @@ def prompt_chunk_point_s(model: ModelSpec, dep: Deployment, hw: Hardware, profil
             launches, length = prefill_table_coordinates(1.0, chunk, keys, hkv)
             at = {"batch_heads": launches, "context": length, "head_dim": float(d), "group": group}
             eta = surf._at_one_point([np.array([at[axis]]) for axis in surf.axes])
-            t = surface_time_point_s(flops, nbytes, eta, peak, bw)
+            new_kv, new_q_io = attention_decode_bytes(1.0, chunk, 0.0, hq, hkv, d, kv, a)
+            t = max(surface_time_point_s(flops, new_kv + new_q_io, eta, peak, bw),
+                    nbytes * (1.0 / (bw * profile.streaming_efficiency)))
         else:
             t = _roofline_point_s(flops, nbytes, name, 1.0 * chunk, profile, peak, bw)
             launch += count * 2 * tau * scale  # an attention op's two kernels, not in a measured time
