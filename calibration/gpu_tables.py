@@ -35,14 +35,20 @@ INSTALL_HINT = (f"measured GPU tables not found: run `pip install 'dsd-planner[g
                 f"-d {WHEEL_DIR}`")
 
 # aiconfigurator system name -> planner catalog name (simulator/data/hardware/<name>.toml).
-# a100_sxm is the 80 GB part (its system yaml: 2039 GB/s, 80 GiB). Systems without a catalog
-# entry (gb200, gb300, b300_sxm, rtx_pro_6000_server, b60) are listed but not imported.
+# a100_sxm is the 80 GB part (its system yaml: 2039 GB/s, 80 GiB). Every table's `device` column
+# names the part measured (b300_sxm: "NVIDIA B300 SXM6 AC"; gb200 / gb300: one GPU of a Grace
+# Blackwell tray, "NVIDIA GB200" / "NVIDIA GB300"; rtx_pro_6000_server: "NVIDIA RTX PRO 6000 Blackwell
+# Server Edition"). Systems without a catalog entry (b60, a30) are listed but not imported.
 SYSTEM_TO_CATALOG = {
     "h100_sxm": "h100-sxm",
     "h200_sxm": "h200",
     "a100_sxm": "a100-80gb",
     "b200_sxm": "b200",
+    "b300_sxm": "b300",
+    "gb200": "gb200",
+    "gb300": "gb300",
     "l40s": "l40s",
+    "rtx_pro_6000_server": "rtx-pro-6000",
     "h100_pcie": "h100-pcie",
     "l4": "l4",
 }

@@ -4,13 +4,14 @@ seconds, the surface axes and the held-out bucket sha1(shape) mod 5."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from simulator.physics.terms import attention_decode_terms, gemm_terms, mla_decode_terms, roofline_s
-from simulator.specs.hardware import DTYPE_BYTES, Hardware
+from simulator.specs.hardware import DTYPE_BYTES, FP4_DTYPES, Hardware
 from simulator.specs.wire import collective_factor
 
 HELDOUT_BUCKETS = 5
@@ -20,7 +21,10 @@ MLA_KV_LORA, MLA_ROPE = 512, 64  # DeepSeek-V3/R1 (the model the MLA tables were
 # (surface suffix, planner weight dtype, planner activation dtype) per table dtype
 DTYPES = {"bfloat16": ("bf16", "bf16", "bf16"), "fp8": ("fp8", "fp8", "fp8"), "fp8_block": ("fp8_block", "fp8", "fp8"),
           # weight-only quantization: int8 / int4 weights dequantized into bf16 math (A100 TensorRT-LLM tables)
-          "int8_wo": ("int8_wo", "int8", "bf16"), "int4_wo": ("int4_wo", "int4", "bf16")}
+          "int8_wo": ("int8_wo", "int8", "bf16"), "int4_wo": ("int4_wo", "int4", "bf16"),
+          # FP4 tensor cores (NVFP4 weights and activations; Blackwell), and MXFP4 weights dequantized into bf16
+          # math (gpt-oss's experts on Hopper and Blackwell: the tables' w4a16_mxfp4 MoE rows)
+          "nvfp4": ("fp4", "nvfp4", "nvfp4"), "w4a16_mxfp4": ("mxfp4_wo", "mxfp4", "bf16")}
 KV_BYTES = {"bfloat16": 2.0, "fp8": 1.0}
 ATTENTION_ACT_BYTES = DTYPE_BYTES["bf16"]  # the attention tables run bf16 queries and outputs
 
@@ -35,20 +39,26 @@ def dtype_terms(table_dtypes: pd.Series, hw: Hardware):
 
 
 def measurable_dtypes(hw: Hardware) -> list[str]:
-    """Table dtypes the device can run: fp8 ones only with an fp8 peak in the catalog."""
-    return [d for d, s in DTYPES.items() if s[2] != "fp8" or hw.peak_fp8_flops_per_s]
+    """Table dtypes the device can run: fp8 ones only with an fp8 peak in the catalog, FP4 ones only where its
+    tensor cores run that format."""
+    return [d for d, s in DTYPES.items() if (s[2] != "fp8" or hw.peak_fp8_flops_per_s)
+            and (s[2] not in FP4_DTYPES or s[2] in hw.fp4_formats)]
+
 
 @dataclass(frozen=True)
 class DevicePeaks:
-    """The catalog device's datasheet peaks as the planner reads them (bf16 and fp8 math, HBM)."""
+    """The catalog device's datasheet peaks as the planner reads them (bf16 and fp8 math, HBM); ``matmul``:
+    the peak of the math given weight and activation dtypes (the planner's own rule, Hardware.peak_flops_per_s)."""
 
     bf16: float
     fp8: float | None
     bw: float
+    matmul: Callable[[str, str], float] | None = None
 
 
 def device_peaks(hw) -> DevicePeaks:
-    return DevicePeaks(hw.peak_bf16_flops_per_s, hw.peak_fp8_flops_per_s, hw.hbm_bandwidth_bytes_per_s)
+    return DevicePeaks(hw.peak_bf16_flops_per_s, hw.peak_fp8_flops_per_s, hw.hbm_bandwidth_bytes_per_s,
+                       hw.peak_flops_per_s)
 
 # ---------------------------------------------------------------- table rows -> roofline rows
 def _canon(v) -> str:

@@ -12,7 +12,7 @@ from scipy.optimize import brentq
 
 from calibration.transfer_sources import load_sources
 from simulator.errors import PlannerError
-from simulator.specs.engines import engine_versions, nearest_profile
+from simulator.specs.engine_catalog import engine_versions, nearest_profile
 from simulator.specs.models import list_models
 from simulator.specs.scenario import build_scenario
 

@@ -196,7 +196,8 @@ def _model_controls() -> tuple[str, bool]:
     sb.selectbox("Draft method", S.DRAFT_CHOICES, key="draft_method", on_change=_draft_changed,
                  help="eagle / eagle3: a one-layer head; mtp: the model's multi-token-prediction module; "
                       "ngram: prompt lookup on the host; model: a separate small draft model; dflash / dspark / "
-                      "p-eagle / pard: one-pass block drafters; eagle3:tree:4x8: an EAGLE tree (topk 4, 8 tokens).")
+                      "p-eagle / pard: one-pass block drafters; eagle3:tree:TxN: an EAGLE tree of topk T and N draft"
+                      " tokens (8x63: the tree SGLang's published tree acceptance was measured on).")
     if ss["draft_method"] == "model":
         sb.selectbox("Draft model", S.draft_models_for(model), key="draft_model",
                      help="Catalog models that share the target's vocabulary and are smaller than it.")

@@ -20,6 +20,7 @@ from calibration.measured import read_measured
 from dashboard.server_files import safe_name, store_upload
 from simulator.specs.acceptance_files import AcceptanceFile, parse_acceptance_bytes
 from simulator.specs.deployment_fit import DEPLOYMENT_FORMAT, load_deployment_fit
+from simulator.specs.drafts import named_drafts
 from simulator.errors import PlannerError
 from simulator.specs.engines import default_engine, engine_names, engine_versions
 from simulator.specs.models import list_models, load_model, model_from_hf_config
@@ -32,7 +33,7 @@ NO_PROFILE = "none (datasheet only)"
 AUTO_PROFILE = "best shipped for the device"  # its measured tables, else its published prior (the help says so)
 TP_CHOICES = [1, 2, 4, 8, 16]
 EP_CHOICES = [1, 2, 4, 8]
-DRAFT_CHOICES = ["eagle", "eagle3", "mtp", "ngram", "model", "dflash", "dspark", "p-eagle", "pard", "eagle3:tree:4x8"]
+DRAFT_CHOICES = list(named_drafts())  # the drafts --list drafts names too, SGLang's 8x63 EAGLE trees among them
 ACC_IID, ACC_LIST, ACC_BENCH, ACC_METRICS, ACC_FILE = ("i.i.d. rate", "per-position list", "vLLM bench JSON",
                                                        "vLLM /metrics dump", "acceptance file (any format)")
 ACC_MODES = [ACC_IID, ACC_LIST, ACC_BENCH, ACC_METRICS, ACC_FILE]

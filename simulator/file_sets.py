@@ -4,8 +4,9 @@
 complete copy of it (``renameat2(RENAME_EXCHANGE)``): a reader, and a signal at any instant, finds the
 old set or the new set, never a mix. Where a directory cannot be exchanged (it holds sub-directories,
 it is the working directory, a mount point, its parent is read-only) the files are renamed one by one
-with SIGINT / SIGTERM / SIGHUP held off until the last rename. Staging left by a killed run is removed
-by the next run that writes there. One file is written by :func:`simulator.files.write_atomically`.
+with SIGINT / SIGTERM / SIGHUP held off until the last rename. Stale members of the set (``drop``:
+a report of a format not written this time) leave in the same step. Staging left by a killed run is
+removed by the next run that writes there. One file is written by :func:`simulator.files.write_atomically`.
 """
 from __future__ import annotations
 
@@ -108,9 +109,9 @@ def _fill(folder: Path, out: Path, files: dict) -> None:
         os.chmod(tmp, _staged_mode(out / name))
 
 
-def _publish_by_exchange(out: Path, files: dict) -> None:
-    """A complete copy of ``out`` (the new files, hard links to everything else) swapped with it in one
-    step; _NotExchangeable (nothing changed) where that cannot be done."""
+def _publish_by_exchange(out: Path, files: dict, drop: frozenset = frozenset()) -> None:
+    """A complete copy of ``out`` (the new files, hard links to everything else but ``drop``) swapped
+    with it in one step; _NotExchangeable (nothing changed) where that cannot be done."""
     if out == Path.cwd().resolve() or os.path.ismount(out) or not os.access(out.parent, os.W_OK):
         raise _NotExchangeable
     try:
@@ -125,7 +126,7 @@ def _publish_by_exchange(out: Path, files: dict) -> None:
             os.chown(staging, st.st_uid, st.st_gid)
         _fill(staging, out, files)
         for e in os.scandir(out):
-            if e.name in files or e.name.startswith(STAGING):
+            if e.name in files or e.name in drop or e.name.startswith(STAGING):
                 continue
             if e.is_dir(follow_symlinks=False):
                 raise _NotExchangeable  # a folder cannot be hard-linked into the copy
@@ -139,7 +140,7 @@ def _publish_by_exchange(out: Path, files: dict) -> None:
     finally:
         if swapped:  # staging now holds the old set: keep what appeared in out meanwhile, drop the rest
             for e in os.scandir(staging):
-                if not os.path.lexists(out / e.name) and not e.is_dir(follow_symlinks=False):
+                if e.name not in drop and not os.path.lexists(out / e.name) and not e.is_dir(follow_symlinks=False):
                     try:
                         os.link(e.path, out / e.name, follow_symlinks=False)
                     except OSError:
@@ -147,24 +148,34 @@ def _publish_by_exchange(out: Path, files: dict) -> None:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def _publish_by_renames(out: Path, files: dict) -> None:
-    """Every file staged inside ``out``, then renamed over its target with signals held off."""
+def _publish_by_renames(out: Path, files: dict, drop: frozenset = frozenset()) -> None:
+    """Every file staged inside ``out``, then renamed over its target, and ``drop`` removed, with
+    signals held off."""
     staging = Path(tempfile.mkdtemp(dir=out, prefix=f"{STAGING}{os.getpid()}-"))
     try:
         _fill(staging, out, files)
         with signals_held():
             for name in files:
                 os.replace(staging / name, out / name)
+            for name in drop:
+                try:
+                    os.unlink(out / name)
+                except FileNotFoundError:
+                    pass
     finally:
         shutil.rmtree(staging, ignore_errors=True)
 
 
-def write_files_atomically(out_dir: str | Path, files: dict[str, str | bytes], flag: str = "--output-dir") -> list[Path]:
+def write_files_atomically(out_dir: str | Path, files: dict[str, str | bytes], flag: str = "--output-dir",
+                           drop=()) -> list[Path]:
     """Publish several files into ``out_dir`` all or nothing (module docstring): a reader, a failure or a
     signal at any instant leaves the old set or the new set. Replaced files keep their mode; new ones
-    get 0644. A name that is a symlink or a device in ``out_dir`` is written through after the set."""
+    get 0644. A name that is a symlink or a device in ``out_dir`` is written through after the set.
+
+    ``drop``: names of the old set that the new one no longer holds (the caller's own stale outputs),
+    gone when the new set appears; only regular files are removed, a link or a device is left."""
     out = Path(out_dir)
-    for name in files:
+    for name in [*files, *drop]:
         if not name or Path(name).name != name or name.startswith(STAGING):
             raise PlannerError(f"{flag} {out}: bad output file name {name!r}")
     if out.exists() and not out.is_dir():
@@ -182,11 +193,13 @@ def write_files_atomically(out_dir: str | Path, files: dict[str, str | bytes], f
     remove_staging_debris(real)
     linked = {n: c for n, c in files.items() if os.path.lexists(real / n) and not stat.S_ISREG(os.lstat(real / n).st_mode)}
     staged = {n: c for n, c in files.items() if n not in linked}
+    stale = frozenset(n for n in drop if n not in files and os.path.lexists(real / n)
+                      and stat.S_ISREG(os.lstat(real / n).st_mode))
     try:
         try:
-            _publish_by_exchange(real, staged)
+            _publish_by_exchange(real, staged, stale)
         except _NotExchangeable:
-            _publish_by_renames(real, staged)
+            _publish_by_renames(real, staged, stale)
     except OSError as err:
         raise PlannerError(f"{flag} {out}: cannot write the outputs ({err.strerror or err}); nothing was replaced") from None
     for name, content in linked.items():

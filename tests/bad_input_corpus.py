@@ -168,6 +168,7 @@ SCENARIOS = [
     ("tp-string", scenario_toml("hardware", 'tp = "2"'), "tp"),
     ("tp-zero", scenario_toml("hardware", "tp = 0"), "tp"),
     ("hardware-prefix", scenario_toml("hardware", 'name = "h100"'), "h100-"),
+    ("hardware-name-empty", scenario_toml("hardware", 'name = ""'), "[hardware] name is empty; give a catalog name"),
     ("model-unknown", scenario_toml("model", 'name = "llama"'), "unknown model"),
     ("acceptance-nan", scenario_toml("acceptance", "rate = nan"), "rate"),
     ("acceptance-one", scenario_toml("acceptance", "rate = 1.0"), "1"),
@@ -240,6 +241,8 @@ HARDWARE = [
     ("hw-compute-units-string", 'name = "x"\npeak_bf16_flops_per_s = 1e15\nhbm_bandwidth_bytes_per_s = 3e12\n'
      'memory_bytes = 8e10\ncompute_units = "132"\n', "compute_units"),
     ("hw-malformed", 'name = "x\n', "malformed TOML"),
+    ("hw-name-empty", 'name = ""\npeak_bf16_flops_per_s = 1e15\nhbm_bandwidth_bytes_per_s = 3e12\nmemory_bytes = 8e10\n',
+     "key 'name' is empty; give the device a name"),
     # the device's family (architecture, optional: "other"): one of the known families, agreeing with the vendor
     ("hw-architecture-unknown", 'name = "x"\narchitecture = "hoper"\npeak_bf16_flops_per_s = 1e15\n'
      'hbm_bandwidth_bytes_per_s = 3e12\nmemory_bytes = 8e10\n', "'architecture' must be one of"),

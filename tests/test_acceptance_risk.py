@@ -51,7 +51,7 @@ def test_robust_k_avoids_the_k_that_is_best_only_if_acceptance_is_high():
 
 
 def test_prediction_rows_carry_break_even_and_it_decides_fixed_k_against_plain():
-    p = predict("scenarios/command-a-h100.toml", batch_sizes=[1, 64, 128, 256])
+    p = predict("command-a-h100", batch_sizes=[1, 64, 128, 256])
     t = p.table
     g = p.grid_rows.set_index(["batch_size", "k"])
     k = p.scenario.fixed_k

@@ -112,7 +112,7 @@ def test_catalog_says_what_each_entry_rests_on(capsys):
     assert set(list_models()) | set(list_hardware()) <= set(rows)
     assert "config.json of Qwen/Qwen3-32B" in rows["qwen3-32b"]
     # h100-sxm ships measured-table profiles (simulator/data/profiles/h100-sxm.*.profile.json); l4 ships none
-    shipped = sorted(Path("simulator/data/profiles").glob("h100-sxm.*.profile.json"))
+    shipped = sorted((Path(__file__).resolve().parent.parent / "simulator/data/profiles").glob("h100-sxm.*.profile.json"))
     assert shipped and "measured kernel tables" in rows["h100-sxm"]
     assert "datasheet only" in rows["l4"] and "ConnectX-7" in rows["h100-sxm"]
     assert "no published preset" in rows["early-exit:N"] and "Spec-Bench" in rows["eagle"]
@@ -204,8 +204,8 @@ def test_sizing_k_table_equals_predict_with_the_same_flags(capsys, name):
 
     import pandas as pd
 
-    from simulator.sizing.fleet import _engine_tables, _plan_candidates, k_table_context
-    from simulator.sizing.candidate import traffic_lengths
+    from simulator.sizing.fleet import _engine_tables, _plan_candidates
+    from simulator.sizing.candidate import k_table_context, traffic_lengths
     from simulator.sizing.spec import parse_sizing
     from simulator.specs.scenario import load_scenario
     sc = load_scenario(name)

@@ -101,7 +101,7 @@ def test_with_capture_limit_moves_the_ceiling():
 
 def test_max_num_seqs_below_the_planned_load():
     # llama-3.1-8b-h100 plans B 1-512; --max-num-seqs 128 caps it: the engine never runs more than 128
-    p = predict("scenarios/llama-3.1-8b-h100.toml", max_num_seqs=128)
+    p = predict("llama-3.1-8b-h100", max_num_seqs=128)
     (a,) = [x for x in p.engine_advice() if x.setting == "--max-num-seqs"]
     fits = p.table[p.table.fits_memory]
     assert a.current == 128 and a.suggested == int(fits.batch_size.max())
@@ -113,7 +113,7 @@ def test_max_num_seqs_below_the_planned_load():
 
 
 def test_token_budget_below_b_times_k_plus_one():
-    p = predict("scenarios/llama-3.1-8b-h100.toml", max_num_batched_tokens=512)
+    p = predict("llama-3.1-8b-h100", max_num_batched_tokens=512)
     (a,) = [x for x in p.engine_advice() if x.setting == "--max-num-batched-tokens"]
     t = p.table.set_index("batch_size")
     need = {b: b * (int(t.k_opt[b]) + 1) for b in a.at_batch_sizes}
@@ -133,7 +133,7 @@ def test_dp_turns_dynamic_sd_off_in_vllm():
     from simulator.plan.exports import k_ranges
     # deepseek-v3-dp-ep: layout dp-ep with dp = 8 on vLLM 0.29.0: the per-batch-size table is dropped
     # (vllm/config/vllm.py:1110-1127 of 0.33.0) and num_speculative_tokens = the table's largest K runs
-    p = predict("scenarios/deepseek-v3-dp-ep.toml")
+    p = predict("deepseek-v3-dp-ep")
     assert p.scenario.deployment.dp > 1
     (a,) = [x for x in p.engine_advice() if x.setting == "num_speculative_tokens"]
     assert a.current == max(r[2] for r in k_ranges(*p.kstar_by_batch()))  # the table's largest K
@@ -169,7 +169,7 @@ def test_dsd_k0_costs_the_drafter_first_pass():
     # default scenario (draft model) on vLLM 0.33 at B up to 1024: its K = 0 entry still runs the drafter's first
     # pass (vllm/v1/spec_decode/llm_base_proposer.py:616-625), so the table's K = 0 is plain + that pass; K* is
     # chosen against it (K = 1 at B 137-144, where a plain server would be faster than both)
-    p = predict("scenarios/default.toml", batch_sizes="1-1024")
+    p = predict("default", batch_sizes="1-1024")
     assert p.scenario.engine.name == "vllm" and p.grid.dsd_k0 is not None
     beaten = _k0_checks(p)
     assert set(p.grid.k_star[beaten]) == {1}
@@ -178,11 +178,11 @@ def test_dsd_k0_costs_the_drafter_first_pass():
 def test_sglang_adaptive_k0_costs_the_draft_extend_too():
     # the same on SGLang (0.5.23 wheel): step 0 of the adaptive config still runs the draft extend over the B
     # verified tokens (eagle_worker_v2.py:1469-1471), priced the same way
-    p = predict("scenarios/default.toml", batch_sizes="1-1024", engine="sglang")
+    p = predict("default", batch_sizes="1-1024", engine="sglang")
     assert p.scenario.engine.name == "sglang" and p.grid.dsd_k0 is not None
     _k0_checks(p)
     # an engine release whose K = 0 is plain decoding: no such entry (vLLM 0.11 had no dynamic-K table)
-    old = predict("scenarios/default.toml", batch_sizes="1-256", engine="vllm", engine_version="0.11.0")
+    old = predict("default", batch_sizes="1-256", engine="vllm", engine_version="0.11.0")
     assert old.grid.dsd_k0 is None and A.k0_step_s(old.grid) is None
 
 
@@ -190,7 +190,7 @@ def test_nothing_binds_nothing_said():
     # command-a-h100 as shipped, on the physics alone: B <= 256 = max_num_seqs, 2 x 256 tokens <= 8192, verify
     # within 512 requests (the learned layer puts K* = 0 at B >= 157, where vLLM's K = 0 still runs the drafter's
     # extend pass: test_learned_layer_k0_advice)
-    p = predict("scenarios/command-a-h100.toml", learned=False)
+    p = predict("command-a-h100", learned=False)
     assert p.engine_advice() == []
     assert A.advice_lines([]) == []
 
@@ -198,7 +198,7 @@ def test_nothing_binds_nothing_said():
 def test_learned_layer_k0_priced_as_vllm_runs_it():
     # with the learned layer command-a's K* reaches 0 at large B; vLLM 0.33's K = 0 still runs the draft extend
     # pass over the B verified tokens, so the table's K = 0 is priced with it and K* is chosen against that
-    p = predict("scenarios/command-a-h100.toml")
+    p = predict("command-a-h100")
     assert p.grid.dsd_k0 is not None and np.all(A.k0_step_s(p.grid) > p.grid.itl_s[:, p.grid.k_index(0)])
     t = p.table.set_index("batch_size")
     at_zero = t[t.k_opt == 0]
@@ -289,7 +289,7 @@ def test_sglang_speculative_default_cap_in_the_advice():
 
 @pytest.mark.parametrize("flag", ["--max-capture-size", "--max-num-seqs", "--max-num-batched-tokens"])
 def test_cli_refuses_a_bad_setting(flag):
-    r = run_predict("--scenario", "scenarios/command-a-h100.toml", flag, "-4")
+    r = run_predict("--scenario", "command-a-h100", flag, "-4")
     assert r.returncode == 2
     assert "Traceback" not in r.stderr
     lines = [x for x in r.stderr.splitlines() if x.strip()]
@@ -297,13 +297,13 @@ def test_cli_refuses_a_bad_setting(flag):
 
 
 def test_cli_table_and_json_carry_the_advice():
-    r = run_predict("--scenario", "scenarios/llama-3.1-8b-h100.toml", "--max-num-seqs", "128", "--format", "json")
+    r = run_predict("--scenario", "llama-3.1-8b-h100", "--max-num-seqs", "128", "--format", "json")
     assert r.returncode == 0, r.stderr
     (a,) = [x for x in json.loads(r.stdout)["engine_advice"] if x["setting"] == "--max-num-seqs"]
     assert set(a) >= {"setting", "current", "suggested", "goodput_gain_share", "at_batch_sizes", "engine_version",
                       "rule_source"}
     assert a["current"] == 128 and a["engine_version"] == "vLLM 0.33.0"  # the newest vLLM profile
-    r = run_predict("--scenario", "scenarios/command-a-h100.toml", "--physics-only")
+    r = run_predict("--scenario", "command-a-h100", "--physics-only")
     assert r.returncode == 0 and "engine settings" not in r.stdout  # nothing binds: no empty section
 
 

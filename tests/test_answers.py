@@ -127,7 +127,7 @@ def test_serve_table_in_ms_without_scientific_notation():
 
 # --- sizing --------------------------------------------------------------------------------------
 def test_nodes_and_replicas_hand_arithmetic():
-    from simulator.sizing.fleet import nodes_for, replicas_for
+    from simulator.sizing.costing import nodes_for, replicas_for
     from simulator.sizing.spec import SLO, SizingSpec
     spec = SizingSpec(slo=SLO({"tpot_p50_s": 0.05}), candidates=(), policies=("dsd",), load_kind="rate",
                       target_load=10.0, headroom=0.2, spare_replicas=1, gpus_per_node=8)
@@ -143,8 +143,7 @@ def test_fleet_cost_decides_and_evidence_breaks_ties():
     """Issue 49: the ranking says "cost at the target, then evidence" and does that: a cheaper fleet on a
     datasheet leads a dearer measured one (the answer names the measured one, :func:`evidence_margin`); at
     equal cost the measured one leads."""
-    from simulator.sizing.fleet import rank
-    from simulator.sizing.ranking import evidence_margin
+    from simulator.sizing.ranking import evidence_margin, rank
     cap = pd.DataFrame([
         # datasheet: cheaper point estimate, band 8-32 GPUs x $2 = $16-64/h
         {"hardware": "a", "tp": 8, "policy": "dsd", "meets_target": True, "fleet_usd_per_hour": 32.0, "gpus": 16,

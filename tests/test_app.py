@@ -139,7 +139,7 @@ def test_kstar_tab_says_where_k_changes_and_why():
     # (Prediction.k_changes, tests/test_k_changes.py); each row one K of a change
     from simulator.plan.api import predict
 
-    first = predict("scenarios/qwen3-235b-h200.toml").k_changes()[0]
+    first = predict("qwen3-235b-h200").k_changes()[0]
     b, k_from, k_to = first["batch_size"], first["k_from"], first["k_to"]
     assert 0 < k_from < k_to
     at = new_app()
@@ -459,7 +459,7 @@ def test_bad_rates_text_is_shown_at_its_control_and_the_page_stays():
 
 
 def test_validation_tab_matches_rows_and_reports_mape():
-    grid = predict("scenarios/default.toml").grid_rows
+    grid = predict("default").grid_rows
     meas = grid[grid["batch_size"].isin([1, 8, 64]) & grid["k"].isin([0, 2, 4])].copy()
     meas["itl_ms"] *= 1.25                      # measured 25% slower -> predicted error -20%
     meas["goodput_per_seq"] /= 1.25
@@ -481,7 +481,7 @@ def test_validation_tab_fits_the_planner_to_the_rows_and_uses_the_fit():
     # two measured cells, both 25% slower than predicted (error -20% before); once the fit is used the same
     # rows match to the fit's own residual (its points' fitted vs measured, under 0.5%); dropping it brings
     # back the -20%
-    grid = predict("scenarios/default.toml").grid_rows
+    grid = predict("default").grid_rows
     meas = grid[(grid["batch_size"] == 8) & grid["k"].isin([0, 2])][["batch_size", "k", "itl_ms"]].copy()
     meas["itl_ms"] *= 1.25
     at = new_app()
@@ -574,7 +574,7 @@ def test_seeded_random_sweep_never_shows_a_traceback():
 
 # --- chart functions without Streamlit ----------------------------------------------------------------
 def test_charts_are_pure_functions_and_export_png():
-    p = predict("scenarios/qwen3-235b-h200.toml", batch_sizes="1-64")
+    p = predict("qwen3-235b-h200", batch_sizes="1-64")
     sc = p.scenario
     made = [C.k_star_chart(p.table), C.goodput_heatmap(p.grid_rows, p.table), C.policy_chart(p.table, sc.fixed_k),
             C.gain_chart(p.table, sc.fixed_k), C.experts_touched_chart(p.grid_rows, 128, 8), C.expert_share_chart(p.grid_rows),
@@ -607,7 +607,7 @@ def test_kstar_tab_shows_how_sure_the_decision_is():
     # size, P(K* beats plain) beside the centre's K
     from simulator.plan.api import predict
     from simulator.plan.speedup_trust import decision_risk_text
-    p = predict("scenarios/command-a-h100.toml")
+    p = predict("command-a-h100")
     want = decision_risk_text(p.table, p.scenario.decision_quantile)
     assert want
     at = new_app()

@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from dashboard import state as S  # noqa: E402
-from simulator.specs.engines import engine_versions  # noqa: E402
+from simulator.specs.engine_catalog import engine_versions  # noqa: E402
 
 APP = str(ROOT / "app.py")
 TABS = ["K* vs batch size", "Goodput heatmap", "Plain vs fixed K vs DSD", "Roofline", "MoE experts",

@@ -3,8 +3,11 @@ each refusal is one 'error:' line that names the file or flag at fault, exit 2."
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from cli_inprocess import refused_line, run_main
+
+REPO = Path(__file__).resolve().parent.parent  # paths given to the commands: pytest may start anywhere
 
 SCENARIO = '[model]\nname = "llama-3.1-8b"\n[hardware]\nname = "h100-sxm"\n'
 
@@ -170,7 +173,7 @@ def test_save_scenario_onto_the_output_isrefused_line(tmp_path):
         assert line.startswith(f"error: --save-scenario {save}: the same file as --output")
     assert out.read_text() == "keep me"
     line = refused_line("calibration.fit_deployment", "--scenario", "smollm2-cpu", "--measured",
-                    "calibration/data/runs/smollm2-cpu-ngram.csv", "--output", out, "--save-scenario", out)
+                    REPO / "calibration/data/runs/smollm2-cpu-ngram.csv", "--output", out, "--save-scenario", out)
     assert "the same file as --output" in line and out.read_text() == "keep me"
 
 
@@ -179,7 +182,8 @@ def test_a_fit_stores_the_acceptance_positions_it_measured(tmp_path):
     # this deployment'), positions 4-8 copies of the 3rd, so K* = 5-6 used them with no warning
     fit = tmp_path / "fit.json"
     done = run_main("calibration.fit_deployment", "--scenario", "llama-3.1-8b-h100", "--measured",
-                    "tests/fixtures/vllm/bench_k0_c8.json", "tests/fixtures/vllm/bench_k3_c8.json", "--output", fit)
+                    REPO / "tests/fixtures/vllm/bench_k0_c8.json",
+                    REPO / "tests/fixtures/vllm/bench_k3_c8.json", "--output", fit)
     assert done.returncode == 0, done.stderr
     acc = json.loads(fit.read_text())["acceptance"]
     # the fixture's unconditional 0.7866, 0.6105, 0.4410 as conditional rates: three positions, no more
@@ -193,7 +197,7 @@ def test_a_fit_for_another_deployment_says_what_it_was_compared_with(tmp_path):
     # was: 'fitted for another deployment than flags: model ...'
     fit = tmp_path / "fit.json"
     assert run_main("calibration.fit_deployment", "--scenario", "smollm2-cpu", "--measured",
-                    "calibration/data/runs/smollm2-cpu-ngram.csv", "--output", fit).returncode == 0
+                    REPO / "calibration/data/runs/smollm2-cpu-ngram.csv", "--output", fit).returncode == 0
     line = refused_line("simulator.predict", "--model", "llama-3.1-8b", "--hardware", "h100-sxm", "--deployment", fit)
     assert "fitted for another deployment than the flags give: model 'smollm2-135m'" in line
 

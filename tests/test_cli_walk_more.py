@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from cli_inprocess import refused_line, run_main
+
+REPO = Path(__file__).resolve().parent.parent  # paths given to the commands: pytest may start anywhere
 
 
 def test_serve_json_says_what_it_rests_on_and_csv_stays_rows():
@@ -49,5 +52,6 @@ def test_a_fit_from_acceptance_lengths_says_which_positions_it_extrapolates(tmp_
     assert len(warned) == 1 and warned[0].startswith("warning: --measured: acceptance_length only"), done.stderr
     assert "positions 4-8 are not measured" in warned[0] and "per-position 0.85,0.8," in warned[0]
     # measured per position (a vllm bench file): no such warning
-    done = run_main(*base, "--measured", "tests/fixtures/vllm/bench_k0_c8.json", "tests/fixtures/vllm/bench_k3_c8.json")
+    done = run_main(*base, "--measured", REPO / "tests/fixtures/vllm/bench_k0_c8.json",
+                    REPO / "tests/fixtures/vllm/bench_k3_c8.json")
     assert done.returncode == 0 and "not measured" not in done.stderr

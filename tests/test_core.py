@@ -150,6 +150,38 @@ def test_block_fp8_gemms_run_at_the_fp8_peak():
     assert {o.dtype for o in attention_projection_ops(llama, Deployment(tp=8, weight_dtype="fp8"), T, 1)} == {"int8_wo"}
 
 
+def test_weight_only_fp8_is_fp8_weight_bytes_in_bf16_math_and_says_which_table_prices_it():
+    # --dtype fp8 --act-dtype bf16 (weight-only fp8: dequantized into bf16 math). hand, Llama-3.1-70B on 4 x H100
+    # (datasheet: bf16 989.4, fp8 1978.9 TFLOP/s, 3.35 TB/s, 2 us a launch), MLP gate+up n = 2 x 28672 / 4 = 14336,
+    # k = 8192, one layer:
+    #   T = 8192: F = 2 x 8192 x 14336 x 8192 = 1,924,145,348,608 at the bf16 peak -> 1944.76 us + 2 us (at the fp8
+    #     peak, as W8A8 runs it, 972.33 us + 2): compute-bound either way (M 486.5 MB -> 145.2 us)
+    #   T = 1: M = 14336 x 8192 x 1 B (fp8 weights) + 1 x (14336 + 8192) x 2 B (bf16 activations) = 117,485,568 B
+    #     -> 35.070 us + 2 us (bf16 weights: 234,926,080 B -> 70.127 us + 2)
+    from simulator.physics.operators import evaluate
+    from simulator.physics.layers import dense_mlp_ops
+    from simulator.specs.overrides import apply_overrides
+    from simulator.specs.scenario import build_scenario
+    m, hw = load_model("llama-3.1-70b"), load_hardware("h100-sxm")
+    wo, w8a8 = Deployment(tp=4, weight_dtype="fp8", act_dtype="bf16"), Deployment(tp=4, weight_dtype="fp8", act_dtype="fp8")
+
+    def gate_up_s(dep, tokens):
+        op = dense_mlp_ops(m, dep, np.array([float(tokens)]), 1, m.intermediate_size)[0]
+        return float(evaluate([op], hw, dep, None, (1,)).time_s[0, 0])
+    assert gate_up_s(wo, 8192) == pytest.approx(1_924_145_348_608 / 989.4e12 + 2e-6, rel=1e-9)
+    assert gate_up_s(w8a8, 8192) == pytest.approx(1_924_145_348_608 / 1978.9e12 + 2e-6, rel=1e-9)
+    assert gate_up_s(wo, 1) == pytest.approx(117_485_568 / 3.35e12 + 2e-6, rel=1e-9)
+    assert weight_bytes_per_gpu(m, wo) == pytest.approx(weight_bytes_per_gpu(m, Deployment(tp=4)) / 2)
+    # the measured tables hold no weight-only kernel for the H100: the output says its GEMMs borrow the bf16 table's
+    # efficiency (before: 'measured kernel tables' alone, as if measured); W8A8 and bf16 run their own tables
+    flags = dict(model="llama-3.1-70b", hardware="h100-sxm", tp=4, draft="eagle3", dtype="fp8")
+    said = {act: build_scenario(apply_overrides({"model": {}, "hardware": {}}, flags | {"act_dtype": act})).cost_source
+            for act in ("bf16", "fp8")}
+    assert ("weight-only fp8 GEMMs (fp8 weight bytes, bf16 math) priced on the gemm.bf16 table's efficiency"
+            " (no weight-only kernel measured)") in said["bf16"]
+    assert "weight-only" not in said["fp8"] and "measured kernel tables" in said["fp8"]
+
+
 def test_fp8_checkpoint_keeps_head_and_router_bf16():
     # DeepSeek-V3's fp8 checkpoint quantizes its Linear layers only: the output head is built in bf16
     # (inference/model.py: ColumnParallelLinear(dim, vocab, dtype=torch.get_default_dtype())) and the router
@@ -534,7 +566,8 @@ def test_cli_malformed_inputs(tmp_path):
 
 
 def test_cli_formats_and_atomic_output(tmp_path):
-    r = run_process("--scenario", "llama-3.1-8b-h100", "--format", "json")
+    # in the test process but the last run: one real process writes the engine file (run_process)
+    r = run_cli("--scenario", "llama-3.1-8b-h100", "--format", "json")
     data = json.loads(r.stdout)
     row = data["rows"][0]
     for key in ("batch_size", "k_opt", "goodput_per_seq", "throughput", "speedup_vs_plain", "speedup_vs_fixed",
@@ -544,7 +577,7 @@ def test_cli_formats_and_atomic_output(tmp_path):
     assert data["provenance"]["uncertainty"]
     out = tmp_path / "vllm.json"
     out.write_text("keep me")
-    r = run_process("--scenario", "llama-3.1-8b-h100", "--acceptance", "2", "--format", "vllm", "--output", str(out))
+    r = run_cli("--scenario", "llama-3.1-8b-h100", "--acceptance", "2", "--format", "vllm", "--output", str(out))
     assert r.returncode == 2 and out.read_text() == "keep me"  # a failed run leaves the old file
     r = run_process("--scenario", "llama-3.1-8b-h100", "--format", "vllm", "--output", str(out))
     cfg = json.loads(out.read_text())

@@ -330,7 +330,7 @@ def test_the_fit_caveat_names_the_uploaded_file_not_the_cli_flag():
     # command's text began '--measured: acceptance_length only ...': a flag the dashboard user never typed.
     from simulator.plan.api import predict
 
-    grid = predict("scenarios/default.toml").grid_rows
+    grid = predict("default").grid_rows
     rows = grid[(grid["batch_size"] == 8) & grid["k"].isin([0, 2])][["batch_size", "k", "itl_ms"]].copy()
     rows["acceptance_length"] = [float("nan"), 2.2]
     at = AppTest.from_file(APP, default_timeout=60)

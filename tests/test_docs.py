@@ -203,7 +203,10 @@ def test_trust_table_cells_are_the_current_transfer_figures():
 def test_readme_commands_run_as_written(tmp_path):
     """Every README command outside NOT_RUN exits 0 from a copy of the repository root (so the files they
     write land in tmp_path); what the README shows of make demo's output and of the engine files is what
-    the commands print and write."""
+    the commands print and write. The first command of each ``python -m`` module starts the real process;
+    the module's later commands run its main(argv) in this process (tests/cli_inprocess.py: the same
+    stdout, stderr and exit code, without an interpreter start and the imports, about 1 s each)."""
+    from cli_inprocess import run_main
     text = _readme()
     for entry in REPO.iterdir():
         if entry.name not in (".git", ".venv"):
@@ -211,11 +214,17 @@ def test_readme_commands_run_as_written(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     commands = [c for c in readme_commands(text) if not _not_run(c)]
     assert len(commands) >= 10, commands
+    started: set[str] = set()  # the modules whose real process has run
     for command in [DEMO_COMMAND] + commands:
         argv = shlex.split(command)
+        module = argv[2] if argv[:2] == ["python", "-m"] else None
         argv = [sys.executable] + argv[1:] if argv[0] == "python" else argv
         start = time.perf_counter()
-        run = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+        if module is not None and module in started:
+            run = run_main(module, *argv[3:], cwd=tmp_path)
+        else:
+            started.add(module)
+            run = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
         assert run.returncode == 0, f"README command failed: {command}\n{run.stderr[-2000:]}"
         assert "Traceback" not in run.stderr, command
         if command == DEMO_COMMAND:  # what the README shows of `make demo`, fragment by fragment

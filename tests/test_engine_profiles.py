@@ -9,7 +9,8 @@ import pytest
 
 from simulator.errors import PlannerError
 from simulator.plan.api import predict
-from simulator.specs.engines import ENGINES_DIR, engine_from_dict, list_engines, load_engine
+from simulator.specs.engine_catalog import ENGINES_DIR, list_engines
+from simulator.specs.engines import engine_from_dict, load_engine
 from simulator.specs.scenario import SCENARIO_DIR
 
 BUNDLED = sorted(p.stem for p in SCENARIO_DIR.glob("*.toml"))

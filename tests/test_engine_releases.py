@@ -20,8 +20,9 @@ import zipfile
 import pytest
 
 from simulator.errors import PlannerError
-from simulator.specs.engines import (ENGINES_DIR, engine_releases, engine_versions, load_engine, nearest_profile,
-                                     release_distance, resolve_release, serving_default)
+from simulator.specs.engine_catalog import (ENGINES_DIR, engine_releases, engine_versions, nearest_profile,
+                                           release_distance, resolve_release)
+from simulator.specs.engines import load_engine, serving_default
 from simulator.specs.hardware import load_hardware
 from simulator.specs.versions import parse_version
 

@@ -7,6 +7,7 @@ over its range (fit_deployment.VAGUE_SD)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -16,8 +17,9 @@ from calibration import fewshot_heldout as fh
 from calibration import fit_deployment as fd
 from simulator.specs.scenario import load_scenario
 
-RUNS = "calibration/data/runs/smollm2-cpu-ngram-rounds.csv"
-PROFILE = "calibration/data/runs/cpu-epyc-2c.profile.json"
+REPO = Path(__file__).resolve().parent.parent  # pytest may start anywhere
+RUNS = str(REPO / "calibration/data/runs/smollm2-cpu-ngram-rounds.csv")
+PROFILE = str(REPO / "calibration/data/runs/cpu-epyc-2c.profile.json")
 
 
 def test_every_cell_carries_five_interleaved_rounds():
@@ -29,7 +31,7 @@ def test_every_cell_carries_five_interleaved_rounds():
 
 
 def test_four_cells_choose_k_within_the_measurement_interval():
-    sc = load_scenario("scenarios/smollm2-cpu.toml", calibration=PROFILE)
+    sc = load_scenario("smollm2-cpu", calibration=PROFILE)
     s = fh.score(sc, fd.read_rows([RUNS]))
     assert len(s["fit_cells"]) <= fh.MAX_CELLS
     given = s["regret_acceptance_given"]
@@ -38,7 +40,7 @@ def test_four_cells_choose_k_within_the_measurement_interval():
 
 
 def test_four_cells_predict_the_other_cells_step_time_within_five_percent():
-    sc = load_scenario("scenarios/smollm2-cpu.toml", calibration=PROFILE)
+    sc = load_scenario("smollm2-cpu", calibration=PROFILE)
     s = fh.score(sc, fd.read_rows([RUNS]))
     assert len(s["fit_cells"]) <= fh.MAX_CELLS and len(s["heldout"]) >= 45
     assert s["itl_mape"] <= 0.05  # the goal, on the 45 cells the fit did not see
@@ -49,7 +51,7 @@ def test_no_layer_prior_lets_a_cpu_host_loop_be_tens_of_milliseconds():
     # loop; the EPYC runs' B = 1 plain step is ~21 ms above 1.16 x its kernels) at the four cells the fit asks
     # for; with no learned layer each term may sit anywhere in its range, so the points give back 1.1 and 20 ms.
     # A prior of ten GPU spreads (~1 ms a step) put the 20 ms into the kernel scale instead (8.4% held out)
-    sc = load_scenario("scenarios/smollm2-cpu.toml")
+    sc = load_scenario("smollm2-cpu")
     assert sc.step_prior is None
     cells = pd.DataFrame({"batch_size": [1, 8, 4, 8], "k": [0, 3, 4, 2], "context_len": [sc.context_len] * 4})
     pts = fd.points_for(sc, cells)

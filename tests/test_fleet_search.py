@@ -402,7 +402,7 @@ def test_rank_is_cost_at_target_first_then_evidence():
 def test_kernel_speed_moves_step_times_on_every_basis(dense):
     """+-10% kernel speed must move the step times whether a profile (measured tables, published prior)
     or the datasheet prices the kernels (scaling the datasheet peaks alone moves neither profile)."""
-    from simulator.sizing.fleet import kernel_speed_scenario
+    from simulator.sizing.sensitivity import kernel_speed_scenario
     sc, _ = dense
     bases = set()
     for cand in (Candidate("b200", 2, "fp8"), Candidate("mi300x", 2, "fp8"), Candidate("h100-pcie", 8)):

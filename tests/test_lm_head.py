@@ -65,7 +65,7 @@ def test_bundled_profiles_say_how_their_engines_run_the_head():
 
 def test_an_unknown_head_layout_is_refused_naming_the_key():
     import tomllib
-    from simulator.specs.engines import ENGINES_DIR
+    from simulator.specs.engine_catalog import ENGINES_DIR
     with open(ENGINES_DIR / "gpt-fast-2024.toml", "rb") as f:
         data = tomllib.load(f)
     data["collectives"]["lm_head"] = "sharded"

@@ -160,7 +160,7 @@ def test_a_cells_price_does_not_depend_on_the_other_cells_evaluated():
     from simulator.physics.operators import evaluate
     from simulator.specs.scenario import load_scenario
 
-    sc = load_scenario("scenarios/command-a-h100.toml")
+    sc = load_scenario("command-a-h100")
     m, dep, hw, prof = sc.model, sc.deployment, sc.hardware, sc.profile
 
     def attention_s(B, L):
@@ -183,7 +183,7 @@ def test_a_context_axis_read_from_whole_batch_tables_prices_as_the_lattice_does(
     from simulator.physics.operators import evaluate
     from simulator.specs.scenario import load_scenario
 
-    sc = load_scenario(f"scenarios/{name}.toml")
+    sc = load_scenario(name)
     m, dep, hw, prof = sc.model, sc.deployment, sc.hardware, sc.profile
     few = np.unique(np.round(np.geomspace(300, 120_000, 16)))
     many = np.concatenate([few, np.arange(1, MAX_WHOLE_BATCH_CONTEXTS) * 97.0 + 1])  # > 64 lengths

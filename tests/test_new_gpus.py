@@ -210,10 +210,13 @@ def test_catalog_says_what_each_new_gpu_rests_on(capsys):
     assert catalog_main(["hardware"]) == 0
     rows = {ln.split()[0]: ln for ln in capsys.readouterr().out.splitlines() if ln and not ln.startswith("#")}
     assert set(NEW) <= set(rows)
-    # a [published] MAMF row: the published prior; none: the datasheet alone
-    for name in ("b300", "gb200", "mi355x", "gh200"):
+    # measured kernel tables where aiconfigurator-core 0.12.0 measured the part (calibration.import_tables);
+    # else a [published] MAMF row: the published prior; none: the datasheet alone
+    for name in ("b300", "gb200", "gb300", "rtx-pro-6000"):
+        assert "measured kernel tables (sglang-0.5.14, trtllm-1.3.0rc20, vllm-0.24.0)" in rows[name]
+    for name in ("mi355x", "gh200"):
         assert "published prior" in rows[name]
-    for name in ("gb300", "mi350x", "rtx-pro-6000", "h20", "h100-nvl"):
+    for name in ("mi350x", "h20", "h100-nvl"):
         assert "datasheet only" in rows[name]
     assert "72/domain" in rows["gb200"] and "fp4: nvfp4/mxfp4" in rows["gb200"] and "fp4: mxfp4" in rows["mi355x"]
     assert "no fp4" in rows["h20"] and "PCIe Gen5" in rows["rtx-pro-6000"]

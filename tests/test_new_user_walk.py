@@ -124,6 +124,29 @@ def test_dashboard_counts_a_trees_verify_tokens_on_the_roofline_and_experts_char
     assert "tree nodes" in json.dumps({k: v for k, v in spec.items() if k != "datasets"})
 
 
+def test_the_dashboard_offers_every_named_draft_the_cli_lists():
+    # Before: the draft choices were the dashboard's own list, with an EAGLE-3 4x8 tree but not SGLang's 8x63
+    # EAGLE trees, the trees the eagle3-tree / eagle-tree acceptance presets were measured on (AL 4.68 at depth 5,
+    # sgl-project/sglang PR #4247) and that `--list drafts` names: one list now (specs.drafts.named_drafts)
+    from streamlit.testing.v1 import AppTest
+
+    from simulator.cli.catalog import catalog_text
+    from simulator.specs.drafts import named_drafts
+
+    listed = [line.split()[0] for line in catalog_text("drafts").splitlines()[1:]]
+    assert {"eagle3:tree:8x63", "eagle:tree:8x63", "eagle3:tree:4x8"} <= set(named_drafts())
+    assert set(named_drafts()) - {"model"} <= set(listed)  # 'model' is model:NAME there, its model picked beside it
+    at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
+    at.run()
+    draft = at.sidebar.selectbox(key="draft_method")
+    assert list(draft.options) == list(named_drafts())
+    draft.set_value("eagle3:tree:8x63").run()
+    assert not at.exception and not at.error, [e.value for e in at.exception] + [e.value for e in at.error]
+    # the tree's own preset (its top-1 rates per depth) came with it
+    assert "AL 4.68 (depth 5)" in at.session_state["_acc_preset"]["source"]
+    assert at.session_state["acc_list"].startswith("0.775")
+
+
 def test_refused_sglang_flags_of_a_block_draft_keep_their_name():
     # Before: DFlash on SGLang read "SGLang 0.5.13 adaptive config, no K = 0 (JSON): not available: --draft dflash:
     # not verified in SGLang 0.5.13" (and "SGLang 0.5.14+ adaptive config (JSON): not available: no batch size fits"

@@ -78,7 +78,7 @@ def test_best_option_per_gpu_type_is_each_types_first_ranked_row(dense_result):
 def test_precisions_searched_only_as_asked():
     """Default: the scenario's own precision alone (bf16 here); --dtypes own,fp8 adds W8A8, and an fp8 pick
     names its quality caveat."""
-    from simulator.sizing.fleet import quality_caveat
+    from simulator.sizing.answer import quality_caveat
     from simulator.sizing.spec import parse_sizing
     from simulator.specs.scenario import load_scenario
     sc = load_scenario(DENSE)

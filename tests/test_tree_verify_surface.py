@@ -56,3 +56,19 @@ def test_a_deep_trees_attention_runs_at_a_prefill_kernels_rate(tree_scenario):
     assert attention.names == ["attention"]
     rate = float(attention.flops[..., 0].sum() / attention.time_s[..., 0].sum())  # at 512 keys
     assert 150e12 < rate < 989e12
+
+
+def test_a_trees_memory_terms_count_the_nodes_it_verifies(tree_scenario):
+    # plan.fit's memory terms (what a 'does not fit' answer shows) price the verify width the grid prices: an
+    # SGLang 8x63 tree verifies min(63, 8 + (K - 1) 64) drafts + the root per sequence (specs.drafts.verify_drafts):
+    # 9 tokens at K = 1, 64 from K = 2 (SGLang's speculative_num_draft_tokens = 64), not K + 1 = 2..5
+    from simulator.physics.memory import activation_bytes_per_gpu
+    from simulator.plan.fit import memory_terms
+    sc, b = tree_scenario, 64
+    grid = evaluate_grid(sc, np.array([float(b)]), np.arange(5.0))
+    for k, width in ((0, 1), (1, 9), (2, 64), (3, 64), (4, 64)):
+        t = memory_terms(sc, b, k)
+        assert t["tokens_per_seq"] == sc.context_len + width
+        assert t["activations"] == pytest.approx(float(activation_bytes_per_gpu(sc.model, sc.deployment, b * width)))
+        # before: 25.91 GB at K = 3 (4 tokens a sequence, B = 64, context 1024) where the grid holds 28.74 GB
+        assert t["need"] == pytest.approx(float(grid.memory_per_gpu_bytes[0, k]), rel=1e-12)

@@ -53,7 +53,8 @@ def _hardware() -> list[str]:
 
 
 def _engines() -> list[str]:
-    from simulator.specs.engines import list_engines, load_engine
+    from simulator.specs.engine_catalog import list_engines
+    from simulator.specs.engines import load_engine
     out = ["# engines (simulator/data/engines/*.toml): profile, values assumed; read from"]
     for key in list_engines():
         e = load_engine(key)
@@ -64,11 +65,16 @@ def _engines() -> list[str]:
 
 def _drafts() -> list[str]:
     from simulator.specs.acceptance import load_presets
-    from simulator.specs.drafts import DRAFT_METHODS, DRAFT_SYNTAX, TREE_SYNTAX
+    from simulator.specs.drafts import DRAFT_METHODS, DRAFT_SYNTAX, TREE_SYNTAX, named_drafts, parse_draft
     from simulator.specs.scenario import FALLBACK_RATE
     presets = load_presets()
     out = ["# draft methods (--draft): syntax, what is priced; default acceptance rests on"]
     rows = [(DRAFT_SYNTAX[m][0], DRAFT_SYNTAX[m][1], m) for m in DRAFT_METHODS] + [TREE_SYNTAX + ("eagle3-tree",)]
+    for name in named_drafts():  # the named trees (the dashboard offers the same list)
+        d = parse_draft(name) if ":tree:" in name else None
+        if d is not None:
+            rows.append((name, f"named tree: topk {d.topk}, {d.tree_tokens} draft tokens, verify up to {d.tree_tokens + 1}"
+                                f" tokens/seq", d.preset_key))
     for syntax, what, key in rows:
         p = presets.get(key)
         acc = f"{p['source']}" if p else f"no published preset: i.i.d. {FALLBACK_RATE:g} assumed; give measured rates (--acceptance)"

@@ -68,7 +68,8 @@ def build_parser():
     search.add_argument("--search-steps", type=int, help=f"bisection steps after bracketing (default [sizing] search_steps, else {_default('search_steps')})")
     search.add_argument("--no-sensitivity", action="store_true", help="skip the acceptance / bandwidth reruns (also [sizing] sensitivity = false)")
     out = p.add_argument_group("output", "what to write and where")
-    out.add_argument("--output-dir", type=path_given, help="write <scenario>.html/.md/.json here (default: print to stdout)")
+    out.add_argument("--output-dir", type=path_given, help="write <scenario>.html/.md/.json here, in place of an earlier"
+                     " run's reports of the scenario in other formats (default: print to stdout)")
     out.add_argument("--format", action="append", choices=FORMATS,
                      help="output format, repeatable (default: html and markdown with --output-dir, markdown otherwise)")
     add_save_scenario_arg(out)
@@ -208,6 +209,29 @@ def _names(scenarios) -> list[str]:
     return out
 
 
+def stale_reports(out_dir, names, formats) -> list[str]:
+    """The reports of these scenarios in ``out_dir`` in a format not written this time (an earlier run's
+    .html beside this run's .md): they would disagree with the new set. Only files this command wrote
+    (a regular file that reads as a sizing report of that scenario) are named, never a user's own."""
+    import os
+    import stat
+    from simulator.files import read_input_text
+    from simulator.sizing.report import is_sizing_report
+
+    out = []
+    for name in dict.fromkeys(names):
+        for fmt in FORMATS:
+            path = out_dir / f"{name}{SUFFIX[fmt]}"
+            if fmt in formats or not os.path.lexists(path) or not stat.S_ISREG(os.lstat(path).st_mode):
+                continue
+            try:
+                if is_sizing_report(read_input_text(path, "sizing report"), name):
+                    out.append(path.name)
+            except PlannerError:  # unreadable, too large, not text: not ours to remove
+                pass
+    return out
+
+
 def check_sizing_flags(args) -> None:
     """Each numeric flag finite and in its range (the caps of [sizing], simulator.sizing.spec), named by its flag."""
     from simulator.sizing.spec import MAX_TARGET_LOAD, SETTING_CAPS
@@ -251,6 +275,7 @@ def run(args) -> int:
         from simulator.sizing.report_charts import start_renderer_warmup
         start_renderer_warmup()  # the chart renderer starts while the search runs
     files: dict[str, str] = {}
+    sized: list[str] = []  # the scenario names of the reports written
     for scenario in scenarios:
         if isinstance(scenario, Scenario):  # one scenario: every flag is in it already
             res = size(scenario)
@@ -261,6 +286,7 @@ def run(args) -> int:
             res = size(scenario if isinstance(scenario, Scenario) else str(scenario), _overrides(args))
         if not args.all_bundled:  # one scenario: the report's "Regenerate" is the command as typed
             res.command = getattr(args, "command_line", "")
+        sized.append(res.scenario.name)
         for fmt in dict.fromkeys(formats):
             text = renderers[fmt](res)
             if out_dir is None:
@@ -269,7 +295,11 @@ def run(args) -> int:
                 files[f"{res.scenario.name}{SUFFIX[fmt]}"] = text
         print(f"{res.scenario.name}: {res.message} ({res.elapsed_s:.0f} s)", file=sys.stderr)
     if out_dir is not None:
-        say_written(write_files_atomically(out_dir, files))
+        stale = stale_reports(out_dir, sized, formats)
+        say_written(write_files_atomically(out_dir, files, drop=stale))
+        for name in stale:
+            print(f"removed {out_dir / name} (an older report of another format; the set is the one just written)",
+                  file=sys.stderr)
     if args.save_scenario:
         save_scenario(args, scenarios[0].raw, scenarios[0].name)
     return 0

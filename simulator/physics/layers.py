@@ -17,7 +17,7 @@ from simulator.physics.operators import StepCost, evaluate
 from simulator.physics.ops import GemmOp, Op, array_key, share_op
 from simulator.physics.terms import gemm_terms, moe_expert_terms
 from simulator.specs.deployment import Deployment, kv_heads_per_gpu, layer_kind_counts, sliding_layers
-from simulator.specs.hardware import BLOCK_FP8, DTYPE_BYTES, Hardware
+from simulator.specs.hardware import BLOCK_FP8, DTYPE_BYTES, Hardware, gemm_kernel_dtype  # noqa: F401 (API)
 from simulator.specs.models import ModelSpec
 from simulator.specs.profile import Profile
 from simulator.specs.routing import expert_probabilities
@@ -34,19 +34,6 @@ def gemm(name: str, tokens, n: float, k: float, w_bytes: float, a_bytes: float, 
     return GemmOp(name, family, gemm_terms, kernels=1, count=count, eff_tokens=tokens, surface="gemm",
                   shape={"m": tokens, "n": n, "k": k, "nk": n * k, "w_bytes": w_bytes, "a_bytes": a_bytes},
                   dtype=BLOCK_FP8 if block else gemm_kernel_dtype(w_bytes, a_bytes))
-
-
-def gemm_kernel_dtype(w_bytes: float, a_bytes: float) -> str:
-    """Which measured GEMM kernel family runs these operand sizes: fp8 x fp8 or FP4 x FP4 tensor cores
-    (a table without an fp4 surface prices them with its bf16 one), weight-only int8 / int4
-    (dequantized into bf16 math), or bf16."""
-    if w_bytes == a_bytes == 1:
-        return "fp8"
-    if w_bytes == a_bytes < 1:
-        return "fp4"
-    if a_bytes == 2 and w_bytes in (1, 0.5):
-        return "int8_wo" if w_bytes == 1 else "int4_wo"
-    return "bf16"
 
 
 def module_bytes(model: ModelSpec, dep: Deployment, module: str) -> tuple[float, float]:
@@ -264,7 +251,7 @@ def routed_experts_op(model: ModelSpec, dep: Deployment, tokens, count: int, pre
                      "touched": touched_all, "sequences": batch, "probabilities": p, "params_slice": params_slice,
                      "w_bytes": w_e,
                         "pair_bytes": (2 * D + 3 * model.expert_intermediate_size / expert_tp) * a},
-              dtype=BLOCK_FP8 if block else "fp8" if w_e == a == 1 else "bf16")
+              dtype=BLOCK_FP8 if block else gemm_kernel_dtype(w_e, a))
 
 
 def _dispatch_combine_ops(model: ModelSpec, dep: Deployment, hw: Hardware, sent, count: int, prefix: str) -> list[Op]:
@@ -288,8 +275,9 @@ def rank_tokens(dep: Deployment, batch, queries):
 
 
 def elementwise_op(model: ModelSpec, dep: Deployment, tokens, count: int, mlp_width: float, name: str) -> Op:
-    """Norms, RoPE, activation, residual adds: memory-bound passes over the activations."""
-    a = DTYPE_BYTES[dep.act_dtype]
+    """Norms, RoPE, activation, residual adds: memory-bound passes over the activations, which the GEMMs
+    return in bf16 whatever their quantized inputs (:func:`residual_bytes`)."""
+    a = residual_bytes(dep.act_dtype)
     nbytes = tokens * (10 * model.hidden_size + 3 * mlp_width / dep.tp) * a
     return Op(name, "elementwise", tokens * (8 * model.hidden_size + 4 * mlp_width / dep.tp), nbytes,
               kernels=5, count=count, eff_tokens=tokens)
@@ -380,7 +368,6 @@ def _mlp_ops(model: ModelSpec, dep: Deployment, hw: Hardware, adep: Deployment, 
     n_dense, n_moe = layer_counts
     n_layers = n_dense + n_moe
     sized = part != "cells"
-    a = DTYPE_BYTES[dep.act_dtype]
     ops = []
     if sized and n_dense:
         ops += dense_mlp_ops(model, adep, rtokens, n_dense, model.intermediate_size, prefix)
@@ -396,8 +383,17 @@ def _mlp_ops(model: ModelSpec, dep: Deployment, hw: Hardware, adep: Deployment, 
     ops.append(elementwise_op(model, adep, rtokens, n_layers, mlp_width, prefix + "elementwise"))
     if adep.tp > 1:
         n_allreduce = 2 * n_layers - (n_moe if dep.dp_attention and not model.shared_expert_intermediate_size else 0)
-        ops.append(allreduce_op(prefix + "allreduce", rtokens, model.hidden_size * a, n_allreduce, adep, hw))
+        ops.append(allreduce_op(prefix + "allreduce", rtokens, model.hidden_size * residual_bytes(dep.act_dtype),
+                                n_allreduce, adep, hw))
     return ops
+
+
+def residual_bytes(act_dtype: str) -> float:
+    """Bytes per element of the residual stream, which the TP all-reduces sum: fp8 / FP4 activations are the
+    GEMMs' quantized inputs, but every engine's quantized GEMM returns bf16 (vLLM's and SGLang's fp8 linear
+    methods return the input's dtype; TensorRT-LLM reduces bf16 and quantizes after, fused with the norm), so
+    the stream stays bf16 (fp32 on a CPU run in fp32)."""
+    return max(DTYPE_BYTES[act_dtype], DTYPE_BYTES["bf16"])
 
 
 def allreduce_op(name: str, tokens, bytes_per_token: float, count, dep: Deployment, hw: Hardware) -> Op:

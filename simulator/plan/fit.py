@@ -1,9 +1,11 @@
 """Why a configuration does not fit memory, and by how much (the same terms the grid's fit test adds).
 
-    need(B, K) = weights + draft weights (K > 0) + B x KV per sequence + activations of B (K + 1) tokens
+    need(B, K) = weights + draft weights (K > 0) + B x KV per sequence + activations of B (V + 1) tokens
     usable     = device memory x memory_utilization                                     (per GPU)
 
-(:func:`simulator.physics.memory.step_memory_bytes`). The cheapest step at a batch size is K = 0 (no
+with V the drafts the verify pass checks per sequence: K for a chain, a tree's node count
+(:func:`simulator.specs.drafts.verify_drafts`, as the grid prices it), and each sequence's KV holding
+context + V + 1 tokens (:func:`simulator.physics.memory.step_memory_bytes`). The cheapest step at a batch size is K = 0 (no
 draft weights, no draft KV, fewest activation tokens): where even that exceeds usable memory, no K fits.
 """
 from __future__ import annotations
@@ -14,22 +16,26 @@ from simulator.errors import PlannerError
 from simulator.physics.memory import (activation_bytes_per_gpu, draft_weight_bytes, kv_bytes_per_sequence,
                                       weight_bytes_per_gpu)
 from simulator.specs.deployment import check_deployment
+from simulator.specs.drafts import verify_drafts
 from simulator.specs.hardware import DTYPE_BYTES
 
 GB = 1e9
 
 
 def memory_terms(sc, batch_size: float, k: int) -> dict:
-    """Per GPU at (B, K): weights, draft weights, KV of B sequences, activations, their sum and usable [bytes]."""
+    """Per GPU at (B, K): weights, draft weights, KV of B sequences, activations, their sum and usable [bytes];
+    ``tokens_per_seq``, the tokens each sequence's KV holds in the verify step."""
     dep, model = sc.deployment, sc.model
     spec = k > 0
-    tokens = sc.context_len + k + 1
+    verified = int(verify_drafts(sc.draft, k))  # the grid's verify width: a tree verifies its nodes, not K
+    tokens = sc.context_len + verified + 1
     terms = {"weights": weight_bytes_per_gpu(model, dep),
              "draft": draft_weight_bytes(sc.draft, model, dep, spec),
-             "kv": batch_size * float(kv_bytes_per_sequence(sc.draft, model, dep, tokens, spec, k=k)),
-             "activations": float(activation_bytes_per_gpu(model, dep, batch_size * (k + 1)))}
+             "kv": batch_size * float(kv_bytes_per_sequence(sc.draft, model, dep, tokens, spec, k=verified)),
+             "activations": float(activation_bytes_per_gpu(model, dep, batch_size * (verified + 1)))}
     terms["need"] = sum(terms.values())
     terms["usable"] = sc.hardware.memory_bytes * dep.memory_utilization
+    terms["tokens_per_seq"] = tokens
     return terms
 
 
@@ -63,6 +69,6 @@ def shortfall_text(sc, batch_size: int, k: int = 0) -> str:
                 + (f" or with smaller weights (--dtype {', '.join(smaller)})" if smaller else ""))
     return (f"at B={batch_size}, K={k}: weights {t['weights'] / GB:.1f} GB"
             + (f" + draft {t['draft'] / GB:.1f} GB" if t["draft"] else "")
-            + f" + KV {t['kv'] / GB:.1f} GB ({batch_size} x {sc.context_len + k + 1} tokens)"
+            + f" + KV {t['kv'] / GB:.1f} GB ({batch_size} x {t['tokens_per_seq']} tokens)"
             f" + activations {t['activations'] / GB:.2f} GB = {t['need'] / GB:.1f} GB against {where}"
             f" ({(t['need'] - t['usable']) / GB:.1f} GB over)")

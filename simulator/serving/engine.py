@@ -19,7 +19,8 @@ from simulator.physics.engine_time import pad
 from simulator.physics.memory import kv_budget_bytes, kv_bytes_per_sequence
 from simulator.physics.step_model import ServingExtras
 from simulator.plan.policies import PolicySettings
-from simulator.specs.engines import SERVING_KEYS, EngineProfile, serving_default
+from simulator.specs.engine_files import SERVING_KEYS
+from simulator.specs.engines import EngineProfile, serving_default
 from simulator.specs.scenario import NUM, Scenario, check_table
 
 @dataclass(frozen=True)

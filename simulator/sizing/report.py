@@ -17,7 +17,9 @@ from simulator.plan.advice import advice_lines
 from simulator.plan.api import schedule_text
 from simulator.plan.speedup_trust import decision_risk_text, gain_at_risk_text, speedup_trust_text
 from simulator.specs.scenario_sections import repo_relative
-from simulator.sizing.fleet import SizingResult, quality_caveat, target_output_tokens_per_hour
+from simulator.sizing.answer import quality_caveat
+from simulator.sizing.costing import target_output_tokens_per_hour
+from simulator.sizing.fleet import SizingResult
 from simulator.sizing.ranking import RANK_RULE
 from simulator.sizing.search import STEADY_LIFETIMES
 from simulator.sizing.candidate import traffic_lengths
@@ -268,6 +270,26 @@ def _md_inline(text: str) -> str:
     return "".join(p if i % 2 == 0 else f"<code>{p}</code>" for i, p in enumerate(parts))
 
 
+def _html_head(name: str) -> str:
+    return f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>Sizing: {html.escape(name)}</title>"
+
+
+def _markdown_title(name: str) -> str:
+    return f"# Sizing report: {name}"
+
+
+def is_sizing_report(text: str, name: str) -> bool:
+    """Whether ``text`` is a report this module rendered for scenario ``name`` (HTML, Markdown or JSON):
+    what the sizing CLI may replace or remove in an output directory, never a file of the user's."""
+    if text.startswith(_html_head(name)) or text.startswith(_markdown_title(name) + "\n"):
+        return True
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(doc, dict) and doc.get("scenario") == name and {"ranking_rule", "recommendation"} <= doc.keys()
+
+
 def render_html(res: SizingResult) -> str:
     svgs = charts(res)
     body = [f"<h1>Sizing report: {html.escape(res.scenario.name)}</h1>"]
@@ -291,8 +313,7 @@ def render_html(res: SizingResult) -> str:
             elif kind == "chart":
                 svg = svgs.get(val)
                 body.append(f'<div class="chart" id="chart-{val}">{svg}</div>' if svg else "<p><em>(no data)</em></p>")
-    return (f"<!DOCTYPE html><html><head><meta charset=\"utf-8\"><title>Sizing: {html.escape(res.scenario.name)}</title>"
-            f"<style>{CSS}</style></head><body>{''.join(body)}</body></html>")
+    return f"{_html_head(res.scenario.name)}<style>{CSS}</style></head><body>{''.join(body)}</body></html>"
 
 
 def _stopped_note(points: pd.DataFrame) -> str:
@@ -303,7 +324,7 @@ def _stopped_note(points: pd.DataFrame) -> str:
 
 
 def render_markdown(res: SizingResult) -> str:
-    lines = [f"# Sizing report: {res.scenario.name}", ""]
+    lines = [_markdown_title(res.scenario.name), ""]
     for title, items in _sections(res):
         lines += [f"## {title}", ""]
         for kind, val in items:

@@ -197,6 +197,18 @@ def parse_draft(text: str) -> DraftSpec:
     return DraftSpec(text)
 
 
+def named_drafts() -> tuple[str, ...]:
+    """Every draft offered by name, in order (the dashboard's choices and --list drafts read this one list):
+    the methods that need no argument, 'model' (model:NAME, its model picked beside it), then the draft trees:
+    each tree acceptance preset's own (data/acceptance.toml tree_topk x tree_tokens) and data/drafts.toml
+    [trees] extra."""
+    from simulator.specs.acceptance import load_presets
+    plain = [m for m in DRAFT_METHODS if m not in ("early-exit", "self")]
+    trees = [f"{name.removesuffix('-tree')}:tree:{p['tree_topk']}x{p['tree_tokens']}" for name, p in load_presets().items()
+             if name.removesuffix("-tree") in TREE_METHODS and name.endswith("-tree") and "tree_topk" in p]
+    return tuple(dict.fromkeys(plain + trees + list(draft_defaults()["trees"]["extra"])))
+
+
 def draft_syntax_list() -> str:
     """'eagle, eagle3, mtp or mtp:D, ngram, model:NAME, early-exit:N, self:W, dflash, ..., eagle3:tree:TxN'."""
     return ", ".join([DRAFT_SYNTAX[m][0] for m in DRAFT_METHODS] + [TREE_SYNTAX[0]])

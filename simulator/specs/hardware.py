@@ -151,32 +151,11 @@ def hardware_from_dict(data: dict, origin: str) -> Hardware:
     Every figure must be a finite number: peaks, bandwidths and memory > 0, latency and launch
     overhead >= 0 (a NaN bandwidth would otherwise read as "does not fit in memory").
     """
-    if not isinstance(data, dict):
-        raise PlannerError(f"{origin}: expected a table of hardware figures")
-    for key, kind in _REQUIRED.items():
-        if key not in data:
-            raise PlannerError(f"{origin}: missing key '{key}'")
-        if not isinstance(data[key], kind) or isinstance(data[key], bool):
-            raise PlannerError(f"{origin}: key '{key}' must be {getattr(kind, '__name__', 'a number')}")
+    _check_required(data, origin)
     assumed = data.get("assumed", {})
     if not isinstance(assumed, dict):
         raise PlannerError(f"{origin}: [assumed] must be a table of figures")
-    for key in _STRINGS:
-        if key in data and not isinstance(data[key], str):
-            raise PlannerError(f"{origin}: key '{key}' must be a string, got {data[key]!r}")
-    for key in ("peak_bf16_flops_per_s", "hbm_bandwidth_bytes_per_s", "memory_bytes"):
-        if not np.isfinite(data[key]) or data[key] <= 0:
-            raise PlannerError(f"{origin}: '{key}' must be a finite number > 0, got {data[key]}")
-        _check_plausible(key, data[key], origin)
-    for table in (data, assumed):
-        for key in _POSITIVE + _NON_NEGATIVE:
-            if key not in table or table[key] is None:
-                continue
-            value, low = table[key], (0 if key in _NON_NEGATIVE else None)
-            if not _is_number(value) or not np.isfinite(value) or (value < 0 if low == 0 else value <= 0):
-                bound = ">= 0" if low == 0 else "> 0"
-                raise PlannerError(f"{origin}: '{key}' must be a finite number {bound}, got {value!r}")
-            _check_plausible(key, value, origin)
+    _check_figures(data, assumed, origin)
 
     def pick(key, default=None):
         return data.get(key, assumed.get(key, default))
@@ -208,6 +187,40 @@ def hardware_from_dict(data: dict, origin: str) -> Hardware:
     )
 
 
+def _check_required(data, origin: str) -> None:
+    """A table with the required keys (:data:`_REQUIRED`), each of its type."""
+    if not isinstance(data, dict):
+        raise PlannerError(f"{origin}: expected a table of hardware figures")
+    for key, kind in _REQUIRED.items():
+        if key not in data:
+            raise PlannerError(f"{origin}: missing key '{key}'")
+        if not isinstance(data[key], kind) or isinstance(data[key], bool):
+            raise PlannerError(f"{origin}: key '{key}' must be {getattr(kind, '__name__', 'a number')}")
+
+
+def _check_figures(data: dict, assumed: dict, origin: str) -> None:
+    """Labels are strings; the datasheet figures (here or under [assumed]) finite, > 0 (latency and launch
+    overhead >= 0) and of a plausible size (:data:`PLAUSIBLE`)."""
+    for key in _STRINGS:
+        if key in data and not isinstance(data[key], str):
+            raise PlannerError(f"{origin}: key '{key}' must be a string, got {data[key]!r}")
+    if not data["name"].strip():  # else every output reads "on 1 x ," and "'s hardware file"
+        raise PlannerError(f"{origin}: key 'name' is empty; give the device a name, e.g. name = \"my-gpu\"")
+    for key in ("peak_bf16_flops_per_s", "hbm_bandwidth_bytes_per_s", "memory_bytes"):
+        if not np.isfinite(data[key]) or data[key] <= 0:
+            raise PlannerError(f"{origin}: '{key}' must be a finite number > 0, got {data[key]}")
+        _check_plausible(key, data[key], origin)
+    for table in (data, assumed):
+        for key in _POSITIVE + _NON_NEGATIVE:
+            if key not in table or table[key] is None:
+                continue
+            value, low = table[key], (0 if key in _NON_NEGATIVE else None)
+            if not _is_number(value) or not np.isfinite(value) or (value < 0 if low == 0 else value <= 0):
+                bound = ">= 0" if low == 0 else "> 0"
+                raise PlannerError(f"{origin}: '{key}' must be a finite number {bound}, got {value!r}")
+            _check_plausible(key, value, origin)
+
+
 def _architecture(data: dict, origin: str) -> str:
     """'architecture': one of ARCHITECTURES, agreeing with the file's vendor and kind where they are given."""
     names = ", ".join(ARCHITECTURES)
@@ -237,6 +250,21 @@ def _fp4_formats(data: dict, origin: str) -> tuple[str, ...]:
 def fp4_hardware() -> dict[str, tuple[str, ...]]:
     """Catalog devices whose tensor cores run FP4, with the formats each runs."""
     return {n: hw.fp4_formats for n in list_hardware() if (hw := load_hardware(n)).fp4_formats}
+
+
+def gemm_kernel_dtype(w_bytes: float, a_bytes: float) -> str:
+    """Which measured kernel family runs these operand sizes (GEMMs and MoE experts): fp8 x fp8 or FP4 x FP4
+    tensor cores (a table without an fp4 surface prices them with its bf16 one), weight-only int8 / int4 /
+    MXFP4 (dequantized into bf16 math), or bf16."""
+    if w_bytes == a_bytes == 1:
+        return "fp8"
+    if w_bytes == a_bytes < 1:
+        return "fp4"
+    if a_bytes == 2 and w_bytes in (1, 0.5):
+        return "int8_wo" if w_bytes == 1 else "int4_wo"
+    if a_bytes == 2 and w_bytes == DTYPE_BYTES["mxfp4"]:
+        return "mxfp4_wo"
+    return "bf16"
 
 
 def check_precision(hw: Hardware, weight_dtype: str, act_dtype: str) -> None:

@@ -26,7 +26,7 @@ from simulator.specs.deployment_fit import DeploymentFit, load_deployment_fit, s
 from simulator.specs.step_terms import LearnedPrior, StepTerms, load_learned_prior
 from simulator.errors import PlannerError
 from simulator.files import read_toml_file
-from simulator.specs.hardware import Hardware, check_group_fits, check_precision
+from simulator.specs.hardware import DTYPE_BYTES, Hardware, check_group_fits, check_precision, gemm_kernel_dtype
 from simulator.specs.models import ModelSpec
 from simulator.specs.overrides import OVERRIDE_KEYS, apply_overrides  # noqa: F401 (API)
 from simulator.specs.settings import default
@@ -97,11 +97,26 @@ class Scenario:
                       if kind in self.model.layer_kinds()]
         if self.profile is not None and self.profile.surfaces and unmeasured:
             kernels += f"; {' and '.join(unmeasured)} on the roofline at the tables' streaming bandwidth (no table measured them)"
+        if self.profile is not None and self.profile.surfaces:
+            kernels += self._weight_only_note()
         fit = (f"; {self.deployment_fit.label}" if self.deployment_fit else
                f"; {self.step_prior.label}" if self.step_prior is not None else "")
         if self.engine is None or self.engine.name == "ideal":
             return kernels + fit
         return f"{kernels}; {self.engine.label}{fit}"
+
+    def _weight_only_note(self) -> str:
+        """Where weight-only GEMMs (fp8 / int4 weights on bf16 activations, dequantized into bf16 math) have no
+        table of their own and are priced on another kernel's (Profile.surface_name): that they are, on which."""
+        dep = self.deployment
+        if self.model.fp8_blocks(dep.weight_dtype):  # block-scaled fp8: fp8 x fp8 kernels, their own table
+            return ""
+        kind = gemm_kernel_dtype(DTYPE_BYTES[dep.weight_dtype], DTYPE_BYTES[dep.act_dtype])
+        used = self.profile.surface_name("gemm", kind)
+        if not kind.endswith("_wo") or used == f"gemm.{kind}":
+            return ""
+        return (f"; weight-only {dep.weight_dtype} GEMMs ({dep.weight_dtype} weight bytes, {dep.act_dtype} math) priced"
+                f" on the {used or 'roofline'} table's efficiency (no weight-only kernel measured)")
 
     def with_overrides(self, **overrides) -> "Scenario":
         """A new scenario with flat overrides applied (same keys as :func:`apply_overrides`)."""

@@ -83,6 +83,9 @@ def _model_and_hardware(raw: dict, get, origin: str, base_dir: str | None) -> tu
     hw_name = get("hardware", "name")
     if hw_name is None:
         raise PlannerError(f"{origin}: missing [hardware] name (a catalog name such as h100-sxm)")
+    if isinstance(hw_name, str) and not hw_name.strip():
+        raise PlannerError(f"{origin}: [hardware] name is empty; give a catalog name such as h100-sxm, or the path"
+                           " of a hardware TOML file")
     hardware = load_hardware(hw_name)
     hw_over = {k: float(v) for k, v in raw.get("hardware", {}).items() if k not in ("name", "tp", "ep", "layout", "dp")}
     if hw_over:

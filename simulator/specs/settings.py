@@ -92,7 +92,7 @@ def engine_count(example: str, default: str = "the engine's default") -> Callabl
 
 
 def _engine_help() -> str:
-    from simulator.specs.engines import engine_names
+    from simulator.specs.engine_catalog import engine_names
     return (f"serving engine whose host time and CUDA-graph capture to model: {', '.join(engine_names())}"
             " (ideal: kernels only); default vllm on GPUs (--list engines: the releases)")
 
