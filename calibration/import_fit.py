@@ -18,19 +18,27 @@ from simulator.specs.wire import collective_factor
 #           group = hq / hkv (query heads sharing one KV head; q = 1 in the tables). The older
 #           (batch, context, bytes) axes could not tell an MQA-like kernel (group >= 48, ~3x slower at
 #           equal bytes) from a GQA one: held-out MAPE 24% -> 7% on H200 trtllm
+#   attention_prefill: the fused causal prefill kernel (context_attention tables: q = L = isl), the
+#           decode family's axes with context = the prompt length isl; the planner reads a chunk of q
+#           queries over L cached keys at the prompts that run the same kernel, n = 2 L + q and
+#           B' = B q / n (physics.terms.prefill_equivalent_prompts)
 #   mla_decode: batch = B (sequences), context = L + q (keys incl. the new tokens), bytes = M of the
 #           roofline (KV read + Q/O traffic; carries the head count)
 #   moe:    tokens_per_expert = T k / (E (1 - (1 - k/E)^T)), expert_bytes = touched params_slice w
 #           on the GPU, n = I / tp_e (expert intermediate slice)
 AXES = {"gemm": ("m", "n", "k"), "attention_decode": ("batch_heads", "context", "head_dim", "group"),
+        "attention_prefill": ("batch_heads", "context", "head_dim", "group"),
         "mla_decode": ("batch", "context", "bytes"), "moe": ("tokens_per_expert", "expert_bytes", "n")}
-MAX_NODES = {"gemm": (16, 16, 16), "attention_decode": (16, 17, 4, 8), "mla_decode": (11, 17, 16),
+MAX_NODES = {"gemm": (16, 16, 16), "attention_decode": (16, 17, 4, 8), "attention_prefill": (16, 17, 4, 8), "mla_decode": (11, 17, 16),
              "moe": (16, 16, 12)}
-SMOOTH = {"gemm": 1e-2, "attention_decode": 0.1, "mla_decode": 0.1, "moe": 0.1}
+SMOOTH = {"gemm": 1e-2, "attention_decode": 0.1, "attention_prefill": 0.1, "mla_decode": 0.1, "moe": 0.1}
 AXIS_NOTES = {
     "gemm": "m, n, k: GEMM dims per GPU (Y[m,n] = X[m,k] W[k,n])",
     "attention_decode": ("batch_heads = B hkv (KV heads per GPU), context = L + q, head_dim = d, "
                          "group = hq / hkv (query heads per KV head)"),
+    "attention_prefill": ("fused causal prefill (window 0, bf16 math, q = L = isl): batch_heads = B hkv, context = isl, "
+                          "head_dim = d, group = hq / hkv; a chunk of q queries over L cached keys is read at the "
+                          "prompts of the same tokens and FLOPs: isl = 2 L + q, B' = B q / isl"),
     "mla_decode": "batch = B, context = L + q, bytes = roofline M = B (L+q) latent kv + 2 B q hq latent a",
     "moe": "tokens_per_expert = T k / (E (1-(1-k/E)^T)), expert_bytes = touched params_slice w, n = I / tp_e",
 }

@@ -32,6 +32,8 @@ RAW_COLS = {
     "gemm": ["gemm_dtype", "m", "n", "k", "kernel_source"],
     "attention_decode": ["batch_size", "isl", "step", "num_heads", "num_key_value_heads", "head_dim",
                          "attn_dtype", "kv_cache_dtype", "kernel_source"],
+    "attention_prefill": ["batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim",
+                          "attn_dtype", "kv_cache_dtype", "kernel_source"],
     "mla_decode": ["batch_size", "isl", "step", "num_heads", "kv_cache_dtype", "kernel_source"],
     "moe": ["moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size",
             "moe_ep_size", "distribution", "kernel_source"],

@@ -160,6 +160,43 @@ def prepare_attention_decode(df: pd.DataFrame, hw: Hardware) -> pd.DataFrame:
                         {"ax_batch_heads": B * hkv, "ax_head_dim": d, "ax_group": hq / hkv})
 
 
+PREFILL_KEYS = ["kv_cache_dtype", "batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim"]
+
+
+def prepare_attention_prefill(df: pd.DataFrame, hw: Hardware) -> pd.DataFrame:
+    """context_attention rows (fused causal prefill, full attention only: window_size 0, bf16 math) -> roofline rows.
+
+    Each row runs ``isl`` new tokens per sequence with no cache: q = isl queries over L = 0 cached keys,
+    causal among themselves, the planner's attention terms at L = 0: F = 2 B isl (isl + 1) hq d,
+    M = B isl (2 hkv d kv + 2 hq d a) (Q, K, V read once, O written: a fused kernel never writes the
+    score matrix). Axes as the decode family's: batch_heads = B hkv, context = isl (the equivalent
+    prompt length, physics.terms.prefill_equivalent_prompts), head_dim, group = hq / hkv. Rows of one query
+    (isl 1, a decode step) and with more KV heads than query heads are dropped.
+    """
+    if "window_size" in df:
+        df = df[df.window_size == 0]
+    df = df[(df.isl > 1) & (df.num_key_value_heads <= df.num_heads) & df.kv_cache_dtype.isin(KV_BYTES)
+            & (df.attn_dtype == "bfloat16")]
+    if "beam_width" in df:
+        df = df[df.beam_width == 1]
+    df = _dedupe(primary_kernel(df), PREFILL_KEYS)
+    kv = df.kv_cache_dtype.map(KV_BYTES).to_numpy()
+    B, n = df.batch_size.to_numpy(float), df.isl.to_numpy(float)
+    hq, hkv, d = (df[c].to_numpy(float) for c in ("num_heads", "num_key_value_heads", "head_dim"))
+    F, kv_read, q_io = attention_decode_terms(B, n, 0.0, hq, hkv, d, kv, ATTENTION_ACT_BYTES)
+    out = df.copy()
+    out["family"] = "attention_prefill"
+    out["surface"] = "attention_prefill." + df.kv_cache_dtype.map({"bfloat16": "bf16", "fp8": "fp8"})
+    out["ax_batch_heads"] = B * hkv
+    out["ax_context"] = n
+    out["ax_head_dim"] = d
+    out["ax_group"] = hq / hkv
+    out["t0"] = roofline_s(F, kv_read + q_io, hw.peak_bf16_flops_per_s, hw.hbm_bandwidth_bytes_per_s)
+    out["meas_s"] = df.latency.to_numpy() * 1e-3
+    out["bucket"] = shape_bucket(df[PREFILL_KEYS])
+    return out
+
+
 def _decode_rows(df: pd.DataFrame, family: str, hw: Hardware, keys: list[str], flops, nbytes, kv_bytes,
                  extra: dict) -> pd.DataFrame:
     """Roofline rows of a q = 1 decode-attention table (GQA or MLA): the axes both surfaces share, then

@@ -5,7 +5,7 @@
 
 Per (GPU, engine, version) it writes ``<hardware>.<engine>-<version>.profile.json`` with
 efficiency surfaces (efficiency = roofline time / measured time) for GEMM, decode attention
-(GQA and MLA) and routed MoE, plus all-reduce / NCCL collective tables, and reports held-out
+(GQA and MLA), fused causal prefill attention (GQA) and routed MoE, plus all-reduce / NCCL collective tables, and reports held-out
 error. The roofline is the planner's own: the FLOP and byte terms of simulator/physics/terms.py
 (GEMM, decode attention, absorbed MLA, routed experts), the busiest-GPU expert load of
 simulator/physics/experts.py (rows labelled with uniform routing p = k/E; the tables' "balanced" rows
@@ -40,7 +40,7 @@ from calibration.import_report import (  # noqa: F401
 from calibration.import_rows import (  # noqa: F401
     DTYPES, HELDOUT_BUCKETS, HOST_BOUND_FLOOR_RATIO, KV_BYTES, MLA_KV_LORA, MLA_ROPE, DevicePeaks, _dedupe,
     device_peaks, dtype_terms, host_bound_dtypes, measurable_dtypes, prepare_all_reduce, prepare_attention_decode,
-    prepare_gemm, prepare_mla_decode, shape_bucket)
+    prepare_attention_prefill, prepare_gemm, prepare_mla_decode, shape_bucket)
 from calibration.planner_rows import monotone_rows_s
 from calibration.surface_fit import fit_surface
 from simulator.cli.common import (OneLineParser, check_output_dir, command, write_atomically,
@@ -53,7 +53,7 @@ from simulator.specs.wire import collective_factor
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "simulator" / "data" / "profiles"  # the simulator picks them up by device
-FAMILIES = ("gemm", "attention_decode", "mla_decode", "moe", "all_reduce")
+FAMILIES = ("gemm", "attention_decode", "attention_prefill", "mla_decode", "moe", "all_reduce")
 
 
 # The busiest expert-parallel GPU's token-expert pairs. The planner prices E[max] over the ep groups
@@ -135,9 +135,10 @@ def prepare_moe(df: pd.DataFrame, hw: Hardware) -> pd.DataFrame:
 
 
 PREPARE = {"gemm": prepare_gemm, "attention_decode": prepare_attention_decode,
-           "mla_decode": prepare_mla_decode, "moe": prepare_moe, "all_reduce": prepare_all_reduce}
+           "attention_prefill": prepare_attention_prefill, "mla_decode": prepare_mla_decode, "moe": prepare_moe, "all_reduce": prepare_all_reduce}
 # family -> (table family folder, table name)
 TABLE_OF = {"gemm": ("gemm", "gemm_perf"), "attention_decode": ("attention", "generation_attention_perf"),
+            "attention_prefill": ("attention", "context_attention_perf"),
             "mla_decode": ("mla", "generation_mla_perf"), "moe": ("moe", "moe_perf"),
             "all_reduce": ("comm", "custom_allreduce_perf")}
 

@@ -4,7 +4,7 @@
 times the per-shape correction). The planner prices every surface-priced op by the envelope
 max over less work of that time (:mod:`simulator.physics.monotone`): a GEMM over its token count at
 its weight shape, decode attention over sequences and cached keys, an MoE layer over tokens and the
-distinct experts they touch. :func:`monotone_rows_s` prices prepared held-out rows with exactly those
+distinct experts they touch; prefill attention at the surface's own time (capped at the peaks, no envelope). :func:`monotone_rows_s` prices prepared held-out rows with exactly those
 functions, so the held-out report can say what the envelope costs in accuracy against the tables.
 Rows of other families, or without a surface, come back NaN.
 """
@@ -15,7 +15,8 @@ import pandas as pd
 
 from simulator.physics.monotone import (MIN_BATCH_OCTAVES, MIN_KEY_OCTAVES, MIN_TOKEN_OCTAVES, attention_lattice_s,
                                         attention_time_s, gemm_lattice_s, lattice_time_s, log_lattice_interp,
-                                        moe_lattice_s, moe_table_time_s)
+                                        moe_lattice_s, moe_table_time_s, surface_time_s)
+from simulator.physics.terms import attention_decode_terms
 from simulator.specs.surfaces import ShapeCorrection, Surface
 from simulator.specs.hardware import DTYPE_BYTES
 
@@ -101,4 +102,11 @@ def monotone_rows_s(rows: pd.DataFrame, surfaces: dict, corrections: dict | None
         elif family in ("attention_decode", "mla_decode"):
             kv = sub.kv_cache_dtype.map(kv_bytes).to_numpy(float)
             out[idx] = _attention_s(sub, surf, family, kv, pk.bf16, pk.bw)
+        elif family == "attention_prefill":  # no envelope: the surface's time, capped (physics.measured)
+            kv = sub.kv_cache_dtype.map(kv_bytes).to_numpy(float)
+            hq, hkv, d = (sub[c].to_numpy(float) for c in ("num_heads", "num_key_value_heads", "head_dim"))
+            flops, kv_read, q_io = attention_decode_terms(sub.batch_size.to_numpy(float), sub.isl.to_numpy(float),
+                                                          0.0, hq, hkv, d, kv, DTYPE_BYTES["bf16"])
+            eta = surf(**{a: sub[f"ax_{a}"].to_numpy(float) for a in surf.axes})
+            out[idx] = surface_time_s(flops, kv_read + q_io, eta, pk.bf16, pk.bw)
     return out

@@ -128,7 +128,7 @@ def _predict(row_df: pd.DataFrame, family: str, profile: dict) -> np.ndarray:
 
 def test_heldout_rows_predicted_within_reported_error():
     df = pd.read_csv(HELDOUT_CSV)
-    assert 0 < len(df) <= 450
+    assert 0 < len(df) <= 600  # a sample (5 rows per GPU, engine and family), not every held-out row
     assert set(REQUIRED_GPUS) <= set(df.gpu)
     for (gpu, engine, version, family), sub in df.groupby(["gpu", "engine", "version", "family"]):
         prof = profile_for(gpu, engine, str(version))

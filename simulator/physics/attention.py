@@ -11,7 +11,8 @@ from types import MappingProxyType
 import numpy as np
 
 from simulator.physics.ops import AttentionOp, Op
-from simulator.physics.terms import attention_decode_bytes, attention_decode_flops, mla_decode_bytes, mla_decode_flops
+from simulator.physics.terms import (attention_decode_bytes, attention_decode_flops, mla_decode_bytes, mla_decode_flops,
+                                     prefill_table_coordinates)
 from simulator.specs.deployment import Deployment, kv_heads_per_gpu
 from simulator.specs.hardware import DTYPE_BYTES
 from simulator.specs.models import ModelSpec
@@ -20,6 +21,8 @@ from simulator.specs.models import ModelSpec
 # Largest queries per sequence priced by the decode-attention surfaces: verify passes (K + 1 <= 17)
 # and small draft-tree passes; longer runs of queries are prompt chunks.
 MAX_DECODE_SURFACE_QUERIES = 32
+# The measured surface of fused causal prefill attention (calibration.import_rows.prepare_attention_prefill)
+PREFILL_SURFACE = "attention_prefill"
 
 
 def per_query_head_kernel(dep: Deployment, group: float, batch_heads):
@@ -84,19 +87,27 @@ def attention_op(model: ModelSpec, dep: Deployment, batch, queries, context_len:
         if per_head is False:  # the work coordinates of its monotone envelope (physics.monotone)
             shape |= {"q_heads": hq, "kv_heads": hkv, "kv_elem_bytes": kv, "a_bytes": a, "keys": keys,
                       "queries": queries, "sequences": batch}
-    # the decode surfaces were measured at q = 1 and price decode and verify passes; a prompt chunk
-    # is a compute-bound prefill kernel they never saw (their efficiency at one sequence is the
-    # latency floor of a tiny decode kernel). A prefill kernel runs, per sequence and KV head, the
-    # GEMMs S = Q K^T (q g query rows, n = keys, k = d) and S V, all of them in one launch (FlashAttention
-    # tiles every sequence's and head's query rows side by side): it borrows the GEMM surface at the
-    # launch's shape, m = B hkv q g rows (MLA prefill: the roofline). One op, one path, chosen by its
-    # largest query count: a caller with chunks on both sides of the limit prices each side apart
-    # (serving.pricer, plan.grid.surface_sides)
+    # the decode surfaces were measured at q = 1 and price decode and verify passes; a prompt chunk or a
+    # deep tree's verify is a fused prefill kernel (FlashAttention: S = Q K^T and S V per tile in on-chip
+    # memory, S never written; the roofline above is its work), which the prefill tables measured as
+    # full causal prompts, q = L = n. The chunk reads that surface at the prompts that run the same
+    # kernel: n = 2 L + q, the keys a query row reads on average, and B' = B q / n prompts, the same new
+    # tokens (query tiles, KV writes) and the same FLOPs, so it runs at the efficiency the table measured
+    # for that kernel (the exact row at L = 0); axes B' hkv, n, d, g (terms.prefill_table_coordinates;
+    # under one launch, B' hkv < 1, a short chunk over a long cache: one launch of the same FLOPs).
+    # Its time: the table's for the equivalent prompts (their bytes: the new tokens' Q, K, V and O,
+    # prompt_bytes), never faster than streaming the chunk's own, cached keys included (physics.measured).
+    # Without the surface: this roofline (a datasheet device, a fitted profile, older tables). MLA
+    # prefill: the roofline. One op, one path, chosen by its largest query count: a caller with chunks
+    # on both sides of the limit prices each side apart (serving.pricer, plan.grid.surface_sides)
     if float(np.max(queries)) <= MAX_DECODE_SURFACE_QUERIES:
         surface = "mla_decode" if model.attention == "mla" else "attention_decode"
     elif model.attention != "mla":
-        surface = "gemm"
-        shape = {"m": queries * shape["group"] * shape["batch_heads"], "n": keys + queries, "k": shape["head_dim"]}
+        surface = PREFILL_SURFACE
+        launches, length = prefill_table_coordinates(batch, queries, keys, hkv)
+        new_kv, q_io = attention_decode_bytes(batch, queries, 0.0, hq, hkv, d, kv, a)
+        shape = {"batch_heads": launches, "context": length, "head_dim": float(d), "group": group,
+                 "prompt_bytes": new_kv + q_io}
     else:
         surface = None
     return AttentionOp(name, "attention", flops, io, kernels=2, count=count, eff_tokens=batch * queries,

@@ -61,6 +61,11 @@ def surface_op_time_s(op: Op, profile: Profile | None, engine: str, peak: float,
     t_env = _envelope_s(op, surf, fix, peak, bw, caches)
     if t_env is not None and not np.isnan(t_env).any():
         return t_env
+    prompt_bytes = (op.shape or {}).get("prompt_bytes")
+    if prompt_bytes is not None:  # fused prefill attention (physics.attention.attention_op): the table's time
+        # for the prompts of the same work, never faster than streaming the op's own bytes
+        return np.maximum(surface_time_s(op.flops, prompt_bytes, _raw_eta(op, surf, fix), peak, bw),
+                          np.multiply(op.nbytes, 1.0 / (bw * profile.streaming_efficiency)))
     t_raw = surface_time_s(op.flops, op.nbytes, _raw_eta(op, surf, fix), peak, bw)
     return t_raw if t_env is None else np.where(np.isnan(t_env), t_raw, t_env)
 

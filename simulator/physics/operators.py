@@ -36,10 +36,10 @@ from simulator.specs.deployment import Deployment, kv_heads_per_gpu
 from simulator.specs.hardware import BLOCK_FP8, DTYPE_BYTES, Hardware
 from simulator.specs.models import ModelSpec
 from simulator.specs.profile import Profile
-from simulator.physics.attention import MAX_DECODE_SURFACE_QUERIES, per_query_head_kernel
+from simulator.physics.attention import MAX_DECODE_SURFACE_QUERIES, PREFILL_SURFACE, per_query_head_kernel
 from simulator.physics.measured import collective_op_time_s, surface_op_time_s
 from simulator.physics.monotone import surface_time_point_s
-from simulator.physics.terms import attention_decode_bytes, attention_decode_flops
+from simulator.physics.terms import attention_decode_bytes, attention_decode_flops, prefill_table_coordinates
 # the operators it prices (re-exported)
 from simulator.physics.ops import AttentionOp, GemmOp, Op  # noqa: F401
 
@@ -117,6 +117,8 @@ def _roofline_point_s(flops: float, nbytes: float, name: str, tokens: float, pro
     """:func:`_roofline_parts_s`'s max for an attention op at one point."""
     if profile is None:
         return max(flops * (1.0 / peak), nbytes * (1.0 / bw))
+    if profile.surfaces:
+        return max(flops * (1.0 / peak), nbytes * (1.0 / (bw * profile.streaming_efficiency)))
     eta_c = np.asarray(profile.compute_efficiency(name, "attention", np.array([tokens])), dtype=float).item(0)
     eta_m = np.asarray(profile.memory_efficiency("attention", np.array([nbytes])), dtype=float).item(0)
     return max(flops / (eta_c * peak), nbytes / (eta_m * bw))
@@ -153,13 +155,23 @@ def _shared_instance_s(scope: dict, op: Op, hw: Hardware, dep: Deployment, profi
 def _op_peak(op: Op, hw: Hardware, dep: Deployment, peak: float) -> float:
     """The peak of the math ``op`` runs in: a block-scaled fp8 GEMM's own (fp8 whatever the activations between
     layers are, :meth:`Hardware.peak_flops_per_s`), a bf16 x bf16 GEMM's (a module the checkpoint keeps in bf16,
-    :func:`simulator.physics.layers.module_bytes`, in a pass of fp8 activations), every other op the pass's."""
+    :func:`simulator.physics.layers.module_bytes`, in a pass of fp8 activations), prefill attention's
+    (:func:`prefill_attention_peak`), every other op the pass's."""
+    if op.surface == PREFILL_SURFACE:
+        return prefill_attention_peak(hw, dep)
     if op.dtype == BLOCK_FP8:
         return hw.peak_flops_per_s("fp8", dep.act_dtype, op.dtype)
     shape = op.shape or {}
     if op.dtype == "bf16" and shape.get("w_bytes") == shape.get("a_bytes") == DTYPE_BYTES["bf16"]:
         return hw.peak_flops_per_s("bf16", "bf16")
     return peak
+
+
+def prefill_attention_peak(hw: Hardware, dep: Deployment) -> float:
+    """The peak prefill attention runs at: bf16's, fp32's in an fp32 pass. The prefill tables' fused
+    kernels run bf16 queries whatever the KV dtype (their efficiency is relative to the bf16 peak), and
+    the engines keep prefill attention in bf16 when the GEMMs run fp8."""
+    return hw.peak_flops_per_s(*(("fp32",) * 2 if dep.act_dtype == "fp32" else ("bf16",) * 2))
 
 
 def _device_terms(hw: Hardware, dep: Deployment, profile: Profile | None) -> tuple[float, float, float, float]:
@@ -214,26 +226,28 @@ def prompt_chunk_point_s(model: ModelSpec, dep: Deployment, hw: Hardware, profil
                          cached: float) -> float | None:
     """Seconds of one prompt chunk's attention (``chunk`` queries over ``cached`` keys, one sequence) over
     ``layers`` ((op name, count) per attention kind), launches left out, as :func:`pass_time` prices
-    :func:`simulator.physics.attention.attention_op` there: with measured tables the GEMM surface's
-    efficiency at (hkv q g, keys + q, d) and the surface time's cap; with a fitted profile, a published prior
-    or the datasheet the roofline at its efficiencies. Python floats with the same IEEE operations in the
-    same order as on a one-pair array (a serving step prices one chunk, where array calls cost more than
-    their arithmetic). None where another path prices it: a chunk the decode surfaces take, MLA, a model
-    whose layers are not all one softmax-attention shape (chunked, linear, sparse, Gemma 4), a
-    per-query-head kernel, a per-shape correction, or tables without a GEMM surface."""
+    :func:`simulator.physics.attention.attention_op` there: with measured tables the prefill surface's
+    efficiency at the chunk's equivalent prompts (B' hkv, n, d, g: physics.terms.prefill_table_coordinates)
+    and the surface time's cap, never faster than streaming the chunk's bytes (tables without that surface:
+    the roofline at the attained streaming bandwidth); with a fitted profile, a published prior or the datasheet the roofline at its efficiencies;
+    at bf16's peak (:func:`prefill_attention_peak`). Python floats with the same IEEE operations in the same
+    order as on a one-pair array (a serving step prices one chunk, where array calls cost more than their
+    arithmetic). None where another path prices it: a chunk the decode surfaces take, MLA, a model whose
+    layers are not all one softmax-attention shape (chunked, linear, sparse, Gemma 4), a per-query-head
+    kernel or a per-shape correction."""
     if chunk <= MAX_DECODE_SURFACE_QUERIES or model.attention == "mla" or not model.uniform_attention:
         return None
     measured = profile is not None and bool(profile.surfaces)
-    surf = profile.surface("gemm", dep.kv_dtype) if measured else None
-    if measured and (surf is None or tuple(surf.axes) != ("m", "n", "k")
-                     or profile.shape_correction("gemm", dep.kv_dtype)):
+    surf = profile.surface(PREFILL_SURFACE, dep.kv_dtype) if measured else None
+    if surf is not None and profile.shape_correction(PREFILL_SURFACE, dep.kv_dtype):
         return None
     hq, d, hkv = model.num_heads / dep.tp, model.head_dim, kv_heads_per_gpu(model, dep.tp)
     group = hq / hkv
     if per_query_head_kernel(dep, group, 1.0 * hkv) is not False:
         return None
     a, kv = DTYPE_BYTES[dep.act_dtype], DTYPE_BYTES[dep.kv_dtype]
-    peak, bw, tau, scale = _device_terms(hw, dep, profile)
+    _, bw, tau, scale = _device_terms(hw, dep, profile)
+    peak = prefill_attention_peak(hw, dep)
     total, launch = None, 0.0
     for name, count in layers:
         window = model.sliding_window if name.endswith("sliding") else None
@@ -241,10 +255,13 @@ def prompt_chunk_point_s(model: ModelSpec, dep: Deployment, hw: Hardware, profil
         flops = attention_decode_flops(1.0, chunk, keys, hq, d)
         kv_read, q_io = attention_decode_bytes(1.0, chunk, keys, hq, hkv, d, kv, a)
         nbytes = kv_read * 1.0 + q_io
-        if measured:
-            eta = surf._at_one_point([np.array([chunk * (group / 1.0) * (1.0 * hkv * 1.0)]), np.array([keys + chunk]),
-                                      np.array([float(d)])])
-            t = surface_time_point_s(flops, nbytes, eta, peak, bw)
+        if surf is not None:
+            launches, length = prefill_table_coordinates(1.0, chunk, keys, hkv)
+            at = {"batch_heads": launches, "context": length, "head_dim": float(d), "group": group}
+            eta = surf._at_one_point([np.array([at[axis]]) for axis in surf.axes])
+            new_kv, new_q_io = attention_decode_bytes(1.0, chunk, 0.0, hq, hkv, d, kv, a)
+            t = max(surface_time_point_s(flops, new_kv + new_q_io, eta, peak, bw),
+                    nbytes * (1.0 / (bw * profile.streaming_efficiency)))
         else:
             t = _roofline_point_s(flops, nbytes, name, 1.0 * chunk, profile, peak, bw)
             launch += count * 2 * tau * scale  # an attention op's two kernels, not in a measured time
