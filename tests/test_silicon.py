@@ -64,7 +64,7 @@ def test_precisions_follow_the_rows_quantization_modes():
 
 def test_rows_the_planner_cannot_express_say_why():
     assert "disaggregated" in silicon.raw_for(row(mode="disagg"), MAP)
-    assert "not in the catalog" in silicon.raw_for(row(model_path="zhipuai/GLM-5"), MAP)
+    assert "not in the catalog" in silicon.raw_for(row(model_path="XiaomiMiMo/MiMo-V2-Flash"), MAP)
     assert "not in the hardware catalog" in silicon.raw_for(row(system="a30"), MAP)
 
 
