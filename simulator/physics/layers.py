@@ -275,9 +275,10 @@ def rank_tokens(dep: Deployment, batch, queries):
 
 
 def elementwise_op(model: ModelSpec, dep: Deployment, tokens, count: int, mlp_width: float, name: str) -> Op:
-    """Norms, RoPE, activation, residual adds: memory-bound passes over the activations, which the GEMMs
-    return in bf16 whatever their quantized inputs (:func:`residual_bytes`)."""
-    a = residual_bytes(dep.act_dtype)
+    """Norms, RoPE, activation, residual adds: memory-bound passes over the activations. Under W8A8 / FP4 they
+    mix widths (the residual adds read the GEMMs' bf16 outputs; a norm fused with the quantization writes the
+    next GEMM's fp8 input), so they stay at the activation width, the lower bound."""
+    a = DTYPE_BYTES[dep.act_dtype]
     nbytes = tokens * (10 * model.hidden_size + 3 * mlp_width / dep.tp) * a
     return Op(name, "elementwise", tokens * (8 * model.hidden_size + 4 * mlp_width / dep.tp), nbytes,
               kernels=5, count=count, eff_tokens=tokens)
