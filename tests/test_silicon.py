@@ -88,3 +88,14 @@ def test_summary_bands_and_reasons():
     assert s["scored"] == 2 and s["all"]["mape"] == pytest.approx(0.2) and s["all"]["within_20pct"] == 0.5
     assert s["by_concurrency"]["1-8"]["n"] == 1 and s["by_concurrency"][">= 129"]["n"] == 1
     assert s["not_expressible"] == {"disaggregated serving": 1}
+
+
+def test_readme_quotes_the_committed_silicon_figures():
+    import json
+    from pathlib import Path
+    repo = Path(__file__).resolve().parents[1]
+    s = json.loads((repo / "calibration" / "data" / "validation" / "silicon" / "silicon.json").read_text())
+    text = " ".join((repo / "README.md").read_text().split())
+    a = s["all"]
+    assert (f"on {s['scored']} end-to-end runs" in text and f"within {100 * a['mape']:.1f}% MAPE (median"
+            f" {100 * a['median_error']:+.1f}%, {100 * a['within_20pct']:.0f}% of runs within 20%)" in text)
