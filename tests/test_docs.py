@@ -62,6 +62,8 @@ NOT_RUN = {
     "make test": "this suite itself (CI runs it through .ci/run)",
     "make transfer": "rewrites the committed calibration/data/transfer/ files from the published corpus (minutes;"
                      " tests/test_transfer.py checks the scoring)",
+    "make silicon": "rewrites the committed calibration/data/validation/silicon/ files (about 10 minutes;"
+                    " tests/test_silicon.py checks the row mapping and the README's figures against them)",
     "python -m calibration.learn_step": "rewrites the shipped simulator/data/learned_step.json from the corpus"
                                         " (tests/test_learned_step.py checks the fit on rows of its own)",
     "make demo": "installs into .venv first; its command, python -m simulator.predict, runs below and its output is checked",
