@@ -145,19 +145,26 @@ def prepare_attention_decode(df: pd.DataFrame, hw: Hardware) -> pd.DataFrame:
     The table's decode step reads ``step`` cached keys plus the new token: L = step, q = 1
     (isl is 1 in every row). Rows with more KV heads than query heads are dropped.
     """
-    if "window_size" in df:
-        df = df[df.window_size == 0]
-    df = df[(df.isl == 1) & (df.num_key_value_heads <= df.num_heads) & df.kv_cache_dtype.isin(KV_BYTES)
-            & (df.attn_dtype == "bfloat16")]
-    if "beam_width" in df:
-        df = df[df.beam_width == 1]
-    df = _dedupe(primary_kernel(df), ATTN_KEYS)
+    df = _full_attention_rows(df, df.isl == 1, ATTN_KEYS)
     kv = df.kv_cache_dtype.map(KV_BYTES).to_numpy()
     B, L = df.batch_size.to_numpy(float), df.step.to_numpy(float)
     hq, hkv, d = (df[c].to_numpy(float) for c in ("num_heads", "num_key_value_heads", "head_dim"))
     F, kv_read, q_io = attention_decode_terms(B, 1.0, L, hq, hkv, d, kv, ATTENTION_ACT_BYTES)
     return _decode_rows(df, "attention_decode", hw, ATTN_KEYS, F, kv_read + q_io, B * (L + 1) * 2 * hkv * d * kv,
                         {"ax_batch_heads": B * hkv, "ax_head_dim": d, "ax_group": hq / hkv})
+
+
+def _full_attention_rows(df: pd.DataFrame, queries_ok: pd.Series, keys: list[str]) -> pd.DataFrame:
+    """The attention rows both families read: full attention (window 0), bf16 math, a KV dtype the planner
+    prices, no more KV heads than query heads, beam 1, the table's most-measured kernel, one row per shape;
+    ``queries_ok``: the family's query counts (decode: isl 1; prefill: isl > 1)."""
+    keep = queries_ok & (df.num_key_value_heads <= df.num_heads) & df.kv_cache_dtype.isin(KV_BYTES) \
+        & (df.attn_dtype == "bfloat16")
+    if "window_size" in df:
+        keep &= df.window_size == 0
+    if "beam_width" in df:
+        keep &= df.beam_width == 1
+    return _dedupe(primary_kernel(df[keep]), keys)
 
 
 PREFILL_KEYS = ["kv_cache_dtype", "batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim"]
@@ -173,13 +180,7 @@ def prepare_attention_prefill(df: pd.DataFrame, hw: Hardware) -> pd.DataFrame:
     prompt length, physics.terms.prefill_equivalent_prompts), head_dim, group = hq / hkv. Rows of one query
     (isl 1, a decode step) and with more KV heads than query heads are dropped.
     """
-    if "window_size" in df:
-        df = df[df.window_size == 0]
-    df = df[(df.isl > 1) & (df.num_key_value_heads <= df.num_heads) & df.kv_cache_dtype.isin(KV_BYTES)
-            & (df.attn_dtype == "bfloat16")]
-    if "beam_width" in df:
-        df = df[df.beam_width == 1]
-    df = _dedupe(primary_kernel(df), PREFILL_KEYS)
+    df = _full_attention_rows(df, df.isl > 1, PREFILL_KEYS)
     kv = df.kv_cache_dtype.map(KV_BYTES).to_numpy()
     B, n = df.batch_size.to_numpy(float), df.isl.to_numpy(float)
     hq, hkv, d = (df[c].to_numpy(float) for c in ("num_heads", "num_key_value_heads", "head_dim"))
