@@ -471,8 +471,11 @@ def _still_alive_after(workers: list, seconds: float = 5.0) -> list:
 def _signal_when_workers_run(argv: list, signum: int, cwd: Path, n_workers: int = 2, timeout: float = 120):
     """Start the command, wait until it has ``n_workers`` children, send ``signum``; (exit code, stderr,
     the workers' pids)."""
+    # started as a shell starts it: SIGINT at its default, whatever this pytest worker inherited or a library
+    # set in it (a command started with SIGINT ignored keeps it ignored, by design: cli.common)
     proc = subprocess.Popen([sys.executable, "-m", *argv], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                            text=True, env=env(), cwd=cwd)
+                            text=True, env=env(), cwd=cwd,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     t0, workers = time.monotonic(), set()
     while time.monotonic() - t0 < timeout and proc.poll() is None:
         workers = _children(proc.pid)
