@@ -57,7 +57,7 @@ class DevicePeaks:
     bf16: float
     fp8: float | None
     bw: float
-    matmul: Callable[[str, str], float] | None = None
+    matmul: Callable[[str, str], float]
 
 
 def device_peaks(hw) -> DevicePeaks:

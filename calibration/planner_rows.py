@@ -92,7 +92,7 @@ def monotone_rows_s(rows: pd.DataFrame, surfaces: dict, corrections: dict | None
             _, weights, acts = dtypes[sub[f"{family}_dtype"].iloc[0]]
             w_bytes, a_bytes = DTYPE_BYTES[weights], DTYPE_BYTES[acts]
             # fp8 / FP4 tensor cores only with fp8 / FP4 activations; weight-only int8 / int4 / MXFP4 run bf16 math
-            peak = pk.matmul(weights, acts) if pk.matmul else (pk.fp8 or np.nan) if acts == "fp8" else pk.bf16
+            peak = pk.matmul(weights, acts)
             if family == "gemm":
                 out[idx] = _gemm_s(sub, surf, w_bytes, a_bytes, peak, pk.bw)
             else:

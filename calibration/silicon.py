@@ -20,21 +20,21 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import math
+import sys
 import tomllib
 import warnings
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from calibration import gpu_tables as gt
 from calibration.transfer import closed_loop
-from calibration.transfer_cases import MOE_REUSE, REPO, scenario_for
+from calibration.transfer_cases import MOE_REUSE, REPO, engine_table, scenario_for
 from simulator.cli.common import OneLineParser, command, write_files_atomically
 from simulator.errors import PlannerError, PlannerWarning
-from simulator.specs.engine_catalog import engine_versions, nearest_profile
-from simulator.specs.hardware import load_hardware
+from simulator.specs.hardware import FP4_DTYPES, load_hardware
 from simulator.specs.models import load_model
 
 SILICON_FILE = "silicon_sample.csv"  # relative to the package's systems/ folder
@@ -83,8 +83,9 @@ def precision_for(row, model: str, hardware, kv_rule: dict) -> dict | str:
     """The [precision] table of a row from its quantization modes (silicon_map.toml [kv_cache] for the KV)."""
     gemm = "bf16" if pd.isna(row.gemm_quant_mode) else str(row.gemm_quant_mode)
     moe = "bf16" if pd.isna(row.moe_quant_mode) else str(row.moe_quant_mode)
-    if model == "gpt-oss-120b" and gemm == "nvfp4":  # the release's own MXFP4 experts, bf16 elsewhere
-        out = {"weights": "bf16", "activations": "bf16", "experts": "mxfp4"}
+    spec = load_model(model)
+    if spec.expert_weight_dtype in FP4_DTYPES and gemm == "nvfp4":  # a release with FP4 experts (gpt-oss's
+        out = {"weights": "bf16", "activations": "bf16", "experts": spec.expert_weight_dtype}  # MXFP4): its own
     elif gemm == "nvfp4":
         if "nvfp4" not in (hardware.fp4_formats or ()):
             return f"NVFP4 on {hardware.name}, which has no FP4 tensor cores"
@@ -97,12 +98,12 @@ def precision_for(row, model: str, hardware, kv_rule: dict) -> dict | str:
         # 128 x 128 block scales, activations quantized per token group inside the kernel: the planner's block
         # kernel where the catalog model holds block-scaled fp8 (bf16 activations in, fp8 math), else its
         # per-tensor fp8 kernel (the same fp8 x fp8 math)
-        out = {"weights": "fp8", "activations": "bf16" if load_model(model).weight_block_size else "fp8"}
+        out = {"weights": "fp8", "activations": "bf16" if spec.weight_block_size else "fp8"}
     elif gemm == "bf16":
         out = {"weights": "bf16", "activations": "bf16"}
     else:
         return f"quantization {gemm} / {moe} has no planner dtype"
-    if load_model(model).is_moe and "experts" not in out:  # the row's mode covers the experts too (the catalog's
+    if spec.is_moe and "experts" not in out:  # the row's mode covers the experts too (the catalog's
         out["experts"] = out["weights"]                  # default is the checkpoint's own expert dtype)
     quantized = out["weights"] != "bf16" or out.get("experts", "bf16") != "bf16"
     kv = "fp8" if quantized and row.backend in kv_rule["fp8_for_quantized_on"] else "bf16"
@@ -110,14 +111,12 @@ def precision_for(row, model: str, hardware, kv_rule: dict) -> dict | str:
 
 
 def engine_of(row, engines: dict) -> dict | str:
+    """The row's [engine] table (the corpus's version rule; a nightly or unnamed build: the newest profile)."""
     name = engines.get(str(row.backend))
     if name is None:
         return f"backend {row.backend} is not a planner engine"
-    versions = [v for v in engine_versions(name) if v]
     version = str(row.backend_version) if not pd.isna(row.backend_version) else ""
-    if version[:1].isdigit():
-        return {"name": name, "version": nearest_profile(name, version.split("+")[0])}
-    return {"name": name, "version": versions[-1]} if versions else {"name": name}  # nightly: the newest
+    return engine_table(name, version.split("+")[0] if version[:1].isdigit() else None)
 
 
 def raw_for(row, mapping: dict) -> dict | str:
@@ -130,7 +129,8 @@ def raw_for(row, mapping: dict) -> dict | str:
     hw_name = gt.SYSTEM_TO_CATALOG.get(str(row.system))
     if hw_name is None:
         return f"system {row.system} is not in the hardware catalog"
-    layout = layout_for(row, dense_model=not load_model(m["model"]).is_moe)
+    moe = load_model(m["model"]).is_moe
+    layout = layout_for(row, dense_model=not moe)
     if isinstance(layout, str):
         return layout
     prec = precision_for(row, m["model"], load_hardware(hw_name), mapping["kv_cache"])
@@ -144,13 +144,15 @@ def raw_for(row, mapping: dict) -> dict | str:
            "workload": {"context_len": isl + osl // 2, "batch_sizes": [conc], "k_max": 1, "fixed_k": 1,
                         "memory_utilization": 0.9},
            "engine": engine, "draft": {"method": "ngram"}}
-    if load_model(m["model"]).is_moe:
+    if moe:
         raw["routing"] = {"kind": "uniform", "reuse": MOE_REUSE}
     return raw
 
 
 def predict_tpot_ms(raw: dict, row, cache: dict) -> tuple[float, str]:
     """The planner's median TPOT [ms] of the row's closed loop, and what it rests on."""
+    # one scenario per deployment: the closed loop sets its own lengths and concurrency, and the rest of the
+    # workload table is the same for every row
     key = repr(sorted((k, repr(v)) for k, v in raw.items() if k != "workload"))
     if key not in cache:
         cache[key] = scenario_for(raw, "physics")
@@ -264,7 +266,6 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _run(args: argparse.Namespace) -> int:
-    import json
     src = gt.locate_tables()
     rows = distinct_runs(read_silicon(src))
     if args.system:
@@ -286,5 +287,4 @@ def _run(args: argparse.Namespace) -> int:
 main = command(_parser, _run)
 
 if __name__ == "__main__":
-    import sys
     sys.exit(main())

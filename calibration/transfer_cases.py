@@ -142,6 +142,13 @@ def engine_for(row) -> dict:
     name = name or ENGINES.get(row.engine, "ideal")
     if not pd.isna(row.engine_version) and str(row.engine_version)[:1].isdigit():
         version = str(row.engine_version).split()[0]
+    return engine_table(name, version)
+
+
+def engine_table(name: str, version: str | None) -> dict:
+    """A scenario's [engine] table for engine ``name`` at ``version``: the profile the version rule picks
+    (simulator/specs/engine_catalog.py nearest_profile), the newest where no version is known, none for an
+    engine without versioned profiles."""
     versions = engine_versions(name)
     if not versions or not versions[0]:
         return {"name": name}
