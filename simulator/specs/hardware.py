@@ -14,6 +14,8 @@ import numpy as np
 
 from simulator.errors import PlannerError, did_you_mean
 from simulator.files import read_toml_file
+from simulator.specs.hardware_file import (check_figures, check_plausible, check_required, is_number, positive_int,
+                                            published_table, scale_out_table)
 
 HARDWARE_DIR = Path(__file__).resolve().parent.parent / "data" / "hardware"
 
@@ -117,45 +119,17 @@ class Hardware:
         return self.peak_bf16_flops_per_s
 
 
-_REQUIRED = {
-    "name": str, "peak_bf16_flops_per_s": (int, float), "hbm_bandwidth_bytes_per_s": (int, float),
-    "memory_bytes": (int, float),
-}
-# Optional figures: each, when given, must be a finite number > 0 (latency and launch overhead may be 0).
-_POSITIVE = ("peak_fp8_flops_per_s", "peak_fp32_flops_per_s", "peak_fp4_flops_per_s",
-             "interconnect_bandwidth_bytes_per_s", "tdp_w", "price_per_gpu_hour_usd")
-_NON_NEGATIVE = ("interconnect_latency_s", "launch_overhead_s")
-_STRINGS = ("name", "display_name", "vendor", "kind", "interconnect", "source")
-
-
-def _is_number(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-# where a rate or a size of a device can lie: 1e-300 B/s or 1e308 FLOP/s is a typo or a wrong unit (and
-# overflows every step time); the catalog spans 1e10-2e16 per second and 2e10-3e11 bytes
-PLAUSIBLE = {"_per_s": (1e6, 1e18), "_bytes": (1e6, 1e15)}
-
-
-def _check_plausible(key: str, value: float, origin: str) -> None:
-    for suffix, (low, high) in PLAUSIBLE.items():
-        if key.endswith(suffix) and not low <= value <= high:
-            unit = "bytes" if suffix == "_bytes" else "per second"
-            raise PlannerError(f"{origin}: '{key}' = {value:g} is outside [{low:g}, {high:g}]; check its unit"
-                               f" ({unit}) and its power of ten")
-
-
 def hardware_from_dict(data: dict, origin: str) -> Hardware:
     """Build a Hardware from a catalog-format dict; errors name the file and key.
 
     Every figure must be a finite number: peaks, bandwidths and memory > 0, latency and launch
     overhead >= 0 (a NaN bandwidth would otherwise read as "does not fit in memory").
     """
-    _check_required(data, origin)
+    check_required(data, origin)
     assumed = data.get("assumed", {})
     if not isinstance(assumed, dict):
         raise PlannerError(f"{origin}: [assumed] must be a table of figures")
-    _check_figures(data, assumed, origin)
+    check_figures(data, assumed, origin)
 
     def pick(key, default=None):
         return data.get(key, assumed.get(key, default))
@@ -177,48 +151,14 @@ def hardware_from_dict(data: dict, origin: str) -> Hardware:
         tdp_w=_opt_float(pick("tdp_w")),
         price_per_gpu_hour_usd=_opt_float(pick("price_per_gpu_hour_usd")),
         source=data.get("source", origin),
-        compute_units=_positive_int(data, "compute_units", origin),
-        published=_published(data.get("published", {}), origin),
-        scale_up_domain_gpus=_positive_int(data, "scale_up_domain_gpus", origin),
-        scale_out=_scale_out(data.get("scale_out", {}), origin),
+        compute_units=positive_int(data, "compute_units", origin),
+        published=published_table(data.get("published", {}), origin),
+        scale_up_domain_gpus=positive_int(data, "scale_up_domain_gpus", origin),
+        scale_out=scale_out_table(data.get("scale_out", {}), origin),
         peak_fp4_flops_per_s=_opt_float(data.get("peak_fp4_flops_per_s")),
         fp4_formats=_fp4_formats(data, origin),
         architecture=_architecture(data, origin),
     )
-
-
-def _check_required(data, origin: str) -> None:
-    """A table with the required keys (:data:`_REQUIRED`), each of its type."""
-    if not isinstance(data, dict):
-        raise PlannerError(f"{origin}: expected a table of hardware figures")
-    for key, kind in _REQUIRED.items():
-        if key not in data:
-            raise PlannerError(f"{origin}: missing key '{key}'")
-        if not isinstance(data[key], kind) or isinstance(data[key], bool):
-            raise PlannerError(f"{origin}: key '{key}' must be {getattr(kind, '__name__', 'a number')}")
-
-
-def _check_figures(data: dict, assumed: dict, origin: str) -> None:
-    """Labels are strings; the datasheet figures (here or under [assumed]) finite, > 0 (latency and launch
-    overhead >= 0) and of a plausible size (:data:`PLAUSIBLE`)."""
-    for key in _STRINGS:
-        if key in data and not isinstance(data[key], str):
-            raise PlannerError(f"{origin}: key '{key}' must be a string, got {data[key]!r}")
-    if not data["name"].strip():  # else every output reads "on 1 x ," and "'s hardware file"
-        raise PlannerError(f"{origin}: key 'name' is empty; give the device a name, e.g. name = \"my-gpu\"")
-    for key in ("peak_bf16_flops_per_s", "hbm_bandwidth_bytes_per_s", "memory_bytes"):
-        if not np.isfinite(data[key]) or data[key] <= 0:
-            raise PlannerError(f"{origin}: '{key}' must be a finite number > 0, got {data[key]}")
-        _check_plausible(key, data[key], origin)
-    for table in (data, assumed):
-        for key in _POSITIVE + _NON_NEGATIVE:
-            if key not in table or table[key] is None:
-                continue
-            value, low = table[key], (0 if key in _NON_NEGATIVE else None)
-            if not _is_number(value) or not np.isfinite(value) or (value < 0 if low == 0 else value <= 0):
-                bound = ">= 0" if low == 0 else "> 0"
-                raise PlannerError(f"{origin}: '{key}' must be a finite number {bound}, got {value!r}")
-            _check_plausible(key, value, origin)
 
 
 def _architecture(data: dict, origin: str) -> str:
@@ -284,45 +224,6 @@ def check_precision(hw: Hardware, weight_dtype: str, act_dtype: str) -> None:
                            f" Use --act-dtype bf16 for weight-only {act_dtype}")
 
 
-def _positive_int(data: dict, key: str, origin: str) -> int | None:
-    value = data.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise PlannerError(f"{origin}: '{key}' must be a positive integer, got {value!r}")
-    return value
-
-
-SCALE_OUT_KEYS = {"fabric": str, "bandwidth_bytes_per_s": float, "latency_s": float, "source": str}
-
-
-def _scale_out(table, origin: str) -> dict:
-    """[scale_out]: all four keys (numbers finite, bandwidth > 0, latency >= 0), or none."""
-    if not isinstance(table, dict):
-        raise PlannerError(f"{origin}: [scale_out] must be a table")
-    if not table:
-        return {}
-    unknown = set(table) - set(SCALE_OUT_KEYS)
-    missing = set(SCALE_OUT_KEYS) - set(table)
-    if unknown or missing:
-        raise PlannerError(f"{origin}: [scale_out] needs exactly {', '.join(SCALE_OUT_KEYS)}"
-                           + (f"; unknown: {', '.join(sorted(unknown))}" if unknown else "")
-                           + (f"; missing: {', '.join(sorted(missing))}" if missing else ""))
-    out = {}
-    for key, kind in SCALE_OUT_KEYS.items():
-        value = table[key]
-        if kind is str:
-            if not isinstance(value, str):
-                raise PlannerError(f"{origin}: [scale_out] {key} must be a string, got {value!r}")
-            out[key] = value
-            continue
-        if not _is_number(value) or not np.isfinite(value) or value < 0 or (key.startswith("band") and value == 0):
-            raise PlannerError(f"{origin}: [scale_out] {key} must be a finite number"
-                               f" {'> 0' if key.startswith('band') else '>= 0'}, got {value!r}")
-        out[key] = float(value)
-    return out
-
-
 SERVER_GPUS = 8  # GPUs of one server (an HGX board, most PCIe servers) where a file names no NVLink domain
 
 
@@ -354,21 +255,6 @@ def check_group_fits(hw: Hardware, gpus: int, what: str) -> str | None:
     return (f"{what} = {gpus} on {hw.name} spans {nodes} {hw.interconnect} domains of {dom} GPUs: collectives between"
             f" them pay the {so['fabric']} ({so['bandwidth_bytes_per_s'] / 1e9:.0f} GB/s per GPU,"
             f" {so['latency_s'] * 1e6:.0f} us per step; hardware file [scale_out])")
-
-
-def _published(table, origin: str) -> dict:
-    """[published] figures: positive numbers, each key with a *_source string beside it."""
-    if not isinstance(table, dict):
-        raise PlannerError(f"{origin}: [published] must be a table")
-    out = {}
-    for key, value in table.items():
-        if key.endswith("_source"):
-            out[key] = str(value)
-        elif not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0 or value == float("inf"):
-            raise PlannerError(f"{origin}: [published] {key} must be a positive finite number, got {value!r}")
-        else:
-            out[key] = float(value)
-    return out
 
 
 def _opt_float(value) -> float | None:
@@ -404,9 +290,9 @@ def custom_hardware(base: Hardware | None = None, **overrides) -> Hardware:
         overrides.setdefault("display_name", "custom device")
     for key, value in overrides.items():
         if key.endswith(("_per_s", "_bytes", "_usd")) and value is not None \
-                and (not _is_number(value) or not np.isfinite(value) or value <= 0):
+                and (not is_number(value) or not np.isfinite(value) or value <= 0):
             raise PlannerError(f"custom hardware: '{key}' must be a finite number > 0, got {value!r}")
-        if value is not None and _is_number(value):
-            _check_plausible(key, value, "custom hardware")
+        if value is not None and is_number(value):
+            check_plausible(key, value, "custom hardware")
     overrides.setdefault("source", f"custom figures over {base.name}")
     return replace(base, **overrides)
