@@ -122,7 +122,8 @@ def headline(p) -> None:
 def provenance_line(p) -> None:
     pv = p.provenance
     st.caption(f"**Prediction rests on** step times: {pv['step_time_source']} · **how far to trust them:**"
-               f" {pv['uncertainty']} · **speedups:** {pv['speedup_uncertainty']} · acceptance: {pv['acceptance']} · "
+               f" {pv['uncertainty']} · **serving:** {pv['serving_check']} ·"
+               f" **speedups:** {pv['speedup_uncertainty']} · acceptance: {pv['acceptance']} · "
                f"hardware: {pv['hardware']} · model: {pv['model']} · {pv['deployment']} · draft: {pv['draft']} · "
                f"context: {pv['context_len']} tokens")
 

@@ -15,10 +15,14 @@ requests, close to the median in a closed loop of equal requests). Disaggregated
 on separate pools) and rows the planner cannot express are listed with the reason.
 
     python -m calibration.silicon            # writes calibration/data/validation/silicon/
+
+A full run (no ``--system`` / ``--limit``) also writes ``simulator/data/serving_error.json``: the errors by GPU
+and engine, which a prediction on that GPU and engine quotes (:func:`simulator.specs.uncertainty.serving_check`).
 """
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import io
 import json
 import math
@@ -32,7 +36,7 @@ import pandas as pd
 from calibration import gpu_tables as gt
 from calibration.transfer import closed_loop
 from calibration.transfer_cases import MOE_REUSE, REPO, engine_table, scenario_for
-from simulator.cli.common import OneLineParser, command, write_files_atomically
+from simulator.cli.common import OneLineParser, command, write_atomically, write_files_atomically
 from simulator.errors import PlannerError, PlannerWarning
 from simulator.specs.hardware import FP4_DTYPES, load_hardware
 from simulator.specs.models import load_model
@@ -40,6 +44,7 @@ from simulator.specs.models import load_model
 SILICON_FILE = "silicon_sample.csv"  # relative to the package's systems/ folder
 MAP_FILE = REPO / "calibration" / "data" / "validation" / "silicon_map.toml"
 OUT_DIR = REPO / "calibration" / "data" / "validation" / "silicon"
+CHECK_FILE = REPO / "simulator" / "data" / "serving_error.json"
 CONFIG_COLUMNS = ["model_path", "system", "backend", "backend_version", "gemm_quant_mode", "moe_quant_mode",
                   "tp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size"]
 BANDS = [(1, 8), (9, 32), (33, 128), (129, 100_000)]
@@ -219,9 +224,26 @@ def summarize(scored: pd.DataFrame) -> dict:
                   labels=[f"{lo}-{hi}" if hi < 100_000 else f">= {lo}" for lo, hi in BANDS])
     by = lambda col: {str(k): _stats(g.error) for k, g in ok.groupby(col, observed=True)}  # noqa: E731
     return {"rows": int(len(scored)), "scored": int(len(ok)), "all": _stats(ok.error) if len(ok) else {"n": 0},
-            "by_hardware": by("hardware"), "by_engine": by(ok.engine_profile.str.split("-").str[0]),
+            "by_hardware": by("hardware"), "by_engine": by(ok.engine_profile.map(engine_family_of)),
             "by_model": by("model"), "by_quant": by("quant"), "by_concurrency": by(band),
             "not_expressible": scored[scored.not_expressible != ""].not_expressible.value_counts().to_dict()}
+
+
+def engine_family_of(profile: str) -> str:
+    """The engine of a scored row's engine profile ("vllm-0.11.0" -> "vllm")."""
+    return str(profile).split("-")[0]
+
+
+def serving_checks(scored: pd.DataFrame) -> dict:
+    """The errors of the priced rows by GPU and engine, as a prediction on that GPU and engine quotes them
+    (``simulator/data/serving_error.json``): ``{gpu: {engine: stats}}`` beside where they come from."""
+    ok = scored[scored.not_expressible == ""] if "error" in scored else scored.iloc[:0]
+    out = {"_source": f"aiconfigurator-core {gt.PACKAGE_VERSION} silicon sample,"
+                      " calibration/data/validation/silicon/silicon.md",
+           "_date": dt.date.today().isoformat()}
+    for (gpu, engine), g in ok.groupby([ok.hardware, ok.engine_profile.map(engine_family_of)]):
+        out.setdefault(str(gpu), {})[str(engine)] = _stats(g.error)
+    return out
 
 
 def _pct(x) -> str:
@@ -278,6 +300,9 @@ def _run(args: argparse.Namespace) -> int:
              "silicon.json": json.dumps(summary, indent=1, sort_keys=True) + "\n",
              "silicon_rows.csv": scored.to_csv(index=False, float_format="%.6g")}
     write_files_atomically(args.output_dir, files)
+    if not (args.system or args.limit):  # a partial run says nothing about the GPUs and engines it skipped
+        write_atomically(CHECK_FILE, json.dumps(serving_checks(scored), indent=1, sort_keys=True) + "\n",
+                         flag="serving checks")
     a = summary["all"]
     print(f"{summary['scored']} of {summary['rows']} rows priced: TPOT MAPE {a.get('mape', float('nan')):.1%},"
           f" median error {a.get('median_error', float('nan')):+.1%}; wrote {args.output_dir}/silicon.md")

@@ -93,6 +93,7 @@ def test_default_page_shows_kstar_chart_metrics_and_provenance():
     text = provenance(at)
     assert "measured kernel tables" in text and "how far to trust them" in text
     assert "acceptance:" in text and "assumed" in text
+    assert "serving:** TPOT against" in text and "it never saw" in text  # the default scenario's GPU and engine
     assert [m.label for m in at.metric][:2] == ["K* at B = 1", "Speedup vs plain at B = 1"]
 
 

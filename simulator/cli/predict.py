@@ -78,6 +78,7 @@ def _table_head(pred: Prediction) -> list[str]:
             f" {sc.draft.label}, context {sc.context_len}; {dtypes_text(sc)}",
             f"# step times: {pred.provenance['step_time_source']}",
             f"# how far to trust them: {pred.provenance['uncertainty']}",
+            f"# serving {pred.provenance['serving_check']}",
             f"# how far to trust the speedups: {pred.provenance['speedup_uncertainty']}",
             f"# acceptance: {pred.provenance['acceptance']}; {sc.acceptance.rule}",
             f"# fixed K={sc.fixed_k} reaches acceptance length {pred.table.fixed_acceptance_length.iloc[0]:.2f};"

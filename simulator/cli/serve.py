@@ -244,9 +244,11 @@ def _run(args) -> int:
                           indent=2) + "\n"
     if args.format == "table":
         from simulator.plan.api import scenario_step_band
+        from simulator.specs.uncertainty import serving_check_text
         text += (f"# {sc.model.name} on {sc.deployment.tp} x {sc.hardware.name}, draft {sc.draft.label};"
                  f" {dtypes_text(sc)}\n# step times: {sc.cost_source}\n"
-                 f"# how far to trust them: {scenario_step_band(sc).describe()}\n")
+                 f"# how far to trust them: {scenario_step_band(sc).describe()}\n"
+                 f"# serving {serving_check_text(sc.hardware.name, sc.engine.name)}\n")
     sys.stdout.write(text)
     if args.save_scenario:
         save_scenario(args, saved_raw(sc, args), sc.name)

@@ -30,7 +30,7 @@ from simulator.plan.decision_risk import N_DRAWS, beats_plain, draws_basis
 from simulator.plan.speedup_trust import speedup_trust_columns, speedup_trust_text
 from simulator.physics.attribution import describe_growth, verify_growth
 from simulator.physics.engine_time import graph_batch
-from simulator.specs.uncertainty import Band, step_time_band
+from simulator.specs.uncertainty import Band, serving_check_text, step_time_band
 from simulator.specs.scenario import DEFAULT_SCENARIO, MAX_K, Scenario, apply_overrides, build_scenario, load_scenario
 
 
@@ -68,6 +68,7 @@ def scenario_provenance(sc: Scenario) -> dict:
                       f" routing={sc.deployment.routing.describe()}",
         "draft": sc.draft.label, "context_len": sc.context_len,
         "uncertainty": scenario_step_band(sc).describe(), "speedup_uncertainty": speedup_trust_text(sc),
+        "serving_check": serving_check_text(sc.hardware.name, sc.engine.name),
         "step_basis": sc.step_basis,
         "decision_uncertainty": f"P(speculation pays) per batch size over {N_DRAWS} draws of "
                                 + draws_basis(sc.step_terms),

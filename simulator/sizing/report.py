@@ -17,6 +17,7 @@ from simulator.plan.advice import advice_lines
 from simulator.plan.api import schedule_text
 from simulator.plan.speedup_trust import decision_risk_text, gain_at_risk_text, speedup_trust_text
 from simulator.specs.scenario_sections import repo_relative
+from simulator.specs.uncertainty import serving_checks_text as checks_text
 from simulator.sizing.answer import quality_caveat
 from simulator.sizing.costing import target_output_tokens_per_hour
 from simulator.sizing.fleet import SizingResult
@@ -73,6 +74,12 @@ def compact_json(obj) -> str:
 
 
 # --- sections (shared by HTML and Markdown) ----------------------------------------------------
+
+def serving_checks_text(res: SizingResult) -> str:
+    """The unseen serving runs' check for each GPU the capacity table sizes, under the scenario's engine."""
+    gpus = sorted(set(res.capacity["hardware"])) if len(res.capacity) else [res.scenario.hardware.name]
+    return checks_text(gpus, res.scenario.engine.name)
+
 
 def _provenance(res: SizingResult) -> pd.DataFrame:
     """Where each quantity of the report comes from."""
@@ -239,6 +246,7 @@ def _closing_sections(res: SizingResult) -> list:
     else:
         secs.append(("Sensitivity", [("p", "not run (no recommended configuration or sensitivity = false).")]))
     secs.append(("Uncertainty", [("p", "Capacity band: " + res.band_note + "."),
+                                 ("p", "Serving " + serving_checks_text(res) + "."),
                                  ("p", "Speculative speedups (the K* tables): " + speedup_trust_text(sc) + ".")]))
     prov = _provenance(res)
     secs.append(("Provenance", [("wtable", prov)]))

@@ -19,6 +19,9 @@ import numpy as np
 
 BAND_FILE = Path(__file__).resolve().parent.parent / "data" / "transfer_error.json"
 MIN_ROWS = 3  # fewer published rows on a GPU than this: quote the band over all GPUs
+# serving TPOT of a GPU and engine scored on end-to-end runs the planner never saw (written by calibration.silicon)
+SERVING_FILE = Path(__file__).resolve().parent.parent / "data" / "serving_error.json"
+MIN_SERVING_RUNS = 20  # fewer runs of a GPU and engine than this: no figure (a handful of runs is an anecdote)
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,69 @@ def basis_band(bands: dict, basis: str, exclude: str = "") -> tuple[float, float
     mape = sum(int(e["n"]) * float(e["step_time_mape"]) for e in entries.values()) / n
     worsts = [float(e["step_time_worst"]) for e in entries.values() if e.get("step_time_worst") is not None]
     return mape, max(worsts) if worsts else None, n, sorted(entries)
+
+
+@dataclass(frozen=True)
+class ServingCheck:
+    """How far the planner's serving TPOT fell from end-to-end runs on one GPU under one engine that it never
+    saw (the median says which way it leans; the share within 20% and the MAPE how widely it scatters)."""
+    hardware: str
+    engine: str
+    n: int
+    median_error: float  # predicted / measured - 1, median
+    within_20pct: float
+    mape: float
+    worst: float
+    source: str
+
+    def figures(self) -> str:
+        lean = "slow" if self.median_error > 0 else "fast"
+        return (f"median {self.median_error:+.0%} ({lean}), {self.within_20pct:.0%} within 20%, MAPE {self.mape:.0%}"
+                f" (worst {self.worst:.0%})")
+
+    def describe(self) -> str:
+        return (f"TPOT against {self.n} end-to-end runs on {self.hardware} under {self.engine} it never saw:"
+                f" {self.figures()}; {self.source}")
+
+
+@lru_cache(maxsize=1)
+def _serving_checks() -> dict:
+    try:
+        return json.loads(SERVING_FILE.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def serving_check(hardware: str, engine: str) -> ServingCheck | None:
+    """The unseen serving runs' errors for this GPU and engine; None with fewer than MIN_SERVING_RUNS of them."""
+    checks = _serving_checks()
+    s = (checks.get(hardware) or {}).get(engine) or {}
+    if int(s.get("n") or 0) < MIN_SERVING_RUNS:
+        return None
+    return ServingCheck(hardware, engine, int(s["n"]), float(s["median_error"]), float(s["within_20pct"]),
+                        float(s["mape"]), float(s["worst"]), str(checks.get("_source", SERVING_FILE.name)))
+
+
+def serving_check_text(hardware: str, engine: str) -> str:
+    """The serving check's line for a prediction, or what it lacks."""
+    check = serving_check(hardware, engine)
+    if check is not None:
+        return check.describe()
+    runs = int(((_serving_checks().get(hardware) or {}).get(engine) or {}).get("n") or 0)
+    return (f"TPOT not checked: {runs or 'no'} end-to-end runs on {hardware} under {engine} among those it never saw"
+            + (f" (fewer than {MIN_SERVING_RUNS})" if runs else ""))
+
+
+def serving_checks_text(hardware: list[str], engine: str) -> str:
+    """The serving check of several GPUs under one engine, the source named once (a sizing report's line)."""
+    parts = []
+    for gpu in hardware:
+        check = serving_check(gpu, engine)
+        runs = int(((_serving_checks().get(gpu) or {}).get(engine) or {}).get("n") or 0)
+        parts.append(f"{gpu}, {check.n} runs: {check.figures()}" if check is not None else
+                     f"{gpu}: not checked ({runs or 'no'} runs{f', fewer than {MIN_SERVING_RUNS}' if runs else ''})")
+    source = _serving_checks().get("_source", SERVING_FILE.name)
+    return f"TPOT against end-to-end runs under {engine} the planner never saw ({source}): " + "; ".join(parts)
 
 
 @dataclass(frozen=True)
