@@ -40,12 +40,17 @@ class Band:
         return f"+-{self.mape:.0%} step time ({self.measure} {count}{self.where}{worst})"
 
 
-@lru_cache(maxsize=1)
-def _bands() -> dict:
+@lru_cache(maxsize=4)
+def _figures(path: Path) -> dict:
+    """A figures file the calibration wrote ({} before it has)."""
     try:
-        return json.loads(BAND_FILE.read_text())
+        return json.loads(path.read_text())
     except (OSError, json.JSONDecodeError):
         return {}
+
+
+def _bands() -> dict:
+    return _figures(BAND_FILE)
 
 
 def step_time_band(hardware: str, kind: str, basis: str, profile_raw: dict | None = None) -> Band:
@@ -116,12 +121,8 @@ class ServingCheck:
                 f" {self.figures()}; {self.source}")
 
 
-@lru_cache(maxsize=1)
 def _serving_checks() -> dict:
-    try:
-        return json.loads(SERVING_FILE.read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
+    return _figures(SERVING_FILE)
 
 
 def serving_check(hardware: str, engine: str) -> ServingCheck | None:
