@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from simulator.physics.layers import FORWARD_PARTS, LAYER_PARTS, attention_deployment, gemm, head_ops, rank_tokens
+from simulator.physics.forward_pass import FORWARD_PARTS, head_ops
+from simulator.physics.layers import LAYER_PARTS, attention_deployment, gemm, rank_tokens
 from simulator.physics.operators import PassCost, StepCost, evaluate
 from simulator.physics.pass_tables import PassPlan, Segment, cell_inputs, price_plan
 from simulator.specs.deployment import Deployment
