@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from simulator.specs import acceptance as acc
 from simulator.plan.api import predict
 from simulator.physics.forward_pass import verify_cost
-from simulator.physics.layers import allreduce_s, gemm
+from simulator.physics.layers import GemmPrecision, allreduce_s, gemm
 from simulator.physics.memory import kv_bytes_per_gpu, weight_bytes_per_gpu
 from simulator.specs.deployment import Deployment
 from simulator.errors import PlannerError
@@ -112,7 +112,7 @@ def test_dense_config_types_parse(model_type):
 
 def test_gemm_hand():
     # hand: T=4 tokens through a 4096x1024 bf16 weight: F = 2*4*1024*4096, M = 1024*4096*2 + 4*(1024+4096)*2
-    op = gemm("x", 4, 1024, 4096, 2.0, 2.0, 1)
+    op = gemm("x", 4, 1024, 4096, GemmPrecision(2.0, 2.0), 1)
     assert op.flops == 2 * 4 * 1024 * 4096
     assert op.nbytes == 1024 * 4096 * 2 + 4 * 5120 * 2
 

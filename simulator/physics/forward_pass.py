@@ -12,7 +12,7 @@ import numpy as np
 
 from simulator.physics.fabric import allgather_s
 from simulator.physics.layers import (allreduce_op, attention_deployment, decoder_cell_ops, decoder_layers_ops,
-                                      decoder_token_ops, gemm, module_bytes, rank_tokens)
+                                      decoder_token_ops, gemm, module_precision, rank_tokens)
 from simulator.physics.operators import StepCost, evaluate
 from simulator.physics.ops import Op
 from simulator.specs.deployment import Deployment
@@ -34,13 +34,13 @@ def head_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, vocab: int
              sampling: bool = True, logit_bytes=None) -> list[Op]:
     """Embedding gather, LM head (vocab split over TP unless the engine replicates it), logits gather and
     sampling/acceptance (``logit_bytes`` per logit element; default: the deployment's plain-decoding figure)."""
-    w, a_head = module_bytes(model, dep, "lm_head")
     a = DTYPE_BYTES[dep.act_dtype]
     D = model.hidden_size
     lm_head = dep.kernels.lm_head
     split = 1 if lm_head == "replicated" else dep.tp
     ops = [Op(prefix + "embedding", "elementwise", 0.0, 2 * tokens * D * a, kernels=1, count=1, eff_tokens=tokens),
-           gemm(prefix + "lm_head", tokens, vocab / split, D, w, a_head, 1, family="lm_head")]
+           gemm(prefix + "lm_head", tokens, vocab / split, D, module_precision(model, dep, "lm_head"), 1,
+                family="lm_head")]
     if split > 1 and lm_head == "vocab-parallel-argmax":
         # each rank takes the argmax of its own slice, then two all-reduces of [tokens, tp] (max values
         # and their int64 indices) pick the winner: no logits leave the GPU

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from simulator.physics.attention import LAYER_KIND_OPS, attention_kind_op, attention_op
@@ -23,24 +23,50 @@ from simulator.specs.routing import expert_probabilities
 from simulator.specs.wire import collective_factor
 
 
-def gemm(name: str, tokens, n: float, k: float, w_bytes: float, a_bytes: float, count: float,
-         family: str = "gemm", fp8_blocks: bool = False) -> Op:
-    """Y[T, n] = X[T, k] @ W[k, n]:  F = 2 T n k,  M = n k w + T (n + k) a. ``fp8_blocks``: W is a checkpoint's
+@dataclass(frozen=True)
+class GemmPrecision:
+    """A weight GEMM's operands: bytes per weight and per activation element, and whether W is a checkpoint's
     block-scaled fp8 (:meth:`ModelSpec.fp8_blocks`), multiplied by a block-scaled fp8 kernel on activations the
     engine quantized to fp8 (a = 1, as the measured tables' fp8_block rows are read: calibration/import_rows.py)."""
-    block = fp8_blocks and a_bytes <= DTYPE_BYTES["bf16"]
-    a_bytes = DTYPE_BYTES["fp8"] if block else a_bytes
+
+    w_bytes: float
+    a_bytes: float
+    fp8_blocks: bool = False
+
+    @classmethod
+    def of(cls, model: ModelSpec, dep: Deployment) -> "GemmPrecision":
+        """The deployment's weights and activations, block-scaled where the checkpoint is."""
+        return cls(DTYPE_BYTES[dep.weight_dtype], DTYPE_BYTES[dep.act_dtype], model.fp8_blocks(dep.weight_dtype))
+
+    @property
+    def block_scaled(self) -> bool:
+        return self.fp8_blocks and self.a_bytes <= DTYPE_BYTES["bf16"]
+
+    @property
+    def kernel_a_bytes(self) -> float:
+        """Activation bytes the kernel reads: fp8 under block scaling."""
+        return DTYPE_BYTES["fp8"] if self.block_scaled else self.a_bytes
+
+    @property
+    def kernel_dtype(self) -> str:
+        """The measured kernel family that runs it (GEMMs and MoE experts)."""
+        return BLOCK_FP8 if self.block_scaled else gemm_kernel_dtype(self.w_bytes, self.a_bytes)
+
+
+def gemm(name: str, tokens, n: float, k: float, precision: GemmPrecision, count: float, family: str = "gemm") -> Op:
+    """Y[T, n] = X[T, k] @ W[k, n]:  F = 2 T n k,  M = n k w + T (n + k) a (w, a: ``precision``'s, a as its kernel
+    reads it)."""
     return GemmOp(name, family, gemm_terms, kernels=1, count=count, eff_tokens=tokens, surface="gemm",
-                  shape={"m": tokens, "n": n, "k": k, "nk": n * k, "w_bytes": w_bytes, "a_bytes": a_bytes},
-                  dtype=BLOCK_FP8 if block else gemm_kernel_dtype(w_bytes, a_bytes))
+                  shape={"m": tokens, "n": n, "k": k, "nk": n * k, "w_bytes": precision.w_bytes,
+                         "a_bytes": precision.kernel_a_bytes}, dtype=precision.kernel_dtype)
 
 
-def module_bytes(model: ModelSpec, dep: Deployment, module: str) -> tuple[float, float]:
-    """(weight, activation) bytes of a GEMM over one of the checkpoint's own modules (:meth:`ModelSpec.module_dtype`):
-    a module the checkpoint keeps in bf16 is an unquantized layer, which the engine runs on bf16 activations."""
+def module_precision(model: ModelSpec, dep: Deployment, module: str) -> GemmPrecision:
+    """A GEMM over one of the checkpoint's own modules (:meth:`ModelSpec.module_dtype`): a module the checkpoint
+    keeps in bf16 is an unquantized layer, which the engine runs on bf16 activations."""
     held = model.module_dtype(module, dep.weight_dtype)
     a = DTYPE_BYTES[dep.act_dtype]
-    return DTYPE_BYTES[held], max(a, DTYPE_BYTES["bf16"]) if held != dep.weight_dtype else a
+    return GemmPrecision(DTYPE_BYTES[held], max(a, DTYPE_BYTES["bf16"]) if held != dep.weight_dtype else a)
 
 
 def allreduce_s(nbytes, gpus: int, hw: Hardware):
@@ -55,32 +81,28 @@ def attention_projection_ops(model: ModelSpec, dep: Deployment, tokens, count: i
     MLA's down-projections q_a [D -> q_lora] and kv_a [D -> kv_lora + rope] have no head axis and are
     replicated on every GPU of the attention group (full FLOPs and bytes here; the memory model
     counts them whole per GPU, :func:`simulator.physics.memory.weight_bytes_per_gpu`)."""
-    w = DTYPE_BYTES[dep.weight_dtype]
-    a = DTYPE_BYTES[dep.act_dtype]
-    blocks = model.fp8_blocks(dep.weight_dtype)
+    p = GemmPrecision.of(model, dep)
     D, t = model.hidden_size, dep.tp
     if model.attention == "mla":
         H = model.num_heads / t
         ops = []
         if model.q_lora_rank:
-            ops.append(gemm(prefix + "attn_q_a", tokens, model.q_lora_rank, D, w, a, count, fp8_blocks=blocks))
-            ops.append(gemm(prefix + "attn_q_b", tokens, H * model.qk_head_dim, model.q_lora_rank, w, a, count,
-                            fp8_blocks=blocks))
+            ops.append(gemm(prefix + "attn_q_a", tokens, model.q_lora_rank, D, p, count))
+            ops.append(gemm(prefix + "attn_q_b", tokens, H * model.qk_head_dim, model.q_lora_rank, p, count))
         else:
-            ops.append(gemm(prefix + "attn_q", tokens, H * model.qk_head_dim, D, w, a, count, fp8_blocks=blocks))
-        ops.append(gemm(prefix + "attn_kv_a", tokens, model.kv_lora_rank + model.qk_rope_head_dim, D, w, a, count,
-                        fp8_blocks=blocks))
+            ops.append(gemm(prefix + "attn_q", tokens, H * model.qk_head_dim, D, p, count))
+        ops.append(gemm(prefix + "attn_kv_a", tokens, model.kv_lora_rank + model.qk_rope_head_dim, D, p, count))
         # kv_b is absorbed into the query and output sides in decode; same FLOPs and bytes
         ops.append(gemm(prefix + "attn_kv_b", tokens, H * (model.qk_nope_head_dim + model.v_head_dim),
-                        model.kv_lora_rank, w, a, count, fp8_blocks=blocks))
-        ops.append(gemm(prefix + "attn_o", tokens, D, H * model.v_head_dim, w, a, count, fp8_blocks=blocks))
+                        model.kv_lora_rank, p, count))
+        ops.append(gemm(prefix + "attn_o", tokens, D, H * model.v_head_dim, p, count))
         return ops
     d = model.head_dim
     kv = 1 if model.kv_shares_k_and_v else 2  # Gemma 4 global layers: K doubles as V
     gate = model.num_heads / t if model.attention_output_gate else 0.0  # Qwen3-Next: a gate per query head
     qkv_n = (model.num_heads / t + gate + kv * kv_heads_per_gpu(model, t)) * d
-    return [gemm(prefix + "attn_qkv" + suffix, tokens, qkv_n, D, w, a, count, fp8_blocks=blocks),
-            gemm(prefix + "attn_o" + suffix, tokens, D, model.num_heads / t * d, w, a, count, fp8_blocks=blocks)]
+    return [gemm(prefix + "attn_qkv" + suffix, tokens, qkv_n, D, p, count),
+            gemm(prefix + "attn_o" + suffix, tokens, D, model.num_heads / t * d, p, count)]
 
 
 def layer_projection_ops(model: ModelSpec, dep: Deployment, tokens, kinds: dict[str, int], prefix: str = "") -> list[Op]:
@@ -98,33 +120,28 @@ def layer_projection_ops(model: ModelSpec, dep: Deployment, tokens, kinds: dict[
         ops += attention_projection_ops(model.global_layer_model(), dep, tokens, n_global, prefix, "_global")
     elif n_attn:
         ops += attention_projection_ops(model, dep, tokens, n_attn, prefix)
+    p, D = GemmPrecision.of(model, dep), model.hidden_size
     if kinds.get("sparse"):
-        w, a, D = DTYPE_BYTES[dep.weight_dtype], DTYPE_BYTES[dep.act_dtype], model.hidden_size
         n, hi, di = kinds["sparse"], model.index_n_heads, model.index_head_dim
-        blocks = model.fp8_blocks(dep.weight_dtype)  # weights_proj stays bf16 in the checkpoint
-        ops += [gemm(prefix + "attn_indexer_q", tokens, hi * di, model.q_lora_rank, w, a, n,
-                     fp8_blocks=blocks),
-                gemm(prefix + "attn_indexer_k", tokens, di, D, w, a, n, fp8_blocks=blocks),
-                gemm(prefix + "attn_indexer_w", tokens, hi, D, w, a, n)]
+        ops += [gemm(prefix + "attn_indexer_q", tokens, hi * di, model.q_lora_rank, p, n),
+                gemm(prefix + "attn_indexer_k", tokens, di, D, p, n),
+                # weights_proj stays bf16 in the checkpoint: no block scaling
+                gemm(prefix + "attn_indexer_w", tokens, hi, D, replace(p, fp8_blocks=False), n)]
     if n_linear:
-        w, a, D, t = DTYPE_BYTES[dep.weight_dtype], DTYPE_BYTES[dep.act_dtype], model.hidden_size, dep.tp
-        blocks = model.fp8_blocks(dep.weight_dtype)
+        t = dep.tp
         ops += [gemm(prefix + "attn_linear_in", tokens, (model.linear_qkvz_width + 2 * model.linear_num_value_heads) / t,
-                     D, w, a, n_linear, fp8_blocks=blocks),
+                     D, p, n_linear),
                 gemm(prefix + "attn_linear_out", tokens, D, model.linear_num_value_heads * model.linear_value_head_dim / t,
-                     w, a, n_linear, fp8_blocks=blocks)]
+                     p, n_linear)]
     return ops
 
 
 def dense_mlp_ops(model: ModelSpec, dep: Deployment, tokens, count: int, width: int, prefix: str = "",
                   name: str = "mlp") -> list[Op]:
     """Gated MLP: gate+up fused [D -> 2F/t], down [F/t -> D]."""
-    w = DTYPE_BYTES[dep.weight_dtype]
-    a = DTYPE_BYTES[dep.act_dtype]
-    f = width / dep.tp
-    blocks = model.fp8_blocks(dep.weight_dtype)
-    return [gemm(f"{prefix}{name}_gate_up", tokens, 2 * f, model.hidden_size, w, a, count, fp8_blocks=blocks),
-            gemm(f"{prefix}{name}_down", tokens, model.hidden_size, f, w, a, count, fp8_blocks=blocks)]
+    p, f = GemmPrecision.of(model, dep), width / dep.tp
+    return [gemm(f"{prefix}{name}_gate_up", tokens, 2 * f, model.hidden_size, p, count),
+            gemm(f"{prefix}{name}_down", tokens, model.hidden_size, f, p, count)]
 
 
 def moe_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, count: int, prefix: str = "",
@@ -211,8 +228,8 @@ def _routed_experts(model: ModelSpec, dep: Deployment, tokens, count: int, prefi
 
 def moe_token_ops(model: ModelSpec, dep: Deployment, hw: Hardware, local, count: int, prefix: str) -> list[Op]:
     """The MoE layer's ops sized by the rank's own ``local`` tokens: router, shared experts, "dp-ep" all-to-alls."""
-    (w_r, a_r), a, D = module_bytes(model, dep, "router"), DTYPE_BYTES[dep.act_dtype], model.hidden_size
-    ops = [gemm(prefix + "moe_router", local, model.num_experts, D, w_r, a_r, count)]
+    a, D = DTYPE_BYTES[dep.act_dtype], model.hidden_size
+    ops = [gemm(prefix + "moe_router", local, model.num_experts, D, module_precision(model, dep, "router"), count)]
     if model.shared_expert_intermediate_size:
         ops += dense_mlp_ops(model, attention_deployment(dep), local, count, model.shared_expert_intermediate_size,
                              prefix, "shared_expert")
@@ -226,10 +243,9 @@ def routed_experts_op(model: ModelSpec, dep: Deployment, tokens, count: int, pre
                       caches=None) -> Op:
     """The routed experts of one MoE layer on the busiest GPU (:func:`moe_ops`); ``caches``: the step model's
     (simulator.physics.experts keeps its load tables there)."""
-    w_e = DTYPE_BYTES[dep.expert_dtype_for(model)]
-    a = DTYPE_BYTES[dep.act_dtype]
-    block = model.fp8_blocks(dep.expert_dtype_for(model)) and a <= DTYPE_BYTES["bf16"]
-    a = DTYPE_BYTES["fp8"] if block else a  # block-scaled experts multiply fp8-quantized activations (as gemm)
+    held = dep.expert_dtype_for(model)
+    precision = GemmPrecision(DTYPE_BYTES[held], DTYPE_BYTES[dep.act_dtype], model.fp8_blocks(held))
+    w_e, a = precision.w_bytes, precision.kernel_a_bytes  # block-scaled experts multiply fp8-quantized activations
     D = model.hidden_size
     expert_tp = dep.tp // dep.ep
     reuse = dep.routing.reuse
@@ -250,7 +266,7 @@ def routed_experts_op(model: ModelSpec, dep: Deployment, tokens, count: int, pre
                      "touched": touched_all, "sequences": batch, "probabilities": p, "params_slice": params_slice,
                      "w_bytes": w_e,
                         "pair_bytes": (2 * D + 3 * model.expert_intermediate_size / expert_tp) * a},
-              dtype=BLOCK_FP8 if block else gemm_kernel_dtype(w_e, a))
+              dtype=precision.kernel_dtype)
 
 
 def _dispatch_combine_ops(model: ModelSpec, dep: Deployment, hw: Hardware, sent, count: int, prefix: str) -> list[Op]:
