@@ -84,10 +84,10 @@ def scenario_for(model: str, hardware: str, dtype: str, context_len: int, layers
 
 def predict_verify_s(sc, batch_sizes, ks) -> tuple[np.ndarray, np.ndarray | None]:
     """(verify seconds without the sampler, experts touched per MoE layer or None), arrays (n_batch, n_k),
-    at the scenario's context: grid.verify_over_context priced as the engine runs it (pass_time_s)."""
+    at the scenario's context: step_passes.verify_over_context priced as the engine runs it (pass_time_s)."""
     from simulator.physics.engine_time import expert_batch, pass_time_s, verify_in_graph
     from simulator.physics.experts import experts_touched_correlated
-    from simulator.plan.grid import verify_over_context
+    from simulator.plan.step_passes import verify_over_context
     from simulator.specs.routing import expert_probabilities
 
     B = np.asarray(batch_sizes, dtype=float)[:, None, None]
@@ -110,7 +110,7 @@ def predict_verify_s(sc, batch_sizes, ks) -> tuple[np.ndarray, np.ndarray | None
 def planner_kernels(sc) -> int:
     """Kernels the planner prices in one verify pass at B = 1, K = 0, its sampler left out."""
     from simulator.physics.engine_time import expert_batch
-    from simulator.plan.grid import verify_over_context
+    from simulator.plan.step_passes import verify_over_context
 
     one = np.ones((1, 1, 1))
     verify, _ = verify_over_context(sc, one, 0 * one, sc.context_len * one, expert_batch(sc.engine, sc.model, one, 0 * one))

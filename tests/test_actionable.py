@@ -156,7 +156,7 @@ def test_experts_loaded_hand_uniform_routing():
     import numpy as np
 
     from simulator.physics.attribution import verify_growth
-    from simulator.physics.layers import verify_cost
+    from simulator.physics.forward_pass import verify_cost
     from simulator.specs.scenario import load_scenario
     sc = load_scenario("qwen3-235b-h200", routing_reuse=0.0)
     m, dep, B, K = sc.model, sc.deployment, np.array([1.0, 256.0]), np.array([3.0, 3.0])

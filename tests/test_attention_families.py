@@ -16,7 +16,7 @@ import pytest
 
 from simulator.errors import PlannerError
 from simulator.physics.attention import attention_kind_op
-from simulator.physics.layers import forward_ops, verify_cost
+from simulator.physics.forward_pass import forward_ops, verify_cost
 from simulator.physics.memory import (kv_bytes_per_gpu, recurrent_state_bytes, sequence_memory_bytes,
                                       step_memory_bytes, weight_bytes_per_gpu)
 from simulator.specs.deployment import make_deployment

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from simulator.specs import acceptance as acc
 from simulator.plan.api import predict
-from simulator.physics.layers import allreduce_s, gemm, verify_cost
+from simulator.physics.forward_pass import verify_cost
+from simulator.physics.layers import GemmPrecision, allreduce_s, gemm
 from simulator.physics.memory import kv_bytes_per_gpu, weight_bytes_per_gpu
 from simulator.specs.deployment import Deployment
 from simulator.errors import PlannerError
@@ -111,7 +112,7 @@ def test_dense_config_types_parse(model_type):
 
 def test_gemm_hand():
     # hand: T=4 tokens through a 4096x1024 bf16 weight: F = 2*4*1024*4096, M = 1024*4096*2 + 4*(1024+4096)*2
-    op = gemm("x", 4, 1024, 4096, 2.0, 2.0, 1)
+    op = gemm("x", 4, 1024, 4096, GemmPrecision(2.0, 2.0), 1)
     assert op.flops == 2 * 4 * 1024 * 4096
     assert op.nbytes == 1024 * 4096 * 2 + 4 * 5120 * 2
 
@@ -125,7 +126,8 @@ def test_block_fp8_gemms_run_at_the_fp8_peak():
     # 4.8e12 = 18.79 us; + one launch of 2 us. At the bf16 peak it was 243.1 us + 2, above the 198.2 us
     # SGLang 0.5.14 measured for DeepGEMM at this shape on an H200 (aiconfigurator-core 0.12.0
     # h200_sxm/gemm/sglang/0.5.14/gemm_perf.parquet, fp8_block, m 8192, n 7168, k 2048): no bound at all.
-    from simulator.physics.layers import attention_projection_ops, head_ops, moe_token_ops
+    from simulator.physics.forward_pass import head_ops
+    from simulator.physics.layers import attention_projection_ops, moe_token_ops
     from simulator.physics.operators import evaluate
     m, hw = load_model("deepseek-v3"), load_hardware("h200")
     dep = Deployment(tp=8, weight_dtype="fp8", act_dtype="bf16")
@@ -190,7 +192,8 @@ def test_fp8_checkpoint_keeps_head_and_router_bf16():
     # -> 48.887 us + one 2 us launch (F = 2 x 64 x 16160 x 7168 = 14.8 GFLOP: 15.0 us at bf16's 989.4 TFLOP/s,
     # memory-bound); at fp8 weight bytes (before) it was 118,820,864 B. Router [7168 x 256], whole:
     # M = 256 x 7168 x 2 + 64 x (256 + 7168) x 2 = 4,620,288 B.
-    from simulator.physics.layers import head_ops, moe_token_ops
+    from simulator.physics.forward_pass import head_ops
+    from simulator.physics.layers import moe_token_ops
     from simulator.physics.operators import evaluate
     m, hw = load_model("deepseek-v3"), load_hardware("h200")
     dep = Deployment(tp=8, weight_dtype="fp8", act_dtype="bf16")

@@ -344,7 +344,7 @@ def test_importer_monotone_gemm_price_is_the_planners():
     gemm and moe (a fourth DTYPES field that is not there)."""
     from calibration.import_rows import DTYPES, KV_BYTES
     from calibration.planner_rows import monotone_rows_s
-    from simulator.physics.layers import gemm
+    from simulator.physics.layers import GemmPrecision, gemm
     from simulator.physics.operators import evaluate
     from simulator.specs.deployment import EngineKernels, make_deployment
     from simulator.specs.profile import load_profile
@@ -358,7 +358,8 @@ def test_importer_monotone_gemm_price_is_the_planners():
                              "ax_n": [4096.0], "ax_k": [4096.0]})
         got = monotone_rows_s(rows, prof.surfaces, prof.shape_corrections, DTYPES, KV_BYTES, pk)[0]
         dep = make_deployment(tp=1, weight_dtype=dtype, act_dtype=dtype, kernels=EngineKernels(engine="vllm"))
-        want = evaluate([gemm("x", np.array([64.0]), 4096.0, 4096.0, bytes_, bytes_, 1.0)], hw, dep, prof, (1,)).total_s
+        op = gemm("x", np.array([64.0]), 4096.0, 4096.0, GemmPrecision(bytes_, bytes_), 1.0)
+        want = evaluate([op], hw, dep, prof, (1,)).total_s
         assert np.isfinite(got) and got == pytest.approx(float(np.ravel(want)[0]), rel=1e-9), table_dtype
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator.physics.layers import head_ops
+from simulator.physics.forward_pass import head_ops
 from simulator.physics.memory import weight_bytes_per_gpu
 from simulator.specs.deployment import Deployment, EngineKernels
 from simulator.specs.engines import engine_from_dict, load_engine
@@ -87,7 +87,7 @@ def test_self_speculation_catch_up_pass_runs_two_tokens_per_sequence():
     dep = Deployment(tp=TP, kernels=EngineKernels(self_spec_catch_up=True))
     first = float(draft_extend_cost(DraftSetting(draft, model, dep, hw), B, K, ctx).total_s.ravel()[0])
     # by hand: the same forward as a one-token draft pass, at 2 queries per sequence over 512 tokens
-    from simulator.physics.layers import forward_ops
+    from simulator.physics.forward_pass import forward_ops
     two = float(evaluate(forward_ops(model, dep, hw, B, 2.0, 512.0, "draft_extend."), hw, dep, None, B.shape).total_s.ravel()[0])
     one = float(draft_pass_cost(DraftSetting(draft, model, dep, hw), B, K, ctx)[0].total_s.ravel()[0])
     assert first == pytest.approx(two)

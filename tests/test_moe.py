@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +15,7 @@ from simulator.physics.attribution import GROUPS, describe_growth, verify_growth
 from simulator.physics.draft_cost import DraftSetting, draft_pass_cost
 from simulator.physics.experts import (busiest_group_load, experts_touched, experts_touched_correlated, fit_reuse,
                                        reuse_from_trace)
-from simulator.physics.layers import forward_ops
+from simulator.physics.forward_pass import forward_ops
 from simulator.physics.memory import draft_weight_bytes, kv_bytes_per_gpu, weight_bytes_per_gpu
 from simulator.specs.deployment import check_deployment, make_deployment
 from simulator.specs.drafts import parse_draft
@@ -357,7 +356,7 @@ def test_cli_says_why_moe_k_star_moves():
 
 def test_self_draft_is_the_target_over_its_compressed_kv():
     # MagicDec-style self-speculation: a draft pass is the target's own pass over W cached tokens
-    from simulator.physics.layers import forward_ops
+    from simulator.physics.forward_pass import forward_ops
     from simulator.physics.memory import draft_weight_bytes, kv_bytes_per_sequence
     from simulator.physics.operators import evaluate
     from simulator.specs.deployment import Deployment

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator.physics.layers import verify_cost
+from simulator.physics.forward_pass import verify_cost
 from simulator.physics.memory import weight_bytes_per_gpu
 from simulator.physics.monotone import affine_envelope_s, lattice_interp, monotone_lattice, surface_time_s
 from simulator.plan.api import predict
@@ -156,7 +156,7 @@ def test_a_cells_price_does_not_depend_on_the_other_cells_evaluated():
     # not cover (no cached key, a GEMM beyond the integer lattice) must not change it
     import numpy as np
 
-    from simulator.physics.layers import forward_ops
+    from simulator.physics.forward_pass import forward_ops
     from simulator.physics.operators import evaluate
     from simulator.specs.scenario import load_scenario
 
@@ -178,7 +178,7 @@ def test_a_context_axis_read_from_whole_batch_tables_prices_as_the_lattice_does(
     # up to MAX_WHOLE_BATCH_CONTEXTS context lengths of whole batch sizes are read from one table per
     # length; more go through the lattice interpolation per cell: the same lengths must cost the same
     # either way (GQA decode and MLA, a verify pass of q = 1..9 queries)
-    from simulator.physics.layers import forward_ops
+    from simulator.physics.forward_pass import forward_ops
     from simulator.physics.measured import MAX_WHOLE_BATCH_CONTEXTS
     from simulator.physics.operators import evaluate
     from simulator.specs.scenario import load_scenario

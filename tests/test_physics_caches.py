@@ -27,7 +27,8 @@ from simulator.physics.caches import PhysicsCaches
 from simulator.physics.pass_tables import lin_table
 from simulator.physics.step_model import StepModel
 from simulator.plan import step_models
-from simulator.plan.grid import evaluate_grid, verify_over_context
+from simulator.plan.grid import evaluate_grid
+from simulator.plan.step_passes import verify_over_context
 from simulator.plan.step_models import step_model
 from simulator.specs.scenario import SCENARIO_DIR, load_scenario
 

@@ -7,7 +7,8 @@ plain decoding there."""
 import numpy as np
 import pytest
 
-from simulator.plan.grid import evaluate_grid, surface_sides
+from simulator.plan.grid import evaluate_grid
+from simulator.plan.step_passes import surface_sides
 from simulator.specs.scenario import SCENARIO_DIR, load_scenario
 
 B = np.array([1.0, 8.0, 128.0])

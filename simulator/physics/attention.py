@@ -99,7 +99,7 @@ def attention_op(model: ModelSpec, dep: Deployment, batch, queries, context_len:
     # prompt_bytes), never faster than streaming the chunk's own, cached keys included (physics.measured).
     # Without the surface: this roofline (a datasheet device, a fitted profile, older tables). MLA
     # prefill: the roofline. One op, one path, chosen by its largest query count: a caller with chunks
-    # on both sides of the limit prices each side apart (serving.pricer, plan.grid.surface_sides)
+    # on both sides of the limit prices each side apart (serving.pricer, plan.step_passes.surface_sides)
     if float(np.max(queries)) <= MAX_DECODE_SURFACE_QUERIES:
         surface = "mla_decode" if model.attention == "mla" else "attention_decode"
     elif model.attention != "mla":

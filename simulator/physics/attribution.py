@@ -26,7 +26,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from simulator.physics.layers import verify_cost
+from simulator.physics.forward_pass import verify_cost
 from simulator.specs.deployment import Deployment
 from simulator.specs.hardware import Hardware
 from simulator.specs.models import ModelSpec

@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from simulator.physics.layers import FORWARD_PARTS, LAYER_PARTS, attention_deployment, gemm, head_ops, rank_tokens
+from simulator.physics.forward_pass import FORWARD_PARTS, head_ops
+from simulator.physics.layers import LAYER_PARTS, GemmPrecision, attention_deployment, gemm, rank_tokens
 from simulator.physics.operators import PassCost, StepCost, evaluate
 from simulator.physics.pass_tables import PassPlan, Segment, cell_inputs, price_plan
 from simulator.specs.deployment import Deployment
@@ -78,12 +79,12 @@ def _rows(dep: Deployment, batch, queries, part: str):
     return np.asarray(batch, dtype=float) if part == "tokens" else rank_tokens(dep, batch, queries)
 
 
-def _fusion_bytes(draft: DraftSpec, target: ModelSpec, dep: Deployment) -> tuple[float, float]:
-    """(weight, activation) bytes of a head's fusion projection: a bf16 one the target's quantization does not
-    reach (an MTP eh_proj, an EAGLE fc) multiplies bf16 activations."""
+def _fusion_precision(draft: DraftSpec, target: ModelSpec, dep: Deployment) -> GemmPrecision:
+    """A head's fusion projection: a bf16 one the target's quantization does not reach (an MTP eh_proj, an EAGLE
+    fc) multiplies bf16 activations."""
     held = fusion_dtype(draft, target, dep)
     a = DTYPE_BYTES[dep.act_dtype]
-    return DTYPE_BYTES[held], max(a, DTYPE_BYTES["bf16"]) if held != dep.weight_dtype else a
+    return GemmPrecision(DTYPE_BYTES[held], max(a, DTYPE_BYTES["bf16"]) if held != dep.weight_dtype else a)
 
 
 def _plan(dep: Deployment, specs: tuple, key: tuple, segments: list, ops, batch, context_len,
@@ -133,15 +134,14 @@ def draft_extend_plan(setting: DraftSetting, batch, k, context_len, expert_batch
             model_ops, batch, context_len, cells)
     cfg = draft_defaults()[draft.method]
     vocab = min(cfg.get("draft_vocab") or target.vocab_size, target.vocab_size)
-    w, a = _fusion_bytes(draft, target, dep)
-    D = target.hidden_size
+    fusion, D = _fusion_precision(draft, target, dep), target.hidden_size
     layers = (0, 1) if draft.method == "mtp" and target.is_moe else (1, 0)
     hdep = head_deployment(draft, target, dep)  # MTP: the target's checkpoint; EAGLE heads: their own (bf16)
     adep = attention_deployment(hdep)
 
     def layer_ops(b, L, part):
         ops = [] if part == "cells" else [gemm("draft_extend.fusion", _rows(dep, b, queries, part), D,
-                                               cfg["fusion_inputs"] * D, w, a, 1)]
+                                               cfg["fusion_inputs"] * D, fusion, 1)]
         eb = {} if part == "tokens" or expert_batch is None else {"expert_batch": expert_batch}
         return ops + LAYER_PARTS[part](target, hdep, hw, b, queries, L, "draft_extend.", layer_counts=layers,
                                        caches=setting.caches, **eb)
@@ -177,7 +177,6 @@ def block_plan(setting: DraftSetting, batch, k, context_len, cells: tuple) -> Pa
     cfg = draft_defaults()[draft.method]
     queries = np.maximum(block_queries(draft, k), 1.0)  # K = 0 drafts nothing (the step is not run there)
     heads = np.maximum(k, 1.0)
-    w, a = DTYPE_BYTES[dep.weight_dtype], DTYPE_BYTES[dep.act_dtype]
     if draft.method == "pard":  # a separate small LM over [accepted tokens, mask tokens]
         m = draft.model
         ddep = draft_deployment(m, dep)
@@ -191,7 +190,8 @@ def block_plan(setting: DraftSetting, batch, k, context_len, cells: tuple) -> Pa
     vocab = min(cfg.get("draft_vocab") or target.vocab_size, target.vocab_size)
     D, n_layers = target.hidden_size, int(cfg["draft_layers"])
     hdep = head_deployment(draft, target, dep)  # a block head is its own (bf16) checkpoint
-    w = DTYPE_BYTES[hdep.weight_dtype]
+    head = GemmPrecision(DTYPE_BYTES[hdep.weight_dtype], DTYPE_BYTES[dep.act_dtype])
+    w, a = head.w_bytes, head.a_bytes
     adep = attention_deployment(hdep)
     verified = k + 1.0  # the verified positions whose target features the context step projects
     kv_width = n_layers * 2 * target.num_kv_heads * target.head_dim / adep.tp
@@ -200,14 +200,14 @@ def block_plan(setting: DraftSetting, batch, k, context_len, cells: tuple) -> Pa
         # P-EAGLE fuses [embedding, target features] of its query tokens (EAGLE-3's fc); DFlash / DSpark
         # queries are embeddings alone (their fc runs in the context step)
         fuse = part != "cells" and not cfg["context_kv"]
-        ops = [gemm("draft_block.fusion", _rows(dep, b, queries, part), D, cfg["fusion_inputs"] * D, w, a, 1)] \
+        ops = [gemm("draft_block.fusion", _rows(dep, b, queries, part), D, cfg["fusion_inputs"] * D, head, 1)] \
             if fuse else []
         return ops + LAYER_PARTS[part](target, hdep, hw, b, queries, L, "draft_block.", layer_counts=(n_layers, 0),
                                        caches=setting.caches)
 
     def context_ops(t):  # fc of the fused target features + one K/V GEMM for every draft layer
-        return [gemm("draft_block.context_fc", t, D, cfg["fusion_inputs"] * D, w, a, 1),
-                gemm("draft_block.context_kv", t, kv_width, D, w, a, 1)]
+        return [gemm("draft_block.context_fc", t, D, cfg["fusion_inputs"] * D, head, 1),
+                gemm("draft_block.context_kv", t, kv_width, D, head, 1)]
 
     def markov_ops(b):  # K sequential [B, r] x [r, V] products: the [r, V] weight read K times
         r = float(cfg["markov_rank"])
@@ -286,7 +286,7 @@ def draft_pass_plan(setting: DraftSetting, batch, context_len) -> PassPlan | Non
     cfg = draft_defaults()[draft.method]
     vocab = min(cfg.get("draft_vocab") or target.vocab_size, target.vocab_size)
     moe_layer = draft.method == "mtp" and target.is_moe
-    (w, a), D = _fusion_bytes(draft, target, dep), target.hidden_size
+    fusion, D = _fusion_precision(draft, target, dep), target.hidden_size
     hdep = head_deployment(draft, target, dep)  # MTP: the target's checkpoint; EAGLE heads: their own (bf16)
     adep = attention_deployment(hdep)
 
@@ -298,7 +298,7 @@ def draft_pass_plan(setting: DraftSetting, batch, context_len) -> PassPlan | Non
         if part == "cells":
             return ops
         rows = _rows(dep, b, q, part)
-        return [gemm("draft.fusion", rows, D, cfg["fusion_inputs"] * D, w, a, 1)] + ops + \
+        return [gemm("draft.fusion", rows, D, cfg["fusion_inputs"] * D, fusion, 1)] + ops + \
             head_ops(target, adep, hw, rows, vocab, "draft.", sampling=True)
     return _plan(dep, (target, dep), ("draft-head", draft.method, vocab, cfg["fusion_inputs"], moe_layer, q), [
         ("all", rank_tokens(dep, batch, q), lambda t: head_layer(t, 0.0, "tokens"))], head_layer, batch, context_len,

@@ -1,4 +1,5 @@
-"""Operator builders: the ops of one forward pass as pure functions of shapes (per GPU).
+"""Operator builders: the ops of a forward pass's decoder layers as pure functions of shapes (per GPU); the LM
+head and the whole pass (decoder layers + head, the verify pass's cost) are composed in simulator.physics.forward_pass.
 
 Letters: B sequences, q query tokens per sequence (K+1 when verifying K drafts), T = B*q tokens,
 L context length (KV entries already cached), t tensor-parallel degree.
@@ -7,41 +8,65 @@ from __future__ import annotations
 
 import numpy as np
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from types import MappingProxyType
 
 from simulator.physics.attention import LAYER_KIND_OPS, attention_kind_op, attention_op
 from simulator.physics.experts import busiest_group_load, experts_touched_correlated
-from simulator.physics.fabric import allgather_s, allreduce_fabric_s, alltoall_s, node_split
-from simulator.physics.operators import StepCost, evaluate
+from simulator.physics.fabric import allreduce_fabric_s, alltoall_s, node_split
 from simulator.physics.ops import GemmOp, Op, array_key, share_op
 from simulator.physics.terms import gemm_terms, moe_expert_terms
 from simulator.specs.deployment import Deployment, kv_heads_per_gpu, layer_kind_counts, sliding_layers
 from simulator.specs.hardware import BLOCK_FP8, DTYPE_BYTES, Hardware, gemm_kernel_dtype  # noqa: F401 (API)
 from simulator.specs.models import ModelSpec
-from simulator.specs.profile import Profile
 from simulator.specs.routing import expert_probabilities
 from simulator.specs.wire import collective_factor
 
 
-def gemm(name: str, tokens, n: float, k: float, w_bytes: float, a_bytes: float, count: float,
-         family: str = "gemm", fp8_blocks: bool = False) -> Op:
-    """Y[T, n] = X[T, k] @ W[k, n]:  F = 2 T n k,  M = n k w + T (n + k) a. ``fp8_blocks``: W is a checkpoint's
+@dataclass(frozen=True)
+class GemmPrecision:
+    """A weight GEMM's operands: bytes per weight and per activation element, and whether W is a checkpoint's
     block-scaled fp8 (:meth:`ModelSpec.fp8_blocks`), multiplied by a block-scaled fp8 kernel on activations the
     engine quantized to fp8 (a = 1, as the measured tables' fp8_block rows are read: calibration/import_rows.py)."""
-    block = fp8_blocks and a_bytes <= DTYPE_BYTES["bf16"]
-    a_bytes = DTYPE_BYTES["fp8"] if block else a_bytes
+
+    w_bytes: float
+    a_bytes: float
+    fp8_blocks: bool = False
+
+    @classmethod
+    def of(cls, model: ModelSpec, dep: Deployment) -> "GemmPrecision":
+        """The deployment's weights and activations, block-scaled where the checkpoint is."""
+        return cls(DTYPE_BYTES[dep.weight_dtype], DTYPE_BYTES[dep.act_dtype], model.fp8_blocks(dep.weight_dtype))
+
+    @property
+    def block_scaled(self) -> bool:
+        return self.fp8_blocks and self.a_bytes <= DTYPE_BYTES["bf16"]
+
+    @property
+    def kernel_a_bytes(self) -> float:
+        """Activation bytes the kernel reads: fp8 under block scaling."""
+        return DTYPE_BYTES["fp8"] if self.block_scaled else self.a_bytes
+
+    @property
+    def kernel_dtype(self) -> str:
+        """The measured kernel family that runs it (GEMMs and MoE experts)."""
+        return BLOCK_FP8 if self.block_scaled else gemm_kernel_dtype(self.w_bytes, self.a_bytes)
+
+
+def gemm(name: str, tokens, n: float, k: float, precision: GemmPrecision, count: float, family: str = "gemm") -> Op:
+    """Y[T, n] = X[T, k] @ W[k, n]:  F = 2 T n k,  M = n k w + T (n + k) a (w, a: ``precision``'s, a as its kernel
+    reads it)."""
     return GemmOp(name, family, gemm_terms, kernels=1, count=count, eff_tokens=tokens, surface="gemm",
-                  shape={"m": tokens, "n": n, "k": k, "nk": n * k, "w_bytes": w_bytes, "a_bytes": a_bytes},
-                  dtype=BLOCK_FP8 if block else gemm_kernel_dtype(w_bytes, a_bytes))
+                  shape={"m": tokens, "n": n, "k": k, "nk": n * k, "w_bytes": precision.w_bytes,
+                         "a_bytes": precision.kernel_a_bytes}, dtype=precision.kernel_dtype)
 
 
-def module_bytes(model: ModelSpec, dep: Deployment, module: str) -> tuple[float, float]:
-    """(weight, activation) bytes of a GEMM over one of the checkpoint's own modules (:meth:`ModelSpec.module_dtype`):
-    a module the checkpoint keeps in bf16 is an unquantized layer, which the engine runs on bf16 activations."""
+def module_precision(model: ModelSpec, dep: Deployment, module: str) -> GemmPrecision:
+    """A GEMM over one of the checkpoint's own modules (:meth:`ModelSpec.module_dtype`): a module the checkpoint
+    keeps in bf16 is an unquantized layer, which the engine runs on bf16 activations."""
     held = model.module_dtype(module, dep.weight_dtype)
     a = DTYPE_BYTES[dep.act_dtype]
-    return DTYPE_BYTES[held], max(a, DTYPE_BYTES["bf16"]) if held != dep.weight_dtype else a
+    return GemmPrecision(DTYPE_BYTES[held], max(a, DTYPE_BYTES["bf16"]) if held != dep.weight_dtype else a)
 
 
 def allreduce_s(nbytes, gpus: int, hw: Hardware):
@@ -56,32 +81,28 @@ def attention_projection_ops(model: ModelSpec, dep: Deployment, tokens, count: i
     MLA's down-projections q_a [D -> q_lora] and kv_a [D -> kv_lora + rope] have no head axis and are
     replicated on every GPU of the attention group (full FLOPs and bytes here; the memory model
     counts them whole per GPU, :func:`simulator.physics.memory.weight_bytes_per_gpu`)."""
-    w = DTYPE_BYTES[dep.weight_dtype]
-    a = DTYPE_BYTES[dep.act_dtype]
-    blocks = model.fp8_blocks(dep.weight_dtype)
+    p = GemmPrecision.of(model, dep)
     D, t = model.hidden_size, dep.tp
     if model.attention == "mla":
         H = model.num_heads / t
         ops = []
         if model.q_lora_rank:
-            ops.append(gemm(prefix + "attn_q_a", tokens, model.q_lora_rank, D, w, a, count, fp8_blocks=blocks))
-            ops.append(gemm(prefix + "attn_q_b", tokens, H * model.qk_head_dim, model.q_lora_rank, w, a, count,
-                            fp8_blocks=blocks))
+            ops.append(gemm(prefix + "attn_q_a", tokens, model.q_lora_rank, D, p, count))
+            ops.append(gemm(prefix + "attn_q_b", tokens, H * model.qk_head_dim, model.q_lora_rank, p, count))
         else:
-            ops.append(gemm(prefix + "attn_q", tokens, H * model.qk_head_dim, D, w, a, count, fp8_blocks=blocks))
-        ops.append(gemm(prefix + "attn_kv_a", tokens, model.kv_lora_rank + model.qk_rope_head_dim, D, w, a, count,
-                        fp8_blocks=blocks))
+            ops.append(gemm(prefix + "attn_q", tokens, H * model.qk_head_dim, D, p, count))
+        ops.append(gemm(prefix + "attn_kv_a", tokens, model.kv_lora_rank + model.qk_rope_head_dim, D, p, count))
         # kv_b is absorbed into the query and output sides in decode; same FLOPs and bytes
         ops.append(gemm(prefix + "attn_kv_b", tokens, H * (model.qk_nope_head_dim + model.v_head_dim),
-                        model.kv_lora_rank, w, a, count, fp8_blocks=blocks))
-        ops.append(gemm(prefix + "attn_o", tokens, D, H * model.v_head_dim, w, a, count, fp8_blocks=blocks))
+                        model.kv_lora_rank, p, count))
+        ops.append(gemm(prefix + "attn_o", tokens, D, H * model.v_head_dim, p, count))
         return ops
     d = model.head_dim
     kv = 1 if model.kv_shares_k_and_v else 2  # Gemma 4 global layers: K doubles as V
     gate = model.num_heads / t if model.attention_output_gate else 0.0  # Qwen3-Next: a gate per query head
     qkv_n = (model.num_heads / t + gate + kv * kv_heads_per_gpu(model, t)) * d
-    return [gemm(prefix + "attn_qkv" + suffix, tokens, qkv_n, D, w, a, count, fp8_blocks=blocks),
-            gemm(prefix + "attn_o" + suffix, tokens, D, model.num_heads / t * d, w, a, count, fp8_blocks=blocks)]
+    return [gemm(prefix + "attn_qkv" + suffix, tokens, qkv_n, D, p, count),
+            gemm(prefix + "attn_o" + suffix, tokens, D, model.num_heads / t * d, p, count)]
 
 
 def layer_projection_ops(model: ModelSpec, dep: Deployment, tokens, kinds: dict[str, int], prefix: str = "") -> list[Op]:
@@ -99,33 +120,28 @@ def layer_projection_ops(model: ModelSpec, dep: Deployment, tokens, kinds: dict[
         ops += attention_projection_ops(model.global_layer_model(), dep, tokens, n_global, prefix, "_global")
     elif n_attn:
         ops += attention_projection_ops(model, dep, tokens, n_attn, prefix)
+    p, D = GemmPrecision.of(model, dep), model.hidden_size
     if kinds.get("sparse"):
-        w, a, D = DTYPE_BYTES[dep.weight_dtype], DTYPE_BYTES[dep.act_dtype], model.hidden_size
         n, hi, di = kinds["sparse"], model.index_n_heads, model.index_head_dim
-        blocks = model.fp8_blocks(dep.weight_dtype)  # weights_proj stays bf16 in the checkpoint
-        ops += [gemm(prefix + "attn_indexer_q", tokens, hi * di, model.q_lora_rank, w, a, n,
-                     fp8_blocks=blocks),
-                gemm(prefix + "attn_indexer_k", tokens, di, D, w, a, n, fp8_blocks=blocks),
-                gemm(prefix + "attn_indexer_w", tokens, hi, D, w, a, n)]
+        ops += [gemm(prefix + "attn_indexer_q", tokens, hi * di, model.q_lora_rank, p, n),
+                gemm(prefix + "attn_indexer_k", tokens, di, D, p, n),
+                # weights_proj stays bf16 in the checkpoint: no block scaling
+                gemm(prefix + "attn_indexer_w", tokens, hi, D, replace(p, fp8_blocks=False), n)]
     if n_linear:
-        w, a, D, t = DTYPE_BYTES[dep.weight_dtype], DTYPE_BYTES[dep.act_dtype], model.hidden_size, dep.tp
-        blocks = model.fp8_blocks(dep.weight_dtype)
+        t = dep.tp
         ops += [gemm(prefix + "attn_linear_in", tokens, (model.linear_qkvz_width + 2 * model.linear_num_value_heads) / t,
-                     D, w, a, n_linear, fp8_blocks=blocks),
+                     D, p, n_linear),
                 gemm(prefix + "attn_linear_out", tokens, D, model.linear_num_value_heads * model.linear_value_head_dim / t,
-                     w, a, n_linear, fp8_blocks=blocks)]
+                     p, n_linear)]
     return ops
 
 
 def dense_mlp_ops(model: ModelSpec, dep: Deployment, tokens, count: int, width: int, prefix: str = "",
                   name: str = "mlp") -> list[Op]:
     """Gated MLP: gate+up fused [D -> 2F/t], down [F/t -> D]."""
-    w = DTYPE_BYTES[dep.weight_dtype]
-    a = DTYPE_BYTES[dep.act_dtype]
-    f = width / dep.tp
-    blocks = model.fp8_blocks(dep.weight_dtype)
-    return [gemm(f"{prefix}{name}_gate_up", tokens, 2 * f, model.hidden_size, w, a, count, fp8_blocks=blocks),
-            gemm(f"{prefix}{name}_down", tokens, model.hidden_size, f, w, a, count, fp8_blocks=blocks)]
+    p, f = GemmPrecision.of(model, dep), width / dep.tp
+    return [gemm(f"{prefix}{name}_gate_up", tokens, 2 * f, model.hidden_size, p, count),
+            gemm(f"{prefix}{name}_down", tokens, model.hidden_size, f, p, count)]
 
 
 def moe_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, count: int, prefix: str = "",
@@ -212,8 +228,8 @@ def _routed_experts(model: ModelSpec, dep: Deployment, tokens, count: int, prefi
 
 def moe_token_ops(model: ModelSpec, dep: Deployment, hw: Hardware, local, count: int, prefix: str) -> list[Op]:
     """The MoE layer's ops sized by the rank's own ``local`` tokens: router, shared experts, "dp-ep" all-to-alls."""
-    (w_r, a_r), a, D = module_bytes(model, dep, "router"), DTYPE_BYTES[dep.act_dtype], model.hidden_size
-    ops = [gemm(prefix + "moe_router", local, model.num_experts, D, w_r, a_r, count)]
+    a, D = DTYPE_BYTES[dep.act_dtype], model.hidden_size
+    ops = [gemm(prefix + "moe_router", local, model.num_experts, D, module_precision(model, dep, "router"), count)]
     if model.shared_expert_intermediate_size:
         ops += dense_mlp_ops(model, attention_deployment(dep), local, count, model.shared_expert_intermediate_size,
                              prefix, "shared_expert")
@@ -227,10 +243,9 @@ def routed_experts_op(model: ModelSpec, dep: Deployment, tokens, count: int, pre
                       caches=None) -> Op:
     """The routed experts of one MoE layer on the busiest GPU (:func:`moe_ops`); ``caches``: the step model's
     (simulator.physics.experts keeps its load tables there)."""
-    w_e = DTYPE_BYTES[dep.expert_dtype_for(model)]
-    a = DTYPE_BYTES[dep.act_dtype]
-    block = model.fp8_blocks(dep.expert_dtype_for(model)) and a <= DTYPE_BYTES["bf16"]
-    a = DTYPE_BYTES["fp8"] if block else a  # block-scaled experts multiply fp8-quantized activations (as gemm)
+    held = dep.expert_dtype_for(model)
+    precision = GemmPrecision(DTYPE_BYTES[held], DTYPE_BYTES[dep.act_dtype], model.fp8_blocks(held))
+    w_e, a = precision.w_bytes, precision.kernel_a_bytes  # block-scaled experts multiply fp8-quantized activations
     D = model.hidden_size
     expert_tp = dep.tp // dep.ep
     reuse = dep.routing.reuse
@@ -251,7 +266,7 @@ def routed_experts_op(model: ModelSpec, dep: Deployment, tokens, count: int, pre
                      "touched": touched_all, "sequences": batch, "probabilities": p, "params_slice": params_slice,
                      "w_bytes": w_e,
                         "pair_bytes": (2 * D + 3 * model.expert_intermediate_size / expert_tp) * a},
-              dtype=BLOCK_FP8 if block else gemm_kernel_dtype(w_e, a))
+              dtype=precision.kernel_dtype)
 
 
 def _dispatch_combine_ops(model: ModelSpec, dep: Deployment, hw: Hardware, sent, count: int, prefix: str) -> list[Op]:
@@ -406,102 +421,3 @@ def allreduce_op(name: str, tokens, bytes_per_token: float, count, dep: Deployme
               comm_s=allreduce_s(nbytes, g_node, hw), collective=(dep.kernels.allreduce, g_node),
               shape={"bytes": nbytes, "tokens": tokens, "bytes_per_token": bytes_per_token},
               fabric_s=allreduce_fabric_s(nbytes, dep.tp, hw))
-
-
-def sampling_op(name: str, tokens, vocab: float, bytes_per_logit) -> Op:
-    """Sampling and acceptance over the [tokens, vocab] logits: the engine's passes over them (fp32
-    cast, argmax, temperature, softmax, top-k / top-p, the rejection sampler's reads) as bytes per
-    logit element (engine profile [sampling]); ~5 FLOPs per element, always memory-bound."""
-    elements = np.asarray(tokens, dtype=float) * vocab
-    return Op(name, "elementwise", 5.0 * elements, elements * bytes_per_logit, kernels=3, count=1, eff_tokens=tokens)
-
-
-def head_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, vocab: int, prefix: str = "",
-             sampling: bool = True, logit_bytes=None) -> list[Op]:
-    """Embedding gather, LM head (vocab split over TP unless the engine replicates it), logits gather and
-    sampling/acceptance (``logit_bytes`` per logit element; default: the deployment's plain-decoding figure)."""
-    w, a_head = module_bytes(model, dep, "lm_head")
-    a = DTYPE_BYTES[dep.act_dtype]
-    D = model.hidden_size
-    lm_head = dep.kernels.lm_head
-    split = 1 if lm_head == "replicated" else dep.tp
-    ops = [Op(prefix + "embedding", "elementwise", 0.0, 2 * tokens * D * a, kernels=1, count=1, eff_tokens=tokens),
-           gemm(prefix + "lm_head", tokens, vocab / split, D, w, a_head, 1, family="lm_head")]
-    if split > 1 and lm_head == "vocab-parallel-argmax":
-        # each rank takes the argmax of its own slice, then two all-reduces of [tokens, tp] (max values
-        # and their int64 indices) pick the winner: no logits leave the GPU
-        ops.append(allreduce_op(prefix + "argmax_allreduce", np.asarray(tokens, dtype=float), dep.tp * 8.0, 2, dep, hw))
-    elif split > 1:
-        gathered = tokens * vocab / dep.tp * a
-        ops.append(Op(prefix + "logits_gather", "comm", 0.0, collective_factor("all_gather", dep.tp) * gathered * dep.tp, kernels=1, count=1,
-                      comm_s=allgather_s(gathered, dep.tp, hw)))
-    if model.final_logit_softcapping:
-        ops.append(logit_softcap_op(prefix + "logit_softcap", tokens, vocab))
-    return ops + [head_sampling_op(dep, tokens, vocab, prefix, logit_bytes)] if sampling else ops
-
-
-# Final-logit softcapping (Gemma 2 / 4): logits = cap * tanh(logits / cap) over the gathered [tokens, vocab]
-# logits before sampling (vLLM LogitsProcessor), one fused pass reading and writing fp32: 8 bytes and ~4 FLOPs
-# (divide, tanh, multiply) an element.
-SOFTCAP_BYTES_PER_LOGIT = 8.0
-SOFTCAP_FLOPS_PER_LOGIT = 4.0
-
-
-def logit_softcap_op(name: str, tokens, vocab: float) -> Op:
-    """The final-logit softcap over [tokens, vocab] (memory-bound, like sampling)."""
-    elements = np.asarray(tokens, dtype=float) * vocab
-    return Op(name, "elementwise", SOFTCAP_FLOPS_PER_LOGIT * elements, SOFTCAP_BYTES_PER_LOGIT * elements, kernels=1,
-              count=1, eff_tokens=tokens)
-
-
-def head_sampling_op(dep: Deployment, tokens, vocab: int, prefix: str = "", logit_bytes=None) -> Op:
-    """The LM head's sampling over its logits (:func:`sampling_op`): each rank's slice under a vocab-parallel
-    argmax, else the whole vocabulary; ``logit_bytes`` None: the plain-decoding figure."""
-    split = 1 if dep.kernels.lm_head == "replicated" else dep.tp
-    sampled = vocab / split if split > 1 and dep.kernels.lm_head == "vocab-parallel-argmax" else vocab
-    return sampling_op(prefix + "sampling", tokens, sampled,
-                       dep.kernels.logit_bytes_plain if logit_bytes is None else logit_bytes)
-
-
-def forward_ops(model: ModelSpec, dep: Deployment, hw: Hardware, batch, queries, context_len: float,
-                prefix: str = "", logit_bytes=None, expert_batch=None, token_batch=None, caches=None) -> list[Op]:
-    """Ops of one full forward pass of ``model`` over q new tokens for each of B sequences (the token-sized
-    ops, head included, at ``token_batch`` sequences where given: a padded graph's size); ``caches``: the step
-    model's (simulator.physics.caches), None: nothing kept."""
-    tb = batch if token_batch is None else token_batch
-    return decoder_layers_ops(model, dep, hw, batch, queries, context_len, prefix, expert_batch=expert_batch,
-                              token_batch=token_batch, caches=caches) + \
-        head_ops(model, attention_deployment(dep), hw, rank_tokens(dep, tb, queries), model.vocab_size, prefix,
-                 logit_bytes=logit_bytes)
-
-
-def forward_token_ops(model: ModelSpec, dep: Deployment, hw: Hardware, tokens, queries=1.0, context_len=0.0,
-                      prefix: str = "", logit_bytes=None, caches=None) -> list[Op]:
-    """The ops of :func:`forward_ops` sized by the replica's token count (the head's included), at ``tokens``
-    (none reads ``caches``: taken for the parts' one signature)."""
-    tokens = np.asarray(tokens, dtype=float)
-    return decoder_token_ops(model, dep, hw, tokens, prefix=prefix) + \
-        head_ops(model, attention_deployment(dep), hw, tokens, model.vocab_size, prefix, logit_bytes=logit_bytes)
-
-
-def forward_cell_ops(model: ModelSpec, dep: Deployment, hw: Hardware, batch, queries, context_len: float,
-                     prefix: str = "", logit_bytes=None, expert_batch=None, caches=None) -> list[Op]:
-    """The attention and routed experts of :func:`forward_ops` (its head's ops are all token-sized)."""
-    return decoder_cell_ops(model, dep, hw, batch, queries, context_len, prefix, expert_batch=expert_batch,
-                            caches=caches)
-
-
-FORWARD_PARTS = MappingProxyType({"all": forward_ops, "tokens": forward_token_ops, "cells": forward_cell_ops})
-
-
-def verify_logit_bytes(dep: Deployment, k):
-    """Sampling bytes per logit element of a pass verifying K drafts (K = 0: plain decoding)."""
-    return np.where(np.asarray(k) > 0, dep.kernels.logit_bytes_verify, dep.kernels.logit_bytes_plain)
-
-
-def verify_cost(model: ModelSpec, dep: Deployment, hw: Hardware, batch, k, context_len: float,
-                profile: Profile | None) -> StepCost:
-    """Target pass that scores K drafts (+1 bonus position) for each of B sequences."""
-    batch, k = np.broadcast_arrays(np.asarray(batch, dtype=float), np.asarray(k, dtype=float))
-    ops = forward_ops(model, dep, hw, batch, k + 1.0, context_len, logit_bytes=verify_logit_bytes(dep, k))
-    return evaluate(ops, hw, dep, profile, batch.shape)

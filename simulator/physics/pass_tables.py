@@ -27,8 +27,8 @@ from typing import Callable
 import numpy as np
 
 from simulator.physics.caches import PhysicsCaches, make_room
-from simulator.physics.layers import (attention_deployment, decoder_token_ops, forward_cell_ops, forward_ops,
-                                      head_ops, head_sampling_op, rank_tokens, verify_logit_bytes)
+from simulator.physics.forward_pass import forward_cell_ops, forward_ops, head_ops, head_sampling_op, verify_logit_bytes
+from simulator.physics.layers import attention_deployment, decoder_token_ops, rank_tokens
 from simulator.physics.measured import whole_tokens
 from simulator.physics.operators import PassCost, PassTime, evaluate, pass_time, price_pass
 from simulator.physics.ops import Op, array_key
@@ -148,7 +148,7 @@ def price_plan(plan: PassPlan, hw: Hardware, profile: Profile | None, shape,
 def verify_plan(model: ModelSpec, dep: Deployment, hw: Hardware, batch, k, context_len, expert_batch=None,
                 padded_tokens=None, pad_key=None, caches: PhysicsCaches | None = None) -> PassPlan:
     """The target pass scoring K drafts (+ the bonus position) for each of B sequences over L cached keys
-    (the ops of :func:`simulator.physics.layers.forward_ops`): its token ops at the replica's B (K + 1)
+    (the ops of :func:`simulator.physics.forward_pass.forward_ops`): its token ops at the replica's B (K + 1)
     tokens, attention, routed experts and sampling (bytes per logit by K: plain or verifying) per cell;
     the routed experts at ``expert_batch`` sequences where given (a padded graph's routed padding rows), the
     token-sized ops and sampling at ``padded_tokens`` where given (a padded graph's size, all replicas':

@@ -20,14 +20,14 @@ import pandas as pd
 
 from simulator.plan import exports, paste
 from simulator.errors import PlannerError
-from simulator.plan.acceptance_risk import break_even_acceptance_length
 from simulator.plan.advice import engine_advice
 from simulator.plan.answer import _span, answer_notes, schedule_text  # noqa: F401 (schedule_text: API)
-from simulator.plan.grid import MS, Grid, compute_grid, kstar_columns
+from simulator.plan.grid import Grid, compute_grid, kstar_columns
 from simulator.plan.k_changes import ScheduleGrid, describe_change, k_changes
 from simulator.plan.schedule import schedule_loss, schedule_ranges
 from simulator.plan.decision_risk import N_DRAWS, beats_plain, draws_basis
-from simulator.plan.speedup_trust import speedup_trust_columns, speedup_trust_text
+from simulator.plan.speedup_trust import speedup_trust_text
+from simulator.plan.tables import breakdown_table, grid_rows_table, kstar_table
 from simulator.physics.attribution import describe_growth, verify_growth
 from simulator.physics.engine_time import graph_batch
 from simulator.specs.uncertainty import Band, serving_check_text, step_time_band
@@ -129,27 +129,7 @@ class Prediction:
     @cached_property
     def grid_rows(self) -> pd.DataFrame:
         """The grid as a table: one row per (batch size, K)."""
-        g = self.grid
-        nb, nk = g.itl_s.shape
-        df = pd.DataFrame({
-            "batch_size": np.repeat(g.batch_sizes.astype(int), nk),
-            "k": np.tile(g.ks, nb),
-            "acceptance_length": np.tile(g.acceptance_length, nb),
-            "verify_ms": np.broadcast_to(g.verify_s, g.itl_s.shape).ravel() * MS,
-            "in_graph": np.broadcast_to(g.in_graph, g.itl_s.shape).ravel(),
-            "draft_ms": np.broadcast_to(g.draft_s, g.itl_s.shape).ravel() * MS,
-            "overhead_ms": np.broadcast_to(g.overhead_s, g.itl_s.shape).ravel() * MS,
-            "itl_ms": g.itl_s.ravel() * MS,
-            "goodput_per_seq": g.goodput_per_seq.ravel(),
-            "throughput": g.throughput.ravel(),
-            "bound": g.regime().ravel(),
-            "memory_gb_per_gpu": g.memory_per_gpu_bytes.ravel() / 1e9,
-            "fits_memory": g.fits_memory.ravel(),
-        })
-        if g.experts_touched is not None:
-            df["experts_touched"] = g.experts_touched.ravel()
-            df["expert_ms"] = g.op_time_s("moe_experts").ravel() * MS
-        return df
+        return grid_rows_table(self.grid)
 
     @cached_property
     def choice_grid(self) -> Grid:
@@ -170,50 +150,8 @@ class Prediction:
 
     @cached_property
     def table(self) -> pd.DataFrame:
-        """One row per batch size: K*, its goodput, and plain / fixed-K / dynamic-K compared."""
-        g = self.choice_grid
-        sc = self.scenario
-        cols = self.columns
-        idx = g.optimal_k_index()
-        rows = np.arange(len(g.batch_sizes))
-        safe = np.maximum(idx, 0)
-        feasible = cols["fits_memory"]
-        fits = g.fits_memory
-        nan = np.nan
-        i0, i_fix = g.k_index(0), g.k_index(sc.fixed_k)
-        df = pd.DataFrame(cols)
-        df["k_opt"] = pd.array(np.where(feasible, cols["k_opt"], 0), dtype="Int64")
-        df.loc[~feasible, "k_opt"] = pd.NA  # <NA> where K* is -1
-        df["k_schedule"] = pd.array(np.where(cols["k_schedule"] >= 0, cols["k_schedule"], 0), dtype="Int64")
-        df.loc[cols["k_schedule"] < 0, "k_schedule"] = pd.NA
-        df.insert(df.columns.get_loc("fits_memory"), "bound", np.where(feasible, g.regime()[rows, safe], "none fits"))
-        # the acceptance length the fixed K needs to tie plain decoding here, and what it reaches
-        df["break_even_acceptance_length"] = np.where(fits[:, i_fix] & fits[:, i0], break_even_acceptance_length(
-            g.itl_s[:, i_fix], g.itl_s[:, i0]), nan)
-        df["fixed_acceptance_length"] = float(g.acceptance_length[i_fix])
-        df["kopt_break_even_acceptance_length"] = np.where(
-            feasible & fits[:, i0], break_even_acceptance_length(np.where(feasible, g.itl_s[rows, safe], nan),
-                                                                 g.itl_s[:, i0]), nan)
-        df = df.assign(**speedup_trust_columns(df, sc))  # the published speedups' error at each batch size
-        # how sure the decision is under the engine terms' uncertainty (simulator.plan.decision_risk)
-        p = self.beats_plain
-        spec = g.ks > 0
-        df["p_speculation_pays"] = np.where(feasible, np.nanmax(np.where(spec[None, :], p, -1.0), axis=1), nan) \
-            if spec.any() else nan
-        df["p_kopt_beats_plain"] = np.where(feasible & (idx > 0), p[rows, safe], nan)
-        # K* is chosen at the terms' pessimistic quantile; the K best at their centre beside it
-        df["k_centre"] = pd.array(np.where(feasible, g.centre_k(), 0), dtype="Int64")
-        df.loc[~feasible, "k_centre"] = pd.NA
-        sensitive = g.acceptance_sensitive()
-        if sensitive is not None:
-            df["k_opt_depends_on_acceptance"] = sensitive & feasible
-        if g.experts_touched is not None:
-            expert = g.op_time_s("moe_experts")
-            at = lambda arr: np.where(feasible, arr[rows, safe], nan)  # noqa: E731
-            df["experts_touched"] = at(g.experts_touched)
-            df["experts_touched_plain"] = g.experts_touched[:, i0]
-            df["expert_load_share"] = at(expert / g.verify.total_s)
-        return df
+        """One row per batch size: K*, its goodput, and plain / fixed-K / dynamic-K compared (plan.tables)."""
+        return kstar_table(self.choice_grid, self.columns, self.scenario, self.beats_plain)
 
     @cached_property
     def beats_plain(self) -> np.ndarray:
@@ -226,32 +164,7 @@ class Prediction:
         engine terms' kernel scales, host time, and their sum); ``attrs["fits_memory"]``: whether (B, K) fits."""
         if k < 0 or k > MAX_K or batch_size < 1:
             raise PlannerError(f"breakdown needs batch size >= 1 and K from 0 to {MAX_K}, got {batch_size},{k}")
-        sub = predict_scenario(self.scenario, batch_sizes=[batch_size], ks=[k]).grid
-        frames = []
-        for step, cost in (("draft", sub.draft), ("verify", sub.verify.detail)):
-            bound = cost.bound()[:, 0, 0]
-            time = cost.time_s[:, 0, 0]
-            flops = cost.flops[:, 0, 0]
-            nbytes = cost.nbytes[:, 0, 0]
-            with np.errstate(invalid="ignore", divide="ignore"):
-                frames.append(pd.DataFrame({
-                    "step": step, "op": cost.names, "family": cost.families,
-                    "time_ms": time * MS, "compute_ms": cost.compute_s[:, 0, 0] * MS,
-                    "memory_ms": cost.memory_s[:, 0, 0] * MS, "launch_ms": cost.launch_s[:, 0, 0] * MS,
-                    "gflops": flops / 1e9, "mbytes": nbytes / 1e6,
-                    "intensity_flops_per_byte": np.where(nbytes > 0, flops / nbytes, np.nan),
-                    "attained_tflops": np.where(time > 0, flops / time / 1e12, 0.0),
-                    "bound": np.where(time > 0, bound, "-"),
-                }))
-        df = pd.concat(frames, ignore_index=True)
-        df = df[(df.time_ms > 0) | (df.step == "verify")]
-        total = df.time_ms.sum() + sub.overhead_s[0, 0] * MS
-        df["share"] = df.time_ms / total if total > 0 else 0.0
-        df = df.reset_index(drop=True)
-        df.attrs["step_ms"] = {"verify": float(sub.verify_s[0, 0] * MS), "draft": float(sub.draft_s[0, 0] * MS),
-                               "host": float(sub.overhead_s[0, 0] * MS), "step": float(sub.itl_s[0, 0] * MS)}
-        df.attrs["fits_memory"] = bool(np.asarray(sub.fits_memory)[0, 0])
-        return df
+        return breakdown_table(predict_scenario(self.scenario, batch_sizes=[batch_size], ks=[k]).grid)
 
     # --- exports ------------------------------------------------------------------------------
     def kstar_by_batch(self) -> tuple[np.ndarray, np.ndarray]:

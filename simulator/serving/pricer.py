@@ -40,7 +40,8 @@ from simulator.physics.draft_cost import (DraftSetting, draft_extend_cost, draft
 from simulator.physics.engine_time import (draft_extend_in_graph, draft_in_graph, expert_batch, extend_expert_batch,
                                            pad, pass_time_s)
 from simulator.physics.attention import MAX_DECODE_SURFACE_QUERIES, attention_kind_op, attention_op
-from simulator.physics.layers import decoder_cell_ops, forward_ops, sampling_op
+from simulator.physics.forward_pass import forward_ops, sampling_op
+from simulator.physics.layers import decoder_cell_ops
 from simulator.physics.operators import pass_time, prompt_chunk_point_s
 from simulator.physics.pass_tables import lin_table
 from simulator.plan.step_models import step_model

@@ -19,7 +19,8 @@ import numpy as np
 
 from simulator.physics.engine_time import expert_batch, padding_routed
 from simulator.physics.step_model import lin_index
-from simulator.physics.layers import decoder_cell_ops, forward_ops
+from simulator.physics.forward_pass import forward_ops
+from simulator.physics.layers import decoder_cell_ops
 from simulator.physics.operators import pass_time
 
 
