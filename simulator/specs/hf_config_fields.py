@@ -220,10 +220,12 @@ _LEFT_OUT_KEYS = ("exclude_modules", "ignore", "modules_to_not_convert", "ignore
 
 def _left_out_matcher(q: dict, origin: str):
     """A test: is this module (full dotted name) among those ``q`` leaves unquantized? A module is when it or a
-    module above it is named exactly, by a '*' pattern matched whole (ModelOpt's "model.layers.61*", vLLM's modelopt
-    is_layer_excluded), or by a "re:" regex (compressed-tensors' ignore)."""
+    module above it matches an entry: a name or shell pattern ("model.layers.61*", "model.layers.*.self_attn") by
+    fnmatch, or a "re:" regex (compressed-tensors' ignore) matched whole; TensorRT-LLM's
+    QuantConfig.is_module_excluded_from_quantization walks a module's ancestors the same way."""
+    import fnmatch
     import re
-    names, patterns = set(), []
+    names, globs, regexes = set(), [], []
     for key in _LEFT_OUT_KEYS:
         entries = q.get(key)
         if entries is None:
@@ -232,21 +234,22 @@ def _left_out_matcher(q: dict, origin: str):
             raise PlannerError(f"{origin}: 'quantization_config.{key}' must be a list of module names such as"
                                f" [\"lm_head\", \"model.layers.0.self_attn*\"], got {entries!r}")
         for e in entries:
-            try:
-                if e.startswith("re:"):
-                    patterns.append(re.compile(e[3:]))
-                elif "*" in e:
-                    patterns.append(re.compile("".join(".*" if c == "*" else re.escape(c) for c in e) + r"\Z"))
-                else:
-                    names.add(e)
-            except re.error as err:
-                raise PlannerError(f"{origin}: 'quantization_config.{key}' entry {e!r} is not a valid pattern"
-                                   f" ({err})") from None
+            if e.startswith("re:"):
+                try:
+                    regexes.append(re.compile(e[3:]))
+                except re.error as err:
+                    raise PlannerError(f"{origin}: 'quantization_config.{key}' entry {e!r} is not a valid regex"
+                                       f" ({err})") from None
+            elif any(c in e for c in "*?["):
+                globs.append(e)
+            else:
+                names.add(e)
 
     def left_out(module: str) -> bool:
         parts = module.split(".")
         scopes = [".".join(parts[:i]) for i in range(len(parts), 0, -1)]
-        return any(s in names for s in scopes) or any(p.match(s) for p in patterns for s in scopes)
+        return (any(s in names for s in scopes) or any(fnmatch.fnmatchcase(s, g) for g in globs for s in scopes)
+                or any(r.fullmatch(s) for r in regexes for s in scopes))
     return left_out
 
 
