@@ -276,10 +276,10 @@ def test_cli_dtype_flags_set_the_scenarios_precision():
     [sizing] fp8 candidates stay W8A8): the K* table's predict command carries them; a bad one is one line."""
     args = ("--scenario", str(DENSE), "--candidates", "h200", "--tp", "8", "--n-requests", "20", "--search-steps",
             "0", "--no-sensitivity", "--format", "json")
-    r = _cli(*args, "--kv-dtype", "fp8")
+    r = _cli(*args, "--kv-dtype", "fp8", "--attention-dtype", "bf16")
     assert r.returncode == 0, r.stderr
     commands = [e["predict"] for e in json.loads(r.stdout)["engine"].values()]
-    assert commands and all("--kv-dtype fp8" in c for c in commands)
+    assert commands and all("--kv-dtype fp8 --attention-dtype bf16" in c for c in commands)
     bad = _cli(*args, "--act-dtype", "fp7")
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "fp7" in bad.stderr
 

@@ -316,12 +316,12 @@ def load_with_flags(path, **overrides):
         raise blame_flag(err, lambda **o: load_scenario(path, **o), overrides, keep=()) from None
 
 
-DTYPE_SETTINGS = ("dtype", "act_dtype", "kv_dtype")
+DTYPE_SETTINGS = ("dtype", "act_dtype", "kv_dtype", "attention_dtype")
 
 
 def add_dtype_args(p: argparse.ArgumentParser) -> None:
-    """The three precision flags, named and meant the same in every command (predict, serve, size):
-    weights, activations, KV cache; each overrides the scenario's [precision] key."""
+    """The precision flags, named and meant the same in every command (predict, serve, size):
+    weights, activations, KV cache, attention projections; each overrides the scenario's [precision] key."""
     add_setting_args(p, *DTYPE_SETTINGS)
 
 
@@ -331,8 +331,10 @@ def dtype_overrides(args: argparse.Namespace) -> dict:
 
 
 def dtypes_text(sc) -> str:
-    """'weights bf16 (experts mxfp4), activations bf16, KV fp8': what every header prints."""
+    """'weights nvfp4 (experts mxfp4, attention bf16), activations bf16, KV fp8': what every header prints."""
     dep = sc.deployment
     experts = dep.expert_dtype_for(sc.model) if sc.model.is_moe else None
-    return (f"weights {dep.weight_dtype}" + (f" (experts {experts})" if experts and experts != dep.weight_dtype else "")
+    apart = [f"experts {experts}"] if experts and experts != dep.weight_dtype else []
+    apart += [f"attention {a}"] if (a := dep.attention_label(sc.model)) else []
+    return (f"weights {dep.weight_dtype}" + (f" ({', '.join(apart)})" if apart else "")
             + f", activations {dep.act_dtype}, KV {dep.kv_dtype}")

@@ -117,7 +117,7 @@ def _prices(text: str) -> dict:
 
 
 SCENARIO_FLAGS = ("model", "hardware", "draft", "engine", "engine_version", "acceptance", "deployment", "learned",
-                  "dtype", "act_dtype", "kv_dtype")
+                  "dtype", "act_dtype", "kv_dtype", "attention_dtype")
 SIZING_KEYS = ("candidates", "tp", "policies", "dtypes", "workers", "n_requests", "search_steps", "seed", "sensitivity",
                "max_replicas", "duration_s", "max_requests", "headroom", "spare_replicas")
 

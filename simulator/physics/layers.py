@@ -16,7 +16,8 @@ from simulator.physics.experts import busiest_group_load, experts_touched_correl
 from simulator.physics.fabric import allreduce_fabric_s, alltoall_s, node_split
 from simulator.physics.ops import GemmOp, Op, array_key, share_op
 from simulator.physics.terms import gemm_terms, moe_expert_terms
-from simulator.specs.deployment import Deployment, kv_heads_per_gpu, layer_kind_counts, sliding_layers
+from simulator.specs.deployment import (Deployment, attention_projections, indexer_projections, layer_kind_counts,
+                                        linear_projections, sliding_layers)
 from simulator.specs.hardware import BLOCK_FP8, DTYPE_BYTES, Hardware, gemm_kernel_dtype  # noqa: F401 (API)
 from simulator.specs.models import ModelSpec
 from simulator.specs.routing import expert_probabilities
@@ -76,40 +77,33 @@ def allreduce_s(nbytes, gpus: int, hw: Hardware):
 
 def attention_projection_ops(model: ModelSpec, dep: Deployment, tokens, count: int, prefix: str = "",
                              suffix: str = "") -> list[Op]:
-    """Weights on the attention path: QKV (or MLA's low-rank projections) and the output projection.
+    """Weights on the attention path: QKV (or MLA's low-rank projections) and the output projection
+    (:func:`simulator.specs.deployment.attention_projections`), each in the precision it is held in
+    (:meth:`Deployment.attention_gemm_bytes`: a checkpoint's unquantized attention runs bf16 GEMMs).
 
     MLA's down-projections q_a [D -> q_lora] and kv_a [D -> kv_lora + rope] have no head axis and are
     replicated on every GPU of the attention group (full FLOPs and bytes here; the memory model
     counts them whole per GPU, :func:`simulator.physics.memory.weight_bytes_per_gpu`)."""
-    p = GemmPrecision.of(model, dep)
-    D, t = model.hidden_size, dep.tp
-    if model.attention == "mla":
-        H = model.num_heads / t
-        ops = []
-        if model.q_lora_rank:
-            ops.append(gemm(prefix + "attn_q_a", tokens, model.q_lora_rank, D, p, count))
-            ops.append(gemm(prefix + "attn_q_b", tokens, H * model.qk_head_dim, model.q_lora_rank, p, count))
-        else:
-            ops.append(gemm(prefix + "attn_q", tokens, H * model.qk_head_dim, D, p, count))
-        ops.append(gemm(prefix + "attn_kv_a", tokens, model.kv_lora_rank + model.qk_rope_head_dim, D, p, count))
-        # kv_b is absorbed into the query and output sides in decode; same FLOPs and bytes
-        ops.append(gemm(prefix + "attn_kv_b", tokens, H * (model.qk_nope_head_dim + model.v_head_dim),
-                        model.kv_lora_rank, p, count))
-        ops.append(gemm(prefix + "attn_o", tokens, D, H * model.v_head_dim, p, count))
-        return ops
-    d = model.head_dim
-    kv = 1 if model.kv_shares_k_and_v else 2  # Gemma 4 global layers: K doubles as V
-    gate = model.num_heads / t if model.attention_output_gate else 0.0  # Qwen3-Next: a gate per query head
-    qkv_n = (model.num_heads / t + gate + kv * kv_heads_per_gpu(model, t)) * d
-    return [gemm(prefix + "attn_qkv" + suffix, tokens, qkv_n, D, p, count),
-            gemm(prefix + "attn_o" + suffix, tokens, D, model.num_heads / t * d, p, count)]
+    return _projection_ops(model, dep, tokens, count, attention_projections(model, dep.tp), prefix, suffix)
+
+
+def _projection_ops(model: ModelSpec, dep: Deployment, tokens, count: int, shapes: dict, prefix: str,
+                    suffix: str = "", blocked=lambda name: True) -> list[Op]:
+    """One GEMM "attn_<name>" per projection of ``shapes`` (name -> (n, k)), at its own precision; ``blocked``: which
+    of them a block-scaled fp8 checkpoint stores block-scaled."""
+    ops = []
+    for name, (n, k) in shapes.items():
+        w, a = dep.attention_gemm_bytes(model, name)
+        blocks = blocked(name) and model.fp8_blocks(dep.attention_dtype_for(model, name))
+        ops.append(gemm(f"{prefix}attn_{name}{suffix}", tokens, n, k, GemmPrecision(w, a, blocks), count))
+    return ops
 
 
 def layer_projection_ops(model: ModelSpec, dep: Deployment, tokens, kinds: dict[str, int], prefix: str = "") -> list[Op]:
     """The weights on every layer's attention path, each kind with its own: softmax-attention layers
     (:func:`attention_projection_ops`; Gemma 4's global layers at their own shape), DeepSeek-V3.2's
-    indexer projections (replicated: wq_b [q_lora -> H_i d_i], wk [D -> d_i], weights_proj [D -> H_i]), and
-    Gated DeltaNet's in_proj [D -> (2 H_k d_k + 2 H_v d_v + 2 H_v) / t] and out_proj [H_v d_v / t -> D]."""
+    indexer projections (:func:`simulator.specs.deployment.indexer_projections`, replicated) and Gated DeltaNet's
+    in_proj and out_proj (:func:`simulator.specs.deployment.linear_projections`)."""
     n_linear = kinds.get("linear", 0)
     n_attn = sum(kinds.values()) - n_linear
     n_global = kinds.get("full", 0)
@@ -120,19 +114,11 @@ def layer_projection_ops(model: ModelSpec, dep: Deployment, tokens, kinds: dict[
         ops += attention_projection_ops(model.global_layer_model(), dep, tokens, n_global, prefix, "_global")
     elif n_attn:
         ops += attention_projection_ops(model, dep, tokens, n_attn, prefix)
-    p, D = GemmPrecision.of(model, dep), model.hidden_size
-    if kinds.get("sparse"):
-        n, hi, di = kinds["sparse"], model.index_n_heads, model.index_head_dim
-        ops += [gemm(prefix + "attn_indexer_q", tokens, hi * di, model.q_lora_rank, p, n),
-                gemm(prefix + "attn_indexer_k", tokens, di, D, p, n),
-                # weights_proj stays bf16 in the checkpoint: no block scaling
-                gemm(prefix + "attn_indexer_w", tokens, hi, D, replace(p, fp8_blocks=False), n)]
+    if kinds.get("sparse"):  # weights_proj stays bf16 in the checkpoint: never block-scaled
+        ops += _projection_ops(model, dep, tokens, kinds["sparse"], indexer_projections(model), prefix,
+                               blocked=lambda name: name != "indexer_w")
     if n_linear:
-        t = dep.tp
-        ops += [gemm(prefix + "attn_linear_in", tokens, (model.linear_qkvz_width + 2 * model.linear_num_value_heads) / t,
-                     D, p, n_linear),
-                gemm(prefix + "attn_linear_out", tokens, D, model.linear_num_value_heads * model.linear_value_head_dim / t,
-                     p, n_linear)]
+        ops += _projection_ops(model, dep, tokens, n_linear, linear_projections(model, dep.tp), prefix)
     return ops
 
 

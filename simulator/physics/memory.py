@@ -10,7 +10,8 @@ import numpy as np
 
 from simulator.physics.attention import (indexer_key_bytes_per_token, linear_state_bytes_per_gpu,
                                          sparse_latent_bytes_per_token)
-from simulator.specs.deployment import Deployment, kv_heads_per_gpu, layer_kind_counts, sliding_layers
+from simulator.specs.deployment import (Deployment, attention_projections, indexer_projections, kv_heads_per_gpu,
+                                        layer_kind_counts, linear_projections, sliding_layers)
 from simulator.specs.drafts import DraftSpec, draft_defaults, draft_deployment, fusion_dtype, head_deployment, mtp_depth
 from simulator.specs.hardware import DTYPE_BYTES
 from simulator.specs.models import ModelSpec
@@ -44,7 +45,16 @@ def attention_bytes_per_gpu(model: ModelSpec, dep: Deployment) -> float:
     if model.attention == "gqa":
         kv = 1 if model.kv_shares_k_and_v else 2
         attention += model.hidden_size * kv * model.head_dim * (kv_heads_per_gpu(model, t) - model.num_kv_heads / t)
-    return attention * w
+    return attention * w + held_apart_bytes(model, dep, attention_projections(model, t))
+
+
+def held_apart_bytes(model: ModelSpec, dep: Deployment, shapes: dict[str, tuple[float, float]]) -> float:
+    """Bytes the projections of ``shapes`` (name -> (n, k) per GPU) add beyond their weights at the deployment's
+    weight precision, where they are held in another (:meth:`Deployment.attention_dtype_for`: a checkpoint's
+    unquantized attention, [precision] attention); 0 where every one follows the weights."""
+    w = DTYPE_BYTES[dep.weight_dtype]
+    return sum(n * k * (DTYPE_BYTES[held] - w) for name, (n, k) in shapes.items()
+               if (held := dep.attention_dtype_for(model, name)) != dep.weight_dtype)
 
 
 def weight_bytes_per_gpu(model: ModelSpec, dep: Deployment) -> float:
@@ -83,7 +93,9 @@ def attention_layers_bytes_per_gpu(model: ModelSpec, dep: Deployment) -> float:
     return ((n_attn - n_global) * attention_bytes_per_gpu(model, dep)
             + n_global * attention_bytes_per_gpu(model.global_layer_model(), dep)
             + n_attn * model.indexer_params() * w
-            + n_linear * model.linear_attention_params() * w / dep.attention_tp)
+            + n_linear * model.linear_attention_params() * w / dep.attention_tp
+            + n_attn * held_apart_bytes(model, dep, indexer_projections(model))
+            + n_linear * held_apart_bytes(model, dep, linear_projections(model, dep.attention_tp)))
 
 
 def kv_bytes_per_gpu(model: ModelSpec, dep: Deployment, batch, tokens_per_seq, layers: int | None = None) -> np.ndarray:

@@ -65,7 +65,8 @@ def scenario_provenance(sc: Scenario) -> dict:
                       + (f" layout={sc.deployment.layout} dp={sc.deployment.dp}" if sc.model.is_moe else "")
                       + f" weights={sc.deployment.weight_dtype} activations={sc.deployment.act_dtype}"
                       f" kv={sc.deployment.kv_dtype}"
-                      f" routing={sc.deployment.routing.describe()}",
+                      + (f" attention={a}" if (a := sc.deployment.attention_label(sc.model)) else "")
+                      + f" routing={sc.deployment.routing.describe()}",
         "draft": sc.draft.label, "context_len": sc.context_len,
         "uncertainty": scenario_step_band(sc).describe(), "speedup_uncertainty": speedup_trust_text(sc),
         "serving_check": serving_check_text(sc.hardware.name, sc.engine.name),

@@ -178,4 +178,5 @@ def predict_command(sc: Scenario, cand, context_len: int) -> str:
                                  else sc.origin)
     return (f"python -m simulator.predict {where} --hardware {cand.hardware} --tp {cand.tp}"
             f" --dtype {dep.weight_dtype} --act-dtype {dep.act_dtype} --kv-dtype {dep.kv_dtype}"
-            f" --context-len {context_len}")
+            + (f" --attention-dtype {dep.attention_dtype}" if dep.attention_dtype else "")
+            + f" --context-len {context_len}")

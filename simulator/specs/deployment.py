@@ -64,6 +64,9 @@ class Deployment:
     act_dtype: str = "bf16"
     kv_dtype: str = "bf16"
     expert_dtype: str | None = None  # None: the model's native expert dtype, else weight_dtype
+    # the attention projections' weights ([precision] attention); None: what the checkpoint says
+    # (:meth:`attention_dtype_for`), else weight_dtype
+    attention_dtype: str | None = None
     routing: Routing = field(default_factory=Routing)
     memory_utilization: float = 0.9  # share of device memory the engine may use (vLLM default)
     layout: str = "tp"  # "tp" | "tp-ep" | "dp-ep" (module docstring); "tp" with ep > 1 reads as "tp-ep"
@@ -72,6 +75,39 @@ class Deployment:
 
     def expert_dtype_for(self, model: ModelSpec) -> str:
         return self.expert_dtype or model.expert_weight_dtype or self.weight_dtype
+
+    def attention_dtype_for(self, model: ModelSpec, projection: str) -> str:
+        """The precision attention ``projection`` (a key of :func:`attention_projections`,
+        :func:`indexer_projections` or :func:`linear_projections`) holds its weights in: the deployment's
+        [precision] attention where given; else bf16 where the checkpoint leaves that projection unquantized
+        (:attr:`ModelSpec.unquantized_attention`) and the deployment runs quantized weights (narrower than bf16);
+        else the weights' precision."""
+        if self.attention_dtype:
+            return self.attention_dtype
+        if projection in model.unquantized_attention and DTYPE_BYTES[self.weight_dtype] < DTYPE_BYTES["bf16"]:
+            return "bf16"
+        return self.weight_dtype
+
+    def attention_gemm_bytes(self, model: ModelSpec, projection: str) -> tuple[float, float]:
+        """(weight, activation) bytes of attention ``projection``'s GEMM: the weights' precision's; a projection held
+        wider than the deployment's weights multiplies activations at least as wide as its weights, up to bf16 (an
+        unquantized layer takes bf16 inputs, an fp8 one beside FP4 weights fp8 inputs)."""
+        held, a = self.attention_dtype_for(model, projection), DTYPE_BYTES[self.act_dtype]
+        if held == self.weight_dtype:
+            return DTYPE_BYTES[held], a
+        return DTYPE_BYTES[held], max(a, min(DTYPE_BYTES[held], DTYPE_BYTES["bf16"]))
+
+    def attention_label(self, model: ModelSpec) -> str:
+        """How the attention projections' precision differs from the weights' ("" where it does not): "bf16", or
+        the projections that differ where only some do ("bf16 (q_a, q_b, kv_a, kv_b)")."""
+        names = [*attention_projections(model, 1), *indexer_projections(model), *linear_projections(model, 1)]
+        held = {p: self.attention_dtype_for(model, p) for p in names}
+        other = sorted({d for d in held.values() if d != self.weight_dtype})
+        if not other:
+            return ""
+        if len(other) == 1 and all(d == other[0] for d in held.values()):
+            return other[0]
+        return ", ".join(f"{d} ({', '.join(p for p in names if held[p] == d)})" for d in other)
 
     @property
     def dp_attention(self) -> bool:
@@ -141,6 +177,9 @@ def check_deployment(model: ModelSpec, dep: Deployment) -> None:
                                   ("kv-cache", dep.kv_dtype, DTYPE_BYTES)):
         if value not in allowed:
             raise PlannerError(f"unknown {label} dtype '{value}' (known: {', '.join(DTYPE_BYTES)})")
+    if dep.attention_dtype is not None and dep.attention_dtype not in DTYPE_BYTES:
+        raise PlannerError(f"unknown attention dtype '{dep.attention_dtype}' ([precision] attention, --attention-dtype;"
+                           f" known: {', '.join(DTYPE_BYTES)})")
     if not 0 < dep.memory_utilization <= 1:
         raise PlannerError(f"memory_utilization must be in (0, 1], got {dep.memory_utilization}")
 
@@ -148,6 +187,48 @@ def check_deployment(model: ModelSpec, dep: Deployment) -> None:
 def kv_heads_per_gpu(model: ModelSpec, tp: int) -> int:
     """KV heads are replicated when tp exceeds their number."""
     return max(1, -(-model.num_kv_heads // tp))
+
+
+def attention_projections(model: ModelSpec, tp: int) -> dict[str, tuple[float, float]]:
+    """One softmax-attention layer's projection GEMMs on one GPU of a TP group of ``tp``, by name: (output width n,
+    input width k), the weights n x k. GQA: qkv [D -> (H_q / t (+ the output gate) + 2 kv heads per GPU) d] and
+    o [H_q d / t -> D]; MLA: q_a [D -> q_lora] and kv_a [D -> kv_lora + rope] whole on every GPU (no head axis to
+    split), q_b (or q without a q_lora), kv_b and o over the heads. The operator builders and the memory model both
+    read it."""
+    D, t = model.hidden_size, tp
+    if model.attention == "mla":
+        H = model.num_heads / t
+        q = {"q_a": (model.q_lora_rank, D), "q_b": (H * model.qk_head_dim, model.q_lora_rank)} if model.q_lora_rank \
+            else {"q": (H * model.qk_head_dim, D)}
+        # kv_b is absorbed into the query and output sides in decode; same FLOPs and bytes
+        return q | {"kv_a": (model.kv_lora_rank + model.qk_rope_head_dim, D),
+                    "kv_b": (H * (model.qk_nope_head_dim + model.v_head_dim), model.kv_lora_rank),
+                    "o": (D, H * model.v_head_dim)}
+    d = model.head_dim
+    kv = 1 if model.kv_shares_k_and_v else 2  # Gemma 4 global layers: K doubles as V
+    gate = model.num_heads / t if model.attention_output_gate else 0.0  # Qwen3-Next: a gate per query head
+    return {"qkv": ((model.num_heads / t + gate + kv * kv_heads_per_gpu(model, t)) * d, D),
+            "o": (D, model.num_heads / t * d)}
+
+
+def indexer_projections(model: ModelSpec) -> dict[str, tuple[float, float]]:
+    """DeepSeek-V3.2's lightning indexer per layer, whole on every GPU: wq_b [q_lora -> H_i d_i], wk [D -> d_i],
+    weights_proj [D -> H_i] (none without sparse attention)."""
+    if not model.is_sparse_attention:
+        return {}
+    hi, di = model.index_n_heads, model.index_head_dim
+    return {"indexer_q": (hi * di, model.q_lora_rank), "indexer_k": (di, model.hidden_size),
+            "indexer_w": (hi, model.hidden_size)}
+
+
+def linear_projections(model: ModelSpec, tp: int) -> dict[str, tuple[float, float]]:
+    """A Gated DeltaNet layer's projections on one GPU: in_proj [D -> (2 H_k d_k + 2 H_v d_v + 2 H_v) / t] and
+    out_proj [H_v d_v / t -> D] (none without linear-attention layers)."""
+    if not model.num_linear_layers:
+        return {}
+    D, t = model.hidden_size, tp
+    return {"linear_in": ((model.linear_qkvz_width + 2 * model.linear_num_value_heads) / t, D),
+            "linear_out": (D, model.linear_num_value_heads * model.linear_value_head_dim / t)}
 
 
 def sliding_layers(model: ModelSpec, layers: int | None = None) -> int:

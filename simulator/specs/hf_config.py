@@ -9,7 +9,7 @@ from __future__ import annotations
 from simulator.errors import PlannerError
 from simulator.specs.hf_config_fields import (HYBRID_LINEAR, bf16_modules, checkpoint_weight_dtype, chunked_layers,
                                               declared_layer_types, linear_layers, need, opt, opt_bool, opt_float,
-                                              quant_method, sliding_layers, weight_block_size)
+                                              quant_method, sliding_layers, unquantized_attention, weight_block_size)
 
 SUPPORTED_MODEL_TYPES = (
     "llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen2_moe", "qwen3_moe",
@@ -154,6 +154,8 @@ def _common_fields(cfg: dict, name: str, origin: str, model_type: str) -> tuple[
                   checkpoint_weight_dtype=checkpoint_weight_dtype(cfg, quant),
                   bf16_modules=bf16_modules(checkpoint_weight_dtype(cfg, quant)),
                   weight_block_size=weight_block_size(cfg, quant, origin),
+                  unquantized_attention=unquantized_attention(cfg, L, {"attention": L - n_linear, "linear": n_linear},
+                                                              origin),
                   attn_logit_softcapping=opt_float(cfg, "attn_logit_softcapping", origin),
                   final_logit_softcapping=opt_float(cfg, "final_logit_softcapping", origin))
     if model_type.startswith("gemma4"):

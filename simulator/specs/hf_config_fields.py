@@ -189,3 +189,89 @@ def weight_block_size(cfg: dict, quant: str | None, origin: str) -> tuple[int, i
         raise PlannerError(f"{origin}: 'quantization_config.weight_block_size' must be two positive integers such as"
                            f" [128, 128], got {block!r}")
     return block[0], block[1]
+
+
+# The checkpoint modules behind each attention projection the planner prices
+# (simulator.specs.deployment.attention_projections / indexer_projections / linear_projections), as Hugging Face
+# names them under a layer: each entry lists alternative spellings, each spelling the modules that must all be
+# left unquantized (a fused GEMM runs one precision: vLLM refuses a qkv_proj whose shards differ).
+_ATTENTION_PROJECTION_MODULES = {
+    "qkv": (("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"), ("self_attn.qkv_proj",)),
+    "o": (("self_attn.o_proj",),),
+    "q": (("self_attn.q_proj",),),
+    "q_a": (("self_attn.q_a_proj",), ("self_attn.fused_qkv_a_proj",)),
+    "q_b": (("self_attn.q_b_proj",),),
+    "kv_a": (("self_attn.kv_a_proj_with_mqa",), ("self_attn.fused_qkv_a_proj",)),
+    "kv_b": (("self_attn.kv_b_proj",),),
+    "indexer_q": (("self_attn.indexer.wq_b",),),
+    "indexer_k": (("self_attn.indexer.wk",),),
+    "indexer_w": (("self_attn.indexer.weights_proj",),),
+    "linear_in": (("linear_attn.in_proj_qkvz", "linear_attn.in_proj_ba"),
+                  ("linear_attn.in_proj_qkv", "linear_attn.in_proj_z", "linear_attn.in_proj_b",
+                   "linear_attn.in_proj_a")),
+    "linear_out": (("linear_attn.out_proj",),),
+}
+# where a layer's modules sit: text models, and the language model of a multimodal release
+_LAYER_PREFIXES = ("model.layers.{}.", "model.language_model.layers.{}.", "language_model.model.layers.{}.")
+# the lists a quantization_config names its unquantized modules in: ModelOpt (exclude_modules), compressed-tensors
+# (ignore), transformers' quantizers (modules_to_not_convert), vLLM's fp8 config (ignored_layers)
+_LEFT_OUT_KEYS = ("exclude_modules", "ignore", "modules_to_not_convert", "ignored_layers")
+
+
+def _left_out_matcher(q: dict, origin: str):
+    """A test: is this module (full dotted name) among those ``q`` leaves unquantized? A module is when it or a
+    module above it matches an entry: a name or shell pattern ("model.layers.61*", "model.layers.*.self_attn") by
+    fnmatch, or a "re:" regex (compressed-tensors' ignore) matched whole; TensorRT-LLM's
+    QuantConfig.is_module_excluded_from_quantization walks a module's ancestors the same way."""
+    import fnmatch
+    import re
+    names, globs, regexes = set(), [], []
+    for key in _LEFT_OUT_KEYS:
+        entries = q.get(key)
+        if entries is None:
+            continue
+        if not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
+            raise PlannerError(f"{origin}: 'quantization_config.{key}' must be a list of module names such as"
+                               f" [\"lm_head\", \"model.layers.0.self_attn*\"], got {entries!r}")
+        for e in entries:
+            if e.startswith("re:"):
+                try:
+                    regexes.append(re.compile(e[3:]))
+                except re.error as err:
+                    raise PlannerError(f"{origin}: 'quantization_config.{key}' entry {e!r} is not a valid regex"
+                                       f" ({err})") from None
+            elif any(c in e for c in "*?["):
+                globs.append(e)
+            else:
+                names.add(e)
+
+    def left_out(module: str) -> bool:
+        parts = module.split(".")
+        scopes = [".".join(parts[:i]) for i in range(len(parts), 0, -1)]
+        return (any(s in names for s in scopes) or any(fnmatch.fnmatchcase(s, g) for g in globs for s in scopes)
+                or any(r.fullmatch(s) for r in regexes for s in scopes))
+    return left_out
+
+
+def unquantized_attention(cfg: dict, num_layers: int, layer_counts: dict[str, int], origin: str) -> tuple[str, ...]:
+    """The attention projections a quantized checkpoint leaves in its original precision (bf16) in every layer that
+    has them: those its quantization_config lists as left out (:data:`_LEFT_OUT_KEYS`; NVIDIA's ModelOpt NVFP4
+    DeepSeek checkpoints list every layer's self_attn projections, docs/precision.md). ``layer_counts``: the layers
+    that have each projection ("attention": softmax / MLA layers, "linear": Gated DeltaNet ones). A projection left
+    out in fewer layers than that runs quantized in the rest and is priced quantized (the planner holds one
+    precision per projection)."""
+    q = cfg.get("quantization_config")
+    if not isinstance(q, dict) or not any(q.get(k) for k in _LEFT_OUT_KEYS):
+        return ()
+    left_out = _left_out_matcher(q, origin)
+    kept = []
+    for projection, spellings in _ATTENTION_PROJECTION_MODULES.items():
+        need_layers = layer_counts["linear" if projection.startswith("linear") else "attention"]
+        if not need_layers:
+            continue
+        layers = sum(1 for i in range(num_layers)
+                     if any(all(any(left_out(p.format(i) + m) for p in _LAYER_PREFIXES) for m in modules)
+                            for modules in spellings))
+        if layers >= need_layers:
+            kept.append(projection)
+    return tuple(kept)

@@ -62,6 +62,9 @@ class ModelSpec:
     # modules the checkpoint keeps in bf16 beside its quantized linear layers
     # (:func:`simulator.specs.hf_config_fields.bf16_modules`)
     bf16_modules: tuple[str, ...] = ()
+    # attention projections (simulator.specs.deployment.attention_projections' names: "q_a", "kv_b", "o", "qkv", ...)
+    # the checkpoint's quantization leaves out in every layer (:func:`simulator.specs.hf_config_fields.unquantized_attention`)
+    unquantized_attention: tuple[str, ...] = ()
     num_mtp_layers: int = 0  # multi-token-prediction modules shipped with the model
     expert_groups: int = 0  # DeepSeek's n_group: a grouped top-k router picks groups, then experts (0: plain top-k)
     max_position_embeddings: int | None = None  # longest context the model was trained for (None: not given)
@@ -316,7 +319,21 @@ def load_model_config(path: str | Path) -> ModelSpec:
     path = Path(path)
     cfg = read_json_file(path, "model config.json")
     name = path.parent.name if path.name == "config.json" else path.stem
-    return model_from_hf_config(cfg, name=name, origin=str(path))
+    return model_from_hf_config(_with_hf_quant_config(cfg, path), name=name, origin=str(path))
+
+
+def _with_hf_quant_config(cfg: dict, path: Path) -> dict:
+    """A checkpoint's config.json with the quantization its ModelOpt export states beside it (hf_quant_config.json's
+    "quantization": quant_algo, exclude_modules; vLLM's modelopt config reads that file the same way) where the
+    config.json itself has no quantization_config."""
+    side = path.parent / "hf_quant_config.json"
+    if path.name != "config.json" or not isinstance(cfg, dict) or "quantization_config" in cfg or not side.is_file():
+        return cfg
+    quant = read_json_file(side, "ModelOpt hf_quant_config.json")
+    section = quant.get("quantization") if isinstance(quant, dict) else None
+    if not isinstance(section, dict):
+        raise PlannerError(f"{side}: expected an object with a \"quantization\" object (quant_algo, exclude_modules)")
+    return cfg | {"quantization_config": {"quant_method": "modelopt", **section}}
 
 
 @lru_cache(maxsize=None)

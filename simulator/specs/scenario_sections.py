@@ -116,6 +116,7 @@ def _deployment(raw: dict, get, origin: str, model: ModelSpec) -> Deployment:
         tp=get("hardware", "tp", default("hardware", "tp")), ep=get("hardware", "ep"), layout=layout, dp=get("hardware", "dp"),
         weight_dtype=get("precision", "weights", default_weight_dtype(model)), act_dtype=get("precision", "activations", default("precision", "activations")),
         kv_dtype=get("precision", "kv_cache", default("precision", "kv_cache")), expert_dtype=get("precision", "experts"),
+        attention_dtype=get("precision", "attention"),
         routing=routing, memory_utilization=float(get("workload", "memory_utilization", default("workload", "memory_utilization"))))
     try:
         check_deployment(model, deployment)

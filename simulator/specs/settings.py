@@ -111,6 +111,11 @@ def _dtype_help(kind: str) -> Callable[[], str]:
         if kind == "activations":
             return (f"activation dtype: {', '.join(ACT_DTYPES)} (fp8 with fp8 weights runs fp8 tensor cores;"
                     " nvfp4 / mxfp4 with weights of the same format FP4 ones, where the GPU has them)")
+        if kind == "attention":
+            return (f"the attention projections' weights (q/k/v/o, MLA's q_a/q_b/kv_a/kv_b/o, linear attention's in/out):"
+                    f" {', '.join(WEIGHT_DTYPES)}; bf16 runs them as bf16 GEMMs beside quantized MLPs / experts"
+                    " (default: bf16 where the checkpoint's quantization_config leaves self_attn out, e.g. NVIDIA's"
+                    " NVFP4 DeepSeek checkpoints, else the weights' dtype)")
         return f"KV-cache dtype: {', '.join(KV_DTYPES)}"
     return text
 
@@ -154,6 +159,7 @@ SETTINGS: tuple[Setting, ...] = (
     S("precision", "activations", default="bf16", name="act_dtype", flag="--act-dtype", help=_dtype_help("activations")),
     S("precision", "kv_cache", default="bf16", name="kv_dtype", flag="--kv-dtype", help=_dtype_help("kv")),
     S("precision", "experts"),
+    S("precision", "attention", name="attention_dtype", flag="--attention-dtype", help=_dtype_help("attention")),
     S("draft", "method", default="eagle", name="draft", flag="--draft", help=_draft_help),
     S("draft", "model"),
     # checkpoint: the path / HF id the engine loads
