@@ -40,7 +40,8 @@ from calibration.import_report import (  # noqa: F401
 from calibration.import_rows import (  # noqa: F401
     DTYPES, HELDOUT_BUCKETS, HOST_BOUND_FLOOR_RATIO, KV_BYTES, MLA_KV_LORA, MLA_ROPE, DevicePeaks, _dedupe,
     device_peaks, dtype_terms, host_bound_dtypes, measurable_dtypes, prepare_all_reduce, prepare_attention_decode,
-    prepare_attention_prefill, prepare_gemm, prepare_mla_decode, shape_bucket)
+    prepare_attention_prefill, prepare_gemm, prepare_mla_decode, scale_overhead_s,
+    shape_bucket)
 from calibration.planner_rows import monotone_rows_s
 from calibration.surface_fit import fit_surface
 from simulator.cli.common import (OneLineParser, check_output_dir, command, write_atomically,
@@ -178,6 +179,7 @@ class _Gathered:
     held_parts: list = field(default_factory=list)
     device: str | None = None
     left_out: dict = field(default_factory=dict)  # "gemm.<dtype>" -> why its rows were not fitted
+    adjusted: dict = field(default_factory=dict)  # "gemm.<dtype>" -> how its rows were changed before the fit
 
 
 def build_profile(src: gt.TableSource, system: str, engine: str, version: str,
@@ -213,7 +215,10 @@ def _import_family(combo: _Combo, fam: str, acc: _Gathered, log) -> None:
             acc.left_out[f"gemm.{DTYPES[dtype][0]}"] = (
                 f"host-bound timing: fastest GEMM with m <= 16 {small[dtype] * 1e3:.1f} us, the table's bf16 one"
                 f" {small['bfloat16'] * 1e3:.1f} us (> {HOST_BOUND_FLOOR_RATIO:g} x); priced with the next surface")
-    rows = PREPARE[fam](raw, combo.device_hw)
+    if fam == "gemm":
+        rows = prepare_gemm(raw, combo.device_hw, _static_fp8_scale(combo, acc))
+    else:
+        rows = PREPARE[fam](raw, combo.device_hw)
     rows = rows[np.isfinite(rows.t0) & (rows.meas_s > 0)]
     if rows.empty:
         return
@@ -232,6 +237,27 @@ def _import_family(combo: _Combo, fam: str, acc: _Gathered, log) -> None:
     log(f"  {combo.hw} {combo.engine}-{combo.version} {fam:17s} n_fit={len(fit):6d} n_held={len(held):5d} "
         f"roofline MAPE {heldout['roofline']['mape_pct']}%  fitted MAPE {heldout['fitted']['mape_pct']}%"
         f"  monotone MAPE {acc.monotone.get(fam, {}).get('mape_pct', '-')}%")
+
+
+# Engines whose gemm tables time fp8 GEMMs on the dynamic per-tensor path while their fp8 checkpoints carry static
+# activation scales: TensorRT-LLM's collector loads fp8 weights without an input_scale, so FP8QDQLinearMethod
+# computes the scale on every call (aiconfigurator collector/trtllm/collect_gemm.py, "includes the compute-scale
+# overhead"); ModelOpt / NVIDIA FP8 checkpoints ship static input scales and take the static path
+# (docs/notes/trtllm-small-batch.md). vLLM's and SGLang's collectors were not read: their rows stay as measured.
+STATIC_FP8_ENGINES = ("trtllm",)
+
+
+def _static_fp8_scale(combo: _Combo, acc: _Gathered):
+    """The dynamic-scale time to take off the combo's fp8 GEMM rows (:func:`scale_overhead_s`), or None."""
+    if combo.engine not in STATIC_FP8_ENGINES:
+        return None
+    rel = gt.resolve_table(combo.tables, combo.system, "quantize", combo.engine, combo.version, "computescale_perf")
+    if rel is None:
+        return None
+    acc.used["gemm_fp8_scale"] = f"{gt.DATA_PREFIX}{rel}"
+    acc.adjusted["gemm.fp8"] = (f"each row less the dynamic activation scale its collector timed ({rel}, floored at"
+                                " the roofline): static-scale checkpoints skip it (docs/notes/trtllm-small-batch.md)")
+    return scale_overhead_s(gt.read_table(combo.src, rel))
 
 
 def _fit_all_reduce(fit: pd.DataFrame, held: pd.DataFrame, acc: _Gathered) -> pd.DataFrame:
@@ -288,6 +314,7 @@ def _profile_json(combo: _Combo, acc: _Gathered) -> dict:
             "status": "; ".join(f"{k}: {v}" for k, v in acc.statuses.items()),
             "system": combo.system,
             **({"left_out": dict(sorted(acc.left_out.items()))} if acc.left_out else {}),
+            **({"adjusted": dict(sorted(acc.adjusted.items()))} if acc.adjusted else {}),
             "axes": {f: AXIS_NOTES[f] for f in AXES if any(k.startswith(f + ".") for k in acc.surfaces)},
             "notes": ("efficiency = roofline time / measured time, roofline from the catalog datasheet "
                       "peaks of 'hardware'; surfaces fitted on 4/5 of the shapes (sha1(shape) mod 5 != 0); "

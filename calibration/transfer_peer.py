@@ -27,11 +27,13 @@ MTP_MODELS = ("deepseek-v3",)  # models whose checkpoints carry multi-token-pred
 
 def _quant(case) -> dict:
     """The peer's quantization modes for the row's weights: nvfp4 experts with bf16 attention as the
-    corpus spells them, fp8 GEMMs for fp8 weights; otherwise what the peer infers from the checkpoint."""
+    corpus spells them, static-scale fp8 GEMMs for fp8 weights (the peer's own reading of a per-tensor FP8
+    checkpoint that does not mark its activations dynamic, as ModelOpt's do); otherwise what the peer infers from
+    the checkpoint."""
     dtype = "" if pd.isna(case.row.weight_dtype) else str(case.row.weight_dtype)
     if dtype.startswith("nvfp4(moe)"):
         return {"moe_quant_mode": "nvfp4"}
-    return {"gemm_quant_mode": "fp8"} if case.raw["precision"]["weights"] == "fp8" else {}
+    return {"gemm_quant_mode": "fp8_static"} if case.raw["precision"]["weights"] == "fp8" else {}
 
 
 def _decode_step_ms(case, nextn: int) -> float | None:

@@ -168,11 +168,11 @@ def _k0_checks(p):
 def test_dsd_k0_costs_the_drafter_first_pass():
     # default scenario (draft model) on vLLM 0.33 at B up to 1024: its K = 0 entry still runs the drafter's first
     # pass (vllm/v1/spec_decode/llm_base_proposer.py:616-625), so the table's K = 0 is plain + that pass; K* is
-    # chosen against it (K = 1 at B 137-144, where a plain server would be faster than both)
+    # chosen against it: speculation (K = 1 or 2 at B 137-152) where a plain server would be faster than both
     p = predict("default", batch_sizes="1-1024")
     assert p.scenario.engine.name == "vllm" and p.grid.dsd_k0 is not None
     beaten = _k0_checks(p)
-    assert set(p.grid.k_star[beaten]) == {1}
+    assert beaten.any() and set(p.grid.k_star[beaten]) <= {1, 2}
 
 
 def test_sglang_adaptive_k0_costs_the_draft_extend_too():

@@ -132,9 +132,10 @@ def test_dtypes_text_says_attention_bf16():
     m = load_model("deepseek-v3")
     sc = SimpleNamespace(model=m, deployment=Deployment(tp=8, weight_dtype="nvfp4", attention_dtype="bf16"))
     # DeepSeek-V3's experts stay in its checkpoint's fp8 unless [precision] experts says otherwise
-    assert dtypes_text(sc) == "weights nvfp4 (experts fp8, attention bf16), activations bf16, KV bf16"
+    # the fp8 checkpoint served as NVFP4 has NVFP4 experts (before: its fp8 ones, "experts fp8")
+    assert dtypes_text(sc) == "weights nvfp4 (attention bf16), activations bf16, KV bf16"
     assert dtypes_text(SimpleNamespace(model=m, deployment=Deployment(tp=8, weight_dtype="nvfp4"))) == \
-        "weights nvfp4 (experts fp8), activations bf16, KV bf16"
+        "weights nvfp4, activations bf16, KV bf16"
 
 
 def test_unknown_attention_dtype_is_refused_naming_the_key_and_the_flag():

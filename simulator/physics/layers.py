@@ -63,9 +63,9 @@ def gemm(name: str, tokens, n: float, k: float, precision: GemmPrecision, count:
 
 
 def module_precision(model: ModelSpec, dep: Deployment, module: str) -> GemmPrecision:
-    """A GEMM over one of the checkpoint's own modules (:meth:`ModelSpec.module_dtype`): a module the checkpoint
-    keeps in bf16 is an unquantized layer, which the engine runs on bf16 activations."""
-    held = model.module_dtype(module, dep.weight_dtype)
+    """A GEMM over the LM head, a router or MTP's fusion (:meth:`Deployment.module_dtype_for`): a module held in
+    bf16 beside quantized weights is an unquantized layer, which the engine runs on bf16 activations."""
+    held = dep.module_dtype_for(model, module)
     a = DTYPE_BYTES[dep.act_dtype]
     return GemmPrecision(DTYPE_BYTES[held], max(a, DTYPE_BYTES["bf16"]) if held != dep.weight_dtype else a)
 

@@ -30,7 +30,7 @@ def moe_layer_bytes_per_gpu(model: ModelSpec, dep: Deployment) -> float:
     both: E P_e / tp either way), shared experts over the attention group, the router [D x E] whole."""
     w = DTYPE_BYTES[dep.weight_dtype]
     w_e = DTYPE_BYTES[dep.expert_dtype_for(model)]
-    w_router = DTYPE_BYTES[model.module_dtype("router", dep.weight_dtype)]
+    w_router = DTYPE_BYTES[dep.module_dtype_for(model, "router")]
     return (model.num_experts * model.expert_params() * w_e / dep.tp
             + model.shared_expert_params() * w / dep.attention_tp + model.hidden_size * model.num_experts * w_router)
 
@@ -67,7 +67,7 @@ def weight_bytes_per_gpu(model: ModelSpec, dep: Deployment) -> float:
     t_a = attention TP (tp, or tp/dp with data-parallel attention: each replica holds its own copy of
     attention, dense MLPs, shared experts, embedding and LM head); routed experts over all tp GPUs; an
     engine that replicates the LM head (gpt-fast) holds embedding and head whole on every GPU. Embedding, head
-    and routers are held in the precision the checkpoint keeps them in (:meth:`ModelSpec.module_dtype`).
+    and routers are held in the precision the engine keeps them in (:meth:`Deployment.module_dtype_for`).
     """
     w = DTYPE_BYTES[dep.weight_dtype]
     t_a = dep.attention_tp
@@ -76,7 +76,7 @@ def weight_bytes_per_gpu(model: ModelSpec, dep: Deployment) -> float:
     embedding_split = 1 if dep.kernels.lm_head == "replicated" else t_a
     attention = model.num_layers * attention_bytes_per_gpu(model, dep) if model.uniform_attention \
         else attention_layers_bytes_per_gpu(model, dep)
-    embedding = model.embedding_params() * DTYPE_BYTES[model.module_dtype("embedding", dep.weight_dtype)]
+    embedding = model.embedding_params() * DTYPE_BYTES[dep.module_dtype_for(model, "embedding")]
     return attention + dense + moe + embedding / embedding_split
 
 

@@ -25,6 +25,14 @@ from simulator.specs.models import ModelSpec
 from simulator.specs.routing import Routing
 
 
+# Modules beside the decoder layers' linear layers that serving engines leave unquantized whatever the weights:
+# vLLM's quantization configs quantize LinearBase and FusedMoE layers only (its LM head is a VocabParallelEmbedding,
+# the DeepSeek / Qwen3-MoE routers a ReplicatedLinear built with quant_config=None); TensorRT-LLM's quantize_layers
+# excludes '*lm_head', '*router', '*vocab_embedding' by default (tensorrt_llm/quantization/quantize.py); ModelOpt
+# disables its '*lm_head*' and router quantizers by default. An engine whose quantizer takes some of them says so.
+UNQUANTIZED_MODULES = ("embedding", "lm_head", "router")
+
+
 @dataclass(frozen=True)
 class EngineKernels:
     """Which kernels the serving engine runs where the physics prices them differently: facts of the engine
@@ -39,6 +47,9 @@ class EngineKernels:
     # "vocab-parallel-argmax" (slices, a local greedy argmax and two small all-reduces: MagicDec) or
     # "replicated" (every rank runs the whole head, no gather: gpt-fast's tp.py leaves it unsharded)
     lm_head: str = "vocab-parallel"
+    # of UNQUANTIZED_MODULES, those the engine's quantizer quantizes with the weights all the same (gpt-fast's
+    # handlers replace every nn.Linear, its output head and MoE gate included)
+    quantized_modules: tuple[str, ...] = ()
     # self-speculation: the step's first draft pass runs two tokens for every sequence (the draft's cache
     # catches up on the last draft token after a fully accepted step; MagicDec's loop does it batch-wide)
     self_spec_catch_up: bool = False
@@ -74,7 +85,26 @@ class Deployment:
     kernels: EngineKernels = field(default_factory=lambda: EngineKernels())  # the engine's kernel choices
 
     def expert_dtype_for(self, model: ModelSpec) -> str:
-        return self.expert_dtype or model.expert_weight_dtype or self.weight_dtype
+        """The routed experts' precision: the deployment's [precision] experts where given; else the checkpoint's own
+        expert precision where the deployment runs the checkpoint as published (its weights' dtype) or where the
+        experts alone are quantized (gpt-oss: MXFP4 experts beside bf16 layers); else the weights' (a DeepSeek-V3
+        fp8 checkpoint served as NVFP4 has NVFP4 experts)."""
+        if self.expert_dtype:
+            return self.expert_dtype
+        own = model.expert_weight_dtype
+        if own and (model.checkpoint_weight_dtype is None or self.weight_dtype == model.checkpoint_weight_dtype):
+            return own
+        return self.weight_dtype
+
+    def module_dtype_for(self, model: ModelSpec, module: str) -> str:
+        """The precision ``module`` ("embedding", "lm_head", "router", "mtp_fusion") is held in: bf16 for the modules
+        serving engines leave unquantized (:data:`UNQUANTIZED_MODULES`) beside weights narrower than bf16, unless the
+        engine's quantizer takes them too (:attr:`EngineKernels.quantized_modules`); else the checkpoint's rule
+        (:meth:`ModelSpec.module_dtype`)."""
+        if (module in UNQUANTIZED_MODULES and module not in self.kernels.quantized_modules
+                and DTYPE_BYTES[self.weight_dtype] < DTYPE_BYTES["bf16"]):
+            return "bf16"
+        return model.module_dtype(module, self.weight_dtype)
 
     def attention_dtype_for(self, model: ModelSpec, projection: str) -> str:
         """The precision attention ``projection`` (a key of :func:`attention_projections`,

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from simulator.errors import PlannerError, did_you_mean
+from simulator.specs.deployment import UNQUANTIZED_MODULES
 
 OVERLAP_WINDOWS = ("none", "step", "draft")
 TOP_KEYS = ("name", "version", "display_name", "source")
@@ -75,6 +76,7 @@ def engine_fields(data: dict, origin: str) -> dict:
         assumed=tuple(assumed_keys), path=origin,
         allreduce=_choice(get("collectives", "allreduce", str, "custom"), ALLREDUCE_KINDS, "allreduce", origin),
         lm_head=_choice(get("collectives", "lm_head", str, "vocab-parallel"), LM_HEAD_KINDS, "lm_head", origin),
+        quantized_modules=_quantized_modules(get("quantization", "also_quantizes", list, []), origin),
         self_spec_catch_up=get("speculative", "self_spec_two_token_first_pass", bool, False),
         graphs_enabled=get("cuda_graphs", "enabled_by_default", bool, True),
         tp_broadcast_per_step_s=get("host", "tp_broadcast_per_step_s", float, 0.0),
@@ -90,6 +92,15 @@ def engine_fields(data: dict, origin: str) -> dict:
     _refuse_unknown(data, read, origin)
     # every key read by now: the assumed ones include those read after the list was first taken
     return fields | {"assumed": tuple(assumed_keys)}
+
+
+def _quantized_modules(names: list, origin: str) -> tuple[str, ...]:
+    """[quantization] also_quantizes: modules serving engines keep in bf16 that this engine's quantizer takes too."""
+    for n in names:
+        if n not in UNQUANTIZED_MODULES:
+            raise PlannerError(f"{origin}: [quantization] also_quantizes lists {n!r}; known:"
+                               f" {', '.join(UNQUANTIZED_MODULES)}")
+    return tuple(names)
 
 
 MOE_PADDING_RULES = ("all", "none", "grouped-topk")

@@ -58,6 +58,7 @@ class EngineProfile:
     path: str
     allreduce: str = "custom"  # "custom": the engine's one-shot all-reduce kernels; "nccl": NCCL's
     lm_head: str = "vocab-parallel"  # how the LM head runs under TP (EngineKernels.lm_head)
+    quantized_modules: tuple[str, ...] = ()  # EngineKernels.quantized_modules
     self_spec_catch_up: bool = False  # self-speculation's first draft pass runs two tokens per sequence
     graphs_enabled: bool = True  # CUDA graphs on by default (TensorRT-LLM's C++ runtime had them off)
     tp_broadcast_per_step_s: float = 0.0  # host time to ship each step's inputs to the other TP ranks
@@ -164,7 +165,8 @@ def engine_kernels(engine: EngineProfile, hardware: Hardware, temperature, top_p
                            f" top_p = {top_p:g} in (0, 1]")
     plain, verify = engine.logit_bytes(temperature, top_p)
     return EngineKernels(engine=engine.name, allreduce=engine.allreduce_table,
-                         lm_head=engine.lm_head, self_spec_catch_up=engine.self_spec_catch_up,
+                         lm_head=engine.lm_head, quantized_modules=engine.quantized_modules,
+                         self_spec_catch_up=engine.self_spec_catch_up,
                          grouped_decode_groups=engine.grouped_decode_groups,
                          grouped_decode_min_batch_heads=engine.grouped_decode_min_blocks_per_sm
                          * (hardware.compute_units or 0),
