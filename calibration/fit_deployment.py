@@ -46,7 +46,7 @@ from simulator.specs.step_terms import (A_PRIORI_SD, LOWER as TERM_LOWER, NEUTRA
 
 # the deployment measured, by flag instead of a scenario file (the same flags as predict)
 DEPLOYMENT_FLAGS = ("model", "hardware", "tp", "ep", "engine", "engine_version", "draft", "draft_checkpoint", "acceptance",
-                    "context_len", "dtype", "act_dtype", "kv_dtype", "calibration")
+                    "context_len", "dtype", "act_dtype", "kv_dtype", "attention_dtype", "calibration")
 N_BOOT = 200
 MIN_POINTS = 2
 MEASURED = "--measured"  # the subject of this command's refusals and caveats: what the user gave the points by

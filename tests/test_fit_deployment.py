@@ -411,3 +411,24 @@ def test_posterior_moves_from_a_start_at_zero_host_time():
     res = fewshot.posterior("step", pts, y, to_fit(NEUTRAL), sd, n_samples=20)
     assert res["theta"][0] == pytest.approx(1.15, rel=0.01)
     assert res["theta"][1] == pytest.approx(21.6e-3, rel=0.02)
+
+
+def test_a_fit_records_its_attention_precision_and_another_refuses_it(tmp_path, capsys):
+    # steps measured with bf16 attention projections beside fp8 MLPs (a checkpoint that left attention out) are not
+    # steps of an all-fp8 deployment: the file names the attention precision, predict refuses the other one in one
+    # line, and a file without the key (fits before 2026-12-07) is not checked on it
+    (tmp_path / "runs.csv").write_text("batch_size,k,itl_ms\n16,0,16.0\n16,3,23.1\n")
+    fit = tmp_path / "fit.json"
+    assert fd.main(["--scenario", "sizing-dense-command-a", "--measured", str(tmp_path / "runs.csv"), "--dtype",
+                    "fp8", "--attention-dtype", "bf16", "--output", str(fit)]) == 0
+    ident = json.loads(fit.read_text())["scenario"]
+    assert (ident["weights"], ident["attention"], ident["experts"]) == ("fp8", "bf16", "none")
+    capsys.readouterr()
+    assert predict_cli.main(["--scenario", "sizing-dense-command-a", "--deployment", str(fit), "--dtype", "fp8"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "attention 'bf16' (scenario: 'as weights')" in err
+    doc = json.loads(fit.read_text())
+    doc["scenario"].pop("attention")
+    fit.write_text(json.dumps(doc))
+    assert predict_cli.main(["--scenario", "sizing-dense-command-a", "--deployment", str(fit), "--dtype", "fp8",
+                             "--quiet"]) == 0

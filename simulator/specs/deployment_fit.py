@@ -35,6 +35,10 @@ DEPLOYMENT_VERSION = 1
 IDENTITY = ("model", "hardware", "tp", "engine", "engine_version", "draft")
 # written by fits since 2026-12-05 and checked where a file has them: the precision the steps ran in
 PRECISION_IDENTITY = ("weights", "activations", "kv_cache")
+# written since 2026-12-07 (second pass), checked where a file has them: the attention projections' and the routed
+# experts' own precision where they differ from the weights' (a fit on bf16 attention beside nvfp4 MLPs is not one
+# on nvfp4 attention)
+MODULE_IDENTITY = ("attention", "experts")
 # written since 2026-12-07, checked where a file has it: the kernel times the terms were fitted on top of (the
 # calibration profile or measured kernel tables by file name; "datasheet" without one). The terms correct that
 # physics: on another profile's kernel times (another machine's microbenchmarks) they correct the wrong thing
@@ -53,13 +57,16 @@ def scenario_identity(model, hardware, deployment, engine, draft, profile=None) 
     return {"model": model.name, "hardware": hardware.name, "tp": int(deployment.tp),
             "engine": engine.name if engine else "ideal", "engine_version": engine.version if engine else "",
             "draft": draft.label, "weights": deployment.weight_dtype, "activations": deployment.act_dtype,
-            "kv_cache": deployment.kv_dtype, "kernel_basis": kernel_basis(profile)}
+            "kv_cache": deployment.kv_dtype, "kernel_basis": kernel_basis(profile),
+            "attention": deployment.attention_label(model) or "as weights",
+            "experts": deployment.expert_dtype_for(model) if model.is_moe else "none"}
 
 
 def fit_mismatches(fit_identity: dict, identity: dict) -> list[str]:
     """What differs between the deployment a fit was made on and ``identity`` (empty: the fit applies);
     the precision and the kernel basis only where the fit file records them."""
-    keys = IDENTITY + tuple(k for k in PRECISION_IDENTITY + BASIS_IDENTITY if k in fit_identity and k in identity)
+    keys = IDENTITY + tuple(k for k in PRECISION_IDENTITY + MODULE_IDENTITY + BASIS_IDENTITY
+                            if k in fit_identity and k in identity)
     return [f"{k} {fit_identity.get(k)!r} (scenario: {identity[k]!r})" for k in keys
             if str(fit_identity.get(k)) != str(identity[k])]
 
