@@ -360,7 +360,7 @@ def _workload_controls(model: str, base_raw: dict) -> None:
     c1.selectbox("Weights", list(WEIGHT_DTYPES), key="w_dtype")
     c2.selectbox("Activations", list(ACT_DTYPES), key="a_dtype")
     c1.selectbox("KV cache", list(KV_DTYPES), key="kv_dtype")
-    c2.selectbox("Attention", [S.AS_WEIGHTS, *WEIGHT_DTYPES], key="attn_dtype",
+    c2.selectbox("Attention", [S.ATTENTION_AUTO, *WEIGHT_DTYPES], key="attn_dtype",
                  help="the attention projections' weights ([precision] attention; auto: bf16 where the checkpoint's"
                       " quantization config leaves them out, else the weights'): NVIDIA's NVFP4 DeepSeek keeps them bf16")
     sb.slider("Batch sizes B", 1, S.BATCH_MAX, key="bs_range")

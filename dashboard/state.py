@@ -45,7 +45,7 @@ K_MAX_LIMIT = 16
 MAX_RATE = 0.99  # Acceptance needs rates < 1
 # the checkbox for [workload] allow_context_beyond_model; the scenario's refusal names it (compute.prediction)
 ALLOW_BEYOND_LABEL = "Allow context beyond the model's trained length (RoPE scaling)"
-AS_WEIGHTS = "auto"  # the attention projections: the checkpoint's exclude list, else the weights (engines say "auto")
+ATTENTION_AUTO = "auto"  # attention projections: the checkpoint's exclude list, else the weights' (engines: "auto")
 ALLOW_BEYOND_REMEDY = f"tick '{ALLOW_BEYOND_LABEL}' under the context length in the sidebar"
 
 
@@ -176,7 +176,7 @@ def controls_from_scenario(raw: dict) -> dict:
                             else default("precision", "weights")),
         "a_dtype": prec.get("activations", default("precision", "activations")),
         "kv_dtype": prec.get("kv_cache", default("precision", "kv_cache")),
-        "attn_dtype": prec.get("attention", AS_WEIGHTS),
+        "attn_dtype": prec.get("attention", ATTENTION_AUTO),
         "bs_range": (b_lo, max(b_hi, b_lo)),
         "k_max": k_max,
         "fixed_k": int(min(wl.get("fixed_k", default("workload", "fixed_k")), k_max)),
@@ -220,7 +220,7 @@ def scenario_raw(base: dict, c: dict, *, acceptance: list[float], acceptance_sou
             hw["interconnect_bandwidth_bytes_per_s"] = float(c["hw_busbw_gbs"]) * 1e9
     prec = raw.setdefault("precision", {})
     prec.update(weights=c["w_dtype"], activations=c["a_dtype"], kv_cache=c["kv_dtype"])
-    if c.get("attn_dtype", AS_WEIGHTS) == AS_WEIGHTS:  # the checkpoint's own rule (its exclude list), else the weights'
+    if c.get("attn_dtype", ATTENTION_AUTO) == ATTENTION_AUTO:  # the checkpoint's exclude list, else the weights'
         prec.pop("attention", None)
     else:
         prec["attention"] = c["attn_dtype"]

@@ -258,13 +258,13 @@ def test_attention_precision_control_prices_the_projections_on_their_own():
     at = new_app()
     sb(at, "selectbox", "w_dtype").set_value("fp8").run()
     fp8 = kstar_data(at)
-    assert sb(at, "selectbox", "attn_dtype").value == S.AS_WEIGHTS
+    assert sb(at, "selectbox", "attn_dtype").value == S.ATTENTION_AUTO
     sb(at, "selectbox", "attn_dtype").set_value("bf16").run()
     assert_clean(at)
     assert "attention=bf16" in provenance(at)
     bf16_attn, all_fp8 = kstar_data(at)["itl_ms"].to_numpy(), fp8["itl_ms"].to_numpy()
     assert (bf16_attn >= all_fp8).all() and (bf16_attn[:64] > all_fp8[:64]).all()  # twice the projection bytes
-    sb(at, "selectbox", "attn_dtype").set_value(S.AS_WEIGHTS).run()
+    sb(at, "selectbox", "attn_dtype").set_value(S.ATTENTION_AUTO).run()
     assert kstar_data(at)["itl_ms"].equals(fp8["itl_ms"]) and "attention=" not in provenance(at)
 
 
@@ -569,7 +569,7 @@ def test_seeded_random_sweep_never_shows_a_traceback():
         ("number_input", "context_len"): [1, 512, 8192, 131072],
         ("selectbox", "w_dtype"): ["bf16", "fp8", "int4", "mxfp4"],
         ("selectbox", "kv_dtype"): ["bf16", "fp8"],
-        ("selectbox", "attn_dtype"): [S.AS_WEIGHTS, "bf16", "fp8"],
+        ("selectbox", "attn_dtype"): [S.ATTENTION_AUTO, "bf16", "fp8"],
         ("slider", "bs_range"): [(1, 1), (1, 1024), (16, 32), (100, 700)],
         ("slider", "k_max"): [1, 4, 16],
         ("toggle", "hw_custom"): [True, False],

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from simulator.specs import acceptance as acc
 from simulator.plan.api import predict
 from simulator.physics.forward_pass import verify_cost
-from simulator.physics.layers import GemmPrecision, allreduce_s, gemm
+from simulator.physics.gemm import GemmPrecision, gemm
+from simulator.physics.layers import allreduce_s
 from simulator.physics.memory import kv_bytes_per_gpu, weight_bytes_per_gpu
 from simulator.specs.deployment import Deployment
 from simulator.errors import PlannerError

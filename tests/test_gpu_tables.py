@@ -344,7 +344,7 @@ def test_importer_monotone_gemm_price_is_the_planners():
     gemm and moe (a fourth DTYPES field that is not there)."""
     from calibration.import_rows import DTYPES, KV_BYTES
     from calibration.planner_rows import monotone_rows_s
-    from simulator.physics.layers import GemmPrecision, gemm
+    from simulator.physics.gemm import GemmPrecision, gemm
     from simulator.physics.operators import evaluate
     from simulator.specs.deployment import EngineKernels, make_deployment
     from simulator.specs.profile import load_profile

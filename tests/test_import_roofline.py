@@ -11,6 +11,7 @@ import pytest
 
 from calibration import import_tables as it
 from simulator.physics import attention, layers
+from simulator.physics import gemm as gemm_op
 from simulator.physics.operators import Op, evaluate
 from simulator.specs.deployment import Deployment
 from simulator.specs.hardware import DTYPE_BYTES, load_hardware
@@ -38,7 +39,7 @@ def test_gemm(table_dtype, weight, act):
     n, k = 4096.0, 14336.0
     t0 = importer_t0("gemm", {"gemm_dtype": table_dtype, "m": TOKENS, "n": n, "k": k})
     dep = Deployment(weight_dtype=weight, act_dtype=act)
-    op = layers.gemm("g", TOKENS, n, k, layers.GemmPrecision(DTYPE_BYTES[weight], DTYPE_BYTES[act]), 1)
+    op = gemm_op.gemm("g", TOKENS, n, k, gemm_op.GemmPrecision(DTYPE_BYTES[weight], DTYPE_BYTES[act]), 1)
     np.testing.assert_allclose(t0, planner_roofline([op], dep), rtol=1e-12)
 
 
@@ -100,8 +101,8 @@ def test_block_fp8_gemm_and_moe(monkeypatch):
     n, k = 7168.0, 2048.0
     t0 = importer_t0("gemm", {"gemm_dtype": "fp8_block", "m": TOKENS, "n": n, "k": k})
     dep = Deployment(weight_dtype="fp8", act_dtype="bf16")
-    block_fp8 = layers.GemmPrecision(DTYPE_BYTES["fp8"], DTYPE_BYTES["bf16"], fp8_blocks=True)
-    op = layers.gemm("g", TOKENS, n, k, block_fp8, 1)
+    block_fp8 = gemm_op.GemmPrecision(DTYPE_BYTES["fp8"], DTYPE_BYTES["bf16"], fp8_blocks=True)
+    op = gemm_op.gemm("g", TOKENS, n, k, block_fp8, 1)
     assert op.dtype == "fp8_block"
     np.testing.assert_allclose(t0, planner_roofline([op], dep), rtol=1e-12)
     monkeypatch.setattr(it, "BUSIEST_LOAD_FROM_PLANNER", True)

@@ -33,7 +33,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from simulator.physics.forward_pass import FORWARD_PARTS, head_ops
-from simulator.physics.layers import LAYER_PARTS, GemmPrecision, attention_deployment, gemm, rank_tokens
+from simulator.physics.gemm import GemmPrecision, gemm
+from simulator.physics.layers import LAYER_PARTS, attention_deployment, rank_tokens
 from simulator.physics.operators import PassCost, StepCost, evaluate
 from simulator.physics.pass_tables import PassPlan, Segment, cell_inputs, price_plan
 from simulator.specs.deployment import Deployment
@@ -82,9 +83,7 @@ def _rows(dep: Deployment, batch, queries, part: str):
 def _fusion_precision(draft: DraftSpec, target: ModelSpec, dep: Deployment) -> GemmPrecision:
     """A head's fusion projection: a bf16 one the target's quantization does not reach (an MTP eh_proj, an EAGLE
     fc) multiplies bf16 activations."""
-    held = fusion_dtype(draft, target, dep)
-    a = DTYPE_BYTES[dep.act_dtype]
-    return GemmPrecision(DTYPE_BYTES[held], max(a, DTYPE_BYTES["bf16"]) if held != dep.weight_dtype else a)
+    return GemmPrecision.held(dep, fusion_dtype(draft, target, dep))
 
 
 def _plan(dep: Deployment, specs: tuple, key: tuple, segments: list, ops, batch, context_len,

@@ -11,8 +11,9 @@ from types import MappingProxyType
 import numpy as np
 
 from simulator.physics.fabric import allgather_s
+from simulator.physics.gemm import gemm, module_precision
 from simulator.physics.layers import (allreduce_op, attention_deployment, decoder_cell_ops, decoder_layers_ops,
-                                      decoder_token_ops, gemm, module_precision, rank_tokens)
+                                      decoder_token_ops, rank_tokens)
 from simulator.physics.operators import StepCost, evaluate
 from simulator.physics.ops import Op
 from simulator.specs.deployment import Deployment

@@ -8,66 +8,21 @@ from __future__ import annotations
 
 import numpy as np
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from types import MappingProxyType
 
 from simulator.physics.attention import LAYER_KIND_OPS, attention_kind_op, attention_op
 from simulator.physics.experts import busiest_group_load, experts_touched_correlated
 from simulator.physics.fabric import allreduce_fabric_s, alltoall_s, node_split
-from simulator.physics.ops import GemmOp, Op, array_key, share_op
-from simulator.physics.terms import gemm_terms, moe_expert_terms
+from simulator.physics.gemm import GemmPrecision, gemm, module_precision
+from simulator.physics.ops import Op, array_key, share_op
+from simulator.physics.terms import moe_expert_terms
 from simulator.specs.deployment import (Deployment, attention_projections, indexer_projections, layer_kind_counts,
                                         linear_projections, sliding_layers)
-from simulator.specs.hardware import BLOCK_FP8, DTYPE_BYTES, Hardware, gemm_kernel_dtype  # noqa: F401 (API)
+from simulator.specs.hardware import DTYPE_BYTES, Hardware
 from simulator.specs.models import ModelSpec
 from simulator.specs.routing import expert_probabilities
 from simulator.specs.wire import collective_factor
-
-
-@dataclass(frozen=True)
-class GemmPrecision:
-    """A weight GEMM's operands: bytes per weight and per activation element, and whether W is a checkpoint's
-    block-scaled fp8 (:meth:`ModelSpec.fp8_blocks`), multiplied by a block-scaled fp8 kernel on activations the
-    engine quantized to fp8 (a = 1, as the measured tables' fp8_block rows are read: calibration/import_rows.py)."""
-
-    w_bytes: float
-    a_bytes: float
-    fp8_blocks: bool = False
-
-    @classmethod
-    def of(cls, model: ModelSpec, dep: Deployment) -> "GemmPrecision":
-        """The deployment's weights and activations, block-scaled where the checkpoint is."""
-        return cls(DTYPE_BYTES[dep.weight_dtype], DTYPE_BYTES[dep.act_dtype], model.fp8_blocks(dep.weight_dtype))
-
-    @property
-    def block_scaled(self) -> bool:
-        return self.fp8_blocks and self.a_bytes <= DTYPE_BYTES["bf16"]
-
-    @property
-    def kernel_a_bytes(self) -> float:
-        """Activation bytes the kernel reads: fp8 under block scaling."""
-        return DTYPE_BYTES["fp8"] if self.block_scaled else self.a_bytes
-
-    @property
-    def kernel_dtype(self) -> str:
-        """The measured kernel family that runs it (GEMMs and MoE experts)."""
-        return BLOCK_FP8 if self.block_scaled else gemm_kernel_dtype(self.w_bytes, self.a_bytes)
-
-
-def gemm(name: str, tokens, n: float, k: float, precision: GemmPrecision, count: float, family: str = "gemm") -> Op:
-    """Y[T, n] = X[T, k] @ W[k, n]:  F = 2 T n k,  M = n k w + T (n + k) a (w, a: ``precision``'s, a as its kernel
-    reads it)."""
-    return GemmOp(name, family, gemm_terms, kernels=1, count=count, eff_tokens=tokens, surface="gemm",
-                  shape={"m": tokens, "n": n, "k": k, "nk": n * k, "w_bytes": precision.w_bytes,
-                         "a_bytes": precision.kernel_a_bytes}, dtype=precision.kernel_dtype)
-
-
-def module_precision(model: ModelSpec, dep: Deployment, module: str) -> GemmPrecision:
-    """A GEMM over the LM head, a router or MTP's fusion (:meth:`Deployment.module_dtype_for`): a module held in
-    bf16 beside quantized weights is an unquantized layer, which the engine runs on bf16 activations."""
-    held = dep.module_dtype_for(model, module)
-    a = DTYPE_BYTES[dep.act_dtype]
-    return GemmPrecision(DTYPE_BYTES[held], max(a, DTYPE_BYTES["bf16"]) if held != dep.weight_dtype else a)
 
 
 def allreduce_s(nbytes, gpus: int, hw: Hardware):
@@ -79,7 +34,7 @@ def attention_projection_ops(model: ModelSpec, dep: Deployment, tokens, count: i
                              suffix: str = "") -> list[Op]:
     """Weights on the attention path: QKV (or MLA's low-rank projections) and the output projection
     (:func:`simulator.specs.deployment.attention_projections`), each in the precision it is held in
-    (:meth:`Deployment.attention_gemm_bytes`: a checkpoint's unquantized attention runs bf16 GEMMs).
+    (:meth:`Deployment.attention_dtype_for`: a checkpoint's unquantized attention runs bf16 GEMMs).
 
     MLA's down-projections q_a [D -> q_lora] and kv_a [D -> kv_lora + rope] have no head axis and are
     replicated on every GPU of the attention group (full FLOPs and bytes here; the memory model
@@ -93,9 +48,9 @@ def _projection_ops(model: ModelSpec, dep: Deployment, tokens, count: int, shape
     of them a block-scaled fp8 checkpoint stores block-scaled."""
     ops = []
     for name, (n, k) in shapes.items():
-        w, a = dep.attention_gemm_bytes(model, name)
-        blocks = blocked(name) and model.fp8_blocks(dep.attention_dtype_for(model, name))
-        ops.append(gemm(f"{prefix}attn_{name}{suffix}", tokens, n, k, GemmPrecision(w, a, blocks), count))
+        held = dep.attention_dtype_for(model, name)
+        precision = GemmPrecision.held(dep, held, blocked(name) and model.fp8_blocks(held))
+        ops.append(gemm(f"{prefix}attn_{name}{suffix}", tokens, n, k, precision, count))
     return ops
 
 

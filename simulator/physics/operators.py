@@ -155,7 +155,7 @@ def _shared_instance_s(scope: dict, op: Op, hw: Hardware, dep: Deployment, profi
 def _op_peak(op: Op, hw: Hardware, dep: Deployment, peak: float) -> float:
     """The peak of the math ``op`` runs in: a block-scaled fp8 GEMM's own (fp8 whatever the activations between
     layers are, :meth:`Hardware.peak_flops_per_s`), a bf16 x bf16 GEMM's (a module the checkpoint keeps in bf16,
-    :func:`simulator.physics.layers.module_precision`, in a pass of fp8 activations), prefill attention's
+    :func:`simulator.physics.gemm.module_precision`, in a pass of fp8 activations), prefill attention's
     (:func:`prefill_attention_peak`), every other op the pass's."""
     if op.surface == PREFILL_SURFACE:
         return prefill_attention_peak(hw, dep)

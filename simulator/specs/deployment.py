@@ -96,13 +96,17 @@ class Deployment:
             return own
         return self.weight_dtype
 
+    @property
+    def quantized_weights(self) -> bool:
+        """Weights narrower than bf16: the modules a quantizer leaves out stay bf16 beside them."""
+        return DTYPE_BYTES[self.weight_dtype] < DTYPE_BYTES["bf16"]
+
     def module_dtype_for(self, model: ModelSpec, module: str) -> str:
         """The precision ``module`` ("embedding", "lm_head", "router", "mtp_fusion") is held in: bf16 for the modules
         serving engines leave unquantized (:data:`UNQUANTIZED_MODULES`) beside weights narrower than bf16, unless the
         engine's quantizer takes them too (:attr:`EngineKernels.quantized_modules`); else the checkpoint's rule
         (:meth:`ModelSpec.module_dtype`)."""
-        if (module in UNQUANTIZED_MODULES and module not in self.kernels.quantized_modules
-                and DTYPE_BYTES[self.weight_dtype] < DTYPE_BYTES["bf16"]):
+        if module in UNQUANTIZED_MODULES and module not in self.kernels.quantized_modules and self.quantized_weights:
             return "bf16"
         return model.module_dtype(module, self.weight_dtype)
 
@@ -114,18 +118,9 @@ class Deployment:
         else the weights' precision."""
         if self.attention_dtype:
             return self.attention_dtype
-        if projection in model.unquantized_attention and DTYPE_BYTES[self.weight_dtype] < DTYPE_BYTES["bf16"]:
+        if projection in model.unquantized_attention and self.quantized_weights:
             return "bf16"
         return self.weight_dtype
-
-    def attention_gemm_bytes(self, model: ModelSpec, projection: str) -> tuple[float, float]:
-        """(weight, activation) bytes of attention ``projection``'s GEMM: the weights' precision's; a projection held
-        wider than the deployment's weights multiplies activations at least as wide as its weights, up to bf16 (an
-        unquantized layer takes bf16 inputs, an fp8 one beside FP4 weights fp8 inputs)."""
-        held, a = self.attention_dtype_for(model, projection), DTYPE_BYTES[self.act_dtype]
-        if held == self.weight_dtype:
-            return DTYPE_BYTES[held], a
-        return DTYPE_BYTES[held], max(a, min(DTYPE_BYTES[held], DTYPE_BYTES["bf16"]))
 
     def attention_label(self, model: ModelSpec) -> str:
         """How the attention projections' precision differs from the weights' ("" where it does not): "bf16", or

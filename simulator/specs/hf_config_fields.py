@@ -6,6 +6,9 @@ checkpoint's quantization. Every refusal is one line naming the file and the fie
 """
 from __future__ import annotations
 
+import fnmatch
+import re
+
 from simulator.errors import PlannerError
 
 # Largest value any field may hold: well above every published model (DeepSeek-V3: 256 experts,
@@ -223,8 +226,6 @@ def _left_out_matcher(q: dict, origin: str):
     module above it matches an entry: a name or shell pattern ("model.layers.61*", "model.layers.*.self_attn") by
     fnmatch, or a "re:" regex (compressed-tensors' ignore) matched whole; TensorRT-LLM's
     QuantConfig.is_module_excluded_from_quantization walks a module's ancestors the same way."""
-    import fnmatch
-    import re
     names, globs, regexes = set(), [], []
     for key in _LEFT_OUT_KEYS:
         entries = q.get(key)

@@ -125,11 +125,18 @@ def _serving_checks() -> dict:
     return _figures(SERVING_FILE)
 
 
+def _serving_stats(hardware: str, engine: str) -> dict:
+    return (_serving_checks().get(hardware) or {}).get(engine) or {}
+
+
+def _serving_runs(hardware: str, engine: str) -> int:
+    return int(_serving_stats(hardware, engine).get("n") or 0)
+
+
 def serving_check(hardware: str, engine: str) -> ServingCheck | None:
     """The unseen serving runs' errors for this GPU and engine; None with fewer than MIN_SERVING_RUNS of them."""
-    checks = _serving_checks()
-    s = (checks.get(hardware) or {}).get(engine) or {}
-    if int(s.get("n") or 0) < MIN_SERVING_RUNS:
+    checks, s = _serving_checks(), _serving_stats(hardware, engine)
+    if _serving_runs(hardware, engine) < MIN_SERVING_RUNS:
         return None
     return ServingCheck(hardware, engine, int(s["n"]), float(s["median_error"]), float(s["within_20pct"]),
                         float(s["mape"]), float(s["worst"]), str(checks.get("_source", SERVING_FILE.name)))
@@ -140,7 +147,7 @@ def serving_check_text(hardware: str, engine: str) -> str:
     check = serving_check(hardware, engine)
     if check is not None:
         return check.describe()
-    runs = int(((_serving_checks().get(hardware) or {}).get(engine) or {}).get("n") or 0)
+    runs = _serving_runs(hardware, engine)
     return (f"TPOT not checked: {runs or 'no'} end-to-end runs on {hardware} under {engine} among those it never saw"
             + (f" (fewer than {MIN_SERVING_RUNS})" if runs else ""))
 
@@ -150,7 +157,7 @@ def serving_checks_text(hardware: list[str], engine: str) -> str:
     parts = []
     for gpu in hardware:
         check = serving_check(gpu, engine)
-        runs = int(((_serving_checks().get(gpu) or {}).get(engine) or {}).get("n") or 0)
+        runs = _serving_runs(gpu, engine)
         parts.append(f"{gpu}, {check.n} runs: {check.figures()}" if check is not None else
                      f"{gpu}: not checked ({runs or 'no'} runs{f', fewer than {MIN_SERVING_RUNS}' if runs else ''})")
     source = _serving_checks().get("_source", SERVING_FILE.name)
