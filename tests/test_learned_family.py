@@ -24,8 +24,13 @@ def test_family_level_learns_each_familys_centre():
     rows = _two_families()
     pop = L.fit_population(rows, "speculation terms" + L.FAMILY_LEVEL)
     assert set(pop.family_fit) == {"vllm", "trtllm"}
-    assert from_fit(pop.mean_for("vllm"))[4] == pytest.approx(1.4, rel=0.05)
-    assert from_fit(pop.mean_for("trtllm"))[4] == pytest.approx(1.0, rel=0.05)
+    # the MAP shrinks each family's centre toward the population mean mu (by hand, the per-source values pinned
+    # by the rows, offset and source spreads both A_PRIORI_SD = 0.15, mu's hyperprior sd 0.7): with 3 sources a
+    # family, its offset is 3/4 of (its sources' log value - mu), and mu = 0.75 log 1.4 / 0.15^2 / (1.5 / 0.15^2
+    # + 1 / 0.7^2) = 0.163, so the centres are exp(0.163 + 0.75 (0.336 - 0.163)) = 1.341 and exp(0.25 x 0.163)
+    # = 1.042 (the other speculation terms trade a little with the scale: 2%)
+    assert from_fit(pop.mean_for("vllm"))[4] == pytest.approx(1.341, rel=0.02)
+    assert from_fit(pop.mean_for("trtllm"))[4] == pytest.approx(1.042, rel=0.02)
     assert from_fit(pop.mean_for("sglang"))[4] == pytest.approx(from_fit(pop.mean_fit)[4])  # unseen: the mean
     plain = L.fit_population(rows, "speculation terms")
     assert plain.family_fit == {} and 1.05 < from_fit(plain.mean_fit)[4] < 1.35  # one centre between the two
