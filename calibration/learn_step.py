@@ -393,6 +393,15 @@ def corpus_cases(corpus: pd.DataFrame) -> list[Case]:
     return [c for c in (case_for(r) for _, r in corpus.iterrows()) if isinstance(c, Case)]
 
 
+def rows_digest(rows: Rows) -> str:
+    """A fingerprint of the training rows as today's physics prices them (6 significant digits): the shipped file
+    records it, so a physics change that moves a row shows the layer is stale (tests/test_learned_step.py)."""
+    parts = zip(rows.row_id, rows.y_log, rows.batch, rows.k, rows.kernel_s, rows.overhead_s, rows.kernel0_s,
+                rows.overhead0_s, rows.log_share)
+    text = "\n".join(f"{int(r)}:" + ",".join(f"{float(v):.6g}" for v in rest) for r, *rest in parts)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def learned_document(pop: Population, corpus_path: Path, rows: Rows) -> dict:
     """The shipped layer: population per term, what it was learned from and how."""
     centre = from_fit(pop.mean_fit)
@@ -404,6 +413,7 @@ def learned_document(pop: Population, corpus_path: Path, rows: Rows) -> dict:
         "row_log_scatter": round(pop.row_sigma, 5),
         "misfit_log_by_kind": {k: round(v, 5) for k, v in pop.misfit_by_kind.items()},
         "learned_from": {"corpus": str(corpus_path.name), "corpus_sha256": hashlib.sha256(corpus_path.read_bytes()).hexdigest(),
+                         "training_rows_sha256": rows_digest(rows),
                          "rows": int(pop.n_rows), "sources": len(pop.sources), "source_ids": list(pop.sources),
                          "kinds": {k: int((rows.kind == k).sum()) for k in ("step", "speedup")},
                          "command": "python -m calibration.learn_step",

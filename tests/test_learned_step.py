@@ -67,6 +67,14 @@ def test_shipped_layer_is_what_gpu_predictions_rest_on():
     assert g.itl_s[0, 1] == pytest.approx(hand[0, 0], rel=1e-9)
 
 
+def test_shipped_layer_was_learned_from_the_rows_todays_physics_prices():
+    # a physics change that moves a training row leaves the shipped layer stale (it was, once, for a whole stop)
+    doc = json.loads(LEARNED_FILE.read_text())
+    rows = L.training_rows(L.corpus_cases(L.read_corpus(L.CORPUS)))
+    assert L.rows_digest(rows) == doc["learned_from"]["training_rows_sha256"], (
+        "simulator/data/learned_step.json is stale: run python -m calibration.learn_step, then make transfer")
+
+
 def test_cpu_scenarios_have_no_learned_layer():
     sc = load_scenario(str(REPO / "scenarios" / "smollm2-cpu.toml"))
     assert sc.step_prior is None  # the published corpus has no CPU rows
