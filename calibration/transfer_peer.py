@@ -12,6 +12,7 @@ unpacked from its cached wheel next to the project (``make transfer``), never in
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 
 import pandas as pd
@@ -54,11 +55,20 @@ def _decode_step_ms(case, nextn: int) -> float | None:
     # planner's deployment has them (ep = 1 unless the row states it); the peer refuses a width mismatch
     ep = int(case.raw["hardware"].get("ep") or 1)
     moe = {"moe_tp_size": tp // ep, "moe_ep_size": ep} if model in MOE_MODELS else {}
+    return _peer_step_ms(EngineHandle, PEER_MODELS[model], PEER_SYSTEMS[hw], engine, tp, nextn,
+                         tuple(sorted((moe | _quant(case)).items())), int(case.row.batch_size), inp, out)
+
+
+@functools.lru_cache(maxsize=None)
+def _peer_step_ms(handle, model_id: str, system: str, engine: str, tp: int, nextn: int, options: tuple,
+                  batch: int, inp: int, out: int) -> float | None:
+    """One answer of the peer's compiled step model, kept: a pure function of its arguments that costs 2-3 s of
+    native work (rows of one curve share their plain step)."""
     try:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-            h = EngineHandle.compile(PEER_MODELS[model], PEER_SYSTEMS[hw], engine, backend_version=None,
-                                     tp_size=tp, nextn=nextn, **moe, **_quant(case))
-            return float(h.decode_step_latency(int(case.row.batch_size), inp, out))
+            h = handle.compile(model_id, system, engine, backend_version=None, tp_size=tp, nextn=nextn,
+                               **dict(options))
+            return float(h.decode_step_latency(batch, inp, out))
     except Exception:  # noqa: BLE001 - the peer refuses configurations it has no data for
         return None
 
