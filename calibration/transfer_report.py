@@ -37,6 +37,14 @@ def speedup_by_batch(spec: pd.DataFrame) -> list[dict]:
     return out
 
 
+def step_time_by_tp(step: pd.DataFrame) -> dict:
+    """The decode step-time error per tensor-parallel degree (rows, MAPE, median signed error, worst): where the
+    planner is fast or slow as a step spans more GPUs."""
+    return {str(int(tp)): {"n": int(len(g)), "mape": float(g.error.abs().mean()),
+                           "median_error": float(g.error.median()), "worst": float(g.error.abs().max())}
+            for tp, g in step.dropna(subset=["error"]).groupby("tp")}
+
+
 def _coverage(rows: pd.DataFrame) -> dict:
     return {"sources": sorted(rows.source_id.unique()), "gpus": sorted(rows.hardware.unique()),
             "tp": sorted(int(t) for t in rows.tp.unique()),
@@ -48,7 +56,8 @@ def summarize(rows: pd.DataFrame) -> dict:
     plain = step[step.kind == "plain"]
     spec = rows[(rows.kind == "speedup") & ~rows.anchor]
     out = {
-        "step_time": {"planner": _stats(step.error), "datasheet": _stats(step.error_datasheet), **_coverage(step)},
+        "step_time": {"planner": _stats(step.error), "datasheet": _stats(step.error_datasheet), **_coverage(step),
+                      "by_tp": step_time_by_tp(step)},
         "plain_only": {"planner": _stats(plain.error), "datasheet": _stats(plain.error_datasheet), **_coverage(plain)},
         "itl_only": {"planner": _stats(step[step.kind == "itl"].error),
                      "datasheet": _stats(step[step.kind == "itl"].error_datasheet)},
@@ -199,6 +208,12 @@ def _breakdown_tables(s: dict, rows: pd.DataFrame, skipped: pd.DataFrame) -> lis
         lines.append(f"| {hw} | {g['basis'].split(';')[0]} | {g['step_time']['n']} | {_pct(g['datasheet_step_time']['mape'])} |"
                      f" {_pct(g['step_time']['mape'])} | {_pct(g['step_time']['worst'])} | {g['speedup']['n']} |"
                      f" {_pct(g['speedup']['mape'])} |")
+    lines += ["", "## By tensor-parallel degree", "",
+              "Decode step-time rows (plain, serving ITL, run time per output token) by TP (error = planner / measured"
+              " - 1; a median below 0: the planner is fast):", "",
+              "| TP | rows | planner MAPE | median error | worst |", "|---|---|---|---|---|"]
+    for tp, g in (s["step_time"].get("by_tp") or {}).items():
+        lines.append(f"| {tp} | {g['n']} | {_pct(g['mape'])} | {g['median_error']:+.1%} | {_pct(g['worst'])} |")
     lines += ["", "## By source", "", "| source | rows | datasheet MAPE | planner MAPE | worst |", "|---|---|---|---|---|"]
     for src, g in s["by_source"].items():
         lines.append(f"| {src} | {g['planner']['n']} | {_pct(g['datasheet']['mape'])} | {_pct(g['planner']['mape'])} |"

@@ -203,3 +203,18 @@ def test_closed_loop_rows_run_the_speculating_server_at_its_own_cap(corpus):
     # the EAGLE-3 paper's SGLang rows state a batch size, not a concurrency: no cap is assumed there
     (eagle,) = _rows(corpus, [43])
     assert not eagle.closed_loop
+
+
+def test_step_time_by_tp_by_hand_and_in_the_report():
+    from calibration.transfer_report import step_time_by_tp
+    rows = pd.DataFrame({"tp": [1, 1, 2, 4], "error": [-0.1, 0.1, -0.2, np.nan]})
+    got = step_time_by_tp(rows)
+    assert set(got) == {"1", "2"}  # a TP whose rows have no error is left out
+    assert got["1"] == pytest.approx({"n": 2, "mape": 0.1, "median_error": 0.0, "worst": 0.1})
+    assert got["2"] == pytest.approx({"n": 1, "mape": 0.2, "median_error": -0.2, "worst": 0.2})
+    # the committed report: one line per TP the step rows span, the same figures as the committed rows
+    committed = pd.read_csv(T.OUT_DIR / "transfer_rows.csv")
+    step = committed[committed.kind.isin(["plain", "itl", "run"])]
+    md = (T.OUT_DIR / "transfer.md").read_text()
+    for tp, g in step.groupby("tp"):
+        assert f"| {tp} | {len(g)} | {g.error.abs().mean():.1%} | {g.error.median():+.1%} |" in md
