@@ -244,7 +244,9 @@ def bands(summary: dict) -> dict:
            "_datasheet": {"step_time_mape": summary["step_time"]["datasheet"]["mape"],
                           "n": summary["step_time"]["datasheet"]["n"]},
            # zero-shot speculative speedups by batch-size range (predict quotes the range of each row)
-           "_speedup_by_batch": summary["speedup"]["by_batch"]}
+           "_speedup_by_batch": summary["speedup"]["by_batch"],
+           # decode step-time rows by tensor-parallel degree, all GPUs (predict quotes its TP's lean)
+           "_step_time_by_tp": summary["step_time"].get("by_tp") or {}}
     if summary.get("physics_only_by_batch"):  # the same rows predicted by the physics alone (--physics-only)
         out["_speedup_by_batch_physics_only"] = summary["physics_only_by_batch"]
     if summary.get("parts"):  # the speculative step by part, where sources publish the parts

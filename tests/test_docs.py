@@ -185,6 +185,11 @@ def test_trust_table_cells_are_the_current_transfer_figures():
     assert rows["plain decode step time"] == f"{pct(plain['mape'])} MAPE, {plain['n']} rows (worst {pct(plain['worst'])})"
     assert rows["serving inter-token latency at a concurrency"].startswith(
         f"{pct(d['itl_only']['planner']['mape'])} MAPE, {d['itl_only']['planner']['n']} rows")
+    tp = d["step_time"]["by_tp"]
+    assert rows["... by TP"] == (f"median {signed(tp['1']['median_error'])} at TP 1; "
+                                 + ", ".join(signed(tp[t]["median_error"]) for t in ("2", "4", "8"))
+                                 + " at TP 2, 4, 8 (measured slower)")
+    assert all(tp[t]["median_error"] < 0 for t in ("2", "4", "8"))  # "measured slower" holds
     assert rows["speculative speedup over plain, zero-shot"] == (
         f"{pct(sp['planner']['mape'])} MAPE, {sp['planner']['n']} rows (physics alone {pct(sp['physics_only']['mape'])})")
     by, phys = sp["by_batch"], d["physics_only_by_batch"]

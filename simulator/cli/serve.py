@@ -243,11 +243,11 @@ def _run(args) -> int:
                           | ({} if graphs is None else {"graphs": json.loads(graphs.to_json(orient="records"))}),
                           indent=2) + "\n"
     if args.format == "table":
-        from simulator.plan.api import scenario_step_band
+        from simulator.plan.api import step_trust_text
         from simulator.specs.uncertainty import serving_check_text
         text += (f"# {sc.model.name} on {sc.deployment.tp} x {sc.hardware.name}, draft {sc.draft.label};"
                  f" {dtypes_text(sc)}\n# step times: {sc.cost_source}\n"
-                 f"# how far to trust them: {scenario_step_band(sc).describe()}\n"
+                 f"# how far to trust them: {step_trust_text(sc)}\n"
                  f"# serving {serving_check_text(sc.hardware.name, sc.engine.name)}\n")
     sys.stdout.write(text)
     if args.save_scenario:

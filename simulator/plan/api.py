@@ -30,7 +30,7 @@ from simulator.plan.speedup_trust import speedup_trust_text
 from simulator.plan.tables import breakdown_table, grid_rows_table, kstar_table
 from simulator.physics.attribution import describe_growth, verify_growth
 from simulator.physics.engine_time import graph_batch
-from simulator.specs.uncertainty import Band, serving_check_text, step_time_band
+from simulator.specs.uncertainty import Band, serving_check_text, step_time_band, tp_lean_text
 from simulator.specs.scenario import DEFAULT_SCENARIO, MAX_K, Scenario, apply_overrides, build_scenario, load_scenario
 
 
@@ -52,6 +52,14 @@ def scenario_step_band(sc: Scenario) -> Band:
     return step_time_band(sc.hardware.name, sc.hardware.kind, basis, sc.profile.raw if sc.profile else None)
 
 
+def step_trust_text(sc: Scenario) -> str:
+    """The step-time band in words, with how the published step rows at the scenario's TP leaned (a deployment
+    fit's interval stands alone: its own points already carry its TP; a CPU profile has no TP rows)."""
+    text = scenario_step_band(sc).describe()
+    lean = tp_lean_text(sc.deployment.tp) if sc.deployment_fit is None and sc.hardware.kind != "cpu" else ""
+    return f"{text}; {lean}" if lean else text
+
+
 def scenario_provenance(sc: Scenario) -> dict:
     """What a scenario's numbers rest on: its sources, the step times' basis and band, the speedups' band
     (predict's and serve's JSON carry it as "provenance")."""
@@ -68,7 +76,7 @@ def scenario_provenance(sc: Scenario) -> dict:
                       + (f" attention={a}" if (a := sc.deployment.attention_label(sc.model)) else "")
                       + f" routing={sc.deployment.routing.describe()}",
         "draft": sc.draft.label, "context_len": sc.context_len,
-        "uncertainty": scenario_step_band(sc).describe(), "speedup_uncertainty": speedup_trust_text(sc),
+        "uncertainty": step_trust_text(sc), "speedup_uncertainty": speedup_trust_text(sc),
         "serving_check": serving_check_text(sc.hardware.name, sc.engine.name),
         "step_basis": sc.step_basis,
         "decision_uncertainty": f"P(speculation pays) per batch size over {N_DRAWS} draws of "

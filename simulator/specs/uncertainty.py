@@ -82,6 +82,18 @@ def step_time_band(hardware: str, kind: str, basis: str, profile_raw: dict | Non
                 f"published rows on all GPUs ({hardware} has {int(entry.get('n') or 0)}); {src}")
 
 
+def tp_lean_text(tp: int) -> str:
+    """How the published decode step rows at this tensor-parallel degree (all GPUs) fell against the planner:
+    "at TP 4, 105 published step rows (all GPUs) ran a median 16% slower than predicted"; "" with fewer than
+    MIN_ROWS rows at that TP (or before calibration.transfer has written them)."""
+    g = (_bands().get("_step_time_by_tp") or {}).get(str(int(tp))) or {}
+    if int(g.get("n") or 0) < MIN_ROWS or g.get("median_error") is None:
+        return ""
+    median = float(g["median_error"])  # predicted / measured - 1
+    way = f"{abs(median):.0%} slower than predicted" if median < 0 else f"{median:.0%} faster than predicted"
+    return f"at TP {int(tp)}, {int(g['n'])} published step rows (all GPUs) ran a median {way}"
+
+
 def basis_band(bands: dict, basis: str, exclude: str = "") -> tuple[float, float | None, int, list[str]] | None:
     """The step-time MAPE pooled over every GPU whose corpus rows rest on ``basis`` (a GPU with too few rows
     of its own borrows the residuals of its own kind of evidence, not those of GPUs with measured tables):
