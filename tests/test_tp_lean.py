@@ -44,3 +44,19 @@ def test_cpu_and_fitted_deployments_quote_no_tp_lean(tmp_path):
     fitted = load_scenario(tmp_path / "s.toml")
     assert fitted.deployment_fit is not None and fitted.deployment.tp == 4
     assert "published step rows" not in step_trust_text(fitted)
+
+
+def test_tp_leans_by_hand_and_in_the_bundled_sizing_report(monkeypatch):
+    bands = {"_source": "transfer.md", "_step_time_by_tp": {"2": {"n": 83, "median_error": -0.177},
+                                                            "4": {"n": 2, "median_error": -0.5}}}
+    with monkeypatch.context() as m:
+        m.setattr(U, "_bands", lambda: bands)
+        assert U.tp_leans_text([2, 2, 4]) == ("published decode step rows by tensor-parallel degree, all GPUs"
+                                              " (transfer.md): TP 2: a median 18% slower than predicted (83 rows)")
+        assert U.tp_leans_text([4, 16]) == ""  # too few rows or none
+    by_tp = json.loads((REPO / "calibration" / "data" / "transfer" / "transfer.json").read_text())["step_time"]["by_tp"]
+    report = (REPO / "reports" / "sizing-moe-qwen3-235b.md").read_text()
+    line = next(ln for ln in report.splitlines() if ln.startswith("Tensor parallelism: "))
+    for tp in ("4", "8"):  # the TPs its capacity table compares
+        g = by_tp[tp]
+        assert f"TP {tp}: a median {abs(g['median_error']):.0%} slower than predicted ({g['n']} rows)" in line

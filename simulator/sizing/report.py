@@ -17,7 +17,7 @@ from simulator.plan.advice import advice_lines
 from simulator.plan.api import schedule_text
 from simulator.plan.speedup_trust import decision_risk_text, gain_at_risk_text, speedup_trust_text
 from simulator.specs.scenario_sections import repo_relative
-from simulator.specs.uncertainty import serving_checks_text as checks_text
+from simulator.specs.uncertainty import serving_checks_text as checks_text, tp_leans_text
 from simulator.sizing.answer import quality_caveat
 from simulator.sizing.costing import target_output_tokens_per_hour
 from simulator.sizing.fleet import SizingResult
@@ -245,8 +245,11 @@ def _closing_sections(res: SizingResult) -> list:
                       ("table", res.sensitivity)]))
     else:
         secs.append(("Sensitivity", [("p", "not run (no recommended configuration or sensitivity = false).")]))
+    leans = tp_leans_text(res.capacity["tp"]) if len(res.capacity) and "tp" in res.capacity else ""
     secs.append(("Uncertainty", [("p", "Capacity band: " + res.band_note + "."),
                                  ("p", "Serving " + serving_checks_text(res) + "."),
+                                 *([("p", "Tensor parallelism: " + leans + "; a replica at a TP whose rows ran"
+                                         " slower may carry that much less than its capacity here.")] if leans else []),
                                  ("p", "Speculative speedups (the K* tables): " + speedup_trust_text(sc) + ".")]))
     prov = _provenance(res)
     secs.append(("Provenance", [("wtable", prov)]))

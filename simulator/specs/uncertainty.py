@@ -82,16 +82,32 @@ def step_time_band(hardware: str, kind: str, basis: str, profile_raw: dict | Non
                 f"published rows on all GPUs ({hardware} has {int(entry.get('n') or 0)}); {src}")
 
 
+def _tp_figures(tp: int) -> dict | None:
+    """The published decode step rows' figures at one tensor-parallel degree (all GPUs), or None with fewer than
+    MIN_ROWS of them (or before calibration.transfer has written them)."""
+    g = (_bands().get("_step_time_by_tp") or {}).get(str(int(tp))) or {}
+    return g if int(g.get("n") or 0) >= MIN_ROWS and g.get("median_error") is not None else None
+
+
+def _lean_words(median: float) -> str:
+    """A median error (predicted / measured - 1) as what the measurements did."""
+    return f"{abs(median):.0%} slower than predicted" if median < 0 else f"{median:.0%} faster than predicted"
+
+
 def tp_lean_text(tp: int) -> str:
     """How the published decode step rows at this tensor-parallel degree (all GPUs) fell against the planner:
-    "at TP 4, 105 published step rows (all GPUs) ran a median 16% slower than predicted"; "" with fewer than
-    MIN_ROWS rows at that TP (or before calibration.transfer has written them)."""
-    g = (_bands().get("_step_time_by_tp") or {}).get(str(int(tp))) or {}
-    if int(g.get("n") or 0) < MIN_ROWS or g.get("median_error") is None:
-        return ""
-    median = float(g["median_error"])  # predicted / measured - 1
-    way = f"{abs(median):.0%} slower than predicted" if median < 0 else f"{median:.0%} faster than predicted"
-    return f"at TP {int(tp)}, {int(g['n'])} published step rows (all GPUs) ran a median {way}"
+    "at TP 4, 105 published step rows (all GPUs) ran a median 16% slower than predicted"; "" without enough rows."""
+    g = _tp_figures(tp)
+    return "" if g is None else (f"at TP {int(tp)}, {int(g['n'])} published step rows (all GPUs) ran a median"
+                                 f" {_lean_words(float(g['median_error']))}")
+
+
+def tp_leans_text(tps) -> str:
+    """The same for every tensor-parallel degree a sizing compares, in one line ("" when none has rows)."""
+    parts = [f"TP {tp}: a median {_lean_words(float(g['median_error']))} ({int(g['n'])} rows)"
+             for tp in sorted({int(t) for t in tps}) if (g := _tp_figures(tp)) is not None]
+    return ("published decode step rows by tensor-parallel degree, all GPUs (" + _bands().get("_source", BAND_FILE.name)
+            + "): " + "; ".join(parts)) if parts else ""
 
 
 def basis_band(bands: dict, basis: str, exclude: str = "") -> tuple[float, float | None, int, list[str]] | None:
