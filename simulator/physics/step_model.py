@@ -29,7 +29,6 @@ calibration profile), holding every cache the physics keeps while pricing its pa
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import cached_property
 
 import numpy as np
 
@@ -52,17 +51,16 @@ class StepModel:
     draft: object
     profile: object = None
     caches: PhysicsCaches = field(default_factory=PhysicsCaches)
+    # the collective calls of its verify, draft and extend passes (physics.collectives), counted when it is built
+    collective_counts: CollectiveCounts | None = None
 
     @classmethod
     def of(cls, sc) -> "StepModel":
         """The step model of a scenario (anything with model, deployment, hardware, engine, draft, profile)."""
-        return cls(sc.model, sc.deployment, sc.hardware, getattr(sc, "engine", None), getattr(sc, "draft", None),
-                   getattr(sc, "profile", None))
-
-    @cached_property
-    def collective_counts(self) -> CollectiveCounts:
-        """The collective calls of its verify, draft and extend passes (physics.collectives), read once."""
-        return collective_counts(self.model, self.deployment, self.hardware, self.draft)
+        draft = getattr(sc, "draft", None)
+        return cls(sc.model, sc.deployment, sc.hardware, getattr(sc, "engine", None), draft,
+                   getattr(sc, "profile", None),
+                   collective_counts=collective_counts(sc.model, sc.deployment, sc.hardware, draft))
 
     @staticmethod
     def key_of(sc) -> tuple:
