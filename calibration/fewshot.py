@@ -1,9 +1,10 @@
 """Few-shot fit of a deployment's engine terms: the pure numerics behind ``calibration.fit_deployment``.
 
-Parameters theta = the six engine terms of ``simulator/specs/step_terms.py`` plus a scale s_a on the
+Parameters theta = the seven engine terms of ``simulator/specs/step_terms.py`` plus a scale s_a on the
 acceptance rates::
 
     T(B, K)  = s s_spec^[K>0] kernel(B, K) + overhead(B, K) + c_step + c_seq B + (c_seq_spec B + c_spec B (K + 1)) [K > 0]
+               + c_coll calls(B, K)                                  the step's collective calls
     AL(K)    = 1 + sum_{j <= K} prod_{i <= j} min(s_a a_i, 0.999)          a chain (or a tree's own rates per depth)
     AL(K)    = the tree's, from its top-1 rates min(s_a a_d, 0.999) and rank tail   a draft tree (specs.tree_acceptance)
     speedup  = AL(K) * T(B, 0) / T(B, K)
@@ -55,14 +56,20 @@ class Points:
     # the draft tree the rates are of (specs.tree_acceptance.tree_shape: with its rank tail, they are its top-1
     # rates per depth); None: a chain
     tree: TreeShape | None = None
+    # the collective calls of the step at (B, K) and of the plain step a speedup divides by (None: 0, as at TP 1;
+    # physics.step_model.step_collective_calls)
+    calls: np.ndarray | None = None
+    calls0: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.batch.size)
 
 
-def step_time_s(theta: np.ndarray, batch, k, kernel_s, overhead_s) -> np.ndarray:
-    """The step of simulator/specs/step_terms.py; theta (m, 7) -> (m, n)."""
-    return step_terms.step_time_s(np.atleast_2d(theta)[:, :len(TERMS)], batch, k, kernel_s, overhead_s)
+def step_time_s(theta: np.ndarray, batch, k, kernel_s, overhead_s, calls=None) -> np.ndarray:
+    """The step of simulator/specs/step_terms.py; theta (m, 8) -> (m, n); ``calls`` the steps' collective calls
+    (None: 0)."""
+    return step_terms.step_time_s(np.atleast_2d(theta)[:, :len(TERMS)], batch, k, kernel_s, overhead_s,
+                                  0.0 if calls is None else calls)
 
 
 def acceptance_length(scale, rates: np.ndarray, k, tree: TreeShape | None = None) -> np.ndarray:
@@ -87,21 +94,22 @@ def acceptance_length(scale, rates: np.ndarray, k, tree: TreeShape | None = None
 def predict_log(kind: str, theta: np.ndarray, pts: Points) -> np.ndarray:
     """log of what is observed at each point: step time [s] ("step") or speedup over plain ("speedup")."""
     th = np.atleast_2d(theta)
-    t = step_time_s(th, pts.batch, pts.k, pts.kernel_s, pts.overhead_s)
+    t = step_time_s(th, pts.batch, pts.k, pts.kernel_s, pts.overhead_s, pts.calls)
     if kind == "step":
         return np.log(t)
     batch0 = pts.batch if pts.batch0 is None else pts.batch0
-    t0 = step_time_s(th, batch0, np.zeros_like(pts.k), pts.kernel0_s, pts.overhead0_s)
+    t0 = step_time_s(th, batch0, np.zeros_like(pts.k), pts.kernel0_s, pts.overhead0_s, pts.calls0)
     share = 0.0 if pts.share is None else np.log(pts.share)
     return np.log(acceptance_length(th[:, ACCEPTANCE], pts.rates, pts.k, pts.tree)) + np.log(t0) - np.log(t) + share
 
 
-POINT_FIELDS = ("batch", "k", "kernel_s", "overhead_s", "kernel0_s", "overhead0_s", "rates", "batch0", "share")
+POINT_FIELDS = ("batch", "k", "kernel_s", "overhead_s", "kernel0_s", "overhead0_s", "rates", "batch0", "share",
+                "calls", "calls0")
 
 
 def subset(pts: Points, keep) -> Points:
     """The points ``keep`` selects (a mask or indices)."""
-    return Points(*(None if getattr(pts, f) is None else np.asarray(getattr(pts, f))[keep] for f in POINT_FIELDS),
+    return Points(**{f: None if getattr(pts, f) is None else np.asarray(getattr(pts, f))[keep] for f in POINT_FIELDS},
                   tree=pts.tree)
 
 
@@ -119,12 +127,14 @@ def interval(samples: np.ndarray, level: float = 0.90) -> tuple[np.ndarray, np.n
 
 
 def goodput_samples(samples: np.ndarray, kernel_s: np.ndarray, overhead_s: np.ndarray, batch: np.ndarray,
-                    ks: np.ndarray, al: np.ndarray) -> np.ndarray:
-    """Goodput per sequence over a (B, K) grid for each theta sample: (m, nb, nk). al (m, nk) or (nk,)."""
+                    ks: np.ndarray, al: np.ndarray, calls=0.0) -> np.ndarray:
+    """Goodput per sequence over a (B, K) grid for each theta sample: (m, nb, nk). al (m, nk) or (nk,); ``calls``
+    the cells' collective calls, broadcasting to (nb, nk)."""
     nb, nk = kernel_s.shape
     B = np.broadcast_to(np.asarray(batch, dtype=float)[:, None], (nb, nk)).ravel()
     K = np.broadcast_to(np.asarray(ks, dtype=float)[None, :], (nb, nk)).ravel()
-    t = step_time_s(samples, B, K, kernel_s.ravel(), overhead_s.ravel()).reshape(-1, nb, nk)
+    calls = np.broadcast_to(np.asarray(calls, dtype=float), (nb, nk)).ravel()
+    t = step_time_s(samples, B, K, kernel_s.ravel(), overhead_s.ravel(), calls).reshape(-1, nb, nk)
     al = np.atleast_2d(al)
     return al[:, None, :] / t
 
@@ -169,7 +179,7 @@ SOLVER = {"xtol": 1e-12, "ftol": 1e-12}
 
 def posterior(kind: str, pts: Points, y_log: np.ndarray, prior_mean_fit, prior_sd_fit, n_samples: int = 200,
               seed: int = 0, free_acceptance: bool = False) -> dict:
-    """Maximum a posteriori terms given the points and the prior N(mean, sd^2) over the six terms in fit
+    """Maximum a posteriori terms given the points and the prior N(mean, sd^2) over the seven terms in fit
     coordinates (log of a scale, microseconds of a cost; a term of spread 0 stays at its mean), and samples of
     the Laplace approximation around it (the inverse of the whitened Jacobian's J^T J). Each point is a log
     observation with scatter NOISE_FLOOR; when the points disagree with each other beyond it (their RMS
@@ -233,7 +243,7 @@ def _jacobian_z(f, z: np.ndarray, h: float = 1e-5) -> np.ndarray:
 
 
 def prior_samples(prior_mean_fit, prior_sd_fit, n_samples: int = 200, seed: int = 0) -> np.ndarray:
-    """Term vectors (n, 7) drawn from the prior (the zero-shot spread), acceptance scale 1."""
+    """Term vectors (n, 8) drawn from the prior (the zero-shot spread), acceptance scale 1."""
     rng = np.random.default_rng(seed)
     phi = rng.normal(np.asarray(prior_mean_fit), np.asarray(prior_sd_fit), (n_samples, len(TERMS)))
     return np.column_stack([from_fit(phi), np.ones(n_samples)])

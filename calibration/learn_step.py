@@ -2,9 +2,9 @@
 
     python -m calibration.learn_step [--corpus calibration/data/published/corpus.csv] [--output FILE]
 
-What is learned are the six physically named terms of ``simulator/specs/step_terms.py`` (kernel scale,
+What is learned are the seven physically named terms of ``simulator/specs/step_terms.py`` (kernel scale,
 speculative kernel scale, host time per step, per sequence, per sequence when speculating, per speculative
-token), as a population: each source of the corpus (one lab's engine, GPU and harness) has its own values,
+token, per collective call), as a population: each source of the corpus (one lab's engine, GPU and harness) has its own values,
 drawn from a normal population in fit coordinates (log of a scale, microseconds of a cost). A zero-shot
 prediction uses the population's centre; the population's spread, with the rows' own scatter, is its band.
 
@@ -46,7 +46,7 @@ N_TERMS = len(TERMS)
 # the population's spread across sources is fixed a priori (step_terms.A_PRIORI_SD): a handful of sources cannot
 # estimate it (point estimates of shrunken per-source values would collapse it)
 START_SD = A_PRIORI_SD
-HYPER_SD = np.array([0.7, 2000.0, 100.0, 50.0, 0.7, 100.0])  # a weak pull of the population mean to the physics
+HYPER_SD = np.array([0.7, 2000.0, 100.0, 50.0, 0.7, 100.0, 50.0])  # a weak pull of the population mean to the physics
 ROW_SIGMA_START = 0.05  # log-scale scatter of one row inside its source, before it is estimated
 EB_ROUNDS = 2  # the rows' scatter is re-estimated from the fit; the population spread stays START_SD
 LOG_AL_BOUNDS = (np.log(1.0 + 1e-6), np.log(9.0))
@@ -72,6 +72,8 @@ class Rows:
     log_share: np.ndarray  # log(R / B) of a capped closed loop, else 0
     log_al: np.ndarray  # log acceptance length when the row gives it, else NaN
     row_id: np.ndarray
+    calls: np.ndarray  # collective calls of the row's step (physics.step_model.step_collective_calls)
+    calls0: np.ndarray  # and of the plain step a speedup divides by
 
     def __len__(self) -> int:
         return int(self.y_log.size)
@@ -81,7 +83,7 @@ class Rows:
 
 
 def _parts(case: Case) -> tuple | None:
-    """(batch, K, kernel, overhead, batch0, kernel0, overhead0, share) of a row, physics only."""
+    """(batch, K, kernel, overhead, batch0, kernel0, overhead0, share, calls, calls0) of a row, physics only."""
     B = int(case.row.batch_size)
     K = int(case.row.k) if case.kind == "speedup" else 0
     al = float(case.row.acceptance_length) if case.kind == "speedup" and not pd.isna(case.row.acceptance_length) else 2.0
@@ -92,9 +94,10 @@ def _parts(case: Case) -> tuple | None:
     g = compute_grid(sc, batch_sizes=sorted({R, B}), ks=sorted({0, K}))
     kern = np.broadcast_to(g.verify_s + g.draft_step_s, g.itl_s.shape)
     over = np.broadcast_to(g.overhead_s, g.itl_s.shape)
+    calls = np.broadcast_to(g.collective_calls, g.itl_s.shape)
     r, b = (0, 1) if R < B else (0, 0)
     j = g.itl_s.shape[1] - 1
-    return R, K, kern[r, j], over[r, j], B, kern[b, 0], over[b, 0], R / B
+    return R, K, kern[r, j], over[r, j], B, kern[b, 0], over[b, 0], R / B, calls[r, j], calls[b, 0]
 
 
 def training_rows(cases: list[Case]) -> Rows:
@@ -117,27 +120,27 @@ def training_rows(cases: list[Case]) -> Rows:
                 curve = curves.setdefault(anchor_curve_key(c.row), len(curves))
             y = np.log(c.measured * (1e-3 if plain else 1.0))
             recs.append((c.row.source_id, c.raw["hardware"]["name"], str(c.row.engine),
-                         "step" if plain else "speedup", curve, y, *parts,
-                         np.log(float(c.row.acceptance_length)) if given else np.nan, int(c.row.row_id)))
+                         "step" if plain else "speedup", curve, y, *parts[:8],
+                         np.log(float(c.row.acceptance_length)) if given else np.nan, int(c.row.row_id), *parts[8:]))
     cols = list(zip(*recs))
     B, K, kern, over, B0, kern0, over0, share = (np.array(cols[i], dtype=float) for i in range(6, 14))
     obj = lambda i: np.array(cols[i], dtype=object)  # noqa: E731
     return Rows(obj(0), obj(1), obj(2), obj(3), np.array(cols[4], dtype=int), np.array(cols[5], dtype=float),
                 B, K, kern, over, B0, kern0, over0, np.log(share), np.array(cols[14], dtype=float),
-                np.array(cols[15], dtype=int))
+                np.array(cols[15], dtype=int), np.array(cols[16], dtype=float), np.array(cols[17], dtype=float))
 
 
 def predict_log(rows: Rows, theta_rows: np.ndarray, log_al: np.ndarray) -> np.ndarray:
-    """log of what each row observes given its terms (n, 6) and its log acceptance length (n,)."""
-    t = _step(theta_rows, rows.batch, rows.k, rows.kernel_s, rows.overhead_s)
-    t0 = _step(theta_rows, rows.batch0, np.zeros_like(rows.k), rows.kernel0_s, rows.overhead0_s)
+    """log of what each row observes given its terms (n, 7) and its log acceptance length (n,)."""
+    t = _step(theta_rows, rows.batch, rows.k, rows.kernel_s, rows.overhead_s, rows.calls)
+    t0 = _step(theta_rows, rows.batch0, np.zeros_like(rows.k), rows.kernel0_s, rows.overhead0_s, rows.calls0)
     spd = log_al + np.log(t0) - np.log(t) + rows.log_share
     return np.where(rows.kind == "step", np.log(np.where(rows.kind == "step", t, 1.0)), spd)
 
 
-def _step(th: np.ndarray, batch, k, kernel_s, overhead_s) -> np.ndarray:
-    """The step of simulator/specs/step_terms.py with each row's own terms (n, 6)."""
-    return compose_step_s([th[:, i] for i in range(N_TERMS)], batch, k, kernel_s, overhead_s)
+def _step(th: np.ndarray, batch, k, kernel_s, overhead_s, calls) -> np.ndarray:
+    """The step of simulator/specs/step_terms.py with each row's own terms (n, 7)."""
+    return compose_step_s([th[:, i] for i in range(N_TERMS)], batch, k, kernel_s, overhead_s, calls)
 
 
 @dataclass(frozen=True)
@@ -147,7 +150,7 @@ class Population:
     mean_fit: np.ndarray
     sd_fit: np.ndarray
     row_sigma: float
-    source_fit: dict  # source -> (6,) fit coordinates
+    source_fit: dict  # source -> (7,) fit coordinates
     n_rows: int
     sources: tuple
     form: str = "all terms"
@@ -186,7 +189,7 @@ class Population:
 BASE_FORMS = {
     "all terms": TERM_NAMES,
     "speculation terms": ("spec_per_token_s", "spec_kernel_scale", "spec_host_per_seq_s"),
-    "host terms": ("host_per_step_s", "host_per_seq_s", "spec_per_token_s", "spec_host_per_seq_s"),
+    "host terms": ("host_per_step_s", "host_per_seq_s", "spec_per_token_s", "spec_host_per_seq_s", "collective_s"),
 }
 FAMILY_LEVEL = " + engine family"
 GPU_LEVEL = " + GPU family"
@@ -257,7 +260,7 @@ def fit_population(rows: Rows, form: str = "all terms", start_sd: np.ndarray = S
         r_rows = (predict_log(rows, from_fit(phi), np.nan_to_num(log_al)) - rows.y_log) / sigma
         return np.concatenate([r_rows, ((per - mu) / sd).ravel(), (off / sd).ravel(), (mu - neutral) / HYPER_SD[free]])
 
-    # the Jacobian, dense (a hundred parameters): a row moves only with its own six terms (its source's values
+    # the Jacobian, dense (a hundred parameters): a row moves only with its own seven terms (its source's values
     # plus its families' offsets, one finite difference per term for every row at once) and its curve's
     # acceptance (slope 1); the prior residuals are linear. Exact trust-region steps on it are several times
     # faster than scipy's grouped differences of the whole residual with an iterative solver.
@@ -397,7 +400,7 @@ def rows_digest(rows: Rows) -> str:
     """A fingerprint of the training rows as today's physics prices them (6 significant digits): the shipped file
     records it, so a physics change that moves a row shows the layer is stale (tests/test_learned_step.py)."""
     parts = zip(rows.row_id, rows.y_log, rows.batch, rows.k, rows.kernel_s, rows.overhead_s, rows.kernel0_s,
-                rows.overhead0_s, rows.log_share)
+                rows.overhead0_s, rows.log_share, rows.calls, rows.calls0)
     text = "\n".join(f"{int(r)}:" + ",".join(f"{float(v):.6g}" for v in rest) for r, *rest in parts)
     return hashlib.sha256(text.encode()).hexdigest()
 

@@ -9,6 +9,7 @@ import pandas as pd
 
 from calibration.transfer_cases import MOE_MODELS
 from calibration.transfer_components import markdown_parts, parts_by_method
+from simulator.specs.step_terms import TERM_NAMES
 
 
 def _stats(err: pd.Series) -> dict:
@@ -108,8 +109,8 @@ def markdown(summary: dict, rows: pd.DataFrame, skipped: pd.DataFrame, corpus_pa
         "# Transfer validation: predictions against published GPU measurements", "",
         f"Corpus: `{corpus_path}` ({len(rows) + len(skipped)} rows; {len(rows)} scored, {len(skipped)} not"
         " expressible). `python -m calibration.transfer` regenerates it.", "",
-        "The planner is the physics plus the learned layer (`calibration/learn_step.py`: a population of six engine"
-        f" terms learned from {layer.get('rows', '?')} plain-step and speedup rows of {len(layer.get('sources', []))}"
+        "The planner is the physics plus the learned layer (`calibration/learn_step.py`: a population of"
+        f" {len(TERM_NAMES)} engine terms learned from {layer.get('rows', '?')} plain-step and speedup rows of {len(layer.get('sources', []))}"
         f" sources; form \"{layer.get('form', '?')}\"). Every planner figure of a row comes from a layer learned"
         " **without that row's source** (leave-one-source-out; its form chosen on the other sources alone); the"
         " physics alone (`--physics-only`) and the datasheet are beside it.", "",

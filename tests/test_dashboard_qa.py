@@ -184,7 +184,11 @@ def test_headline_k_at_b1_names_the_k_the_schedule_runs():
 
 def test_engine_settings_heading_reads_once():
     # Before: "Engine settings: engine settings that cost goodput at this load" (the heading said it twice).
+    # On a scenario whose load has such a setting: the default one had one (K=0 -> K=1 at B 150-152, +0.6%) until
+    # the learned layer's collective term; DeepSeek-V3 (dp-ep) has a fixed K that costs 6% at B 1-4
     at = new_app()
+    at.sidebar.selectbox(key="scenario").set_value("deepseek-v3-dp-ep").run()
+    assert not at.exception, [e.value for e in at.exception]
     heads = [m.value for m in at.markdown if "ngine settings" in m.value]
     assert heads == ["**Engine settings that cost goodput at this load:**"], heads
 

@@ -12,8 +12,8 @@ from simulator.plan import decision_risk as D
 
 def test_stored_design_is_the_sobol_design():
     stored = D.standard_normal_design(D.N_DRAWS, len(D.TERM_NAMES), 0)
-    assert stored.shape == (64, 6) and not stored.flags.writeable
-    np.testing.assert_array_equal(stored, D.sobol_normal_design(64, 6, 0))
+    assert stored.shape == (64, 7) and not stored.flags.writeable
+    np.testing.assert_array_equal(stored, D.sobol_normal_design(64, 7, 0))
     # an even cover of each term's distribution: every column's mean near 0 and sd near 1 (64 Sobol points)
     assert np.abs(stored.mean(axis=0)).max() < 0.05 and np.abs(stored.std(axis=0) - 1).max() < 0.1
     # another design is made, not read

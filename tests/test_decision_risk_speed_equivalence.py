@@ -16,24 +16,26 @@ def _inputs(rng, context: bool):
     """Term draws in their natural ranges, and cells over B, K (and a context axis) with positive physics parts."""
     n, nb, nk = 64, 37, 9
     theta = np.column_stack([rng.uniform(0.5, 2.0, n), rng.uniform(0, 1e-3, n), rng.uniform(0, 1e-5, n),
-                             rng.uniform(0, 5e-6, n), rng.uniform(0.5, 3.0, n), rng.uniform(0, 2e-5, n)])
+                             rng.uniform(0, 5e-6, n), rng.uniform(0.5, 3.0, n), rng.uniform(0, 2e-5, n),
+                             rng.uniform(0, 1e-4, n)])
     tail = (1,) if context else ()
     cells = (nb, nk, 3) if context else (nb, nk)
     B = np.arange(1, nb + 1, dtype=float).reshape((-1, 1) + tail) * 7
     K = np.arange(nk, dtype=float).reshape((1, -1) + tail)
     kernel = rng.uniform(1e-3, 5e-2, cells)
     overhead = rng.uniform(-1e-4, 1e-3, cells)  # a deployment's terms can take host time off the profile's
-    return theta, B, K, kernel, overhead
+    calls = 161.0 + 33.0 * np.maximum(K, 0.0)  # a TP-2 verify pass and K draft passes' collective calls
+    return theta, B, K, kernel, overhead, calls
 
 
 @pytest.mark.parametrize("context", [False, True])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_factored_step_equals_compose_step_s(context, dtype):
-    theta, B, K, kernel, overhead = _inputs(np.random.default_rng(3), context)
+    theta, B, K, kernel, overhead, calls = _inputs(np.random.default_rng(3), context)
     f = lambda a: np.asarray(a, dtype=dtype)  # noqa: E731
     plain = compose_step_s(list(f(theta).T), f(B[..., None]), f(K[..., None]), f(kernel[..., None]),
-                           f(overhead[..., None]))
-    fast = compose_step_draws_s(theta, B, K, kernel, overhead, dtype)
+                           f(overhead[..., None]), f(calls[..., None]))
+    fast = compose_step_draws_s(theta, B, K, kernel, overhead, dtype, calls)
     assert fast.shape == plain.shape == kernel.shape + (64,) and fast.dtype == plain.dtype == dtype
     np.testing.assert_allclose(fast, plain, rtol=2e-7 if dtype == np.float32 else 1e-15, atol=0)
     # the same operations in the same order: the same bits, so the draws' order statistics (K*) cannot move
@@ -42,11 +44,11 @@ def test_factored_step_equals_compose_step_s(context, dtype):
 
 def test_factored_step_by_hand():
     """One cell, one draw, against the module formula worked by hand: s s_spec kernel + overhead + c_step + c_seq B
-    + c_seq_spec B + c_spec B (K + 1) at B = 4, K = 2."""
-    theta = np.array([[1.25, 1e-4, 2e-6, 3e-6, 1.5, 5e-6]])
+    + c_seq_spec B + c_spec B (K + 1) + c_coll calls at B = 4, K = 2 and 160 collective calls."""
+    theta = np.array([[1.25, 1e-4, 2e-6, 3e-6, 1.5, 5e-6, 15e-6]])
     got = compose_step_draws_s(theta, np.array([[4.0]]), np.array([[2.0]]), np.array([[0.01]]),
-                               np.array([[2e-4]]), np.float64)
-    want = 1.25 * 1.5 * 0.01 + 2e-4 + 1e-4 + 2e-6 * 4 + 5e-6 * 4 + 3e-6 * 4 * 3
+                               np.array([[2e-4]]), np.float64, np.array([[160.0]]))
+    want = 1.25 * 1.5 * 0.01 + 2e-4 + 1e-4 + 2e-6 * 4 + 5e-6 * 4 + 3e-6 * 4 * 3 + 2.4e-3  # 160 x 15 us
     assert got.shape == (1, 1, 1) and got[0, 0, 0] == pytest.approx(want, rel=1e-12)
 
 

@@ -28,7 +28,7 @@ VLLM = REPO / "tests" / "fixtures" / "vllm"
 # --- the formulas, by hand ------------------------------------------------------------------------
 
 def test_step_time_hand():  # hand: 1.2 * 10 + 0.5 + 1 + 8 * 0.02 + 8 * 4 * 0.003 ms = 13.756 ms
-    theta = np.array([1.2, 1e-3, 2e-5, 3e-6, 1.0, 0.0, 1.0])
+    theta = np.array([1.2, 1e-3, 2e-5, 3e-6, 1.0, 0.0, 0.0, 1.0])
     t = fewshot.step_time_s(theta, [8], [3], np.array([10e-3]), np.array([0.5e-3]))
     assert t[0, 0] == pytest.approx(13.756e-3, rel=1e-12)
     # plain decoding pays no per-speculative-token cost: 12 + 0.5 + 1 + 0.16 ms
@@ -58,7 +58,7 @@ def test_capped_speedup_point_by_hand():
     # with T = s kernel + overhead + c_seq B (+ c_spec B (K + 1) at K > 0); here s = 1.1, c_seq = 20 us
     pts = fewshot.Points(np.array([48.0]), np.array([2.0]), np.array([20e-3]), np.array([1e-3]), np.array([15e-3]),
                          np.array([0.5e-3]), np.array([[0.8, 0.5]]), batch0=np.array([64.0]), share=np.array([0.75]))
-    theta = np.array([1.1, 0.0, 20e-6, 0.0, 1.0, 0.0, 1.0])
+    theta = np.array([1.1, 0.0, 20e-6, 0.0, 1.0, 0.0, 0.0, 1.0])
     t_spec = 1.1 * 20e-3 + 1e-3 + 20e-6 * 48
     t_plain = 1.1 * 15e-3 + 0.5e-3 + 20e-6 * 64
     hand = 2.2 * 0.75 * t_plain / t_spec
@@ -407,7 +407,7 @@ def test_posterior_moves_from_a_start_at_zero_host_time():
     pts = fewshot.Points(np.array([1.0, 8.0]), np.zeros(2), np.array([60e-3, 400e-3]), np.zeros(2),
                          np.array([60e-3, 400e-3]), np.zeros(2), np.full((2, 1), 0.5))
     y = np.log([90.6e-3, 481.6e-3])
-    sd = np.array([np.log(4.0), 1e5, 0.0, 0.0, 0.0, 0.0])  # the no-layer spreads of these two terms
+    sd = np.array([np.log(4.0), 1e5, 0.0, 0.0, 0.0, 0.0, 0.0])  # the no-layer spreads of these two terms
     res = fewshot.posterior("step", pts, y, to_fit(NEUTRAL), sd, n_samples=20)
     assert res["theta"][0] == pytest.approx(1.15, rel=0.01)
     assert res["theta"][1] == pytest.approx(21.6e-3, rel=0.02)

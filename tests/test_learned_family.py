@@ -14,8 +14,8 @@ from tests.test_learned_step import _synthetic_rows
 
 def _two_families():
     # vLLM sources run the speculating kernels 1.4x the physics, TensorRT-LLM sources 1.0x (synthetic)
-    theta = {f"v{i}": np.array([1.0, 0, 0, 0, 1.4, 0]) for i in range(3)}
-    theta |= {f"t{i}": np.array([1.0, 0, 0, 0, 1.0, 0]) for i in range(3)}
+    theta = {f"v{i}": np.array([1.0, 0, 0, 0, 1.4, 0, 0]) for i in range(3)}
+    theta |= {f"t{i}": np.array([1.0, 0, 0, 0, 1.0, 0, 0]) for i in range(3)}
     rows = _synthetic_rows(theta)
     return replace(rows, engine=np.array(["vllm" if s.startswith("v") else "trtllm" for s in rows.source], dtype=object))
 

@@ -57,8 +57,8 @@ def test_a_missing_or_unknown_family_is_refused_in_one_line(tmp_path, edit, expe
 def _two_gpu_families():
     # three sources on Hopper (H100, H200) run the speculating kernels 1.4x the physics, three on CDNA 3 (MI300X,
     # MI325X) 1.0x; one engine for all (synthetic)
-    theta = {f"h{i}": np.array([1.0, 0, 0, 0, 1.4, 0]) for i in range(3)}
-    theta |= {f"m{i}": np.array([1.0, 0, 0, 0, 1.0, 0]) for i in range(3)}
+    theta = {f"h{i}": np.array([1.0, 0, 0, 0, 1.4, 0, 0]) for i in range(3)}
+    theta |= {f"m{i}": np.array([1.0, 0, 0, 0, 1.0, 0, 0]) for i in range(3)}
     rows = _synthetic_rows(theta)
     gpu = {"h0": "h100-sxm", "h1": "h200", "h2": "h100-sxm", "m0": "mi300x", "m1": "mi325x", "m2": "mi300x"}
     return replace(rows, gpu=np.array([gpu[s] for s in rows.source], dtype=object),
@@ -119,11 +119,11 @@ def test_layer_file_round_trips_gpu_family_offsets(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("offsets, expect", [
-    ({"hopper": [0.1]}, "6 finite numbers per GPU family"),
-    ({"hopper": [0, 0, 0, 0, float("nan"), 0]}, "6 finite numbers per GPU family"),
-    ({"hopper": [0, 0, 0, 0, True, 0]}, "6 finite numbers per GPU family"),
+    ({"hopper": [0.1]}, "7 finite numbers per GPU family"),
+    ({"hopper": [0, 0, 0, 0, float("nan"), 0]}, "7 finite numbers per GPU family"),
+    ({"hopper": [0, 0, 0, 0, True, 0]}, "7 finite numbers per GPU family"),
     ({"hoper": [0, 0, 0, 0, 0.1, 0]}, "names 'hoper', not a GPU family"),
-    ([0, 0, 0, 0, 0.1, 0], "6 finite numbers per GPU family"),
+    ([0, 0, 0, 0, 0.1, 0], "7 finite numbers per GPU family"),
 ])
 def test_bad_gpu_family_offsets_are_refused_in_one_line(tmp_path, monkeypatch, offsets, expect):
     doc = json.loads(LEARNED_FILE.read_text())

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from calibration import fewshot
-from calibration.fit_deployment import planner_parts
+from calibration.fit_deployment import planner_parts_and_calls
 from simulator import serving as sv
 from simulator.errors import PlannerError
 from simulator.physics.engine_time import pad
@@ -21,7 +21,7 @@ from simulator.physics.step_model import ServingExtras, step_time, step_time_sca
 from simulator.plan.grid import compute_grid
 from simulator.specs.engines import load_engine
 from simulator.specs.scenario import load_scenario
-from simulator.specs.step_terms import NEUTRAL, TERM_NAMES
+from simulator.specs.step_terms import NEUTRAL, TERM_NAMES, StepTerms
 
 REPO = Path(__file__).resolve().parent.parent
 SCENARIOS = sorted(p.stem for p in (REPO / "scenarios").glob("*.toml"))
@@ -45,11 +45,13 @@ def _three_ways(name: str):
     at = sc.with_overrides(context_len=ctx)
     grid = compute_grid(at, batch_sizes=BATCHES, ks=ks).itl_s
     serving = np.array([[pricer.step_s(b, k, b * (k + 1), float(ctx), k > 0, 0.0)[0] for k in ks] for b in BATCHES])
-    kernel, overhead = planner_parts(at, BATCHES, ks)  # the physics' parts, as calibration.fit_deployment reads them
+    # the physics' parts and the steps' collective calls, as calibration.fit_deployment reads them
+    kernel, overhead, calls = planner_parts_and_calls(at, BATCHES, ks)
     terms = at.step_terms
     theta = np.concatenate([NEUTRAL if terms is None else [terms.values[n] for n in TERM_NAMES], [1.0]])
     B, K = np.meshgrid(np.asarray(BATCHES, dtype=float), np.asarray(ks, dtype=float), indexing="ij")
-    few = fewshot.step_time_s(theta, B.ravel(), K.ravel(), kernel.ravel(), overhead.ravel())[0].reshape(B.shape)
+    few = fewshot.step_time_s(theta, B.ravel(), K.ravel(), kernel.ravel(), overhead.ravel(),
+                              calls.ravel())[0].reshape(B.shape)
     return grid, serving, few
 
 
@@ -69,7 +71,7 @@ def _random_step_inputs(rng, n):
     k = rng.integers(0, 8, n)
     return dict(batch=batch, k=k, verify_gpu_s=rng.uniform(1e-4, 5e-2, n), verify_kernels=rng.uniform(100, 3000, n),
                 in_graph=rng.random(n) < 0.5, eager_s=4e-6, draft_s=np.where(k > 0, rng.uniform(0, 1e-2, n), 0.0),
-                passes=k.astype(float), profile_s=rng.uniform(0, 1e-3, n))
+                passes=k.astype(float), profile_s=rng.uniform(0, 1e-3, n), calls=161.0 + 33.0 * k)
 
 
 @pytest.mark.parametrize("engine", [("vllm", "0.33.0"), ("sglang", "0.4.4"), ("trtllm", "1.2.1"), ("vllm", "0.11.0")])
@@ -84,14 +86,14 @@ def test_scalar_twin_equals_the_array_formula_to_the_bit(engine, command_a_terms
         for host_draft in (False, True):
             vec = step_time(eng, 8, x["batch"], x["k"], x["verify_gpu_s"], x["verify_kernels"], x["in_graph"],
                             x["eager_s"], x["draft_s"], x["passes"], host_draft, x["profile_s"], command_a_terms,
-                            extras, spec_mode).total_s
+                            extras, spec_mode, calls=x["calls"]).total_s
             for i in range(64):
                 b, k = int(x["batch"][i]), int(x["k"][i])
                 one = step_time_scalar(eng, 8, b, k, float(x["verify_gpu_s"][i]), float(x["verify_kernels"][i]),
                                        bool(x["in_graph"][i]), x["eager_s"], float(x["draft_s"][i]),
                                        float(x["passes"][i]), host_draft, float(x["profile_s"][i]),
                                        float(command_a_terms.kernel_factor(k)), float(command_a_terms.added_s(b, k)),
-                                       extras, spec_mode)
+                                       extras, spec_mode, command_a_terms.collective_s, float(x["calls"][i]))
                 assert one == vec[i]
 
 
@@ -99,7 +101,8 @@ def test_scalar_twin_equals_the_array_formula_to_the_bit(engine, command_a_terms
 def command_a_terms():
     terms = load_scenario(REPO / "scenarios" / "command-a-h100.toml").step_terms
     assert terms is not None  # the learned layer is shipped
-    return terms
+    # a cost per collective call whatever the shipped layer learned, so that the calls' arithmetic is exercised
+    return StepTerms(terms.values | {"collective_s": 15e-6})
 
 
 def test_one_padding_rule_per_engine_profile():

@@ -13,7 +13,8 @@ For B sequences and K drafts (K = 0: plain decoding), with the passes' GPU time 
              + exposed host(B, K) + passes x per_draft_pass  the engine profile's host time (engine_time)
              + schedule + schedule_per_seq x B             a serving config's extra host time (0 in the grid)
     with engine terms (simulator/specs/step_terms.py: a deployment fit, else the learned layer):
-    verify, draft x s s_spec^[K > 0];   overhead + the terms' added seconds
+    verify, draft x s s_spec^[K > 0];   overhead + the terms' added seconds (c_coll x the step's collective
+    calls among them: :func:`step_collective_calls`, the verify pass's + the draft passes' as the engine runs them)
     step     = verify + draft + overhead
     a speculating server at K = 0 (DSD's machinery on, nothing drafted): step x (1 + frac) + s
 
@@ -32,6 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from simulator.physics.caches import PhysicsCaches
+from simulator.physics.collectives import CollectiveCounts, collective_counts
 from simulator.physics.engine_time import host_exposed_s, host_exposed_scalar_s, pad, pass_time_s
 from simulator.physics.layers import rank_tokens
 
@@ -49,12 +51,16 @@ class StepModel:
     draft: object
     profile: object = None
     caches: PhysicsCaches = field(default_factory=PhysicsCaches)
+    # the collective calls of its verify, draft and extend passes (physics.collectives), counted when it is built
+    collective_counts: CollectiveCounts | None = None
 
     @classmethod
     def of(cls, sc) -> "StepModel":
         """The step model of a scenario (anything with model, deployment, hardware, engine, draft, profile)."""
-        return cls(sc.model, sc.deployment, sc.hardware, getattr(sc, "engine", None), getattr(sc, "draft", None),
-                   getattr(sc, "profile", None))
+        draft = getattr(sc, "draft", None)
+        return cls(sc.model, sc.deployment, sc.hardware, getattr(sc, "engine", None), draft,
+                   getattr(sc, "profile", None),
+                   collective_counts=collective_counts(sc.model, sc.deployment, sc.hardware, draft))
 
     @staticmethod
     def key_of(sc) -> tuple:
@@ -88,6 +94,7 @@ class StepTime:
     draft_s: np.ndarray
     overhead_s: np.ndarray
     total_s: np.ndarray
+    calls: np.ndarray | float = 0.0  # the step's collective calls (step_collective_calls)
 
 
 def lin_index(engine, dep, batch, k, tokens=None, caches=None) -> tuple[np.ndarray, np.ndarray]:
@@ -123,6 +130,17 @@ def draft_time_s(one_pass_s, passes, k, extend_s=None, extend_at_k0: bool = Fals
     return np.where(k > 0, one_pass_s * (passes - 1) + extend_s, extend_s if extend_at_k0 else 0.0)
 
 
+def step_collective_calls(counts: CollectiveCounts, passes, k, host_draft: bool = False, extend: bool = True,
+                          extend_at_k0: bool = False):
+    """Collective calls of a step: the verify pass's + its draft passes' as :func:`draft_time_s` composes the
+    draft passes (it is linear in a pass's cost, so it composes counts as it composes times); ``extend`` False: the
+    step runs no extend pass (a plain pricer); a host n-gram draft runs no draft ops."""
+    if host_draft:
+        return counts.verify + 0.0 * np.asarray(k, dtype=float)
+    ext = counts.draft_extend if extend else None
+    return counts.verify + draft_time_s(counts.draft_pass, passes, k, ext, extend_at_k0)
+
+
 def terms_tables(terms, b_top: int, k_max: int) -> tuple[list | None, list | None]:
     """(the terms' kernel factor per K = 0..k_max, their added seconds per (B, K), B = 0..b_top) as Python
     lists, for :func:`step_time_scalar`; (None, None) without terms."""
@@ -135,14 +153,15 @@ def terms_tables(terms, b_top: int, k_max: int) -> tuple[list | None, list | Non
 
 def step_time(engine, tp: int, batch, k, verify_gpu_s, verify_kernels, in_graph, eager_s: float, draft_s, passes,
               host_draft: bool, profile_s, terms=None, extras: ServingExtras = NO_EXTRAS,
-              spec_mode: bool = False, copy: bool = True) -> StepTime:
+              spec_mode: bool = False, copy: bool = True, calls=0.0) -> StepTime:
     """The module's formula over arrays (numpy broadcasting). ``engine`` the EngineProfile; ``verify_gpu_s``
     and ``verify_kernels`` the target pass's GPU time and kernel count, ``in_graph`` whether it replays a
     graph, ``eager_s`` the launch time per kernel outside one; ``draft_s`` the draft passes of the step as
     the engine runs them (:func:`draft_time_s`), ``passes`` their number, ``host_draft`` True for a host-side
     n-gram lookup (no draft loop); ``profile_s`` :func:`profile_overhead_s` at the cells; ``terms`` a
     StepTerms or None (--physics-only); ``spec_mode``: a speculating server (the DSD-at-K=0 cost at K = 0).
-    ``copy`` False: the verify time may be ``verify_gpu_s`` itself (engine_time.pass_time_s)."""
+    ``copy`` False: the verify time may be ``verify_gpu_s`` itself (engine_time.pass_time_s); ``calls`` the step's
+    collective calls (:func:`step_collective_calls`), which the terms' ``collective_s`` is paid per."""
     verify = pass_time_s(verify_gpu_s, verify_kernels, in_graph, eager_s, copy=copy)
     host = host_exposed_s(engine, batch, k, verify + draft_s, draft_s, tp)
     if not host_draft:  # host work between chained draft passes (none at K = 0: no passes)
@@ -154,20 +173,21 @@ def step_time(engine, tp: int, batch, k, verify_gpu_s, verify_kernels, in_graph,
     if terms is not None:
         f = terms.kernel_factor(k)
         verify, draft = verify * f, draft * f
-        overhead = overhead + terms.added_s(batch, k)
+        overhead = overhead + terms.added_s(batch, k, calls)
     total = verify + draft + overhead
     if spec_mode:
         total = np.where(np.asarray(k) > 0, total, total * (1.0 + extras.k0_frac) + extras.k0_s)
-    return StepTime(verify, draft, overhead, total)
+    return StepTime(verify, draft, overhead, total, calls)
 
 
 def step_time_scalar(engine, tp: int, batch: int, k: int, verify_gpu_s: float, verify_kernels: float,
                      in_graph: bool, eager_s: float, draft_s: float, passes: float, host_draft: bool,
                      profile_s: float, factor: float | None, added_s: float, extras: ServingExtras,
-                     spec_mode: bool) -> float:
+                     spec_mode: bool, collective_s: float = 0.0, calls: float = 0.0) -> float:
     """:func:`step_time`'s total for one step in Python floats (the serving loop prices one step at a time),
     the same arithmetic in the same order; ``factor`` and ``added_s`` the terms' kernel factor and added
-    seconds at (B, K) (None: no terms)."""
+    seconds at (B, K) without the collective calls (None: no terms: :func:`terms_tables`), ``collective_s`` the
+    terms' time per collective call and ``calls`` the step's."""
     verify = verify_gpu_s if in_graph else max(verify_gpu_s, verify_kernels * eager_s)
     host = host_exposed_scalar_s(engine, batch, k, verify + draft_s, draft_s, tp)
     if not host_draft:
@@ -177,7 +197,7 @@ def step_time_scalar(engine, tp: int, batch: int, k: int, verify_gpu_s: float, v
         overhead = overhead + extras.schedule_s + extras.schedule_per_seq_s * batch
     if factor is not None:
         verify, draft_s = verify * factor, draft_s * factor
-        overhead = overhead + added_s
+        overhead = overhead + (added_s + collective_s * calls)
     total = verify + draft_s + overhead
     if spec_mode and k == 0:
         total = total * (1.0 + extras.k0_frac) + extras.k0_s

@@ -31,10 +31,10 @@ DRAW_DTYPE = np.float32
 OUTSIDE_BAND = 0.9
 
 
-# the (N_DRAWS, 6) design every prediction draws the terms from, as sobol_normal_design(64, 6, 0) made it: read from
+# the (N_DRAWS, 7) design every prediction draws the terms from, as sobol_normal_design(64, 7, 0) made it: read from
 # the file, since importing scipy.stats for it would cost 0.56 s of every command's start
 # (tests/test_decision_risk_design.py makes it again and compares)
-DESIGN_FILE = Path(__file__).resolve().parent.parent / "data" / "normal_design_64x6.json"
+DESIGN_FILE = Path(__file__).resolve().parent.parent / "data" / "normal_design_64x7.json"
 
 
 def sobol_normal_design(n: int, dims: int, seed: int = 0) -> np.ndarray:
@@ -66,7 +66,7 @@ def draws_basis(terms) -> str:
 
 
 def term_draws(terms, n: int = N_DRAWS, seed: int = 0) -> tuple[np.ndarray, str]:
-    """(term vectors (n, 6), what they rest on) for the scenario's terms: the learned population, a deployment
+    """(term vectors (n, 7), what they rest on) for the scenario's terms: the learned population, a deployment
     fit's intervals (each term normal in fit coordinates, its 90% interval +-1.645 sd), or the a priori spread."""
     z = standard_normal_design(n, len(TERM_NAMES), seed)
     if terms is None:
@@ -81,23 +81,25 @@ def term_draws(terms, n: int = N_DRAWS, seed: int = 0) -> tuple[np.ndarray, str]
     return from_fit(centre + sd * z), draws_basis(terms)
 
 
-def physics_parts(grid, terms) -> tuple[np.ndarray, np.ndarray]:
-    """(kernel s, host s) of every cell without the scenario's terms: the grid's own times, unscaled."""
+def physics_parts(grid, terms) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(kernel s, host s, collective calls) of every cell without the scenario's terms: the grid's own times,
+    unscaled, and the calls its steps run (which the terms' collective_s is paid per)."""
     B, K = grid.cell_axes()
     kernel = np.broadcast_to(grid.verify_s + grid.draft_step_s, grid.itl_s.shape)
     overhead = np.broadcast_to(grid.overhead_s, grid.itl_s.shape)
+    calls = np.broadcast_to(getattr(grid, "collective_calls", 0.0), grid.itl_s.shape)
     if terms is None:
-        return kernel, overhead
-    return kernel / terms.kernel_factor(K), overhead - terms.added_s(B, K)
+        return kernel, overhead, calls
+    return kernel / terms.kernel_factor(K), overhead - terms.added_s(B, K, calls), calls
 
 
 def step_draws(grid, terms, n: int = N_DRAWS, seed: int = 0) -> tuple[np.ndarray, str]:
     """(the step time of every cell under each draw of the terms, draws on the last axis: (n_batch, n_k[, n_ctx],
     n); what the draws rest on). The step formula (specs.step_terms) over the grid's physics parts."""
     theta, basis = term_draws(terms, n, seed)
-    kernel, overhead = physics_parts(grid, terms)
+    kernel, overhead, calls = physics_parts(grid, terms)
     B, K = grid.cell_axes()
-    return compose_step_draws_s(theta, B, K, kernel, overhead, DRAW_DTYPE), basis
+    return compose_step_draws_s(theta, B, K, kernel, overhead, DRAW_DTYPE, calls), basis
 
 
 def goodput_draws(grid, terms, n: int = N_DRAWS, seed: int = 0) -> tuple[np.ndarray, str]:

@@ -86,6 +86,9 @@ class Grid:
     # (specs.engine_settings): :attr:`dsd_k0` prices that entry from this grid's passes when a decision first needs
     # it; None where K = 0 there is plain decoding
     k0_extend_scenario: object = None
+    # collective calls of each cell's step (physics.step_model.step_collective_calls), broadcasting to the cells:
+    # what the terms' collective_s is paid per
+    collective_calls: np.ndarray | float = 0.0
 
     @property
     def fits_memory(self) -> np.ndarray:
@@ -232,7 +235,7 @@ class Grid:
         return replace(self, verify_s=at_k0(self.verify_s, k0.verify_s), draft_step_s=at_k0(self.draft_step_s, k0.draft_s),
                        overhead_s=at_k0(self.overhead_s, k0.overhead_s), itl_s=itl,
                        goodput_per_seq=at_k0(self.goodput_per_seq, al0 / np.asarray(k0.total_s)),
-                       k0_extend_scenario=None)
+                       k0_extend_scenario=None, collective_calls=at_k0(self.collective_calls, k0.calls))
 
     @property
     def centre_score(self) -> np.ndarray:
@@ -405,7 +408,8 @@ def _evaluate(sc, b, k, c) -> Grid:
     return Grid(b, k.astype(int), c.astype(int), verify, draft_pass, np.asarray(passes, dtype=float), verify_s,
                 draft_step_s, np.broadcast_to(in_graph, itl.shape), overhead, itl, al, al[None, :, :] / itl, np.broadcast_to(memory, itl.shape),
                 sc.hardware.memory_bytes * sc.deployment.memory_utilization, touched, sc.schedule_tolerance,
-                None, extend, verify_context, k0_extend_scenario=sc if k0_extend else None)
+                None, extend, verify_context, k0_extend_scenario=sc if k0_extend else None,
+                collective_calls=np.broadcast_to(np.asarray(step.calls, dtype=float), itl.shape))
 
 
 def _drop_context_axis(grid: Grid) -> Grid:
@@ -417,7 +421,8 @@ def _drop_context_axis(grid: Grid) -> Grid:
                 cell(g.verify_s), cell(g.draft_step_s), cell(g.in_graph), cell(g.overhead_s), cell(g.itl_s),
                 g.acceptance_length[:, 0], cell(g.goodput_per_seq), cell(g.memory_per_gpu_bytes),
                 g.memory_capacity_bytes, g.experts_touched, g.schedule_tolerance, g.banded_acceptance_length,
-                cost(g.draft_extend), None, g.decision_quantile, g.step_terms, g.k0_extend_scenario)
+                cost(g.draft_extend), None, g.decision_quantile, g.step_terms, g.k0_extend_scenario,
+                cell(g.collective_calls))
 
 
 def draft_acceptance_lengths(draft, acceptance, ks, scale=None, n_ctx: int | None = None) -> np.ndarray:

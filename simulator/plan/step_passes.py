@@ -16,7 +16,7 @@ from simulator.physics.attention import MAX_DECODE_SURFACE_QUERIES
 from simulator.physics.engine_time import draft_extend_in_graph, draft_in_graph, pad_key, pass_time_s
 from simulator.physics.operators import PassCost, price_pass
 from simulator.physics.pass_tables import price_plan, verify_plan
-from simulator.physics.step_model import draft_time_s, profile_overhead_s, step_time
+from simulator.physics.step_model import draft_time_s, profile_overhead_s, step_collective_calls, step_time
 from simulator.plan.step_models import step_model
 
 @dataclass(frozen=True)
@@ -57,10 +57,12 @@ def engine_pass_times(sc, B, K, p: StepPasses, extend_at_k0: bool = False):
         extend.total_s, extend.n_kernels, draft_extend_in_graph(eng, B, K, p.in_graph), eng.eager_launch_per_kernel_s,
         copy=False)
     draft_s = draft_time_s(draft_one, p.draft_passes, K, extend_s, extend_at_k0)
+    calls = step_collective_calls(step_model(sc).collective_counts, p.draft_passes, K, host_draft, extend is not None,
+                                  extend_at_k0)
     # on a context axis the verify sum is this function's own array: no copy of it
     return step_time(eng, sc.deployment.tp, B, K, total_s, kernels, p.in_graph, eng.eager_launch_per_kernel_s,
                      draft_s, p.draft_passes, host_draft, profile_overhead_s(sc.profile, B, K),
-                     getattr(sc, "step_terms", None), copy=p.verify_context is None)
+                     getattr(sc, "step_terms", None), copy=p.verify_context is None, calls=calls)
 
 
 def _has_ctx_axis(op, n_ctx: int) -> bool:

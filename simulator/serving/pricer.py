@@ -45,7 +45,8 @@ from simulator.physics.layers import decoder_cell_ops
 from simulator.physics.operators import pass_time, prompt_chunk_point_s
 from simulator.physics.pass_tables import lin_table
 from simulator.plan.step_models import step_model
-from simulator.physics.step_model import lin_index, profile_overhead_s, step_time, step_time_scalar, terms_tables
+from simulator.physics.step_model import (lin_index, profile_overhead_s, step_collective_calls, step_time,
+                                          step_time_scalar, terms_tables)
 from simulator.serving.engine import EngineConfig, graph_profile
 from simulator.serving.step_experts import step_expert_tables
 from simulator.specs.scenario import Scenario
@@ -101,6 +102,19 @@ class StepPricer:
         # a speculating step at K = 0 still runs the drafter's extend pass on this engine release (as the grid's
         # Grid.dsd_k0 prices the K = 0 entry of a dynamic-K table)
         self.extend_at_k0 = self.extend is not None and k0_runs_draft_extend(sc.engine)
+        # collective calls of a step by K as the grid counts them (physics.step_model.step_collective_calls): a
+        # drafting step (K > 0) and, with ``_calls_k0_extend``, a speculating server's K = 0 entry running the extend
+        # pass; a step that drafts nothing runs the verify pass's alone (``_calls_plain``)
+        counts = step_model(sc).collective_counts
+        ngram = sc.draft.method == "ngram"
+        ks = np.arange(k_max + 1.0)
+        self._calls = np.asarray(step_collective_calls(counts, np.asarray(self.passes), ks, ngram,
+                                                       self.extend is not None), dtype=float)
+        self._calls_list = self._calls.tolist()
+        self._calls_plain = float(counts.verify)
+        self._calls_k0_extend = float(np.asarray(step_collective_calls(counts, 0.0, 0.0, ngram, True, True)))
+        terms = getattr(sc, "step_terms", None)
+        self._terms_collective_s = 0.0 if terms is None else float(terms.collective_s)
         # the buckets this pricer has read priced (its tables, and its twin's shared attention); its own,
         # so that rows it memoized before a twin priced a bucket are read again
         self._have = [False] * n_ctx
@@ -370,10 +384,17 @@ class StepPricer:
             overhead = self._overhead0[k_step]
         factor = None if self._terms_factor is None else self._terms_factor[k_step]
         added = 0.0 if factor is None else self._terms_added[min(n_dec, self.b_top)][k_step]
+        # the collective calls of the passes this step runs (as its draft time above composes them)
+        if not n_dec:
+            calls = self._calls_plain
+        elif k_step:
+            calls = self._calls_list[k_step]
+        else:
+            calls = self._calls_k0_extend if spec_mode and self.extend_at_k0 else self._calls_plain
         sc = self.sc
         time = step_time_scalar(sc.engine, sc.deployment.tp, n_dec, k_step, kernels, self.n_kernels, graph, self.eager_s,
                                 draft, self.passes[k_step], sc.draft.method == "ngram", overhead, factor, added,
-                                self.extras, spec_mode)
+                                self.extras, spec_mode, self._terms_collective_s, calls)
         return time, padded, graph
 
     def decode_steps_s(self, n_dec: np.ndarray, k_step: np.ndarray, tokens: np.ndarray, mean_ctx: float,
@@ -419,9 +440,10 @@ class StepPricer:
                 at_k0 = e[:, j] + w * (e[:, j + 1] - e[:, j])
         draft = np.where(spec, draft, at_k0)
         overhead = self.overhead_prof[np.minimum(n_dec, self.b_top), k_step]
+        calls = np.where(spec, self._calls[k_step], self._calls_k0_extend if k0_extend else self._calls_plain)
         return step_time(sc.engine, sc.deployment.tp, n_dec, k_step, kernels, self.n_kernels, graph, self.eager_s, draft,
                          passes, sc.draft.method == "ngram", overhead, getattr(sc, "step_terms", None), self.extras,
-                         spec_mode).total_s
+                         spec_mode, calls=calls).total_s
 
 
 def _padded_tokens(graphs, n_dec: int, k_step: int, tokens: int, caches=None) -> float:

@@ -2,9 +2,9 @@
 
 ``python -m calibration.fit_deployment`` writes them; the simulator only reads them (it never imports
 ``calibration``). The terms (``simulator/specs/step_terms.py``: kernel scales, host time per step, per
-sequence, per sequence and per speculative token when speculating) are the posterior of the learned
-population given the deployment's points; a file written before the speculative terms existed leaves
-them neutral (s = 1, c = 0). When the rows carried acceptance, the fitted
+sequence, per sequence and per speculative token when speculating, per collective call) are the posterior of the
+learned population given the deployment's points; a file written before the speculative terms (or the collective
+term) existed leaves them neutral (s = 1, c = 0). When the rows carried acceptance, the fitted
 per-position rates replace the scenario's; with ``rank_tail`` (a draft tree's acceptance lengths fitted as a scale
 on its top-1 rates) they are the tree's top-1 rates per depth and keep that rank tail (specs.tree_acceptance),
 without it the draft's own rates (a tree's: measured per depth on it). Format::
@@ -94,10 +94,14 @@ class DeploymentFit:
     def kernel_factor(self, k) -> np.ndarray:
         return kernel_factor(self.terms["kernel_scale"], self.terms["spec_kernel_scale"], k)
 
-    def added_s(self, batch, k) -> np.ndarray:
+    @property
+    def collective_s(self) -> float:
+        return self.terms.get("collective_s", 0.0)
+
+    def added_s(self, batch, k, calls=0.0) -> np.ndarray:
         t = self.terms
         return added_step_s(t["host_per_step_s"], t["host_per_seq_s"], t["spec_per_token_s"], batch, k,
-                            t["spec_host_per_seq_s"])
+                            t["spec_host_per_seq_s"], self.collective_s, calls)
 
     @property
     def points_text(self) -> str:

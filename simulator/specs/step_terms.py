@@ -7,10 +7,16 @@ One formula, used by the grid, the serving simulation and both fits (learned pri
               + c_step + c_seq B                                     host time per step and per sequence
               + c_seq_spec B [K > 0]                                 host time per sequence with speculation on
               + c_spec B (K + 1) [K > 0]                             per speculative token (sampling, rejection)
+              + c_coll calls(B, K)                                   per collective call of the step
+
+calls(B, K) is the number of collective calls (ops of family "comm": tensor-parallel all-reduces, the logits
+gather, MoE all-to-alls) the step runs: the verify pass's and the draft passes' as the engine runs them
+(simulator.physics.step_model.step_collective_calls); 0 at TP 1 without expert parallelism.
 
 Each term is physically named: ``kernel_scale`` (every kernel runs s x its priced time), ``spec_kernel_scale``
 (a speculating step's verify and draft kernels relative to the plain decode kernels: custom-mask or tree
-attention at q = K + 1, drafts outside a CUDA graph), the host terms in seconds. Neutral values leave the
+attention at q = K + 1, drafts outside a CUDA graph), the host terms in seconds, ``collective_s`` the time per
+collective call beyond its measured table (ranks waiting on each other, launch and sync in a real step). Neutral values leave the
 physics untouched.
 
 The learned layer (``simulator/data/learned_step.json``, written by ``python -m calibration.learn_step``) holds
@@ -37,8 +43,12 @@ TERMS = {
     "spec_per_token_s": (0.0, 0.0, 1e-3, "us"),
     "spec_kernel_scale": (1.0, 0.5, 3.0, "log"),
     "spec_host_per_seq_s": (0.0, 0.0, 1e-3, "us"),
+    "collective_s": (0.0, 0.0, 1e-4, "us"),
 }
 TERM_NAMES = tuple(TERMS)
+# terms added after learned layers were first shipped: a file without them holds them neutral, spread 0
+LATER_TERMS = ("collective_s",)
+OLDER_TERMS = tuple(n for n in TERMS if n not in LATER_TERMS)
 NEUTRAL = np.array([TERMS[n][0] for n in TERMS])
 LOWER = np.array([TERMS[n][1] for n in TERMS])
 UPPER = np.array([TERMS[n][2] for n in TERMS])
@@ -48,9 +58,11 @@ LOG_TERMS = np.array([TERMS[n][3] == "log" for n in TERMS])
 # from what engines' host loops and kernels are known to span: a kernel scale +-15% between implementations of
 # the same op; host time per step ~100 us (a graph replay to a Python scheduler loop); per sequence ~10 us
 # (scheduling, detokenizing); per speculative token ~5 us (sampling, rejection bookkeeping); per speculating
-# sequence ~20 us (draft / tree bookkeeping on the host). The population's spread (calibration.learn_step) and
-# a deployment's prior (calibration.fit_deployment) start here.
-A_PRIORI_SD = np.array([0.15, 100.0, 10.0, 5.0, 0.15, 20.0])
+# sequence ~20 us (draft / tree bookkeeping on the host); per collective call ~10 us (ranks waiting on each other,
+# a launch and a sync beyond the measured collective's own time; docs/learned_layer_choices.md, "a cost per
+# collective"). The population's spread (calibration.learn_step) and a deployment's prior
+# (calibration.fit_deployment) start here.
+A_PRIORI_SD = np.array([0.15, 100.0, 10.0, 5.0, 0.15, 20.0, 10.0])
 
 # engine -> family, for a learned layer with an engine-family level (its sources of one family share an offset):
 # research harnesses (gpt-fast, a paper's own loop; "other" in the corpus) are single-process PyTorch decode loops
@@ -83,44 +95,48 @@ def host_per_seq_s(c_seq, c_spec, k, c_seq_spec=0.0) -> np.ndarray:
     return c_seq + (c_seq_spec + c_spec * (k + 1.0)) * (k > 0)
 
 
-def added_step_s(c_step, c_seq, c_spec, batch, k, c_seq_spec=0.0) -> np.ndarray:
-    """Host time the terms add to one step [s]: c_step + c_seq B + (c_seq_spec B + c_spec B (K + 1)) [K > 0]."""
+def added_step_s(c_step, c_seq, c_spec, batch, k, c_seq_spec=0.0, c_coll=0.0, calls=0.0) -> np.ndarray:
+    """Time the terms add to one step [s]: c_step + c_seq B + (c_seq_spec B + c_spec B (K + 1)) [K > 0]
+    + c_coll calls (``calls`` the step's collective calls)."""
     batch, k = _floats(batch), _floats(k)
     # factored as c_step + B (c_seq + (c_seq_spec + c_spec (K + 1)) [K > 0]): on a grid the bracket is a K vector
-    return c_step + batch * host_per_seq_s(c_seq, c_spec, k, c_seq_spec)
+    return c_step + batch * host_per_seq_s(c_seq, c_spec, k, c_seq_spec) + c_coll * _floats(calls)
 
 
-def compose_step_s(terms, batch, k, kernel_s, overhead_s) -> np.ndarray:
-    """The formula above, elementwise (numpy broadcasting): ``terms`` the six terms in TERM_NAMES order."""
-    s, c0, c1, c2, sv, c3 = terms
+def compose_step_s(terms, batch, k, kernel_s, overhead_s, calls=0.0) -> np.ndarray:
+    """The formula above, elementwise (numpy broadcasting): ``terms`` the seven terms in TERM_NAMES order,
+    ``calls`` the step's collective calls."""
+    s, c0, c1, c2, sv, c3, cc = terms
     batch, k = _floats(batch), _floats(k)
-    return kernel_factor(s, sv, k) * kernel_s + overhead_s + added_step_s(c0, c1, c2, batch, k, c3)
+    return kernel_factor(s, sv, k) * kernel_s + overhead_s + added_step_s(c0, c1, c2, batch, k, c3, cc, calls)
 
 
-def compose_step_draws_s(theta: np.ndarray, batch, k, kernel_s, overhead_s, dtype=np.float32) -> np.ndarray:
-    """:func:`compose_step_s` at every cell for every draw of the terms, draws on the last axis: ``theta`` (n, 6)
-    term vectors, ``batch``, ``k``, ``kernel_s``, ``overhead_s`` broadcasting to the cells' shape; every input
-    cast to ``dtype`` first -> (*cells, n). The same operations in the same order, so the same values as
+def compose_step_draws_s(theta: np.ndarray, batch, k, kernel_s, overhead_s, dtype=np.float32,
+                         calls=0.0) -> np.ndarray:
+    """:func:`compose_step_s` at every cell for every draw of the terms, draws on the last axis: ``theta`` (n, 7)
+    term vectors, ``batch``, ``k``, ``kernel_s``, ``overhead_s``, ``calls`` broadcasting to the cells' shape; every
+    input cast to ``dtype`` first -> (*cells, n). The same operations in the same order, so the same values as
     compose_step_s on the same inputs (tests/test_decision_risk_speed_equivalence.py); the formula's kernel factor
-    and per-sequence host time depend on (K, draw) only and are formed on those small arrays, and the five
-    operations over the (cells x draws) array write into two buffers where the broadcast formula allocates five."""
+    and per-sequence host time depend on (K, draw) only and are formed on those small arrays, and the operations
+    over the (cells x draws) array write into two buffers where the broadcast formula allocates more."""
     cast = lambda a: np.asarray(a, dtype=dtype)  # noqa: E731
-    s, c0, c1, c2, sv, c3 = cast(theta).T
-    batch, k, kernel_s, overhead_s = cast(batch), cast(k), cast(kernel_s), cast(overhead_s)
+    s, c0, c1, c2, sv, c3, cc = cast(theta).T
+    batch, k, kernel_s, overhead_s, calls = cast(batch), cast(k), cast(kernel_s), cast(overhead_s), cast(calls)
     kd = k[..., None]  # K with the draws' axis
-    shape = np.broadcast_shapes(batch.shape, k.shape, kernel_s.shape, overhead_s.shape) + s.shape
+    shape = np.broadcast_shapes(batch.shape, k.shape, kernel_s.shape, overhead_s.shape, calls.shape) + s.shape
     step = np.multiply(kernel_factor(s, sv, kd), kernel_s[..., None], out=np.empty(shape, dtype))
     step += overhead_s[..., None]
     host = np.multiply(batch[..., None], host_per_seq_s(c1, c2, kd, c3), out=np.empty(shape, dtype))
     np.add(c0, host, out=host)  # c_step + B (...), as added_step_s adds it
+    host += cc * calls[..., None]  # + c_coll calls, as added_step_s adds it
     step += host
     return step
 
 
-def step_time_s(theta: np.ndarray, batch, k, kernel_s, overhead_s) -> np.ndarray:
-    """The formula above for term vectors theta (m, >= 6, TERM_NAMES order) at n points -> (m, n)."""
+def step_time_s(theta: np.ndarray, batch, k, kernel_s, overhead_s, calls=0.0) -> np.ndarray:
+    """The formula above for term vectors theta (m, >= 7, TERM_NAMES order) at n points -> (m, n)."""
     th = np.atleast_2d(theta)
-    return compose_step_s([th[:, i, None] for i in range(6)], batch, k, kernel_s, overhead_s)
+    return compose_step_s([th[:, i, None] for i in range(len(TERMS))], batch, k, kernel_s, overhead_s, calls)
 
 
 def to_fit(theta: np.ndarray) -> np.ndarray:
@@ -149,10 +165,14 @@ class StepTerms:
         v = self.values
         return kernel_factor(v["kernel_scale"], v.get("spec_kernel_scale", 1.0), k)
 
-    def added_s(self, batch, k) -> np.ndarray:
+    @property
+    def collective_s(self) -> float:
+        return self.values.get("collective_s", 0.0)
+
+    def added_s(self, batch, k, calls=0.0) -> np.ndarray:
         v = self.values
         return added_step_s(v["host_per_step_s"], v["host_per_seq_s"], v["spec_per_token_s"], batch, k,
-                            v.get("spec_host_per_seq_s", 0.0))
+                            v.get("spec_host_per_seq_s", 0.0), self.collective_s, calls)
 
 
 @dataclass(frozen=True)
@@ -172,7 +192,7 @@ class LearnedPrior(StepTerms):
                 f" {f.get('sources', '?')} published sources, {f.get('rows', '?')} rows)")
 
     def samples(self, n: int = 200, seed: int = 0) -> np.ndarray:
-        """Term vectors (n, 6) drawn from the population, natural units (a new deployment's spread)."""
+        """Term vectors (n, 7) drawn from the population, natural units (a new deployment's spread)."""
         rng = np.random.default_rng(seed)
         phi = rng.normal(np.asarray(self.mean_fit), np.asarray(self.sd_fit), (n, len(TERMS)))
         return from_fit(phi)
@@ -216,6 +236,9 @@ def load_learned_prior(path: str | Path = LEARNED_FILE, engine: str | None = Non
 def _offsets(data: dict, key: str, what: str, path: Path, known=None) -> dict:
     """``key`` of the layer file: family -> its offset from the population mean (len(TERMS) finite numbers)."""
     offsets = data.get(key) or {}
+    if isinstance(offsets, dict):  # a file older than the later terms: their offsets 0
+        offsets = {f: v + [0.0] * (len(TERMS) - len(v)) if isinstance(v, list) and len(OLDER_TERMS) <= len(v)
+                   else v for f, v in offsets.items()}
     if not (isinstance(offsets, dict) and all(isinstance(v, list) and len(v) == len(TERMS)
                                               and all(isinstance(x, (int, float)) and not isinstance(x, bool)
                                                       and np.isfinite(x) for x in v)
@@ -236,6 +259,9 @@ def _read_learned(path: Path) -> dict:
         raise PlannerError(f"{path}: not a learned step layer ('{LEARNED_FORMAT}'); regenerate it with"
                            " python -m calibration.learn_step")
     pop = data.get("population", {})
+    # a file older than a later term (one of LATER_TERMS absent) holds it at neutral with no spread
+    pop = {n: {"mean_fit": float(to_fit(NEUTRAL)[i]), "sd_fit": 0.0} for i, n in enumerate(TERMS)
+           if n in LATER_TERMS} | (pop if isinstance(pop, dict) else {})
     try:
         mean = [float(pop[n]["mean_fit"]) for n in TERMS]
         sd = [float(pop[n]["sd_fit"]) for n in TERMS]
