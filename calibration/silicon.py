@@ -35,12 +35,13 @@ import pandas as pd
 
 from calibration import gpu_tables as gt
 from calibration.transfer import closed_loop
-from calibration.transfer_cases import MOE_REUSE, REPO, engine_table
+from calibration.transfer_cases import MOE_REUSE, REPO, engine_table, scenario_for
 from simulator.cli.common import OneLineParser, command, write_atomically, write_files_atomically
 from simulator.errors import PlannerError, PlannerWarning
 from simulator.specs.hardware import FP4_DTYPES, load_hardware
 from simulator.specs.models import load_model
 from simulator.specs.scenario import build_scenario
+from simulator.specs.uncertainty import PHYSICS_ONLY_CHECKS
 
 SILICON_FILE = "silicon_sample.csv"  # relative to the package's systems/ folder
 MAP_FILE = REPO / "calibration" / "data" / "validation" / "silicon_map.toml"
@@ -155,16 +156,18 @@ def raw_for(row, mapping: dict) -> dict | str:
     return raw
 
 
-def predict_tpot_ms(raw: dict, row, cache: dict) -> tuple[float, str]:
-    """The planner's median TPOT [ms] of the row's closed loop, and what it rests on."""
-    # one scenario per deployment: the closed loop sets its own lengths and concurrency, and the rest of the
+def predict_tpot_ms(raw: dict, row, cache: dict) -> tuple[float, float, str]:
+    """The median TPOT [ms] of the row's closed loop by the planner as a user runs it (physics, measured tables
+    and the shipped learned layer) and by the physics alone (``--physics-only``), and what the first rests on."""
+    # one scenario pair per deployment: the closed loop sets its own lengths and concurrency, and the rest of the
     # workload table is the same for every row
     key = repr(sorted((k, repr(v)) for k, v in raw.items() if k != "workload"))
-    if key not in cache:  # the planner as a user runs it: physics, measured tables and the shipped learned layer
-        cache[key] = build_scenario(json.loads(json.dumps(raw)), origin="corpus")
-    sc = cache[key]
-    run = closed_loop(sc, "plain", int(row.batch_size), int(row.isl), int(row.osl))
-    return float(run.summary["tpot_p50_s"]) * 1e3, sc.cost_source
+    if key not in cache:
+        cache[key] = (build_scenario(json.loads(json.dumps(raw)), origin="corpus"), scenario_for(raw, "physics"))
+    planner, physics = cache[key]
+    tpot = [float(closed_loop(sc, "plain", int(row.batch_size), int(row.isl), int(row.osl)).summary["tpot_p50_s"])
+            * 1e3 for sc in (planner, physics)]
+    return tpot[0], tpot[1], planner.cost_source
 
 
 def score(rows: pd.DataFrame, mapping: dict, progress=None) -> pd.DataFrame:
@@ -183,17 +186,18 @@ def score(rows: pd.DataFrame, mapping: dict, progress=None) -> pd.DataFrame:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", PlannerWarning)
-                pred, basis = predict_tpot_ms(raw, row, cache)
+                pred, physics, basis = predict_tpot_ms(raw, row, cache)
         except PlannerError as err:
             # the row is built as a corpus scenario: its messages start "corpus: "
             out.append(rec | {"not_expressible": str(err).splitlines()[0].removeprefix("corpus: ")[:200]})
             continue
-        out.append(rec | {"predicted_tpot_ms": pred, "basis": basis, "not_expressible": ""})
+        out.append(rec | {"predicted_tpot_ms": pred, "physics_tpot_ms": physics, "basis": basis, "not_expressible": ""})
         if progress and i % 100 == 0:
             progress(i, len(rows))
     df = pd.DataFrame(out)
     if "predicted_tpot_ms" in df:
         df["error"] = df.predicted_tpot_ms / df.measured_tpot_ms - 1
+        df["physics_error"] = df.physics_tpot_ms / df.measured_tpot_ms - 1
     return df
 
 
@@ -227,6 +231,10 @@ def summarize(scored: pd.DataFrame) -> dict:
     return {"rows": int(len(scored)), "scored": int(len(ok)), "all": _stats(ok.error) if len(ok) else {"n": 0},
             "by_hardware": by("hardware"), "by_engine": by(ok.engine_profile.map(engine_family_of)),
             "by_model": by("model"), "by_quant": by("quant"), "by_concurrency": by(band),
+            # the same rows by the physics alone (--physics-only), which a prediction without the layer quotes
+            "physics_only": {"all": _stats(ok.physics_error) if len(ok) else {"n": 0},
+                             "by_engine": {str(k): _stats(g.physics_error)
+                                           for k, g in ok.groupby(ok.engine_profile.map(engine_family_of))}},
             "not_expressible": scored[scored.not_expressible != ""].not_expressible.value_counts().to_dict()}
 
 
@@ -244,6 +252,7 @@ def serving_checks(scored: pd.DataFrame) -> dict:
            "_date": dt.date.today().isoformat()}
     for (gpu, engine), g in ok.groupby([ok.hardware, ok.engine_profile.map(engine_family_of)]):
         out.setdefault(str(gpu), {})[str(engine)] = _stats(g.error)
+        out.setdefault(PHYSICS_ONLY_CHECKS, {}).setdefault(str(gpu), {})[str(engine)] = _stats(g.physics_error)
     return out
 
 
@@ -273,6 +282,12 @@ def markdown(summary: dict, src: str) -> str:
         " kernel tables and the learned layer, which learned only from the published corpus).", "",
         f"**All rows: MAPE {a.get('mape', float('nan')):.1%}, median error {a.get('median_error', float('nan')):+.1%},"
         f" worst {a.get('worst', float('nan')):.1%}, {a.get('within_20pct', float('nan')):.0%} within 20%.**", ""]
+    p = (summary.get("physics_only") or {}).get("all") or {}
+    if p.get("n"):
+        head += [f"The physics alone (`--physics-only`, no learned layer) on the same rows: MAPE {p['mape']:.1%}, median"
+                 f" error {p['median_error']:+.1%}, {p['within_20pct']:.0%} within 20%; by engine: "
+                 + "; ".join(f"{e} {g['mape']:.1%} ({g['median_error']:+.1%})"
+                             for e, g in summary["physics_only"]["by_engine"].items() if g.get("n")) + ".", ""]
     body = (_table("GPU", summary["by_hardware"]) + _table("engine", summary["by_engine"])
             + _table("model", summary["by_model"]) + _table("quantization (GEMMs / experts)", summary["by_quant"])
             + _table("concurrency", summary["by_concurrency"]))

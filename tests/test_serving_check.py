@@ -30,6 +30,12 @@ def test_the_shipped_checks_are_the_scored_rows_by_gpu_and_engine():
             assert shipped[gpu][engine]["n"] == s["n"]
             for key in ("mape", "median_error", "within_20pct", "worst"):  # the rows file keeps 6 digits
                 assert shipped[gpu][engine][key] == pytest.approx(s[key], rel=1e-4, abs=1e-6)
+    # the physics alone's block (what a --physics-only prediction quotes): the same rows' physics errors
+    alone = shipped[unc.PHYSICS_ONLY_CHECKS]
+    for gpu, engines in again[unc.PHYSICS_ONLY_CHECKS].items():
+        for engine, s in engines.items():
+            assert alone[gpu][engine]["n"] == s["n"] == shipped[gpu][engine]["n"]
+            assert alone[gpu][engine]["median_error"] == pytest.approx(s["median_error"], rel=1e-4, abs=1e-6)
     # every priced run counted once: the totals by GPU are the silicon summary's
     summary = json.loads((silicon.OUT_DIR / "silicon.json").read_text())
     for gpu, s in summary["by_hardware"].items():
@@ -69,7 +75,7 @@ def test_predict_quotes_the_check_in_its_table_and_json(capsys):
 
 def test_the_sizing_report_quotes_each_sized_gpu():
     res = SimpleNamespace(capacity=pd.DataFrame({"hardware": ["h200", "a100-80gb", "h200"]}),
-                          scenario=SimpleNamespace(engine=SimpleNamespace(name="vllm"),
+                          scenario=SimpleNamespace(engine=SimpleNamespace(name="vllm"), step_basis="learned layer",
                                                    hardware=SimpleNamespace(name="h200")))
     text = serving_checks_text(res)
     h200 = unc.serving_check("h200", "vllm")
@@ -81,7 +87,7 @@ def test_only_a_full_silicon_run_rewrites_the_checks(tmp_path, monkeypatch):
     check_file = tmp_path / "serving_error.json"
     fake = pd.DataFrame({"hardware": ["h200", "h200"], "engine_profile": ["vllm-0.11.0", "vllm-0.11.0"],
                          "model": ["llama-3.1-8b"] * 2, "quant": ["fp8"] * 2, "batch_size": [4, 8],
-                         "error": [0.1, -0.3], "not_expressible": ["", ""]})
+                         "error": [0.1, -0.3], "physics_error": [-0.1, -0.2], "not_expressible": ["", ""]})
     monkeypatch.setattr(silicon, "CHECK_FILE", check_file)
     monkeypatch.setattr(silicon.gt, "locate_tables", lambda: SimpleNamespace(describe=lambda: "package /x"))
     monkeypatch.setattr(silicon, "read_silicon", lambda src: pd.DataFrame({"system": ["h200_sxm"] * 2}))
@@ -91,5 +97,21 @@ def test_only_a_full_silicon_run_rewrites_the_checks(tmp_path, monkeypatch):
     assert silicon.main(["--limit", "1", "--output-dir", str(tmp_path / "a")]) == 0
     assert not check_file.exists()  # a partial run says nothing of the GPUs and engines it skipped
     assert silicon.main(["--output-dir", str(tmp_path / "b")]) == 0
-    s = json.loads(check_file.read_text())["h200"]["vllm"]
+    checks = json.loads(check_file.read_text())
+    s, alone = checks["h200"]["vllm"], checks[unc.PHYSICS_ONLY_CHECKS]["h200"]["vllm"]
     assert s["n"] == 2 and s["mape"] == pytest.approx(0.2) and s["median_error"] == pytest.approx(-0.1)
+    assert alone["n"] == 2 and alone["mape"] == pytest.approx(0.15) and alone["median_error"] == pytest.approx(-0.15)
+
+
+def test_a_physics_only_prediction_quotes_the_physics_alones_check(capsys):
+    s = json.loads(unc.SERVING_FILE.read_text())[unc.PHYSICS_ONLY_CHECKS]["h200"]["vllm"]
+    check = unc.serving_check("h200", "vllm", physics_only=True)
+    assert check.n == s["n"] and check.median_error == pytest.approx(s["median_error"])
+    assert "it never saw (the physics alone):" in check.describe()
+    from simulator.cli.predict import main
+    args = ["--model", "llama-3.1-8b", "--hardware", "h200", "--engine", "vllm", "--batch-sizes", "1,8", "--k-max", "2"]
+    assert main(args + ["--physics-only", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["provenance"]["serving_check"] == check.describe()
+    assert main(args + ["--format", "json"]) == 0  # with the learned layer: the planner's check
+    assert json.loads(capsys.readouterr().out)["provenance"]["serving_check"] == unc.serving_check_text("h200", "vllm")
+

@@ -72,22 +72,26 @@ def test_a_row_becomes_the_corpus_layout_and_a_closed_loop_prices_it():
     raw = silicon.raw_for(row(batch_size=8.0, isl=512, osl=64), MAP)
     assert raw["model"] == {"name": "llama-3.1-70b"} and raw["hardware"] == {"name": "h200", "tp": 4}
     assert raw["engine"]["name"] == "trtllm" and raw["engine"]["version"]  # the version rule picked a profile
-    tpot, basis = silicon.predict_tpot_ms(raw, row(batch_size=8.0, isl=512, osl=64), {})
+    tpot, physics, basis = silicon.predict_tpot_ms(raw, row(batch_size=8.0, isl=512, osl=64), {})
     # hand: 70B fp8 weights over 4 x H200 are 17.6 GB per GPU, read once per step at <= 4.8 TB/s: >= 3.7 ms;
     # a step of 8 sequences is memory-bound, well under 3x that
-    assert 3.7 < tpot < 11.0
-    assert "measured kernel tables" in basis
+    assert 3.7 < physics < tpot < 11.0  # the learned layer only adds (host, collective and speculation terms)
+    assert "measured kernel tables" in basis and "learned layer" in basis
 
 
 def test_summary_bands_and_reasons():
     scored = pd.DataFrame({"not_expressible": ["", "", "disaggregated serving"], "batch_size": [4, 200, 8],
-                           "error": [0.1, -0.3, None], "hardware": ["h200", "b200", None],
+                           "error": [0.1, -0.3, None], "physics_error": [-0.1, -0.2, None],
+                           "hardware": ["h200", "b200", None],
                            "engine_profile": ["vllm-0.19.1", "sglang-0.5.14", None], "model": ["a", "b", None],
                            "quant": ["fp8", "fp8", None]})
     s = silicon.summarize(scored)
     assert s["scored"] == 2 and s["all"]["mape"] == pytest.approx(0.2) and s["all"]["within_20pct"] == 0.5
     assert s["by_concurrency"]["1-8"]["n"] == 1 and s["by_concurrency"][">= 129"]["n"] == 1
     assert s["not_expressible"] == {"disaggregated serving": 1}
+    alone = s["physics_only"]
+    assert alone["all"]["mape"] == pytest.approx(0.15) and alone["all"]["median_error"] == pytest.approx(-0.15)
+    assert alone["by_engine"]["sglang"]["median_error"] == pytest.approx(-0.2)
 
 
 def test_readme_quotes_the_committed_silicon_figures():

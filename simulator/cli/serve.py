@@ -243,12 +243,11 @@ def _run(args) -> int:
                           | ({} if graphs is None else {"graphs": json.loads(graphs.to_json(orient="records"))}),
                           indent=2) + "\n"
     if args.format == "table":
-        from simulator.plan.api import step_trust_text
-        from simulator.specs.uncertainty import serving_check_text
+        from simulator.plan.api import scenario_serving_check_text, step_trust_text
         text += (f"# {sc.model.name} on {sc.deployment.tp} x {sc.hardware.name}, draft {sc.draft.label};"
                  f" {dtypes_text(sc)}\n# step times: {sc.cost_source}\n"
                  f"# how far to trust them: {step_trust_text(sc)}\n"
-                 f"# serving {serving_check_text(sc.hardware.name, sc.engine.name)}\n")
+                 f"# serving {scenario_serving_check_text(sc)}\n")
     sys.stdout.write(text)
     if args.save_scenario:
         save_scenario(args, saved_raw(sc, args), sc.name)

@@ -60,6 +60,12 @@ def step_trust_text(sc: Scenario) -> str:
     return f"{text}; {lean}" if lean else text
 
 
+def scenario_serving_check_text(sc: Scenario) -> str:
+    """The serving check of the scenario's GPU and engine, of its own basis: the physics alone's under
+    --physics-only, else the planner as shipped (a deployment fit's too: the check never scored one)."""
+    return serving_check_text(sc.hardware.name, sc.engine.name, physics_only=sc.step_basis == "physics only")
+
+
 def scenario_provenance(sc: Scenario) -> dict:
     """What a scenario's numbers rest on: its sources, the step times' basis and band, the speedups' band
     (predict's and serve's JSON carry it as "provenance")."""
@@ -77,7 +83,7 @@ def scenario_provenance(sc: Scenario) -> dict:
                       + f" routing={sc.deployment.routing.describe()}",
         "draft": sc.draft.label, "context_len": sc.context_len,
         "uncertainty": step_trust_text(sc), "speedup_uncertainty": speedup_trust_text(sc),
-        "serving_check": serving_check_text(sc.hardware.name, sc.engine.name),
+        "serving_check": scenario_serving_check_text(sc),
         "step_basis": sc.step_basis,
         "decision_uncertainty": f"P(speculation pays) per batch size over {N_DRAWS} draws of "
                                 + draws_basis(sc.step_terms),

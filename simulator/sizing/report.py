@@ -78,7 +78,7 @@ def compact_json(obj) -> str:
 def serving_checks_text(res: SizingResult) -> str:
     """The unseen serving runs' check for each GPU the capacity table sizes, under the scenario's engine."""
     gpus = sorted(set(res.capacity["hardware"])) if len(res.capacity) else [res.scenario.hardware.name]
-    return checks_text(gpus, res.scenario.engine.name)
+    return checks_text(gpus, res.scenario.engine.name, physics_only=res.scenario.step_basis == "physics only")
 
 
 def _provenance(res: SizingResult) -> pd.DataFrame:

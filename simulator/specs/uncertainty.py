@@ -22,6 +22,7 @@ MIN_ROWS = 3  # fewer published rows on a GPU than this: quote the band over all
 # serving TPOT of a GPU and engine scored on end-to-end runs the planner never saw (written by calibration.silicon)
 SERVING_FILE = Path(__file__).resolve().parent.parent / "data" / "serving_error.json"
 MIN_SERVING_RUNS = 20  # fewer runs of a GPU and engine than this: no figure (a handful of runs is an anecdote)
+PHYSICS_ONLY_CHECKS = "_physics_only"  # SERVING_FILE's block of the physics alone ({gpu: {engine: stats}})
 
 
 @dataclass(frozen=True)
@@ -129,7 +130,8 @@ def basis_band(bands: dict, basis: str, exclude: str = "") -> tuple[float, float
 @dataclass(frozen=True)
 class ServingCheck:
     """How far the planner's serving TPOT fell from end-to-end runs on one GPU under one engine that it never
-    saw (the median says which way it leans; the share within 20% and the MAPE how widely it scatters)."""
+    saw (the median says which way it leans; the share within 20% and the MAPE how widely it scatters);
+    ``physics_only``: the physics alone's (a prediction without the learned layer), else the planner as shipped."""
     hardware: str
     engine: str
     n: int
@@ -138,6 +140,7 @@ class ServingCheck:
     mape: float
     worst: float
     source: str
+    physics_only: bool = False
 
     def figures(self) -> str:
         lean = "slow" if self.median_error > 0 else "fast"
@@ -145,7 +148,8 @@ class ServingCheck:
                 f" (worst {self.worst:.0%})")
 
     def describe(self) -> str:
-        return (f"TPOT against {self.n} end-to-end runs on {self.hardware} under {self.engine} it never saw:"
+        alone = " (the physics alone)" if self.physics_only else ""
+        return (f"TPOT against {self.n} end-to-end runs on {self.hardware} under {self.engine} it never saw{alone}:"
                 f" {self.figures()}; {self.source}")
 
 
@@ -153,43 +157,50 @@ def _serving_checks() -> dict:
     return _figures(SERVING_FILE)
 
 
-def _serving_stats(hardware: str, engine: str) -> dict:
-    return (_serving_checks().get(hardware) or {}).get(engine) or {}
+def _serving_stats(hardware: str, engine: str, physics_only: bool = False) -> dict:
+    """The check's figures of a GPU and engine: the planner as shipped, or (``physics_only``) the physics alone."""
+    checks = _serving_checks()
+    block = checks.get(PHYSICS_ONLY_CHECKS) or {} if physics_only else checks
+    return (block.get(hardware) or {}).get(engine) or {}
 
 
-def _serving_runs(hardware: str, engine: str) -> int:
-    return int(_serving_stats(hardware, engine).get("n") or 0)
+def _serving_runs(hardware: str, engine: str, physics_only: bool = False) -> int:
+    return int(_serving_stats(hardware, engine, physics_only).get("n") or 0)
 
 
-def serving_check(hardware: str, engine: str) -> ServingCheck | None:
-    """The unseen serving runs' errors for this GPU and engine; None with fewer than MIN_SERVING_RUNS of them."""
-    checks, s = _serving_checks(), _serving_stats(hardware, engine)
-    if _serving_runs(hardware, engine) < MIN_SERVING_RUNS:
+def serving_check(hardware: str, engine: str, physics_only: bool = False) -> ServingCheck | None:
+    """The unseen serving runs' errors for this GPU and engine, of the planner as shipped or (``physics_only``) of
+    the physics alone; None with fewer than MIN_SERVING_RUNS of them."""
+    s = _serving_stats(hardware, engine, physics_only)
+    if _serving_runs(hardware, engine, physics_only) < MIN_SERVING_RUNS:
         return None
     return ServingCheck(hardware, engine, int(s["n"]), float(s["median_error"]), float(s["within_20pct"]),
-                        float(s["mape"]), float(s["worst"]), str(checks.get("_source", SERVING_FILE.name)))
+                        float(s["mape"]), float(s["worst"]), str(_serving_checks().get("_source", SERVING_FILE.name)),
+                        physics_only)
 
 
-def serving_check_text(hardware: str, engine: str) -> str:
-    """The serving check's line for a prediction, or what it lacks."""
-    check = serving_check(hardware, engine)
+def serving_check_text(hardware: str, engine: str, physics_only: bool = False) -> str:
+    """The serving check's line for a prediction (of its own basis: ``physics_only`` without the learned layer),
+    or what it lacks."""
+    check = serving_check(hardware, engine, physics_only)
     if check is not None:
         return check.describe()
-    runs = _serving_runs(hardware, engine)
+    runs = _serving_runs(hardware, engine, physics_only)
     return (f"TPOT not checked: {runs or 'no'} end-to-end runs on {hardware} under {engine} among those it never saw"
             + (f" (fewer than {MIN_SERVING_RUNS})" if runs else ""))
 
 
-def serving_checks_text(hardware: list[str], engine: str) -> str:
+def serving_checks_text(hardware: list[str], engine: str, physics_only: bool = False) -> str:
     """The serving check of several GPUs under one engine, the source named once (a sizing report's line)."""
     parts = []
     for gpu in hardware:
-        check = serving_check(gpu, engine)
-        runs = _serving_runs(gpu, engine)
+        check = serving_check(gpu, engine, physics_only)
+        runs = _serving_runs(gpu, engine, physics_only)
         parts.append(f"{gpu}, {check.n} runs: {check.figures()}" if check is not None else
                      f"{gpu}: not checked ({runs or 'no'} runs{f', fewer than {MIN_SERVING_RUNS}' if runs else ''})")
     source = _serving_checks().get("_source", SERVING_FILE.name)
-    return f"TPOT against end-to-end runs under {engine} the planner never saw ({source}): " + "; ".join(parts)
+    alone = ", the physics alone" if physics_only else ""
+    return f"TPOT against end-to-end runs under {engine} the planner never saw ({source}{alone}): " + "; ".join(parts)
 
 
 @dataclass(frozen=True)
