@@ -3,7 +3,8 @@
 import json
 from pathlib import Path
 
-from simulator.plan.api import load_scenario, scenario_provenance, step_trust_text
+from simulator.plan.api import load_scenario
+from simulator.plan.provenance import scenario_provenance, step_trust_text
 from simulator.specs import uncertainty as U
 
 REPO = Path(__file__).resolve().parents[1]

@@ -238,12 +238,12 @@ def _run(args) -> int:
         if args.format != "json":
             text += "\n" + render(graphs, args.format)
     if args.format == "json":  # what the numbers rest on, as predict's JSON carries it
-        from simulator.plan.api import scenario_provenance
+        from simulator.plan.provenance import scenario_provenance
         text = json.dumps({"provenance": scenario_provenance(sc), "summary": json.loads(df.to_json(orient="records"))}
                           | ({} if graphs is None else {"graphs": json.loads(graphs.to_json(orient="records"))}),
                           indent=2) + "\n"
     if args.format == "table":
-        from simulator.plan.api import scenario_serving_check_text, step_trust_text
+        from simulator.plan.provenance import scenario_serving_check_text, step_trust_text
         text += (f"# {sc.model.name} on {sc.deployment.tp} x {sc.hardware.name}, draft {sc.draft.label};"
                  f" {dtypes_text(sc)}\n# step times: {sc.cost_source}\n"
                  f"# how far to trust them: {step_trust_text(sc)}\n"

@@ -136,7 +136,7 @@ def step_collective_calls(counts: CollectiveCounts, passes, k, host_draft: bool 
     draft passes (it is linear in a pass's cost, so it composes counts as it composes times); ``extend`` False: the
     step runs no extend pass (a plain pricer); a host n-gram draft runs no draft ops."""
     if host_draft:
-        return counts.verify + 0.0 * np.asarray(k, dtype=float)
+        return np.full(np.shape(k), counts.verify)
     ext = counts.draft_extend if extend else None
     return counts.verify + draft_time_s(counts.draft_pass, passes, k, ext, extend_at_k0)
 

@@ -87,7 +87,7 @@ def physics_parts(grid, terms) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     B, K = grid.cell_axes()
     kernel = np.broadcast_to(grid.verify_s + grid.draft_step_s, grid.itl_s.shape)
     overhead = np.broadcast_to(grid.overhead_s, grid.itl_s.shape)
-    calls = np.broadcast_to(getattr(grid, "collective_calls", 0.0), grid.itl_s.shape)
+    calls = np.broadcast_to(grid.collective_calls, grid.itl_s.shape)
     if terms is None:
         return kernel, overhead, calls
     return kernel / terms.kernel_factor(K), overhead - terms.added_s(B, K, calls), calls

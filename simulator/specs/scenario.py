@@ -298,3 +298,17 @@ def per_scenario(store: dict, slots: int, sc: Scenario, key: tuple, build):
         store.pop(next(iter(store)))
     store[full] = (sc, sc.profile, value)
     return value
+
+
+def resolve_scenario(scenario: str | Scenario | None = None, **overrides) -> Scenario:
+    """The scenario a command runs: a Scenario or a TOML path / bundled name with the overrides applied; with
+    none, model and hardware from the overrides (both needed), else the default scenario."""
+    if isinstance(scenario, Scenario):
+        return scenario.with_overrides(**overrides) if overrides else scenario
+    if scenario is not None:
+        return load_scenario(scenario, **overrides)
+    if overrides.get("model") is not None or overrides.get("hardware") is not None:
+        if overrides.get("model") is None or overrides.get("hardware") is None:
+            raise PlannerError("give both a model and a hardware name (--model and --hardware), or a scenario")
+        return build_scenario(apply_overrides({"model": {}, "hardware": {}}, overrides))
+    return load_scenario(DEFAULT_SCENARIO, **overrides)

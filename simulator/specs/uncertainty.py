@@ -160,7 +160,7 @@ def _serving_checks() -> dict:
 def _serving_stats(hardware: str, engine: str, physics_only: bool = False) -> dict:
     """The check's figures of a GPU and engine: the planner as shipped, or (``physics_only``) the physics alone."""
     checks = _serving_checks()
-    block = checks.get(PHYSICS_ONLY_CHECKS) or {} if physics_only else checks
+    block = (checks.get(PHYSICS_ONLY_CHECKS) or {}) if physics_only else checks
     return (block.get(hardware) or {}).get(engine) or {}
 
 
