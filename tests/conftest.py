@@ -7,7 +7,16 @@ import sys
 
 import pytest
 
-from simulator.runtime import keep_freed_memory
+# One BLAS thread per test process, set before numpy loads OpenBLAS (this file loads before any test module; the
+# xdist workers and every subprocess a test starts inherit it). `make test` runs 3 workers on 2 cores: OpenBLAS's
+# own threads, which spin while they wait, then outnumber the cores, and one SVD of the learned layer's Jacobian
+# (calibration/learn_step.fit_population, 2,966 of them in tests/test_transfer_holdout.py) took 61 ms instead of
+# under 1 ms: that test ran 178.7 s in the suite (9.3 s alone with one thread) on the shared 2-core box,
+# 2026-12-07. Only the threads change: the same LAPACK routines run on the same inputs. A value set in the
+# environment is kept.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+from simulator.runtime import keep_freed_memory  # noqa: E402 (after the thread count above)
 
 # the test session runs grids as the planner's programs do, allocator tuned (simulator/runtime.py); the library
 # import alone leaves it (tests/test_runtime.py probes that in a fresh process)
