@@ -75,10 +75,13 @@ def fx(tmp_path_factory):
 # runs, the second alone for the files whose tests changed then), seconds: 61, 52, 52, 42, 36, 28, 28, 28, 23,
 # 23, 22, 20, 19, 19, 17, 17, 16, 12, 11, 11, 11, 11, 11, 9; files not listed keep their order after them.
 # (Long files that came to run last, in alphabetical order, left the suite ending with one worker busy.)
-LONGEST_FIRST = ("test_engine.py", "test_docs.py", "test_transfer_holdout.py", "test_browser.py", "test_hostile.py",
+# Session 9 (2026-12-07): test_transfer_holdout.py moved from third to beside test_monotone.py (52 s -> about
+# 12 s with one BLAS thread per process, above; test_monotone.py 17 s -> about 10 s).
+LONGEST_FIRST = ("test_engine.py", "test_docs.py", "test_browser.py", "test_hostile.py",
                  "test_step_grid.py", "test_sizing.py", "test_flags_first.py", "test_app.py", "test_validate.py",
                  "test_sweep.py", "test_app_walk.py", "test_gpu_tables.py", "test_transfer_peer.py",
-                 "test_prompt_chunk_point.py", "test_monotone.py", "test_calibration.py", "test_exports.py",
+                 "test_prompt_chunk_point.py", "test_transfer_holdout.py", "test_monotone.py", "test_calibration.py",
+                 "test_exports.py",
                  "test_learned_family.py", "test_engine_releases.py", "test_dashboard_qa.py", "test_runtime.py",
                  "test_bad_input_readers.py", "test_sizing_report.py")
 
