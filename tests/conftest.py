@@ -7,7 +7,16 @@ import sys
 
 import pytest
 
-from simulator.runtime import keep_freed_memory
+# One BLAS thread per test process, set before numpy loads OpenBLAS (this file loads before any test module; the
+# xdist workers and every subprocess a test starts inherit it). `make test` runs 3 workers on 2 cores: OpenBLAS's
+# own threads, which spin while they wait, then outnumber the cores, and one SVD of the learned layer's Jacobian
+# (calibration/learn_step.fit_population, 2,966 of them in tests/test_transfer_holdout.py) took 61 ms instead of
+# under 1 ms: that test ran 178.7 s in the suite (9.3 s alone with one thread) on the shared 2-core box,
+# 2026-12-07. Only the threads change: the same LAPACK routines run on the same inputs. A value set in the
+# environment is kept.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+from simulator.runtime import keep_freed_memory  # noqa: E402 (after the thread count above)
 
 # the test session runs grids as the planner's programs do, allocator tuned (simulator/runtime.py); the library
 # import alone leaves it (tests/test_runtime.py probes that in a fresh process)
@@ -66,10 +75,13 @@ def fx(tmp_path_factory):
 # runs, the second alone for the files whose tests changed then), seconds: 61, 52, 52, 42, 36, 28, 28, 28, 23,
 # 23, 22, 20, 19, 19, 17, 17, 16, 12, 11, 11, 11, 11, 11, 9; files not listed keep their order after them.
 # (Long files that came to run last, in alphabetical order, left the suite ending with one worker busy.)
-LONGEST_FIRST = ("test_engine.py", "test_docs.py", "test_transfer_holdout.py", "test_browser.py", "test_hostile.py",
+# Session 9 (2026-12-07): test_transfer_holdout.py moved from third to beside test_monotone.py (52 s -> about
+# 12 s with one BLAS thread per process, above; test_monotone.py 17 s -> about 10 s).
+LONGEST_FIRST = ("test_engine.py", "test_docs.py", "test_browser.py", "test_hostile.py",
                  "test_step_grid.py", "test_sizing.py", "test_flags_first.py", "test_app.py", "test_validate.py",
                  "test_sweep.py", "test_app_walk.py", "test_gpu_tables.py", "test_transfer_peer.py",
-                 "test_prompt_chunk_point.py", "test_monotone.py", "test_calibration.py", "test_exports.py",
+                 "test_prompt_chunk_point.py", "test_transfer_holdout.py", "test_monotone.py", "test_calibration.py",
+                 "test_exports.py",
                  "test_learned_family.py", "test_engine_releases.py", "test_dashboard_qa.py", "test_runtime.py",
                  "test_bad_input_readers.py", "test_sizing_report.py")
 

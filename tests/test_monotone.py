@@ -19,8 +19,8 @@ import pytest
 from simulator.physics.forward_pass import verify_cost
 from simulator.physics.memory import weight_bytes_per_gpu
 from simulator.physics.monotone import affine_envelope_s, lattice_interp, monotone_lattice, surface_time_s
-from simulator.plan.api import predict
 from simulator.specs.profile import SHIPPED_DIR
+from simulator.specs.scenario import resolve_scenario
 from simulator.specs.surfaces import Surface, collective_time_s
 
 pytestmark = pytest.mark.monotone
@@ -38,12 +38,13 @@ RTOL = 1e-9
 
 def _scenario(model: str, profile: Path):
     """The model on the profile's device and engine (the engine resolves to this shipped profile, so
-    the cached copy with its borrowed surfaces is used) at the smallest TP whose weights fit."""
+    the cached copy with its borrowed surfaces is used) at the smallest TP whose weights fit: the scenario
+    `predict` would run (plan/api.predict resolves it the same way), without pricing its grid."""
     hardware, tag = profile.name.split(".", 1)
     for tp in (1, 2, 4, 8):
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            sc = predict(model=model, hardware=hardware, tp=tp, engine=tag.split("-")[0]).scenario
+            sc = resolve_scenario(model=model, hardware=hardware, tp=tp, engine=tag.split("-")[0])
         assert Path(sc.profile.path).name == profile.name
         if weight_bytes_per_gpu(sc.model, sc.deployment) < 0.9 * sc.hardware.memory_bytes:
             return sc

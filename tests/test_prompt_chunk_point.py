@@ -7,6 +7,7 @@ the tables' ends. Where the decode surfaces or MLA price the chunk, the point pa
 the array path prices it."""
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -15,6 +16,7 @@ import pytest
 from simulator.physics.attention import MAX_DECODE_SURFACE_QUERIES
 from simulator.serving.engine import engine_from_scenario
 from simulator.serving.pricer import StepPricer
+from simulator.specs import scenario as scenario_module
 from simulator.specs.scenario import build_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,6 +27,17 @@ BASES = [(p.name.split(".", 1)[0], p.name.split(".")[1].split("-")[0], str(p)) f
     ("cpu-xeon-2c", "vllm", str(ROOT / "calibration" / "data" / "cpu-xeon-2c.profile.json")),  # a fitted profile
     ("h100-sxm", "vllm", "none")]  # the datasheet roofline
 MODELS = ("llama-3.1-8b", "command-a", "qwen3-32b", "llama-3.1-70b")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _each_named_profile_read_once():
+    """Each basis prices four models, and a scenario that names its profile by path reads and parses the file at
+    every build (0.17 s, most of this file's time on the 2-core box). A Profile is a frozen dataclass the
+    pricing only reads, and the planner shares one per shipped file the same way (load_shipped_profile), so
+    this file reads each named file once; the scenarios are still built, and priced, in full."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(scenario_module, "load_profile", functools.cache(scenario_module.load_profile))
+        yield
 
 
 def _pricer(hw: str, engine: str, profile: str, model: str, kv: str, tp: int) -> StepPricer:
