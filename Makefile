@@ -4,6 +4,9 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# one OpenBLAS thread: the fits solve thousands of small dense problems, where a second thread only spins, and on a
+# loaded 2-core box that spinning made `make transfer` 10x slower (an SVD 61 ms instead of 1 ms); set it to override
+export OPENBLAS_NUM_THREADS ?= 1
 
 .PHONY: setup demo test test-fast bench chromium tables-wheel reports data docs transfer silicon clean
 

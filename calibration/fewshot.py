@@ -3,14 +3,16 @@
 Parameters theta = the seven engine terms of ``simulator/specs/step_terms.py`` plus a scale s_a on the
 acceptance rates::
 
-    T(B, K)  = s s_spec^[K>0] kernel(B, K) + overhead(B, K) + c_step + c_seq B + (c_seq_spec B + c_spec B (K + 1)) [K > 0]
+    T(B, K)  = s s_spec^[K>0] kernel(B, K) + overhead(B, K)
+               + max(0, c_step + c_seq B + (c_seq_spec B + c_spec B (K + 1)) [K > 0] - room(B, K))
                + c_coll calls(B, K)                                  the step's collective calls
     AL(K)    = 1 + sum_{j <= K} prod_{i <= j} min(s_a a_i, 0.999)          a chain (or a tree's own rates per depth)
     AL(K)    = the tree's, from its top-1 rates min(s_a a_d, 0.999) and rank tail   a draft tree (specs.tree_acceptance)
     speedup  = AL(K) * T(B, 0) / T(B, K)
 
 kernel and overhead are the planner's own components at each point (verify + draft as the engine runs
-them; the engine profile's host time). Observations are log step times or log speedups, each with the
+them; the engine profile's host time), room the part of the engine's overlap window its own host time leaves
+free (0 where it does not overlap: physics.engine_time.host_room_s). Observations are log step times or log speedups, each with the
 scatter of one measurement (NOISE_FLOOR). The terms are the posterior of a prior (:func:`posterior`: the
 learned population's centre, each term within its a priori spread) given the points: the maximum a
 posteriori by bounded least squares (scipy.optimize.least_squares) and samples of the Laplace
@@ -60,16 +62,19 @@ class Points:
     # physics.step_model.step_collective_calls)
     calls: np.ndarray | None = None
     calls0: np.ndarray | None = None
+    # the host room of their engines' overlap windows (physics.engine_time.host_room_s; None: 0, no overlap)
+    room: np.ndarray | None = None
+    room0: np.ndarray | None = None
 
     def __len__(self) -> int:
         return int(self.batch.size)
 
 
-def step_time_s(theta: np.ndarray, batch, k, kernel_s, overhead_s, calls=None) -> np.ndarray:
-    """The step of simulator/specs/step_terms.py; theta (m, 8) -> (m, n); ``calls`` the steps' collective calls
-    (None: 0)."""
+def step_time_s(theta: np.ndarray, batch, k, kernel_s, overhead_s, calls=None, room=None) -> np.ndarray:
+    """The step of simulator/specs/step_terms.py; theta (m, 8) -> (m, n); ``calls`` the steps' collective calls,
+    ``room`` their host room (None: 0)."""
     return step_terms.step_time_s(np.atleast_2d(theta)[:, :len(TERMS)], batch, k, kernel_s, overhead_s,
-                                  0.0 if calls is None else calls)
+                                  0.0 if calls is None else calls, 0.0 if room is None else room)
 
 
 def acceptance_length(scale, rates: np.ndarray, k, tree: TreeShape | None = None) -> np.ndarray:
@@ -94,17 +99,17 @@ def acceptance_length(scale, rates: np.ndarray, k, tree: TreeShape | None = None
 def predict_log(kind: str, theta: np.ndarray, pts: Points) -> np.ndarray:
     """log of what is observed at each point: step time [s] ("step") or speedup over plain ("speedup")."""
     th = np.atleast_2d(theta)
-    t = step_time_s(th, pts.batch, pts.k, pts.kernel_s, pts.overhead_s, pts.calls)
+    t = step_time_s(th, pts.batch, pts.k, pts.kernel_s, pts.overhead_s, pts.calls, pts.room)
     if kind == "step":
         return np.log(t)
     batch0 = pts.batch if pts.batch0 is None else pts.batch0
-    t0 = step_time_s(th, batch0, np.zeros_like(pts.k), pts.kernel0_s, pts.overhead0_s, pts.calls0)
+    t0 = step_time_s(th, batch0, np.zeros_like(pts.k), pts.kernel0_s, pts.overhead0_s, pts.calls0, pts.room0)
     share = 0.0 if pts.share is None else np.log(pts.share)
     return np.log(acceptance_length(th[:, ACCEPTANCE], pts.rates, pts.k, pts.tree)) + np.log(t0) - np.log(t) + share
 
 
 POINT_FIELDS = ("batch", "k", "kernel_s", "overhead_s", "kernel0_s", "overhead0_s", "rates", "batch0", "share",
-                "calls", "calls0")
+                "calls", "calls0", "room", "room0")
 
 
 def subset(pts: Points, keep) -> Points:
@@ -127,14 +132,15 @@ def interval(samples: np.ndarray, level: float = 0.90) -> tuple[np.ndarray, np.n
 
 
 def goodput_samples(samples: np.ndarray, kernel_s: np.ndarray, overhead_s: np.ndarray, batch: np.ndarray,
-                    ks: np.ndarray, al: np.ndarray, calls=0.0) -> np.ndarray:
+                    ks: np.ndarray, al: np.ndarray, calls=0.0, room=0.0) -> np.ndarray:
     """Goodput per sequence over a (B, K) grid for each theta sample: (m, nb, nk). al (m, nk) or (nk,); ``calls``
-    the cells' collective calls, broadcasting to (nb, nk)."""
+    the cells' collective calls and ``room`` their host room, broadcasting to (nb, nk)."""
     nb, nk = kernel_s.shape
     B = np.broadcast_to(np.asarray(batch, dtype=float)[:, None], (nb, nk)).ravel()
     K = np.broadcast_to(np.asarray(ks, dtype=float)[None, :], (nb, nk)).ravel()
     calls = np.broadcast_to(np.asarray(calls, dtype=float), (nb, nk)).ravel()
-    t = step_time_s(samples, B, K, kernel_s.ravel(), overhead_s.ravel(), calls).reshape(-1, nb, nk)
+    room = np.broadcast_to(np.asarray(room, dtype=float), (nb, nk)).ravel()
+    t = step_time_s(samples, B, K, kernel_s.ravel(), overhead_s.ravel(), calls, room).reshape(-1, nb, nk)
     al = np.atleast_2d(al)
     return al[:, None, :] / t
 

@@ -96,37 +96,40 @@ def cells(rows: pd.DataFrame, sc: Scenario) -> pd.DataFrame:
 
 def planner_parts(sc: Scenario, batch, ks, context_len: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(kernel s, overhead s) of the planner without any deployment fit over batch x ks."""
-    return planner_parts_and_calls(sc, batch, ks, context_len)[:2]
+    return planner_step_parts(sc, batch, ks, context_len)[:2]
 
 
-def planner_parts_and_calls(sc: Scenario, batch, ks, context_len: int | None = None
-                            ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(kernel s, overhead s, the steps' collective calls) of the planner without any deployment fit over
-    batch x ks."""
+def planner_step_parts(sc: Scenario, batch, ks, context_len: int | None = None
+                       ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(kernel s, overhead s, the steps' collective calls, their host room s) of the planner without any deployment
+    fit over batch x ks: what the engine terms compose with (simulator/specs/step_terms.py)."""
     base = replace(sc, deployment_fit=None, step_prior=None) if context_len is None else replace(
         sc, deployment_fit=None, step_prior=None, context_len=int(context_len))
     g = compute_grid(base, batch_sizes=np.asarray(batch, dtype=float), ks=np.asarray(ks, dtype=float))
     shape = g.itl_s.shape
     kernel = np.broadcast_to(g.verify_s, shape) + np.broadcast_to(g.draft_step_s, shape)
-    return kernel, np.broadcast_to(g.overhead_s, shape), np.broadcast_to(g.collective_calls, shape)
+    return (kernel, np.broadcast_to(g.overhead_s, shape), np.broadcast_to(g.collective_calls, shape),
+            np.broadcast_to(g.host_room_s, shape))
 
 
 def points_for(sc: Scenario, pts: pd.DataFrame) -> fewshot.Points:
     """The planner's components at each measured cell (and at K = 0 of the same B)."""
-    kern, over, kern0, over0, calls, calls0 = (np.empty(len(pts)) for _ in range(6))
+    kern, over, kern0, over0, calls, calls0, room, room0 = (np.empty(len(pts)) for _ in range(8))
     for ctx, grp in pts.groupby("context_len"):
         b = np.unique(grp.batch_size)
         ks = np.unique(np.concatenate([[0], grp.k]))
-        kernel, overhead, n_calls = planner_parts_and_calls(sc, b, ks, ctx)
+        kernel, overhead, n_calls, n_room = planner_step_parts(sc, b, ks, ctx)
         for i, r in grp.iterrows():
             bi, ki = int(np.searchsorted(b, r.batch_size)), int(np.searchsorted(ks, r.k))
             pos = pts.index.get_loc(i)
             kern[pos], over[pos], kern0[pos], over0[pos] = kernel[bi, ki], overhead[bi, ki], kernel[bi, 0], overhead[bi, 0]
             calls[pos], calls0[pos] = n_calls[bi, ki], n_calls[bi, 0]
+            room[pos], room0[pos] = n_room[bi, ki], n_room[bi, 0]
     k = pts.k.to_numpy(dtype=float)
     rates = np.tile(sc.acceptance.rates_upto(max(int(k.max()), 1)), (len(pts), 1))
     return fewshot.Points(pts.batch_size.to_numpy(dtype=float), k, kern, over, kern0, over0, rates,
-                          tree=tree_shape(sc.draft, sc.acceptance.rank_tail), calls=calls, calls0=calls0)
+                          tree=tree_shape(sc.draft, sc.acceptance.rank_tail), calls=calls, calls0=calls0,
+                          room=room, room0=room0)
 
 
 def _rate_lists(rows: pd.DataFrame) -> list[list]:
@@ -233,18 +236,18 @@ def fit(sc: Scenario, rows: pd.DataFrame, n_boot: int = N_BOOT, seed: int = 0) -
     ks = np.arange(sc.k_max + 1)
     acc = fit_acceptance(rows, sc, max(sc.k_max, 1), n_boot, seed)
     al = fitted_acceptance_lengths(sc, acc, ks)
-    kernel, overhead, calls = planner_parts_and_calls(sc, sc.batch_sizes, ks)
-    good = fewshot.goodput_samples(res["samples"], kernel, overhead, sc.batch_sizes, ks, al, calls)
+    kernel, overhead, calls, room = planner_step_parts(sc, sc.batch_sizes, ks)
+    good = fewshot.goodput_samples(res["samples"], kernel, overhead, sc.batch_sizes, ks, al, calls, room)
     steps = fewshot.step_time_s(res["samples"], np.repeat(sc.batch_sizes, ks.size), np.tile(ks, sc.batch_sizes.size),
-                                kernel.ravel(), overhead.ravel(), calls.ravel())
+                                kernel.ravel(), overhead.ravel(), calls.ravel(), room.ravel())
     measured = {(int(b), int(k)) for b, k in zip(pts_df.batch_size, pts_df.k)}
     # what the terms leave unexplained in a source's speedups, curve by curve (the learned layer's speedup misfit;
     # none without a layer): the goodput band's extrapolation beyond the points; the step band is the points' own
     misfit = sc.step_prior.misfit_log.get("speedup", 0.0) if sc.step_prior is not None else 0.0
     zero = fewshot.prior_samples(mean, sd, n_boot, seed)
     zero_steps = fewshot.step_time_s(zero, np.repeat(sc.batch_sizes, ks.size), np.tile(ks, sc.batch_sizes.size),
-                                     kernel.ravel(), overhead.ravel(), calls.ravel())
-    zero_good = fewshot.goodput_samples(zero, kernel, overhead, sc.batch_sizes, ks, al, calls)
+                                     kernel.ravel(), overhead.ravel(), calls.ravel(), room.ravel())
+    zero_good = fewshot.goodput_samples(zero, kernel, overhead, sc.batch_sizes, ks, al, calls, room)
     return {"cells": pts_df, "points": pts, "fit": res, "acceptance": acc, "goodput": good,
             "step_rel": _rel(steps, res["sigma"]), "goodput_rel": _rel_kstar(good, np.hypot(res["sigma"], misfit)),
             "zero_shot_step_rel": _rel(zero_steps, fewshot.NOISE_FLOOR),

@@ -74,6 +74,8 @@ class Rows:
     row_id: np.ndarray
     calls: np.ndarray  # collective calls of the row's step (physics.step_model.step_collective_calls)
     calls0: np.ndarray  # and of the plain step a speedup divides by
+    room: np.ndarray  # the host room of the row's step (physics.engine_time.host_room_s): the terms' host time hides in it
+    room0: np.ndarray  # and of the plain step
 
     def __len__(self) -> int:
         return int(self.y_log.size)
@@ -83,7 +85,8 @@ class Rows:
 
 
 def _parts(case: Case) -> tuple | None:
-    """(batch, K, kernel, overhead, batch0, kernel0, overhead0, share, calls, calls0) of a row, physics only."""
+    """(batch, K, kernel, overhead, batch0, kernel0, overhead0, share, calls, calls0, room, room0) of a row, physics
+    only."""
     B = int(case.row.batch_size)
     K = int(case.row.k) if case.kind == "speedup" else 0
     al = float(case.row.acceptance_length) if case.kind == "speedup" and not pd.isna(case.row.acceptance_length) else 2.0
@@ -95,9 +98,11 @@ def _parts(case: Case) -> tuple | None:
     kern = np.broadcast_to(g.verify_s + g.draft_step_s, g.itl_s.shape)
     over = np.broadcast_to(g.overhead_s, g.itl_s.shape)
     calls = np.broadcast_to(g.collective_calls, g.itl_s.shape)
+    room = np.broadcast_to(g.host_room_s, g.itl_s.shape)
     r, b = (0, 1) if R < B else (0, 0)
     j = g.itl_s.shape[1] - 1
-    return R, K, kern[r, j], over[r, j], B, kern[b, 0], over[b, 0], R / B, calls[r, j], calls[b, 0]
+    return (R, K, kern[r, j], over[r, j], B, kern[b, 0], over[b, 0], R / B, calls[r, j], calls[b, 0], room[r, j],
+            room[b, 0])
 
 
 def training_rows(cases: list[Case]) -> Rows:
@@ -127,20 +132,21 @@ def training_rows(cases: list[Case]) -> Rows:
     obj = lambda i: np.array(cols[i], dtype=object)  # noqa: E731
     return Rows(obj(0), obj(1), obj(2), obj(3), np.array(cols[4], dtype=int), np.array(cols[5], dtype=float),
                 B, K, kern, over, B0, kern0, over0, np.log(share), np.array(cols[14], dtype=float),
-                np.array(cols[15], dtype=int), np.array(cols[16], dtype=float), np.array(cols[17], dtype=float))
+                np.array(cols[15], dtype=int), *(np.array(cols[i], dtype=float) for i in range(16, 20)))
 
 
 def predict_log(rows: Rows, theta_rows: np.ndarray, log_al: np.ndarray) -> np.ndarray:
     """log of what each row observes given its terms (n, 7) and its log acceptance length (n,)."""
-    t = _step(theta_rows, rows.batch, rows.k, rows.kernel_s, rows.overhead_s, rows.calls)
-    t0 = _step(theta_rows, rows.batch0, np.zeros_like(rows.k), rows.kernel0_s, rows.overhead0_s, rows.calls0)
+    t = _step(theta_rows, rows.batch, rows.k, rows.kernel_s, rows.overhead_s, rows.calls, rows.room)
+    t0 = _step(theta_rows, rows.batch0, np.zeros_like(rows.k), rows.kernel0_s, rows.overhead0_s, rows.calls0,
+               rows.room0)
     spd = log_al + np.log(t0) - np.log(t) + rows.log_share
     return np.where(rows.kind == "step", np.log(np.where(rows.kind == "step", t, 1.0)), spd)
 
 
-def _step(th: np.ndarray, batch, k, kernel_s, overhead_s, calls) -> np.ndarray:
+def _step(th: np.ndarray, batch, k, kernel_s, overhead_s, calls, room) -> np.ndarray:
     """The step of simulator/specs/step_terms.py with each row's own terms (n, 7)."""
-    return compose_step_s([th[:, i] for i in range(N_TERMS)], batch, k, kernel_s, overhead_s, calls)
+    return compose_step_s([th[:, i] for i in range(N_TERMS)], batch, k, kernel_s, overhead_s, calls, room)
 
 
 @dataclass(frozen=True)
@@ -400,7 +406,7 @@ def rows_digest(rows: Rows) -> str:
     """A fingerprint of the training rows as today's physics prices them (6 significant digits): the shipped file
     records it, so a physics change that moves a row shows the layer is stale (tests/test_learned_step.py)."""
     parts = zip(rows.row_id, rows.y_log, rows.batch, rows.k, rows.kernel_s, rows.overhead_s, rows.kernel0_s,
-                rows.overhead0_s, rows.log_share, rows.calls, rows.calls0)
+                rows.overhead0_s, rows.log_share, rows.calls, rows.calls0, rows.room, rows.room0)
     text = "\n".join(f"{int(r)}:" + ",".join(f"{float(v):.6g}" for v in rest) for r, *rest in parts)
     return hashlib.sha256(text.encode()).hexdigest()
 

@@ -71,8 +71,10 @@ def curve_points(members: list[Case], basis: str) -> tuple[fewshot.Points, bool]
         kern = np.broadcast_to(g.verify_s + g.draft_step_s, g.itl_s.shape)
         over = np.broadcast_to(g.overhead_s, g.itl_s.shape)
         calls = np.broadcast_to(g.collective_calls, g.itl_s.shape)
+        room = np.broadcast_to(g.host_room_s, g.itl_s.shape)
         r, b = (0, 1) if R < B else (0, 0)
-        parts.append((R, K, kern[r, 1], over[r, 1], kern[b, 0], over[b, 0], calls[r, 1], calls[b, 0]))
+        parts.append((R, K, kern[r, 1], over[r, 1], kern[b, 0], over[b, 0], calls[r, 1], calls[b, 0], room[r, 1],
+                      room[b, 0]))
         running.append((B, R / B))
         a = iid_rate(float(c.row.acceptance_length), K) if given else START_RATE
         rates.append([a] * k_max)
@@ -80,7 +82,7 @@ def curve_points(members: list[Case], basis: str) -> tuple[fewshot.Points, bool]
     batch0, share = np.array(running, dtype=float).T
     capped = bool((share < 1).any())
     return fewshot.Points(*cols[:6], np.array(rates), batch0 if capped else None, share if capped else None,
-                          calls=cols[6], calls0=cols[7]), given
+                          calls=cols[6], calls0=cols[7], room=cols[8], room0=cols[9]), given
 
 
 def fit_distance(members: list[Case], train) -> np.ndarray:

@@ -188,17 +188,18 @@ def test_sglang_adaptive_k0_costs_the_draft_extend_too():
 
 def test_nothing_binds_nothing_said():
     # command-a-h100 as shipped, on the physics alone: B <= 256 = max_num_seqs, 2 x 256 tokens <= 8192, verify
-    # within 512 requests (the learned layer puts K* = 0 at B >= 157, where vLLM's K = 0 still runs the drafter's
-    # extend pass: test_learned_layer_k0_advice)
+    # within 512 requests (the learned layer puts K* = 0 at B >= 637, where vLLM's K = 0 still runs the drafter's
+    # extend pass: test_learned_layer_k0_priced_as_vllm_runs_it)
     p = predict("command-a-h100", learned=False)
     assert p.engine_advice() == []
     assert A.advice_lines([]) == []
 
 
 def test_learned_layer_k0_priced_as_vllm_runs_it():
-    # with the learned layer command-a's K* reaches 0 at large B; vLLM 0.33's K = 0 still runs the draft extend
-    # pass over the B verified tokens, so the table's K = 0 is priced with it and K* is chosen against that
-    p = predict("command-a-h100")
+    # with the learned layer command-a's K* reaches 0 at large B (from B 637 since its host time hides behind
+    # vLLM 0.33's steps; from 157 before); vLLM 0.33's K = 0 still runs the draft extend pass over the B verified
+    # tokens, so the table's K = 0 is priced with it and K* is chosen against that
+    p = predict("command-a-h100", batch_sizes="1-1024")
     assert p.grid.dsd_k0 is not None and np.all(A.k0_step_s(p.grid) > p.grid.itl_s[:, p.grid.k_index(0)])
     t = p.table.set_index("batch_size")
     at_zero = t[t.k_opt == 0]

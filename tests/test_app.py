@@ -631,11 +631,13 @@ def test_kstar_tab_shows_how_sure_the_decision_is():
     # size, P(K* beats plain) beside the centre's K
     from simulator.plan.api import predict
     from simulator.plan.speedup_trust import decision_risk_text
-    p = predict("command-a-h100")
+    # (llama-3.1-8b-h100: its short steps leave the engine terms' host time exposed somewhere, so their spread
+    # moves the choice; command-a-h100's long steps on vLLM 0.33 hide it: its decisions are sure)
+    p = predict("llama-3.1-8b-h100")
     want = decision_risk_text(p.table, p.scenario.decision_quantile)
     assert want
     at = new_app()
-    sb(at, "selectbox", "scenario").set_value("command-a-h100").run()
+    sb(at, "selectbox", "scenario").set_value("llama-3.1-8b-h100").run()
     assert_clean(at)
     assert f"Decision: {want}." in [c.value for c in at.caption]
     view = next(d.value for d in at.dataframe if "P(K* beats plain)" in d.value.columns)

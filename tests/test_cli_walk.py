@@ -99,16 +99,18 @@ def test_breakdown_total_reconciles_with_the_table_step():
     # operators' physics without the learned layer's kernel scale and host time, and nothing said so
     import re
     from simulator.plan.api import predict
-    done = run_main("simulator.predict", "--scenario", "llama-3.1-8b-h100", "--breakdown", "64,3")
+    # on vLLM 0.11, which hides no host time (on 0.33 the learned host terms hide behind the GPU step)
+    done = run_main("simulator.predict", "--scenario", "llama-3.1-8b-h100", "--engine-version", "0.11.0",
+                    "--breakdown", "64,3")
     assert done.returncode == 0, done.stderr
     footer = done.stdout.splitlines()[-1]
     found = re.search(r"verify ([\d.]+) \+ draft ([\d.]+) ms .* \+ host ([\d.]+) ms = ([\d.]+) ms$", footer)
     assert found, footer
     verify, draft, host, step = map(float, found.groups())
-    rows = predict("llama-3.1-8b-h100").grid_rows
+    rows = predict("llama-3.1-8b-h100", engine_version="0.11.0").grid_rows
     cell = rows[(rows.batch_size == 64) & (rows.k == 3)].iloc[0]
     assert step == round(cell.itl_ms, 3) and abs(verify + draft + host - step) <= 0.002
-    assert host > 1.0  # the learned host terms (3.4 ms here), which the operators' total leaves out
+    assert host > 1.0  # the learned host terms (about 3.5 ms here), which the operators' total leaves out
 
 
 def test_serve_policy_numbers_say_what_they_take():

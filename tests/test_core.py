@@ -415,20 +415,9 @@ def test_k_star_is_argmax_of_hand_acceptance_length_over_step_time(name):
     assert np.allclose(t.speedup_vs_plain.to_numpy()[feasible][ok], at_k_star[ok] / plain[ok])
 
 
-# Missed since the learned layer took the "host terms + GPU family" form (2026-12-07, second pass: a cost per
-# speculating sequence that a longer K amortizes): default's schedule rises K = 1 -> 2 at B 137 (both below plain
-# decoding). Kept as a strict xfail. (command-a-h100's per-batch K* rose 1 -> 2 at B 137 by 1.02%, over the 1%,
-# with a learned file one physics change stale; regenerated, it holds.)
-LEARNED_FORM_MISS = pytest.mark.xfail(strict=True, reason="K rises 1 -> 2 near B 137 under the host-terms layer")
-# Missed since the collective term (2026-12-07, fourth pass: a cost per collective call, the layer's form "host terms"
-# without the GPU-family level, the draws' design 64 x 7): command-a-h100's per-batch K* rises 2 -> 3 at B 29 -> 30,
-# where K = 2 is 1.4% below K = 3 (over the 1%). The K schedule still only falls. Kept as a strict xfail.
-COLLECTIVE_MISS = pytest.mark.xfail(strict=True, reason="per-batch K* rises 2 -> 3 at B 30 by 1.4% with the"
-                                    " collective term")
-
-
-@pytest.mark.parametrize("name", [pytest.param("default", marks=LEARNED_FORM_MISS),
-                                  pytest.param("command-a-h100", marks=COLLECTIVE_MISS)])
+# Both met again since the layer's host time hides where vLLM 0.33 hides its own (2026-12-07, ninth pass); they were
+# strict xfails: default's schedule rose K = 1 -> 2 at B 137, command-a-h100's per-batch K* 2 -> 3 at B 30 by 1.4%.
+@pytest.mark.parametrize("name", ["default", "command-a-h100"])
 def test_large_dense_k_opt_non_increasing(name):
     # the seed shape on 70-111B dense models on H100/H200: the engine's K schedule only falls as batches grow. The
     # per-batch K* may trade places between neighbours whose padded graphs differ (default, B 18-25: B (K + 1) pads

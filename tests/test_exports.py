@@ -282,9 +282,6 @@ def _raw(name):
     return raw
 
 
-@pytest.mark.xfail(strict=True, reason="missed since the learned layer was regenerated with the collective term"
-                   " (form 'host terms', no GPU-family level; this scenario is TP 1, no calls): the 1-D table's K*"
-                   " is 6 at B 2-3 where the context grid's 1024 column says 5, K = 5 and 6 0.01% apart there")
 def test_scenario_acceptance_by_context_lowers_kstar_at_long_context():
     raw = _raw("llama-3.1-8b-h100")
     raw["acceptance"].update(context_points=[1024, 65536], context_factors=[1.0, 0.6],

@@ -70,7 +70,9 @@ def test_gain_at_risk_by_hand():
 
 
 def test_predict_quotes_the_band_and_flags_the_rows():
-    p = predict("command-a-h100", decision_quantile=0)  # K* at the terms' centre: gains within the optimism
+    # K* at the terms' centre: gains within the optimism (up to B 1024: with its host time hidden behind vLLM 0.33's
+    # steps, command-a's speculation pays by less than that optimism only past B 256)
+    p = predict("command-a-h100", decision_quantile=0, batch_sizes="1-1024")
     t = p.table
     assert "how far" not in p.provenance["speedup_uncertainty"]  # the band itself, not a header
     assert "median +" in p.provenance["speedup_uncertainty"]

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from calibration import fewshot
-from calibration.fit_deployment import planner_parts_and_calls
+from calibration.fit_deployment import planner_step_parts
 from simulator import serving as sv
 from simulator.errors import PlannerError
 from simulator.physics.engine_time import pad
@@ -45,13 +45,13 @@ def _three_ways(name: str):
     at = sc.with_overrides(context_len=ctx)
     grid = compute_grid(at, batch_sizes=BATCHES, ks=ks).itl_s
     serving = np.array([[pricer.step_s(b, k, b * (k + 1), float(ctx), k > 0, 0.0)[0] for k in ks] for b in BATCHES])
-    # the physics' parts and the steps' collective calls, as calibration.fit_deployment reads them
-    kernel, overhead, calls = planner_parts_and_calls(at, BATCHES, ks)
+    # the physics' parts, the steps' collective calls and host room, as calibration.fit_deployment reads them
+    kernel, overhead, calls, room = planner_step_parts(at, BATCHES, ks)
     terms = at.step_terms
     theta = np.concatenate([NEUTRAL if terms is None else [terms.values[n] for n in TERM_NAMES], [1.0]])
     B, K = np.meshgrid(np.asarray(BATCHES, dtype=float), np.asarray(ks, dtype=float), indexing="ij")
     few = fewshot.step_time_s(theta, B.ravel(), K.ravel(), kernel.ravel(), overhead.ravel(),
-                              calls.ravel())[0].reshape(B.shape)
+                              calls.ravel(), room.ravel())[0].reshape(B.shape)
     return grid, serving, few
 
 

@@ -1,6 +1,6 @@
 """The deployment fit of a draft tree uses the grid's acceptance model (specs.tree_acceptance): one formula for
 AL(K) of a draft. Anchors: the eagle3-tree preset's published SGLang lengths on its 8x63 tree (4.68 at depth 5,
-5.39 at depth 8: sgl-project/sglang PR #4247, tests/test_tree_acceptance.py), a step-time offset put in by hand,
+5.39 at depth 8: sgl-project/sglang PR #4247, tests/test_tree_acceptance.py), a kernel-time scale put in by hand,
 and points the planner's own grid prices."""
 from __future__ import annotations
 
@@ -22,7 +22,9 @@ from simulator.specs.tree_acceptance import tree_acceptance_length, tree_accepta
 SCENARIO = str(Path(__file__).resolve().parent.parent / "scenarios" / "llama-3.1-8b-h100.toml")
 TREE = dict(engine="sglang", draft="eagle3:tree:8x63")
 B, K = (1, 16, 64), (0, 3, 5)
-OFFSET_S = 200e-6  # host time a step the planner does not know of, put in by hand
+# kernels 4% slower than the planner prices them, put in by hand (not host time: SGLang hides host time behind the
+# GPU, so a host offset would not show in the steps: engine_time.host_room_s)
+KERNEL_SCALE = 1.04
 PRESET = preset_for("eagle3-tree")  # top-1 0.775 x 5, 0.889; rank tail 0.751
 # rows at K up to 5 of a k_max 8 scenario: the fit says depths 6-8 are extrapolated (tested elsewhere)
 pytestmark = pytest.mark.filterwarnings("ignore:--measured. acceptance_length only")
@@ -55,19 +57,18 @@ def test_the_scenario_is_the_published_tree(tree_sc):
 
 
 @pytest.mark.parametrize("top1_scale", [1.0, 0.9])
-def test_hand_built_tree_fit_recovers_offset_and_tree_lengths(tree_sc, top1_scale):
-    # measured: the planner's physics (kernel + host, no learned layer) + 200 us a step; acceptance lengths of
+def test_hand_built_tree_fit_recovers_kernel_scale_and_tree_lengths(tree_sc, top1_scale):
+    # measured: the planner's physics (kernel x 1.04 + host, no learned layer); acceptance lengths of
     # the 8x63 tree from the preset's top-1 rates x top1_scale through tree_acceptance (the rank tail kept)
     sc = replace(tree_sc, step_prior=None)  # a vague prior: the points alone place the terms
     b, k = _mesh()
     kernel, overhead = fd.planner_parts(sc, B, K)
-    itl_ms = ((kernel + overhead).ravel() + OFFSET_S) * 1e3
+    itl_ms = (KERNEL_SCALE * kernel + overhead).ravel() * 1e3
     top1 = PRESET.rates_upto(8) * top1_scale
     al = [tree_acceptance_length(top1[:kk], PRESET.rank_tail, 8, 63) for kk in k]
     result = fd.fit(sc, _rows(b, k, itl_ms, al), n_boot=40)
     theta = dict(zip(fewshot.PARAMS, result["fit"]["theta"]))
-    assert theta["host_per_step_s"] == pytest.approx(OFFSET_S, abs=10e-6)
-    assert theta["kernel_scale"] == pytest.approx(1.0, abs=0.01)
+    assert theta["kernel_scale"] == pytest.approx(KERNEL_SCALE, abs=0.01)
     fitted = np.exp(fewshot.predict_log("step", result["fit"]["theta"], result["points"])[0]) * 1e3
     np.testing.assert_allclose(fitted, result["cells"].itl_ms, rtol=0.005)
     acc = result["acceptance"]
@@ -96,9 +97,10 @@ def test_refit_of_grid_points_reproduces_them(tree_sc, tmp_path):
     # and the fitted goodput (the MAP terms' step, the fit's acceptance) at every K the grid plans over
     ks = np.arange(9)
     full = compute_grid(tree_sc, batch_sizes=np.array(B, float), ks=ks.astype(float))
-    kernel, overhead = fd.planner_parts(tree_sc, B, ks)
+    kernel, overhead, calls, room = fd.planner_step_parts(tree_sc, B, ks)
     al_fit = fd.fitted_acceptance_lengths(tree_sc, result["acceptance"], ks, "rates")
-    good = fewshot.goodput_samples(result["fit"]["theta"][None], kernel, overhead, np.array(B), ks, al_fit)[0]
+    good = fewshot.goodput_samples(result["fit"]["theta"][None], kernel, overhead, np.array(B), ks, al_fit, calls,
+                                   room)[0]
     np.testing.assert_allclose(al_fit[0], full.acceptance_length, rtol=1e-3)
     np.testing.assert_allclose(good, full.goodput_per_seq, rtol=0.005)
     # written and read back: the planner's grid with the fit has the tree's lengths at every K

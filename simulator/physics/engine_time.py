@@ -214,12 +214,26 @@ def pass_time_s(gpu_s, kernels, in_graph, eager_per_kernel_s: float, copy: bool 
     return np.where(in_graph, gpu_s, eager)
 
 
+def engine_host_s(engine: EngineProfile, batch, spec, tp: int = 1) -> np.ndarray:
+    """The engine's host time per step (its profile's): per step and per sequence, with TP > 1 shipping the inputs
+    to the ranks, and the speculating step's own where ``spec``."""
+    return engine.host_fixed_s + engine.host_per_sequence_s * batch + (engine.tp_broadcast_per_step_s if tp > 1 else 0.0) \
+        + np.where(spec, engine.spec_fixed_s + engine.spec_per_sequence_s * batch, 0.0)
+
+
+def engine_host_scalar_s(engine: EngineProfile, batch: int, spec: bool, tp: int = 1) -> float:
+    """:func:`engine_host_s` for one step in Python floats, the same arithmetic in the same order."""
+    host = engine.host_fixed_s + engine.host_per_sequence_s * batch + (engine.tp_broadcast_per_step_s if tp > 1 else 0.0)
+    if spec:
+        host += engine.spec_fixed_s + engine.spec_per_sequence_s * batch
+    return host
+
+
 def host_exposed_s(engine: EngineProfile, batch, k, step_gpu_s, draft_gpu_s, tp: int = 1) -> np.ndarray:
     """Host time per step not hidden behind GPU work (with TP > 1, plus shipping inputs to the ranks)."""
     batch, k = np.asarray(batch, dtype=float), np.asarray(k, dtype=float)
     spec = k > 0
-    host = engine.host_fixed_s + engine.host_per_sequence_s * batch + (engine.tp_broadcast_per_step_s if tp > 1 else 0.0) \
-        + np.where(spec, engine.spec_fixed_s + engine.spec_per_sequence_s * batch, 0.0)
+    host = engine_host_s(engine, batch, spec, tp)
     windows = {"none": 0.0, "step": step_gpu_s, "draft": draft_gpu_s}
     plain_w, spec_w = windows[engine.overlap_window], windows[engine.spec_overlap_window]
     if engine.spec_overlap_window == engine.overlap_window:  # one rule for K = 0 and K > 0: no selects
@@ -231,13 +245,37 @@ def host_exposed_s(engine: EngineProfile, batch, k, step_gpu_s, draft_gpu_s, tp:
     return np.where(overlap, np.maximum(engine.min_exposed_s, host - window), host)
 
 
+def host_room_s(engine: EngineProfile, batch, k, step_gpu_s, draft_gpu_s, exposed_s, tp: int = 1) -> np.ndarray:
+    """The part of the engine's overlap window its own host time leaves free: more host work per step (the engine
+    terms' host time, simulator.specs.step_terms) hides in it. window + exposed - host where the engine overlaps
+    (``exposed_s``: :func:`host_exposed_s` of these inputs), at least 0; 0 where it does not."""
+    batch, k = np.asarray(batch, dtype=float), np.asarray(k, dtype=float)
+    spec = k > 0
+    if engine.overlap_window == "none" and engine.spec_overlap_window == "none":
+        return np.zeros(np.broadcast_shapes(spec.shape, np.shape(exposed_s)))
+    host = engine_host_s(engine, batch, spec, tp)
+    windows = {"none": 0.0, "step": step_gpu_s, "draft": draft_gpu_s}
+    window = np.where(spec, windows[engine.spec_overlap_window], windows[engine.overlap_window])
+    overlap = np.where(spec, engine.spec_overlap_window != "none", engine.overlap_window != "none")
+    return np.where(overlap, np.maximum(window + exposed_s - host, 0.0), 0.0)
+
+
+def host_room_scalar_s(engine: EngineProfile, batch: int, k: int, step_gpu_s: float, draft_gpu_s: float,
+                       exposed_s: float, tp: int = 1) -> float:
+    """:func:`host_room_s` for one step (Python floats)."""
+    name = engine.spec_overlap_window if k > 0 else engine.overlap_window
+    if name == "none":
+        return 0.0
+    host = engine_host_scalar_s(engine, batch, k > 0, tp)
+    window = step_gpu_s if name == "step" else draft_gpu_s
+    return float(max(window + exposed_s - host, 0.0))
+
+
 def host_exposed_scalar_s(engine: EngineProfile, batch: int, k: int, step_gpu_s: float, draft_gpu_s: float,
                           tp: int = 1) -> float:
     """:func:`host_exposed_s` for one step (Python floats: the serving simulation calls it once per step)."""
     spec = k > 0
-    host = engine.host_fixed_s + engine.host_per_sequence_s * batch + (engine.tp_broadcast_per_step_s if tp > 1 else 0.0)
-    if spec:
-        host += engine.spec_fixed_s + engine.spec_per_sequence_s * batch
+    host = engine_host_scalar_s(engine, batch, spec, tp)
     name = engine.spec_overlap_window if spec else engine.overlap_window
     if name == "none":
         return float(host)

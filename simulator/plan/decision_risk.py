@@ -81,25 +81,27 @@ def term_draws(terms, n: int = N_DRAWS, seed: int = 0) -> tuple[np.ndarray, str]
     return from_fit(centre + sd * z), draws_basis(terms)
 
 
-def physics_parts(grid, terms) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(kernel s, host s, collective calls) of every cell without the scenario's terms: the grid's own times,
-    unscaled, and the calls its steps run (which the terms' collective_s is paid per)."""
+def physics_parts(grid, terms) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(kernel s, host s, collective calls, host room s) of every cell without the scenario's terms: the grid's own
+    times, unscaled, the calls its steps run (which the terms' collective_s is paid per) and the room its engine's
+    overlap window leaves (where the terms' host time hides)."""
     B, K = grid.cell_axes()
     kernel = np.broadcast_to(grid.verify_s + grid.draft_step_s, grid.itl_s.shape)
     overhead = np.broadcast_to(grid.overhead_s, grid.itl_s.shape)
     calls = np.broadcast_to(grid.collective_calls, grid.itl_s.shape)
+    room = np.broadcast_to(grid.host_room_s, grid.itl_s.shape)
     if terms is None:
-        return kernel, overhead, calls
-    return kernel / terms.kernel_factor(K), overhead - terms.added_s(B, K, calls), calls
+        return kernel, overhead, calls, room
+    return kernel / terms.kernel_factor(K), overhead - terms.added_s(B, K, calls, room), calls, room
 
 
 def step_draws(grid, terms, n: int = N_DRAWS, seed: int = 0) -> tuple[np.ndarray, str]:
     """(the step time of every cell under each draw of the terms, draws on the last axis: (n_batch, n_k[, n_ctx],
     n); what the draws rest on). The step formula (specs.step_terms) over the grid's physics parts."""
     theta, basis = term_draws(terms, n, seed)
-    kernel, overhead, calls = physics_parts(grid, terms)
+    kernel, overhead, calls, room = physics_parts(grid, terms)
     B, K = grid.cell_axes()
-    return compose_step_draws_s(theta, B, K, kernel, overhead, DRAW_DTYPE, calls), basis
+    return compose_step_draws_s(theta, B, K, kernel, overhead, DRAW_DTYPE, calls, room), basis
 
 
 def goodput_draws(grid, terms, n: int = N_DRAWS, seed: int = 0) -> tuple[np.ndarray, str]:

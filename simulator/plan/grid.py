@@ -89,6 +89,9 @@ class Grid:
     # collective calls of each cell's step (physics.step_model.step_collective_calls), broadcasting to the cells:
     # what the terms' collective_s is paid per
     collective_calls: np.ndarray | float = 0.0
+    # the room each cell's engine overlap window leaves for more host time (physics.engine_time.host_room_s): the
+    # terms' host time hides in it
+    host_room_s: np.ndarray | float = 0.0
 
     @property
     def fits_memory(self) -> np.ndarray:
@@ -235,7 +238,8 @@ class Grid:
         return replace(self, verify_s=at_k0(self.verify_s, k0.verify_s), draft_step_s=at_k0(self.draft_step_s, k0.draft_s),
                        overhead_s=at_k0(self.overhead_s, k0.overhead_s), itl_s=itl,
                        goodput_per_seq=at_k0(self.goodput_per_seq, al0 / np.asarray(k0.total_s)),
-                       k0_extend_scenario=None, collective_calls=at_k0(self.collective_calls, k0.calls))
+                       k0_extend_scenario=None, collective_calls=at_k0(self.collective_calls, k0.calls),
+                       host_room_s=at_k0(self.host_room_s, k0.room_s))
 
     @property
     def centre_score(self) -> np.ndarray:
@@ -409,7 +413,8 @@ def _evaluate(sc, b, k, c) -> Grid:
                 draft_step_s, np.broadcast_to(in_graph, itl.shape), overhead, itl, al, al[None, :, :] / itl, np.broadcast_to(memory, itl.shape),
                 sc.hardware.memory_bytes * sc.deployment.memory_utilization, touched, sc.schedule_tolerance,
                 None, extend, verify_context, k0_extend_scenario=sc if k0_extend else None,
-                collective_calls=np.broadcast_to(np.asarray(step.calls, dtype=float), itl.shape))
+                collective_calls=np.broadcast_to(np.asarray(step.calls, dtype=float), itl.shape),
+                host_room_s=np.broadcast_to(np.asarray(step.room_s, dtype=float), itl.shape))
 
 
 def _drop_context_axis(grid: Grid) -> Grid:
@@ -422,7 +427,7 @@ def _drop_context_axis(grid: Grid) -> Grid:
                 g.acceptance_length[:, 0], cell(g.goodput_per_seq), cell(g.memory_per_gpu_bytes),
                 g.memory_capacity_bytes, g.experts_touched, g.schedule_tolerance, g.banded_acceptance_length,
                 cost(g.draft_extend), None, g.decision_quantile, g.step_terms, g.k0_extend_scenario,
-                cell(g.collective_calls))
+                cell(g.collective_calls), cell(g.host_room_s))
 
 
 def draft_acceptance_lengths(draft, acceptance, ks, scale=None, n_ctx: int | None = None) -> np.ndarray:

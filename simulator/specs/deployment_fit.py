@@ -98,10 +98,10 @@ class DeploymentFit:
     def collective_s(self) -> float:
         return self.terms.get("collective_s", 0.0)
 
-    def added_s(self, batch, k, calls=0.0) -> np.ndarray:
+    def added_s(self, batch, k, calls=0.0, room_s=0.0) -> np.ndarray:
         t = self.terms
         return added_step_s(t["host_per_step_s"], t["host_per_seq_s"], t["spec_per_token_s"], batch, k,
-                            t["spec_host_per_seq_s"], self.collective_s, calls)
+                            t["spec_host_per_seq_s"], self.collective_s, calls, room_s)
 
     @property
     def points_text(self) -> str:

@@ -4,10 +4,16 @@ One formula, used by the grid, the serving simulation and both fits (learned pri
 
     ITL(B, K) = s * s_spec^[K > 0] * (verify(B, K) + draft(B, K))   kernel time as the engine runs it, scaled
               + overhead(B, K)                                       the engine profile's host time
-              + c_step + c_seq B                                     host time per step and per sequence
-              + c_seq_spec B [K > 0]                                 host time per sequence with speculation on
-              + c_spec B (K + 1) [K > 0]                             per speculative token (sampling, rejection)
+              + max(0, H(B, K) - room(B, K))                         the terms' host time beyond the room left
               + c_coll calls(B, K)                                   per collective call of the step
+
+    H(B, K) = c_step + c_seq B                                       host time per step and per sequence
+            + c_seq_spec B [K > 0]                                   host time per sequence with speculation on
+            + c_spec B (K + 1) [K > 0]                               per speculative token (sampling, rejection)
+
+room(B, K) is the part of the engine's overlap window its own host time leaves free (0 where the engine does not
+hide host time behind the GPU: simulator.physics.engine_time.host_room_s): the terms' host time is host time, hidden
+as the engine hides its own (docs/learned_layer_choices.md, ninth pass).
 
 calls(B, K) is the number of collective calls (ops of family "comm": tensor-parallel all-reduces, the logits
 gather, MoE all-to-alls) the step runs: the verify pass's and the draft passes' as the engine runs them
@@ -95,26 +101,37 @@ def host_per_seq_s(c_seq, c_spec, k, c_seq_spec=0.0) -> np.ndarray:
     return c_seq + (c_seq_spec + c_spec * (k + 1.0)) * (k > 0)
 
 
-def added_step_s(c_step, c_seq, c_spec, batch, k, c_seq_spec=0.0, c_coll=0.0, calls=0.0) -> np.ndarray:
-    """Time the terms add to one step [s]: c_step + c_seq B + (c_seq_spec B + c_spec B (K + 1)) [K > 0]
-    + c_coll calls (``calls`` the step's collective calls)."""
+def exposed_host_s(host_s, room_s=0.0):
+    """The part of the terms' host time a step waits for: what exceeds the room the engine's overlap window
+    leaves (room 0: all of it, the same values)."""
+    if not np.any(room_s):  # no room anywhere: host_s itself (what the subtraction below would give)
+        return host_s
+    return np.maximum(host_s - room_s, 0.0)
+
+
+def added_step_s(c_step, c_seq, c_spec, batch, k, c_seq_spec=0.0, c_coll=0.0, calls=0.0, room_s=0.0) -> np.ndarray:
+    """Time the terms add to one step [s]: max(0, c_step + c_seq B + (c_seq_spec B + c_spec B (K + 1)) [K > 0]
+    - room) + c_coll calls (``calls`` the step's collective calls, ``room_s`` the host room of its engine's overlap
+    window)."""
     batch, k = _floats(batch), _floats(k)
     # factored as c_step + B (c_seq + (c_seq_spec + c_spec (K + 1)) [K > 0]): on a grid the bracket is a K vector
-    return c_step + batch * host_per_seq_s(c_seq, c_spec, k, c_seq_spec) + c_coll * _floats(calls)
+    host = c_step + batch * host_per_seq_s(c_seq, c_spec, k, c_seq_spec)
+    return exposed_host_s(host, room_s) + c_coll * _floats(calls)
 
 
-def compose_step_s(terms, batch, k, kernel_s, overhead_s, calls=0.0) -> np.ndarray:
+def compose_step_s(terms, batch, k, kernel_s, overhead_s, calls=0.0, room_s=0.0) -> np.ndarray:
     """The formula above, elementwise (numpy broadcasting): ``terms`` the seven terms in TERM_NAMES order,
-    ``calls`` the step's collective calls."""
+    ``calls`` the step's collective calls, ``room_s`` its host room."""
     s, c0, c1, c2, sv, c3, cc = terms
     batch, k = _floats(batch), _floats(k)
-    return kernel_factor(s, sv, k) * kernel_s + overhead_s + added_step_s(c0, c1, c2, batch, k, c3, cc, calls)
+    return (kernel_factor(s, sv, k) * kernel_s + overhead_s
+            + added_step_s(c0, c1, c2, batch, k, c3, cc, calls, room_s))
 
 
 def compose_step_draws_s(theta: np.ndarray, batch, k, kernel_s, overhead_s, dtype=np.float32,
-                         calls=0.0) -> np.ndarray:
+                         calls=0.0, room_s=0.0) -> np.ndarray:
     """:func:`compose_step_s` at every cell for every draw of the terms, draws on the last axis: ``theta`` (n, 7)
-    term vectors, ``batch``, ``k``, ``kernel_s``, ``overhead_s``, ``calls`` broadcasting to the cells' shape; every
+    term vectors, ``batch``, ``k``, ``kernel_s``, ``overhead_s``, ``calls``, ``room_s`` broadcasting to the cells' shape; every
     input cast to ``dtype`` first -> (*cells, n). The same operations in the same order, so the same values as
     compose_step_s on the same inputs (tests/test_decision_risk_speed_equivalence.py); the formula's kernel factor
     and per-sequence host time depend on (K, draw) only and are formed on those small arrays, and the operations
@@ -128,15 +145,19 @@ def compose_step_draws_s(theta: np.ndarray, batch, k, kernel_s, overhead_s, dtyp
     step += overhead_s[..., None]
     host = np.multiply(batch[..., None], host_per_seq_s(c1, c2, kd, c3), out=np.empty(shape, dtype))
     np.add(c0, host, out=host)  # c_step + B (...), as added_step_s adds it
+    if np.any(room_s):  # the room the overlap window leaves, as exposed_host_s takes it
+        host -= cast(room_s)[..., None]
+        np.maximum(host, 0.0, out=host)
     host += cc * calls[..., None]  # + c_coll calls, as added_step_s adds it
     step += host
     return step
 
 
-def step_time_s(theta: np.ndarray, batch, k, kernel_s, overhead_s, calls=0.0) -> np.ndarray:
+def step_time_s(theta: np.ndarray, batch, k, kernel_s, overhead_s, calls=0.0, room_s=0.0) -> np.ndarray:
     """The formula above for term vectors theta (m, >= 7, TERM_NAMES order) at n points -> (m, n)."""
     th = np.atleast_2d(theta)
-    return compose_step_s([th[:, i, None] for i in range(len(TERMS))], batch, k, kernel_s, overhead_s, calls)
+    return compose_step_s([th[:, i, None] for i in range(len(TERMS))], batch, k, kernel_s, overhead_s, calls,
+                          room_s)
 
 
 def to_fit(theta: np.ndarray) -> np.ndarray:
@@ -169,10 +190,10 @@ class StepTerms:
     def collective_s(self) -> float:
         return self.values.get("collective_s", 0.0)
 
-    def added_s(self, batch, k, calls=0.0) -> np.ndarray:
+    def added_s(self, batch, k, calls=0.0, room_s=0.0) -> np.ndarray:
         v = self.values
         return added_step_s(v["host_per_step_s"], v["host_per_seq_s"], v["spec_per_token_s"], batch, k,
-                            v.get("spec_host_per_seq_s", 0.0), self.collective_s, calls)
+                            v.get("spec_host_per_seq_s", 0.0), self.collective_s, calls, room_s)
 
 
 @dataclass(frozen=True)
