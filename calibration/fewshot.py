@@ -12,7 +12,7 @@ acceptance rates::
 
 kernel and overhead are the planner's own components at each point (verify + draft as the engine runs
 them; the engine profile's host time), room the part of the engine's overlap window its own host time leaves
-free (0 where it does not overlap: physics.engine_time.host_room_s). Observations are log step times or log speedups, each with the
+free (0 where it does not overlap: physics.engine_time.host_exposed_and_room_s). Observations are log step times or log speedups, each with the
 scatter of one measurement (NOISE_FLOOR). The terms are the posterior of a prior (:func:`posterior`: the
 learned population's centre, each term within its a priori spread) given the points: the maximum a
 posteriori by bounded least squares (scipy.optimize.least_squares) and samples of the Laplace
@@ -62,7 +62,7 @@ class Points:
     # physics.step_model.step_collective_calls)
     calls: np.ndarray | None = None
     calls0: np.ndarray | None = None
-    # the host room of their engines' overlap windows (physics.engine_time.host_room_s; None: 0, no overlap)
+    # the host room of their engines' overlap windows (physics.engine_time.host_exposed_and_room_s; None: 0, no overlap)
     room: np.ndarray | None = None
     room0: np.ndarray | None = None
 

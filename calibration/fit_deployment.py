@@ -36,7 +36,8 @@ from simulator.cli.common import (OneLineParser, path_given, add_save_scenario_a
                                  run_cli, save_scenario, setting_overrides, write_atomically)
 from simulator.errors import PlannerError, PlannerWarning
 from simulator.files import check_output_file
-from simulator.plan.grid import compute_grid, draft_acceptance_lengths as grid_acceptance_lengths
+from simulator.plan.draft_acceptance import draft_acceptance_lengths as grid_acceptance_lengths
+from simulator.plan.grid import compute_grid
 from simulator.specs.deployment_fit import DEPLOYMENT_FORMAT, DEPLOYMENT_VERSION, TERMS, scenario_identity
 from simulator.plan.api import resolve_scenario
 from simulator.specs.scenario import Scenario, load_scenario

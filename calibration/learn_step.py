@@ -74,7 +74,7 @@ class Rows:
     row_id: np.ndarray
     calls: np.ndarray  # collective calls of the row's step (physics.step_model.step_collective_calls)
     calls0: np.ndarray  # and of the plain step a speedup divides by
-    room: np.ndarray  # the host room of the row's step (physics.engine_time.host_room_s): the terms' host time hides in it
+    room: np.ndarray  # the host room of the row's step (physics.engine_time.host_exposed_and_room_s): the terms' host time hides in it
     room0: np.ndarray  # and of the plain step
 
     def __len__(self) -> int:
@@ -367,6 +367,7 @@ class Learner:
     def __init__(self, rows: Rows):
         self.rows = rows
         self._fits: dict = {}
+        self._learned: dict = {}
 
     def fit(self, mask: np.ndarray, form: str) -> Population:
         key = (np.flatnonzero(mask).tobytes(), form)
@@ -388,9 +389,12 @@ class Learner:
         """The layer learned from the rows of ``mask``: its form chosen on them by leave-one-source-out, then
         fitted to all of them."""
         mask = np.ones(len(self.rows), dtype=bool) if mask is None else mask
-        errs = self.form_errors(mask)
-        form = min(errs, key=errs.get)
-        return replace(self.fit(mask, form), form_errors=errs)
+        key = np.flatnonzero(mask).tobytes()
+        if key not in self._learned:  # a hold-out asked again (e.g. --holdout-source and its scoring) is learned once
+            errs = self.form_errors(mask)
+            form = min(errs, key=errs.get)
+            self._learned[key] = replace(self.fit(mask, form), form_errors=errs)
+        return self._learned[key]
 
     def without(self, column: str, value) -> Population:
         """The layer learned from every row whose ``column`` (source, gpu or engine) is not ``value``, form choice

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from simulator import serving
-from simulator.physics.engine_time import host_exposed_s, host_exposed_scalar_s
+from simulator.physics.engine_time import host_exposed_and_room_s, host_exposed_and_room_scalar_s, host_exposed_s
 from simulator.physics.attention import attention_op
 from simulator.physics.operators import evaluate
 from simulator.serving.steady import littles_law, steady_state
@@ -41,7 +41,10 @@ def test_scalar_host_time_is_the_vector_formula(key):
     for b, k, step, draft, tp in itertools.product([1, 7, 64, 300], [0, 1, 4], [1e-4, 3e-3, 0.05], [0.0, 1e-3],
                                                    [1, 8]):
         want = float(host_exposed_s(eng, b, k, step, draft, tp))
-        assert host_exposed_scalar_s(eng, b, k, step, draft, tp) == pytest.approx(want, rel=1e-12, abs=1e-15)
+        exposed, room = host_exposed_and_room_scalar_s(eng, b, k, step, draft, tp)
+        assert exposed == pytest.approx(want, rel=1e-12, abs=1e-15)
+        # and the room the overlap window leaves for the engine terms' host time
+        assert room == pytest.approx(float(host_exposed_and_room_s(eng, b, k, step, draft, tp)[1]), rel=1e-12, abs=1e-15)
 
 
 def _fitted_cpu_scenario(tmp_path):

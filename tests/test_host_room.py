@@ -1,6 +1,6 @@
 """The engine terms' host time hides where the engine hides its own (docs/learned_layer_choices.md, ninth pass):
 a step pays max(0, H - room), room the part of the engine's overlap window its own host time leaves free
-(physics.engine_time.host_room_s). Anchors: hand computations of the overlap rule, and the rule itself (adding
+(physics.engine_time.host_exposed_and_room_s). Anchors: hand computations of the overlap rule, and the rule itself (adding
 host time to the engine's own and asking host_exposed_s again gives the same exposed time)."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from simulator.physics.engine_time import host_exposed_s, host_room_s, host_room_scalar_s
+from simulator.physics.engine_time import host_exposed_and_room_s, host_exposed_and_room_scalar_s, host_exposed_s
 from simulator.plan.grid import compute_grid
 from simulator.specs.scenario import load_scenario
 from simulator.specs.step_terms import TERM_NAMES, added_step_s
@@ -29,19 +29,19 @@ def test_room_by_hand(overlapping):
     # 5000 + 30 - 110 = 4920 us more host time would hide. A 100 us step: exposed max(30, 110 - 100) = 30 us,
     # room 100 + 30 - 110 = 20 us.
     for gpu_s, room_us in ((5e-3, 4920.0), (100e-6, 20.0)):
-        exposed = host_exposed_s(overlapping, 10, 0, gpu_s, 0.0)
+        exposed, room = host_exposed_and_room_s(overlapping, 10, 0, gpu_s, 0.0)
         assert float(exposed) == pytest.approx(30e-6, rel=1e-9)
-        assert float(host_room_s(overlapping, 10, 0, gpu_s, 0.0, exposed)) * 1e6 == pytest.approx(room_us, rel=1e-9)
-        assert host_room_scalar_s(overlapping, 10, 0, gpu_s, 0.0, float(exposed)) == float(
-            host_room_s(overlapping, 10, 0, gpu_s, 0.0, exposed))
+        assert float(room) * 1e6 == pytest.approx(room_us, rel=1e-9)
+        # the serving loop's scalar twin: the same bits
+        assert host_exposed_and_room_scalar_s(overlapping, 10, 0, gpu_s, 0.0) == (float(exposed), float(room))
 
 
 @pytest.mark.parametrize("gpu_s", [20e-6, 100e-6, 1e-3, 5e-3])
 def test_room_is_what_the_engines_own_overlap_rule_hides(overlapping, gpu_s):
     # H more host time a step, given to the engine itself, exposes max(0, H - room) more: the terms' host time
     # hides exactly as the engine's own does
-    exposed = host_exposed_s(overlapping, 10, 0, gpu_s, 0.0)
-    room = float(host_room_s(overlapping, 10, 0, gpu_s, 0.0, exposed))
+    exposed, room = host_exposed_and_room_s(overlapping, 10, 0, gpu_s, 0.0)
+    room = float(room)
     for extra in (0.0, 10e-6, 50e-6, 500e-6, 8e-3):
         more = replace(overlapping, host_fixed_s=overlapping.host_fixed_s + extra)
         grew = float(host_exposed_s(more, 10, 0, gpu_s, 0.0) - exposed)
@@ -51,8 +51,8 @@ def test_room_is_what_the_engines_own_overlap_rule_hides(overlapping, gpu_s):
 def test_no_room_on_an_engine_that_hides_no_host_time():
     eng = load_scenario("llama-3.1-8b-h100", engine="vllm", engine_version="0.11.0").engine
     assert (eng.overlap_window, eng.spec_overlap_window) == ("none", "none")
-    assert not np.any(host_room_s(eng, np.arange(1, 65.0), 3, 5e-3, 1e-3, 0.0))
-    assert host_room_scalar_s(eng, 8, 3, 5e-3, 1e-3, 0.0) == 0.0
+    assert not np.any(host_exposed_and_room_s(eng, np.arange(1, 65.0), 3, 5e-3, 1e-3)[1])
+    assert host_exposed_and_room_scalar_s(eng, 8, 3, 5e-3, 1e-3)[1] == 0.0
 
 
 @pytest.mark.parametrize("version", ["0.33.0", "0.11.0"])

@@ -229,55 +229,54 @@ def engine_host_scalar_s(engine: EngineProfile, batch: int, spec: bool, tp: int 
     return host
 
 
-def host_exposed_s(engine: EngineProfile, batch, k, step_gpu_s, draft_gpu_s, tp: int = 1) -> np.ndarray:
-    """Host time per step not hidden behind GPU work (with TP > 1, plus shipping inputs to the ranks)."""
+def host_exposed_and_room_s(engine: EngineProfile, batch, k, step_gpu_s, draft_gpu_s,
+                            tp: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """(host time per step not hidden behind GPU work, the room the overlap window still leaves): with TP > 1 the
+    host time includes shipping inputs to the ranks. Where the engine overlaps its host work with the GPU's (its
+    ``overlap_window``: the step's GPU time, or its draft passes') it hides all but max(min exposed, host - window),
+    and max(min exposed + window - host, 0) more host time per step would still hide (the engine
+    terms' host time, simulator.specs.step_terms, hides there: adding H to the engine's host time exposes
+    max(0, H - room) more); where it does not overlap, all of it is exposed and the room is 0 (the scalar, where
+    neither plain nor speculating steps overlap)."""
     batch, k = np.asarray(batch, dtype=float), np.asarray(k, dtype=float)
     spec = k > 0
     host = engine_host_s(engine, batch, spec, tp)
     windows = {"none": 0.0, "step": step_gpu_s, "draft": draft_gpu_s}
-    plain_w, spec_w = windows[engine.overlap_window], windows[engine.spec_overlap_window]
+    floor = engine.min_exposed_s
+    # beyond = host - window; exposed = max(floor, beyond), and the room is exposed - beyond: 0 where the host time
+    # already overruns the window, floor - beyond where the floor alone is exposed
     if engine.spec_overlap_window == engine.overlap_window:  # one rule for K = 0 and K > 0: no selects
-        shape = np.broadcast_shapes(spec.shape, np.shape(host), np.shape(plain_w))
-        exposed = host if engine.overlap_window == "none" else np.maximum(engine.min_exposed_s, host - plain_w)
-        return np.asarray(exposed) if np.shape(exposed) == shape else np.array(np.broadcast_to(exposed, shape))
-    window = np.where(spec, spec_w, plain_w)
-    overlap = np.where(spec, engine.spec_overlap_window != "none", engine.overlap_window != "none")
-    return np.where(overlap, np.maximum(engine.min_exposed_s, host - window), host)
-
-
-def host_room_s(engine: EngineProfile, batch, k, step_gpu_s, draft_gpu_s, exposed_s, tp: int = 1) -> np.ndarray:
-    """The part of the engine's overlap window its own host time leaves free: more host work per step (the engine
-    terms' host time, simulator.specs.step_terms) hides in it. window + exposed - host where the engine overlaps
-    (``exposed_s``: :func:`host_exposed_s` of these inputs), at least 0; 0 where it does not."""
-    batch, k = np.asarray(batch, dtype=float), np.asarray(k, dtype=float)
-    spec = k > 0
-    if engine.overlap_window == "none" and engine.spec_overlap_window == "none":
-        return np.zeros(np.broadcast_shapes(spec.shape, np.shape(exposed_s)))
-    host = engine_host_s(engine, batch, spec, tp)
-    windows = {"none": 0.0, "step": step_gpu_s, "draft": draft_gpu_s}
+        window = windows[engine.overlap_window]
+        shape = np.broadcast_shapes(spec.shape, np.shape(host), np.shape(window))
+        if engine.overlap_window == "none":  # no room: the scalar 0 (the terms' formula drops its room term)
+            exposed, room = host, 0.0
+        else:
+            beyond = host - window
+            exposed = np.maximum(floor, beyond)
+            room = exposed - beyond
+        return (np.asarray(exposed) if np.shape(exposed) == shape else np.array(np.broadcast_to(exposed, shape)),
+                room)
     window = np.where(spec, windows[engine.spec_overlap_window], windows[engine.overlap_window])
     overlap = np.where(spec, engine.spec_overlap_window != "none", engine.overlap_window != "none")
-    return np.where(overlap, np.maximum(window + exposed_s - host, 0.0), 0.0)
+    beyond = host - window
+    exposed = np.where(overlap, np.maximum(floor, beyond), host)
+    return exposed, np.where(overlap, exposed - beyond, 0.0)
 
 
-def host_room_scalar_s(engine: EngineProfile, batch: int, k: int, step_gpu_s: float, draft_gpu_s: float,
-                       exposed_s: float, tp: int = 1) -> float:
-    """:func:`host_room_s` for one step (Python floats)."""
-    name = engine.spec_overlap_window if k > 0 else engine.overlap_window
-    if name == "none":
-        return 0.0
-    host = engine_host_scalar_s(engine, batch, k > 0, tp)
-    window = step_gpu_s if name == "step" else draft_gpu_s
-    return float(max(window + exposed_s - host, 0.0))
+def host_exposed_s(engine: EngineProfile, batch, k, step_gpu_s, draft_gpu_s, tp: int = 1) -> np.ndarray:
+    """Host time per step not hidden behind GPU work (:func:`host_exposed_and_room_s`)."""
+    return host_exposed_and_room_s(engine, batch, k, step_gpu_s, draft_gpu_s, tp)[0]
 
 
-def host_exposed_scalar_s(engine: EngineProfile, batch: int, k: int, step_gpu_s: float, draft_gpu_s: float,
-                          tp: int = 1) -> float:
-    """:func:`host_exposed_s` for one step (Python floats: the serving simulation calls it once per step)."""
+def host_exposed_and_room_scalar_s(engine: EngineProfile, batch: int, k: int, step_gpu_s: float,
+                                   draft_gpu_s: float, tp: int = 1) -> tuple[float, float]:
+    """:func:`host_exposed_and_room_s` for one step (Python floats: the serving simulation calls it once per step),
+    the same arithmetic in the same order."""
     spec = k > 0
     host = engine_host_scalar_s(engine, batch, spec, tp)
     name = engine.spec_overlap_window if spec else engine.overlap_window
     if name == "none":
-        return float(host)
-    window = step_gpu_s if name == "step" else draft_gpu_s
-    return float(max(engine.min_exposed_s, host - window))
+        return float(host), 0.0
+    beyond = host - (step_gpu_s if name == "step" else draft_gpu_s)
+    exposed = max(engine.min_exposed_s, beyond)
+    return float(exposed), float(exposed - beyond)

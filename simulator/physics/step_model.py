@@ -15,7 +15,7 @@ For B sequences and K drafts (K = 0: plain decoding), with the passes' GPU time 
     with engine terms (simulator/specs/step_terms.py: a deployment fit, else the learned layer):
     verify, draft x s s_spec^[K > 0];   overhead + the terms' added seconds (c_coll x the step's collective
     calls among them: :func:`step_collective_calls`, the verify pass's + the draft passes' as the engine runs them;
-    their host time only beyond the room the engine's overlap window leaves: engine_time.host_room_s)
+    their host time only beyond the room the engine's overlap window leaves: engine_time.host_exposed_and_room_s)
     step     = verify + draft + overhead
     a speculating server at K = 0 (DSD's machinery on, nothing drafted): step x (1 + frac) + s
 
@@ -35,7 +35,7 @@ import numpy as np
 
 from simulator.physics.caches import PhysicsCaches
 from simulator.physics.collectives import CollectiveCounts, collective_counts
-from simulator.physics.engine_time import (host_exposed_s, host_exposed_scalar_s, host_room_s, host_room_scalar_s, pad,
+from simulator.physics.engine_time import (host_exposed_and_room_s, host_exposed_and_room_scalar_s, pad,
                                           pass_time_s)
 from simulator.physics.layers import rank_tokens
 
@@ -97,7 +97,7 @@ class StepTime:
     overhead_s: np.ndarray
     total_s: np.ndarray
     calls: np.ndarray | float = 0.0  # the step's collective calls (step_collective_calls)
-    room_s: np.ndarray | float = 0.0  # the host room of the engine's overlap window (engine_time.host_room_s)
+    room_s: np.ndarray | float = 0.0  # the host room its engine's overlap window leaves (engine_time)
 
 
 def lin_index(engine, dep, batch, k, tokens=None, caches=None) -> tuple[np.ndarray, np.ndarray]:
@@ -166,8 +166,8 @@ def step_time(engine, tp: int, batch, k, verify_gpu_s, verify_kernels, in_graph,
     ``copy`` False: the verify time may be ``verify_gpu_s`` itself (engine_time.pass_time_s); ``calls`` the step's
     collective calls (:func:`step_collective_calls`), which the terms' ``collective_s`` is paid per."""
     verify = pass_time_s(verify_gpu_s, verify_kernels, in_graph, eager_s, copy=copy)
-    host = host_exposed_s(engine, batch, k, verify + draft_s, draft_s, tp)
-    room = host_room_s(engine, batch, k, verify + draft_s, draft_s, host, tp)  # where the terms' host time hides
+    # room: what the overlap window leaves, where the terms' host time hides
+    host, room = host_exposed_and_room_s(engine, batch, k, verify + draft_s, draft_s, tp)
     if not host_draft:  # host work between chained draft passes (none at K = 0: no passes)
         host = host + passes * engine.per_draft_pass_s
     overhead = profile_s + host
@@ -193,8 +193,7 @@ def step_time_scalar(engine, tp: int, batch: int, k: int, verify_gpu_s: float, v
     seconds at (B, K) without the collective calls (None: no terms: :func:`terms_tables`), ``collective_s`` the
     terms' time per collective call and ``calls`` the step's."""
     verify = verify_gpu_s if in_graph else max(verify_gpu_s, verify_kernels * eager_s)
-    host = host_exposed_scalar_s(engine, batch, k, verify + draft_s, draft_s, tp)
-    room = host_room_scalar_s(engine, batch, k, verify + draft_s, draft_s, host, tp) if factor is not None else 0.0
+    host, room = host_exposed_and_room_scalar_s(engine, batch, k, verify + draft_s, draft_s, tp)
     if not host_draft:
         host += passes * engine.per_draft_pass_s
     overhead = profile_s + host
@@ -202,7 +201,7 @@ def step_time_scalar(engine, tp: int, batch: int, k: int, verify_gpu_s: float, v
         overhead = overhead + extras.schedule_s + extras.schedule_per_seq_s * batch
     if factor is not None:
         verify, draft_s = verify * factor, draft_s * factor
-        overhead = overhead + ((max(added_s - room, 0.0) if room else added_s) + collective_s * calls)
+        overhead = overhead + ((max(added_s, room) - room if room else added_s) + collective_s * calls)
     total = verify + draft_s + overhead
     if spec_mode and k == 0:
         total = total * (1.0 + extras.k0_frac) + extras.k0_s

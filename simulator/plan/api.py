@@ -21,7 +21,8 @@ from simulator.plan import exports, paste
 from simulator.errors import PlannerError
 from simulator.plan.advice import engine_advice
 from simulator.plan.answer import _span, answer_notes, schedule_text  # noqa: F401 (schedule_text: API)
-from simulator.plan.grid import Grid, compute_grid, kstar_columns
+from simulator.plan.grid import Grid, compute_grid
+from simulator.plan.kstar_columns import kstar_columns
 from simulator.plan.k_changes import ScheduleGrid, describe_change, k_changes
 from simulator.plan.schedule import schedule_loss, schedule_ranges
 from simulator.plan.decision_risk import beats_plain
@@ -104,7 +105,7 @@ class Prediction:
     @cached_property
     def columns(self) -> dict:
         """Per batch size, as numpy arrays: what :attr:`table` shows without its per-cell bound regime
-        (:func:`simulator.plan.grid.kstar_columns` at the per-batch choice; a fleet sweep reads these alone),
+        (:func:`simulator.plan.kstar_columns.kstar_columns` at the per-batch choice; a fleet sweep reads these alone),
         plus ``k_schedule``: the engine schedule's K (-1 where none fits)."""
         cols = kstar_columns(self.choice_grid, self.scenario.fixed_k)
         cols["k_schedule"] = self.grid.k_star

@@ -89,7 +89,7 @@ def physics_parts(grid, terms) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
     kernel = np.broadcast_to(grid.verify_s + grid.draft_step_s, grid.itl_s.shape)
     overhead = np.broadcast_to(grid.overhead_s, grid.itl_s.shape)
     calls = np.broadcast_to(grid.collective_calls, grid.itl_s.shape)
-    room = np.broadcast_to(grid.host_room_s, grid.itl_s.shape)
+    room = grid.host_room_s  # the scalar 0 where the engine hides no host time (the formula drops its room term)
     if terms is None:
         return kernel, overhead, calls, room
     return kernel / terms.kernel_factor(K), overhead - terms.added_s(B, K, calls, room), calls, room

@@ -30,7 +30,8 @@ from functools import cached_property
 import numpy as np
 
 from simulator.plan.decision_risk import OUTSIDE_BAND, decision_shares, step_draws
-from simulator.plan.acceptance_risk import banded_acceptance_lengths, k_at_each_rate_set, robust_score
+from simulator.plan.acceptance_risk import k_at_each_rate_set, robust_score
+from simulator.plan.draft_acceptance import banded_draft_acceptance_lengths, draft_acceptance_lengths
 from simulator.physics.memory import step_memory_bytes
 from simulator.physics.operators import PassCost, StepCost
 from simulator.physics.draft_cost import DraftSetting, draft_costs
@@ -44,8 +45,7 @@ from simulator.plan.schedule import (SCHEDULE_TOLERANCE, argmax_k_index, has_ret
                                      without_band_returns)
 from simulator.specs.routing import expert_probabilities
 from simulator.specs.scenario import per_scenario
-from simulator.specs.tree_acceptance import draft_acceptance_lengths as acceptance_lengths_of_draft
-from simulator.specs.tree_acceptance import tree_shape
+from simulator.specs.step_terms import no_room
 
 
 @dataclass
@@ -89,8 +89,8 @@ class Grid:
     # collective calls of each cell's step (physics.step_model.step_collective_calls), broadcasting to the cells:
     # what the terms' collective_s is paid per
     collective_calls: np.ndarray | float = 0.0
-    # the room each cell's engine overlap window leaves for more host time (physics.engine_time.host_room_s): the
-    # terms' host time hides in it
+    # the room each cell's engine overlap window leaves for more host time, where the terms' host time hides
+    # (physics.engine_time.host_exposed_and_room_s); the scalar 0 on an engine that hides none
     host_room_s: np.ndarray | float = 0.0
 
     @property
@@ -239,7 +239,8 @@ class Grid:
                        overhead_s=at_k0(self.overhead_s, k0.overhead_s), itl_s=itl,
                        goodput_per_seq=at_k0(self.goodput_per_seq, al0 / np.asarray(k0.total_s)),
                        k0_extend_scenario=None, collective_calls=at_k0(self.collective_calls, k0.calls),
-                       host_room_s=at_k0(self.host_room_s, k0.room_s))
+                       host_room_s=self.host_room_s if no_room(self.host_room_s) and no_room(k0.room_s)
+                       else at_k0(self.host_room_s, k0.room_s))
 
     @property
     def centre_score(self) -> np.ndarray:
@@ -299,49 +300,6 @@ class Grid:
         if name not in detail.names:
             return None
         return detail.time_s[detail.names.index(name)]
-
-
-MS = 1e3
-
-
-def kstar_columns(g: Grid, fixed_k: int) -> dict:
-    """Per batch size, as numpy arrays: K* (-1 where none fits memory) and the goodput, step time and
-    speedups at it (as the engine runs it: at K* = 0 on an engine that still runs the drafter's extend pass there,
-    that step, Grid.as_engine_runs), plain decoding and the fixed K beside it (NaN where they do not fit)."""
-    idx = g.optimal_k_index()
-    run = g.as_engine_runs
-    rows = np.arange(len(g.batch_sizes))
-    safe = np.maximum(idx, 0)
-    feasible = idx >= 0
-    fits = g.fits_memory
-    nan = np.nan
-
-    def at(arr, col):
-        return np.where(feasible, arr[rows, col], nan)
-
-    good = at(run.goodput_per_seq, safe)
-    i0, i_fix = g.k_index(0), g.k_index(fixed_k)
-    plain = np.where(fits[:, i0], g.goodput_per_seq[:, i0], nan)
-    fixed = np.where(fits[:, i_fix], g.goodput_per_seq[:, i_fix], nan)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return {
-            "batch_size": g.batch_sizes.astype(int),
-            "k_opt": g.k_star,
-            "goodput_per_seq": good,
-            "throughput": good * g.batch_sizes,
-            "itl_ms": at(run.itl_s, safe) * MS,
-            # what a user waits per token: step time / tokens a step commits = 1 / goodput per sequence
-            "token_latency_ms": MS / good,
-            "plain_token_latency_ms": MS / plain,
-            "acceptance_length": np.where(feasible, g.acceptance_length[safe], nan),
-            "plain_goodput_per_seq": plain,
-            "fixed_goodput_per_seq": fixed,
-            "speedup_vs_plain": good / plain,
-            "speedup_vs_fixed": good / fixed,
-            "fixed_vs_plain": fixed / plain,
-            "fits_memory": feasible,
-            "memory_gb_per_gpu": at(g.memory_per_gpu_bytes, safe) / 1e9,
-        }
 
 
 _GRIDS: dict = {}  # the last few plain grids (specs.scenario.per_scenario)
@@ -414,7 +372,7 @@ def _evaluate(sc, b, k, c) -> Grid:
                 sc.hardware.memory_bytes * sc.deployment.memory_utilization, touched, sc.schedule_tolerance,
                 None, extend, verify_context, k0_extend_scenario=sc if k0_extend else None,
                 collective_calls=np.broadcast_to(np.asarray(step.calls, dtype=float), itl.shape),
-                host_room_s=np.broadcast_to(np.asarray(step.room_s, dtype=float), itl.shape))
+                host_room_s=step.room_s if no_room(step.room_s) else np.broadcast_to(step.room_s, itl.shape))
 
 
 def _drop_context_axis(grid: Grid) -> Grid:
@@ -427,23 +385,4 @@ def _drop_context_axis(grid: Grid) -> Grid:
                 g.acceptance_length[:, 0], cell(g.goodput_per_seq), cell(g.memory_per_gpu_bytes),
                 g.memory_capacity_bytes, g.experts_touched, g.schedule_tolerance, g.banded_acceptance_length,
                 cost(g.draft_extend), None, g.decision_quantile, g.step_terms, g.k0_extend_scenario,
-                cell(g.collective_calls), cell(g.host_room_s))
-
-
-def draft_acceptance_lengths(draft, acceptance, ks, scale=None, n_ctx: int | None = None) -> np.ndarray:
-    """AL(K) of the scenario's draft, (n_k,), or (n_k, n_ctx) with a context factor ``scale`` s(L) or repeated over
-    ``n_ctx`` context lengths: specs.tree_acceptance's one formula
-    for a draft (the deployment fits use it too). A tree whose acceptance carries a rank tail: its top-1 rates
-    through the tree of its topk and N tokens at each depth K, the nodes its verify pass is priced for; a tree
-    without one: its own rates per depth, depth counted up to its N tokens; a chain: the per-position rates."""
-    ks = np.asarray(ks, dtype=int)
-    rates = acceptance.rates_upto(max(int(ks.max(initial=0)), 1))
-    al = acceptance_lengths_of_draft(rates, ks, scale, tree_shape(draft, acceptance.rank_tail))
-    return al if scale is not None or n_ctx is None else np.repeat(al[:, None], n_ctx, axis=1)
-
-
-def banded_draft_acceptance_lengths(draft, acceptance, ks, band: float) -> np.ndarray:
-    """(3, n_k) AL(K) at the band's low, given and high rates (plan.acceptance_risk), a tree's through its shape."""
-    ks = np.asarray(ks, dtype=int)
-    return banded_acceptance_lengths(acceptance.rates_upto(max(int(ks.max(initial=0)), 1)), ks, band,
-                                     tree_shape(draft, acceptance.rank_tail))
+                cell(g.collective_calls), g.host_room_s if no_room(g.host_room_s) else cell(g.host_room_s))

@@ -7,7 +7,8 @@ import numpy as np
 import pandas as pd
 
 from simulator.plan.acceptance_risk import break_even_acceptance_length
-from simulator.plan.grid import MS, Grid
+from simulator.plan.grid import Grid
+from simulator.plan.kstar_columns import MS
 from simulator.plan.speedup_trust import speedup_trust_columns
 from simulator.specs.scenario import Scenario
 
@@ -38,7 +39,7 @@ def grid_rows_table(g: Grid) -> pd.DataFrame:
 
 def kstar_table(g: Grid, cols: dict, sc: Scenario, p_beats_plain: np.ndarray) -> pd.DataFrame:
     """One row per batch size of ``g`` (the grid read per batch size alone): the columns ``cols``
-    (:func:`simulator.plan.grid.kstar_columns` and the engine schedule's K) with K*'s bound, the acceptance
+    (:func:`simulator.plan.kstar_columns.kstar_columns` and the engine schedule's K) with K*'s bound, the acceptance
     lengths that break even, the published speedups' error, how sure the decision is (``p_beats_plain``: P(K beats
     plain decoding) per (B, K) cell) and, for MoE, the experts K* loads."""
     idx = g.optimal_k_index()

@@ -12,7 +12,7 @@ One formula, used by the grid, the serving simulation and both fits (learned pri
             + c_spec B (K + 1) [K > 0]                               per speculative token (sampling, rejection)
 
 room(B, K) is the part of the engine's overlap window its own host time leaves free (0 where the engine does not
-hide host time behind the GPU: simulator.physics.engine_time.host_room_s): the terms' host time is host time, hidden
+hide host time behind the GPU: simulator.physics.engine_time.host_exposed_and_room_s): the terms' host time is host time, hidden
 as the engine hides its own (docs/learned_layer_choices.md, ninth pass).
 
 calls(B, K) is the number of collective calls (ops of family "comm": tensor-parallel all-reduces, the logits
@@ -101,12 +101,15 @@ def host_per_seq_s(c_seq, c_spec, k, c_seq_spec=0.0) -> np.ndarray:
     return c_seq + (c_seq_spec + c_spec * (k + 1.0)) * (k > 0)
 
 
+def no_room(room_s) -> bool:
+    """Whether ``room_s`` is the scalar 0 of an engine that hides no host time (the formula's room term drops)."""
+    return np.ndim(room_s) == 0 and room_s == 0
+
+
 def exposed_host_s(host_s, room_s=0.0):
     """The part of the terms' host time a step waits for: what exceeds the room the engine's overlap window
-    leaves (room 0: all of it, the same values)."""
-    if not np.any(room_s):  # no room anywhere: host_s itself (what the subtraction below would give)
-        return host_s
-    return np.maximum(host_s - room_s, 0.0)
+    leaves, max(H, room) - room = max(0, H - room) (room 0: all of it)."""
+    return host_s if no_room(room_s) else np.maximum(host_s, room_s) - room_s
 
 
 def added_step_s(c_step, c_seq, c_spec, batch, k, c_seq_spec=0.0, c_coll=0.0, calls=0.0, room_s=0.0) -> np.ndarray:
@@ -121,11 +124,15 @@ def added_step_s(c_step, c_seq, c_spec, batch, k, c_seq_spec=0.0, c_coll=0.0, ca
 
 def compose_step_s(terms, batch, k, kernel_s, overhead_s, calls=0.0, room_s=0.0) -> np.ndarray:
     """The formula above, elementwise (numpy broadcasting): ``terms`` the seven terms in TERM_NAMES order,
-    ``calls`` the step's collective calls, ``room_s`` its host room."""
+    ``calls`` the step's collective calls, ``room_s`` its host room. With a room it is grouped as
+    f kernel + (overhead - room) + (max(H, room) + c_coll calls), as :func:`compose_step_draws_s` forms it."""
     s, c0, c1, c2, sv, c3, cc = terms
     batch, k = _floats(batch), _floats(k)
-    return (kernel_factor(s, sv, k) * kernel_s + overhead_s
-            + added_step_s(c0, c1, c2, batch, k, c3, cc, calls, room_s))
+    if no_room(room_s):
+        return kernel_factor(s, sv, k) * kernel_s + overhead_s + added_step_s(c0, c1, c2, batch, k, c3, cc, calls)
+    host = c0 + batch * host_per_seq_s(c1, c2, k, c3)
+    return (kernel_factor(s, sv, k) * kernel_s + (overhead_s - room_s)
+            + (np.maximum(host, room_s) + cc * _floats(calls)))
 
 
 def compose_step_draws_s(theta: np.ndarray, batch, k, kernel_s, overhead_s, dtype=np.float32,
@@ -140,15 +147,17 @@ def compose_step_draws_s(theta: np.ndarray, batch, k, kernel_s, overhead_s, dtyp
     s, c0, c1, c2, sv, c3, cc = cast(theta).T
     batch, k, kernel_s, overhead_s, calls = cast(batch), cast(k), cast(kernel_s), cast(overhead_s), cast(calls)
     kd = k[..., None]  # K with the draws' axis
-    shape = np.broadcast_shapes(batch.shape, k.shape, kernel_s.shape, overhead_s.shape, calls.shape) + s.shape
+    room = None if no_room(room_s) else cast(room_s)
+    shape = np.broadcast_shapes(batch.shape, k.shape, kernel_s.shape, overhead_s.shape, calls.shape,
+                                () if room is None else room.shape) + s.shape
     step = np.multiply(kernel_factor(s, sv, kd), kernel_s[..., None], out=np.empty(shape, dtype))
-    step += overhead_s[..., None]
+    step += (overhead_s if room is None else overhead_s - room)[..., None]
     host = np.multiply(batch[..., None], host_per_seq_s(c1, c2, kd, c3), out=np.empty(shape, dtype))
     np.add(c0, host, out=host)  # c_step + B (...), as added_step_s adds it
-    if np.any(room_s):  # the room the overlap window leaves, as exposed_host_s takes it
-        host -= cast(room_s)[..., None]
-        np.maximum(host, 0.0, out=host)
-    host += cc * calls[..., None]  # + c_coll calls, as added_step_s adds it
+    if room is not None:  # max(H, room): the room the overlap window leaves, as compose_step_s groups it
+        np.maximum(host, room[..., None], out=host)
+    if calls.any():  # + c_coll calls, as added_step_s adds it (none at TP 1: adding 0 changes no bit)
+        host += cc * calls[..., None]
     step += host
     return step
 
