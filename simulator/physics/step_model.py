@@ -201,7 +201,7 @@ def step_time_scalar(engine, tp: int, batch: int, k: int, verify_gpu_s: float, v
         overhead = overhead + extras.schedule_s + extras.schedule_per_seq_s * batch
     if factor is not None:
         verify, draft_s = verify * factor, draft_s * factor
-        overhead = overhead + ((max(added_s, room) - room if room else added_s) + collective_s * calls)
+        overhead = overhead + ((max(added_s - room, 0.0) if room else added_s) + collective_s * calls)
     total = verify + draft_s + overhead
     if spec_mode and k == 0:
         total = total * (1.0 + extras.k0_frac) + extras.k0_s

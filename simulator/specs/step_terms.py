@@ -108,8 +108,8 @@ def no_room(room_s) -> bool:
 
 def exposed_host_s(host_s, room_s=0.0):
     """The part of the terms' host time a step waits for: what exceeds the room the engine's overlap window
-    leaves, max(H, room) - room = max(0, H - room) (room 0: all of it)."""
-    return host_s if no_room(room_s) else np.maximum(host_s, room_s) - room_s
+    leaves, max(0, H - room) (room 0: all of it)."""
+    return host_s if no_room(room_s) else np.maximum(host_s - room_s, 0.0)
 
 
 def added_step_s(c_step, c_seq, c_spec, batch, k, c_seq_spec=0.0, c_coll=0.0, calls=0.0, room_s=0.0) -> np.ndarray:
@@ -124,25 +124,22 @@ def added_step_s(c_step, c_seq, c_spec, batch, k, c_seq_spec=0.0, c_coll=0.0, ca
 
 def compose_step_s(terms, batch, k, kernel_s, overhead_s, calls=0.0, room_s=0.0) -> np.ndarray:
     """The formula above, elementwise (numpy broadcasting): ``terms`` the seven terms in TERM_NAMES order,
-    ``calls`` the step's collective calls, ``room_s`` its host room. With a room it is grouped as
-    f kernel + (overhead - room) + (max(H, room) + c_coll calls), as :func:`compose_step_draws_s` forms it."""
+    ``calls`` the step's collective calls, ``room_s`` its host room."""
     s, c0, c1, c2, sv, c3, cc = terms
     batch, k = _floats(batch), _floats(k)
-    if no_room(room_s):
-        return kernel_factor(s, sv, k) * kernel_s + overhead_s + added_step_s(c0, c1, c2, batch, k, c3, cc, calls)
-    host = c0 + batch * host_per_seq_s(c1, c2, k, c3)
-    return (kernel_factor(s, sv, k) * kernel_s + (overhead_s - room_s)
-            + (np.maximum(host, room_s) + cc * _floats(calls)))
+    return kernel_factor(s, sv, k) * kernel_s + overhead_s + added_step_s(c0, c1, c2, batch, k, c3, cc, calls, room_s)
 
 
 def compose_step_draws_s(theta: np.ndarray, batch, k, kernel_s, overhead_s, dtype=np.float32,
                          calls=0.0, room_s=0.0) -> np.ndarray:
     """:func:`compose_step_s` at every cell for every draw of the terms, draws on the last axis: ``theta`` (n, 7)
-    term vectors, ``batch``, ``k``, ``kernel_s``, ``overhead_s``, ``calls``, ``room_s`` broadcasting to the cells' shape; every
-    input cast to ``dtype`` first -> (*cells, n). The same operations in the same order, so the same values as
-    compose_step_s on the same inputs (tests/test_decision_risk_speed_equivalence.py); the formula's kernel factor
-    and per-sequence host time depend on (K, draw) only and are formed on those small arrays, and the operations
-    over the (cells x draws) array write into two buffers where the broadcast formula allocates more."""
+    term vectors, ``batch``, ``k``, ``kernel_s``, ``overhead_s``, ``calls``, ``room_s`` broadcasting to the cells'
+    shape; every input cast to ``dtype`` first -> (*cells, n). The same operations in the same order, so the same
+    values as compose_step_s on the same inputs (tests/test_decision_risk_speed_equivalence.py); the formula's kernel
+    factor and per-sequence host time depend on (K, draw) only and are formed on those small arrays, the operations
+    over the (cells x draws) array write into two buffers where the broadcast formula allocates more, and where no
+    draw's host time can exceed its cell's room (a bound from the largest terms) the host time is not formed: it adds
+    0 there, as max(0, H - room) does."""
     cast = lambda a: np.asarray(a, dtype=dtype)  # noqa: E731
     s, c0, c1, c2, sv, c3, cc = cast(theta).T
     batch, k, kernel_s, overhead_s, calls = cast(batch), cast(k), cast(kernel_s), cast(overhead_s), cast(calls)
@@ -151,11 +148,19 @@ def compose_step_draws_s(theta: np.ndarray, batch, k, kernel_s, overhead_s, dtyp
     shape = np.broadcast_shapes(batch.shape, k.shape, kernel_s.shape, overhead_s.shape, calls.shape,
                                 () if room is None else room.shape) + s.shape
     step = np.multiply(kernel_factor(s, sv, kd), kernel_s[..., None], out=np.empty(shape, dtype))
-    step += (overhead_s if room is None else overhead_s - room)[..., None]
-    host = np.multiply(batch[..., None], host_per_seq_s(c1, c2, kd, c3), out=np.empty(shape, dtype))
+    step += overhead_s[..., None]
+    per_seq = host_per_seq_s(c1, c2, kd, c3)
+    # the largest host time any draw adds at each (B, K), an upper bound: c_step's largest + B x the largest per-sequence
+    hidden = room is not None and not (c0.max(initial=0) + batch * per_seq.max(axis=-1, initial=0) > room).any()
+    if hidden:  # every draw's host time hides in the room: max(0, H - room) = 0 at every cell, 0 + x = x
+        if calls.any():
+            step += cc * calls[..., None]
+        return step
+    host = np.multiply(batch[..., None], per_seq, out=np.empty(shape, dtype))
     np.add(c0, host, out=host)  # c_step + B (...), as added_step_s adds it
-    if room is not None:  # max(H, room): the room the overlap window leaves, as compose_step_s groups it
-        np.maximum(host, room[..., None], out=host)
+    if room is not None:  # what exceeds the room the overlap window leaves, as exposed_host_s takes it
+        host -= room[..., None]
+        np.maximum(host, 0.0, out=host)
     if calls.any():  # + c_coll calls, as added_step_s adds it (none at TP 1: adding 0 changes no bit)
         host += cc * calls[..., None]
     step += host
