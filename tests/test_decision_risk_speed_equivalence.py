@@ -28,7 +28,7 @@ def _inputs(rng, context: bool):
     return theta, B, K, kernel, overhead, calls
 
 
-@pytest.mark.parametrize("room", [False, True, "hides all"])
+@pytest.mark.parametrize("room", [False, True, "hides all", "a corner"])
 @pytest.mark.parametrize("context", [False, True])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_factored_step_equals_compose_step_s(context, dtype, room):
@@ -37,8 +37,10 @@ def test_factored_step_equals_compose_step_s(context, dtype, room):
     # ("hides all": a room no draw's host time reaches, the draws' shortcut)
     rooms = np.where(np.random.default_rng(4).uniform(size=kernel.shape) < 0.2, 0.0,
                      np.random.default_rng(5).uniform(0, 2e-3, kernel.shape)) if room else 0.0
-    if room == "hides all":
+    if room in ("hides all", "a corner"):
         rooms = np.full(kernel.shape, 0.1)  # above the largest H here: 1 ms + 259 x (10 + 20 + 9 x 5) us
+    if room == "a corner":  # exposed only in a box of cells (the draws form the host time there alone)
+        rooms[:5, 2:4] = 0.0
     f = lambda a: np.asarray(a, dtype=dtype)  # noqa: E731
     plain = compose_step_s(list(f(theta).T), f(B[..., None]), f(K[..., None]), f(kernel[..., None]),
                            f(overhead[..., None]), f(calls[..., None]),

@@ -214,15 +214,21 @@ def draft_weight_bytes(draft: DraftSpec, target: ModelSpec, dep: Deployment, spe
     return float(draft_memory_bytes(draft, target, dep, 0.0, 0.0)) if speculative else 0.0
 
 
+def _sequence_kv(draft: DraftSpec, target: ModelSpec, dep: Deployment, tokens) -> tuple:
+    """(the target's KV of one sequence of ``tokens`` tokens per GPU, that plus the draft's own, the draft's
+    weights): what a speculating and a plain step hold per sequence, and the draft weights that split the two."""
+    plain = kv_bytes_per_gpu(target, dep, 1.0, tokens)
+    weights = draft_weight_bytes(draft, target, dep)
+    return plain, plain + draft_memory_bytes(draft, target, dep, 1.0, tokens) - weights, weights
+
+
 def kv_bytes_per_sequence(draft: DraftSpec, target: ModelSpec, dep: Deployment, tokens, speculative: bool = True,
                           k=None):
     """KV cache of one sequence of ``tokens`` tokens per GPU: the target's, plus the draft's own when speculating.
     With ``k`` (the drafts verified a step), a hybrid's recurrent states too: K + 1 while speculating, one
     without (:func:`recurrent_state_bytes`); without it, the token-proportional part alone (a KV block's
     share, as serving's block budget counts it)."""
-    kv = kv_bytes_per_gpu(target, dep, 1.0, tokens)
-    if speculative:
-        kv = kv + draft_memory_bytes(draft, target, dep, 1.0, tokens) - draft_weight_bytes(draft, target, dep)
+    kv = _sequence_kv(draft, target, dep, tokens)[1] if speculative else kv_bytes_per_gpu(target, dep, 1.0, tokens)
     if k is not None and target.num_linear_layers:
         kv = kv + recurrent_state_bytes(target, dep, k if speculative else 0)
     return kv
@@ -245,10 +251,10 @@ def step_memory_bytes(draft: DraftSpec, target: ModelSpec, dep: Deployment, batc
     activations of B (K + 1) tokens. The step fits when this is <= memory_utilization x device memory."""
     batch, k = np.asarray(batch, dtype=float), np.asarray(k, dtype=float)
     spec = k > 0
+    plain_kv, spec_kv, draft_weights = _sequence_kv(draft, target, dep, tokens_per_seq)
     memory = (weight_bytes_per_gpu(target, dep)
-              + batch * np.where(spec, kv_bytes_per_sequence(draft, target, dep, tokens_per_seq, True),
-                                 kv_bytes_per_gpu(target, dep, 1.0, tokens_per_seq))
-              + np.where(spec, draft_weight_bytes(draft, target, dep), 0.0)
+              + batch * np.where(spec, spec_kv, plain_kv)
+              + np.where(spec, draft_weights, 0.0)
               + activation_bytes_per_gpu(target, dep, batch * (k + 1)))
     if target.num_linear_layers:  # recurrent states: one per sequence, K + 1 while speculating
         memory = memory + batch * recurrent_state_bytes(target, dep, k)

@@ -12,8 +12,8 @@ One formula, used by the grid, the serving simulation and both fits (learned pri
             + c_spec B (K + 1) [K > 0]                               per speculative token (sampling, rejection)
 
 room(B, K) is the part of the engine's overlap window its own host time leaves free (0 where the engine does not
-hide host time behind the GPU: simulator.physics.engine_time.host_exposed_and_room_s): the terms' host time is host time, hidden
-as the engine hides its own (docs/learned_layer_choices.md, ninth pass).
+hide host time behind the GPU: simulator.physics.engine_time.host_exposed_and_room_s): the terms' host time is host
+time, hidden as the engine hides its own (docs/learned_layer_choices.md, ninth pass).
 
 calls(B, K) is the number of collective calls (ops of family "comm": tensor-parallel all-reduces, the logits
 gather, MoE all-to-alls) the step runs: the verify pass's and the draft passes' as the engine runs them
@@ -22,8 +22,8 @@ gather, MoE all-to-alls) the step runs: the verify pass's and the draft passes' 
 Each term is physically named: ``kernel_scale`` (every kernel runs s x its priced time), ``spec_kernel_scale``
 (a speculating step's verify and draft kernels relative to the plain decode kernels: custom-mask or tree
 attention at q = K + 1, drafts outside a CUDA graph), the host terms in seconds, ``collective_s`` the time per
-collective call beyond its measured table (ranks waiting on each other, launch and sync in a real step). Neutral values leave the
-physics untouched.
+collective call beyond its measured table (ranks waiting on each other, launch and sync in a real step). Neutral
+values leave the physics untouched.
 
 The learned layer (``simulator/data/learned_step.json``, written by ``python -m calibration.learn_step``) holds
 the population these terms are drawn from across the published sources: a mean and a spread per term in its
@@ -137,9 +137,9 @@ def compose_step_draws_s(theta: np.ndarray, batch, k, kernel_s, overhead_s, dtyp
     shape; every input cast to ``dtype`` first -> (*cells, n). The same operations in the same order, so the same
     values as compose_step_s on the same inputs (tests/test_decision_risk_speed_equivalence.py); the formula's kernel
     factor and per-sequence host time depend on (K, draw) only and are formed on those small arrays, the operations
-    over the (cells x draws) array write into two buffers where the broadcast formula allocates more, and where no
-    draw's host time can exceed its cell's room (a bound from the largest terms) the host time is not formed: it adds
-    0 there, as max(0, H - room) does."""
+    over the (cells x draws) array write into two buffers where the broadcast formula allocates more, and the host
+    time is formed only in the box of cells where some draw's may exceed its room (a bound from the largest terms):
+    elsewhere it adds 0, as max(0, H - room) does."""
     cast = lambda a: np.asarray(a, dtype=dtype)  # noqa: E731
     s, c0, c1, c2, sv, c3, cc = cast(theta).T
     batch, k, kernel_s, overhead_s, calls = cast(batch), cast(k), cast(kernel_s), cast(overhead_s), cast(calls)
@@ -150,21 +150,35 @@ def compose_step_draws_s(theta: np.ndarray, batch, k, kernel_s, overhead_s, dtyp
     step = np.multiply(kernel_factor(s, sv, kd), kernel_s[..., None], out=np.empty(shape, dtype))
     step += overhead_s[..., None]
     per_seq = host_per_seq_s(c1, c2, kd, c3)
-    # the largest host time any draw adds at each (B, K), an upper bound: c_step's largest + B x the largest per-sequence
-    hidden = room is not None and not (c0.max(initial=0) + batch * per_seq.max(axis=-1, initial=0) > room).any()
-    if hidden:  # every draw's host time hides in the room: max(0, H - room) = 0 at every cell, 0 + x = x
-        if calls.any():
-            step += cc * calls[..., None]
-        return step
-    host = np.multiply(batch[..., None], per_seq, out=np.empty(shape, dtype))
-    np.add(c0, host, out=host)  # c_step + B (...), as added_step_s adds it
-    if room is not None:  # what exceeds the room the overlap window leaves, as exposed_host_s takes it
-        host -= room[..., None]
-        np.maximum(host, 0.0, out=host)
-    if calls.any():  # + c_coll calls, as added_step_s adds it (none at TP 1: adding 0 changes no bit)
-        host += cc * calls[..., None]
-    step += host
+    box = tuple(slice(None) for _ in shape[:-1])  # the cells whose host time is formed: all, or the box below
+    if room is not None:
+        # the largest host time any draw adds at each cell, an upper bound: c_step's largest + B x the largest
+        # per-sequence; where it is within the room, max(0, H - room) is 0 for every draw and adds nothing
+        reach = np.broadcast_to(c0.max(initial=0) + batch * per_seq.max(axis=-1, initial=0) > room, shape[:-1])
+        if not reach.any():
+            box = None
+        else:  # the smallest box of cells holding every cell some draw's host time may reach out of its room
+            at = np.nonzero(reach)
+            box = tuple(slice(int(i.min()), int(i.max()) + 1) for i in at)
+    coll = cc * calls[..., None] if calls.any() else None  # c_coll calls (none at TP 1: adding 0 changes no bit)
+    if box is not None:
+        host = np.add(c0, _in_box(batch, box)[..., None] * _in_box(per_seq, box))  # c_step + B (...), as added_step_s
+        if room is not None:  # what exceeds the room the overlap window leaves, as exposed_host_s takes it
+            host = host - _in_box(np.broadcast_to(room, shape[:-1]), box)[..., None]
+            np.maximum(host, 0.0, out=host)
+        if coll is None:
+            step[box] += host
+            return step
+        coll = np.array(np.broadcast_to(coll, shape), dtype)
+        coll[box] = host + coll[box]  # as added_step_s adds them: the exposed host time + c_coll calls
+    if coll is not None:
+        step += coll
     return step
+
+
+def _in_box(a: np.ndarray, box: tuple) -> np.ndarray:
+    """``a`` (broadcasting to the cells, leading axes) cut to the cells' ``box``; its axes of length 1 kept whole."""
+    return a[tuple(slice(None) if n == 1 else box[i] for i, n in enumerate(a.shape[:len(box)]))]
 
 
 def step_time_s(theta: np.ndarray, batch, k, kernel_s, overhead_s, calls=0.0, room_s=0.0) -> np.ndarray:
