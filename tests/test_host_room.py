@@ -75,3 +75,11 @@ def test_the_grid_adds_the_layers_host_time_beyond_the_room(version):
         assert not room.any()
     else:
         assert (room > H).all()  # every step here is long enough to hide it: the layer adds nothing
+
+
+def test_provenance_says_where_the_layers_host_time_hides():
+    # what a prediction rests on names the learned layer and, on an engine that overlaps, that its host time hides
+    note = "its host time hides where the engine overlaps host work with the GPU: plain and speculating steps"
+    assert note in load_scenario("llama-3.1-8b-h100").cost_source  # vLLM 0.33: async scheduling, spec too
+    assert note not in load_scenario("llama-3.1-8b-h100", engine="vllm", engine_version="0.11.0").cost_source
+    assert "hides" not in load_scenario("llama-3.1-8b-h100", learned=False).cost_source  # nothing to hide

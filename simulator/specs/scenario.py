@@ -103,7 +103,16 @@ class Scenario:
                f"; {self.step_prior.label}" if self.step_prior is not None else "")
         if self.engine is None or self.engine.name == "ideal":
             return kernels + fit
-        return f"{kernels}; {self.engine.label}{fit}"
+        return f"{kernels}; {self.engine.label}{fit}{self._terms_host_hidden_note() if fit else ''}"
+
+    def _terms_host_hidden_note(self) -> str:
+        """Where the engine overlaps its host work with the GPU's: that the engine terms' host time hides there too
+        (specs.step_terms: max(0, H - room))."""
+        plain, spec = self.engine.overlap_window != "none", self.engine.spec_overlap_window != "none"
+        if not (plain or spec):
+            return ""
+        steps = "plain and speculating steps" if plain and spec else "plain steps" if plain else "speculating steps"
+        return f" (its host time hides where the engine overlaps host work with the GPU: {steps})"
 
     def _weight_only_note(self) -> str:
         """Where weight-only GEMMs (fp8 / int4 weights on bf16 activations, dequantized into bf16 math) have no
