@@ -83,3 +83,17 @@ def test_provenance_says_where_the_layers_host_time_hides():
     assert note in load_scenario("llama-3.1-8b-h100").cost_source  # vLLM 0.33: async scheduling, spec too
     assert note not in load_scenario("llama-3.1-8b-h100", engine="vllm", engine_version="0.11.0").cost_source
     assert "hides" not in load_scenario("llama-3.1-8b-h100", learned=False).cost_source  # nothing to hide
+
+
+def test_speedup_band_says_the_layers_host_time_hides_on_this_engine():
+    # the published band is the layer's on curves whose engines mostly paid host time while speculating; on vLLM
+    # 0.33 the layer's host time hides, so the line adds the physics alone's median errors on those curves
+    from simulator.plan.speedup_trust import speedup_trust_text
+    from simulator.specs.uncertainty import speedup_bands
+    medians = ", ".join(f"{b.median_error:+.0%}" for b in speedup_bands(physics_only=True))
+    assert medians  # transfer_error.json's physics-alone bands (e.g. +5%, +17%, +21%)
+    said = speedup_trust_text(load_scenario("llama-3.1-8b-h100"))
+    assert "hides host time while speculating" in said and f"whose median errors on them were {medians}" in said
+    assert "hides host time" not in speedup_trust_text(load_scenario("llama-3.1-8b-h100", engine="vllm",
+                                                                      engine_version="0.11.0"))
+    assert "hides host time" not in speedup_trust_text(load_scenario("llama-3.1-8b-h100", learned=False))

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from simulator.specs.uncertainty import speedup_band_at, speedup_bands_text, speedup_parts_text
+from simulator.specs.uncertainty import speedup_band_at, speedup_bands, speedup_bands_text, speedup_parts_text
 
 
 def published_band_applies(sc) -> bool:
@@ -51,7 +51,22 @@ def speedup_trust_text(sc) -> str:
     if sc.hardware.kind == "cpu":
         return "no published speedup rows on CPUs: the calibrated profile's own held-out error (step-time band)"
     parts = speedup_parts_text(sc.draft.method)
-    return speedup_bands_text(physics_alone(sc)) + (f"; {parts}" if parts else "")
+    return speedup_bands_text(physics_alone(sc)) + hidden_host_text(sc) + (f"; {parts}" if parts else "")
+
+
+def hidden_host_text(sc) -> str:
+    """On an engine that hides host time while speculating, the learned layer's host terms hide too (specs.step_terms:
+    max(0, H - room)), so its speedups lie near the physics alone's, where the published curves' engines mostly paid
+    theirs: say so, with the physics alone's median errors on those curves ("" elsewhere)."""
+    engine = getattr(sc, "engine", None)
+    if physics_alone(sc) or engine is None or engine.spec_overlap_window == "none":
+        return ""
+    medians = [f"{b.median_error:+.0%}" for b in speedup_bands(physics_only=True)]
+    if not medians:
+        return ""
+    return ("; this engine hides host time while speculating, as few of those curves' engines did, so the learned"
+            " layer's host time mostly hides too and these speedups lie near the physics alone's, whose median errors"
+            f" on them were {', '.join(medians)}")
 
 
 def gain_at_risk_text(table: pd.DataFrame) -> str | None:
