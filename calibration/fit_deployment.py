@@ -107,10 +107,7 @@ def planner_step_parts(sc: Scenario, batch, ks, context_len: int | None = None
     base = replace(sc, deployment_fit=None, step_prior=None) if context_len is None else replace(
         sc, deployment_fit=None, step_prior=None, context_len=int(context_len))
     g = compute_grid(base, batch_sizes=np.asarray(batch, dtype=float), ks=np.asarray(ks, dtype=float))
-    shape = g.itl_s.shape
-    kernel = np.broadcast_to(g.verify_s, shape) + np.broadcast_to(g.draft_step_s, shape)
-    return (kernel, np.broadcast_to(g.overhead_s, shape), np.broadcast_to(g.collective_calls, shape),
-            np.broadcast_to(g.host_room_s, shape))
+    return g.step_parts()
 
 
 def points_for(sc: Scenario, pts: pd.DataFrame) -> fewshot.Points:

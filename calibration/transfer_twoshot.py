@@ -68,10 +68,7 @@ def curve_points(members: list[Case], basis: str) -> tuple[fewshot.Points, bool]
         sc = scenario_for(c.raw, basis)
         R = speculative_running(sc, c)  # as the zero-shot prices the row (calibration.transfer.step_speedup)
         g = compute_grid(sc, batch_sizes=sorted({R, B}), ks=[0, K])
-        kern = np.broadcast_to(g.verify_s + g.draft_step_s, g.itl_s.shape)
-        over = np.broadcast_to(g.overhead_s, g.itl_s.shape)
-        calls = np.broadcast_to(g.collective_calls, g.itl_s.shape)
-        room = np.broadcast_to(g.host_room_s, g.itl_s.shape)
+        kern, over, calls, room = g.step_parts()
         r, b = (0, 1) if R < B else (0, 0)
         parts.append((R, K, kern[r, 1], over[r, 1], kern[b, 0], over[b, 0], calls[r, 1], calls[b, 0], room[r, 1],
                       room[b, 0]))

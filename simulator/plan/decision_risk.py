@@ -86,9 +86,7 @@ def physics_parts(grid, terms) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
     times, unscaled, the calls its steps run (which the terms' collective_s is paid per) and the room its engine's
     overlap window leaves (where the terms' host time hides)."""
     B, K = grid.cell_axes()
-    kernel = np.broadcast_to(grid.verify_s + grid.draft_step_s, grid.itl_s.shape)
-    overhead = np.broadcast_to(grid.overhead_s, grid.itl_s.shape)
-    calls = np.broadcast_to(grid.collective_calls, grid.itl_s.shape)
+    kernel, overhead, calls, _ = grid.step_parts()
     room = grid.host_room_s  # the scalar 0 where the engine hides no host time (the formula drops its room term)
     if terms is None:
         return kernel, overhead, calls, room

@@ -217,6 +217,13 @@ class Grid:
         return (self.batch_sizes.reshape((-1, 1) + tail).astype(float),
                 self.ks.reshape((1, -1) + tail).astype(float))
 
+    def step_parts(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(kernel s, host s, collective calls, host room s) of every cell, each over the cells' shape: what the engine
+        terms compose a step from (specs.step_terms; with the scenario's terms applied where it has them)."""
+        cells = lambda a: np.broadcast_to(a, self.itl_s.shape)  # noqa: E731
+        return (cells(self.verify_s + self.draft_step_s), cells(self.overhead_s), cells(self.collective_calls),
+                cells(self.host_room_s))
+
     @cached_property
     def as_engine_runs(self) -> "Grid":
         """The grid whose K = 0 column is the step a dynamic-K server runs at a K = 0 entry (:attr:`dsd_k0`: its

@@ -28,7 +28,7 @@ import numpy as np
 from simulator.errors import PlannerError
 from simulator.files import read_json_file
 from simulator.specs.tree_acceptance import check_rank_tail
-from simulator.specs.step_terms import TERMS, added_step_s, kernel_factor  # noqa: F401 (re-exported)
+from simulator.specs.step_terms import TERMS, added_step_s, kernel_factor, terms_added_s  # noqa: F401 (re-exported)
 
 DEPLOYMENT_FORMAT = "dsd-planner-deployment-fit"
 DEPLOYMENT_VERSION = 1
@@ -99,9 +99,7 @@ class DeploymentFit:
         return self.terms.get("collective_s", 0.0)
 
     def added_s(self, batch, k, calls=0.0, room_s=0.0) -> np.ndarray:
-        t = self.terms
-        return added_step_s(t["host_per_step_s"], t["host_per_seq_s"], t["spec_per_token_s"], batch, k,
-                            t["spec_host_per_seq_s"], self.collective_s, calls, room_s)
+        return terms_added_s(self.terms, batch, k, calls, room_s)
 
     @property
     def points_text(self) -> str:

@@ -112,14 +112,19 @@ def exposed_host_s(host_s, room_s=0.0):
     return host_s if no_room(room_s) else np.maximum(host_s - room_s, 0.0)
 
 
-def added_step_s(c_step, c_seq, c_spec, batch, k, c_seq_spec=0.0, c_coll=0.0, calls=0.0, room_s=0.0) -> np.ndarray:
-    """Time the terms add to one step [s]: max(0, c_step + c_seq B + (c_seq_spec B + c_spec B (K + 1)) [K > 0]
-    - room) + c_coll calls (``calls`` the step's collective calls, ``room_s`` the host room of its engine's overlap
-    window)."""
+def added_step_s(c_step, c_seq, c_spec, batch, k, c_seq_spec=0.0) -> np.ndarray:
+    """The terms' host time in one step [s], H = c_step + c_seq B + (c_seq_spec B + c_spec B (K + 1)) [K > 0]."""
     batch, k = _floats(batch), _floats(k)
     # factored as c_step + B (c_seq + (c_seq_spec + c_spec (K + 1)) [K > 0]): on a grid the bracket is a K vector
-    host = c_step + batch * host_per_seq_s(c_seq, c_spec, k, c_seq_spec)
-    return exposed_host_s(host, room_s) + c_coll * _floats(calls)
+    return c_step + batch * host_per_seq_s(c_seq, c_spec, k, c_seq_spec)
+
+
+def terms_added_s(values: dict, batch, k, calls=0.0, room_s=0.0) -> np.ndarray:
+    """Time the terms (name -> natural units) add to one step [s]: max(0, H - room) + c_coll calls (``calls`` the
+    step's collective calls, ``room_s`` the host room of its engine's overlap window)."""
+    host = added_step_s(values["host_per_step_s"], values["host_per_seq_s"], values["spec_per_token_s"], batch, k,
+                        values.get("spec_host_per_seq_s", 0.0))
+    return exposed_host_s(host, room_s) + values.get("collective_s", 0.0) * _floats(calls)
 
 
 def compose_step_s(terms, batch, k, kernel_s, overhead_s, calls=0.0, room_s=0.0) -> np.ndarray:
@@ -127,7 +132,8 @@ def compose_step_s(terms, batch, k, kernel_s, overhead_s, calls=0.0, room_s=0.0)
     ``calls`` the step's collective calls, ``room_s`` its host room."""
     s, c0, c1, c2, sv, c3, cc = terms
     batch, k = _floats(batch), _floats(k)
-    return kernel_factor(s, sv, k) * kernel_s + overhead_s + added_step_s(c0, c1, c2, batch, k, c3, cc, calls, room_s)
+    added = exposed_host_s(added_step_s(c0, c1, c2, batch, k, c3), room_s) + cc * _floats(calls)
+    return kernel_factor(s, sv, k) * kernel_s + overhead_s + added
 
 
 def compose_step_draws_s(theta: np.ndarray, batch, k, kernel_s, overhead_s, dtype=np.float32,
@@ -170,7 +176,7 @@ def compose_step_draws_s(theta: np.ndarray, batch, k, kernel_s, overhead_s, dtyp
             step[box] += host
             return step
         coll = np.array(np.broadcast_to(coll, shape), dtype)
-        coll[box] = host + coll[box]  # as added_step_s adds them: the exposed host time + c_coll calls
+        coll[box] = host + coll[box]  # as terms_added_s adds them: the exposed host time + c_coll calls
     if coll is not None:
         step += coll
     return step
@@ -219,9 +225,7 @@ class StepTerms:
         return self.values.get("collective_s", 0.0)
 
     def added_s(self, batch, k, calls=0.0, room_s=0.0) -> np.ndarray:
-        v = self.values
-        return added_step_s(v["host_per_step_s"], v["host_per_seq_s"], v["spec_per_token_s"], batch, k,
-                            v.get("spec_host_per_seq_s", 0.0), self.collective_s, calls, room_s)
+        return terms_added_s(self.values, batch, k, calls, room_s)
 
 
 @dataclass(frozen=True)
