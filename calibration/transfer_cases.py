@@ -12,7 +12,7 @@ from scipy.optimize import brentq
 
 from calibration.transfer_sources import load_sources
 from simulator.errors import PlannerError
-from simulator.specs.engine_catalog import engine_versions, nearest_profile
+from simulator.specs.engine_catalog import engine_versions, nearest_profile, release_running
 from simulator.specs.models import list_models
 from simulator.specs.scenario import build_scenario
 
@@ -136,12 +136,15 @@ def _draft(method: str) -> str | None:
 
 def engine_for(row) -> dict:
     """The engine profile a row ran on: its engine, and the profile the version rule picks for the version
-    it states (or its source's release line): its own, else the nearest release line's, the older at a
-    tie (simulator/specs/engines.py nearest_profile); the newest profile where no version is known."""
+    it states (or its source's release line), or the first release that runs its draft method where the one it
+    states cannot (simulator/specs/engine_catalog.py release_running): its own profile, else the nearest release
+    line's, the older at a tie (nearest_profile); the newest profile where no version is known."""
     name, version = SOURCE_ENGINES.get(row.source_id, (None, None))
     name = name or ENGINES.get(row.engine, "ideal")
     if not pd.isna(row.engine_version) and str(row.engine_version)[:1].isdigit():
         version = str(row.engine_version).split()[0]
+    if version is not None:  # a run of a draft method ran on a release that has it (EAGLE-3 on SGLang "0.4.4")
+        version = release_running(name, version, (_draft(row.draft_method) or "").split(":")[0])
     return engine_table(name, version)
 
 

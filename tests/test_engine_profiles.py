@@ -22,7 +22,7 @@ def _profile(name: str) -> dict:
 
 
 def test_every_bundled_profile_loads_under_the_schema():
-    assert len(list_engines()) == 27  # 14 + 13 from issue 48 (docs/engines.md)
+    assert len(list_engines()) == 28  # 14 + 13 from issue 48 + sglang-0.4.4.post2 (docs/engines.md)
     for key in list_engines():
         load_engine(key)
 

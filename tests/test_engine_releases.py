@@ -17,11 +17,12 @@ import tomllib
 import types
 import zipfile
 
+import numpy as np
 import pytest
 
 from simulator.errors import PlannerError
-from simulator.specs.engine_catalog import (ENGINES_DIR, engine_releases, engine_versions, nearest_profile,
-                                           release_distance, resolve_release)
+from simulator.specs.engine_catalog import (ENGINES_DIR, engine_releases, engine_versions, first_release_running,
+                                            nearest_profile, release_distance, resolve_release)
 from simulator.specs.engines import load_engine, serving_default
 from simulator.specs.hardware import load_hardware
 from simulator.specs.versions import parse_version
@@ -428,3 +429,67 @@ def test_docs_table_is_the_rule():
                 assert nearest_profile(engine, r.strip()) == version, row
                 seen.add((engine, r.strip()))
     assert {(e, r) for e in ("vllm", "sglang") for r in engine_releases()[e]["releases"]} == seen
+
+
+# --- EAGLE-3 on SGLang: 0.4.4.post2 is the first release that runs it --------------------------------
+
+def _sglang_044_capture_lists(version: str, max_running: int) -> tuple[list[int], list[int]]:
+    """(speculative, plain) lists of the release's own get_batch_sizes_to_capture, run on a stand-in
+    model runner (no padding opt-out, cuda_graph_max_bs 160, a request pool of ``max_running``)."""
+    import engine_code as ec
+    path = ec._extract_member("sglang", version, "sglang/srt/model_executor/cuda_graph_runner.py")
+    fn = ec._extract_function(path, "get_batch_sizes_to_capture", {"_is_hip": False})
+
+    def run(algo):
+        args = types.SimpleNamespace(cuda_graph_bs=None, speculative_algorithm=algo, disable_cuda_graph_padding=False,
+                                     cuda_graph_max_bs=160, enable_torch_compile=False, torch_compile_max_bs=32)
+        runner = types.SimpleNamespace(server_args=args, req_to_token_pool=types.SimpleNamespace(size=max_running))
+        return fn(runner)[0]
+    return run("EAGLE"), run(None)
+
+
+@pytest.mark.engines
+@pytest.mark.parametrize("version, first", [("0.4.4", False), ("0.4.4.post1", False), ("0.4.4.post2", True)])
+def test_eagle3_first_runs_on_sglang_044_post2(version, first):
+    """The wheels' --speculative-algorithm choices: EAGLE3 from 0.4.4.post2, as engine_releases.toml records."""
+    text = "\n".join(wheel_lines("sglang", version, "sglang/srt/server_args.py"))
+    assert ('"EAGLE3"' in re.search(r"choices=\[[^\]]*\"NEXTN\"\]", text).group(0)) is first
+    assert first_release_running("sglang", "eagle3") == "0.4.4.post2"
+
+
+@pytest.mark.engines
+def test_sglang_044_post2_speculative_graphs_are_the_wheels():
+    """post2 captures 1..8, odd 9..31, 64, 96, 128, 160 with speculation (0.4.4: 1..32), and the profile holds it;
+    with a request pool of 48 (--max-running-requests 48) the release's list ends at 31 and 48 (its pool size)."""
+    spec, plain = _sglang_044_capture_lists("0.4.4.post2", 4096)
+    e = load_engine("sglang", "0.4.4.post2")
+    assert list(e.spec_capture_sizes) == spec and list(e.capture_sizes) == plain
+    assert e.spec_capture_max_batch == max(spec) == 160 and e.padding
+    assert _sglang_044_capture_lists("0.4.4", 4096)[0] == list(load_engine("sglang", "0.4.4").spec_capture_sizes) \
+        == list(range(1, 33))
+    assert _sglang_044_capture_lists("0.4.4.post2", 48)[0][-3:] == [31, 47, 48]
+
+
+def test_eagle3_on_a_release_before_it_is_refused_with_the_first_that_runs_it():
+    with pytest.raises(PlannerError, match=r"sglang 0\.4\.4 cannot run draft method 'eagle3'.*--engine-version 0\.4\.4\.post2"):
+        _scenario("sglang", "0.4.4")
+    assert _scenario("sglang", "0.4.4", draft={"method": "eagle"}).engine.version == "0.4.4"
+    assert _scenario("sglang", "0.4.4.post3").engine.version == "0.4.4.post2"  # its own line's newest profile
+
+
+def test_post2_graphs_a_verify_of_48_padded_to_64_where_044_ran_it_eagerly():
+    from simulator.physics.engine_time import draft_in_graph, graph_batch, verify_in_graph
+    old, new = load_engine("sglang", "0.4.4"), load_engine("sglang", "0.4.4.post2")
+    b, k = np.array([24.0, 48.0, 64.0]), np.array([3.0, 3.0, 3.0])
+    assert verify_in_graph(old, b, k).tolist() == [True, False, False]
+    assert verify_in_graph(new, b, k).tolist() == [True, True, True]
+    assert draft_in_graph(new, b).tolist() == [True, True, True] and not draft_in_graph(old, b)[1:].any()
+    assert graph_batch(new, b, k).tolist() == [25.0, 64.0, 64.0]  # padded to the next captured size
+
+
+def test_a_published_eagle3_row_naming_044_is_priced_on_post2():
+    from calibration.transfer_cases import engine_for
+    row = lambda draft: types.SimpleNamespace(source_id="any", engine="sglang", engine_version="0.4.4",  # noqa: E731
+                                              draft_method=draft)
+    assert engine_for(row("eagle3")) == {"name": "sglang", "version": "0.4.4.post2"}
+    assert engine_for(row("eagle")) == {"name": "sglang", "version": "0.4.4"}

@@ -62,11 +62,12 @@ def test_draft_passes_beyond_the_capture_limit_run_eagerly_as_in_the_grid(llama)
     # speculative algorithm): a draft pass of 33 or more sequences is launched by the host and takes the
     # slower of its launches and its GPU time, as the grid prices it; at 32 sequences it replays its graph
     # and takes its GPU time. At [serving] eager_overhead_per_kernel_s = 50 us the EAGLE-3 layer's 17
-    # kernels (850 us) outlast its GPU time (~0.37 ms at B = 33 on the H100 tables)
+    # kernels (850 us) outlast its GPU time (~0.37 ms at B = 33 on the H100 tables). EAGLE-1's layer (0.4.4
+    # cannot run EAGLE-3: its first release with it is 0.4.4.post2, which captures larger batches too)
     from dataclasses import replace
     from simulator.physics.draft_cost import DraftSetting, draft_pass_cost
     from simulator.physics.operators import pass_time
-    sc = llama.with_overrides(engine="sglang", engine_version="0.4.4")
+    sc = llama.with_overrides(engine="sglang", engine_version="0.4.4", draft="eagle")
     eng = replace(sv.engine_from_scenario(sc), eager_overhead_per_kernel_s=5e-5)
     pricer = sv.StepPricer(sc, eng, 3, 64, 2000, True)
     pricer.price_context_buckets()
@@ -106,7 +107,7 @@ def test_serving_graph_sizes_default_to_the_engine_profile(llama):
     # 5 sequences x 4 tokens replays the graph of 5 sequences (20 tokens, not vLLM's 24); [serving]
     # cuda_graph_sizes overrides the list in the profile's unit; cuda_graphs = false runs every pass eagerly
     from simulator.physics.engine_time import pad
-    sc = llama.with_overrides(engine="sglang", engine_version="0.4.4")
+    sc = llama.with_overrides(engine="sglang", engine_version="0.4.4", draft="eagle")  # 0.4.4 runs EAGLE, not EAGLE-3
     eng = sv.engine_from_scenario(sc)
     assert eng.cuda_graph_sizes is None
     graphs = sv.graph_profile(sc.engine, eng)

@@ -58,13 +58,31 @@ def nearest_profile(name: str, version: str) -> str:
     """The version rule: the profile that prices ``version`` of engine ``name``. Its own profile where
     one exists (0.11 is 0.11.0); else the profile nearest in release lines (major, then minor, then
     patch within the line); at equal distance the older profile, whose code the release inherits
-    (0.9.x sits between 0.8.5 and 0.10.2 and gets 0.8.5)."""
-    versions = [v for v in engine_versions(name) if v]
+    (0.9.x sits between 0.8.5 and 0.10.2 and gets 0.8.5), and of older ones the newest."""
+    versions = [v for v in engine_versions(name) if v]  # oldest to newest
     own = next((v for v in versions if same_release(v, version)), None)
     if own is not None or not versions:
         return own or ""
     asked = version_key(version)
-    return min(versions, key=lambda v: (release_distance(v, version), version_key(v) > asked, version_key(v)))
+
+    def rank(i_v):  # nearest line, then older, then the closest release of them (0.4.5 -> 0.4.4.post2, not 0.4.4)
+        i, v = i_v
+        newer = version_key(v) > asked
+        return release_distance(v, version), newer, i if newer else -i
+    return min(enumerate(versions), key=rank)[1]
+
+
+def first_release_running(name: str, method: str) -> str | None:
+    """The first release of engine ``name`` that runs draft method ``method``, where
+    ``engine_releases.toml`` records one ([<engine>.draft_first_release]); None where it records none."""
+    return engine_releases().get(name, {}).get("draft_first_release", {}).get(method)
+
+
+def release_running(name: str, version: str, method: str) -> str:
+    """``version``, or the first release of ``name`` that runs ``method`` where ``version`` predates it (a
+    published run of that method cannot have used the release it names; a deployment asking for it is refused)."""
+    first = first_release_running(name, method)
+    return first if first and version and version_key(version) < version_key(first) else version
 
 
 def resolve_release(name: str, version: str) -> tuple[str, str]:

@@ -21,6 +21,7 @@ from simulator.specs.acceptance import (Acceptance, ContextAcceptance, context_a
 from simulator.specs.acceptance_files import AcceptanceFile
 from simulator.specs.deployment import Deployment
 from simulator.specs.engines import EngineProfile, default_engine, load_engine, engine_kernels, with_capture_limit
+from simulator.specs.engine_catalog import release_running
 from simulator.specs.drafts import DraftSpec
 from simulator.specs.deployment_fit import DeploymentFit, load_deployment_fit, scenario_identity
 from simulator.specs.step_terms import LearnedPrior, StepTerms, load_learned_prior
@@ -161,6 +162,7 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
     acceptance_context = context_acceptance(raw.get("acceptance", {}), acceptance, origin)
     engine_tbl = raw.get("engine", {})
     engine = load_engine(engine_tbl.get("name") or default_engine(hardware.kind), engine_tbl.get("version"))
+    _check_release_runs(engine, draft.method, origin)
     if engine_tbl.get("max_capture_size") is not None:
         engine = _capture_limit(engine, engine_tbl["max_capture_size"], origin)
     profile = scenario_profile(get, hardware, engine.name, base_dir)
@@ -189,6 +191,16 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
         schedule_tolerance=wl["schedule_tolerance"], decision_quantile=wl["decision_quantile"],
         acceptance_file=acc_file, deployment_fit=fit,
         step_prior=learned_layer(hardware, get("calibration", "learned", default("calibration", "learned")), engine.name))
+
+
+def _check_release_runs(engine, method: str, origin: str) -> None:
+    """A release that cannot run the draft method (it came later: engine_releases.toml) is refused with the
+    first release that runs it."""
+    asked = engine.release or engine.version
+    first = release_running(engine.name, asked, method)
+    if first != asked:
+        raise PlannerError(f"{origin}: {engine.name} {asked} cannot run draft method '{method}' (its first release"
+                           f" that does is {first}): pass --engine-version {first} (or [engine] version) or later")
 
 
 def learned_layer(hardware, wanted: bool, engine: str | None = None) -> LearnedPrior | None:
