@@ -1,5 +1,5 @@
 """A serving step's new prompt chunk is priced in Python floats (physics/operators.py prompt_chunk_point_s,
-read by serving/pricer.py StepPricer._prefill_point_s): the same IEEE operations in the same order as
+read by serving/prefill_attention.py PrefillAttention.point_s): the same IEEE operations in the same order as
 pass_time over attention_op on a one-pair array, so the same value, bit for bit, on every shipped profile of
 measured tables, a fitted CPU profile, the MI300X's published prior and the datasheet alone, for dense,
 grouped-query and sliding-window models, both KV dtypes, and chunks and caches from a few tokens to past
@@ -50,7 +50,7 @@ def _pricer(hw: str, engine: str, profile: str, model: str, kv: str, tp: int) ->
 
 
 def _array_s(pricer: StepPricer, chunk: int, cached: int) -> float:
-    return float(pricer._prefill_pairs_s(np.array([chunk], dtype=float), np.array([cached], dtype=float))[0])
+    return float(pricer.prefill.pairs_s(np.array([chunk], dtype=float), np.array([cached], dtype=float))[0])
 
 
 @pytest.mark.parametrize("basis", BASES, ids=lambda b: f"{b[0]}-{Path(b[2]).name.split('.profile')[0] or 'prior'}")
@@ -66,15 +66,15 @@ def test_a_prompt_chunk_point_price_equals_the_array_path(basis):
         chunks = rng.integers(MAX_DECODE_SURFACE_QUERIES + 1, 20000, 12).tolist() + [MAX_DECODE_SURFACE_QUERIES + 1]
         cached = rng.integers(0, 200000, 13).tolist()
         for c, p in zip(chunks, cached):
-            point = pricer._prefill_point_s(c, p)
+            point = pricer.prefill.point_s(c, p)
             assert point is not None, (model, c, p)
             assert point == _array_s(pricer, c, p), (model, c, p)
             taken += 1
         # chunks the decode surfaces price are left to the array path
-        assert pricer._prefill_point_s(MAX_DECODE_SURFACE_QUERIES, 100) is None
+        assert pricer.prefill.point_s(MAX_DECODE_SURFACE_QUERIES, 100) is None
     assert taken == 13 * len(MODELS)
 
 
 def test_the_point_path_declines_mla():
     mla = _pricer(*BASES[0], "deepseek-v3", "bf16", 8)
-    assert mla._prefill_point_s(512, 0) is None and _array_s(mla, 512, 0) > 0
+    assert mla.prefill.point_s(512, 0) is None and _array_s(mla, 512, 0) > 0

@@ -383,8 +383,8 @@ def test_a_prompt_chunk_costs_the_same_whatever_is_priced_beside_it(name):
     sc = load_scenario(name)
     pricer = sv.StepPricer(sc, sv.engine_from_scenario(sc), 4, 64, 9000, False)
     chunks, cached = np.array([27.0, 2101.0, 5.0, 300.0]), np.array([116.0, 1338.0, 0.0, 2000.0])
-    together = pricer._prefill_pairs_s(chunks, cached)
-    alone = [pricer._prefill_pairs_s(chunks[i:i + 1], cached[i:i + 1])[0] for i in range(4)]
+    together = pricer.prefill.pairs_s(chunks, cached)
+    alone = [pricer.prefill.pairs_s(chunks[i:i + 1], cached[i:i + 1])[0] for i in range(4)]
     np.testing.assert_allclose(together, alone, rtol=1e-12)
 
 

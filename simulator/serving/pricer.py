@@ -25,7 +25,8 @@ The step time is a table lookup, never a cost-model call:
 - overhead, eager launches, host time, engine terms, the DSD-at-K=0 cost: composed by
   simulator.physics.step_model (the grid's formula; :meth:`StepPricer.step_s` its scalar twin).
 - attn_prefill: a prompt chunk's attention (q = chunk over the p tokens already cached, causal),
-  priced with the cost model's attention operator; the chunk's GEMM tokens are part of T.
+  priced with the cost model's attention operator (simulator/serving/prefill_attention.py); the chunk's
+  GEMM tokens are part of T.
 """
 from __future__ import annotations
 
@@ -39,15 +40,15 @@ from simulator.physics.draft_cost import (DraftSetting, draft_extend_cost, draft
                                          has_extend_pass)
 from simulator.physics.engine_time import (draft_extend_in_graph, draft_in_graph, expert_batch, extend_expert_batch,
                                            pad, pass_time_s)
-from simulator.physics.attention import MAX_DECODE_SURFACE_QUERIES, attention_kind_op, attention_op
 from simulator.physics.forward_pass import forward_ops, sampling_op
 from simulator.physics.layers import decoder_cell_ops
-from simulator.physics.operators import pass_time, prompt_chunk_point_s
+from simulator.physics.operators import pass_time
 from simulator.physics.pass_tables import lin_table
 from simulator.plan.step_models import step_model
 from simulator.physics.step_model import (lin_index, profile_overhead_s, step_collective_calls, step_time,
                                           step_time_scalar, terms_tables)
 from simulator.serving.engine import EngineConfig, graph_profile
+from simulator.serving.prefill_attention import PrefillAttention
 from simulator.serving.step_experts import step_expert_tables
 from simulator.specs.scenario import Scenario
 
@@ -119,7 +120,7 @@ class StepPricer:
         # so that rows it memoized before a twin priced a bucket are read again
         self._have = [False] * n_ctx
         self._lin_extra: dict[int, float] = {}
-        self._prefill_memo: dict[tuple[int, int], float] = {}
+        self.prefill = PrefillAttention(sc, self._attn_ops_layers, self.caches)
         self._pad_memo: dict[tuple[int, int, int], tuple[int, int, bool]] = {}
         self._rows_memo: dict[tuple[int, int], tuple] = {}
 
@@ -258,65 +259,12 @@ class StepPricer:
         return j - 1, (L - lo) / (hi - lo)
 
     def prefill_attention_s(self, chunks: np.ndarray, cached: np.ndarray) -> float:
-        """Attention of prompt chunks (q = chunk tokens over the cached ones), launch folded into decode's.
-
-        Each (chunk, cached) pair is priced on its own (the cost model is elementwise), once per pricer:
-        a run's steps repeat the same pairs (a prompt length, its chunk split), so most are lookups."""
-        return self.prefill_attention_pairs_s(chunks.tolist(), cached.tolist())
+        """Attention of prompt chunks (q = chunk tokens over the cached ones): :class:`PrefillAttention`."""
+        return self.prefill.pairs_total_s(chunks.tolist(), cached.tolist())
 
     def prefill_attention_pairs_s(self, chunks: list, cached: list) -> float:
         """:meth:`prefill_attention_s` of Python int lists (what the serving loop holds)."""
-        memo = self._prefill_memo
-        try:  # the common case: every pair seen before
-            return float(sum([memo[k] for k in zip(chunks, cached)]))
-        except KeyError:
-            pass
-        keys = list(zip(chunks, cached))
-        new = []
-        for k in dict.fromkeys(keys):
-            if k not in memo:
-                t = self._prefill_point_s(*k)
-                if t is None:
-                    new.append(k)
-                else:
-                    memo[k] = t
-        if new:
-            c = np.array([k[0] for k in new], dtype=float)
-            p = np.array([k[1] for k in new], dtype=float)
-            memo.update(zip(new, self._prefill_pairs_s(c, p).tolist()))
-        return float(sum(memo[k] for k in keys))
-
-    def _prefill_point_s(self, chunk: int, cached: int) -> float | None:
-        """One pair's price in Python floats where physics.operators.prompt_chunk_point_s takes it (a
-        prefill chunk), else None; equal to :meth:`_prefill_pairs_s`."""
-        sc = self.sc
-        return prompt_chunk_point_s(sc.model, sc.deployment, sc.hardware, sc.profile, self._attn_ops_layers,
-                                    float(chunk), float(cached))
-
-    def _prefill_pairs_s(self, chunks: np.ndarray, cached: np.ndarray) -> np.ndarray:
-        """Each pair on its own kernel's path, whatever is priced beside it: a chunk of up to
-        MAX_DECODE_SURFACE_QUERIES tokens as a multi-query decode, a longer one as a prefill kernel
-        (physics.attention.attention_op chooses by the largest chunk it is given)."""
-        small = chunks <= MAX_DECODE_SURFACE_QUERIES
-        if small.all() or not small.any():
-            return self._prefill_group_s(chunks, cached)
-        out = np.empty(chunks.shape)
-        out[small] = self._prefill_group_s(chunks[small], cached[small])
-        out[~small] = self._prefill_group_s(chunks[~small], cached[~small])
-        return out
-
-    def _prefill_group_s(self, chunks: np.ndarray, cached: np.ndarray) -> np.ndarray:
-        sc = self.sc
-        m = sc.model
-        ops = []
-        for name, count in self._attn_ops_layers:
-            if not m.uniform_attention:  # each layer kind's own op (physics.attention.attention_kind_op)
-                ops.append(attention_kind_op(m, sc.deployment, 1.0, chunks, cached, count, name))
-                continue
-            window = m.sliding_window if name.endswith("sliding") else None
-            ops.append(attention_op(m, sc.deployment, 1.0, chunks, cached, count, window, name))
-        cost = pass_time(ops, sc.hardware, sc.deployment, sc.profile, chunks.shape, caches=self.caches)
-        return cost.total_s - cost.launch_s
+        return self.prefill.pairs_total_s(chunks, cached)
 
     def _pad(self, n_dec: int, k_step: int, tokens: int) -> tuple[int, int, bool]:
         """(the lin(T) entry the step reads, the tokens it runs at, whether in a graph): physics.step_model.lin_index."""
