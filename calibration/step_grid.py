@@ -31,11 +31,13 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 import sys
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
+
+from calibration.step_grid_kernels import check_experts, pick_attention
+from calibration.step_grid_model import ModelRun, build_model, count_ops, kv_layer_bytes, torch_dtype
 
 COLUMNS = ["model", "hardware", "device", "dtype", "context_len", "batch_size", "k", "q_tokens",
            "layers_timed", "layers_model", "weight_sets", "kv_buffers", "attention", "moe_dispatch",
@@ -50,7 +52,6 @@ FULL = dict(models=("llama-3.1-8b", "qwen3-30b-a3b"), batch_sizes=(1, 2, 4, 8, 1
 # The CPU smoke run: catalog models small enough for a 2-core CPU, 2 layers, fp32
 SMOKE = dict(models=("smollm2-135m", "moe-synthetic"), batch_sizes=(1, 8), ks=(0, 7), contexts=(32,),
              dtype="fp32", layers=2)
-RESERVE_BYTES = 6 << 30  # GPU memory kept free for activations, logits and the graphs' pools
 
 
 @dataclass
@@ -69,318 +70,6 @@ def cells_for(model: str, batch_sizes, ks, contexts) -> list[Cell]:
     """Contexts, then batch sizes, then K: a cut-off run keeps whole (B, K) rows of the first context."""
     return [Cell(model, int(L), int(b), int(k)) for L in contexts for b in batch_sizes for k in ks]
 
-
-# --- attention: causal, aligned to the cache's end --------------------------------------------------
-def _reference_attention(torch, q, k, v):
-    """float32 softmax(q k^T / sqrt(D)) v with query t of T seeing keys 0 .. S - T + t (bottom-right)."""
-    T, S, group = q.shape[-2], k.shape[-2], q.shape[1] // k.shape[1]
-    kk, vv = k.float().repeat_interleave(group, 1), v.float().repeat_interleave(group, 1)
-    s = q.float() @ kk.transpose(-1, -2) / math.sqrt(q.shape[-1])
-    visible = torch.arange(S, device=q.device)[None, :] <= torch.arange(T, device=q.device)[:, None] + (S - T)
-    return s.masked_fill(~visible, float("-inf")).softmax(-1) @ vv
-
-
-def _flash_lower_right(torch):
-    """PyTorch's flash kernel called directly: on CUDA its is_causal means the bottom-right triangle (what
-    torch.nn.attention.bias.causal_lower_right dispatches to); GQA is native (Hkv divides Hq)."""
-    op = torch.ops.aten._scaled_dot_product_flash_attention
-
-    def attend(q, k, v):
-        return op(q, k, v, 0.0, True, False)[0]
-    return attend
-
-
-def _causal_bias_lower_right(torch):
-    """scaled_dot_product_attention with a CausalBias (not a boolean mask): torch dispatches it to the
-    flash or memory-efficient kernel with the bottom-right alignment, else to the math path."""
-    import torch.nn.functional as F
-    from torch.nn.attention.bias import causal_lower_right
-
-    biases = {}  # one CausalBias per (T, S), made on first use (not under count_ops' dispatch mode)
-
-    def attend(q, k, v):
-        key = (q.shape[-2], k.shape[-2])
-        if key not in biases:
-            biases[key] = causal_lower_right(*key)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=biases[key], enable_gqa=True)
-    return attend
-
-
-ATTENTION_KERNELS = {"flash-lower-right": _flash_lower_right, "sdpa-causal-lower-right": _causal_bias_lower_right}
-
-
-def check_attention(torch, attend, device, dtype, n_heads, n_kv_heads, head_dim) -> float:
-    """Largest |difference| from the float32 reference over a few (T, S), with q, k and v strided as the
-    pass hands them over (q a head slice, keys a slice of a longer cache); raises what the kernel raises."""
-    g = torch.Generator(device=device).manual_seed(7)
-    worst = 0.0
-    for T, S in ((1, 37), (4, 37), (8, 130)):
-        # q as the pass hands it over: the first Hq heads of the rotated [B, T, Hq + Hkv, D], transposed
-        q = torch.randn(2, T, n_heads + n_kv_heads, head_dim, generator=g, device=device).to(dtype)
-        q = q[:, :, :n_heads].transpose(1, 2)
-        cache = torch.randn(2, 2, n_kv_heads, S + 8, head_dim, generator=g, device=device).to(dtype)
-        k, v = cache[0, :, :, :S], cache[1, :, :, :S]
-        out = attend(q, k, v)
-        worst = max(worst, float((out.float() - _reference_attention(torch, q, k, v)).abs().max()))
-    return worst
-
-
-def pick_attention(torch, device, dtype, n_heads, n_kv_heads, head_dim, tolerance: float = 0.03):
-    """(name, attend, max error, notes): the first kernel that runs and matches the reference; on a CPU
-    only the CausalBias path (the CPU flash kernel's is_causal is top-left aligned)."""
-    names = ["flash-lower-right", "sdpa-causal-lower-right"] if device.type == "cuda" else ["sdpa-causal-lower-right"]
-    notes = []
-    for name in names:
-        try:
-            attend = ATTENTION_KERNELS[name](torch)
-            err = check_attention(torch, attend, device, dtype, n_heads, n_kv_heads, head_dim)
-        except Exception as exc:  # noqa: BLE001 - the next kernel is tried; the reason is kept
-            notes.append(f"{name}: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
-            continue
-        if err <= tolerance:
-            return name, attend, err, notes
-        notes.append(f"{name}: max error {err:.3g} against the bottom-right reference")
-    raise RuntimeError("no causal attention kernel aligned to the cache's end passed its check: " + "; ".join(notes))
-
-
-# --- routed experts ---------------------------------------------------------------------------------
-def route(torch, x, router_w, top_k):
-    """Top-A of softmax(x W_r^T) (float32), renormalised (Qwen3-MoE's norm_topk_prob): (weights, ids) [N, A]."""
-    probs = (x @ router_w.T).float().softmax(-1)
-    w, ids = probs.topk(top_k, dim=-1)
-    return (w / w.sum(-1, keepdim=True)).to(x.dtype), ids
-
-
-def experts_grouped(torch, x, w13, w2, w, ids, n_experts):
-    """Every routed (token, expert) pair through its expert, grouped per expert (no host sync).
-
-    pairs sorted by expert id -> segment ends offs [E] -> grouped GEMM x_sorted [N A, H] by w13 [E, H, 2F]
-    -> SiLU(gate) x up -> grouped GEMM by w2 [E, F, H] -> x weight -> index_add back to the N tokens."""
-    import torch.nn.functional as F
-
-    N, A = ids.shape
-    flat = ids.reshape(-1)  # [N A]
-    order = flat.argsort()
-    counts = torch.zeros(n_experts, dtype=torch.int32, device=x.device).scatter_add_(
-        0, flat, torch.ones_like(flat, dtype=torch.int32))
-    offs = counts.cumsum(0, dtype=torch.int32)
-    tok = order // A
-    h = torch._grouped_mm(x[tok], w13.transpose(-2, -1), offs=offs)  # [N A, 2F]
-    g, u = h.chunk(2, dim=-1)
-    y = torch._grouped_mm(F.silu(g) * u, w2.transpose(-2, -1), offs=offs)  # [N A, H]
-    y = y * w.reshape(-1)[order, None]
-    return torch.zeros_like(x).index_add_(0, tok, y), counts
-
-
-def experts_loop(torch, x, w13, w2, w, ids, n_experts):
-    """The reference: each expert's tokens in a Python loop (host sync; the grouped path's check)."""
-    import torch.nn.functional as F
-
-    out = torch.zeros(x.shape, dtype=torch.float32, device=x.device)
-    counts = torch.zeros(n_experts, dtype=torch.int32, device=x.device)
-    for e in range(n_experts):
-        tok, slot = (ids == e).nonzero(as_tuple=True)
-        counts[e] = tok.numel()
-        if tok.numel():
-            g, u = (x[tok] @ w13[e].T).chunk(2, dim=-1)
-            out.index_add_(0, tok, ((F.silu(g) * u) @ w2[e].T).float() * w[tok, slot, None].float())
-    return out, counts
-
-
-def check_experts(torch, device, dtype, hidden, expert_ffn, n_experts, top_k) -> float:
-    """Largest |grouped - loop| / max|loop| at the model's expert width over at most 16 experts (the check
-    is of the dispatch, not of memory): 5 tokens x top-2 (experts with no token: empty groups) and 64
-    tokens x top-A (every expert busy); raises what the grouped GEMM raises."""
-    g = torch.Generator(device=device).manual_seed(11)
-    n_experts = min(n_experts, 16)
-
-    def rnd(*shape, fan_in):
-        return (torch.randn(*shape, generator=g, device=device) / fan_in ** 0.5).to(dtype)
-
-    w13, w2 = rnd(n_experts, 2 * expert_ffn, hidden, fan_in=hidden), rnd(n_experts, hidden, expert_ffn, fan_in=expert_ffn)
-    router = rnd(n_experts, hidden, fan_in=hidden)
-    worst = 0.0
-    for n_tokens, k in ((5, min(top_k, 2)), (64, min(top_k, n_experts))):
-        x = rnd(n_tokens, hidden, fan_in=1)
-        w, ids = route(torch, x, router, k)
-        got, c1 = experts_grouped(torch, x, w13, w2, w, ids, n_experts)
-        ref, c2 = experts_loop(torch, x, w13, w2, w, ids, n_experts)
-        if not bool((c1 == c2).all()):
-            raise RuntimeError("grouped dispatch counted different tokens per expert than the loop")
-        worst = max(worst, float((got.float() - ref).abs().max() / ref.abs().max().clamp_min(1e-6)))
-    return worst
-
-
-# --- the decoder -----------------------------------------------------------------------------------
-def _decoder_class():
-    """The engine's Transformer with a static-shape forward (imported late: torch only where it runs)."""
-    import torch
-
-    from calibration.engine.model import Transformer, _rms_norm
-
-    class StaticDecoder(Transformer):
-        """The reference engine's decoder, forward with static shapes for graph capture.
-
-        ``weights["layers"]`` may hold fewer weight sets than ``n_layers`` (layer i uses set i mod W, each
-        set far larger than L2, so every layer still streams its weights from HBM); the KV cache is a
-        view [P, 2, B, Hkv, L + T, D] of a pool, layer i using buffer i mod P."""
-
-        def __init__(self, cfg, weights, n_layers: int, attend, dispatch: str):
-            super().__init__(cfg, weights)
-            self.n_pass_layers, self.attend, self.dispatch = n_layers, attend, dispatch
-            self.touched = None  # [n_layers] distinct experts per layer, filled by a counting pass
-
-        def rope_tables(self, pos):
-            """cos, sin [B, T, 1, D] at absolute positions ``pos`` [B, T] (computed once per cell, outside the
-            pass), each half-table repeated for the rotate-half layout (HF Llama / Qwen)."""
-            ang = pos.to(torch.float32)[..., None] * self.inv_freq
-            ang = torch.cat((ang, ang), dim=-1)[:, :, None, :]
-            return ang.cos().to(self.dtype), ang.sin().to(self.dtype)
-
-        def forward_static(self, tokens, kv, context_len: int, cos, sin, count: bool = False):
-            """Logits [B T, V] of ``tokens`` [B, T] placed at positions L .. L + T - 1 (L = ``context_len``)."""
-            import torch.nn.functional as F
-
-            c = self.cfg
-            B, T = tokens.shape
-            N, S, D, half = B * T, context_len + T, c.head_dim, c.head_dim // 2
-            n_qk = (c.n_heads + c.n_kv_heads) * D
-            x = self.w["embed"][tokens].view(N, c.hidden)
-            layers, n_sets, n_kv = self.w["layers"], len(self.w["layers"]), kv.shape[0]
-            for li in range(self.n_pass_layers):
-                lw = layers[li % n_sets]
-                qkv = _rms_norm(x, lw["attn_norm"], c.norm_eps) @ lw["wqkv"].T  # [N, (Hq + 2 Hkv) D]
-                # RoPE on q and k at once: x cos + rotate_half(x) sin, rotate_half(x) = [-x2, x1]
-                qk = qkv[:, :n_qk].view(B, T, c.n_heads + c.n_kv_heads, D)
-                qk = torch.addcmul(qk * cos, torch.cat((-qk[..., half:], qk[..., :half]), dim=-1), sin)
-                cache = kv[li % n_kv]  # [2, B, Hkv, Lcap, D]
-                cache[0, :, :, context_len:S] = qk[:, :, c.n_heads:].transpose(1, 2)
-                cache[1, :, :, context_len:S] = qkv[:, n_qk:].view(B, T, c.n_kv_heads, D).transpose(1, 2)
-                o = self.attend(qk[:, :, :c.n_heads].transpose(1, 2), cache[0, :, :, :S], cache[1, :, :, :S])
-                # the residual rides in the GEMM's epilogue (beta = 1), as an engine's fused add would
-                x = torch.addmm(x, o.transpose(1, 2).reshape(N, c.n_heads * D), lw["wo"].T)
-                h = _rms_norm(x, lw["ffn_norm"], c.norm_eps)
-                if c.is_moe:
-                    x = x + self._experts(lw, h, li, count)
-                else:
-                    g, u = (h @ lw["w13"].T).chunk(2, dim=-1)
-                    x = torch.addmm(x, F.silu(g) * u, lw["w2"].T)
-            return _rms_norm(x, self.w["norm"], c.norm_eps) @ self.w["lm_head"].T
-
-        def _experts(self, lw, h, li, count):
-            c = self.cfg
-            w, ids = route(torch, h, lw["router"], c.top_k)
-            fn = experts_grouped if self.dispatch == "grouped" else experts_loop
-            out, counts = fn(torch, h, lw["w13"], lw["w2"], w, ids, c.n_experts)
-            if count:
-                self.touched[li] = (counts > 0).sum()
-            return out.to(h.dtype)
-
-    return StaticDecoder
-
-
-def count_ops(torch, fn) -> dict[str, int]:
-    """aten ops that launch work in one eager call of ``fn()``, by name (views, reshapes and bare
-    allocations left out): about the kernels the captured graph replays."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    free = {"empty", "empty_like", "empty_strided", "new_empty", "_unsafe_view", "lift_fresh", "detach", "alias",
-            "_reshape_alias"}
-    counts: dict[str, int] = {}
-
-    class Count(TorchDispatchMode):
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            name = func.overloadpacket.__name__
-            if not func.is_view and name not in free:
-                counts[name] = counts.get(name, 0) + 1
-            return func(*args, **(kwargs or {}))
-
-    with Count():
-        fn()
-    return dict(sorted(counts.items(), key=lambda kv: -kv[1]))
-
-
-# --- one model's cells -----------------------------------------------------------------------------
-def _dtype(torch, name: str):
-    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[name]
-
-
-def layer_bytes(cfg, itemsize: int) -> int:
-    """Weight bytes of one decoder layer in the engine's layout."""
-    H, D = cfg.hidden, cfg.head_dim
-    attn = (cfg.n_heads + 2 * cfg.n_kv_heads) * D * H + H * cfg.n_heads * D + 2 * H
-    mlp = cfg.n_experts * (3 * cfg.expert_ffn * H) + cfg.n_experts * H if cfg.is_moe else 3 * cfg.ffn * H
-    return (attn + mlp) * itemsize
-
-
-def kv_layer_bytes(cfg, batch: int, capacity: int, itemsize: int) -> int:
-    """K and V of one layer: 2 B Hkv Lcap D elements."""
-    return 2 * batch * cfg.n_kv_heads * capacity * cfg.head_dim * itemsize
-
-
-@dataclass
-class MemoryPlan:
-    weight_sets: int  # distinct layer weights (layer i reads set i mod W)
-    kv_pool_bytes: int  # one flat pool; a cell uses min(layers, pool / one layer's K and V) buffers
-    notes: list[str] = field(default_factory=list)
-
-
-def plan_memory(cfg, n_layers: int, free_bytes: int, itemsize: int, max_batch: int, capacity: int,
-                reserve: int = RESERVE_BYTES) -> MemoryPlan:
-    """Distinct weights for every layer when they fit beside the reserve and at least one layer's KV
-    cache at the largest cell; else the fewest sets that leave that room (each set is hundreds of MB,
-    far beyond L2). The KV pool takes what is left, up to every layer's own buffer at the largest cell."""
-    per_layer = layer_bytes(cfg, itemsize)
-    shared = (cfg.vocab * cfg.hidden * (1 if cfg.tied_embeddings else 2) + cfg.hidden) * itemsize
-    kv_one = kv_layer_bytes(cfg, max_batch, capacity, itemsize)
-    room = free_bytes - reserve - shared - kv_one
-    sets = min(n_layers, max(1, room // per_layer)) if room > 0 else 1
-    notes = [] if sets == n_layers else [f"{sets} weight sets for {n_layers} layers (layer i reads set i mod {sets})"]
-    kv_pool = min(n_layers * kv_one, max(kv_one, free_bytes - reserve - shared - sets * per_layer))
-    return MemoryPlan(int(sets), int(kv_pool), notes)
-
-
-@dataclass
-class ModelRun:
-    """What one model's cells share: the decoder, the KV pool, the device and how cells are timed."""
-    model: str
-    decoder: object
-    pool: object  # flat KV pool
-    capacity_extra: int  # T max: each cell's cache holds L + T max positions
-    device: object
-    graphed: bool
-    repeats: int
-    cell_budget_s: float
-    layers_model: int
-    ops: dict | None = None  # aten ops of one pass, counted at the first cell (count_ops)
-
-
-def build_model(torch, model: str, device, dtype_name: str, layers: int | None, attend, dispatch: str,
-                max_batch: int, max_context: int, max_k: int, repeats: int, cell_budget_s: float, seed: int = 0):
-    """The engine's config at the catalog model's shapes (calibration.engine.synthetic_model.engine_config),
-    random weights drawn on the device (device_random_weights) for as many layer sets as fit, and the KV pool."""
-    from calibration.engine.synthetic_model import device_random_weights, engine_config
-    from simulator.specs.models import load_model
-
-    dtype = _dtype(torch, dtype_name)
-    itemsize = torch.tensor([], dtype=dtype).element_size()
-    cfg = engine_config(model, layers=layers)
-    n_layers = cfg.n_layers
-    capacity = max_context + max_k + 1
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-        free = torch.cuda.mem_get_info(device)[0]
-    else:
-        free = 8 << 30  # the smoke run: small models, never more than a few GB
-    mem = plan_memory(cfg, n_layers, free, itemsize, max_batch, capacity,
-                      reserve=RESERVE_BYTES if device.type == "cuda" else 0)
-    weights = device_random_weights(replace(cfg, n_layers=mem.weight_sets), seed=seed, dtype=dtype, device=device)
-    decoder = _decoder_class()(cfg, weights, n_layers, attend, dispatch)
-    pool = torch.empty(mem.kv_pool_bytes // itemsize, dtype=dtype, device=device).normal_(0.0, 1.0)
-    spec = load_model(model)
-    run = ModelRun(model, decoder, pool, max_k + 1, device, device.type == "cuda", repeats, cell_budget_s,
-                   spec.num_layers)
-    return run, mem
 
 
 def _sig(seconds: float) -> float:
@@ -573,7 +262,7 @@ def run(settings: Settings, out_dir: Path, log=print) -> dict:
     device = torch.device(dev_name)
     if device.type == "cpu":
         torch.set_num_threads(1)  # timed on the thread's CPU-time clock (measure_cell)
-    dtype = _dtype(torch, settings.dtype)
+    dtype = torch_dtype(torch, settings.dtype)
     hardware = _hardware_name(torch, device)
     writer = Writer(out_dir)
     meta = {"what": "one verify pass (decoder forward) per cell: B sequences x (K + 1) query tokens over a KV cache"

@@ -14,6 +14,8 @@ import pytest
 
 from calibration import score_step_grid as sg_score
 from calibration import step_grid as sg
+from calibration import step_grid_kernels as sgk
+from calibration import step_grid_model as sgm
 
 REPO = Path(__file__).resolve().parent.parent
 torch = pytest.importorskip("torch")
@@ -28,7 +30,7 @@ def test_layer_bytes_add_up_to_the_published_parameter_counts():
 
     for model, published in (("llama-3.1-8b", 8.03e9), ("qwen3-30b-a3b", 30.5e9)):
         cfg = engine_config(model)
-        total = cfg.n_layers * sg.layer_bytes(cfg, 1) + cfg.vocab * cfg.hidden * (1 if cfg.tied_embeddings else 2)
+        total = cfg.n_layers * sgm.layer_bytes(cfg, 1) + cfg.vocab * cfg.hidden * (1 if cfg.tied_embeddings else 2)
         assert total == pytest.approx(published, rel=0.005), model
 
 
@@ -39,15 +41,15 @@ def test_memory_plan_keeps_every_layer_on_an_h100_and_shares_sets_when_short():
     from calibration.engine.synthetic_model import engine_config
 
     cfg = engine_config("qwen3-30b-a3b")
-    per_layer, kv_one = sg.layer_bytes(cfg, 2), sg.kv_layer_bytes(cfg, 128, 4104, 2)
+    per_layer, kv_one = sgm.layer_bytes(cfg, 2), sgm.kv_layer_bytes(cfg, 128, 4104, 2)
     assert per_layer == 623_120_384 * 2  # hand count: attention 18,878,464 + experts 603,979,776 + router 262,144
     assert kv_one == 2 * 128 * 4 * 4104 * 128 * 2
-    plan = sg.plan_memory(cfg, 48, int(85.0e9), 2, 128, 4104)
+    plan = sgm.plan_memory(cfg, 48, int(85.0e9), 2, 128, 4104)
     assert plan.weight_sets == 48 and not plan.notes
     shared = 151936 * 2048 * 2 * 2 + 2048 * 2
-    assert plan.kv_pool_bytes == int(85.0e9) - sg.RESERVE_BYTES - shared - 48 * per_layer
-    short = sg.plan_memory(cfg, 48, int(30e9), 2, 128, 4104)
-    assert short.weight_sets == (int(30e9) - sg.RESERVE_BYTES - shared - kv_one) // per_layer < 48
+    assert plan.kv_pool_bytes == int(85.0e9) - sgm.RESERVE_BYTES - shared - 48 * per_layer
+    short = sgm.plan_memory(cfg, 48, int(30e9), 2, 128, 4104)
+    assert short.weight_sets == (int(30e9) - sgm.RESERVE_BYTES - shared - kv_one) // per_layer < 48
     assert short.notes and "set i mod" in short.notes[0]
 
 
@@ -56,22 +58,22 @@ def test_attention_kernel_is_aligned_to_the_cache_end():
     flash kernel's is_causal, or SDPA's is_causal with T != S) fails the same check by far."""
     import torch.nn.functional as F
 
-    err = sg.check_attention(torch, sg.ATTENTION_KERNELS["sdpa-causal-lower-right"](torch), torch.device("cpu"),
+    err = sgk.check_attention(torch, sgk.ATTENTION_KERNELS["sdpa-causal-lower-right"](torch), torch.device("cpu"),
                              torch.float32, 8, 2, 64)
     assert err < 1e-4
     top_left = lambda q, k, v: F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)  # noqa: E731
-    assert sg.check_attention(torch, top_left, torch.device("cpu"), torch.float32, 8, 2, 64) > 0.1
-    name, _, _, _ = sg.pick_attention(torch, torch.device("cpu"), torch.float32, 8, 2, 64)
+    assert sgk.check_attention(torch, top_left, torch.device("cpu"), torch.float32, 8, 2, 64) > 0.1
+    name, _, _, _ = sgk.pick_attention(torch, torch.device("cpu"), torch.float32, 8, 2, 64)
     assert name == "sdpa-causal-lower-right"
 
 
 def test_grouped_experts_equal_the_per_expert_loop():
     """Sorting (token, expert) pairs and one grouped GEMM per projection gives the loop's output and counts."""
-    assert sg.check_experts(torch, torch.device("cpu"), torch.float32, 64, 32, 16, 4) < 1e-5
+    assert sgk.check_experts(torch, torch.device("cpu"), torch.float32, 64, 32, 16, 4) < 1e-5
     x = torch.randn(10, 64)
-    w, ids = sg.route(torch, x, torch.randn(16, 64), 4)
+    w, ids = sgk.route(torch, x, torch.randn(16, 64), 4)
     assert torch.allclose(w.sum(-1), torch.ones(10)) and ids.shape == (10, 4)
-    _, counts = sg.experts_grouped(torch, x, torch.randn(16, 64, 64), torch.randn(16, 64, 32), w, ids, 16)
+    _, counts = sgk.experts_grouped(torch, x, torch.randn(16, 64, 64), torch.randn(16, 64, 32), w, ids, 16)
     assert int(counts.sum()) == 40 and int(counts.max()) <= 10
 
 
@@ -232,8 +234,8 @@ def test_static_pass_computes_what_the_reference_engine_computes(model):
     cache = ref.new_cache(B, L + T)
     ref.forward(prompt, cache, logits_for="none")
     want = ref.forward(new, cache)  # [B, T, V]; also writes the new K/V at L .. L + T - 1
-    attend = sg.ATTENTION_KERNELS["sdpa-causal-lower-right"](torch)
-    dec = sg._decoder_class()(replace(cfg), w, cfg.n_layers, attend, "grouped")
+    attend = sgk.ATTENTION_KERNELS["sdpa-causal-lower-right"](torch)
+    dec = sgm._decoder_class()(replace(cfg), w, cfg.n_layers, attend, "grouped")
     kv = torch.stack([cache.k, cache.v], dim=1).clone()  # [layers, 2, B, Hkv, L + T, D]
     kv[:, :, :, :, L:] = float("nan")  # the pass must write these positions itself
     cos, sin = dec.rope_tables(L + torch.arange(T)[None, :].expand(B, T))
@@ -256,7 +258,7 @@ def test_budget_stops_cleanly_and_keeps_the_header(tmp_path, capsys):
 
 def test_a_model_that_fails_is_noted_and_the_next_runs(tmp_path, monkeypatch):
     """No attention kernel passing its check for one model stops that model only (noted in the meta)."""
-    real = sg.pick_attention
+    real = sgk.pick_attention
 
     def failing(torch_, device, dtype, n_heads, *rest):
         if n_heads == 9:  # smollm2-135m

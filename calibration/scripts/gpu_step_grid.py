@@ -6,7 +6,8 @@
 Llama-3.1-8B and Qwen3-30B-A3B (shapes from simulator/data/models), bf16, B 1..128 x K 0..7 x context
 512 and 4096; writes DIR/step_grid.csv (one row per cell, appended as measured) and
 DIR/step_grid.meta.json (device, torch, shapes, kernels, status). What the pass runs and how experts
-are dispatched: calibration/step_grid.py. Score the planner on it: python -m calibration.score_step_grid DIR.
+are dispatched: calibration/step_grid.py (step_grid_model.py, step_grid_kernels.py). Score the planner on it:
+python -m calibration.score_step_grid DIR.
 """
 import sys
 from pathlib import Path
