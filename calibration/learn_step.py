@@ -144,110 +144,131 @@ def _levels(rows: Rows, form: str) -> list[tuple[str, tuple, np.ndarray]]:
 def fit_population(rows: Rows, form: str = "all terms", start_sd: np.ndarray = START_SD) -> Population:
     """Maximum a posteriori population, per-source values and per-curve acceptance of the form's free terms
     (the others at the physics' neutral values); the rows' scatter by empirical Bayes."""
-    free = np.array([TERM_NAMES.index(n) for n in FORMS[form]])
-    nf = free.size
-    sources = tuple(sorted(set(rows.source)))
-    src_idx = np.array([sources.index(s) for s in rows.source])
-    levels = _levels(rows, form)
-    n_fam = sum(len(families) for _, families, _ in levels)  # every family of every level: one offset vector each
-    # each row's offset vector per level, as an index into the n_fam offsets
-    fam_idx = [idx + sum(len(f) for _, f, _ in levels[:i]) for i, (_, _, idx) in enumerate(levels)]
-    curve_ids = sorted(set(rows.curve[rows.curve >= 0].tolist()))  # the curves left after a hold-out, renumbered
-    rows = replace(rows, curve=np.array([curve_ids.index(c) if c >= 0 else -1 for c in rows.curve], dtype=int))
-    n_src, n_curves, n = len(sources), len(curve_ids), len(rows)
-    lo, hi = to_fit(LOWER)[free], to_fit(UPPER)[free]
-    neutral_all = to_fit(NEUTRAL)
-    neutral, sd = neutral_all[free], start_sd[free].astype(float)
-    sigma = ROW_SIGMA_START
-    al0 = [np.clip(np.max(rows.y_log[rows.curve == c]), *LOG_AL_BOUNDS) for c in range(n_curves)]
-    # a family's offset is bounded so that mean + offset can reach each term's bounds (the sum is clipped there)
-    x = np.concatenate([neutral, np.tile(neutral, n_src), np.zeros(n_fam * nf), np.asarray(al0, dtype=float)])
-    lower = np.concatenate([lo, np.tile(lo, n_src), np.tile(lo - hi, n_fam), np.full(n_curves, LOG_AL_BOUNDS[0])])
-    upper = np.concatenate([hi, np.tile(hi, n_src), np.tile(hi - lo, n_fam), np.full(n_curves, LOG_AL_BOUNDS[1])])
-    x = np.clip(x, lower + 1e-9, upper - 1e-9)
-    cut_src = nf * (1 + n_src)
-    cut = cut_src + nf * n_fam
+    fit = _PopulationFit(rows, form, start_sd)
+    x = fit.initial()
+    scale = np.maximum(np.concatenate([fit.sd, np.tile(fit.sd, fit.n_src), np.tile(fit.sd, fit.n_fam),
+                                       np.full(fit.n_curves, 0.1)]), 1e-6)
+    for _ in range(EB_ROUNDS):
+        x = least_squares(fit.resid, x, jac=fit.jac, bounds=(fit.lower, fit.upper), method="trf", x_scale=scale,
+                          tr_solver="exact", xtol=1e-8, ftol=1e-8).x
+        fit.sigma = max(float(np.sqrt(np.mean((fit.resid(x)[:fit.n] * fit.sigma) ** 2))), 0.01)
+    return fit.population(x)
 
-    def unpack(v):
-        return v[:nf], v[nf:cut_src].reshape(n_src, nf), v[cut_src:cut].reshape(n_fam, nf), v[cut:]
 
-    def resid(v):
-        mu, per, off, al = unpack(v)
-        phi = np.tile(neutral_all, (n, 1))
-        phi[:, free] = per[src_idx] + sum(off[idx] for idx in fam_idx)
-        log_al = np.where(rows.curve >= 0, al[np.maximum(rows.curve, 0)] if n_curves else 0.0, rows.log_al)
-        r_rows = (predict_log(rows, from_fit(phi), np.nan_to_num(log_al)) - rows.y_log) / sigma
-        return np.concatenate([r_rows, ((per - mu) / sd).ravel(), (off / sd).ravel(), (mu - neutral) / HYPER_SD[free]])
+class _PopulationFit:
+    """The MAP problem of :func:`fit_population`: the fit vector [population mean | per-source values | family
+    offsets | per-curve log acceptance] (each block ``nf`` free terms wide but the last), its residuals (rows in
+    units of the rows' scatter ``sigma``, then the priors) and their Jacobian. ``sigma`` is re-estimated between
+    the empirical-Bayes rounds."""
 
-    # the Jacobian, dense (a hundred parameters): a row moves only with its own seven terms (its source's values
-    # plus its families' offsets, one finite difference per term for every row at once) and its curve's
-    # acceptance (slope 1); the prior residuals are linear. Exact trust-region steps on it are several times
-    # faster than scipy's grouped differences of the whole residual with an iterative solver.
-    n_off = n_fam * nf
-    rows_at = np.arange(n)[:, None]
-    src_cols = nf + src_idx[:, None] * nf + np.arange(nf)
-    fam_cols = [cut_src + idx[:, None] * nf + np.arange(nf) for idx in fam_idx]
-    curve_rows = np.flatnonzero(rows.curve >= 0)
-    prior_rows = n + np.arange(n_src * nf)
-    prior_terms = np.tile(np.arange(nf), n_src)
-    off_rows = n + n_src * nf + np.arange(n_off)
-    hyper_rows = n + n_src * nf + n_off + np.arange(nf)
-    jac_step = np.sqrt(np.finfo(float).eps)
+    def __init__(self, rows: Rows, form: str, start_sd: np.ndarray):
+        self.free = np.array([TERM_NAMES.index(n) for n in FORMS[form]])
+        self.form, self.nf = form, self.free.size
+        self.sources = tuple(sorted(set(rows.source)))
+        self.src_idx = np.array([self.sources.index(s) for s in rows.source])
+        self.levels = levels = _levels(rows, form)
+        self.n_fam = sum(len(families) for _, families, _ in levels)  # every family of every level: one offset each
+        # each row's offset vector per level, as an index into the n_fam offsets
+        self.fam_idx = [idx + sum(len(f) for _, f, _ in levels[:i]) for i, (_, _, idx) in enumerate(levels)]
+        curve_ids = sorted(set(rows.curve[rows.curve >= 0].tolist()))  # the curves left after a hold-out, renumbered
+        self.rows = replace(rows, curve=np.array([curve_ids.index(c) if c >= 0 else -1 for c in rows.curve], dtype=int))
+        self.n_src, self.n_curves, self.n = len(self.sources), len(curve_ids), len(rows)
+        self.neutral_all = to_fit(NEUTRAL)
+        self.neutral, self.sd = self.neutral_all[self.free], start_sd[self.free].astype(float)
+        self.sigma = ROW_SIGMA_START
+        self.cut_src = self.nf * (1 + self.n_src)
+        self.cut = self.cut_src + self.nf * self.n_fam
+        lo, hi = to_fit(LOWER)[self.free], to_fit(UPPER)[self.free]
+        # a family's offset is bounded so that mean + offset can reach each term's bounds (the sum is clipped there)
+        self.lower = np.concatenate([lo, np.tile(lo, self.n_src), np.tile(lo - hi, self.n_fam),
+                                     np.full(self.n_curves, LOG_AL_BOUNDS[0])])
+        self.upper = np.concatenate([hi, np.tile(hi, self.n_src), np.tile(hi - lo, self.n_fam),
+                                     np.full(self.n_curves, LOG_AL_BOUNDS[1])])
 
-    def row_log(phi_free, log_al):
-        phi = np.tile(neutral_all, (n, 1))
-        phi[:, free] = phi_free
-        return predict_log(rows, from_fit(phi), log_al)
+    def initial(self) -> np.ndarray:
+        """Every value at the physics' neutral, no offsets, each curve's acceptance at its largest speedup."""
+        rows, nf = self.rows, self.nf
+        al0 = [np.clip(np.max(rows.y_log[rows.curve == c]), *LOG_AL_BOUNDS) for c in range(self.n_curves)]
+        x = np.concatenate([self.neutral, np.tile(self.neutral, self.n_src), np.zeros(self.n_fam * nf),
+                            np.asarray(al0, dtype=float)])
+        return np.clip(x, self.lower + 1e-9, self.upper - 1e-9)
 
-    def jac(v):
-        _, per, off, al = unpack(v)
-        phi_free = per[src_idx] + sum(off[idx] for idx in fam_idx)
-        log_al = np.nan_to_num(np.where(rows.curve >= 0, al[np.maximum(rows.curve, 0)] if n_curves else 0.0,
-                                        rows.log_al))
-        base = row_log(phi_free, log_al)
+    def unpack(self, v):
+        nf, cut_src, cut = self.nf, self.cut_src, self.cut
+        return v[:nf], v[nf:cut_src].reshape(self.n_src, nf), v[cut_src:cut].reshape(self.n_fam, nf), v[cut:]
+
+    def _log_al(self, al) -> np.ndarray:
+        rows = self.rows
+        return np.where(rows.curve >= 0, al[np.maximum(rows.curve, 0)] if self.n_curves else 0.0, rows.log_al)
+
+    def _row_log(self, phi_free, log_al):
+        phi = np.tile(self.neutral_all, (self.n, 1))
+        phi[:, self.free] = phi_free
+        return predict_log(self.rows, from_fit(phi), log_al)
+
+    def resid(self, v):
+        mu, per, off, al = self.unpack(v)
+        phi_free = per[self.src_idx] + sum(off[idx] for idx in self.fam_idx)
+        r_rows = (self._row_log(phi_free, np.nan_to_num(self._log_al(al))) - self.rows.y_log) / self.sigma
+        sd = self.sd
+        return np.concatenate([r_rows, ((per - mu) / sd).ravel(), (off / sd).ravel(),
+                               (mu - self.neutral) / HYPER_SD[self.free]])
+
+    def jac(self, v):
+        """Dense (a hundred parameters): a row moves only with its own terms (its source's values plus its
+        families' offsets, one finite difference per term for every row at once) and its curve's acceptance
+        (slope 1); the prior residuals are linear. Exact trust-region steps on it are several times faster than
+        scipy's grouped differences of the whole residual with an iterative solver."""
+        _, per, off, al = self.unpack(v)
+        n, nf, n_src, sd, sigma, rows = self.n, self.nf, self.n_src, self.sd, self.sigma, self.rows
+        n_off = self.n_fam * nf
+        phi_free = per[self.src_idx] + sum(off[idx] for idx in self.fam_idx)
+        log_al = np.nan_to_num(self._log_al(al))
+        base = self._row_log(phi_free, log_al)
         grad = np.empty((n, nf))
         for j in range(nf):
-            h = jac_step * np.maximum(1.0, np.abs(phi_free[:, j]))
+            h = np.sqrt(np.finfo(float).eps) * np.maximum(1.0, np.abs(phi_free[:, j]))
             moved = phi_free.copy()
             moved[:, j] += h
-            grad[:, j] = (row_log(moved, log_al) - base) / h
+            grad[:, j] = (self._row_log(moved, log_al) - base) / h
         J = np.zeros((n + n_src * nf + n_off + nf, v.size))
-        J[rows_at, src_cols] = grad / sigma
-        for cols in fam_cols:
-            J[rows_at, cols] = grad / sigma
-        J[curve_rows, cut + rows.curve[curve_rows]] = 1.0 / sigma
+        rows_at = np.arange(n)[:, None]
+        J[rows_at, nf + self.src_idx[:, None] * nf + np.arange(nf)] = grad / sigma
+        for idx in self.fam_idx:
+            J[rows_at, self.cut_src + idx[:, None] * nf + np.arange(nf)] = grad / sigma
+        curve_rows = np.flatnonzero(rows.curve >= 0)
+        J[curve_rows, self.cut + rows.curve[curve_rows]] = 1.0 / sigma
+        prior_rows, prior_terms = n + np.arange(n_src * nf), np.tile(np.arange(nf), n_src)
         J[prior_rows, nf + np.arange(n_src * nf)] = 1.0 / sd[prior_terms]
         J[prior_rows, prior_terms] = -1.0 / sd[prior_terms]
-        J[off_rows, cut_src + np.arange(n_off)] = 1.0 / sd[np.arange(n_off) % nf]
-        J[hyper_rows, np.arange(nf)] = 1.0 / HYPER_SD[free]
+        J[n + n_src * nf + np.arange(n_off), self.cut_src + np.arange(n_off)] = 1.0 / sd[np.arange(n_off) % nf]
+        J[n + n_src * nf + n_off + np.arange(nf), np.arange(nf)] = 1.0 / HYPER_SD[self.free]
         return J
 
-    scale = np.maximum(np.concatenate([sd, np.tile(sd, n_src), np.tile(sd, n_fam), np.full(n_curves, 0.1)]), 1e-6)
-    for _ in range(EB_ROUNDS):
-        x = least_squares(resid, x, jac=jac, bounds=(lower, upper), method="trf", x_scale=scale, tr_solver="exact",
-                          xtol=1e-8, ftol=1e-8).x
-        sigma = max(float(np.sqrt(np.mean((resid(x)[:n] * sigma) ** 2))), 0.01)
-    mu, per, off, _ = unpack(x)
-    left = resid(x)[:n] * sigma  # log residuals with every source's own terms
-    misfit = {str(k): float(np.sqrt(np.mean(left[rows.kind == k] ** 2))) for k in ("step", "speedup")
-              if (rows.kind == k).any()}
-    mean, spread = neutral_all.copy(), np.zeros(N_TERMS)
-    mean[free], spread[free] = mu, sd
-    per_all = {}
-    for i, src in enumerate(sources):
-        v = neutral_all.copy()
-        v[free] = per[i]
-        per_all[src] = v
-    offsets = {"engine": {}, "gpu": {}}
-    first = 0
-    for level, families, _ in levels:
-        for i, fam in enumerate(families):
-            v = np.zeros(N_TERMS)
-            v[free] = off[first + i]
-            offsets[level][fam] = v
-        first += len(families)
-    return Population(mean, spread, sigma, per_all, n, sources, form, misfit_by_kind=misfit,
-                      family_fit=offsets["engine"], gpu_family_fit=offsets["gpu"])
+    def population(self, x) -> Population:
+        """The fitted vector as a :class:`Population` (every term; the ones the form leaves out at neutral)."""
+        mu, per, off, _ = self.unpack(x)
+        rows, free, neutral_all = self.rows, self.free, self.neutral_all
+        left = self.resid(x)[:self.n] * self.sigma  # log residuals with every source's own terms
+        misfit = {str(k): float(np.sqrt(np.mean(left[rows.kind == k] ** 2))) for k in ("step", "speedup")
+                  if (rows.kind == k).any()}
+        mean, spread = neutral_all.copy(), np.zeros(N_TERMS)
+        mean[free], spread[free] = mu, self.sd
+        per_all = {}
+        for i, src in enumerate(self.sources):
+            v = neutral_all.copy()
+            v[free] = per[i]
+            per_all[src] = v
+        offsets = {"engine": {}, "gpu": {}}
+        first = 0
+        for level, families, _ in self.levels:
+            for i, fam in enumerate(families):
+                v = np.zeros(N_TERMS)
+                v[free] = off[first + i]
+                offsets[level][fam] = v
+            first += len(families)
+        return Population(mean, spread, self.sigma, per_all, self.n, self.sources, self.form, misfit_by_kind=misfit,
+                          family_fit=offsets["engine"], gpu_family_fit=offsets["gpu"])
 
 
 def predict_rows(rows: Rows, pop: Population) -> tuple[np.ndarray, np.ndarray]:
