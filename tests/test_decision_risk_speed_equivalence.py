@@ -132,3 +132,30 @@ def test_decision_shares_equals_reference(name):
             for a, b in zip(got, want):
                 assert a.dtype == b.dtype and np.array_equal(a, b)
     assert np.isfinite(got[0][fits]).all() and (got[0][~fits] == -np.inf).all()
+
+
+@pytest.mark.parametrize("name", ["llama-3.1-8b-h100", "command-a-h100", "moe-synthetic-cpu"])
+def test_rows_no_draw_moves_are_read_on_one_draw_to_the_same_values(name):
+    """Outside the box of cells some draw moves (step_terms.draws_vary_box: TP 1 on an engine whose overlap room
+    hides the host terms' draws) the shares are read on one draw: every score and median share as on all 64, on a
+    (B, K) and a (B, K, L) grid, with K that do not fit and an acceptance band."""
+    sc = load_scenario(SCENARIO_DIR / f"{name}.toml", allow_long_context=True)
+    for lens in (None, np.array([512, 4096, 32768])):
+        g = evaluate_grid(sc, np.arange(1, 513, 7), np.arange(9), lens).as_engine_runs
+        itl, box, _ = dr.step_draws_and_box(g, g.step_terms)
+        assert np.array_equal(itl, g.term_step_draws)
+        outside = np.ones(itl.shape[:-1], bool)
+        if box is not None:
+            outside[dr._rows_box(box, itl.ndim - 1)] = False
+        assert (itl[outside] == itl[outside][..., :1]).all()  # the box holds every cell a draw moves
+        if name == "llama-3.1-8b-h100" and lens is not None:
+            assert outside.mean() > 0.5  # most (B, L) rows: one draw (long contexts' steps hide the host terms)
+        fits = g.fits_memory.copy()
+        fits[::5, 4] = False
+        al = np.asarray(g.acceptance_length)
+        for al_arg in (None, np.stack([al * 0.9, al, al * 1.05])):
+            for q in (0.1, 0.25):
+                want = dr.decision_shares(g, g.step_terms, q, al_arg, fits, itl=itl)
+                got = dr.decision_shares(g, g.step_terms, q, al_arg, fits, itl=itl, vary_box=box)
+                for a, b in zip(got, want):
+                    assert a.dtype == b.dtype and np.array_equal(a, b)

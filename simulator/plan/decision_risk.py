@@ -20,7 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from simulator.specs.step_terms import A_PRIORI_SD, NEUTRAL, TERM_NAMES, compose_step_draws_s, from_fit, to_fit
+from simulator.specs.step_terms import (A_PRIORI_SD, NEUTRAL, TERM_NAMES, compose_step_draws_s, draws_vary_box,
+                                        from_fit, to_fit)
 
 N_DRAWS = 64  # a power of two (a Sobol design)
 # the draws are priced in float32: what they decide is read at a 1% tolerance, and float32's 1e-7 relative rounding
@@ -96,10 +97,18 @@ def physics_parts(grid, terms) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
 def step_draws(grid, terms, n: int = N_DRAWS, seed: int = 0) -> tuple[np.ndarray, str]:
     """(the step time of every cell under each draw of the terms, draws on the last axis: (n_batch, n_k[, n_ctx],
     n); what the draws rest on). The step formula (specs.step_terms) over the grid's physics parts."""
+    itl, _, basis = step_draws_and_box(grid, terms, n, seed)
+    return itl, basis
+
+
+def step_draws_and_box(grid, terms, n: int = N_DRAWS, seed: int = 0) -> tuple[np.ndarray, tuple | None, str]:
+    """(:func:`step_draws`' draws, the box of cells outside which every draw gives the same step
+    (specs.step_terms.draws_vary_box), what the draws rest on)."""
     theta, basis = term_draws(terms, n, seed)
     kernel, overhead, calls, room = physics_parts(grid, terms)
     B, K = grid.cell_axes()
-    return compose_step_draws_s(theta, B, K, kernel, overhead, DRAW_DTYPE, calls, room), basis
+    return (compose_step_draws_s(theta, B, K, kernel, overhead, DRAW_DTYPE, calls, room),
+            draws_vary_box(theta, B, K, calls, room, DRAW_DTYPE), basis)
 
 
 def goodput_draws(grid, terms, n: int = N_DRAWS, seed: int = 0) -> tuple[np.ndarray, str]:
@@ -120,7 +129,7 @@ def beats_plain(grid, terms, n: int = N_DRAWS, seed: int = 0) -> tuple[np.ndarra
 
 
 def decision_shares(grid, terms, quantile: float, banded_al=None, fits=None, n: int = N_DRAWS, seed: int = 0,
-                    itl=None) -> tuple[np.ndarray, np.ndarray]:
+                    itl=None, vary_box="all") -> tuple[np.ndarray, np.ndarray]:
     """(n_batch, n_k) what K* is chosen on: each K's share of the best goodput at its batch size, per draw of the
     engine terms (and per rate set of an acceptance band, (3, n_k), when given), at the ``quantile`` of the draws
     and the worst rate set; -inf where the K does not fit (``fits``, default the grid's memory check):
@@ -135,17 +144,45 @@ def decision_shares(grid, terms, quantile: float, banded_al=None, fits=None, n: 
     Returns (that score, the same share at the median draw). A K whose median share is within the schedule's
     tolerance is as likely as not as good as the best (to the tolerance) inside the terms' spread: the
     fewest-range schedule may keep it for fewer ranges (plan.schedule, ``near_best``). ``itl``: the step draws
-    (:func:`step_draws`) when the caller has them."""
+    (:func:`step_draws`) when the caller has them; ``vary_box``: the box of cells outside which every draw gives
+    the same step (specs.step_terms.draws_vary_box; "all" where unknown): the rows of batch sizes (and contexts)
+    outside it are read on one draw, where every quantile is that draw's share, the same values."""
     if itl is None:  # draws on the last axis: the quantiles read contiguous memory
         itl, _ = step_draws(grid, terms, n, seed)
-    n = itl.shape[-1]
     fits = grid.fits_memory if fits is None else fits
     al_sets = grid.acceptance_length[None] if banded_al is None else np.asarray(banded_al)
+    rows = _rows_box(vary_box, itl.ndim - 1)
+    if rows is not None and all(r == slice(None) for r in rows):
+        score, near = _shares(itl, al_sets, fits, quantile)
+    else:
+        score, near = _shares(itl[..., :1], al_sets, fits, quantile)
+        if rows is not None:  # the rows some draws move: every draw
+            al_rows = tuple(al[(slice(None),) + rows[2:2 + al.ndim - 1]] for al in al_sets)
+            score[rows], near[rows] = _shares(itl[rows], al_rows, fits[rows], quantile)
+    return np.where(fits, score, -np.inf), np.where(fits, near, -np.inf)
+
+
+def _rows_box(vary_box, ndim: int) -> tuple | None:
+    """The box of cells to read on every draw, widened to whole rows over K (each share is of the best K in its
+    row); None where no cell differs between draws."""
+    if vary_box is None:
+        return None
+    if isinstance(vary_box, str):
+        return tuple(slice(None) for _ in range(ndim))
+    box = tuple(vary_box) + tuple(slice(None) for _ in range(ndim - len(vary_box)))
+    return box[:1] + (slice(None),) + box[2:]
+
+
+def _shares(itl: np.ndarray, al_sets, fits: np.ndarray, quantile: float) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`decision_shares` before its -inf where a K does not fit: (score, median share) of every cell of
+    ``itl`` (cells x draws; one draw reads as many draws of that one)."""
+    n = itl.shape[-1]
     pos = quantile * (n - 1)  # the quantile of the draws by linear interpolation (numpy's default)
-    lo = min(int(pos), n - 2)
-    at = lambda part, p, i: part[..., i] + (p - i) * (part[..., i + 1] - part[..., i])  # noqa: E731
+    lo = max(min(int(pos), n - 2), 0)
     pos_hi = 0.5 * (n - 1)  # the median draw
-    hi_i = min(int(pos_hi), n - 2)
+    hi_i = max(min(int(pos_hi), n - 2), 0)
+    nxt = lambda i: i + 1 if n > 1 else i  # noqa: E731
+    at = lambda part, p, i: part[..., i] + (p - i) * (part[..., nxt(i)] - part[..., i])  # noqa: E731
     all_fit = bool(np.all(fits))
     score = near = None
     for al in al_sets:  # each rate set: each K's share of the best K in every draw, at the quantiles
@@ -154,11 +191,11 @@ def decision_shares(grid, terms, quantile: float, banded_al=None, fits=None, n: 
             good *= fits[..., None]
         best = _max_over_k(good)
         good /= np.where(best > 0, best, DRAW_DTYPE(1.0))[:, None]
-        part = _sorted_draws(good)
+        part = _sorted_draws(good) if n > 1 else good
         low, high = at(part, pos, lo), at(part, pos_hi, hi_i)
         score = low if score is None else np.minimum(score, low)
         near = high if near is None else np.minimum(near, high)
-    return np.where(fits, score, -np.inf), np.where(fits, near, -np.inf)
+    return score, near
 
 
 def _max_over_k(good: np.ndarray) -> np.ndarray:

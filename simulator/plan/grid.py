@@ -29,7 +29,7 @@ from functools import cached_property
 
 import numpy as np
 
-from simulator.plan.decision_risk import OUTSIDE_BAND, decision_shares, step_draws
+from simulator.plan.decision_risk import OUTSIDE_BAND, decision_shares, step_draws_and_box
 from simulator.plan.acceptance_risk import k_at_each_rate_set, robust_score
 from simulator.plan.draft_acceptance import banded_draft_acceptance_lengths, draft_acceptance_lengths
 from simulator.physics.memory import step_memory_bytes
@@ -162,11 +162,16 @@ class Grid:
         d = self.as_engine_runs
         return without_band_returns(idx, d.term_step_draws, d.acceptance_length, fits, OUTSIDE_BAND)
 
-    @cached_property
+    @property
     def term_step_draws(self) -> np.ndarray:
         """The step time of every cell under each draw of the engine terms, draws on the last axis
         (plan.decision_risk.step_draws): what K* is chosen on, read by every schedule of this grid."""
-        return step_draws(self, self.step_terms)[0]
+        return self._term_draws[0]
+
+    @cached_property
+    def _term_draws(self) -> tuple:
+        """(the step draws, the box of cells outside which every draw gives the same step)."""
+        return step_draws_and_box(self, self.step_terms)[:2]
 
     @cached_property
     def _decision_in_memory(self) -> tuple[np.ndarray, np.ndarray | None]:
@@ -189,8 +194,9 @@ class Grid:
         if self.decision_quantile <= 0 or not (self.ks > 0).any():
             return self.centre_score, None
         d = self.as_engine_runs
+        itl, vary_box = d._term_draws
         score, near = decision_shares(d, d.step_terms, d.decision_quantile, d.banded_acceptance_length, fits,
-                                      itl=d.term_step_draws)
+                                      itl=itl, vary_box=vary_box)
         return score, near >= 1.0 - self.schedule_tolerance
 
     @cached_property

@@ -156,16 +156,7 @@ def compose_step_draws_s(theta: np.ndarray, batch, k, kernel_s, overhead_s, dtyp
     step = np.multiply(kernel_factor(s, sv, kd), kernel_s[..., None], out=np.empty(shape, dtype))
     step += overhead_s[..., None]
     per_seq = host_per_seq_s(c1, c2, kd, c3)
-    box = tuple(slice(None) for _ in shape[:-1])  # the cells whose host time is formed: all, or the box below
-    if room is not None:
-        # the largest host time any draw adds at each cell, an upper bound: c_step's largest + B x the largest
-        # per-sequence; where it is within the room, max(0, H - room) is 0 for every draw and adds nothing
-        reach = np.broadcast_to(c0.max(initial=0) + batch * per_seq.max(axis=-1, initial=0) > room, shape[:-1])
-        if not reach.any():
-            box = None
-        else:  # the smallest box of cells holding every cell some draw's host time may reach out of its room
-            at = np.nonzero(reach)
-            box = tuple(slice(int(i.min()), int(i.max()) + 1) for i in at)
+    box = _host_box(c0, per_seq, batch, room, shape[:-1])  # the cells whose host time is formed
     coll = cc * calls[..., None] if calls.any() else None  # c_coll calls (none at TP 1: adding 0 changes no bit)
     if box is not None:
         host = np.add(c0, _in_box(batch, box)[..., None] * _in_box(per_seq, box))  # c_step + B (...), as added_step_s
@@ -180,6 +171,39 @@ def compose_step_draws_s(theta: np.ndarray, batch, k, kernel_s, overhead_s, dtyp
     if coll is not None:
         step += coll
     return step
+
+
+def _host_box(c_step, per_seq, batch, room, cells: tuple) -> tuple | None:
+    """The cells where some draw's host time may exceed its room: every cell where the engine leaves none
+    (``room`` None), else the smallest box of cells (slices over the cells' axes) where the largest host time
+    any draw adds, an upper bound (c_step's largest + B x the largest per-sequence), exceeds the room; None
+    where it exceeds it nowhere (max(0, H - room) is 0 for every draw there and adds nothing)."""
+    if room is None:
+        return tuple(slice(None) for _ in cells)
+    reach = np.broadcast_to(c_step.max(initial=0) + batch * per_seq.max(axis=-1, initial=0) > room, cells)
+    if not reach.any():
+        return None
+    return tuple(slice(int(i.min()), int(i.max()) + 1) for i in np.nonzero(reach))
+
+
+def draws_vary_box(theta: np.ndarray, batch, k, calls=0.0, room_s=0.0, dtype=np.float32) -> tuple | None:
+    """The box of cells (slices over the cells' axes, as :func:`compose_step_draws_s` forms them) outside which
+    every draw of the terms gives a cell the same step time: all cells where the kernel factor or the collective
+    term differs between draws, else the host time's box (:func:`_host_box`) where the host terms differ; None
+    where no cell's step differs between draws."""
+    cast = lambda a: np.asarray(a, dtype=dtype)  # noqa: E731
+    s, c0, c1, c2, sv, c3, cc = cast(theta).T
+    batch, k, calls = cast(batch), cast(k), cast(calls)
+    room = None if no_room(room_s) else cast(room_s)
+    cells = np.broadcast_shapes(batch.shape, k.shape, calls.shape, () if room is None else room.shape)
+    kd = k[..., None]
+    factor = kernel_factor(s, sv, kd)
+    if (factor != factor[..., :1]).any() or (calls.any() and (cc != cc[:1]).any()):
+        return tuple(slice(None) for _ in cells)
+    per_seq = host_per_seq_s(c1, c2, kd, c3)
+    if (c0 == c0[:1]).all() and (per_seq == per_seq[..., :1]).all():
+        return None
+    return _host_box(c0, per_seq, batch, room, cells)
 
 
 def _in_box(a: np.ndarray, box: tuple) -> np.ndarray:
