@@ -642,3 +642,17 @@ def test_kstar_tab_shows_how_sure_the_decision_is():
     assert f"Decision: {want}." in [c.value for c in at.caption]
     view = next(d.value for d in at.dataframe if "P(K* beats plain)" in d.value.columns)
     assert "K at the terms' centre" in view.columns and view["P(K* beats plain)"].dropna().between(0, 1).all()
+
+
+def test_a_release_that_cannot_run_the_draft_is_one_line_naming_the_first_that_can():
+    """SGLang 0.4.4 runs no EAGLE-3 (its first release with it is 0.4.4.post2, engine_releases.toml): the
+    dashboard says so in one error, offers 0.4.4.post2 among the releases, and runs once it is chosen."""
+    at = new_app()
+    sb(at, "selectbox", "draft_method").set_value("eagle3").run()
+    sb(at, "selectbox", "engine_name").set_value("sglang").run()
+    assert "0.4.4.post2" in sb(at, "selectbox", "engine_version").options
+    sb(at, "selectbox", "engine_version").set_value("0.4.4").run()
+    assert_clean(at, errors_ok=True)
+    assert [e.value for e in at.error if "cannot run draft method 'eagle3'" in e.value and "0.4.4.post2" in e.value]
+    sb(at, "selectbox", "engine_version").set_value("0.4.4.post2").run()
+    assert_clean(at)

@@ -471,7 +471,7 @@ def test_sglang_044_post2_speculative_graphs_are_the_wheels():
 
 
 def test_eagle3_on_a_release_before_it_is_refused_with_the_first_that_runs_it():
-    with pytest.raises(PlannerError, match=r"sglang 0\.4\.4 cannot run draft method 'eagle3'.*--engine-version 0\.4\.4\.post2"):
+    with pytest.raises(PlannerError, match=r"sglang 0\.4\.4 cannot run draft method 'eagle3': its first release that does is 0\.4\.4\.post2; use"):
         _scenario("sglang", "0.4.4")
     assert _scenario("sglang", "0.4.4", draft={"method": "eagle"}).engine.version == "0.4.4"
     assert _scenario("sglang", "0.4.4.post3").engine.version == "0.4.4.post2"  # its own line's newest profile

@@ -199,8 +199,9 @@ def _check_release_runs(engine, method: str, origin: str) -> None:
     asked = engine.release or engine.version
     first = release_running(engine.name, asked, method)
     if first != asked:
-        raise PlannerError(f"{origin}: {engine.name} {asked} cannot run draft method '{method}' (its first release"
-                           f" that does is {first}): pass --engine-version {first} (or [engine] version) or later")
+        raise PlannerError(f"{origin}: {engine.name} {asked} cannot run draft method '{method}': its first release that"
+                           f" does is {first}; use {first} or later (--engine-version, [engine] version, the dashboard's"
+                           " engine release)")
 
 
 def learned_layer(hardware, wanted: bool, engine: str | None = None) -> LearnedPrior | None:
