@@ -41,6 +41,7 @@ from simulator.errors import PlannerError, PlannerWarning
 from simulator.specs.hardware import FP4_DTYPES, load_hardware
 from simulator.specs.models import load_model
 from simulator.specs.scenario import build_scenario
+from simulator.specs.scenario_sections import PLAIN_ONLY
 from simulator.specs.uncertainty import PHYSICS_ONLY_CHECKS
 
 SILICON_FILE = "silicon_sample.csv"  # relative to the package's systems/ folder
@@ -150,7 +151,8 @@ def raw_for(row, mapping: dict) -> dict | str:
     raw = {"model": {"name": m["model"]}, "hardware": {"name": hw_name} | layout, "precision": prec,
            "workload": {"context_len": isl + osl // 2, "batch_sizes": [conc], "k_max": 1, "fixed_k": 1,
                         "memory_utilization": 0.9},
-           "engine": engine, "draft": {"method": "ngram"}}
+           "engine": engine, "draft": {"method": "ngram"},
+           PLAIN_ONLY: True}  # plain decoding: the n-gram draft is a placeholder, whichever release runs it
     if moe:
         raw["routing"] = {"kind": "uniform", "reuse": MOE_REUSE}
     return raw

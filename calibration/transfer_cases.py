@@ -15,6 +15,7 @@ from simulator.errors import PlannerError
 from simulator.specs.engine_catalog import engine_versions, nearest_profile, release_running
 from simulator.specs.models import list_models
 from simulator.specs.scenario import build_scenario
+from simulator.specs.scenario_sections import PLAIN_ONLY
 
 # per-source facts (calibration/data/published/sources.toml, with their citations)
 REPO = Path(__file__).resolve().parent.parent
@@ -144,7 +145,7 @@ def engine_for(row) -> dict:
     if not pd.isna(row.engine_version) and str(row.engine_version)[:1].isdigit():
         version = str(row.engine_version).split()[0]
     if version is not None:  # a run of a draft method ran on a release that has it (EAGLE-3 on SGLang "0.4.4")
-        version = release_running(name, version, (_draft(row.draft_method) or "").split(":")[0])
+        version = release_running(name, version, (_draft(row.draft_method) or "").split(":")[0]) or version
     return engine_table(name, version)
 
 
@@ -205,6 +206,8 @@ def case_for(row: pd.Series) -> Case | str:
            "draft": {"method": draft if draft != "none" else "ngram"}}
     if row.model in MOE_MODELS:  # adjacent tokens route alike: the published prior of docs/moe.md
         raw["routing"] = {"kind": "uniform", "reuse": MOE_REUSE}
+    if draft == "none":  # plain decoding: the n-gram draft is a placeholder, whichever release runs it
+        raw[PLAIN_ONLY] = True
     m = row.metric
     if m in PLAIN_METRICS and draft == "none":
         value = 1000.0 / row.value if m == "output_tok_s_per_user" else float(row.value)

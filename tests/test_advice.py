@@ -182,7 +182,7 @@ def test_sglang_adaptive_k0_costs_the_draft_extend_too():
     assert p.scenario.engine.name == "sglang" and p.grid.dsd_k0 is not None
     _k0_checks(p)
     # an engine release whose K = 0 is plain decoding: no such entry (vLLM 0.11 had no dynamic-K table)
-    old = predict("default", batch_sizes="1-256", engine="vllm", engine_version="0.11.0")
+    old = predict("default", batch_sizes="1-256", engine="vllm", engine_version="0.11.0", draft="eagle")  # no draft model
     assert old.grid.dsd_k0 is None and A.k0_step_s(old.grid) is None
 
 

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from simulator.errors import PlannerError
-from simulator.specs.engine_catalog import (ENGINES_DIR, engine_releases, engine_versions, first_release_running,
+from simulator.specs.engine_catalog import (ENGINES_DIR, engine_releases, engine_versions, draft_release_ranges,
                                             nearest_profile, release_distance, resolve_release)
 from simulator.specs.engines import load_engine, serving_default
 from simulator.specs.hardware import load_hardware
@@ -386,7 +386,7 @@ def test_serving_runs_at_the_engines_default_not_256():
     assert serving.workload_from_scenario(_scenario("vllm", "0.33.0")).max_num_seqs == 1024
     sg = serving.engine_from_scenario(_scenario("sglang", "0.5.23"))
     assert sg.max_num_seqs == 2048 and sg.spec_max_num_seqs == 48  # plain pool floor; 48 with speculation
-    assert serving.engine_from_scenario(_scenario("vllm", "0.6.3")).max_num_seqs == 256  # no [serving]: V0's 256
+    assert serving.engine_from_scenario(_scenario("vllm", "0.6.3", draft={"method": "eagle"})).max_num_seqs == 256  # V0: 256
 
 
 def test_launch_line_names_max_num_seqs_above_the_default():
@@ -454,7 +454,7 @@ def test_eagle3_first_runs_on_sglang_044_post2(version, first):
     """The wheels' --speculative-algorithm choices: EAGLE3 from 0.4.4.post2, as engine_releases.toml records."""
     text = "\n".join(wheel_lines("sglang", version, "sglang/srt/server_args.py"))
     assert ('"EAGLE3"' in re.search(r"choices=\[[^\]]*\"NEXTN\"\]", text).group(0)) is first
-    assert first_release_running("sglang", "eagle3") == "0.4.4.post2"
+    assert draft_release_ranges("sglang", "eagle3") == [("0.4.4.post2", "")]
 
 
 @pytest.mark.engines
@@ -471,7 +471,7 @@ def test_sglang_044_post2_speculative_graphs_are_the_wheels():
 
 
 def test_eagle3_on_a_release_before_it_is_refused_with_the_first_that_runs_it():
-    with pytest.raises(PlannerError, match=r"sglang 0\.4\.4 cannot run draft method 'eagle3': its first release that does is 0\.4\.4\.post2; use"):
+    with pytest.raises(PlannerError, match=r"sglang 0\.4\.4 cannot run draft method 'eagle3': the next release that does is 0\.4\.4\.post2; use"):
         _scenario("sglang", "0.4.4")
     assert _scenario("sglang", "0.4.4", draft={"method": "eagle"}).engine.version == "0.4.4"
     assert _scenario("sglang", "0.4.4.post3").engine.version == "0.4.4.post2"  # its own line's newest profile
@@ -493,3 +493,66 @@ def test_a_published_eagle3_row_naming_044_is_priced_on_post2():
                                               draft_method=draft)
     assert engine_for(row("eagle3")) == {"name": "sglang", "version": "0.4.4.post2"}
     assert engine_for(row("eagle")) == {"name": "sglang", "version": "0.4.4"}
+
+
+# --- which releases run each draft method (engine_releases.toml [<engine>.draft_releases]) -----------------------
+
+@pytest.mark.parametrize("engine, version, method, runs", [
+    ("vllm", "0.6.3", "eagle3", "0.8.5"), ("vllm", "0.8.5", "eagle3", "0.8.5"), ("vllm", "0.7.2", "mtp", "0.7.3"),
+    ("vllm", "0.9.2", "model", "0.9.2"), ("vllm", "0.11.0", "model", "0.15.0"), ("vllm", "0.33.0", "model", "0.33.0"),
+    ("vllm", "0.19.1", "dflash", "0.20.0"), ("vllm", "0.22.1", "dspark", "0.25.0"), ("vllm", "0.14.0", "pard", "0.16.0"),
+    ("vllm", "0.6.3", "eagle", "0.6.3"), ("vllm", "0.6.3", "ngram", "0.6.3"),  # nothing recorded: runs
+    ("sglang", "0.4.1", "eagle", "0.4.1.post4"), ("sglang", "0.4.3", "mtp", "0.4.3.post1"),
+    ("sglang", "0.5.1", "model", "0.5.2"), ("sglang", "0.5.2", "ngram", "0.5.3"), ("sglang", "0.5.6", "dflash", "0.5.11"),
+    ("sglang", "0.5.13", "dspark", "0.5.16"), ("sglang", "0.5.23", "p-eagle", None), ("sglang", "0.5.6", "pard", None),
+    ("trtllm", "1.2.1", "pard", "1.2.1"),  # no table for TensorRT-LLM (no wheels on PyPI): nothing refused
+])
+def test_release_running_by_hand(engine, version, method, runs):
+    from simulator.specs.engine_catalog import release_running
+    assert release_running(engine, version, method) == runs
+
+
+def test_a_release_no_later_release_improves_on_is_refused_in_one_line():
+    with pytest.raises(PlannerError, match=r"vllm 0\.11\.0 cannot run draft method 'model': the next release that does"
+                                           r" is 0\.15\.0"):
+        _scenario("vllm", "0.11.0", draft={"method": "model", "model": "llama-3.2-1b"})
+    with pytest.raises(PlannerError, match=r"sglang 0\.5\.23 cannot run draft method 'p-eagle', nor can any later"):
+        _scenario("sglang", "0.5.23", draft={"method": "p-eagle"})
+
+
+# each range's first release ships what runs the method and the release before it does not (the wheels' files;
+# for vLLM's draft models between 0.10.0 and 0.14.1 the refusal in the config)
+BOUNDARIES = [
+    ("vllm", "0.7.2", "0.7.3", r"model_executor/models/deepseek_mtp\.py$"),
+    ("vllm", "0.8.4", "0.8.5", r"model_executor/models/llama_eagle3\.py$"),
+    ("vllm", "0.9.2", "0.10.0", r"^vllm/spec_decode/multi_step_worker\.py$"),  # the last V0 draft-model worker: gone
+    ("vllm", "0.14.1", "0.15.0", r"^vllm/v1/spec_decode/draft_model\.py$"),
+    ("vllm", "0.19.1", "0.20.0", r"^vllm/v1/spec_decode/dflash\.py$"),
+    ("vllm", "0.24.0", "0.25.0", r"spec_decode/dspark/"),
+    ("sglang", "0.4.1.post3", "0.4.1.post4", r"srt/speculative/eagle_worker\.py$"),
+    ("sglang", "0.5.1.post3", "0.5.2", r"srt/speculative/standalone_worker"),
+    ("sglang", "0.5.2", "0.5.3", r"srt/speculative/ngram"),
+    ("sglang", "0.5.10.post1", "0.5.11", r"srt/speculative/dflash"),
+    ("sglang", "0.5.15.post1", "0.5.16", r"srt/speculative/dspark"),
+]
+
+
+@pytest.mark.engines
+@pytest.mark.slow
+@pytest.mark.parametrize("engine, before, first, member", BOUNDARIES)
+def test_draft_release_boundaries_are_the_wheels(engine, before, first, member):
+    def ships(version):
+        with zipfile.ZipFile(_wheel(engine, version)) as z:
+            return any(re.search(member, n) for n in z.namelist())
+    if member.endswith("multi_step_worker\\.py$"):  # a range's end: the last release has it, the next does not
+        assert ships(before) and not ships(first)
+    else:
+        assert ships(first) and not ships(before)
+
+
+@pytest.mark.engines
+def test_vllm_011_refuses_draft_models_and_016_drafts_in_parallel():
+    text = "\n".join(wheel_lines("vllm", "0.11.0", "vllm/config/speculative.py"))
+    assert "Speculative decoding with draft model is not" in text
+    assert "parallel_drafting" in "\n".join(wheel_lines("vllm", "0.16.0", "vllm/config/speculative.py"))
+    assert "parallel_drafting" not in "\n".join(wheel_lines("vllm", "0.15.1", "vllm/config/speculative.py"))

@@ -438,6 +438,6 @@ def test_a_speculating_k0_step_runs_the_drafters_extend_pass_where_the_engine_do
     assert dsd > plain and dsd / plain == pytest.approx(extra_grid, rel=5e-3)  # context buckets vs the grid's L
     vec = pricer.decode_steps_s(np.array([32]), np.array([0]), np.array([32]), ctx, True, 0.0)[0]
     assert vec == dsd  # the vector twin to the bit
-    old = sc.with_overrides(engine="vllm", engine_version="0.11.0")
+    old = sc.with_overrides(engine="vllm", engine_version="0.11.0", draft="eagle")  # 0.11 runs no draft model
     p_old = sv.StepPricer(old, replace(sv.engine_from_scenario(old), spec_k0_overhead_frac=0.0), 4, 64, 600, True)
     assert p_old.step_s(32, 0, 32, ctx, True, 0.0)[0] == p_old.step_s(32, 0, 32, ctx, False, 0.0)[0]

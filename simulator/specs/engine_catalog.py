@@ -72,17 +72,27 @@ def nearest_profile(name: str, version: str) -> str:
     return min(enumerate(versions), key=rank)[1]
 
 
-def first_release_running(name: str, method: str) -> str | None:
-    """The first release of engine ``name`` that runs draft method ``method``, where
-    ``engine_releases.toml`` records one ([<engine>.draft_first_release]); None where it records none."""
-    return engine_releases().get(name, {}).get("draft_first_release", {}).get(method)
+def draft_release_ranges(name: str, method: str) -> list | None:
+    """The [first, last] release ranges of engine ``name`` that run draft method ``method`` ("" last: to the newest),
+    where ``engine_releases.toml`` records them ([<engine>.draft_releases]); None where it records nothing."""
+    ranges = engine_releases().get(name, {}).get("draft_releases", {}).get(method)
+    return None if ranges is None else [tuple(r) for r in ranges]
 
 
-def release_running(name: str, version: str, method: str) -> str:
-    """``version``, or the first release of ``name`` that runs ``method`` where ``version`` predates it (a
-    published run of that method cannot have used the release it names; a deployment asking for it is refused)."""
-    first = first_release_running(name, method)
-    return first if first and version and version_key(version) < version_key(first) else version
+def release_running(name: str, version: str, method: str) -> str | None:
+    """``version`` where it runs ``method`` (or nothing is recorded), else the next release that does; None where
+    none does from ``version`` on. A published run of the method cannot have used a release that does not run it;
+    a deployment asking for one is refused."""
+    ranges = draft_release_ranges(name, method)
+    if ranges is None or not version:
+        return version
+    asked = version_key(version)
+    for first, last in ranges:
+        if asked < version_key(first):
+            return first
+        if not last or asked <= version_key(last):
+            return version
+    return None
 
 
 def resolve_release(name: str, version: str) -> tuple[str, str]:

@@ -21,7 +21,7 @@ from simulator.specs.acceptance import (Acceptance, ContextAcceptance, context_a
 from simulator.specs.acceptance_files import AcceptanceFile
 from simulator.specs.deployment import Deployment
 from simulator.specs.engines import EngineProfile, default_engine, load_engine, engine_kernels, with_capture_limit
-from simulator.specs.engine_catalog import release_running
+from simulator.specs.engine_catalog import RELEASES_FILE, release_running
 from simulator.specs.drafts import DraftSpec
 from simulator.specs.deployment_fit import DeploymentFit, load_deployment_fit, scenario_identity
 from simulator.specs.step_terms import LearnedPrior, StepTerms, load_learned_prior
@@ -32,7 +32,7 @@ from simulator.specs.models import ModelSpec
 from simulator.specs.overrides import OVERRIDE_KEYS, apply_overrides  # noqa: F401 (API)
 from simulator.specs.settings import default
 from simulator.specs.scenario_sections import (ACCEPTANCE_GIVEN, FALLBACK_RATE, OPEN_SECTIONS,  # noqa: F401 (API)
-                                               DECISION_QUANTILE, MAX_K, REPO_ROOT, SCHEDULE_TOLERANCE, SCHEMA,
+                                               PLAIN_ONLY, DECISION_QUANTILE, MAX_K, REPO_ROOT, SCHEDULE_TOLERANCE, SCHEMA,
                                                ZIPF_SKEW_MAX, _check_sections, check_section_tables,
                                                _deployment, _draft, _model_and_hardware, _resolve_path,
                                                _scenario_acceptance, _workload)
@@ -143,6 +143,7 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
     raw = copy.deepcopy(raw)
     raw.pop("_base_dir", None)
     acceptance_given = raw.pop(ACCEPTANCE_GIVEN, False)  # by a flag or the API: it outranks a deployment fit's
+    plain_only = raw.pop(PLAIN_ONLY, False)
     _check_sections(raw, origin)
     get = lambda section, key, default=None: raw.get(section, {}).get(key, default)  # noqa: E731
     model, hardware = _model_and_hardware(raw, get, origin, base_dir)
@@ -162,7 +163,8 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
     acceptance_context = context_acceptance(raw.get("acceptance", {}), acceptance, origin)
     engine_tbl = raw.get("engine", {})
     engine = load_engine(engine_tbl.get("name") or default_engine(hardware.kind), engine_tbl.get("version"))
-    _check_release_runs(engine, draft.method, origin)
+    if not plain_only:
+        _check_release_runs(engine, draft.method, origin)
     if engine_tbl.get("max_capture_size") is not None:
         engine = _capture_limit(engine, engine_tbl["max_capture_size"], origin)
     profile = scenario_profile(get, hardware, engine.name, base_dir)
@@ -178,6 +180,8 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
     raw["_base_dir"] = base_dir
     if acceptance_given:
         raw[ACCEPTANCE_GIVEN] = True
+    if plain_only:
+        raw[PLAIN_ONLY] = True
     return Scenario(
         name=raw.get("name", Path(origin).stem if origin != "flags" else "custom"),
         description=raw.get("description", ""), model=model, hardware=hardware, deployment=deployment,
@@ -194,14 +198,18 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
 
 
 def _check_release_runs(engine, method: str, origin: str) -> None:
-    """A release that cannot run the draft method (it came later: engine_releases.toml) is refused with the
-    first release that runs it."""
+    """A release that cannot run the draft method (engine_releases.toml [<engine>.draft_releases], read from the
+    wheels) is refused with the next release that runs it, or told none does."""
     asked = engine.release or engine.version
-    first = release_running(engine.name, asked, method)
-    if first != asked:
-        raise PlannerError(f"{origin}: {engine.name} {asked} cannot run draft method '{method}': its first release that"
-                           f" does is {first}; use {first} or later (--engine-version, [engine] version, the dashboard's"
-                           " engine release)")
+    runs = release_running(engine.name, asked, method)
+    if runs == asked:
+        return
+    where = "(--engine-version, [engine] version, the dashboard's engine release)"
+    if runs is None:
+        raise PlannerError(f"{origin}: {engine.name} {asked} cannot run draft method '{method}', nor can any later"
+                           f" {engine.name} release ({RELEASES_FILE.name}); choose another engine or draft method")
+    raise PlannerError(f"{origin}: {engine.name} {asked} cannot run draft method '{method}': the next release that"
+                       f" does is {runs}; use {runs} or later {where}")
 
 
 def learned_layer(hardware, wanted: bool, engine: str | None = None) -> LearnedPrior | None:

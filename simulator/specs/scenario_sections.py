@@ -34,6 +34,9 @@ def repo_relative(path) -> str:
 
 # raw-dict marker: acceptance was given as an override, so a deployment fit's measured rates do not replace it
 ACCEPTANCE_GIVEN = "_acceptance_given"
+# set by a caller that prices plain decoding only (the published corpus's plain rows): the draft is a placeholder,
+# so whether the engine release runs it is not checked
+PLAIN_ONLY = "_plain_only"
 MAX_K = 32  # the largest draft length the planner prices (k_max, a fixed K, a measured run's k)
 
 
