@@ -556,3 +556,17 @@ def test_vllm_011_refuses_draft_models_and_016_drafts_in_parallel():
     assert "Speculative decoding with draft model is not" in text
     assert "parallel_drafting" in "\n".join(wheel_lines("vllm", "0.16.0", "vllm/config/speculative.py"))
     assert "parallel_drafting" not in "\n".join(wheel_lines("vllm", "0.15.1", "vllm/config/speculative.py"))
+
+
+def test_a_plain_only_scenario_takes_any_placeholder_draft():
+    """The corpus's and the silicon sample's plain rows price plain decoding through an n-gram placeholder, which
+    SGLang runs only from 0.5.3: marked plain-only, their scenarios are built on any release (and stay so when
+    overridden); unmarked, the same scenario is refused."""
+    from simulator.specs.scenario import build_scenario
+    from simulator.specs.scenario_sections import PLAIN_ONLY
+    raw = {"model": {"name": "llama-3.1-8b"}, "hardware": {"name": "h100-sxm", "tp": 1},
+           "engine": {"name": "sglang", "version": "0.5.0rc0"}, "draft": {"method": "ngram"}}
+    with pytest.raises(PlannerError, match="cannot run draft method 'ngram'"):
+        build_scenario(raw, "test")
+    sc = build_scenario(raw | {PLAIN_ONLY: True}, "test")
+    assert sc.engine.version == "0.5.0rc0" and sc.with_overrides(batch_sizes="1-8").engine.version == "0.5.0rc0"
