@@ -169,8 +169,7 @@ class Grid:
         return self._term_draws[0]
 
     @cached_property
-    def _term_draws(self) -> tuple:
-        """(the step draws, the box of cells outside which every draw gives the same step)."""
+    def _term_draws(self) -> tuple:  # (the step draws, the box of cells outside which every draw gives the same step)
         return step_draws_and_box(self, self.step_terms)[:2]
 
     @cached_property
