@@ -501,7 +501,7 @@ def test_a_published_eagle3_row_naming_044_is_priced_on_post2():
     ("vllm", "0.6.3", "eagle3", "0.8.5"), ("vllm", "0.8.5", "eagle3", "0.8.5"), ("vllm", "0.7.2", "mtp", "0.7.3"),
     ("vllm", "0.9.2", "model", "0.9.2"), ("vllm", "0.11.0", "model", "0.15.0"), ("vllm", "0.33.0", "model", "0.33.0"),
     ("vllm", "0.19.1", "dflash", "0.20.0"), ("vllm", "0.22.1", "dspark", "0.25.0"), ("vllm", "0.14.0", "pard", "0.16.0"),
-    ("vllm", "0.6.3", "eagle", "0.6.3"), ("vllm", "0.6.3", "ngram", "0.6.3"),  # nothing recorded: runs
+    ("vllm", "0.6.3", "eagle", "0.6.3"), ("vllm", "0.6.3", "ngram", "0.6.3"),  # every release read runs them
     ("sglang", "0.4.1", "eagle", "0.4.1.post4"), ("sglang", "0.4.3", "mtp", "0.4.3.post1"),
     ("sglang", "0.5.1", "model", "0.5.2"), ("sglang", "0.5.2", "ngram", "0.5.3"), ("sglang", "0.5.6", "dflash", "0.5.11"),
     ("sglang", "0.5.13", "dspark", "0.5.16"), ("sglang", "0.5.23", "p-eagle", None), ("sglang", "0.5.6", "pard", None),
@@ -570,3 +570,11 @@ def test_a_plain_only_scenario_takes_any_placeholder_draft():
         build_scenario(raw, "test")
     sc = build_scenario(raw | {PLAIN_ONLY: True}, "test")
     assert sc.engine.version == "0.5.0rc0" and sc.with_overrides(batch_sizes="1-8").engine.version == "0.5.0rc0"
+
+
+def test_the_drafts_catalog_says_which_releases_run_each_method():
+    from simulator.cli.catalog import catalog_text
+    text = catalog_text("drafts")
+    assert "eagle3             vllm >= 0.8.5; sglang >= 0.4.4.post2" in text
+    assert "model              vllm 0.6.0-0.9.2, >= 0.15.0; sglang >= 0.5.2" in text
+    assert "p-eagle            vllm >= 0.16.0; sglang none" in text

@@ -66,6 +66,7 @@ def _engines() -> list[str]:
 def _drafts() -> list[str]:
     from simulator.specs.acceptance import load_presets
     from simulator.specs.drafts import DRAFT_METHODS, DRAFT_SYNTAX, TREE_SYNTAX, named_drafts, parse_draft
+    from simulator.specs.engine_catalog import draft_releases_text
     from simulator.specs.scenario import FALLBACK_RATE
     presets = load_presets()
     out = ["# draft methods (--draft): syntax, what is priced; default acceptance rests on"]
@@ -79,6 +80,9 @@ def _drafts() -> list[str]:
         p = presets.get(key)
         acc = f"{p['source']}" if p else f"no published preset: i.i.d. {FALLBACK_RATE:g} assumed; give measured rates (--acceptance)"
         out.append(f"{syntax:18s} {what:100s}  {acc}")
+    out.append("# the engine releases that run each draft method (simulator/data/engine_releases.toml, read from their"
+               " wheels; a release outside them is refused)")
+    out += [f"{m:18s} {draft_releases_text(m)}" for m in DRAFT_METHODS]
     return out
 
 

@@ -79,6 +79,17 @@ def draft_release_ranges(name: str, method: str) -> list | None:
     return None if ranges is None else [tuple(r) for r in ranges]
 
 
+def draft_releases_text(method: str) -> str:
+    """Which releases of each engine run ``method``, where recorded: 'vllm >= 0.8.5; sglang >= 0.4.4.post2'."""
+    parts = []
+    for name in engine_releases():
+        ranges = draft_release_ranges(name, method)
+        if ranges is not None:
+            spans = [f">= {a}" if not b else f"{a}-{b}" for a, b in ranges]
+            parts.append(f"{name} {', '.join(spans) if spans else 'none'}")
+    return "; ".join(parts) or "not recorded for any engine"
+
+
 def release_running(name: str, version: str, method: str) -> str | None:
     """``version`` where it runs ``method`` (or nothing is recorded), else the next release that does; None where
     none does from ``version`` on. A published run of the method cannot have used a release that does not run it;
