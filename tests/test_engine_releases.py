@@ -575,6 +575,6 @@ def test_a_plain_only_scenario_takes_any_placeholder_draft():
 def test_the_drafts_catalog_says_which_releases_run_each_method():
     from simulator.cli.catalog import catalog_text
     text = catalog_text("drafts")
-    assert "eagle3             vllm >= 0.8.5; sglang >= 0.4.4.post2" in text
-    assert "model              vllm 0.6.0-0.9.2, >= 0.15.0; sglang >= 0.5.2" in text
-    assert "p-eagle            vllm >= 0.16.0; sglang none" in text
+    assert "runs eagle3        vllm >= 0.8.5; sglang >= 0.4.4.post2" in text
+    assert "runs model         vllm 0.6.0-0.9.2, >= 0.15.0; sglang >= 0.5.2" in text
+    assert "runs p-eagle       vllm >= 0.16.0; sglang none" in text

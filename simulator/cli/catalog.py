@@ -82,7 +82,7 @@ def _drafts() -> list[str]:
         out.append(f"{syntax:18s} {what:100s}  {acc}")
     out.append("# the engine releases that run each draft method (simulator/data/engine_releases.toml, read from their"
                " wheels; a release outside them is refused)")
-    out += [f"{m:18s} {draft_releases_text(m)}" for m in DRAFT_METHODS]
+    out += [f"runs {m:13s} {draft_releases_text(m)}" for m in DRAFT_METHODS]
     return out
 
 
