@@ -97,18 +97,22 @@ def physics_parts(grid, terms) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
 def step_draws(grid, terms, n: int = N_DRAWS, seed: int = 0) -> tuple[np.ndarray, str]:
     """(the step time of every cell under each draw of the terms, draws on the last axis: (n_batch, n_k[, n_ctx],
     n); what the draws rest on). The step formula (specs.step_terms) over the grid's physics parts."""
-    itl, _, basis = step_draws_and_box(grid, terms, n, seed)
-    return itl, basis
+    theta, basis, cells, parts = _draw_inputs(grid, terms, n, seed)
+    return compose_step_draws_s(theta, *cells, *parts[:2], DRAW_DTYPE, *parts[2:]), basis
 
 
 def step_draws_and_box(grid, terms, n: int = N_DRAWS, seed: int = 0) -> tuple[np.ndarray, tuple | None, str]:
     """(:func:`step_draws`' draws, the box of cells outside which every draw gives the same step
     (specs.step_terms.draws_vary_box), what the draws rest on)."""
+    theta, basis, cells, (kernel, overhead, calls, room) = _draw_inputs(grid, terms, n, seed)
+    return (compose_step_draws_s(theta, *cells, kernel, overhead, DRAW_DTYPE, calls, room),
+            draws_vary_box(theta, *cells, calls, room, DRAW_DTYPE), basis)
+
+
+def _draw_inputs(grid, terms, n: int, seed: int) -> tuple:
+    """(term draws, what they rest on, (B, K) of the cells, the cells' physics parts) the step draws are formed from."""
     theta, basis = term_draws(terms, n, seed)
-    kernel, overhead, calls, room = physics_parts(grid, terms)
-    B, K = grid.cell_axes()
-    return (compose_step_draws_s(theta, B, K, kernel, overhead, DRAW_DTYPE, calls, room),
-            draws_vary_box(theta, B, K, calls, room, DRAW_DTYPE), basis)
+    return theta, basis, grid.cell_axes(), physics_parts(grid, terms)
 
 
 def goodput_draws(grid, terms, n: int = N_DRAWS, seed: int = 0) -> tuple[np.ndarray, str]:
@@ -128,8 +132,8 @@ def beats_plain(grid, terms, n: int = N_DRAWS, seed: int = 0) -> tuple[np.ndarra
     return np.where(ok, p, np.nan), basis
 
 
-def decision_shares(grid, terms, quantile: float, banded_al=None, fits=None, n: int = N_DRAWS, seed: int = 0,
-                    itl=None, vary_box="all") -> tuple[np.ndarray, np.ndarray]:
+def decision_shares(grid, terms, quantile: float, banded_al=None, fits=None, itl=None,
+                    vary_box="all") -> tuple[np.ndarray, np.ndarray]:
     """(n_batch, n_k) what K* is chosen on: each K's share of the best goodput at its batch size, per draw of the
     engine terms (and per rate set of an acceptance band, (3, n_k), when given), at the ``quantile`` of the draws
     and the worst rate set; -inf where the K does not fit (``fits``, default the grid's memory check):
@@ -148,14 +152,14 @@ def decision_shares(grid, terms, quantile: float, banded_al=None, fits=None, n: 
     the same step (specs.step_terms.draws_vary_box; "all" where unknown): the rows of batch sizes (and contexts)
     outside it are read on one draw, where every quantile is that draw's share, the same values."""
     if itl is None:  # draws on the last axis: the quantiles read contiguous memory
-        itl, _ = step_draws(grid, terms, n, seed)
+        itl, _ = step_draws(grid, terms)
     fits = grid.fits_memory if fits is None else fits
     al_sets = grid.acceptance_length[None] if banded_al is None else np.asarray(banded_al)
     rows = _rows_box(vary_box, itl.ndim - 1)
     if rows is not None and all(r == slice(None) for r in rows):
         score, near = _shares(itl, al_sets, fits, quantile)
-    else:
-        score, near = _shares(itl[..., :1], al_sets, fits, quantile)
+    else:  # one draw, read as two equal ones: each quantile is that draw's share, v + c (v - v), as on all of them
+        score, near = _shares(np.broadcast_to(itl[..., :1], itl.shape[:-1] + (2,)), al_sets, fits, quantile)
         if rows is not None:  # the rows some draws move: every draw
             al_rows = tuple(al[(slice(None),) + rows[2:2 + al.ndim - 1]] for al in al_sets)
             score[rows], near[rows] = _shares(itl[rows], al_rows, fits[rows], quantile)
@@ -175,14 +179,13 @@ def _rows_box(vary_box, ndim: int) -> tuple | None:
 
 def _shares(itl: np.ndarray, al_sets, fits: np.ndarray, quantile: float) -> tuple[np.ndarray, np.ndarray]:
     """:func:`decision_shares` before its -inf where a K does not fit: (score, median share) of every cell of
-    ``itl`` (cells x draws; one draw reads as many draws of that one)."""
+    ``itl`` (cells x draws, at least two)."""
     n = itl.shape[-1]
     pos = quantile * (n - 1)  # the quantile of the draws by linear interpolation (numpy's default)
-    lo = max(min(int(pos), n - 2), 0)
+    lo = min(int(pos), n - 2)
     pos_hi = 0.5 * (n - 1)  # the median draw
-    hi_i = max(min(int(pos_hi), n - 2), 0)
-    nxt = lambda i: i + 1 if n > 1 else i  # noqa: E731
-    at = lambda part, p, i: part[..., i] + (p - i) * (part[..., nxt(i)] - part[..., i])  # noqa: E731
+    hi_i = min(int(pos_hi), n - 2)
+    at = lambda part, p, i: part[..., i] + (p - i) * (part[..., i + 1] - part[..., i])  # noqa: E731
     all_fit = bool(np.all(fits))
     score = near = None
     for al in al_sets:  # each rate set: each K's share of the best K in every draw, at the quantiles
@@ -191,7 +194,7 @@ def _shares(itl: np.ndarray, al_sets, fits: np.ndarray, quantile: float) -> tupl
             good *= fits[..., None]
         best = _max_over_k(good)
         good /= np.where(best > 0, best, DRAW_DTYPE(1.0))[:, None]
-        part = _sorted_draws(good) if n > 1 else good
+        part = _sorted_draws(good)
         low, high = at(part, pos, lo), at(part, pos_hi, hi_i)
         score = low if score is None else np.minimum(score, low)
         near = high if near is None else np.minimum(near, high)

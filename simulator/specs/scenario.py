@@ -178,10 +178,7 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
         acceptance = Acceptance(fit.acceptance_rates, f"measured on this deployment ({Path(fit.path).name})",
                                 fit.acceptance_rank_tail)
     raw["_base_dir"] = base_dir
-    if acceptance_given:
-        raw[ACCEPTANCE_GIVEN] = True
-    if plain_only:
-        raw[PLAIN_ONLY] = True
+    raw.update({mark: True for mark, on in ((ACCEPTANCE_GIVEN, acceptance_given), (PLAIN_ONLY, plain_only)) if on})
     return Scenario(
         name=raw.get("name", Path(origin).stem if origin != "flags" else "custom"),
         description=raw.get("description", ""), model=model, hardware=hardware, deployment=deployment,
