@@ -64,7 +64,7 @@ def test_switching_draft_method_replaces_rates_and_source():
     same = predict("default", draft="model:llama-3.2-1b")
     assert same.scenario.acceptance == base.scenario.acceptance
     # a method without a published preset says so
-    ee = predict("default", draft="early-exit:8")
+    ee = predict("default", draft="early-exit:8", engine="gpt-fast")  # the engine that runs it
     assert "no published preset" in ee.scenario.acceptance.source
 
 

@@ -26,6 +26,7 @@ from simulator.specs.engine_catalog import (ENGINES_DIR, engine_releases, engine
 from simulator.specs.engines import load_engine, serving_default
 from simulator.specs.hardware import load_hardware
 from simulator.specs.versions import parse_version
+from simulator.specs.scenario import build_scenario
 
 
 def _wheel(name: str, version: str):
@@ -505,7 +506,9 @@ def test_a_published_eagle3_row_naming_044_is_priced_on_post2():
     ("sglang", "0.4.1", "eagle", "0.4.1.post4"), ("sglang", "0.4.3", "mtp", "0.4.3.post1"),
     ("sglang", "0.5.1", "model", "0.5.2"), ("sglang", "0.5.2", "ngram", "0.5.3"), ("sglang", "0.5.6", "dflash", "0.5.11"),
     ("sglang", "0.5.13", "dspark", "0.5.16"), ("sglang", "0.5.23", "p-eagle", None), ("sglang", "0.5.6", "pard", None),
-    ("trtllm", "1.2.1", "pard", "1.2.1"),  # no table for TensorRT-LLM (no wheels on PyPI): nothing refused
+    ("trtllm", "1.2.1", "pard", "1.2.1"),  # TensorRT-LLM records only the methods no release runs: others pass
+    ("vllm", "0.33.0", "early-exit", None), ("vllm", "0.6.3", "self", None), ("sglang", "0.5.23", "early-exit", None),
+    ("sglang", "0.4.4.post2", "self", None), ("trtllm", "1.4.0rc4", "early-exit", None), ("trtllm", "0.9.0", "self", None),
 ])
 def test_release_running_by_hand(engine, version, method, runs):
     from simulator.specs.engine_catalog import release_running
@@ -518,6 +521,39 @@ def test_a_release_no_later_release_improves_on_is_refused_in_one_line():
         _scenario("vllm", "0.11.0", draft={"method": "model", "model": "llama-3.2-1b"})
     with pytest.raises(PlannerError, match=r"sglang 0\.5\.23 cannot run draft method 'p-eagle', nor can any later"):
         _scenario("sglang", "0.5.23", draft={"method": "p-eagle"})
+
+
+@pytest.mark.parametrize("engine, version, draft, home", [
+    ("vllm", "0.33.0", "early-exit:8", "gpt-fast"), ("sglang", "0.5.23", "self:512", "magicdec"),
+    ("trtllm", "1.2.1", "early-exit:8", "gpt-fast")])
+def test_a_research_draft_on_a_serving_engine_names_the_engine_that_runs_it(engine, version, draft, home):
+    """Layer-skip and compressed-KV self-speculation run in no serving engine release: refused in one line naming
+    the research engine profile that runs them, which prices them."""
+    method = draft.split(":")[0]
+    with pytest.raises(PlannerError, match=rf"{engine} {re.escape(version)} cannot run draft method '{method}', nor can"
+                                           rf" any later {engine} release .*: use --engine {home} \(\[engine\] name\)"):
+        _scenario(engine, version, draft={"method": draft})
+    sc = build_scenario({"model": {"name": "llama-3.1-8b"}, "hardware": {"name": "h100-sxm"},
+                         "engine": {"name": home}, "draft": {"method": draft}}, "test")
+    assert sc.engine.name == home and sc.draft.method == method
+
+
+@pytest.mark.engines
+@pytest.mark.parametrize("engine, version, member, start", [
+    ("vllm", "0.9.2", "vllm/config.py", "SpeculativeMethod = Literal["),
+    ("vllm", "0.33.0", "vllm/config/speculative.py", "SpeculativeMethod = Literal["),
+    ("sglang", "0.4.4.post2", "sglang/srt/server_args.py", '"--speculative-algorithm",'),
+    ("sglang", "0.5.6", "sglang/srt/server_args.py", '"--speculative-algorithm",'),
+    ("sglang", "0.5.23", "sglang/srt/arg_groups/fields/spec.py", "speculative_algorithm: A["),
+])
+def test_no_release_offers_a_layer_skip_or_compressed_kv_self_draft(engine, version, member, start):
+    """The speculative method vocabulary the wheels accept (vLLM's SpeculativeMethod, SGLang's
+    --speculative-algorithm choices) names no early-exit / layer-skip drafter and no StreamingLLM self-draft."""
+    lines = wheel_lines(engine, version, member)
+    at = next(i for i, line in enumerate(lines) if start in line)
+    vocabulary = "\n".join(lines[at:at + 14]).lower()
+    assert ("eagle" in vocabulary) and not re.search(r"early.?exit|layer.?skip|skip.?layer|streaming|self.?spec",
+                                                     vocabulary)
 
 
 # each range's first release ships what runs the method and the release before it does not (the wheels' files;
@@ -578,3 +614,4 @@ def test_the_drafts_catalog_says_which_releases_run_each_method():
     assert "runs eagle3        vllm >= 0.8.5; sglang >= 0.4.4.post2" in text
     assert "runs model         vllm 0.6.0-0.9.2, >= 0.15.0; sglang >= 0.5.2" in text
     assert "runs p-eagle       vllm >= 0.16.0; sglang none" in text
+    assert "runs early-exit    vllm none; sglang none; trtllm none; runs on gpt-fast (research code)" in text

@@ -18,8 +18,8 @@ from simulator.plan.step_models import step_model
 from simulator.specs.scenario import SCENARIO_DIR, load_scenario
 
 CASES = [("llama-3.1-8b-h100", {}), ("qwen3-235b-h200", {}), ("deepseek-v3-dp-ep", {}), ("command-a-h100", {}),
-         ("default", {"draft": "model:llama-3.2-1b"}), ("default", {"draft": "self:512"}),
-         ("default", {"draft": "early-exit:8"}), ("qwen3-235b-h200", {"draft": "mtp"}),
+         ("default", {"draft": "model:llama-3.2-1b"}), ("default", {"draft": "self:512", "engine": "magicdec"}),
+         ("default", {"draft": "early-exit:8", "engine": "gpt-fast"}), ("qwen3-235b-h200", {"draft": "mtp"}),
          ("llama-3.1-8b-h100", {"calibration": "none"}), ("smollm2-cpu", {"draft": "eagle"})]
 
 B = np.arange(1, 97, dtype=float)[:, None, None]

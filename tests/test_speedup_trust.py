@@ -196,7 +196,7 @@ def test_self_speculation_quotes_its_published_parts():
     rows = pd.read_csv(PARTS)
     self_rows = rows[rows.draft.str.startswith("self-spec")]
     med = self_rows.groupby("part").error.median()
-    p = predict(model="llama-3.1-8b", hardware="a100-80gb", tp=8, draft="self:512", batch_sizes=[1, 32])
+    p = predict(model="llama-3.1-8b", hardware="a100-80gb", tp=8, draft="self:512", engine="magicdec", batch_sizes=[1, 32])
     text = p.provenance["speedup_uncertainty"]
     assert f"draft passes {med['draft']:+.0%}" in text and f"verify {med['verify']:+.0%}" in text
     assert f"{(1 + med['plain']) / (1 + med['step']) - 1:+.0%} optimistic" in text

@@ -79,14 +79,24 @@ def draft_release_ranges(name: str, method: str) -> list | None:
     return None if ranges is None else [tuple(r) for r in ranges]
 
 
+def research_draft_engine(method: str) -> dict | None:
+    """For a draft method no serving engine runs, the engine profile of the research code that does:
+    ``{"engine": name, "code": what runs it}`` (engine_releases.toml [research_drafts]); None for any other."""
+    return engine_releases().get("research_drafts", {}).get(method)
+
+
 def draft_releases_text(method: str) -> str:
-    """Which releases of each engine run ``method``, where recorded: 'vllm >= 0.8.5; sglang >= 0.4.4.post2'."""
+    """Which releases of each engine run ``method``, where recorded: 'vllm >= 0.8.5; sglang >= 0.4.4.post2'
+    ('...; runs on gpt-fast (research code)' where only a research engine does)."""
     parts = []
     for name in engine_releases():
         ranges = draft_release_ranges(name, method)
         if ranges is not None:
             spans = [f">= {a}" if not b else f"{a}-{b}" for a, b in ranges]
             parts.append(f"{name} {', '.join(spans) if spans else 'none'}")
+    research = research_draft_engine(method)
+    if research:
+        parts.append(f"runs on {research['engine']} (research code)")
     return "; ".join(parts) or "not recorded for any engine"
 
 

@@ -21,7 +21,7 @@ from simulator.specs.acceptance import (Acceptance, ContextAcceptance, context_a
 from simulator.specs.acceptance_files import AcceptanceFile
 from simulator.specs.deployment import Deployment
 from simulator.specs.engines import EngineProfile, default_engine, load_engine, engine_kernels, with_capture_limit
-from simulator.specs.engine_catalog import RELEASES_FILE, release_running
+from simulator.specs.engine_catalog import RELEASES_FILE, release_running, research_draft_engine
 from simulator.specs.drafts import DraftSpec
 from simulator.specs.deployment_fit import DeploymentFit, load_deployment_fit, scenario_identity
 from simulator.specs.step_terms import LearnedPrior, StepTerms, load_learned_prior
@@ -203,8 +203,11 @@ def _check_release_runs(engine, method: str, origin: str) -> None:
         return
     where = "(--engine-version, [engine] version, the dashboard's engine release)"
     if runs is None:
+        research = research_draft_engine(method)
+        fix = (f"{research['code']}: use --engine {research['engine']} ([engine] name) or another draft method"
+               if research else "choose another engine or draft method")
         raise PlannerError(f"{origin}: {engine.name} {asked} cannot run draft method '{method}', nor can any later"
-                           f" {engine.name} release ({RELEASES_FILE.name}); choose another engine or draft method")
+                           f" {engine.name} release ({RELEASES_FILE.name}); {fix}")
     raise PlannerError(f"{origin}: {engine.name} {asked} cannot run draft method '{method}': the next release that"
                        f" does is {runs}; use {runs} or later {where}")
 
