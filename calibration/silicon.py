@@ -8,7 +8,7 @@ concurrency. Nothing of the planner was learned from them (the learned layer rea
 
 Each aggregated ("agg") row becomes a scenario (``calibration/data/validation/silicon_map.toml`` says how)
 and runs through the same closed-loop serving simulation as the corpus's serving rows
-(:func:`calibration.transfer.closed_loop`: ``concurrency`` users, each sending its next request when the
+(:func:`calibration.transfer_serving.closed_loop`: ``concurrency`` users, each sending its next request when the
 last finishes, prefills chunked into the decode steps). The planner's TPOT is the run's median per-request
 time per output token; the sample's is its benchmark's figure (the statistic is not stated: a mean over
 requests, close to the median in a closed loop of equal requests). Disaggregated rows (prefill and decode
@@ -34,7 +34,7 @@ from pathlib import Path
 import pandas as pd
 
 from calibration import gpu_tables as gt
-from calibration.transfer import closed_loop
+from calibration.transfer_serving import closed_loop
 from calibration.transfer_cases import MOE_REUSE, REPO, engine_table, scenario_for
 from simulator.cli.common import OneLineParser, command, write_atomically, write_files_atomically
 from simulator.errors import PlannerError, PlannerWarning

@@ -49,9 +49,9 @@ from calibration.transfer_cases import (CORPUS, DEVICES, MOE_REUSE, OUT_DIR, REP
 from calibration.transfer_components import part_rows, published_parts, summarize_parts
 from calibration.transfer_peer import peer_speedup, peer_tpot_ms
 from calibration.transfer_report import bands, markdown, summarize
+from calibration.transfer_serving import run_time_s, serving_e2e_speedup, serving_tpot_s
 from simulator.cli.common import OneLineParser, run_cli, write_atomically, write_files_atomically
 from simulator.errors import PlannerError, PlannerWarning
-from simulator import serving
 from simulator.plan.grid import compute_grid
 from simulator.specs.scenario import Scenario
 
@@ -71,41 +71,6 @@ def published_rows_for(hardware: str, rows_csv: Path = OUT_DIR / "transfer_rows.
     rows = pd.read_csv(rows_csv)
     rows = rows[(rows.hardware == hardware) & ~rows.anchor.astype(bool)]
     return rows[list(SHOWN_COLUMNS)].rename(columns=SHOWN_COLUMNS).reset_index(drop=True)
-
-
-def run_time_s(sc: Scenario, batch: int, prompt: int, output: int) -> float:
-    """A static batch of B requests (prompt + output tokens each) through the serving simulation:
-    chunked prefill, then decode; the KV cache may hold fewer than B at once (then they queue)."""
-    wl = serving.Workload(arrival="waves", concurrency=batch, n_requests=batch, prompt_len=prompt,
-                          output_len=output, max_num_seqs=batch)
-    eng = serving.engine_from_scenario(sc, max_num_seqs=batch)
-    return float(serving.simulate(sc, "plain", workload=wl, engine=eng).summary["makespan_s"])
-
-
-def closed_loop(sc: Scenario, policy: str, concurrency: int, prompt: int, output: int):
-    """A closed-loop serving benchmark under ``policy``: ``concurrency`` users, each sending its next
-    ``prompt`` + ``output`` token request when the last finishes (GenAI-Perf's concurrency mode). The server
-    runs with its defaults: every user's request at once, except where the engine caps the running requests
-    itself once it speculates (SGLang: 48; the benchmarks published set no --max-running-requests)."""
-    wl = serving.Workload(arrival="closed", concurrency=concurrency, n_requests=max(4 * concurrency, 16),
-                          prompt_len=prompt, output_len=output, max_num_seqs=concurrency)
-    return serving.simulate(sc, policy, workload=wl, engine=serving.engine_from_scenario(sc))
-
-
-def serving_tpot_s(sc: Scenario, concurrency: int, prompt: int, output: int) -> float:
-    """Median per-request time per output token after the first of a closed-loop run, so other
-    requests' prefills interleaved with decode steps are counted."""
-    return float(closed_loop(sc, "plain", concurrency, prompt, output).summary["tpot_p50_s"])
-
-
-def serving_e2e_speedup(sc: Scenario, concurrency: int, prompt: int, output: int, k: int) -> float:
-    """Mean request latency of plain decoding over fixed-K speculation in the same closed loop
-    (the prefills are in both)."""
-    def mean_latency(policy: str) -> float:
-        req = closed_loop(sc, policy, concurrency, prompt, output).requests
-        return float((req.finish_s - req.arrival_s).mean())
-
-    return mean_latency("plain") / mean_latency(f"fixed:{k}")
 
 
 def speedup_scenario(case: Case, basis: str, acceptance_length: float, layer=None) -> Scenario:

@@ -400,7 +400,8 @@ def fit_from_measured(sc, data: bytes, filename: str) -> tuple[str, bytes, str, 
     refusal and caveat naming the uploaded file where the command names its --measured flag."""
     import warnings
 
-    from calibration.fit_deployment import check_rows, document, fit, report, with_subject
+    from calibration.fit_deployment import check_rows, fit, with_subject
+    from calibration.fit_deployment_file import document, report
     from simulator.errors import PlannerWarning
 
     rows = read_measured_csv(data, filename).assign(file=filename)

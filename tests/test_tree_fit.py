@@ -14,6 +14,7 @@ import pytest
 
 from calibration import fewshot
 from calibration import fit_deployment as fd
+from calibration import fit_deployment_file as fit_file
 from simulator.plan.grid import compute_grid
 from simulator.specs.acceptance import preset_for
 from simulator.specs.scenario import load_scenario
@@ -80,7 +81,7 @@ def test_hand_built_tree_fit_recovers_kernel_scale_and_tree_lengths(tree_sc, top
     if top1_scale == 1.0:  # the published figures themselves: 4.68 at depth 5, 5.39 at depth 8
         assert fd.fitted_acceptance_lengths(sc, acc, [5, 8], "rates")[0] == pytest.approx([4.68, 5.39], abs=0.01)
     # the fit file carries the rank tail back to the planner: the grid of the fitted scenario has the same lengths
-    doc = fd.document(sc, result, ["runs.csv"])
+    doc = fit_file.document(sc, result, ["runs.csv"])
     assert doc["acceptance"]["rank_tail"] == PRESET.rank_tail
 
 
@@ -105,7 +106,7 @@ def test_refit_of_grid_points_reproduces_them(tree_sc, tmp_path):
     np.testing.assert_allclose(good, full.goodput_per_seq, rtol=0.005)
     # written and read back: the planner's grid with the fit has the tree's lengths at every K
     path = tmp_path / "fit.json"
-    path.write_text(json.dumps(fd.document(tree_sc, result, ["runs.csv"])))
+    path.write_text(json.dumps(fit_file.document(tree_sc, result, ["runs.csv"])))
     fitted_sc = load_scenario(SCENARIO, **TREE, deployment=str(path))
     assert fitted_sc.acceptance.rank_tail == PRESET.rank_tail
     refit = compute_grid(fitted_sc, batch_sizes=np.array([1.0]), ks=np.arange(9.0)).acceptance_length
@@ -124,7 +125,7 @@ def test_rates_measured_on_a_tree_stay_its_own_per_depth(tree_sc, tmp_path):
     result = fd.fit(sc, rows, n_boot=40)
     assert result["acceptance"].get("rank_tail") is None
     assert fd.fitted_acceptance_lengths(sc, result["acceptance"], [3], "rates")[0, 0] == pytest.approx(3.124)
-    doc = fd.document(sc, result, ["runs.csv"])
+    doc = fit_file.document(sc, result, ["runs.csv"])
     assert "rank_tail" not in doc["acceptance"]
     path = tmp_path / "fit.json"
     path.write_text(json.dumps(doc))
