@@ -321,3 +321,104 @@ def test_sizing_report_shows_the_recommended_candidates_advice():
         pytest.skip("no recommended configuration at this small search")
     text = render_markdown(res)
     assert "--max-num-seqs 64 ->" in text
+
+
+# --- vLLM's Model Runner V2 drafts the dynamic-K table's largest K (0.25-0.31) -----------------------------
+
+def test_v2_runner_drafting_the_tables_largest_k_costs_each_smaller_k():
+    # llama-3.1-8b-h100 (EAGLE-3) on vLLM 0.31.0: V2 runs it by default (every architecture from 0.29) and drafts
+    # num_speculative_tokens (the table's largest K) at every step while the scheduler verifies the table's K
+    p = predict("llama-3.1-8b-h100", engine_version="0.31.0")
+    (a,) = [x for x in p.engine_advice() if x.setting == "VLLM_USE_V2_MODEL_RUNNER"]
+    g, runs = p.grid, p.grid.as_engine_runs
+    fits = p.table.fits_memory.to_numpy(bool) & (g.k_star >= 0)
+    k_top = int(g.k_star[fits].max())
+    assert f"K={k_top}" in a.why and a.current == "unset (Model Runner V2)"
+    # by hand at the first and last batch size named: the K* cell as the V1 runner runs it, its draft passes
+    # replaced by the largest K's; the same tokens a step, so goodput falls by the steps' ratio
+    for b in (a.at_batch_sizes[0], a.at_batch_sizes[-1]):
+        i = int(np.flatnonzero(g.batch_sizes == b)[0])
+        k = int(g.k_star[i])
+        assert k < k_top
+        step = runs.itl_s[i, g.k_index(k)]
+        v2 = step - runs.draft_step_s[i, g.k_index(k)] + g.draft_step_s[i, g.k_index(k_top)]
+        assert v2 > step
+        assert v2 / step - 1 <= a.goodput_gain_share + 1e-12
+    # the batch sizes whose K* is the largest K lose nothing and are not named
+    top = set(g.batch_sizes[fits & (g.k_star == k_top)].astype(int).tolist())
+    assert top and not top & set(a.at_batch_sizes)
+    # the release that reads the per-step K (0.32.0, priced with the 0.31.0 profile) and the V1 runner of 0.27.1
+    # (Llama is not among its V2 architectures) draft each batch size's K: no such line
+    for version in ("0.32.0", "0.27.1", "0.33.0"):
+        assert not [x for x in predict("llama-3.1-8b-h100", engine_version=version).engine_advice()
+                    if x.setting in ("VLLM_USE_V2_MODEL_RUNNER", "vLLM release")]
+
+
+def test_v2_runner_rule_by_method_architecture_and_vendor():
+    from simulator.specs.engine_settings import drafts_table_max_rule
+    eng = lambda v: load_engine("vllm", v)  # noqa: E731
+    llama, ds32 = ("LlamaForCausalLM",), ("DeepseekV32ForCausalLM",)
+    assert drafts_table_max_rule(eng("0.31.0"), "eagle3", False, llama, "nvidia") is not None
+    assert drafts_table_max_rule(eng("0.31.0"), "model", False, llama, "nvidia") is not None  # draft models from 0.31
+    assert drafts_table_max_rule(eng("0.29.0"), "model", False, llama, "nvidia") is None  # V1 there
+    assert drafts_table_max_rule(eng("0.31.0"), "ngram", False, llama, "nvidia") is None  # n-gram stays on V1
+    assert drafts_table_max_rule(eng("0.31.0"), "p-eagle", False, llama, "nvidia") is None  # parallel drafting: V1
+    assert drafts_table_max_rule(eng("0.31.0"), "mtp", False, ds32, "amd") is None  # ROCm keeps DeepSeek-V3.2 on V1
+    assert drafts_table_max_rule(eng("0.31.0"), "mtp", False, ds32, "nvidia") is not None
+    assert drafts_table_max_rule(eng("0.27.1"), "eagle3", False, llama, "nvidia") is None  # V2 for a few archs only
+    assert drafts_table_max_rule(eng("0.27.1"), "eagle3", False, ("Qwen2MoeForCausalLM",), "nvidia") is not None
+    assert drafts_table_max_rule(eng("0.27.1"), "dspark", False, llama, "nvidia") is not None  # forced onto V2
+    assert drafts_table_max_rule(eng("0.31.0"), "eagle3", True, llama, "nvidia") is None  # trees: not read
+    assert drafts_table_max_rule(eng("0.22.1"), "eagle3", False, llama, "nvidia") is None  # no dynamic-K table
+
+
+def test_dspark_has_no_v1_runner_to_fall_back_to():
+    p = predict(model="qwen3-8b", hardware="h100-sxm", draft="dspark", engine="vllm", engine_version="0.27.1")
+    (a,) = [x for x in p.engine_advice() if x.setting == "vLLM release"]
+    assert (a.current, a.suggested) == ("0.27.1", "0.32.0") and "dspark" in a.why
+
+
+def _frozenset(lines: list[str], name: str) -> set[str] | None:
+    import re
+    text = "\n".join(lines)
+    m = re.search(rf"^{name}\s*=\s*frozenset\(\s*(\{{.*?\}})\s*\)", text, re.S | re.M)
+    return None if m is None else set(re.findall(r'"(\w+)"', m.group(1)))
+
+
+@pytest.mark.engines
+@pytest.mark.parametrize("version", ["0.25.1", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0"])
+def test_v2_runner_rules_are_the_wheels(version):
+    """Each rule's lists are its first release's own (vllm/config/vllm.py), its V2 runner reads no per-step K, and
+    the source lines it cites hold what it says."""
+    from simulator.specs.engine_settings import rule_for
+    rule = rule_for("dsd_drafts_max", _engine_at(version), by_release=True)
+    cfg = wheel_lines("vllm", version, "vllm/config/vllm.py")
+    assert (_frozenset(cfg, "DEFAULT_V2_MODEL_RUNNER_ARCHITECTURES") or set()) == set(rule["architectures"])
+    rocm = _frozenset(cfg, "ROCM_DEFAULT_MRV1_ARCHITECTURES") or _frozenset(cfg, "ROCM_EXCLUDED_V2_MODEL_RUNNER_ARCHITECTURES")
+    assert (rocm or set()) == set(rule["rocm_v1_architectures"])
+    runner = "\n".join(wheel_lines("vllm", version, "vllm/v1/worker/gpu/model_runner.py"))
+    assert "num_spec_tokens_to_schedule" not in runner
+    use_v2 = int(rule["source"].split("use_v2_model_runner")[0].rsplit(":", 1)[1].split("-")[0])
+    assert cfg[use_v2 - 1].strip() == "def use_v2_model_runner(self) -> bool:"
+    start = next(i for i, line in enumerate(cfg) if "def _get_v2_model_runner_unsupported_features" in line)
+    end = next(i for i in range(start + 1, len(cfg)) if cfg[i].startswith("    def "))
+    unsupported = "\n".join(cfg[start:end])
+    assert ('"draft_model"' in unsupported) == (version == "0.30.0")  # 0.30 sends draft models to V1 by name
+    assert ("model" in rule["methods"]) == (version == "0.31.0")
+
+
+def _engine_at(version: str):
+    from dataclasses import replace
+    from simulator.specs.engine_catalog import nearest_profile
+    return replace(load_engine("vllm", nearest_profile("vllm", version)), release=version)
+
+
+@pytest.mark.engines
+def test_the_release_after_reads_the_per_step_k_and_the_k0_extend_starts_with_the_table():
+    assert "num_spec_tokens_to_schedule" in "\n".join(wheel_lines("vllm", "0.32.0", "vllm/v1/worker/gpu/model_runner.py"))
+    assert any("Dynamic SD decided K=0" in line
+               for line in wheel_lines("vllm", "0.24.0", "vllm/v1/spec_decode/llm_base_proposer.py"))
+    assert "num_speculative_tokens_per_batch_size" not in "\n".join(
+        wheel_lines("vllm", "0.22.1", "vllm/config/speculative.py"))
+    assert A.rule_for("dsd_k0", load_engine("vllm", "0.25.1")) is not None
+    assert A.rule_for("dsd_k0", load_engine("vllm", "0.22.1")) is None

@@ -21,6 +21,11 @@ setting binds. "Planned load": the batch sizes of the K* table that fit in memor
 - dp_dsd_off: vLLM turns the per-batch-size table off at data_parallel_size > 1 and runs
   num_speculative_tokens (the table's largest K) at every batch size; suggested = the single K best
   over the planned load.
+- dsd_drafts_max: vLLM's Model Runner V2 (the default runner for most speculative deployments of 0.29-0.31,
+  for a few architectures from 0.25) drafts num_speculative_tokens (the table's largest K, K_top) at every step
+  and verifies the table's K; the step there = the table's cell as a runner that drafts its K runs it, less
+  its draft passes, plus the draft passes of K_top; gain = that step / the cell's step - 1 (the same tokens a
+  step); suggested: VLLM_USE_V2_MODEL_RUNNER=0 (the V1 runner drafts each batch size's K) or vLLM 0.32.
 """
 from __future__ import annotations
 
@@ -31,7 +36,7 @@ import numpy as np
 
 from simulator.errors import PlannerError
 from simulator.specs.engines import EngineProfile, serving_default, with_capture_limit
-from simulator.specs.engine_settings import rule_for
+from simulator.specs.engine_settings import drafts_table_max_rule, rule_for
 
 MIN_GAIN = 0.001  # below 0.1% of goodput a setting is not worth a line
 ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
@@ -298,6 +303,41 @@ def dp_dsd_advice(pred, rule: dict) -> Advice | None:
                   " at every batch size")
 
 
+def step_drafting_top_s(itl_s, draft_s, draft_top_s) -> np.ndarray:
+    """A step that verifies the table's K but drafts its largest K: the cell's step less its own draft passes,
+    plus the draft passes of the largest K [s]."""
+    return np.asarray(itl_s, dtype=float) - np.asarray(draft_s, dtype=float) + np.asarray(draft_top_s, dtype=float)
+
+
+def drafts_table_max_advice(pred, rule: dict) -> Advice | None:
+    """Where the default model runner drafts the table's largest K at every step: what each planned batch size
+    whose K* is smaller loses against the table as a runner that drafts each batch size's K runs it."""
+    sc, g = pred.scenario, pred.grid
+    if g.itl_s.ndim != 2:
+        return None  # a context grid: the advice reads one context
+    fits = pred.table.fits_memory.to_numpy(bool) & (g.k_star >= 0)
+    k_opt = g.k_star[fits]
+    if not k_opt.size:
+        return None
+    k_top = int(max(k_opt.max(), 1))  # num_speculative_tokens as the vLLM file writes it
+    runs, rows = g.as_engine_runs, np.flatnonzero(fits)
+    cells = [g.k_index(int(k)) for k in k_opt]
+    honoured = runs.itl_s[rows, cells]
+    drafting_top = step_drafting_top_s(honoured, runs.draft_step_s[rows, cells], g.draft_step_s[rows, g.k_index(k_top)])
+    gain = gain_share(drafting_top, honoured)  # goodput a step drafting each K gives / one drafting K_top - 1
+    hit = (k_opt < k_top) & (gain > MIN_GAIN)
+    if not hit.any():
+        return None
+    release = sc.engine.release or sc.engine.version
+    # a method only V2 runs (DSpark) has no V1 runner to fall back to: the fix is the release that reads the K
+    setting, current, suggested = (("vLLM release", release, "0.32.0") if sc.draft.method in rule["forced_methods"]
+                                   else (rule["setting"], "unset (Model Runner V2)", "0 (the V1 runner), or vLLM 0.32.0"))
+    return Advice(setting, current, suggested, float(gain[hit].max()), tuple(int(x) for x in g.batch_sizes[rows][hit]),
+                  engine_label(sc.engine), rule["source"],
+                  f"vLLM {release} runs {sc.draft.method} on Model Runner V2, which drafts the table's largest K"
+                  f" (K={k_top}) at every step whatever K it gives a batch size")
+
+
 def engine_advice(pred, predict_scenario) -> list[Advice]:
     """Every engine setting that costs goodput at the planned load of ``pred`` (empty: none does);
     ``predict_scenario``: how a changed scenario is predicted (simulator.plan.api's, which calls this)."""
@@ -315,7 +355,10 @@ def engine_advice(pred, predict_scenario) -> list[Advice]:
             advice = make(rule)
             if advice is not None:
                 found.append(advice)
-    return found
+    sc = pred.scenario
+    rule = drafts_table_max_rule(eng, sc.draft.method, sc.draft.is_tree, sc.model.architectures, sc.hardware.vendor)
+    advice = drafts_table_max_advice(pred, rule) if rule is not None else None
+    return found + ([advice] if advice is not None else [])
 
 
 ADVICE_HEADING = "engine settings that cost goodput at this load (the planner's step times with and without the change):"

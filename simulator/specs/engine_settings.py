@@ -22,11 +22,12 @@ def load_rules(path: str = str(SETTINGS_FILE)) -> tuple[dict, ...]:
     return tuple(read_toml_file(Path(path), "engine settings").get("rule", []))
 
 
-def rule_for(kind: str, engine: EngineProfile | None, rules=None) -> dict | None:
-    """The rule of this kind whose release range holds the engine profile's version; None if none does."""
+def rule_for(kind: str, engine: EngineProfile | None, rules=None, by_release: bool = False) -> dict | None:
+    """The rule of this kind whose release range holds the engine profile's version (``by_release``: the release
+    asked, which a profile of a nearby release may price); None if none does."""
     if engine is None or not engine.version:
         return None
-    v = version_key(engine.version)
+    v = version_key(engine.release or engine.version if by_release else engine.version)
     for r in load_rules() if rules is None else rules:
         if r["kind"] == kind and r["engine"] == engine.name and version_key(r["first"]) <= v \
                 and (not r["before"] or v < version_key(r["before"])):
@@ -39,3 +40,17 @@ def k0_runs_draft_extend(engine: EngineProfile | None) -> bool:
     the drafter's extend pass over the step's tokens (vLLM from 0.29, SGLang from 0.5.14: keeping the draft's KV
     warm), so that K = 0 there is not plain decoding."""
     return rule_for("dsd_k0", engine) is not None
+
+
+def drafts_table_max_rule(engine: EngineProfile | None, method: str, tree: bool, architectures, vendor: str) -> dict | None:
+    """The ``dsd_drafts_max`` rule where this release's default model runner drafts the dynamic-K table's largest K
+    at every step (vLLM's Model Runner V2 in 0.25-0.31, for the methods and architectures it takes by default);
+    None where each batch size's K is drafted (EAGLE trees: not read, None)."""
+    rule = rule_for("dsd_drafts_max", engine, by_release=True)
+    if rule is None or tree or not (engine is not None and engine.supports_dynamic_k):
+        return None
+    arch = set(architectures)
+    if vendor == "amd" and arch & set(rule["rocm_v1_architectures"]):
+        return None
+    takes = method in rule["methods"] and (not rule["architectures"] or bool(arch & set(rule["architectures"])))
+    return rule if takes or method in rule["forced_methods"] else None

@@ -56,6 +56,19 @@ def model_fields(cfg: dict, name: str, origin: str) -> dict:
     refused by name."""
     if not isinstance(cfg, dict):
         raise PlannerError(f"{origin}: expected a JSON object")
+    return _shape_fields(cfg, name, origin) | {"architectures": _architectures(cfg, origin)}
+
+
+def _architectures(cfg: dict, origin: str) -> tuple[str, ...]:
+    """The checkpoint's model classes (config.json 'architectures', the wrapper's for a multimodal release): the
+    engines pick code paths by them (vLLM's default model runner, simulator/data/engine_settings.toml)."""
+    names = cfg.get("architectures") or []
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise PlannerError(f"{origin}: field 'architectures' must be a list of class names, got {names!r}")
+    return tuple(names)
+
+
+def _shape_fields(cfg: dict, name: str, origin: str) -> dict:
     if cfg.get("model_type") is None:
         raise PlannerError(f"{origin}: missing field 'model_type' (is this a Hugging Face config.json?)")
     cfg = _text_model_config(cfg, origin)

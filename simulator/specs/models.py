@@ -92,6 +92,8 @@ class ModelSpec:
     index_n_heads: int = 0
     index_head_dim: int = 0
     index_topk: int = 0  # 0: dense attention
+    # the checkpoint's model classes (config.json 'architectures'): engines choose code paths by them
+    architectures: tuple[str, ...] = ()
 
     @property
     def is_moe(self) -> bool:
