@@ -422,3 +422,15 @@ def test_the_release_after_reads_the_per_step_k_and_the_k0_extend_starts_with_th
         wheel_lines("vllm", "0.22.1", "vllm/config/speculative.py"))
     assert A.rule_for("dsd_k0", load_engine("vllm", "0.25.1")) is not None
     assert A.rule_for("dsd_k0", load_engine("vllm", "0.22.1")) is None
+
+
+def test_serve_says_its_dynamic_k_policies_draft_each_k_where_v2_would_not(tmp_path):
+    toml = tmp_path / "v031.toml"
+    toml.write_text('name = "v031"\n[model]\nname = "llama-3.1-8b"\n[hardware]\nname = "h100-sxm"\n[draft]\n'
+                    'method = "eagle3"\n[engine]\nname = "vllm"\nversion = "0.31.0"\n')
+    done = run_main("simulator.serve", "--scenario", toml, "--policy", "plain,dsd", "--waves", "8,1")
+    assert done.returncode == 0, done.stderr
+    assert "Model Runner V2, which drafts the per-batch-size table's largest K" in done.stderr
+    assert "VLLM_USE_V2_MODEL_RUNNER=0" in done.stderr
+    fixed = run_main("simulator.serve", "--scenario", toml, "--policy", "plain,fixed", "--waves", "8,1")
+    assert "Model Runner V2" not in fixed.stderr  # a fixed K drafts what it verifies on either runner

@@ -24,6 +24,7 @@ from simulator.errors import PlannerError, PlannerWarning
 from simulator.cli.common import (OneLineParser, add_dtype_args, add_save_scenario_arg, add_setting_args, check_save_scenario,
                                  command, dtype_overrides, dtypes_text, load_with_flags, save_scenario)
 from simulator.specs.scenario import DEFAULT_SCENARIO
+from simulator.plan.advice import drafts_table_max_caveat
 
 FORMATS = ("table", "json", "csv")
 # Bounds that keep one simulation within a laptop's memory and minutes: the step loop keeps a few
@@ -224,6 +225,9 @@ def _run(args) -> int:
             f"{sc.engine.display_name} runs at most {engine.spec_max_num_seqs} requests at once with speculative"
             f" decoding on and no cap set (its --max-running-requests default): {', '.join(capped)} simulated at"
             f" that cap; give [serving] max_num_seqs or --max-num-seqs N to set the server's own"))
+    caveat = drafts_table_max_caveat(sc) if {"dsd", "dsd-adaptive"} & {p.split(":")[0] for p in policies} else None
+    if caveat:
+        warnings.warn(PlannerWarning(caveat))
     results = [serving.simulate(sc, p, workload=workload, seed=args.seed, engine=engine) for p in policies]
     df = pd.DataFrame([r.summary for r in results])
     text = render(df, args.format)

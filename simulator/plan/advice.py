@@ -309,6 +309,27 @@ def step_drafting_top_s(itl_s, draft_s, draft_top_s) -> np.ndarray:
     return np.asarray(itl_s, dtype=float) - np.asarray(draft_s, dtype=float) + np.asarray(draft_top_s, dtype=float)
 
 
+def scenario_drafts_table_max_rule(sc) -> dict | None:
+    """The ``dsd_drafts_max`` rule where the scenario's release runs its draft on a runner that drafts the
+    dynamic-K table's largest K at every step (None: each batch size's K is drafted)."""
+    return drafts_table_max_rule(sc.engine, sc.draft.method, sc.draft.is_tree, sc.model.architectures,
+                                 sc.hardware.vendor)
+
+
+def drafts_table_max_caveat(sc) -> str | None:
+    """What a simulated dynamic-K policy does not show on such a release (the serving simulation drafts each
+    batch size's K, as the V1 runner does), in one sentence; None where the release drafts each K."""
+    rule = scenario_drafts_table_max_rule(sc)
+    if rule is None:
+        return None
+    release = sc.engine.release or sc.engine.version
+    fix = ("vLLM 0.32.0 or later" if sc.draft.method in rule["forced_methods"]
+           else "VLLM_USE_V2_MODEL_RUNNER=0, or vLLM 0.32.0 or later")
+    return (f"vLLM {release} runs {sc.draft.method} on Model Runner V2, which drafts the per-batch-size table's"
+            f" largest K at every step whatever K it gives a batch size: the dynamic-K policies here are simulated"
+            f" drafting each batch size's K, as {fix} runs them (predict's advice says what each batch size loses)")
+
+
 def drafts_table_max_advice(pred, rule: dict) -> Advice | None:
     """Where the default model runner drafts the table's largest K at every step: what each planned batch size
     whose K* is smaller loses against the table as a runner that drafts each batch size's K runs it."""
@@ -355,8 +376,7 @@ def engine_advice(pred, predict_scenario) -> list[Advice]:
             advice = make(rule)
             if advice is not None:
                 found.append(advice)
-    sc = pred.scenario
-    rule = drafts_table_max_rule(eng, sc.draft.method, sc.draft.is_tree, sc.model.architectures, sc.hardware.vendor)
+    rule = scenario_drafts_table_max_rule(pred.scenario)
     advice = drafts_table_max_advice(pred, rule) if rule is not None else None
     return found + ([advice] if advice is not None else [])
 
