@@ -434,3 +434,17 @@ def test_serve_says_its_dynamic_k_policies_draft_each_k_where_v2_would_not(tmp_p
     assert "VLLM_USE_V2_MODEL_RUNNER=0" in done.stderr
     fixed = run_main("simulator.serve", "--scenario", toml, "--policy", "plain,fixed", "--waves", "8,1")
     assert "Model Runner V2" not in fixed.stderr  # a fixed K drafts what it verifies on either runner
+
+
+@pytest.mark.engines
+def test_the_033_profile_says_which_runner_runs_by_default():
+    """vLLM 0.33.0's default runner for speculative decoding is V2 (what the profile's note cites), its draft graphs
+    set up where the note says."""
+    cfg = wheel_lines("vllm", "0.33.0", "vllm/config/vllm.py")
+    assert cfg[731 - 1].strip() == "def use_v2_model_runner(self) -> bool:"
+    assert cfg[3053 - 1].strip() == "def _get_v2_model_runner_unsupported_features(self) -> list[str]:"
+    spec = wheel_lines("vllm", "0.33.0", "vllm/v1/worker/gpu/spec_decode/target_dependent_ar/speculator.py")
+    assert spec[89 - 1].strip().startswith("def init_cudagraph_manager(")
+    assert spec[147 - 1].strip() == "self._generate_fused_drafts"
+    note = (ROOT / "simulator/data/engines/vllm-0.33.0.toml").read_text()
+    assert "default_runner = \"Model Runner V2" in note and "speculator.py:89-149" in note
