@@ -448,3 +448,22 @@ def test_the_033_profile_says_which_runner_runs_by_default():
     assert spec[147 - 1].strip() == "self._generate_fused_drafts"
     note = (ROOT / "simulator/data/engines/vllm-0.33.0.toml").read_text()
     assert "default_runner = \"Model Runner V2" in note and "speculator.py:89-149" in note
+
+
+def test_the_launch_line_runs_the_table_on_the_v1_runner_where_v2_would_draft_its_largest_k():
+    p = predict("llama-3.1-8b-h100", engine_version="0.31.0")
+    exp = p.export("vllm")
+    assert exp.how_to_use.startswith("VLLM_USE_V2_MODEL_RUNNER=0 vllm serve ")
+    assert any(n.startswith("VLLM_USE_V2_MODEL_RUNNER=0: vLLM 0.31.0 runs eagle3 on Model Runner V2") for n in exp.notes)
+    for version in ("0.33.0", "0.27.1"):  # the runner drafts each K there (or V1 is the default): nothing added
+        other = predict("llama-3.1-8b-h100", engine_version=version).export("vllm")
+        assert other.how_to_use.startswith("vllm serve ") and not any("VLLM_USE_V2" in n for n in other.notes)
+
+
+@pytest.mark.engines
+def test_the_variable_is_the_one_vllm_031_reads_and_0_selects_v1():
+    envs = "\n".join(wheel_lines("vllm", "0.31.0", "vllm/envs.py"))
+    assert '"VLLM_USE_V2_MODEL_RUNNER": lambda: maybe_convert_bool(' in envs
+    assert "return bool(int(value))" in envs  # "0" -> False: use_v2_model_runner returns it as given
+    cfg = wheel_lines("vllm", "0.31.0", "vllm/config/vllm.py")
+    assert "if use_v2_model_runner is not None:" in "\n".join(cfg[700:725])

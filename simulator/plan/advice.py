@@ -316,6 +316,14 @@ def scenario_drafts_table_max_rule(sc) -> dict | None:
                                  sc.hardware.vendor)
 
 
+def v1_runner_runs_the_table(sc) -> bool:
+    """Whether the scenario's table runs as planned only with ``VLLM_USE_V2_MODEL_RUNNER=0``: its release's default
+    runner drafts the table's largest K at every step and the V1 runner (which drafts each batch size's K) runs its
+    draft method (not DSpark, which only V2 runs)."""
+    rule = scenario_drafts_table_max_rule(sc)
+    return rule is not None and sc.draft.method not in rule["forced_methods"]
+
+
 def drafts_table_max_caveat(sc) -> str | None:
     """What a simulated dynamic-K policy does not show on such a release (the serving simulation drafts each
     batch size's K, as the V1 runner does), in one sentence; None where the release drafts each K."""

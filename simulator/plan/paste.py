@@ -23,6 +23,7 @@ import shlex
 
 import numpy as np
 
+from simulator.plan.advice import v1_runner_runs_the_table
 from simulator.specs.drafts import verify_drafts
 from simulator.specs.engines import serving_default
 
@@ -197,7 +198,8 @@ def max_num_seqs(table) -> int:
 def vllm_serve_command(pred, payload: dict) -> str:
     sc = pred.scenario
     target = hf_id(sc.model) or sc.model.name
-    parts = ["vllm", "serve", target]
+    # the per-batch-size table runs as planned on the V1 runner where the default one drafts its largest K always
+    parts = (["VLLM_USE_V2_MODEL_RUNNER=0"] if v1_runner_runs_the_table(sc) else []) + ["vllm", "serve", target]
     if sc.deployment.tp > 1:
         parts += ["--tensor-parallel-size", str(sc.deployment.tp)]
     # memory binds (the engine must not admit more sequences) or the plan goes past the engine's default
@@ -224,6 +226,12 @@ def _above_default(pred) -> bool:
 def serve_notes(pred) -> list[str]:
     t = pred.table
     out = []
+    if v1_runner_runs_the_table(pred.scenario):
+        release = pred.scenario.engine.release or pred.scenario.engine.version
+        out.append(f"VLLM_USE_V2_MODEL_RUNNER=0: vLLM {release} runs {pred.scenario.draft.method} on Model Runner V2"
+                   " by default, which drafts num_speculative_tokens at every step whatever K the table gives a batch"
+                   " size; the V1 runner drafts each batch size's K (simulator/data/engine_settings.toml"
+                   " dsd_drafts_max)")
     if _above_default(pred) and t.fits_memory.all():
         out.append(f"--max-num-seqs {max_num_seqs(t)}: the plan runs batch sizes up to {max_num_seqs(t)}, above"
                    f" {pred.scenario.engine.display_name}'s default of {engine_default_seqs(pred)} on"
