@@ -446,6 +446,9 @@ def test_the_033_profile_says_which_runner_runs_by_default():
     spec = wheel_lines("vllm", "0.33.0", "vllm/v1/worker/gpu/spec_decode/target_dependent_ar/speculator.py")
     assert spec[89 - 1].strip().startswith("def init_cudagraph_manager(")
     assert spec[147 - 1].strip() == "self._generate_fused_drafts"
+    graphs = wheel_lines("vllm", "0.33.0", "vllm/v1/worker/gpu/cudagraph_utils.py")
+    assert graphs[256 - 1].strip() == "def _init_candidates(self) -> None:"
+    assert "rounded_num_tokens > max_cg_capture_size" in "\n".join(graphs[325:330])
     note = (ROOT / "simulator/data/engines/vllm-0.33.0.toml").read_text()
     assert "default_runner = \"Model Runner V2" in note and "speculator.py:89-149" in note
 
