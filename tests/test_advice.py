@@ -470,3 +470,47 @@ def test_the_variable_is_the_one_vllm_031_reads_and_0_selects_v1():
     assert "return bool(int(value))" in envs  # "0" -> False: use_v2_model_runner returns it as given
     cfg = wheel_lines("vllm", "0.31.0", "vllm/config/vllm.py")
     assert "if use_v2_model_runner is not None:" in "\n".join(cfg[700:725])
+
+
+# --- no host work between draft passes on vLLM's Model Runner V2 (from 0.32) --------------------------------
+
+def test_v2_fused_draft_loop_charges_no_host_time_between_draft_passes():
+    from simulator.specs.scenario import SCENARIO_DIR, load_scenario
+    sc = load_scenario(SCENARIO_DIR / "llama-3.1-8b-h100.toml")  # EAGLE-3, Llama (GQA), H100, vLLM 0.33.0
+    assert sc.engine.per_draft_pass_s == 0.0 and "one fused draft-decode graph" in sc.cost_source
+    profile = load_engine("vllm", "0.33.0")
+    assert profile.per_draft_pass_s == 1e-4  # what the profile charges the V1 draft loop
+    # by hand: a K = 3 step at B = 1 is 3 x 100 us shorter than with the V1 loop's host time, the rest equal
+    from dataclasses import replace
+    from simulator.plan.grid import compute_grid
+    v1 = replace(sc, engine=replace(sc.engine, per_draft_pass_s=profile.per_draft_pass_s, runner_note=""))
+    a, b = compute_grid(sc, batch_sizes=[1], ks=[0, 3]), compute_grid(v1, batch_sizes=[1], ks=[0, 3])
+    assert a.itl_s[0, 0] == pytest.approx(b.itl_s[0, 0], rel=1e-12)
+    assert b.itl_s[0, 1] - a.itl_s[0, 1] == pytest.approx(3e-4, rel=1e-9)
+    # where it does not apply: 0.31.0 (the table is the V1 runner's there), a draft model, an MLA model, SM100
+    for over in ({"engine_version": "0.31.0"}, {"draft": "model:llama-3.2-1b"}):
+        assert load_scenario(SCENARIO_DIR / "llama-3.1-8b-h100.toml", **over).engine.per_draft_pass_s == 1e-4
+    from simulator.specs.engine_settings import fused_draft_decode_rule
+    eng = load_engine("vllm", "0.33.0")
+    assert fused_draft_decode_rule(eng, "mtp", False, "mla", "hopper") is None
+    assert fused_draft_decode_rule(eng, "eagle3", False, "gqa", "blackwell") is None
+    assert fused_draft_decode_rule(eng, "eagle3", False, "gqa", "cdna3") is None
+    assert fused_draft_decode_rule(eng, "eagle3", True, "gqa", "hopper") is None  # trees: not read
+    assert fused_draft_decode_rule(eng, "mtp", False, "gqa", "ada") is not None
+
+
+@pytest.mark.engines
+@pytest.mark.parametrize("version, module, fused_line, fa_line", [
+    ("0.32.0", "target_dependent_ar", None, 736), ("0.33.0", "target_dependent_ar", 147, 741)])
+def test_the_fused_draft_loop_and_flashattention_in_place_update_are_the_wheels(version, module, fused_line, fa_line):
+    spec = wheel_lines("vllm", version, f"vllm/v1/worker/gpu/spec_decode/{module}/speculator.py")
+    assert any("self._generate_fused_drafts" in line for line in spec)
+    if fused_line:
+        assert spec[fused_line - 1].strip() == "self._generate_fused_drafts"
+    fa = wheel_lines("vllm", version, "vllm/v1/attention/backends/flash_attn.py")
+    assert fa[fa_line - 1].strip() == "self.supports_draft_decode_metadata_update = self.dcp_world_size == 1"
+    cuda = "\n".join(wheel_lines("vllm", version, "vllm/platforms/cuda.py"))
+    tail = cuda[cuda.index("def _get_backend_priorities"):]
+    non_mla = tail[tail.index("if device_capability.major == 10 and not use_non_causal:"):]
+    after = non_mla[non_mla.index("else:"):]
+    assert after.index("AttentionBackendEnum.FLASH_ATTN,") < after.index("AttentionBackendEnum.FLASHINFER,")

@@ -126,6 +126,7 @@ ALLOWED = {
     "simulator/specs/step_terms.py": "the terms' definitions",
     "simulator/specs/deployment_fit.py": "a deployment fit's terms",
     "simulator/specs/engines.py": "the engine profile's field",
+    "simulator/specs/engine_settings.py": "the default runner's per-draft-pass host time (none on a fused draft loop)",
     "simulator/serving/engine.py": "[serving] settings handed to the step model (ServingExtras)",
     # draws other engine terms for a grid: divides the scenario's out of the grid's parts first (issue 47 item 4,
     # the K schedule's own file; it could read the step model's parts before the terms instead)

@@ -7,6 +7,7 @@ costs (``dsd_k0``: a dynamic-K server's K = 0 entry still runs the drafter's ext
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import lru_cache
 from pathlib import Path
 
@@ -54,3 +55,25 @@ def drafts_table_max_rule(engine: EngineProfile | None, method: str, tree: bool,
         return None
     takes = method in rule["methods"] and (not rule["architectures"] or bool(arch & set(rule["architectures"])))
     return rule if takes or method in rule["forced_methods"] else None
+
+
+def fused_draft_decode_rule(engine: EngineProfile | None, method: str, tree: bool, attention: str,
+                            gpu_architecture: str) -> dict | None:
+    """The ``v2_fused_draft_decode`` rule where this release's default runner drafts with no host work between draft
+    passes (vLLM's Model Runner V2 fused draft loop, from 0.29, over an attention backend that updates draft metadata
+    in place); None elsewhere (EAGLE trees: not read)."""
+    rule = rule_for("v2_fused_draft_decode", engine, by_release=True)
+    if rule is None or tree:
+        return None
+    fits = method in rule["methods"] and attention in rule["attention"] and gpu_architecture in rule["gpu_architectures"]
+    return rule if fits else None
+
+
+def with_runner_facts(engine: EngineProfile, method: str, tree: bool, attention: str,
+                      gpu_architecture: str) -> EngineProfile:
+    """The engine profile as its default runner runs this draft: no per-draft-pass host time where the draft loop is
+    one fused graph (:func:`fused_draft_decode_rule`), said in its label; the profile itself elsewhere."""
+    if not engine.per_draft_pass_s or fused_draft_decode_rule(engine, method, tree, attention, gpu_architecture) is None:
+        return engine
+    return replace(engine, per_draft_pass_s=0.0,
+                   runner_note="Model Runner V2: one fused draft-decode graph, no host work between draft passes")

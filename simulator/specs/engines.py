@@ -90,6 +90,9 @@ class EngineProfile:
     # the release asked for when this profile prices another release (the version rule), and why
     release: str = ""
     release_note: str = ""
+    # how the release's default runner runs this scenario's draft where it differs from what the profile was read
+    # from (specs.engine_settings.with_runner_facts); "" where it does not
+    runner_note: str = ""
 
     def logit_bytes(self, temperature: float, top_p: float) -> tuple[float, float]:
         """(plain, verify) bytes per logit element at this temperature and top-p."""
@@ -112,7 +115,8 @@ class EngineProfile:
     def label(self) -> str:
         note = f"; {len(self.assumed)} values assumed, e.g. host time per step" if self.assumed else ""
         release = f" for {self.release_note}" if self.release_note else ""
-        return f"engine {self.display_name}{release}{note}"
+        runner = f" ({self.runner_note})" if self.runner_note else ""
+        return f"engine {self.display_name}{release}{runner}{note}"
 
 
 def default_engine(hardware_kind: str) -> str:

@@ -21,6 +21,7 @@ from simulator.specs.acceptance import (Acceptance, ContextAcceptance, context_a
 from simulator.specs.acceptance_files import AcceptanceFile
 from simulator.specs.deployment import Deployment
 from simulator.specs.engines import EngineProfile, default_engine, load_engine, engine_kernels, with_capture_limit
+from simulator.specs.engine_settings import with_runner_facts
 from simulator.specs.engine_catalog import RELEASES_FILE, release_running, research_draft_engine
 from simulator.specs.drafts import DraftSpec
 from simulator.specs.deployment_fit import DeploymentFit, load_deployment_fit, scenario_identity
@@ -165,6 +166,7 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
     engine = load_engine(engine_tbl.get("name") or default_engine(hardware.kind), engine_tbl.get("version"))
     if not plain_only:
         _check_release_runs(engine, draft.method, origin)
+    engine = with_runner_facts(engine, draft.method, draft.is_tree, model.attention, hardware.architecture)
     if engine_tbl.get("max_capture_size") is not None:
         engine = _capture_limit(engine, engine_tbl["max_capture_size"], origin)
     profile = scenario_profile(get, hardware, engine.name, base_dir)
