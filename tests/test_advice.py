@@ -514,3 +514,49 @@ def test_the_fused_draft_loop_and_flashattention_in_place_update_are_the_wheels(
     non_mla = tail[tail.index("if device_capability.major == 10 and not use_non_causal:"):]
     after = non_mla[non_mla.index("else:"):]
     assert after.index("AttentionBackendEnum.FLASH_ATTN,") < after.index("AttentionBackendEnum.FLASHINFER,")
+
+
+# --- block drafters draft the table's largest K at every step with K > 0 (vLLM 0.32+) ------------------------
+
+def test_a_block_drafters_table_is_capped_where_its_wide_blocks_cost_more_than_they_gain():
+    p = predict(model="qwen3-8b", hardware="h100-sxm", draft="dflash", batch_sizes="1-512")
+    (a,) = [x for x in p.engine_advice() if x.setting == "num_speculative_tokens"]
+    g = p.grid
+    fits = p.table.fits_memory.to_numpy(bool) & (g.k_star >= 0)
+    assert a.current == int(g.k_star[fits].max()) and 1 <= a.suggested < a.current
+    # by hand at the first batch size named: the table's K there drafts the largest K's block (K > 0), while the
+    # capped table's best K <= cap drafts the cap's block; the advice's gain is at least that cell's ratio
+    runs, b = g.as_engine_runs, a.at_batch_sizes[0]
+    i = int(np.flatnonzero(g.batch_sizes == b)[0])
+    al = np.asarray(runs.acceptance_length)
+
+    def good(k, width):
+        j = g.k_index(k)
+        step = runs.itl_s[i, j] if k == 0 else (runs.itl_s[i, j] - runs.draft_step_s[i, j]
+                                                   + g.draft_step_s[i, g.k_index(width)])
+        return al[j] / step
+    now = good(int(g.k_star[i]), a.current)
+    capped = max(good(k, a.suggested) for k in range(0, a.suggested + 1) if g.fits_memory[i, g.k_index(k)])
+    assert capped / now - 1 == pytest.approx(
+        A.gain_share(A.capped_table(g, g.fits_memory, a.suggested, False)[1][i],
+                     A.capped_table(g, g.fits_memory, a.current, False)[1][i]), rel=1e-9)
+    assert capped / now - 1 <= a.goodput_gain_share + 1e-12 and capped > now
+    assert "gives up at most" in a.why  # the small batch sizes, where the largest K's block still pays, say so
+    # EAGLE-3 (no block) and a release before 0.32 (the V2 rule covers it there) get no such line
+    eagle = predict(model="qwen3-8b", hardware="h100-sxm", draft="eagle3", batch_sizes="1-512")
+    assert not [x for x in eagle.engine_advice() if x.setting == "num_speculative_tokens"]
+    old = predict(model="qwen3-8b", hardware="h100-sxm", draft="dflash", batch_sizes="1-512", engine_version="0.31.0")
+    assert not [x for x in old.engine_advice() if x.setting == "num_speculative_tokens"]
+
+
+@pytest.mark.engines
+def test_the_block_drafters_width_is_the_wheels():
+    spec = wheel_lines("vllm", "0.33.0", "vllm/v1/worker/gpu/spec_decode/dflash/speculator.py")
+    assert spec[65 - 1].strip() == "self.num_query_per_req = 1 + self.num_speculative_steps"
+    assert spec[461 - 1].strip() == "num_speculative_tokens: int | None = None,"
+    assert spec[546 - 1].strip() == "if num_speculative_tokens == 0:"
+    assert "uniform_token_count=self.num_query_per_req," in "\n".join(spec[563:570])
+    dspark = wheel_lines("vllm", "0.33.0", "vllm/v1/worker/gpu/spec_decode/dspark/speculator.py")
+    assert dspark[40 - 1].startswith("class DSparkSpeculator(DFlashSpeculator)")
+    old = wheel_lines("vllm", "0.32.0", "vllm/v1/worker/gpu/spec_decode/dflash/speculator.py")
+    assert old[62 - 1].strip() == "self.num_query_per_req = 1 + self.num_speculative_steps"

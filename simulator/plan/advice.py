@@ -36,7 +36,7 @@ import numpy as np
 
 from simulator.errors import PlannerError
 from simulator.specs.engines import EngineProfile, serving_default, with_capture_limit
-from simulator.specs.engine_settings import drafts_table_max_rule, rule_for
+from simulator.specs.engine_settings import block_table_max_rule, drafts_table_max_rule, rule_for
 
 MIN_GAIN = 0.001  # below 0.1% of goodput a setting is not worth a line
 ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
@@ -367,6 +367,48 @@ def drafts_table_max_advice(pred, rule: dict) -> Advice | None:
                   f" (K={k_top}) at every step whatever K it gives a batch size")
 
 
+def capped_table(g, fits: np.ndarray, cap: int, k0_drafts: bool) -> tuple[np.ndarray, np.ndarray]:
+    """(K per batch size, its goodput per sequence) of a table whose largest K is ``cap`` on an engine that drafts
+    ``cap`` at every step with K > 0 (and at K = 0 too where ``k0_drafts``): each batch size's best K <= cap with
+    its step drafting ``cap`` (:func:`step_drafting_top_s`); ``fits``: the cells that fit memory."""
+    runs = g.as_engine_runs
+    top = g.draft_step_s[:, g.k_index(cap)][:, None]
+    drafts_cap = (g.ks[None, :] > 0) | k0_drafts
+    step = np.where(drafts_cap, step_drafting_top_s(runs.itl_s, runs.draft_step_s, top), runs.itl_s)
+    good = np.where(fits & (g.ks[None, :] <= cap), np.asarray(runs.acceptance_length)[None, :] / step, -np.inf)
+    idx = np.argmax(good, axis=1)
+    return g.ks[idx], good[np.arange(len(idx)), idx]
+
+
+def block_table_max_advice(pred, rule: dict) -> Advice | None:
+    """A block drafter drafts the table's largest K at every step with K > 0: the cap on the table's K (the vLLM
+    file's num_speculative_tokens) best over the planned load (the geometric mean of goodput per sequence over its
+    batch sizes), where it beats the table's own largest K."""
+    sc, g = pred.scenario, pred.grid
+    if g.itl_s.ndim != 2:
+        return None
+    fits = pred.table.fits_memory.to_numpy(bool) & (g.k_star >= 0)
+    if not fits.any():
+        return None
+    k_top = int(max(g.k_star[fits].max(), 1))
+    cells = g.fits_memory & fits[:, None]
+    good = {c: capped_table(g, cells, c, False)[1][fits] for c in range(1, k_top + 1)}
+    best = max(good, key=lambda c: float(np.mean(np.log(good[c]))))
+    gain = gain_share(good[best], good[k_top])
+    hit = gain > MIN_GAIN
+    if best == k_top or not hit.any():
+        return None
+    release = sc.engine.release or sc.engine.version
+    b = g.batch_sizes[fits].astype(int)
+    lose = gain < -MIN_GAIN  # where the largest K's wider block still pays (the smallest batch sizes, mostly)
+    cost = f"; it gives up at most {-gain[lose].min():.1%} at B {batch_span(b[lose])}" if lose.any() else ""
+    return Advice(rule["setting"], k_top, best, float(gain[hit].max()), tuple(int(x) for x in b[hit]),
+                  engine_label(sc.engine), rule["source"],
+                  f"vLLM {release} drafts {sc.draft.method}'s whole block, sized by num_speculative_tokens (K={k_top}),"
+                  f" at every step with K > 0 whatever K the table gives a batch size; capped at K={best} every block"
+                  f" is narrower{cost}")
+
+
 def engine_advice(pred, predict_scenario) -> list[Advice]:
     """Every engine setting that costs goodput at the planned load of ``pred`` (empty: none does);
     ``predict_scenario``: how a changed scenario is predicted (simulator.plan.api's, which calls this)."""
@@ -386,7 +428,9 @@ def engine_advice(pred, predict_scenario) -> list[Advice]:
                 found.append(advice)
     rule = scenario_drafts_table_max_rule(pred.scenario)
     advice = drafts_table_max_advice(pred, rule) if rule is not None else None
-    return found + ([advice] if advice is not None else [])
+    block_rule = block_table_max_rule(eng, pred.scenario.draft.method)
+    block = block_table_max_advice(pred, block_rule) if block_rule is not None and rule is None else None
+    return found + [a for a in (advice, block) if a is not None]
 
 
 ADVICE_HEADING = "engine settings that cost goodput at this load (the planner's step times with and without the change):"

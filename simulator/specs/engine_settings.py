@@ -77,3 +77,12 @@ def with_runner_facts(engine: EngineProfile, method: str, tree: bool, attention:
         return engine
     return replace(engine, per_draft_pass_s=0.0,
                    runner_note="Model Runner V2: one fused draft-decode graph, no host work between draft passes")
+
+
+def block_table_max_rule(engine: EngineProfile | None, method: str) -> dict | None:
+    """The ``dsd_block_max`` rule where this release drafts a block drafter's whole block at the dynamic-K table's
+    largest K at every step with K > 0 (vLLM from 0.32: DFlash, DSpark); None elsewhere."""
+    rule = rule_for("dsd_block_max", engine, by_release=True)
+    if rule is None or not (engine is not None and engine.supports_dynamic_k) or method not in rule["methods"]:
+        return None
+    return rule
