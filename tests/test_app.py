@@ -656,3 +656,16 @@ def test_a_release_that_cannot_run_the_draft_is_one_line_naming_the_first_that_c
     assert [e.value for e in at.error if "cannot run draft method 'eagle3'" in e.value and "0.4.4.post2" in e.value]
     sb(at, "selectbox", "engine_version").set_value("0.4.4.post2").run()
     assert_clean(at)
+
+
+def test_a_vllm_release_whose_default_runner_drafts_the_tables_largest_k_says_so_on_the_page():
+    """vLLM 0.31.0 runs EAGLE-3 on Model Runner V2, which drafts the table's largest K at every step
+    (engine_settings.toml dsd_drafts_max): the page's engine-settings advice names VLLM_USE_V2_MODEL_RUNNER."""
+    at = new_app()
+    sb(at, "selectbox", "scenario").set_value("llama-3.1-8b-h100").run()
+    sb(at, "selectbox", "engine_version").set_value("0.31.0").run()
+    assert_clean(at)
+    lines = [m.value for m in at.markdown if "VLLM_USE_V2_MODEL_RUNNER" in m.value]
+    assert lines and "unset (Model Runner V2) -> 0 (the V1 runner), or vLLM 0.32.0" in lines[0]
+    sb(at, "selectbox", "engine_version").set_value("0.33.0").run()
+    assert not [m.value for m in at.markdown if "VLLM_USE_V2_MODEL_RUNNER unset" in m.value]
