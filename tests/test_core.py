@@ -630,3 +630,12 @@ def test_profile_engine_terms_scale_every_operator(tmp_path):
     (tmp_path / "p.json").write_text(json.dumps(bad))
     with pytest.raises(PlannerError, match="engine.scale"):
         load_profile(tmp_path / "p.json")
+
+
+def test_a_config_keeps_its_architectures_and_refuses_a_malformed_list():
+    # the engines pick code paths by them (vLLM's default model runner: simulator/data/engine_settings.toml)
+    cfg = json.loads((Path(__file__).resolve().parent.parent / "simulator/data/models/llama-3.1-8b.json").read_text())
+    assert model_from_hf_config(cfg, "x", "config.json").architectures == ("LlamaForCausalLM",)
+    assert model_from_hf_config({k: v for k, v in cfg.items() if k != "architectures"}, "x", "c").architectures == ()
+    with pytest.raises(PlannerError, match=r"config.json: field 'architectures' must be a list of class names"):
+        model_from_hf_config(cfg | {"architectures": "LlamaForCausalLM"}, "x", "config.json")
