@@ -13,6 +13,7 @@ import pytest
 from simulator import predict
 from simulator.physics.engine_time import verify_in_graph
 from simulator.plan import advice as A
+from simulator.plan import runner_advice as R
 from simulator.specs.engines import load_engine, serving_default, with_capture_limit
 from cli_inprocess import run_main
 from engine_code import EngineCodeUnavailable, wheel_path
@@ -538,8 +539,8 @@ def test_a_block_drafters_table_is_capped_where_its_wide_blocks_cost_more_than_t
     now = good(int(g.k_star[i]), a.current)
     capped = max(good(k, a.suggested) for k in range(0, a.suggested + 1) if g.fits_memory[i, g.k_index(k)])
     assert capped / now - 1 == pytest.approx(
-        A.gain_share(A.capped_table(g, g.fits_memory, a.suggested, False)[1][i],
-                     A.capped_table(g, g.fits_memory, a.current, False)[1][i]), rel=1e-9)
+        A.gain_share(R.capped_table(g, g.fits_memory, a.suggested, False)[1][i],
+                     R.capped_table(g, g.fits_memory, a.current, False)[1][i]), rel=1e-9)
     assert capped / now - 1 <= a.goodput_gain_share + 1e-12 and capped > now
     assert "gives up at most" in a.why  # the small batch sizes, where the largest K's block still pays, say so
     # EAGLE-3 (no block) and a release before 0.32 (the V2 rule covers it there) get no such line

@@ -24,7 +24,7 @@ from simulator.errors import PlannerError, PlannerWarning
 from simulator.cli.common import (OneLineParser, add_dtype_args, add_save_scenario_arg, add_setting_args, check_save_scenario,
                                  command, dtype_overrides, dtypes_text, load_with_flags, save_scenario)
 from simulator.specs.scenario import DEFAULT_SCENARIO
-from simulator.plan.advice import drafts_table_max_caveat
+from simulator.plan.runner_advice import drafts_table_max_caveat
 
 FORMATS = ("table", "json", "csv")
 # Bounds that keep one simulation within a laptop's memory and minutes: the step loop keeps a few

@@ -23,7 +23,7 @@ import shlex
 
 import numpy as np
 
-from simulator.plan.advice import v1_runner_runs_the_table
+from simulator.plan.runner_advice import v1_runner_runs_the_table
 from simulator.specs.drafts import verify_drafts
 from simulator.specs.engines import serving_default
 
