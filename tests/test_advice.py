@@ -14,6 +14,7 @@ from simulator import predict
 from simulator.physics.engine_time import verify_in_graph
 from simulator.plan import advice as A
 from simulator.plan import runner_advice as R
+from simulator.plan.advice_line import batch_span
 from simulator.specs.engines import load_engine, serving_default, with_capture_limit
 from cli_inprocess import run_main
 from engine_code import EngineCodeUnavailable, wheel_path
@@ -65,7 +66,7 @@ def test_sequences_within_a_token_budget():
 def test_gain_share_and_span():
     assert A.gain_share(110.0, 100.0) == pytest.approx(0.10)
     assert A.gain_share(5.0, 0.0) == 0.0  # nothing to compare against
-    assert A.batch_span([1, 2, 3, 7, 9, 10]) == "1-3, 7, 9-10"
+    assert batch_span([1, 2, 3, 7, 9, 10]) == "1-3, 7, 9-10"
 
 
 def test_gpu_default_tiers():

@@ -27,50 +27,15 @@ setting binds. "Planned load": the batch sizes of the K* table that fit in memor
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 
 from simulator.errors import PlannerError
 from simulator.specs.engines import EngineProfile, serving_default, with_capture_limit
+from simulator.plan.advice_line import MIN_GAIN, Advice, advice_text, engine_label, gain_share
+from simulator.plan.runner_advice import runner_advice
 from simulator.specs.engine_settings import rule_for
-
-MIN_GAIN = 0.001  # below 0.1% of goodput a setting is not worth a line
-ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
-
-
-@dataclass(frozen=True)
-class Advice:
-    setting: str
-    current: object
-    suggested: object
-    goodput_gain_share: float  # the largest gain over at_batch_sizes (0.05 = +5% tokens/s)
-    at_batch_sizes: tuple[int, ...]  # planned batch sizes where the setting binds and the change gains
-    engine_version: str
-    rule_source: str
-    why: str  # one clause: what the engine does at the current value
-
-    def line(self) -> str:
-        return advice_text(self.to_dict())
-
-    def to_dict(self) -> dict:
-        return {"setting": self.setting, "current": self.current, "suggested": self.suggested,
-                "goodput_gain_share": round(float(self.goodput_gain_share), 6),
-                "at_batch_sizes": [int(b) for b in self.at_batch_sizes], "engine_version": self.engine_version,
-                "rule_source": self.rule_source, "why": self.why}
-
-
-def advice_text(a: dict) -> str:
-    """One advice (as :meth:`Advice.to_dict` writes it) in one line."""
-    return (f"{a['setting']} {a['current']} -> {a['suggested']}: up to +{a['goodput_gain_share']:.1%} goodput at B"
-            f" {batch_span(a['at_batch_sizes'])} ({a['why']}; engine profile {a['engine_version']}; code:"
-            f" {a['rule_source']})")
-
-
-# --- the rules' data -------------------------------------------------------------------------------
-
-def engine_label(engine: EngineProfile) -> str:
-    return f"{ENGINE_NAMES.get(engine.name, engine.name)} {engine.version}"
 
 
 # --- pure arithmetic -------------------------------------------------------------------------------
@@ -86,26 +51,10 @@ def round_up(value: int, step: int) -> int:
     return int(math.ceil(value / step) * step)
 
 
-def gain_share(new, old) -> np.ndarray:
-    """new / old - 1 where both are positive numbers, else 0 (nothing to compare)."""
-    new, old = np.asarray(new, dtype=float), np.asarray(old, dtype=float)
-    ok = np.isfinite(new) & np.isfinite(old) & (old > 0)
-    return np.where(ok, new / np.where(ok, old, 1.0) - 1.0, 0.0)
-
-
 def sequences_within_budget(batch, k, budget: int) -> np.ndarray:
     """Sequences that verify in one step when each needs K + 1 tokens of a ``budget``-token step."""
     batch, k = np.broadcast_arrays(np.asarray(batch, dtype=np.int64), np.asarray(k, dtype=np.int64))
     return np.minimum(batch, budget // (k + 1))
-
-
-def batch_span(sizes) -> str:
-    """'1-40' for a run, '1-40, 60-64' for runs, a list otherwise."""
-    b = np.asarray(sorted(int(x) for x in sizes))
-    if not b.size:
-        return "-"
-    runs = np.split(b, np.flatnonzero(np.diff(b) > 1) + 1)
-    return ", ".join(f"{r[0]}" if r[0] == r[-1] else f"{r[0]}-{r[-1]}" for r in runs)
 
 
 # --- the rules ---------------------------------------------------------------------------------------
@@ -317,9 +266,7 @@ def engine_advice(pred, predict_scenario) -> list[Advice]:
             advice = make(rule)
             if advice is not None:
                 found.append(advice)
-    # what the release's default runner drafts under a dynamic-K table (that module builds on this one's Advice)
-    from simulator.plan.runner_advice import runner_advice
-    return found + runner_advice(pred)
+    return found + runner_advice(pred)  # what the release's default runner drafts under a dynamic-K table
 
 
 ADVICE_HEADING = "engine settings that cost goodput at this load (the planner's step times with and without the change):"

@@ -1,5 +1,5 @@
 """Advice on what a release's default runner drafts under a dynamic-K table (rules in
-``simulator/data/engine_settings.toml``; the arithmetic here, the Advice and its helpers in ``simulator.plan.advice``).
+``simulator/data/engine_settings.toml``; the arithmetic here, the Advice and its helpers in ``simulator.plan.advice_line``).
 
 - dsd_drafts_max: vLLM's Model Runner V2 (the default runner for most speculative deployments of 0.29-0.31, for a
   few architectures from 0.25) drafts num_speculative_tokens (the table's largest K, K_top) at every step and
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from simulator.plan.advice import MIN_GAIN, Advice, batch_span, engine_label, gain_share
+from simulator.plan.advice_line import MIN_GAIN, Advice, batch_span, engine_label, gain_share
 from simulator.specs.engine_settings import block_table_max_rule, drafts_table_max_rule
 
 
