@@ -87,6 +87,8 @@ def test_rules_by_engine_version():
     assert A.rule_for("capture", load_engine("sglang", "0.4.4")) is None  # spec list hard-coded 1..32 there
     assert A.rule_for("dp_dsd_off", load_engine("vllm", "0.11.0")) is None  # no dynamic SD before PR #32374
     assert A.rule_for("dp_dsd_off", load_engine("vllm", "0.29.0")) is not None
+    assert A.rule_for("dp_dsd_off", load_engine("vllm", "0.25.1")) is None  # the table is kept at DP > 1 there
+    assert A.rule_for("dp_dsd_off", load_engine("vllm", "0.27.1")) is not None
 
 
 def test_with_capture_limit_moves_the_ceiling():
@@ -562,3 +564,13 @@ def test_the_block_drafters_width_is_the_wheels():
     assert dspark[40 - 1].startswith("class DSparkSpeculator(DFlashSpeculator)")
     old = wheel_lines("vllm", "0.32.0", "vllm/v1/worker/gpu/spec_decode/dflash/speculator.py")
     assert old[62 - 1].strip() == "self.num_query_per_req = 1 + self.num_speculative_steps"
+
+
+@pytest.mark.engines
+def test_vllm_drops_the_table_at_data_parallel_from_026():
+    assert not any("_maybe_disable_dynamic_sd_for_data_parallel" in line
+                   for line in wheel_lines("vllm", "0.25.1", "vllm/config/vllm.py"))
+    cfg = wheel_lines("vllm", "0.26.0", "vllm/config/vllm.py")
+    assert cfg[838 - 1].strip() == "def _maybe_disable_dynamic_sd_for_data_parallel(self) -> None:"
+    assert cfg[1273 - 1].strip() == "self._maybe_disable_dynamic_sd_for_data_parallel()"
+

@@ -37,6 +37,10 @@ from simulator.plan.advice_line import MIN_GAIN, Advice, advice_text, engine_lab
 from simulator.plan.runner_advice import runner_advice
 from simulator.specs.engine_settings import rule_for
 
+# rules matched by the release asked rather than the profile pricing it: what they say is not in the profile's
+# step prices (the table dropped at data parallel > 1), so a release between two profiles gets its own behaviour
+RELEASE_MATCHED = ("dp_dsd_off",)
+
 
 # --- pure arithmetic -------------------------------------------------------------------------------
 
@@ -261,7 +265,7 @@ def engine_advice(pred, predict_scenario) -> list[Advice]:
                        ("max_num_batched_tokens", lambda r: token_budget_advice(pred, r, predict_scenario)),
                        ("dsd_k0", lambda r: dsd_k0_advice(pred, r)),
                        ("dp_dsd_off", lambda r: dp_dsd_advice(pred, r))):
-        rule = rule_for(kind, eng)
+        rule = rule_for(kind, eng, by_release=kind in RELEASE_MATCHED)
         if rule is not None:
             advice = make(rule)
             if advice is not None:

@@ -50,7 +50,7 @@ def _vllm(table: KTable, version: str, method_cfg: dict | None) -> Export:
     notes = [f"num_speculative_tokens = {payload['num_speculative_tokens']} (the largest K in the table, so no"
              " K is capped); vLLM's V2 model runner captures CUDA graphs for each distinct K"
              f" ({len({r[2] for r in ranges})} here)",
-             "vLLM >= 0.29 drops the schedule (static K, with a warning) when data_parallel_size > 1, and on"
+             "vLLM >= 0.26 drops the schedule (static K, with a warning) when data_parallel_size > 1, and on"
              " model runner V1 keeps it only for ngram, eagle, eagle3, mtp, draft_model and dflash"]
     use = ("vllm serve MODEL --speculative-config '" + json.dumps(payload) + "'")
     return Export("vllm", version, payload, rows, warns, notes, use)
