@@ -574,3 +574,12 @@ def test_vllm_drops_the_table_at_data_parallel_from_026():
     assert cfg[838 - 1].strip() == "def _maybe_disable_dynamic_sd_for_data_parallel(self) -> None:"
     assert cfg[1273 - 1].strip() == "self._maybe_disable_dynamic_sd_for_data_parallel()"
 
+
+
+@pytest.mark.engines
+@pytest.mark.parametrize("version, line", [("0.5.14", 1124), ("0.5.16", 1180), ("0.5.19", 1234)])
+def test_sglang_step_zero_keeps_the_draft_warm_from_0514(version, line):
+    worker = wheel_lines("sglang", version, "sglang/srt/speculative/eagle_worker_v2.py")
+    assert "Drafting disabled (high batch size). _draft_extend below still" in worker[line - 1]
+    assert not any("Drafting disabled (high batch size)" in x
+                   for x in wheel_lines("sglang", "0.5.13", "sglang/srt/speculative/eagle_worker_v2.py"))
