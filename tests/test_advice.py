@@ -583,3 +583,38 @@ def test_sglang_step_zero_keeps_the_draft_warm_from_0514(version, line):
     assert "Drafting disabled (high batch size). _draft_extend below still" in worker[line - 1]
     assert not any("Drafting disabled (high batch size)" in x
                    for x in wheel_lines("sglang", "0.5.13", "sglang/srt/speculative/eagle_worker_v2.py"))
+
+
+# --- TensorRT-LLM 1.2.x's draft_len_schedule (PR #8194, stage 1) --------------------------------------------
+
+def test_trtllm_12_schedule_verifies_the_largest_k_for_two_model_drafts_and_does_not_run_for_one_model():
+    kw = dict(model="llama-3.1-8b", hardware="h100-sxm", engine="trtllm", engine_version="1.2.1", batch_sizes="1-256")
+    # two-model (n-gram): every step with K > 0 verifies K_top + 1 tokens: the cap that is best over the load
+    p = predict(draft="ngram", **kw)
+    (a,) = [x for x in p.engine_advice() if x.setting == "max_draft_len"]
+    g = p.grid
+    fits = p.table.fits_memory.to_numpy(bool) & (g.k_star >= 0)
+    assert a.current == int(g.k_star[fits].max()) and a.suggested < a.current and "saves draft work only" in a.why
+    # by hand at the first batch size named: the table's K verifying K_top's tokens against the cap's best K
+    runs, b = g.as_engine_runs, a.at_batch_sizes[0]
+    i = int(np.flatnonzero(g.batch_sizes == b)[0])
+    al = np.asarray(runs.acceptance_length)
+    verify = np.broadcast_to(g.verify_s, g.itl_s.shape)
+
+    def good(k, width):
+        j = g.k_index(k)
+        step = runs.itl_s[i, j] if k == 0 else (runs.itl_s[i, j] - np.broadcast_to(runs.verify_s, g.itl_s.shape)[i, j]
+                                                   + verify[i, g.k_index(width)])
+        return al[j] / step
+    now = good(int(g.k_star[i]), a.current)
+    capped = max(good(k, a.suggested) for k in range(0, a.suggested + 1) if g.fits_memory[i, g.k_index(k)])
+    assert 0 < capped / now - 1 <= a.goodput_gain_share + 1e-12
+    # one-model (EAGLE-3): the schedule does not run; one K at every batch size
+    e = predict(draft="eagle3", **kw)
+    (o,) = [x for x in e.engine_advice() if x.setting == "max_draft_len"]
+    assert "does not run" not in o.why and "runs max_draft_len" in o.why and "at every batch size" in o.why
+    assert any("two-model path only" in w for w in e.export("trtllm").warnings)
+    # TensorRT-LLM 1.4.0rc4 runs dynamic draft length on both paths (PR #10860, #12262): no such line
+    new = predict(draft="eagle3", **(kw | {"engine_version": "1.4.0rc4"}))
+    assert not [x for x in new.engine_advice() if x.setting == "max_draft_len"]
+    assert not any("two-model path only" in w for w in new.export("trtllm").warnings)

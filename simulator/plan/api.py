@@ -20,6 +20,7 @@ import pandas as pd
 from simulator.plan import exports, paste
 from simulator.errors import PlannerError
 from simulator.plan.advice import engine_advice
+from simulator.plan.runner_advice import trt_schedule_caveat
 from simulator.plan.answer import _span, answer_notes, schedule_text  # noqa: F401 (schedule_text: API)
 from simulator.plan.grid import Grid, compute_grid
 from simulator.plan.kstar_columns import kstar_columns
@@ -304,7 +305,7 @@ class Prediction:
         elif fmt == "trtllm":
             entry, warns = paste.trtllm_draft_entry(self.scenario)
             exp.payload = entry | exp.payload
-            exp.warnings += warns
+            exp.warnings += warns + [c for c in (trt_schedule_caveat(self.scenario),) if c]
             if draft.method == "pard":
                 exp.warnings.append("PARD runs in TensorRT-LLM as its own decoding config (PARDDecodingConfig,"
                                     " tensorrt_llm/_torch/speculative/pard.py): its keys were not read from a wheel"

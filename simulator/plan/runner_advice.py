@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from simulator.plan.advice_line import MIN_GAIN, Advice, batch_span, engine_label, gain_share
-from simulator.specs.engine_settings import block_table_max_rule, drafts_table_max_rule
+from simulator.specs.engine_settings import block_table_max_rule, drafts_table_max_rule, trt_schedule_stage1_rule
 
 
 def runner_advice(pred) -> list[Advice]:
@@ -24,7 +24,9 @@ def runner_advice(pred) -> list[Advice]:
     advice = drafts_table_max_advice(pred, rule) if rule is not None else None
     block_rule = block_table_max_rule(pred.scenario.engine, pred.scenario.draft.method)
     block = block_table_max_advice(pred, block_rule) if block_rule is not None and rule is None else None
-    return [a for a in (advice, block) if a is not None]
+    trt_rule = trt_schedule_stage1_rule(pred.scenario.engine, pred.scenario.draft.method)
+    trt = trt_schedule_advice(pred, trt_rule) if trt_rule is not None else None
+    return [a for a in (advice, block, trt) if a is not None]
 
 
 def step_drafting_top_s(itl_s, draft_s, draft_top_s) -> np.ndarray:
@@ -91,14 +93,16 @@ def drafts_table_max_advice(pred, rule: dict) -> Advice | None:
                   f" (K={k_top}) at every step whatever K it gives a batch size")
 
 
-def capped_table(g, fits: np.ndarray, cap: int, k0_drafts: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(K per batch size, its goodput per sequence) of a table whose largest K is ``cap`` on an engine that drafts
-    ``cap`` at every step with K > 0 (and at K = 0 too where ``k0_drafts``): each batch size's best K <= cap with
-    its step drafting ``cap`` (:func:`step_drafting_top_s`); ``fits``: the cells that fit memory."""
+def capped_table(g, fits: np.ndarray, cap: int, k0_drafts: bool, part: str = "draft") -> tuple[np.ndarray, np.ndarray]:
+    """(K per batch size, its goodput per sequence) of a table whose largest K is ``cap`` on an engine that runs
+    ``cap``'s ``part`` ("draft": its draft passes; "verify": its verify pass) at every step with K > 0 (and at K = 0
+    too where ``k0_drafts``): each batch size's best K <= cap with that part of its step at ``cap`` (the cell's step
+    less its own part, plus the cap's: :func:`step_drafting_top_s`); ``fits``: the cells that fit memory."""
     runs = g.as_engine_runs
-    top = g.draft_step_s[:, g.k_index(cap)][:, None]
+    own, at_cap = ((runs.draft_step_s, g.draft_step_s) if part == "draft" else (runs.verify_s, g.verify_s))
+    top = np.broadcast_to(at_cap, g.itl_s.shape)[:, g.k_index(cap)][:, None]
     drafts_cap = (g.ks[None, :] > 0) | k0_drafts
-    step = np.where(drafts_cap, step_drafting_top_s(runs.itl_s, runs.draft_step_s, top), runs.itl_s)
+    step = np.where(drafts_cap, step_drafting_top_s(runs.itl_s, np.broadcast_to(own, g.itl_s.shape), top), runs.itl_s)
     good = np.where(fits & (g.ks[None, :] <= cap), np.asarray(runs.acceptance_length)[None, :] / step, -np.inf)
     idx = np.argmax(good, axis=1)
     return g.ks[idx], good[np.arange(len(idx)), idx]
@@ -131,3 +135,57 @@ def block_table_max_advice(pred, rule: dict) -> Advice | None:
                   f"vLLM {release} drafts {sc.draft.method}'s whole block, sized by num_speculative_tokens (K={k_top}),"
                   f" at every step with K > 0 whatever K the table gives a batch size; capped at K={best} every block"
                   f" is narrower{cost}")
+
+
+def trt_schedule_caveat(sc) -> str | None:
+    """What a TensorRT-LLM 1.2.x draft_len_schedule does not do for the scenario's draft, in one sentence (None
+    elsewhere): the engine file's warning; predict's advice says what it costs."""
+    rule = trt_schedule_stage1_rule(sc.engine, sc.draft.method)
+    if rule is None:
+        return None
+    release = sc.engine.release or sc.engine.version
+    if sc.draft.method in rule["one_model_methods"]:
+        return (f"TensorRT-LLM {release} runs draft_len_schedule on the two-model path only (PR #8194): with the"
+                f" one-model {sc.draft.method} drafter it does not run and max_draft_len runs at every batch size"
+                " (dynamic draft length on that path: PR #10860, 2026-03); predict's advice names the best single K")
+    return (f"TensorRT-LLM {release}'s draft_len_schedule saves draft work only (PR #8194, stage 1): every step with"
+            " K > 0 verifies max_draft_len + 1 tokens a request; predict's advice names the best cap on the table's K")
+
+
+def trt_schedule_advice(pred, rule: dict) -> Advice | None:
+    """TensorRT-LLM 1.2.x's draft_len_schedule (stage 1): with a two-model draft every step with K > 0 verifies the
+    largest K's tokens (draft savings only): the cap on the table's K best over the planned load, as for a block
+    drafter; with a one-model draft the schedule does not run and max_draft_len runs at every batch size: the
+    single K best over the planned load (the geometric mean of goodput per sequence)."""
+    sc, g = pred.scenario, pred.grid
+    if g.itl_s.ndim != 2:
+        return None
+    fits = pred.table.fits_memory.to_numpy(bool) & (g.k_star >= 0)
+    if not fits.any():
+        return None
+    k_top = int(max(g.k_star[fits].max(), 1))
+    cells = g.fits_memory & fits[:, None]
+    release = sc.engine.release or sc.engine.version
+    one_model = sc.draft.method in rule["one_model_methods"]
+    if one_model:  # one K runs everywhere: each K as it runs at every planned batch size
+        good = {k: np.where(cells[:, g.k_index(k)], g.as_engine_runs.goodput_per_seq[:, g.k_index(k)], np.nan)[fits]
+                for k in range(1, k_top + 1)}
+        why = (f"TensorRT-LLM {release} runs draft_len_schedule on the two-model path only (PR #8194): the one-model"
+               f" {sc.draft.method} drafter runs max_draft_len (K={k_top}) at every batch size (dynamic draft length"
+               " on that path: PR #10860, 2026-03)")
+    else:
+        good = {c: capped_table(g, cells, c, False, "verify")[1][fits] for c in range(1, k_top + 1)}
+        why = (f"TensorRT-LLM {release}'s draft_len_schedule saves draft work only (PR #8194, stage 1): every step with"
+               f" K > 0 verifies max_draft_len + 1 tokens a request (K={k_top})")
+    score = {k: float(np.nanmean(np.log(v))) for k, v in good.items() if np.isfinite(v).any()}
+    best = max(score, key=score.get)
+    gain = gain_share(good[best], good[k_top])
+    hit = gain > MIN_GAIN
+    if best == k_top or not hit.any():
+        return None
+    b = g.batch_sizes[fits].astype(int)
+    lose = gain < -MIN_GAIN
+    cost = f"; it gives up at most {-gain[lose].min():.1%} at B {batch_span(b[lose])}" if lose.any() else ""
+    return Advice("max_draft_len", k_top, best, float(gain[hit].max()), tuple(int(x) for x in b[hit]),
+                  engine_label(sc.engine), rule["source"], f"{why}; K={best} at every batch size{cost}"
+                  if one_model else f"{why}; capped at K={best} every verify pass is narrower{cost}")

@@ -86,3 +86,13 @@ def block_table_max_rule(engine: EngineProfile | None, method: str) -> dict | No
     if rule is None or not (engine is not None and engine.supports_dynamic_k) or method not in rule["methods"]:
         return None
     return rule
+
+
+def trt_schedule_stage1_rule(engine: EngineProfile | None, method: str) -> dict | None:
+    """The ``trt_schedule_stage1`` rule where this TensorRT-LLM release's draft_len_schedule saves draft work only
+    (two-model drafts: every step with K > 0 verifies the largest K) or does not run (one-model drafts); None
+    elsewhere."""
+    rule = rule_for("trt_schedule_stage1", engine, by_release=True)
+    if rule is None or method not in rule["two_model_methods"] + rule["one_model_methods"]:
+        return None
+    return rule
