@@ -10,7 +10,7 @@
                     best goodput at the pessimistic 10% of the engine terms' draws (plan/decision_risk.py;
                     decision_quantile 0: goodput at their centre); K = 0 is plain decoding, except in the
                     choice of a dynamic-K table on an engine whose K = 0 entry still runs the drafter's extend pass
-                    (vLLM from 0.29, SGLang from 0.5.14: Grid.dsd_k0), where that entry is priced as it runs
+                    (vLLM from 0.24, SGLang from 0.5.14: Grid.dsd_k0), where that entry is priced as it runs
 
 One function (:func:`compute_grid`) evaluates every term over (B, K, L) arrays, L = tokens already in
 each sequence's KV cache. The plain table is its slice with L of length 1 (the scenario's context_len),

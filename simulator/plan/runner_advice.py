@@ -64,17 +64,42 @@ def drafts_table_max_caveat(sc) -> str | None:
             f" drafting each batch size's K, as {fix} runs them (predict's advice says what each batch size loses)")
 
 
+def planned_cells(pred) -> tuple[np.ndarray, int, np.ndarray] | None:
+    """(the planned batch sizes (a row mask: they fit with some K), the table's largest K (at least 1: the engine
+    file's num_speculative_tokens / max_draft_len), the cells of those rows that fit memory); None on a context grid
+    (the advice reads one context) or where nothing fits."""
+    g = pred.grid
+    if g.itl_s.ndim != 2:
+        return None
+    fits = pred.table.fits_memory.to_numpy(bool) & (g.k_star >= 0)
+    if not fits.any():
+        return None
+    return fits, int(max(g.k_star[fits].max(), 1)), g.fits_memory & fits[:, None]
+
+
+def best_over_load(good: dict, k_top: int, batch: np.ndarray) -> tuple[int, np.ndarray, np.ndarray, str] | None:
+    """Of the choices ``good`` (K or cap -> goodput per sequence at each planned batch size ``batch``), the one best
+    over the load (the geometric mean) against ``k_top``: (it, its gain at each batch size, where it gains, what it
+    gives up where it loses, as a clause); None where ``k_top`` is best or the best gains nowhere."""
+    score = {k: float(np.nanmean(np.log(v))) for k, v in good.items() if np.isfinite(v).any()}
+    best = max(score, key=score.get)
+    gain = gain_share(good[best], good[k_top])
+    hit = gain > MIN_GAIN
+    if best == k_top or not hit.any():
+        return None
+    lose = gain < -MIN_GAIN  # where the largest K still pays (the smallest batch sizes, mostly)
+    cost = f"; it gives up at most {-gain[lose].min():.1%} at B {batch_span(batch[lose])}" if lose.any() else ""
+    return best, gain, hit, cost
+
+
 def drafts_table_max_advice(pred, rule: dict) -> Advice | None:
     """Where the default model runner drafts the table's largest K at every step: what each planned batch size
     whose K* is smaller loses against the table as a runner that drafts each batch size's K runs it."""
-    sc, g = pred.scenario, pred.grid
-    if g.itl_s.ndim != 2:
-        return None  # a context grid: the advice reads one context
-    fits = pred.table.fits_memory.to_numpy(bool) & (g.k_star >= 0)
-    k_opt = g.k_star[fits]
-    if not k_opt.size:
+    sc, g, planned = pred.scenario, pred.grid, planned_cells(pred)
+    if planned is None:
         return None
-    k_top = int(max(k_opt.max(), 1))  # num_speculative_tokens as the vLLM file writes it
+    fits, k_top, _ = planned
+    k_opt = g.k_star[fits]
     runs, rows = g.as_engine_runs, np.flatnonzero(fits)
     cells = [g.k_index(int(k)) for k in k_opt]
     honoured = runs.itl_s[rows, cells]
@@ -112,24 +137,16 @@ def block_table_max_advice(pred, rule: dict) -> Advice | None:
     """A block drafter drafts the table's largest K at every step with K > 0: the cap on the table's K (the vLLM
     file's num_speculative_tokens) best over the planned load (the geometric mean of goodput per sequence over its
     batch sizes), where it beats the table's own largest K."""
-    sc, g = pred.scenario, pred.grid
-    if g.itl_s.ndim != 2:
+    sc, g, planned = pred.scenario, pred.grid, planned_cells(pred)
+    if planned is None:
         return None
-    fits = pred.table.fits_memory.to_numpy(bool) & (g.k_star >= 0)
-    if not fits.any():
-        return None
-    k_top = int(max(g.k_star[fits].max(), 1))
-    cells = g.fits_memory & fits[:, None]
-    good = {c: capped_table(g, cells, c, False)[1][fits] for c in range(1, k_top + 1)}
-    best = max(good, key=lambda c: float(np.mean(np.log(good[c]))))
-    gain = gain_share(good[best], good[k_top])
-    hit = gain > MIN_GAIN
-    if best == k_top or not hit.any():
-        return None
-    release = sc.engine.release or sc.engine.version
+    fits, k_top, cells = planned
     b = g.batch_sizes[fits].astype(int)
-    lose = gain < -MIN_GAIN  # where the largest K's wider block still pays (the smallest batch sizes, mostly)
-    cost = f"; it gives up at most {-gain[lose].min():.1%} at B {batch_span(b[lose])}" if lose.any() else ""
+    chosen = best_over_load({c: capped_table(g, cells, c, False)[1][fits] for c in range(1, k_top + 1)}, k_top, b)
+    if chosen is None:
+        return None
+    best, gain, hit, cost = chosen
+    release = sc.engine.release or sc.engine.version
     return Advice(rule["setting"], k_top, best, float(gain[hit].max()), tuple(int(x) for x in b[hit]),
                   engine_label(sc.engine), rule["source"],
                   f"vLLM {release} drafts {sc.draft.method}'s whole block, sized by num_speculative_tokens (K={k_top}),"
@@ -157,14 +174,10 @@ def trt_schedule_advice(pred, rule: dict) -> Advice | None:
     largest K's tokens (draft savings only): the cap on the table's K best over the planned load, as for a block
     drafter; with a one-model draft the schedule does not run and max_draft_len runs at every batch size: the
     single K best over the planned load (the geometric mean of goodput per sequence)."""
-    sc, g = pred.scenario, pred.grid
-    if g.itl_s.ndim != 2:
+    sc, g, planned = pred.scenario, pred.grid, planned_cells(pred)
+    if planned is None:
         return None
-    fits = pred.table.fits_memory.to_numpy(bool) & (g.k_star >= 0)
-    if not fits.any():
-        return None
-    k_top = int(max(g.k_star[fits].max(), 1))
-    cells = g.fits_memory & fits[:, None]
+    fits, k_top, cells = planned
     release = sc.engine.release or sc.engine.version
     one_model = sc.draft.method in rule["one_model_methods"]
     if one_model:  # one K runs everywhere: each K as it runs at every planned batch size
@@ -177,15 +190,11 @@ def trt_schedule_advice(pred, rule: dict) -> Advice | None:
         good = {c: capped_table(g, cells, c, False, "verify")[1][fits] for c in range(1, k_top + 1)}
         why = (f"TensorRT-LLM {release}'s draft_len_schedule saves draft work only (PR #8194, stage 1): every step with"
                f" K > 0 verifies max_draft_len + 1 tokens a request (K={k_top})")
-    score = {k: float(np.nanmean(np.log(v))) for k, v in good.items() if np.isfinite(v).any()}
-    best = max(score, key=score.get)
-    gain = gain_share(good[best], good[k_top])
-    hit = gain > MIN_GAIN
-    if best == k_top or not hit.any():
-        return None
     b = g.batch_sizes[fits].astype(int)
-    lose = gain < -MIN_GAIN
-    cost = f"; it gives up at most {-gain[lose].min():.1%} at B {batch_span(b[lose])}" if lose.any() else ""
+    chosen = best_over_load(good, k_top, b)
+    if chosen is None:
+        return None
+    best, gain, hit, cost = chosen
     return Advice("max_draft_len", k_top, best, float(gain[hit].max()), tuple(int(x) for x in b[hit]),
                   engine_label(sc.engine), rule["source"], f"{why}; K={best} at every batch size{cost}"
                   if one_model else f"{why}; capped at K={best} every verify pass is narrower{cost}")

@@ -38,7 +38,7 @@ def rule_for(kind: str, engine: EngineProfile | None, rules=None, by_release: bo
 
 def k0_runs_draft_extend(engine: EngineProfile | None) -> bool:
     """Whether a speculating server of this engine release, at a K = 0 entry of its dynamic-K table, still runs
-    the drafter's extend pass over the step's tokens (vLLM from 0.29, SGLang from 0.5.14: keeping the draft's KV
+    the drafter's extend pass over the step's tokens (vLLM from 0.24, SGLang from 0.5.14: keeping the draft's KV
     warm), so that K = 0 there is not plain decoding."""
     return rule_for("dsd_k0", engine) is not None
 
@@ -60,7 +60,7 @@ def drafts_table_max_rule(engine: EngineProfile | None, method: str, tree: bool,
 def fused_draft_decode_rule(engine: EngineProfile | None, method: str, tree: bool, attention: str,
                             gpu_architecture: str) -> dict | None:
     """The ``v2_fused_draft_decode`` rule where this release's default runner drafts with no host work between draft
-    passes (vLLM's Model Runner V2 fused draft loop, from 0.29, over an attention backend that updates draft metadata
+    passes (vLLM's Model Runner V2 fused draft loop, from 0.32, over an attention backend that updates draft metadata
     in place); None elsewhere (EAGLE trees: not read)."""
     rule = rule_for("v2_fused_draft_decode", engine, by_release=True)
     if rule is None or tree:
