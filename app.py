@@ -18,7 +18,7 @@ import streamlit as st
 st.set_page_config(page_title="DSD capacity planner", page_icon="⚡", layout="wide")
 
 from calibration.measured import mape, match  # noqa: E402
-from dashboard import compute, state as S  # noqa: E402
+from dashboard import compute, state as S, uploads as U  # noqa: E402
 from dashboard.sidebar import sidebar  # noqa: E402
 from simulator.errors import PlannerError  # noqa: E402
 from simulator.specs.deployment_fit import DeploymentMismatch  # noqa: E402
@@ -58,7 +58,7 @@ def cached_breakdown(key: str, origin: str, b: int, k: int):
 
 @st.cache_resource(max_entries=32, show_spinner=False)
 def cached_validation(key: str, origin: str, digest: str, data: bytes, name: str):
-    measured = S.read_measured_csv(data, name)
+    measured = U.read_measured_csv(data, name)
     predicted = compute.predicted_points(cached_prediction(key, origin), measured)
     return match(predicted, measured)
 
@@ -276,7 +276,7 @@ def fit_measured_rows(pg: Page, data: bytes, name: str) -> None:
                 " intervals; the predictions then rest on them, and it says which (B, K) to measure next.")
     if st.button("Fit this deployment's engine terms to these rows", key="fit_rows"):
         try:
-            fit_name, fit_bytes, text, caveats = S.fit_from_measured(pg.p.scenario, data, name)
+            fit_name, fit_bytes, text, caveats = U.fit_from_measured(pg.p.scenario, data, name)
         except PlannerError as err:
             st.error(f"Fit refused: {err}")
             return

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from dashboard import state as S
+from dashboard import state as S, uploads as U
 from dashboard.sidebar_acceptance import acceptance_controls
 from simulator.errors import PlannerError
 from simulator.specs.acceptance import preset_for
@@ -100,7 +100,7 @@ def _init_state() -> None:
 
 @st.cache_data(max_entries=32, show_spinner=False)
 def _uploaded_model(data: bytes, name: str) -> str:
-    return S.uploaded_model(data, name)
+    return U.uploaded_model(data, name)
 
 
 def _scenario_controls() -> tuple[dict, dict]:
@@ -280,7 +280,7 @@ def _calibration_controls():
 
 @st.cache_data(max_entries=16, show_spinner=False)
 def _uploaded_fit(data: bytes, name: str):
-    return S.uploaded_deployment_fit(data, name)
+    return U.uploaded_deployment_fit(data, name)
 
 
 def _deployment_fit_controls():

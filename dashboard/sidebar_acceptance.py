@@ -4,23 +4,23 @@ from __future__ import annotations
 
 import streamlit as st
 
-from dashboard import state as S
+from dashboard import state as S, uploads as U
 from simulator.errors import PlannerError
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
 def _bench_file(data: bytes, name: str):
-    return S.acceptance_from_bench_json(data, name)
+    return U.acceptance_from_bench_json(data, name)
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
 def _metrics_file(data: bytes, name: str):
-    return S.acceptance_from_metrics(data, name)
+    return U.acceptance_from_metrics(data, name)
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
 def _file_acceptance(data: bytes, name: str):
-    return S.acceptance_file(data, name)
+    return U.acceptance_file(data, name)
 
 
 # Each acceptance mode's controls return (rates or None, source text, usable).

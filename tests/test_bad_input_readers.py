@@ -22,7 +22,7 @@ def _reader_cases():
     from calibration import measured, vllm_io
     from calibration.fit import fit_raw
     from calibration.rawio import read_raw
-    from dashboard import state
+    from dashboard import state, uploads as U
     from simulator.specs.hardware import load_hardware
     from simulator.specs.models import load_model_config
     from simulator.specs.profile import load_profile
@@ -31,7 +31,7 @@ def _reader_cases():
     cases = []
     for name, cfg, expect in CONFIGS:
         cases.append((f"config-{name}", lambda fx, n=name: load_model_config(fx / "configs" / n / "config.json"), expect))
-        cases.append((f"upload-config-{name}", lambda fx, c=cfg: state.uploaded_model(as_bytes(c), "up.json"), expect))
+        cases.append((f"upload-config-{name}", lambda fx, c=cfg: U.uploaded_model(as_bytes(c), "up.json"), expect))
     for name, _, expect in SCENARIOS:
         cases.append((f"scenario-{name}", lambda fx, n=name: load_scenario(fx / "scenarios" / f"{n}.toml"), expect))
     for name, _, expect in PROFILES:
@@ -42,7 +42,7 @@ def _reader_cases():
         cases.append((f"{name}", lambda fx, n=name: fit_raw(fx / "raw" / f"{n}.raw.csv"), expect))
     for name, text, expect in MEASURED:
         cases.append((f"read-{name}", lambda fx, n=name: measured.read_measured(fx / "measured" / f"{n}.csv"), expect))
-        cases.append((f"upload-{name}", lambda fx, t=text: state.read_measured_csv(t.encode(), "runs.csv"), expect))
+        cases.append((f"upload-{name}", lambda fx, t=text: U.read_measured_csv(t.encode(), "runs.csv"), expect))
     def read_bench(path: Path):  # what calibration.validate and the vLLM import read of a bench file
         vllm_io.bench_acceptance(vllm_io.read_bench_json(path), path.name)
         return vllm_io.bench_to_row(path)
@@ -52,20 +52,20 @@ def _reader_cases():
     for name, data, expect in BENCHES:
         cases.append((f"read-{name}", lambda fx, n=name: read_bench(fx / "bench" / f"{n}.json"), expect))
         if name not in upload_irrelevant:
-            cases.append((f"upload-{name}", lambda fx, d=data: state.acceptance_from_bench_json(d, "bench.json"), expect))
+            cases.append((f"upload-{name}", lambda fx, d=data: U.acceptance_from_bench_json(d, "bench.json"), expect))
     for name, text, expect in METRICS:
         cases.append((f"read-{name}", lambda fx, n=name: vllm_io.read_metrics(fx / "metrics" / f"{n}.txt"), expect))
-        cases.append((f"upload-{name}", lambda fx, t=text: state.acceptance_from_metrics(t.encode(), "metrics.txt"), expect))
+        cases.append((f"upload-{name}", lambda fx, t=text: U.acceptance_from_metrics(t.encode(), "metrics.txt"), expect))
     cases += [
         ("raw-directory", lambda fx: read_raw(fx / "empty-dir"), "empty-dir"),
         ("rates-nan", lambda fx: state.parse_rates_text("0.8, nan"), "nan"),
         ("rates-above-one", lambda fx: state.parse_rates_text("1.5"), "1.5"),
         ("rates-empty", lambda fx: state.parse_rates_text("  "), "rate"),
         ("rates-text", lambda fx: state.parse_rates_text("high"), "high"),
-        ("upload-empty", lambda fx: state.uploaded_model(b"", "config.json"), "empty"),
-        ("upload-too-large", lambda fx: state.acceptance_from_metrics(b" " * (state.MAX_UPLOAD_BYTES + 1), "m.txt"),
+        ("upload-empty", lambda fx: U.uploaded_model(b"", "config.json"), "empty"),
+        ("upload-too-large", lambda fx: U.acceptance_from_metrics(b" " * (U.MAX_UPLOAD_BYTES + 1), "m.txt"),
          "too large"),
-        ("upload-deep-json", lambda fx: state.uploaded_model(b"[" * 100000 + b"]" * 100000, "deep.json"), "deep"),
+        ("upload-deep-json", lambda fx: U.uploaded_model(b"[" * 100000 + b"]" * 100000, "deep.json"), "deep"),
         ("write-files-name-with-slash", lambda fx: _write_files(fx / "out", {"../x.md": "x"}), "file name"),
         ("write-files-target-is-dir", lambda fx: _write_files(fx, {"out": "x", "new.md": "y"}), "out"),
         ("write-atomically-dir", lambda fx: _write_one(fx / "out", "x"), "directory"),

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from dashboard import server_files as F  # noqa: E402
-from dashboard import state as S  # noqa: E402
+from dashboard import uploads as U  # noqa: E402
 from simulator.errors import PlannerError  # noqa: E402
 
 PAGE = str(ROOT / "pages" / "1_Fleet_sweep.py")
@@ -125,7 +125,7 @@ def _config(name_or_path: str) -> bytes:
 
 
 def test_uploads_live_in_a_private_directory_of_this_process():
-    path = Path(S.uploaded_model(_config("me/my-qwen"), "config.json"))
+    path = Path(U.uploaded_model(_config("me/my-qwen"), "config.json"))
     private = F.private_dir()
     assert path.is_relative_to(private) and path.parent.name == "my-qwen" and path.name == "config.json"
     st = os.lstat(private)
@@ -137,7 +137,7 @@ def test_uploads_live_in_a_private_directory_of_this_process():
 @pytest.mark.parametrize("name_or_path,stem", [("..", "uploaded"), ("../../etc", "etc"), ("/", "uploaded"),
                                                ("a/b/../..", "uploaded"), ("..\\..\\x y", "x-y")])
 def test_a_hostile_model_name_stays_inside_the_upload_folder(name_or_path, stem):
-    path = Path(S.uploaded_model(_config(name_or_path), "config.json"))
+    path = Path(U.uploaded_model(_config(name_or_path), "config.json"))
     assert path.resolve().is_relative_to(F.private_dir().resolve())
     assert path.parent.name == stem and path.parent.parent.parent == F.private_dir()
 
@@ -165,7 +165,7 @@ def test_a_file_or_symlink_planted_at_the_old_shared_path_changes_nothing(tmp_pa
                 planted.symlink_to(target)
         for name in ("me/planted", "me/planted-link"):
             d = _config(name)
-            path = Path(S.uploaded_model(d, "config.json"))
+            path = Path(U.uploaded_model(d, "config.json"))
             assert path.read_bytes() == d  # the upload itself, not the planted file
             assert not path.is_relative_to(shared)
         assert target.read_text() == "keep me"
@@ -220,7 +220,7 @@ def test_a_hand_edited_fit_is_refused_at_its_control(tmp_path, edit, reason):
     edit(doc)
     data = json.dumps(doc).encode()
     with pytest.raises(PlannerError, match=reason.replace("[", r"\[").replace("]", r"\]")):
-        S.uploaded_deployment_fit(data, "edited.json")
+        U.uploaded_deployment_fit(data, "edited.json")
     at = AppTest.from_file(str(ROOT / "app.py"), default_timeout=60)
     at.run()
     at.sidebar.file_uploader(key="deployment_fit").set_value(("edited.json", data, "application/json")).run()
@@ -233,13 +233,13 @@ def test_a_hand_edited_fit_is_refused_at_its_control(tmp_path, edit, reason):
 
 
 def test_a_real_fit_still_loads(tmp_path):
-    path, fit = S.uploaded_deployment_fit(json.dumps(_fit(tmp_path)).encode(), "mine.json")
+    path, fit = U.uploaded_deployment_fit(json.dumps(_fit(tmp_path)).encode(), "mine.json")
     assert Path(path).name == "mine.json" and fit.step_time_rel > 0 and Path(path).is_relative_to(F.private_dir())
 
 
 def test_a_hostile_fit_name_stays_inside():
     with pytest.raises(PlannerError) as err:
-        S.uploaded_deployment_fit(b"{}", "../../../etc/passwd")
+        U.uploaded_deployment_fit(b"{}", "../../../etc/passwd")
     assert "passwd" in str(err.value) and "/etc" not in str(err.value)
     assert not any(F.private_dir().parent.glob("passwd"))
 

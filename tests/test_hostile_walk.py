@@ -138,8 +138,8 @@ def test_a_number_too_long_to_read_is_one_line(tmp_path):
         assert "too long to read" in refused_line("simulator.predict", *args, "--batch-sizes", "1")
     assert "too long to read" in refused_line(*FIT, "--measured", big, "--output", tmp_path / "fit.json")
     # the dashboard's uploads read the same bytes (before: ValueError out of json.loads)
-    import dashboard.state as S
-    for upload in (S.uploaded_model, S.acceptance_file, S.uploaded_deployment_fit):
+    import dashboard.uploads as U
+    for upload in (U.uploaded_model, U.acceptance_file, U.uploaded_deployment_fit):
         with pytest.raises(PlannerError, match="too long to read"):
             upload(big.read_bytes(), "bench.json")
 
