@@ -49,7 +49,7 @@ from calibration.transfer_cases import (CORPUS, DEVICES, MOE_REUSE, OUT_DIR, REP
 from calibration.transfer_components import part_rows, published_parts, summarize_parts
 from calibration.transfer_peer import peer_speedup, peer_tpot_ms
 from calibration.transfer_report import bands, markdown, summarize
-from calibration.transfer_serving import run_time_s, serving_e2e_speedup, serving_tpot_s
+from calibration.transfer_serving import serving_e2e_speedup, serving_row_ms
 from simulator.cli.common import OneLineParser, run_cli, write_atomically, write_files_atomically
 from simulator.errors import PlannerError, PlannerWarning
 from simulator.plan.grid import compute_grid
@@ -108,11 +108,9 @@ def predict_case(case: Case, basis: str, acceptance_length: float | None, layer=
             return serving_e2e_speedup(sc, B, int(case.row.input_len), int(case.row.output_len), K), sc.cost_source
         return step_speedup(sc, case), sc.cost_source
     sc = scenario_for(case.raw, basis, layer)
-    if case.kind == "run":
-        out, inp = int(case.row.output_len), int(case.row.input_len)
-        return run_time_s(sc, B, inp, out) * 1e3 / out, sc.cost_source
-    if case.kind == "itl" and not (pd.isna(case.row.input_len) or pd.isna(case.row.output_len)):
-        return serving_tpot_s(sc, B, int(case.row.input_len), int(case.row.output_len)) * 1e3, sc.cost_source
+    served = serving_row_ms(sc, case.kind, case.row)
+    if served is not None:
+        return served, sc.cost_source
     g = compute_grid(sc, batch_sizes=[B], ks=[0])
     return float(g.itl_s[0, 0]) * 1e3, sc.cost_source
 

@@ -3,6 +3,8 @@ benchmark's TPOT and end-to-end speedup (what ``calibration.transfer`` and ``cal
 the published runs)."""
 from __future__ import annotations
 
+import pandas as pd
+
 from simulator import serving
 from simulator.specs.scenario import Scenario
 
@@ -40,3 +42,16 @@ def serving_e2e_speedup(sc: Scenario, concurrency: int, prompt: int, output: int
         return float((req.finish_s - req.arrival_s).mean())
 
     return mean_latency("plain") / mean_latency(f"fixed:{k}")
+
+
+def serving_row_ms(sc: Scenario, kind: str, row: pd.Series) -> float | None:
+    """A plain serving row's value as the serving simulation prices it, in ms per output token: a static batch's
+    run time (``kind`` "run") or a closed loop's TPOT ("itl"); None where the row is neither or gives no lengths (an
+    ITL row without them is priced as a plain step)."""
+    B = int(row.batch_size)
+    if kind == "run":
+        out, inp = int(row.output_len), int(row.input_len)
+        return run_time_s(sc, B, inp, out) * 1e3 / out
+    if kind == "itl" and not (pd.isna(row.input_len) or pd.isna(row.output_len)):
+        return serving_tpot_s(sc, B, int(row.input_len), int(row.output_len)) * 1e3
+    return None
