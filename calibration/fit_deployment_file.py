@@ -11,6 +11,7 @@ import numpy as np
 from calibration import fewshot
 from simulator.specs.deployment_fit import DEPLOYMENT_FORMAT, DEPLOYMENT_VERSION, TERMS, scenario_identity
 from simulator.specs.scenario import Scenario
+from simulator.specs.uncertainty import posterior_interval_trust_text
 
 
 def _clean(x: float) -> float:
@@ -92,6 +93,9 @@ def report(doc: dict) -> str:
     lines.append(f"uncertainty (90%): step time +-{u['step_time_rel']:.1%}, goodput at K* +-{u['goodput_rel']:.1%}"
                  f" (before these points: +-{u['zero_shot_step_time_rel']:.1%} and +-{u['zero_shot_goodput_rel']:.1%},"
                  f" the prior: {u['prior']})")
+    trust = posterior_interval_trust_text()
+    if trust:
+        lines.append(f"how far to trust the band: {trust}")
     if u.get("points_disagree"):
         lines.append(f"warning: the points disagree with each other beyond a measurement's scatter (RMS log residual"
                      f" {u['log_scatter']:.3f} > {2 * u['noise_floor']:.3f}): the band is sized by their disagreement;"

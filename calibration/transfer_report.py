@@ -252,6 +252,10 @@ def bands(summary: dict) -> dict:
         out["_speedup_by_batch_physics_only"] = summary["physics_only_by_batch"]
     if summary.get("parts"):  # the speculative step by part, where sources publish the parts
         out["_speedup_parts"] = parts_by_method(summary["parts"])
+    two = summary.get("two_shot") or {}
+    if two.get("n"):  # how often a posterior's 90% interval held a held-out point (a deployment fit quotes it)
+        out["_two_shot"] = {"n": two["n"], "curves": two["curves"], "interval_coverage": two["interval_coverage"],
+                            "speedup_mape": two["planner"]["mape"]}
     for hw, g in summary["by_gpu"].items():
         out[hw] = {"step_time_mape": g["step_time"]["mape"], "step_time_worst": g["step_time"]["worst"],
                    "n": g["step_time"]["n"], "speedup_mape": g["speedup"]["mape"], "basis": g["basis"].split(";")[0]}

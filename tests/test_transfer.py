@@ -78,6 +78,26 @@ def test_committed_report_matches_the_band_file():
     assert len(summary["step_time"]["gpus"]) >= 3
 
 
+def test_the_band_file_is_the_committed_reports_figures():
+    # transfer_error.json is written from transfer.json alone (transfer_report.bands): every figure a prediction
+    # quotes is the committed report's (its date aside)
+    from calibration.transfer_report import bands
+    summary = json.loads((REPO / "calibration" / "data" / "transfer" / "transfer.json").read_text())
+    committed = json.loads((REPO / "simulator" / "data" / "transfer_error.json").read_text())
+    assert bands(summary) | {"_date": committed["_date"]} == committed
+
+
+def test_a_deployment_fit_quotes_how_often_its_intervals_held_out(tmp_path):
+    # the two-shot protocol (transfer.md): 90% posterior intervals scored on points their curve's fit never saw; a
+    # deployment fit's band quotes that share, and tells the reader to read it as such where it falls short of 85%
+    from simulator.specs.uncertainty import posterior_interval_trust_text
+    two = json.loads((REPO / "calibration" / "data" / "transfer" / "transfer.json").read_text())["two_shot"]
+    text = posterior_interval_trust_text()
+    assert f"held {two['interval_coverage']:.0%} of {two['n']} points" in text
+    assert f"{two['curves']} published speedup curves" in text
+    assert ("read them as about" in text) == (two["interval_coverage"] < 0.85)
+
+
 def test_dli_trtllm_a100_static_steps_within_ten_percent(corpus):
     # published: NVIDIA DLI 'Sizing LLM Inference Systems', TensorRT-LLM v0.9.0 token-to-token latency,
     # A100-SXM4-80GB, FP16, TP1, 128/2048 tokens: Llama-2-7B / 13B and Mistral-7B at B = 1..32

@@ -8,16 +8,19 @@ from pathlib import Path
 from simulator.plan.decision_risk import N_DRAWS, draws_basis
 from simulator.plan.speedup_trust import speedup_trust_text
 from simulator.specs.scenario import Scenario
-from simulator.specs.uncertainty import Band, serving_check_text, step_time_band, tp_lean_text
+from simulator.specs.uncertainty import (Band, posterior_interval_trust_text, serving_check_text, step_time_band,
+                                         tp_lean_text)
 
 
 def scenario_step_band(sc: Scenario) -> Band:
     """How far the scenario's step times are from measurements: the deployment fit's posterior interval,
     else the published corpus's error for its basis and device (:func:`step_time_band`)."""
     fit = sc.deployment_fit
-    if fit is not None:  # the deployment's own measurements: the posterior's interval
+    if fit is not None:  # the deployment's own measurements: the posterior's interval, and how often such held
+        trust = posterior_interval_trust_text()
         return Band(fit.step_time_rel, None, 0, f"deployment fit {Path(fit.path).name} on {len(fit.points)} measured"
-                    f" points; goodput at K* +-{fit.goodput_rel:.0%}", "90% posterior interval of the")
+                    f" points; goodput at K* +-{fit.goodput_rel:.0%}" + (f"; {trust}" if trust else ""),
+                    "90% posterior interval of the")
     basis = sc.profile.basis if sc.profile else "datasheet only"
     if sc.profile and sc.profile.surfaces:
         basis = "measured kernel tables"

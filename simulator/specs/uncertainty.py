@@ -83,6 +83,18 @@ def step_time_band(hardware: str, kind: str, basis: str, profile_raw: dict | Non
                 f"published rows on all GPUs ({hardware} has {int(entry.get('n') or 0)}); {src}")
 
 
+def posterior_interval_trust_text() -> str:
+    """How often a deployment posterior's 90% interval held a point it never saw on the published corpus (two points
+    fitted per speedup curve, the others held out; calibration.transfer): "" before that has been scored."""
+    g = _bands().get("_two_shot") or {}
+    if not g.get("n") or g.get("interval_coverage") is None:
+        return ""
+    cov = float(g["interval_coverage"])
+    read = f": read them as about {cov:.0%} intervals" if cov < 0.85 else ""
+    return (f"held out on {int(g['curves'])} published speedup curves fitted on two points each, such 90% intervals"
+            f" held {cov:.0%} of {int(g['n'])} points ({_bands().get('_source', BAND_FILE.name)}){read}")
+
+
 def _tp_figures(tp: int) -> dict | None:
     """The published decode step rows' figures at one tensor-parallel degree (all GPUs), or None with fewer than
     MIN_ROWS of them (or before calibration.transfer has written them)."""
