@@ -101,7 +101,7 @@ def test_kstar_table_shows_the_k_the_engine_files_run():
     runs = {b: k for lo, hi, k in ranges for b in range(lo, hi + 1)}
     shown = dict(zip(table["B (sequences)"], table["schedule K"]))
     assert shown == {b: runs[b] for b in shown}
-    assert shown[19] == 3 and dict(zip(table["B (sequences)"], table["K*"]))[19] == 4  # the schedule holds K = 3
+    assert shown[10] == 4 and dict(zip(table["B (sequences)"], table["K*"]))[10] == 3  # the schedule holds K = 4
 
 
 def test_a_refused_deployment_fit_leaves_its_measured_acceptance_out(tmp_path):
