@@ -68,6 +68,8 @@ def test_l40s_tp4_keeps_its_table_and_nvlink_is_untouched():
     sc4 = scenario("l40s", 4)
     assert all_reduce_s(sc4, 4, 4194304) == pytest.approx(
         float(collective_time_s(L40S_TABLE["collectives"], 4, 4194304, op="all_reduce")), rel=1e-9)
+    # its label says nothing of the 8-GPU table it does not use (it once named the 8-GPU change at TP 4)
+    assert "all-reduce" not in sc4.cost_source.split("measured kernel tables")[1].split("; engine")[0]
     h100 = scenario("h100-sxm", 8)
     shipped = json.loads((ROOT / "simulator/data/profiles/h100-sxm.trtllm-1.3.0rc20.profile.json").read_text())
     assert all_reduce_s(h100, 8, 4194304) == pytest.approx(

@@ -111,7 +111,8 @@ def pcie_typical_server(collectives: dict, interconnect: str) -> tuple[dict, dic
 
 def server_collectives(collectives: dict, interconnect: str, given_bus_bandwidth: float | None) -> tuple[dict, dict]:
     """The all-reduce tables for the scenario's server, and what was changed ({} when the tables stand
-    as measured): ``{"basis": "given" | "median published PCIe server", "note": ..., "gpus": [...]}``."""
+    as measured): ``{"basis": "given" | "median published PCIe server", "note": ..., "gpus": [...]}``, and for the
+    PCIe servers ``"notes_by_gpus"``: the note of each GPU count changed."""
     if not collectives:
         return collectives, {}
     if given_bus_bandwidth:
@@ -121,6 +122,6 @@ def server_collectives(collectives: dict, interconnect: str, given_bus_bandwidth
         out, notes = pcie_typical_server(collectives, interconnect)
         if notes:
             return out, {"basis": "median published PCIe server", "note": "; ".join(notes.values()),
-                         "gpus": sorted(int(g) for g in notes)}
+                         "gpus": sorted(int(g) for g in notes), "notes_by_gpus": notes}
         return out, {}
     return collectives, {}

@@ -169,7 +169,7 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
     engine = with_runner_facts(engine, draft.method, draft.is_tree, model.attention, hardware.architecture)
     if engine_tbl.get("max_capture_size") is not None:
         engine = _capture_limit(engine, engine_tbl["max_capture_size"], origin)
-    profile = scenario_profile(get, hardware, engine.name, base_dir)
+    profile = scenario_profile(get, hardware, engine.name, base_dir, deployment.tp)
     kernels = engine_kernels(engine, hardware, get("workload", "temperature", default("workload", "temperature")),
                              get("workload", "top_p", default("workload", "top_p")), origin)
     deployment = replace(deployment, kernels=kernels)
@@ -229,27 +229,31 @@ def _capture_limit(engine: EngineProfile, limit, origin: str) -> EngineProfile:
     return with_capture_limit(engine, limit)
 
 
-def scenario_profile(get, hardware: Hardware, engine: str, base_dir: str | None) -> Profile | None:
+def scenario_profile(get, hardware: Hardware, engine: str, base_dir: str | None, tp: int) -> Profile | None:
     """The [calibration] profile (:func:`resolve_profile`) fitted to the server; with ``engine_terms =
     false``, its microbenchmarks alone, without the end-to-end engine terms (what calibration.validate refits)."""
     profile = resolve_profile(get("calibration", "profile"), hardware, engine, base_dir)
-    profile = fit_to_server(profile, hardware, get("hardware", "interconnect_bandwidth_bytes_per_s"))
+    profile = fit_to_server(profile, hardware, get("hardware", "interconnect_bandwidth_bytes_per_s"), tp)
     if profile is not None and not get("calibration", "engine_terms", default("calibration", "engine_terms")):
         profile = profile.microbenchmarks_only()
     return profile
 
 
-def fit_to_server(profile: Profile | None, hardware: Hardware, given_bus_bandwidth) -> Profile | None:
+def fit_to_server(profile: Profile | None, hardware: Hardware, given_bus_bandwidth,
+                  tp: int | None = None) -> Profile | None:
     """The profile with its all-reduce tables fitted to the scenario's server (a given bus bandwidth,
-    or a PCIe table's topology limit lifted to its own 2-GPU link rate); unchanged otherwise."""
+    or a PCIe table's topology limit lifted to its own 2-GPU link rate); unchanged otherwise. Its label names the
+    change where it prices this scenario's ``tp`` (a PCIe table changed at 8 GPUs says nothing at TP 4)."""
     if profile is None or not profile.collectives:
         return profile
     given = float(given_bus_bandwidth) if given_bus_bandwidth is not None else None
     collectives, change = server_collectives(profile.collectives, hardware.interconnect, given)
     if not change:
         return profile
+    by_gpus = change.get("notes_by_gpus")
+    note = change["note"] if by_gpus is None or tp is None else by_gpus.get(str(tp), "")
     return replace(profile, collectives=collectives,
-                   provenance=profile.provenance | {"collectives_note": change["note"], "collectives_basis":
+                   provenance=profile.provenance | {"collectives_note": note, "collectives_basis":
                                                     change["basis"], "collectives_gpus": change["gpus"]})
 
 
