@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from simulator.errors import PlannerError
-from simulator.files import read_input_text
+from simulator.files import json_failure_reason, read_input_text
 from simulator.specs import prometheus_text
 
 SOURCE_BENCH = "vllm-bench-serve"
@@ -119,8 +119,7 @@ def read_bench_json(path) -> dict:
     except RecursionError:
         raise VllmFormatError(f"{path.name}: JSON nested too deeply — {_HINT}") from None
     except ValueError as e:  # a JSONDecodeError, or an integer of over 4300 digits
-        why = f"{e.msg} at line {e.lineno}" if isinstance(e, json.JSONDecodeError) else "a number too long to read"
-        raise VllmFormatError(f"{path.name}: not JSON ({why}) — {_HINT}") from None
+        raise VllmFormatError(f"{path.name}: not JSON ({json_failure_reason(e)}) — {_HINT}") from None
     if not isinstance(data, dict):
         raise VllmFormatError(f"{path.name}: top level is not an object — {_HINT}")
     for f in ("median_itl_ms", "output_throughput", "completed"):

@@ -14,6 +14,7 @@ from calibration.measured import read_measured
 from dashboard.server_files import safe_name, store_upload
 from dashboard.state import MAX_RATE
 from simulator.errors import PlannerError
+from simulator.files import json_failure_reason
 from simulator.specs.acceptance_files import AcceptanceFile, parse_acceptance_bytes
 from simulator.specs.deployment_fit import DEPLOYMENT_FORMAT, load_deployment_fit
 from simulator.specs.models import model_from_hf_config
@@ -40,8 +41,7 @@ def _json_object(data: bytes, filename: str) -> dict:
     except RecursionError:
         raise PlannerError(f"{filename}: JSON nested too deeply") from None
     except ValueError as err:  # a JSONDecodeError, or an integer of over 4300 digits
-        why = f"{err.msg} at line {err.lineno}" if isinstance(err, json.JSONDecodeError) else "a number too long to read"
-        raise PlannerError(f"{filename}: not valid JSON ({why})") from None
+        raise PlannerError(f"{filename}: not valid JSON ({json_failure_reason(err)})") from None
     if not isinstance(obj, dict):
         raise PlannerError(f"{filename}: expected a JSON object at the top level")
     return obj

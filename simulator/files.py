@@ -124,6 +124,12 @@ def _check_depth(value, where: str, what: str):
     return value
 
 
+def json_failure_reason(err: ValueError) -> str:
+    """Why ``json.loads`` refused a text, in a few words: where its syntax broke, or (a ValueError that is not a
+    JSONDecodeError) an integer past Python's 4300-digit limit."""
+    return f"{err.msg} at line {err.lineno}" if isinstance(err, json.JSONDecodeError) else "a number too long to read"
+
+
 def parse_json_text(text: str, where: str, what: str):
     """A JSON document whose nesting is at most :data:`MAX_DEPTH`; PlannerError naming ``where`` else."""
     try:

@@ -323,7 +323,7 @@ class Prediction:
         of the same engine (--engine-version) that cannot read that file, or reads another one (TensorRT-LLM 1.3+
         reads draft_len_schedule keys as "up to", 1.2.x as lower bounds); nothing otherwise."""
         eng = self.scenario.engine
-        release = (eng.release or eng.version) if eng is not None else ""
+        release = eng.release_asked if eng is not None else ""
         target = exp.version
         if eng is None or eng.name != fmt.split("-")[0] or not release or release == target:
             return []

@@ -227,7 +227,7 @@ def serve_notes(pred) -> list[str]:
     t = pred.table
     out = []
     if v1_runner_runs_the_table(pred.scenario):
-        release = pred.scenario.engine.release or pred.scenario.engine.version
+        release = pred.scenario.engine.release_asked
         out.append(f"VLLM_USE_V2_MODEL_RUNNER=0: vLLM {release} runs {pred.scenario.draft.method} on Model Runner V2"
                    " by default, which drafts num_speculative_tokens at every step whatever K the table gives a batch"
                    " size; the V1 runner drafts each batch size's K (simulator/data/engine_settings.toml"

@@ -56,7 +56,7 @@ def drafts_table_max_caveat(sc) -> str | None:
     rule = scenario_drafts_table_max_rule(sc)
     if rule is None:
         return None
-    release = sc.engine.release or sc.engine.version
+    release = sc.engine.release_asked
     fix = ("vLLM 0.32.0 or later" if sc.draft.method in rule["forced_methods"]
            else "VLLM_USE_V2_MODEL_RUNNER=0, or vLLM 0.32.0 or later")
     return (f"vLLM {release} runs {sc.draft.method} on Model Runner V2, which drafts the per-batch-size table's"
@@ -108,7 +108,7 @@ def drafts_table_max_advice(pred, rule: dict) -> Advice | None:
     hit = (k_opt < k_top) & (gain > MIN_GAIN)
     if not hit.any():
         return None
-    release = sc.engine.release or sc.engine.version
+    release = sc.engine.release_asked
     # a method only V2 runs (DSpark) has no V1 runner to fall back to: the fix is the release that reads the K
     setting, current, suggested = (("vLLM release", release, "0.32.0") if sc.draft.method in rule["forced_methods"]
                                    else (rule["setting"], "unset (Model Runner V2)", "0 (the V1 runner), or vLLM 0.32.0"))
@@ -146,7 +146,7 @@ def block_table_max_advice(pred, rule: dict) -> Advice | None:
     if chosen is None:
         return None
     best, gain, hit, cost = chosen
-    release = sc.engine.release or sc.engine.version
+    release = sc.engine.release_asked
     return Advice(rule["setting"], k_top, best, float(gain[hit].max()), tuple(int(x) for x in b[hit]),
                   engine_label(sc.engine), rule["source"],
                   f"vLLM {release} drafts {sc.draft.method}'s whole block, sized by num_speculative_tokens (K={k_top}),"
@@ -160,7 +160,7 @@ def trt_schedule_caveat(sc) -> str | None:
     rule = trt_schedule_stage1_rule(sc.engine, sc.draft.method)
     if rule is None:
         return None
-    release = sc.engine.release or sc.engine.version
+    release = sc.engine.release_asked
     if sc.draft.method in rule["one_model_methods"]:
         return (f"TensorRT-LLM {release} runs draft_len_schedule on the two-model path only (PR #8194): with the"
                 f" one-model {sc.draft.method} drafter it does not run and max_draft_len runs at every batch size"
@@ -178,7 +178,7 @@ def trt_schedule_advice(pred, rule: dict) -> Advice | None:
     if planned is None:
         return None
     fits, k_top, cells = planned
-    release = sc.engine.release or sc.engine.version
+    release = sc.engine.release_asked
     one_model = sc.draft.method in rule["one_model_methods"]
     if one_model:  # one K runs everywhere: each K as it runs at every planned batch size
         good = {k: np.where(cells[:, g.k_index(k)], g.as_engine_runs.goodput_per_seq[:, g.k_index(k)], np.nan)[fits]

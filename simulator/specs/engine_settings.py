@@ -28,7 +28,7 @@ def rule_for(kind: str, engine: EngineProfile | None, rules=None, by_release: bo
     asked, which a profile of a nearby release may price); None if none does."""
     if engine is None or not engine.version:
         return None
-    v = version_key(engine.release or engine.version if by_release else engine.version)
+    v = version_key(engine.release_asked if by_release else engine.version)
     for r in load_rules() if rules is None else rules:
         if r["kind"] == kind and r["engine"] == engine.name and version_key(r["first"]) <= v \
                 and (not r["before"] or v < version_key(r["before"])):

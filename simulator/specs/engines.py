@@ -108,6 +108,12 @@ class EngineProfile:
         return "all_reduce_nccl" if self.allreduce == "nccl" else "all_reduce"
 
     @property
+    def release_asked(self) -> str:
+        """The release the user asked for: the one a nearby release's profile prices (the version rule), else the
+        profile's own."""
+        return self.release or self.version
+
+    @property
     def key(self) -> str:
         return f"{self.name}-{self.version}" if self.version and self.name != "ideal" else self.name
 

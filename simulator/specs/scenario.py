@@ -199,7 +199,7 @@ def build_scenario(raw: dict, origin: str = "flags", base_dir: str | None = None
 def _check_release_runs(engine, method: str, origin: str) -> None:
     """A release that cannot run the draft method (engine_releases.toml [<engine>.draft_releases], read from the
     wheels) is refused with the next release that runs it, or told none does."""
-    asked = engine.release or engine.version
+    asked = engine.release_asked
     runs = release_running(engine.name, asked, method)
     if runs == asked:
         return
@@ -239,8 +239,7 @@ def scenario_profile(get, hardware: Hardware, engine: str, base_dir: str | None,
     return profile
 
 
-def fit_to_server(profile: Profile | None, hardware: Hardware, given_bus_bandwidth,
-                  tp: int | None = None) -> Profile | None:
+def fit_to_server(profile: Profile | None, hardware: Hardware, given_bus_bandwidth, tp: int) -> Profile | None:
     """The profile with its all-reduce tables fitted to the scenario's server (a given bus bandwidth,
     or a PCIe table's topology limit lifted to its own 2-GPU link rate); unchanged otherwise. Its label names the
     change where it prices this scenario's ``tp`` (a PCIe table changed at 8 GPUs says nothing at TP 4)."""
@@ -250,8 +249,8 @@ def fit_to_server(profile: Profile | None, hardware: Hardware, given_bus_bandwid
     collectives, change = server_collectives(profile.collectives, hardware.interconnect, given)
     if not change:
         return profile
-    by_gpus = change.get("notes_by_gpus")
-    note = change["note"] if by_gpus is None or tp is None else by_gpus.get(str(tp), "")
+    by_gpus = change.get("notes_by_gpus")  # a PCIe server's: one note per GPU count it changed
+    note = change["note"] if by_gpus is None else by_gpus.get(str(tp), "")
     return replace(profile, collectives=collectives,
                    provenance=profile.provenance | {"collectives_note": note, "collectives_basis":
                                                     change["basis"], "collectives_gpus": change["gpus"]})
